@@ -1,0 +1,82 @@
+"""Finding and launching Chromium with the flags WebGPU needs (used by `regress` and the browser tests)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from builder.errors import RegressionError
+
+# Flags for a headless run on a machine without a GPU: WebGPU on SwiftShader (software, no shader-f16).
+SOFTWARE_FLAGS = (
+    "--enable-unsafe-webgpu",
+    "--enable-unsafe-swiftshader",
+    "--use-webgpu-adapter=swiftshader",
+    "--use-angle=swiftshader",
+)
+# Flags for a real GPU on Linux: Vulkan backend, blocklist ignored (Chrome blocklists many Linux drivers).
+GPU_FLAGS = (
+    "--enable-unsafe-webgpu",
+    "--enable-features=Vulkan",
+    "--use-vulkan",
+    "--ignore-gpu-blocklist",
+)
+# This machine (and CI) has no outside network: background requests only produce noise and refusals.
+QUIET_FLAGS = (
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-default-browser-check",
+)
+
+
+def find_chromium(explicit: Path | None = None) -> Path:
+    """The browser to launch: --browser, $KLEIN_CHROMIUM, Playwright's own Chromium, or the system one."""
+    candidates: list[Path] = []
+    if explicit is not None:
+        if not Path(explicit).is_file():
+            raise RegressionError(f"--browser {explicit}: no such file.")
+        return Path(explicit)
+    if os.environ.get("KLEIN_CHROMIUM"):
+        candidates.append(Path(os.environ["KLEIN_CHROMIUM"]))
+    try:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as p:
+            candidates.append(Path(p.chromium.executable_path))
+    except Exception:  # Playwright's browser registry is optional; the system browser is fine.
+        pass
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
+        found = shutil.which(name)
+        if found:
+            candidates.append(Path(found))
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    hint = "apt-get install -y chromium" if sys.platform.startswith("linux") else "python -m playwright install chromium"
+    raise RegressionError(f"No Chromium found. Install one ({hint}) or pass --browser PATH.")
+
+
+def launch_args(*, gpu: bool) -> list[str]:
+    flags = list(GPU_FLAGS if gpu else SOFTWARE_FLAGS) + list(QUIET_FLAGS)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        flags.append("--no-sandbox")  # Chromium refuses to run as root with its sandbox on.
+    return flags
+
+
+def launch_persistent(playwright: Any, user_data_dir: Path, *, executable: Path, headed: bool = False,
+                      gpu: bool = False, viewport: tuple[int, int] = (1280, 720)) -> Any:
+    """A persistent context: incognito storage cannot hold the model files (OPFS quota errors)."""
+    return playwright.chromium.launch_persistent_context(
+        str(user_data_dir),
+        executable_path=str(executable),
+        headless=not headed,
+        args=launch_args(gpu=gpu),
+        viewport={"width": viewport[0], "height": viewport[1]},
+        accept_downloads=True,
+    )

@@ -1,0 +1,171 @@
+"""The `klein-web` command line: thin click commands that parse flags and call one function each.
+
+Implementations are imported inside each command so `klein-web serve --help` loads no ML library, and
+KleinWebError is turned into a clean message and exit code here, and only here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, DEFAULT_REPO, __version__
+from builder.errors import InputError, KleinWebError
+
+
+def log(message: str) -> None:
+    """Progress and status lines go to stderr, so stdout stays clean for results."""
+    click.echo(message, err=True)
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """`512x768` -> (512, 768) as (width, height); both multiples of 16."""
+    try:
+        width_text, height_text = text.lower().split("x")
+        width, height = int(width_text), int(height_text)
+    except ValueError:
+        raise InputError(f"--size must look like 512x512 (WIDTHxHEIGHT), got {text!r}.")
+    if width <= 0 or height <= 0 or width % 16 or height % 16:
+        raise InputError(
+            f"--size {text}: width and height must be positive multiples of 16 (the VAE works on 16-pixel "
+            f"patches); try {max(16, width // 16 * 16)}x{max(16, height // 16 * 16)}."
+        )
+    return width, height
+
+
+class KleinGroup(click.Group):
+    """Turns KleinWebError into `Error: ...` and exit code 1, without a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KleinWebError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=KleinGroup)
+@click.version_option(__version__, prog_name="klein-web")
+def main() -> None:
+    """Build, serve and test the FLUX.2 [klein] in-browser app (WebGPU + onnxruntime-web)."""
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_DIST, show_default=True)
+@click.option("--model-base", default=DEFAULT_MODEL_BASE, show_default=True, help="URL the app downloads the model from.")
+def build(out_dir: Path, model_base: str) -> None:
+    """Bundle web_src/ into a static site in OUT (a no-op when nothing changed)."""
+    from builder import bundle
+
+    result = bundle.build(out_dir, model_base=model_base, log=log)
+    state = "built" if result.changed else "up to date"
+    log(f"{out_dir}: {state} in {result.seconds:.2f} s")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--models", "models_dir", type=click.Path(path_type=Path), default=None,
+              help="Local model repository to mount at /models/ (the app then loads from it).")
+@click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=DEFAULT_DIST, show_default=True)
+@click.option("--model-base", default=DEFAULT_MODEL_BASE, show_default=True, help="Model URL baked into a build.")
+@click.option("--open", "open_browser", is_flag=True, help="Open the app in the default browser.")
+@click.option("--watch", is_flag=True, help="Rebuild when web_src/ changes.")
+def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_base: str, open_browser: bool,
+          watch: bool) -> None:
+    """Build if stale, then serve the app with the headers WebGPU + threads need."""
+    from builder import server
+
+    server.serve(dist_dir, host=host, port=port, models_dir=models_dir, model_base=model_base,
+                 open_browser=open_browser, watch=watch, log=log)
+
+
+@main.command()
+@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--precision", type=click.Choice(["q4", "fp32", "q4f16"]), default="q4", show_default=True)
+def convert(src: Path, out: Path, precision: str) -> None:
+    """Convert a diffusers FLUX.2 [klein] folder SRC into the ONNX web layout in OUT."""
+    from builder import convert as converter
+
+    converter.convert(src, out, precision=precision, log=log)
+    log(f"Done. Serve it with: klein-web serve --models {out}")
+
+
+@main.command("make-tiny")
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--seed", default=0, show_default=True, type=int)
+def make_tiny(out: Path, seed: int) -> None:
+    """Make a tiny random-weight klein (diffusers + q4 + fp32 web repos) in OUT for tests."""
+    from builder import tiny
+
+    paths = tiny.make_tiny(out, seed=seed, log=log)
+    for name, path in paths.items():
+        click.echo(f"{name}: {path}")
+
+
+@main.command()
+@click.option("--repo", default=DEFAULT_REPO, show_default=True)
+@click.option("--revision", default="main", show_default=True)
+@click.option("--dir", "dest", type=click.Path(path_type=Path), default=Path("models/klein-4b"), show_default=True)
+def fetch(repo: str, revision: str, dest: Path) -> None:
+    """Download the web model repository (resumable) and write its manifest."""
+    from builder import hub
+
+    hub.fetch(repo, revision=revision, dest=dest, log=log)
+    click.echo(f"Model ready. Next: klein-web serve --models {dest}")
+
+
+@main.command()
+@click.argument("model_dir", type=click.Path(path_type=Path))
+@click.option("--prompt", required=True)
+@click.option("--seed", default=42, show_default=True, type=int)
+@click.option("--size", default="512x512", show_default=True, help="WIDTHxHEIGHT, multiples of 16.")
+@click.option("--steps", default=4, show_default=True, type=click.IntRange(1, 100))
+@click.option("--out", "out_png", type=click.Path(path_type=Path), required=True)
+def reference(model_dir: Path, prompt: str, seed: int, size: str, steps: int, out_png: Path) -> None:
+    """Run the whole pipeline on onnxruntime CPU (the browser's reference) and write a PNG."""
+    from builder import reference as ref
+
+    width, height = parse_size(size)
+    ref.generate_png(model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=steps,
+                     out=out_png, log=log)
+    click.echo(str(out_png))
+
+
+@main.command()
+@click.option("--models", "models_dir", type=click.Path(path_type=Path), default=None)
+@click.option("--prompt", default=None)
+@click.option("--seed", default=42, show_default=True, type=int)
+@click.option("--size", default="512x512", show_default=True)
+@click.option("--steps", default=4, show_default=True, type=int)
+@click.option("--cases", "cases_file", type=click.Path(path_type=Path), default=None,
+              help="JSON or TOML file with several cases, run in one browser launch.")
+@click.option("--reference", "reference_png", type=click.Path(path_type=Path), default=None)
+@click.option("--reference-from-cpu", is_flag=True, help="Make the reference with `klein-web reference`.")
+@click.option("--browser", "browser_path", type=click.Path(path_type=Path), default=None)
+@click.option("--headed", is_flag=True)
+@click.option("--gpu/--software", default=False, help="Real GPU (Vulkan) or SwiftShader.")
+@click.option("--report", "report_dir", type=click.Path(path_type=Path), default=Path("report"), show_default=True)
+@click.option("--psnr-min", default=40.0, show_default=True, type=float)
+@click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=float)
+def regress(**options: object) -> None:
+    """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run)."""
+    from builder import regress as regression
+
+    try:
+        code = regression.main(log=log, **options)
+    except KleinWebError as exc:
+        click.echo(f"could not run: {exc}", err=True)
+        sys.exit(2)
+    sys.exit(code)
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
+def bench(out_dir: Path) -> None:
+    """GPU benchmark: WebGPU EP vs PyTorch bf16 on a full-size random-weight klein."""
+    from builder import bench as benchmark
+
+    benchmark.main(out_dir, log=log)

@@ -1,0 +1,35 @@
+"""The exception hierarchy: raised at the source, turned into exit codes only by cli.py."""
+
+from __future__ import annotations
+
+
+class KleinWebError(Exception):
+    """Base class. The message says what went wrong and what to do about it."""
+
+
+class BuildError(KleinWebError):
+    """Bundling the web app failed (npm, esbuild, template)."""
+
+
+class ServeError(KleinWebError):
+    """The dev server cannot start with the given options."""
+
+
+class ModelRepoError(KleinWebError):
+    """A model repository is missing files, has wrong sizes or an unreadable manifest."""
+
+
+class ConversionError(KleinWebError):
+    """Converting a diffusers checkpoint to the ONNX web layout failed."""
+
+
+class FetchError(KleinWebError):
+    """Downloading a model repository from the Hub failed."""
+
+
+class InputError(KleinWebError):
+    """A user-supplied parameter (size, steps, prompt, path) is invalid."""
+
+
+class RegressionError(KleinWebError):
+    """A browser regression run could not be carried out (exit code 2)."""

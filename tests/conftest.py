@@ -1,0 +1,116 @@
+"""Shared fixtures: one tiny model per session, one build, a real `klein-web serve` subprocess, Chromium."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from builder import REPO_ROOT
+
+
+def find_free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """make-tiny output: {'diffusers': ..., 'q4': ..., 'fp32': ...}, built once per test session."""
+    from builder.tiny import make_tiny
+
+    out = tmp_path_factory.mktemp("tiny")
+    return make_tiny(out, seed=0, log=lambda _msg: None)
+
+
+@pytest.fixture(scope="session")
+def dist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One build of the app for the whole session (the default model base)."""
+    from builder.bundle import build
+
+    out = tmp_path_factory.mktemp("dist")
+    build(out, log=lambda _msg: None)
+    return out
+
+
+@dataclass
+class LiveServer:
+    """A real `klein-web serve` subprocess on a free loopback port."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    base_url: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def url(self, path: str = "/") -> str:
+        return self.base_url + path
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_server(dist: Path, log_dir: Path, *, models: Path | None = None, extra: tuple[str, ...] = ()) -> LiveServer:
+    port = find_free_port()
+    log_path = log_dir / f"server-{port}.log"
+    cmd = [sys.executable, "-m", "builder", "serve", "--port", str(port), "--dist", str(dist), *extra]
+    if models is not None:
+        cmd += ["--models", str(models)]
+    handle = open(log_path, "wb")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=handle, stderr=subprocess.STDOUT, env=env)
+    server = LiveServer(process, port, log_path)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"klein-web serve exited early ({process.returncode}):\n{server.output()}")
+        try:
+            urllib.request.urlopen(server.url("/"), timeout=2).close()
+            return server
+        except (urllib.error.URLError, ConnectionError, OSError):
+            time.sleep(0.2)
+    server.stop()
+    raise AssertionError(f"klein-web serve did not answer within 60 s:\n{server.output()}")
+
+
+@pytest.fixture
+def live_server_factory(tmp_path: Path) -> Iterator[object]:
+    """Call it with (dist, models=None) to get a LiveServer; all are stopped after the test."""
+    servers: list[LiveServer] = []
+
+    def factory(dist: Path, *, models: Path | None = None, extra: tuple[str, ...] = ()) -> LiveServer:
+        server = start_server(dist, tmp_path, models=models, extra=extra)
+        servers.append(server)
+        return server
+
+    yield factory
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> Path:
+    from builder.browser import find_chromium
+
+    return find_chromium()

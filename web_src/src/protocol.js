@@ -1,0 +1,103 @@
+// @ts-check
+/**
+ * @file The page <-> worker protocol: message shapes only (JSDoc types) plus the version constant.
+ * Every request carries an `id`; the worker answers each request with exactly one `result` or
+ * `error` carrying the same id, after any number of `progress` / `stage` / `step` events.
+ *
+ * Page -> worker (Request):
+ *   {type: 'probe', id}                       -> result: Capabilities
+ *   {type: 'generate', id, params}            -> progress* stage* step* -> result: GenerateResult
+ *   {type: 'cancel', id, target}              -> result: {cancelled: boolean}   (target = generate id)
+ *   {type: 'clearCache', id}                  -> result: {freedBytes: number}
+ *
+ * Worker -> page (Event):
+ *   {type: 'progress', id, progress: DownloadProgress}   bytes of the model download
+ *   {type: 'stage', id, stage: Stage, detail?: string}    a pipeline stage begins
+ *   {type: 'step', id, step, steps, elapsedMs, etaMs}     a denoising step finished
+ *   {type: 'result', id, result}
+ *   {type: 'error', id, error: SerializedError}           (see shared/errors.js)
+ * @module protocol
+ */
+
+export const PROTOCOL_VERSION = 1;
+
+/** Pipeline stages in order; `stage` events name one of these. */
+export const STAGES = Object.freeze(['check', 'download', 'load', 'encode', 'denoise', 'decode']);
+
+/**
+ * @typedef {'check' | 'download' | 'load' | 'encode' | 'denoise' | 'decode'} Stage
+ */
+
+/**
+ * @typedef {Object} GenerateParams
+ * @property {string} prompt
+ * @property {number} seed      Integer in [0, 2^32): torch.Generator('cpu').manual_seed(seed).
+ * @property {number} steps     Denoising steps (klein is distilled for 4).
+ * @property {number} width     Multiple of 16.
+ * @property {number} height    Multiple of 16.
+ * @property {string} modelBase Absolute URL of the model repository, ending in '/'.
+ * @property {string} [precision] Force a graph variant ('q4', 'q4f16', 'fp32'); default: best available.
+ */
+
+/**
+ * @typedef {Object} DownloadProgress
+ * @property {string} file          Repo-relative path being downloaded.
+ * @property {number} fileLoaded
+ * @property {number} fileTotal
+ * @property {number} loaded        Bytes of all files needed for this run now in the store.
+ * @property {number} total
+ * @property {number} bytesPerSecond
+ * @property {number | null} etaSeconds
+ */
+
+/**
+ * @typedef {Object} Capabilities
+ * @property {boolean} webgpu
+ * @property {string | null} error    Why WebGPU is unusable, with the fix (null when usable).
+ * @property {{vendor: string, architecture: string, description: string, isFallbackAdapter: boolean} | null} adapter
+ * @property {boolean} software       SwiftShader / fallback adapter: works, but very slowly.
+ * @property {boolean} shaderF16
+ * @property {number} maxBufferSize
+ * @property {number} maxStorageBufferBindingSize
+ * @property {{usage: number, quota: number, persisted: boolean}} storage
+ * @property {boolean} crossOriginIsolated
+ * @property {number} threads
+ */
+
+/**
+ * @typedef {Object} StageTimings  Milliseconds per stage of one generation, as the worker measured them.
+ * @property {number} download
+ * @property {number} load
+ * @property {number} encode
+ * @property {number} denoise
+ * @property {number} decode
+ * @property {number} total
+ * @property {number} sessionRun   Time spent inside session.run() (for the orchestration overhead figure).
+ */
+
+/**
+ * @typedef {Object} GenerateResult
+ * @property {number} width
+ * @property {number} height
+ * @property {Uint8ClampedArray} rgba   width*height*4 bytes.
+ * @property {GenerateParams} params
+ * @property {StageTimings} timings
+ * @property {{tokens: number, droppedTokens: number}} prompt
+ * @property {Record<string, {variant: string, ep: string}>} graphs  Which variant and EP ran each component.
+ * @property {string[]} notes   Things the user should know (e.g. "VAE ran on the CPU: no shader-f16").
+ */
+
+/**
+ * @typedef {{type: 'probe', id: string}
+ *   | {type: 'generate', id: string, params: GenerateParams}
+ *   | {type: 'cancel', id: string, target: string}
+ *   | {type: 'clearCache', id: string}} Request
+ */
+
+/**
+ * @typedef {{type: 'progress', id: string, progress: DownloadProgress}
+ *   | {type: 'stage', id: string, stage: Stage, detail?: string}
+ *   | {type: 'step', id: string, step: number, steps: number, elapsedMs: number, etaMs: number}
+ *   | {type: 'result', id: string, result: any}
+ *   | {type: 'error', id: string, error: import('./shared/errors.js').SerializedError}} Event
+ */
