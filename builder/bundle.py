@@ -1,0 +1,296 @@
+"""`klein-web build`: bundle web_src/ into a static site (esbuild + jinja2), skipping the work when nothing changed.
+
+Output layout (every path relative to the site root, so dist/ works under any sub-path):
+
+    index.html                 rendered from web_src/index.html.j2
+    coi-sw.js                  cross-origin-isolation service worker (unhashed: it must sit at the root scope)
+    _headers                   COOP/COEP/CORP + CSP for Netlify / Cloudflare Pages
+    assets/page-HASH.js(.map)  page bundle (UI only, never onnxruntime)
+    assets/page-HASH.css(.map)
+    assets/worker-HASH.js(.map)  module worker bundle (onnxruntime-web/webgpu and the pipeline)
+    assets/coi-HASH.js         registers coi-sw.js when the host sends no COOP/COEP headers
+    assets/ort-wasm-simd-threaded.asyncify-HASH.{mjs,wasm}  the onnxruntime-web runtime the worker loads
+    .klein-build.json          build record: input stamp, output list, CSP (read by the server and the next build)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import jinja2
+
+from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
+from builder.errors import BuildError
+from builder.node import NodeTools, ensure_node_modules, find_node, lock_hash
+
+BUILD_RECORD = ".klein-build.json"
+PAGE_ENTRY = "src/page/main.js"
+WORKER_ENTRY = "src/worker/main.js"
+COI_REGISTER = "src/coi_register.js"
+COI_SERVICE_WORKER = "coi-sw.js"
+STYLE = "style.css"
+TEMPLATE = "index.html.j2"
+# The onnxruntime-web build the worker imports (`onnxruntime-web/webgpu`) loads exactly these two files.
+ORT_DIST = "node_modules/onnxruntime-web/dist"
+ORT_RUNTIME = ("ort-wasm-simd-threaded.asyncify.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
+
+# The Hub answers /resolve/ URLs of large files with a redirect to a storage subdomain (cas-bridge.xethub.hf.co,
+# cdn-lfs.hf.co, ...), so a model base on the Hub needs all of these in connect-src.
+HUB_HOSTS = ("huggingface.co", "hf.co")
+HUB_CONNECT_SOURCES = ("https://huggingface.co", "https://*.huggingface.co", "https://hf.co", "https://*.hf.co")
+CROSS_ORIGIN_HEADERS = {
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Embedder-Policy": "require-corp",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    out_dir: Path
+    changed: bool  # False when the build record matched and nothing was written
+    seconds: float
+    files: dict[str, str]  # role (page_js, page_css, worker_js, coi_js, ort_mjs, ort_wasm) -> path in the site
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+def check_model_base(model_base: str) -> str:
+    """An absolute http(s) URL or a site-relative folder, ending in `/` (the app appends file paths to it)."""
+    parts = urlsplit(model_base)
+    if parts.scheme not in ("", "http", "https") or (parts.scheme and not parts.netloc):
+        raise BuildError(
+            f"--model-base {model_base!r}: expected an http(s) URL such as {DEFAULT_MODEL_BASE} "
+            "or a folder relative to the site such as models/."
+        )
+    if not model_base.endswith("/"):
+        raise BuildError(f"--model-base {model_base!r} must end with `/` (it is a folder); use {model_base + '/'!r}.")
+    if any(ch in model_base for ch in "\"'<> ;"):
+        raise BuildError(f"--model-base {model_base!r} contains a quote, space, `;` or angle bracket; percent-encode it.")
+    return model_base
+
+
+def content_security_policy(model_base: str) -> str:
+    """Exactly what onnxruntime-web and the app need: wasm compilation, same-origin workers, model downloads."""
+    connect = ["'self'"]
+    parts = urlsplit(model_base)
+    if parts.scheme:
+        connect.append(f"{parts.scheme}://{parts.netloc}")
+        host = (parts.hostname or "").lower()
+        if any(host == hub or host.endswith("." + hub) for hub in HUB_HOSTS):
+            connect.extend(HUB_CONNECT_SOURCES)
+    connect = list(dict.fromkeys(connect))  # drop duplicates, keep order
+    directives = [
+        "default-src 'self'",
+        # 'wasm-unsafe-eval' lets onnxruntime-web compile its .wasm; no 'unsafe-eval', no inline script.
+        "script-src 'self' 'wasm-unsafe-eval'",
+        # The module worker, onnxruntime's pthread workers (its own .mjs) and coi-sw.js are all same-origin files.
+        "worker-src 'self'",
+        f"connect-src {' '.join(connect)}",
+        "img-src 'self' data: blob:",
+        "style-src 'self'",
+        "object-src 'none'",
+        "base-uri 'self'",
+    ]
+    return "; ".join(directives)
+
+
+def source_files(web_src: Path) -> Iterator[Path]:
+    """Every input file of the site under web_src (not node_modules, not dot-folders), in a stable order."""
+    for root, dirs, files in os.walk(web_src):
+        dirs[:] = sorted(d for d in dirs if d != "node_modules" and not d.startswith("."))
+        for name in sorted(files):
+            if not name.startswith("."):
+                yield Path(root) / name
+
+
+def input_stamp(web_src: Path, model_base: str) -> str:
+    """A hash of everything that shapes the output; equal stamps mean an identical site."""
+    digest = hashlib.sha256()
+    for part in (__version__, model_base, lock_hash(web_src)):
+        digest.update(part.encode() + b"\0")
+    # The build code itself: a changed bundler must not be skipped as "up to date".
+    for path in (Path(__file__), Path(__file__).with_name("node.py")):
+        digest.update(path.read_bytes())
+    for path in source_files(web_src):
+        digest.update(path.relative_to(web_src).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def read_record(out_dir: Path) -> dict[str, object] | None:
+    try:
+        record = json.loads((out_dir / BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def is_up_to_date(out_dir: Path, stamp: str) -> bool:
+    record = read_record(out_dir)
+    if record is None or record.get("stamp") != stamp:
+        return False
+    outputs = record.get("outputs")
+    return isinstance(outputs, list) and all((out_dir / str(name)).is_file() for name in outputs)
+
+
+# ---------------------------------------------------------------------------------------------- bundling
+
+
+def hashed_name(path: Path) -> str:
+    """`ort-wasm-simd-threaded.asyncify.wasm` -> `ort-wasm-simd-threaded.asyncify-1a2b3c4d5e.wasm`."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:10]
+    return f"{path.stem}-{digest}{path.suffix}"
+
+
+def run_esbuild(tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path, name: str,
+                extra: list[str]) -> str:
+    """Bundle one entry into out_assets as `{name}-HASH.ext` (+ .map); returns the output file name."""
+    esbuild = web_src / "node_modules" / ".bin" / ("esbuild.cmd" if os.name == "nt" else "esbuild")
+    if not (web_src / entry).is_file():
+        raise BuildError(f"{web_src / entry} is missing: it is the entry point of the {name} bundle.")
+    meta = out_assets.parent / f"meta-{name}.json"
+    cmd = [
+        str(esbuild), entry, "--bundle", "--minify", "--sourcemap", "--charset=utf8", "--log-level=warning",
+        f"--outdir={out_assets}", f"--entry-names={name}-[hash]", f"--metafile={meta}", *extra,
+    ]
+    result = subprocess.run(cmd, cwd=web_src, env=tools.env(), capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(f"esbuild failed on {web_src / entry}:\n{result.stderr.strip()[-4000:]}")
+    outputs = json.loads(meta.read_text())["outputs"]
+    meta.unlink()
+    entries = [Path(path).name for path, info in outputs.items() if info.get("entryPoint")]
+    if len(entries) != 1:
+        raise BuildError(f"esbuild produced {entries} for {entry}; expected one output file.")
+    return entries[0]
+
+
+def bundle_assets(tools: NodeTools, web_src: Path, assets: Path) -> dict[str, str]:
+    """Run esbuild on the page, the worker, the CSS and the COI script; copy the ORT runtime. Returns roles."""
+    assets.mkdir(parents=True)
+    files: dict[str, str] = {}
+    ort_dir = web_src / ORT_DIST
+    for role, source in zip(("ort_mjs", "ort_wasm"), ORT_RUNTIME):
+        path = ort_dir / source
+        if not path.is_file():
+            raise BuildError(f"{path} is missing: node_modules is incomplete. Fix: delete {web_src}/node_modules and build again.")
+        files[role] = hashed_name(path)
+        shutil.copyfile(path, assets / files[role])
+    version = f"--define:KLEIN_VERSION={json.dumps(__version__)}"
+    # Names relative to the worker's own folder (both live in assets/): the worker resolves them with
+    # new URL(name, self.location.href).
+    ort_wasm = json.dumps({"mjs": files["ort_mjs"], "wasm": files["ort_wasm"]})
+    module = ["--format=esm", "--platform=browser", version]
+    files["page_js"] = run_esbuild(tools, web_src, PAGE_ENTRY, out_assets=assets, name="page", extra=module)
+    files["worker_js"] = run_esbuild(tools, web_src, WORKER_ENTRY, out_assets=assets, name="worker",
+                                     extra=[*module, f"--define:KLEIN_ORT_WASM={ort_wasm}"])
+    files["page_css"] = run_esbuild(tools, web_src, STYLE, out_assets=assets, name="page", extra=[])
+    # A classic script (not a module): it must run before anything else and may reload the page.
+    files["coi_js"] = run_esbuild(tools, web_src, COI_REGISTER, out_assets=assets, name="coi",
+                                  extra=["--format=iife", "--sourcemap=external"])
+    return {role: f"assets/{name}" for role, name in files.items()}
+
+
+def render_index(web_src: Path, *, files: dict[str, str], csp: str, model_base: str) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(web_src),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,  # a misspelt variable fails the build instead of rendering ""
+        keep_trailing_newline=True,
+    )
+    try:
+        template = env.get_template(TEMPLATE)
+        return template.render(
+            csp=csp, version=__version__, model_base=model_base, worker_js=files["worker_js"],
+            page_js=files["page_js"], page_css=files["page_css"], coi_js=files["coi_js"],
+        )
+    except jinja2.TemplateError as exc:
+        raise BuildError(f"Rendering {web_src / TEMPLATE} failed: {exc}") from exc
+
+
+def headers_file(csp: str) -> str:
+    """Netlify / Cloudflare Pages `_headers`. Cache-Control only on /assets/* (Pages joins repeated headers)."""
+    lines = ["/*"]
+    lines += [f"  {name}: {value}" for name, value in CROSS_ORIGIN_HEADERS.items()]
+    lines += [f"  Content-Security-Policy: {csp}", "", "/assets/*", f"  Cache-Control: {IMMUTABLE}", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- install
+
+
+def install(staging: Path, out_dir: Path, *, previous: list[str]) -> list[str]:
+    """Move the staged site into out_dir file by file (os.replace is atomic), assets before index.html.
+
+    A file whose bytes are already in place is left alone (hashed assets with the same name are the same bytes).
+    Then outputs of older builds that this build no longer makes are deleted.
+    """
+    staged = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
+    # index.html last: a browser loading the page mid-install never sees it point at missing assets.
+    staged.sort(key=lambda name: {"index.html": 1, BUILD_RECORD: 2}.get(name, 0))
+    for name in staged:
+        source, target = staging / name, out_dir / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_file() and not target.is_symlink():
+            same = name.startswith("assets/") or target.read_bytes() == source.read_bytes()
+            if same and target.stat().st_size == source.stat().st_size:
+                continue
+        os.replace(source, target)
+    stale = set(previous) | {p.relative_to(out_dir).as_posix() for p in (out_dir / "assets").rglob("*") if p.is_file()}
+    for name in sorted(stale - set(staged)):
+        (out_dir / name).unlink(missing_ok=True)
+    return staged
+
+
+def build(out_dir: Path, *, model_base: str = DEFAULT_MODEL_BASE, web_src: Path = WEB_SRC,
+          log: Callable[[str], None] = lambda _message: None) -> BuildResult:
+    """Build the site into out_dir; a no-op (nothing written) when the inputs match the last build."""
+    started = time.perf_counter()
+    out_dir, web_src = Path(out_dir).resolve(), Path(web_src).resolve()
+    check_model_base(model_base)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BuildError(f"--out {out_dir} is a file; pass a folder (it is created if missing).")
+    if out_dir == web_src or web_src in out_dir.parents:
+        raise BuildError(f"--out {out_dir} is inside web_src ({web_src}); the build would read its own output.")
+    ensure_node_modules(web_src=web_src, log=log)
+    stamp = input_stamp(web_src, model_base)
+    record = read_record(out_dir)
+    if is_up_to_date(out_dir, stamp) and record is not None:
+        files = {str(k): str(v) for k, v in dict(record.get("files", {})).items()}  # type: ignore[call-overload]
+        return BuildResult(out_dir, changed=False, seconds=time.perf_counter() - started, files=files)
+
+    tools = find_node()
+    csp = content_security_policy(model_base)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # Stage beside out_dir (same file system, so os.replace is a rename, never a copy).
+    with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent) as tmp:
+        staging = Path(tmp)
+        log(f"bundling {web_src} -> {out_dir}")
+        files = bundle_assets(tools, web_src, staging / "assets")
+        (staging / "index.html").write_text(render_index(web_src, files=files, csp=csp, model_base=model_base))
+        shutil.copyfile(web_src / COI_SERVICE_WORKER, staging / COI_SERVICE_WORKER)
+        (staging / "_headers").write_text(headers_file(csp))
+        outputs = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
+        record_data = {
+            "stamp": stamp, "version": __version__, "model_base": model_base, "csp": csp, "files": files,
+            "outputs": outputs,
+        }
+        (staging / BUILD_RECORD).write_text(json.dumps(record_data, indent=2) + "\n")
+        previous = [str(name) for name in (record or {}).get("outputs", [])]  # type: ignore[union-attr]
+        out_dir.mkdir(exist_ok=True)
+        install(staging, out_dir, previous=previous)
+    seconds = time.perf_counter() - started
+    log(f"built {out_dir} in {seconds:.2f} s ({len(outputs)} files)")
+    return BuildResult(out_dir, changed=True, seconds=seconds, files=files)

@@ -1,0 +1,6 @@
+// @ts-check
+/**
+ * @file Placeholder created by the build engineer so `klein-web build` has an entry point; the owner replaces it.
+ * @module worker/main
+ */
+export {};
