@@ -69,10 +69,11 @@ def build(out_dir: Path, model_base: str) -> None:
 @click.option("--models", "models_dir", type=click.Path(path_type=Path), default=None,
               help="Local model repository to mount at /models/ (the app then loads from it).")
 @click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=DEFAULT_DIST, show_default=True)
-@click.option("--model-base", default=DEFAULT_MODEL_BASE, show_default=True, help="Model URL baked into a build.")
+@click.option("--model-base", default=None,
+              help=f"Model URL baked into a build [default: the one DIST was built with, else {DEFAULT_MODEL_BASE}]")
 @click.option("--open", "open_browser", is_flag=True, help="Open the app in the default browser.")
 @click.option("--watch", is_flag=True, help="Rebuild when web_src/ changes.")
-def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_base: str, open_browser: bool,
+def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_base: str | None, open_browser: bool,
           watch: bool) -> None:
     """Build if stale, then serve the app with the headers WebGPU + threads need."""
     from builder import server

@@ -1,0 +1,309 @@
+"""`klein-web serve`: the built site (and optionally a local model repository) with the headers WebGPU apps need.
+
+`create_app(dist_dir, models_dir)` is the whole HTTP behaviour; `serve()` adds the build-if-stale step, the
+socket, the start message, `--watch` and `--open`. Every response, errors included, carries COOP/COEP/CORP so
+the page is `crossOriginIsolated` (SharedArrayBuffer threads for onnxruntime-web). Files are streamed from disk
+with HTTP Range support (Starlette's FileResponse), so multi-GB weights never sit in memory and interrupted
+downloads resume.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import socket
+import sys
+import threading
+import webbrowser
+from collections.abc import Callable
+from email.utils import parsedate
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+from starlette.routing import Route
+from starlette.staticfiles import NotModifiedResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
+from builder.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_record
+from builder.errors import KleinWebError, ModelRepoError, ServeError
+
+MODELS_PREFIX = "/models/"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# Linux Chrome ships WebGPU disabled; these two flags turn it on (users hit this first, see the README).
+CHROME_WEBGPU_FLAGS = "--enable-unsafe-webgpu --enable-features=Vulkan"
+
+# Exact types matter: browsers refuse module scripts that are not JavaScript, and
+# WebAssembly.instantiateStreaming needs application/wasm.
+MEDIA_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".wasm": "application/wasm",
+    ".json": "application/json",
+    ".map": "application/json",
+    ".onnx": "application/octet-stream",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+    ".ico": "image/x-icon",
+    ".txt": "text/plain; charset=utf-8",
+    ".jinja": "text/plain; charset=utf-8",
+}
+# External-data files are `x.onnx_data`, `x.onnx_data_1`, ...: no suffix mimetypes knows.
+ONNX_DATA = re.compile(r"\.onnx_data(_\d+)?$")
+
+
+def media_type(name: str) -> str:
+    if ONNX_DATA.search(name):
+        return "application/octet-stream"
+    return MEDIA_TYPES.get(Path(name).suffix.lower(), "application/octet-stream")
+
+
+class StreamingFileResponse(FileResponse):
+    """FileResponse with 1 MiB reads: 64 KiB reads make multi-GB weights crawl through the thread pool."""
+
+    chunk_size = 1024 * 1024
+
+
+def resolve_inside(root: Path, url_path: str) -> Path | None:
+    """The regular file `url_path` names under `root`, or None (-> 404) for anything that could escape it.
+
+    `url_path` is already percent-decoded once by the server (so `%2e%2e` arrives as `..`); it is never
+    decoded again, so `%252e%252e` stays a literal, non-existent name. Hidden names (`.git`, `.cache`,
+    the build record) are not served either.
+    """
+    if "\x00" in url_path or "\\" in url_path:
+        return None
+    parts = url_path.split("/")
+    if any(part in ("", ".", "..") or part.startswith(".") for part in parts):
+        return None
+    candidate = os.path.realpath(root.joinpath(*parts))
+    # realpath follows symlinks, so a link inside root that points outside it is caught here too.
+    if os.path.commonpath([candidate, str(root)]) != str(root):
+        return None
+    return Path(candidate) if os.path.isfile(candidate) else None
+
+
+def is_not_modified(response_headers: MutableHeaders, request_headers: Headers) -> bool:
+    """RFC 9110 13.2.2: If-None-Match wins over If-Modified-Since."""
+    if_none_match = request_headers.get("if-none-match")
+    if if_none_match is not None:
+        tags = [tag.strip().removeprefix("W/") for tag in if_none_match.split(",")]
+        return "*" in tags or response_headers["etag"] in tags
+    if_modified_since = parsedate(request_headers.get("if-modified-since", ""))
+    last_modified = parsedate(response_headers["last-modified"])
+    return if_modified_since is not None and last_modified is not None and if_modified_since >= last_modified
+
+
+def file_response(root: Path, url_path: str, request: Request) -> Response:
+    path = resolve_inside(root, url_path)
+    if path is None:
+        raise HTTPException(status_code=404)
+    try:
+        stat_result = path.stat()
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENAMETOOLONG, errno.ENOTDIR):
+            raise HTTPException(status_code=404)
+        raise
+    response = StreamingFileResponse(path, stat_result=stat_result, media_type=media_type(path.name))
+    if is_not_modified(response.headers, request.headers):
+        return NotModifiedResponse(response.headers)
+    return response
+
+
+class SiteHeaders:
+    """ASGI wrapper adding COOP/COEP/CORP (and the build's CSP) to every response, and the cache policy.
+
+    It wraps the whole Starlette stack, outside ServerErrorMiddleware, so even a 500 is cross-origin isolated.
+    """
+
+    def __init__(self, app: ASGIApp, *, csp: str | None) -> None:
+        self.app = app
+        self.csp = csp
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in CROSS_ORIGIN_HEADERS.items():
+                    headers[name] = value
+                headers["X-Content-Type-Options"] = "nosniff"
+                if self.csp:
+                    # The same policy as the page's meta tag: a worker takes its CSP from its own response.
+                    headers["Content-Security-Policy"] = self.csp
+                if message["status"] >= 400:
+                    headers["Cache-Control"] = "no-store"  # never let a cache keep an error as a model file
+                elif path.startswith("/assets/"):
+                    headers["Cache-Control"] = IMMUTABLE  # content-hashed names: a new build makes new names
+                else:
+                    headers["Cache-Control"] = "no-cache"
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class SiteApp(Starlette):
+    """Starlette whose outermost layer is SiteHeaders."""
+
+    csp: str | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SiteHeaders(super().build_middleware_stack(), csp=self.csp)
+
+
+def create_app(dist_dir: Path, models_dir: Path | None = None) -> Starlette:
+    """The app: dist_dir at `/`, models_dir (a model repository) at `/models/`; only GET and HEAD."""
+    dist_root = Path(os.path.realpath(dist_dir))
+    if not dist_root.is_dir():
+        raise ServeError(f"--dist {dist_dir}: no such folder. Build it first: klein-web build --out {dist_dir}")
+    models_root = Path(os.path.realpath(models_dir)) if models_dir is not None else None
+    if models_root is not None and not models_root.is_dir():
+        raise ServeError(f"--models {models_dir}: no such folder (expected a model repository with manifest.json).")
+
+    async def site(request: Request) -> Response:
+        url_path = request.path_params["path"] or "index.html"
+        return file_response(dist_root, url_path, request)
+
+    async def models(request: Request) -> Response:
+        if models_root is None:
+            raise HTTPException(status_code=404)  # no --models: the app falls back to its model base URL
+        return file_response(models_root, request.path_params["path"], request)
+
+    methods = ["GET", "HEAD"]
+    app = SiteApp(routes=[
+        Route(MODELS_PREFIX + "{path:path}", models, methods=methods),
+        Route("/{path:path}", site, methods=methods),
+    ])
+    record = read_record(dist_root) or {}
+    app.csp = str(record["csp"]) if record.get("csp") else None
+    return app
+
+
+# ---------------------------------------------------------------------------------------------- serve
+
+
+def check_models_dir(models_dir: Path, *, log: Callable[[str], None]) -> None:
+    """Fail on a missing folder; warn (not fail) on an incomplete repository, which the app reports itself."""
+    if not models_dir.is_dir():
+        raise ServeError(
+            f"--models {models_dir}: no such folder. Download the model with `klein-web fetch --dir {models_dir}` "
+            f"or make a tiny test model with `klein-web make-tiny OUT` and pass OUT/q4."
+        )
+    from builder import manifest
+
+    try:
+        loaded = manifest.load(models_dir)
+        manifest.verify(models_dir, loaded)
+    except ModelRepoError as exc:
+        log(f"warning: {exc} The app will report this when it loads the model.")
+    root = os.path.realpath(models_dir)
+    outside = [
+        path for path in models_dir.rglob("*")
+        if path.is_symlink() and os.path.commonpath([os.path.realpath(path), root]) != root
+    ]
+    if outside:
+        log(f"warning: {len(outside)} file(s) in {models_dir} are symlinks to outside it (e.g. {outside[0]}); they "
+            "are not served (404). Copy the files in, e.g. download with `klein-web fetch --dir DIR`.")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind before anything else so a busy port is a clear error, not a uvicorn traceback."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        hint = f"pass another --port (e.g. --port {port + 1})" if exc.errno == errno.EADDRINUSE else "check --host"
+        raise ServeError(f"Cannot listen on {host}:{port}: {exc.strerror}; {hint}.") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def start_message(url: str, *, dist_dir: Path, models_dir: Path | None, model_base: str) -> str:
+    lines = [f"klein-web {__version__} serving {dist_dir}", f"  App:    {url}"]
+    if models_dir is not None:
+        lines.append(f"  Models: {models_dir} at {url}models/ (the app loads from here)")
+    else:
+        lines.append(f"  Models: {model_base} (no --models)")
+    if sys.platform.startswith("linux"):
+        lines.append(f"  Chrome on Linux needs WebGPU switched on: google-chrome {CHROME_WEBGPU_FLAGS} {url}")
+    lines.append("  Press Ctrl+C to stop.")
+    return "\n".join(lines)
+
+
+def watch_and_rebuild(dist_dir: Path, *, model_base: str, stop: threading.Event, log: Callable[[str], None]) -> None:
+    """Rebuild on every change under web_src (node_modules excluded); a failed build is logged, not fatal."""
+    from watchfiles import watch
+
+    def relevant(_change: object, path: str) -> bool:
+        return "node_modules" not in Path(path).parts
+
+    for _changes in watch(WEB_SRC, watch_filter=relevant, stop_event=stop, force_polling=True, poll_delay_ms=500):
+        try:
+            result = build(dist_dir, model_base=model_base, log=log)
+            if result.changed:
+                log(f"rebuilt in {result.seconds:.2f} s; reload the page")
+        except KleinWebError as exc:
+            log(f"rebuild failed (still serving the last good build): {exc}")
+
+
+def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_dir: Path | None = None,
+          model_base: str | None = None, open_browser: bool = False, watch: bool = False,
+          log: Callable[[str], None] = lambda _message: None) -> None:
+    """Build dist if stale, then serve it until Ctrl+C. model_base None: the one dist was built with."""
+    import uvicorn
+
+    if models_dir is not None:
+        check_models_dir(models_dir, log=log)
+    if model_base is None:
+        # Keep the base of an existing build (e.g. one made with --model-base) rather than rebuilding it.
+        model_base = str((read_record(Path(dist_dir)) or {}).get("model_base") or DEFAULT_MODEL_BASE)
+    build(dist_dir, model_base=model_base, log=log)
+    app = create_app(dist_dir, models_dir)
+    sock = bind_socket(host, port)
+    port = sock.getsockname()[1]
+    if host not in LOOPBACK_HOSTS:
+        log(f"warning: listening on {host}, reachable from other machines. Browsers only allow WebGPU and "
+            "cross-origin isolation in a secure context: other machines need https (e.g. a reverse proxy), "
+            "plain http works only on localhost.")
+    url_host = f"[{host}]" if ":" in host else host
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else url_host}:{port}/"
+    log(start_message(url, dist_dir=Path(dist_dir), models_dir=models_dir, model_base=model_base))
+
+    # access_log on: each line names the path, which the tests read to prove no weight file was re-requested.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info", access_log=True, timeout_graceful_shutdown=3))
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    if watch:
+        threads.append(threading.Thread(target=watch_and_rebuild, args=(Path(dist_dir),),
+                                        kwargs={"model_base": model_base, "stop": stop, "log": log}, daemon=True))
+    if open_browser:
+        threads.append(threading.Thread(target=open_when_started, args=(server, url, stop), daemon=True))
+    for thread in threads:
+        thread.start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        stop.set()
+        sock.close()
+
+
+def open_when_started(server: object, url: str, stop: threading.Event) -> None:
+    while not stop.is_set() and not getattr(server, "started", False):
+        stop.wait(0.1)
+    if not stop.is_set():
+        webbrowser.open(url)
+
