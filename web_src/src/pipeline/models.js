@@ -1,0 +1,429 @@
+// @ts-check
+/**
+ * @file Models: turns the manifest's graph entries into onnxruntime sessions. It picks one variant and
+ * one execution provider per component for this adapter, makes sure the files are in the weight
+ * store, creates sessions one at a time from stored bytes, and decides which sessions stay loaded.
+ * The only pipeline module that touches the runtime and the store.
+ *
+ * Memory policy: a session stays loaded while everything loaded fits a budget derived from the
+ * device's memory; when the next stage needs room, the least recently used sessions are released
+ * first (the text encoder usually, since prompt embeddings are cached per prompt).
+ * @module pipeline/models
+ */
+
+import { DeviceLostError, InputError, KleinError, ModelFileError, OutOfMemoryError } from '../shared/errors.js';
+import { createSession, float32, int64, release, run } from '../runtime/ort.js';
+import { WeightStore, formatBytes } from '../store/weights.js';
+import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../store/manifest.js';
+
+/** @typedef {'text_encoder' | 'transformer' | 'vae_decoder'} Component */
+/** @typedef {import('../store/manifest.js').GraphEntry} GraphEntry */
+/** @typedef {import('../store/manifest.js').Manifest} Manifest */
+/** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
+/** @typedef {import('../runtime/gpu.js').GpuInfo} GpuInfo */
+
+/**
+ * @typedef {Object} Choice  Which graph runs a component, and where.
+ * @property {GraphEntry} graph
+ * @property {'webgpu' | 'wasm'} ep
+ * @property {string[]} forceCpuNodeNames
+ * @property {number} bytes   Graph + external data, from the manifest (0 when unknown).
+ * @property {string} identity  Path and sizes: changes when the repository is re-converted.
+ */
+
+/**
+ * @typedef {Object} Meter  Per-job time accounting, filled in by load and run.
+ * @property {number} loadMs
+ * @property {number} runMs
+ */
+
+/**
+ * @typedef {Object} Loaded
+ * @property {import('../runtime/ort.js').Session} session
+ * @property {Choice} choice
+ * @property {number} generation  Gpu.generation the session was created on.
+ * @property {number} lastUsed
+ */
+
+/**
+ * @typedef {Object} HostInput  A CPU tensor the pipeline hands to a session.
+ * @property {Float32Array | BigInt64Array} data
+ * @property {number[]} dims
+ */
+
+/**
+ * @typedef {Object} PromptEmbedding
+ * @property {Float32Array} data
+ * @property {number[]} dims
+ * @property {number} tokens
+ * @property {number} droppedTokens
+ */
+
+const GIB = 1024 ** 3;
+/** Prompt embeddings kept (15.7 MB each for klein-4B: [1, 512, 7680] float32). */
+const PROMPT_CACHE_ENTRIES = 4;
+/** Variant preference for the text encoder and the transformer; q4f16 only with shader-f16. */
+const PREFERENCE_F16 = Object.freeze(['q4f16', 'q4', 'fp32', 'fp16']);
+const PREFERENCE_F32 = Object.freeze(['q4', 'fp32', 'q4f16', 'fp16']);
+
+/**
+ * Choose variant and EP per component for this adapter (see the module doc for the rules).
+ * @param {Manifest} manifest
+ * @param {{shaderF16: boolean}} gpu
+ * @param {string | undefined} precision  A forced variant for the text encoder and the transformer.
+ * @returns {{choices: Record<Component, Choice>, notes: string[]}}
+ */
+export function chooseGraphs(manifest, { shaderF16 }, precision) {
+    /** @type {string[]} */
+    const notes = [];
+    /** @param {string} component */
+    const graphsOf = (component) => manifest.graphs.filter((g) => g.component === component);
+    /** @param {string} component @param {readonly string[]} order */
+    const pick = (component, order) => {
+        const graphs = graphsOf(component);
+        if (graphs.length === 0) {
+            throw new ModelFileError(`The model repository ${manifest.modelBase} has no ${component} graph; check its manifest.json.`);
+        }
+        for (const variant of order) {
+            const graph = graphs.find((g) => g.variant === variant);
+            if (graph) return graph;
+        }
+        return graphs[0];
+    };
+    /** @type {Partial<Record<Component, Choice>>} */
+    const choices = {};
+    for (const component of /** @type {const} */ (['text_encoder', 'transformer'])) {
+        let graph;
+        if (precision) {
+            graph = graphsOf(component).find((g) => g.variant === precision);
+            if (!graph) {
+                const have = graphsOf(component).map((g) => g.variant).join(', ') || 'none';
+                throw new InputError(`\`precision\` ${JSON.stringify(precision)} is not available for the ${component} of this model (it has: ${have}); leave it empty for the best available.`, { precision });
+            }
+        } else {
+            graph = pick(component, shaderF16 ? PREFERENCE_F16 : PREFERENCE_F32);
+        }
+        choices[component] = place(graph, manifest, shaderF16, notes);
+    }
+    // VAE: fp16 on WebGPU with shader-f16; else an fp32 graph on WebGPU; else fp16 on the wasm EP.
+    const vaeOrder = shaderF16 && precision !== 'fp32' ? ['fp16', 'fp32'] : ['fp32', 'fp16'];
+    choices.vae_decoder = place(pick('vae_decoder', vaeOrder), manifest, shaderF16, notes);
+    return { choices: /** @type {Record<Component, Choice>} */ (choices), notes };
+}
+
+/**
+ * The EP for one graph: WebGPU, unless it needs shader-f16 the adapter lacks; then WebGPU with the
+ * fp16 nodes forced onto the CPU when the manifest names them, else the whole graph on the wasm EP.
+ * @param {GraphEntry} graph
+ * @param {Manifest} manifest
+ * @param {boolean} shaderF16
+ * @param {string[]} notes
+ * @returns {Choice}
+ */
+function place(graph, manifest, shaderF16, notes) {
+    const files = graphFiles(graph);
+    const bytes = files.reduce((sum, path) => sum + (manifest.files[path]?.size ?? 0), 0);
+    const identity = files.map((path) => `${path}:${manifest.files[path]?.size ?? '?'}`).join(',');
+    const name = `${graph.component} (${graph.variant})`;
+    if (!graph.requiresF16 || shaderF16) return { graph, ep: 'webgpu', forceCpuNodeNames: [], bytes, identity };
+    if (graph.cpuNodesWithoutF16.length > 0) {
+        notes.push(`${name}: this GPU has no shader-f16, so ${graph.cpuNodesWithoutF16.length} fp16 node(s) run on the CPU; the rest runs on WebGPU.`);
+        return { graph, ep: 'webgpu', forceCpuNodeNames: [...graph.cpuNodesWithoutF16], bytes, identity };
+    }
+    notes.push(`${name} runs on the CPU (wasm), which is slower: this GPU has no shader-f16 and the model has no fp32 variant of it.`);
+    return { graph, ep: 'wasm', forceCpuNodeNames: [], bytes, identity };
+}
+
+/**
+ * How many bytes of sessions may stay loaded at once. There is no WebGPU API for total GPU memory;
+ * navigator.deviceMemory (GiB, capped at 8 by Chrome) is the best hint, and half of it is left for
+ * the browser and the activations.
+ * @returns {number}
+ */
+export function memoryBudget() {
+    const deviceMemory = /** @type {any} */ (navigator).deviceMemory;
+    const gib = typeof deviceMemory === 'number' && deviceMemory > 0 ? deviceMemory : 4;
+    return (gib * GIB) / 2;
+}
+
+/**
+ * Map a runtime failure to the error the user can act on.
+ * @param {unknown} err
+ * @param {Gpu} gpu
+ * @param {string} what  e.g. 'Loading transformer (q4)'.
+ * @returns {Error}
+ */
+export function runtimeError(err, gpu, what) {
+    if (err instanceof KleinError) return err;
+    if (gpu.lost) return gpu.lostError();
+    const message = err instanceof Error ? err.message : String(err);
+    if (/device (is |was |has been )?lost|GPUDevice.*(lost|destroyed)/i.test(message)) {
+        return new DeviceLostError(`${what} failed because the GPU device was lost (${message}). Press Generate again to reload.`);
+    }
+    if (/out of memory|\boom\b|failed to allocate|allocation failed|array buffer allocation|cannot allocate|exceeds? the (max|limit)/i.test(message)) {
+        return new OutOfMemoryError(`${what} ran out of memory (${message}). Try a smaller image size, close other tabs, or reload the page.`);
+    }
+    if (/requires f16/i.test(message)) {
+        return new KleinError(`${what} needs shader-f16, which this GPU lacks (${message}). Choose the fp32 precision.`, { code: 'unsupported' });
+    }
+    return new KleinError(`${what} failed: ${message}`, { code: 'runtime', cause: err });
+}
+
+export class Models {
+    /**
+     * @param {{gpu: Gpu}} options
+     */
+    constructor({ gpu }) {
+        this.gpu = gpu;
+        /** @type {WeightStore | null} */
+        this.store = null;
+        /** @type {Manifest | null} */
+        this.manifest = null;
+        /** @type {Record<Component, Choice> | null} */
+        this.choices = null;
+        /** @type {Map<Component, Loaded>} */
+        this.loaded = new Map();
+        /** @type {Map<string, PromptEmbedding>} insertion order = LRU order */
+        this.prompts = new Map();
+        /** @type {Map<string, any>} derived objects (the tokenizer) of the current model */
+        this.memos = new Map();
+        this.budget = memoryBudget();
+    }
+
+    /**
+     * Stage 2 "download": open the store of `modelBase`, read the manifest, choose the graphs for this
+     * adapter, and download the files that are not complete in the store yet.
+     * @param {{modelBase: string, precision?: string}} params
+     * @param {{signal?: AbortSignal, onProgress?: (p: import('../protocol.js').DownloadProgress) => void}} options
+     * @returns {Promise<{notes: string[], downloadedBytes: number}>}
+     */
+    async prepare({ modelBase, precision }, { signal, onProgress }) {
+        if (!this.store || this.store.modelBase !== modelBase) {
+            await this.releaseAll();
+            this.prompts.clear();
+            this.memos.clear();
+            this.store = await WeightStore.open(modelBase);
+        }
+        const info = await this.gpu.getInfo();
+        const manifest = await this.store.loadManifest({ signal });
+        const { choices, notes } = chooseGraphs(manifest, info, precision);
+        if (info.software) notes.push(`The GPU adapter is a software renderer (${info.adapter.architecture || info.adapter.description || 'fallback'}): it works, but very slowly.`);
+        // A re-converted repository (other sizes) invalidates the loaded sessions and derived objects.
+        for (const [component, loaded] of this.loaded) {
+            if (loaded.choice.identity !== choices[component].identity || loaded.choice.ep !== choices[component].ep) {
+                await this.unload(component);
+            }
+        }
+        const tokenizerIdentity = this.tokenizerPaths(manifest).map((p) => `${p}:${manifest.files[p]?.size}`).join(',');
+        if (this.memos.get('identity') !== tokenizerIdentity) {
+            this.memos.clear();
+            this.memos.set('identity', tokenizerIdentity);
+        }
+        this.manifest = manifest;
+        this.choices = choices;
+        const paths = [...Object.values(choices).flatMap((c) => graphFiles(c.graph)), ...this.tokenizerPaths(manifest)];
+        const files = paths.map((path) => ({ path, size: manifest.files[path]?.size ?? null }));
+        const { downloadedBytes } = await this.store.ensure(files, { signal, onProgress });
+        return { notes, downloadedBytes };
+    }
+
+    /**
+     * @param {Manifest} manifest
+     * @returns {string[]}
+     */
+    tokenizerPaths(manifest) {
+        return CHAT_TEMPLATE_FILE in manifest.files ? [...TOKENIZER_FILES, CHAT_TEMPLATE_FILE] : [...TOKENIZER_FILES];
+    }
+
+    /**
+     * The variant and EP of each component, as the result reports them.
+     * @returns {Record<string, {variant: string, ep: string}>}
+     */
+    describe() {
+        const choices = this.requireChoices();
+        return Object.fromEntries(Object.entries(choices).map(([c, choice]) => [c, { variant: choice.graph.variant, ep: choice.ep }]));
+    }
+
+    /** @returns {Record<Component, Choice>} */
+    requireChoices() {
+        if (!this.choices) throw new Error('Models.prepare() must run before sessions are used.');
+        return this.choices;
+    }
+
+    /**
+     * The tokenizer files, parsed: {tokenizerJson, tokenizerConfig, chatTemplate?}.
+     * @returns {Promise<{tokenizerJson: any, tokenizerConfig: any, chatTemplate?: string}>}
+     */
+    async tokenizerFiles() {
+        const store = /** @type {WeightStore} */ (this.store);
+        const [tokenizerJson, tokenizerConfig] = await Promise.all(TOKENIZER_FILES.map(async (p) => JSON.parse(await store.readText(p))));
+        const manifest = /** @type {Manifest} */ (this.manifest);
+        const chatTemplate = CHAT_TEMPLATE_FILE in manifest.files ? await store.readText(CHAT_TEMPLATE_FILE) : undefined;
+        return chatTemplate === undefined ? { tokenizerJson, tokenizerConfig } : { tokenizerJson, tokenizerConfig, chatTemplate };
+    }
+
+    /**
+     * A derived object of the current model, built once (e.g. the tokenizer).
+     * @template T
+     * @param {string} key
+     * @param {() => Promise<T>} make
+     * @returns {Promise<T>}
+     */
+    async memo(key, make) {
+        if (!this.memos.has(key)) this.memos.set(key, await make());
+        return this.memos.get(key);
+    }
+
+    /**
+     * The cache key of a prompt: the text encoder's identity plus the prompt itself.
+     * @param {string} prompt
+     * @returns {string}
+     */
+    promptKey(prompt) {
+        const choice = this.requireChoices().text_encoder;
+        return `${/** @type {WeightStore} */ (this.store).modelBase}|${choice.identity}|${choice.ep}|${prompt}`;
+    }
+
+    /**
+     * @param {string} prompt
+     * @returns {PromptEmbedding | undefined}
+     */
+    cachedPrompt(prompt) {
+        const key = this.promptKey(prompt);
+        const hit = this.prompts.get(key);
+        if (hit) {
+            this.prompts.delete(key);
+            this.prompts.set(key, hit);
+        }
+        return hit;
+    }
+
+    /**
+     * @param {string} prompt
+     * @param {PromptEmbedding} embedding
+     */
+    cachePrompt(prompt, embedding) {
+        this.prompts.set(this.promptKey(prompt), embedding);
+        while (this.prompts.size > PROMPT_CACHE_ENTRIES) this.prompts.delete(/** @type {string} */ (this.prompts.keys().next().value));
+    }
+
+    /**
+     * Stage 3 "load": create the sessions in `components` order while they all fit the memory budget;
+     * the first is always loaded, later ones that do not fit are loaded when their stage comes.
+     * @param {Component[]} components
+     * @param {{meter: Meter, signal?: AbortSignal}} options
+     */
+    async preload(components, { meter, signal }) {
+        const choices = this.requireChoices();
+        let planned = 0;
+        for (const [i, component] of components.entries()) {
+            planned += choices[component].bytes;
+            if (i > 0 && planned > this.budget) break;
+            await this.session(component, { meter, signal });
+        }
+    }
+
+    /**
+     * The session of `component`, created if needed (after releasing least recently used sessions
+     * until it fits the budget).
+     * @param {Component} component
+     * @param {{meter: Meter, signal?: AbortSignal}} options
+     * @returns {Promise<import('../runtime/ort.js').Session>}
+     */
+    async session(component, { meter, signal }) {
+        const choice = this.requireChoices()[component];
+        const existing = this.loaded.get(component);
+        if (existing && existing.choice.ep === 'webgpu' && (existing.generation !== this.gpu.generation || this.gpu.lost)) {
+            // Created on a device that has since been lost: its buffers are gone.
+            await this.unload(component);
+        } else if (existing) {
+            existing.lastUsed = performance.now();
+            return existing.session;
+        }
+        signal?.throwIfAborted();
+        await this.makeRoom(choice.bytes, component);
+        const what = `Loading the ${component} (${choice.graph.variant}, ${choice.ep})`;
+        const started = performance.now();
+        let session;
+        try {
+            const device = choice.ep === 'webgpu' ? await this.gpu.getDevice() : undefined;
+            const store = /** @type {WeightStore} */ (this.store);
+            const [graphPath, ...dataPaths] = graphFiles(choice.graph);
+            const graphBytes = await store.read(graphPath);
+            // Exactly the external-data entries the graph stores, by bare name, as bytes from the store.
+            const externalData = [];
+            for (const [i, path] of dataPaths.entries()) externalData.push({ path: choice.graph.externalData[i], data: await store.read(path) });
+            session = await createSession(graphBytes, externalData, { ep: choice.ep, device, forceCpuNodeNames: choice.forceCpuNodeNames });
+        } catch (err) {
+            throw runtimeError(err, this.gpu, what);
+        } finally {
+            meter.loadMs += performance.now() - started;
+        }
+        this.loaded.set(component, { session, choice, generation: this.gpu.generation, lastUsed: performance.now() });
+        return session;
+    }
+
+    /**
+     * Release least recently used sessions until `bytes` more fit in the budget.
+     * @param {number} bytes
+     * @param {Component} keep
+     */
+    async makeRoom(bytes, keep) {
+        const used = () => [...this.loaded.values()].reduce((sum, l) => sum + l.choice.bytes, 0);
+        const byAge = [...this.loaded.entries()].filter(([c]) => c !== keep).sort((a, b) => a[1].lastUsed - b[1].lastUsed);
+        for (const [component] of byAge) {
+            if (used() + bytes <= this.budget) break;
+            await this.unload(component);
+        }
+    }
+
+    /**
+     * Run a session on CPU tensors, timing it into the meter and mapping failures to user-facing errors.
+     * @param {import('../runtime/ort.js').Session} session
+     * @param {Record<string, HostInput>} inputs  By graph input name.
+     * @param {{meter: Meter, what: string}} options
+     * @returns {Promise<Record<string, import('../runtime/ort.js').HostTensor>>}
+     */
+    async run(session, inputs, { meter, what }) {
+        /** @type {Record<string, import('onnxruntime-web').Tensor>} */
+        const feeds = {};
+        for (const [name, input] of Object.entries(inputs)) {
+            feeds[name] = input.data instanceof BigInt64Array ? int64(input.data, input.dims) : float32(input.data, input.dims);
+        }
+        const started = performance.now();
+        let outputs;
+        try {
+            outputs = await run(session, feeds);
+        } catch (err) {
+            throw runtimeError(err, this.gpu, what);
+        } finally {
+            meter.runMs += performance.now() - started;
+        }
+        // Outputs read back from a device that died during the run cannot be trusted.
+        if (this.gpu.lost) throw this.gpu.lostError();
+        return outputs;
+    }
+
+    /** @param {Component} component */
+    async unload(component) {
+        const loaded = this.loaded.get(component);
+        if (!loaded) return;
+        this.loaded.delete(component);
+        // Releasing a session of a lost device may throw; its memory is gone either way.
+        await release(loaded.session).catch(() => {});
+    }
+
+    /** Release every session (cancel, model change): gives the GPU memory back. */
+    async releaseAll() {
+        for (const component of [...this.loaded.keys()]) await this.unload(component);
+    }
+
+    /**
+     * Human-readable sizes of the chosen graphs (for the load stage's detail line).
+     * @returns {string}
+     */
+    summary() {
+        const choices = this.requireChoices();
+        return Object.entries(choices).map(([c, choice]) => `${c} ${choice.graph.variant}/${choice.ep} ${formatBytes(choice.bytes)}`).join(', ');
+    }
+}

@@ -1,0 +1,217 @@
+// @ts-check
+/**
+ * @file WebGPU adapter and device: the capability probe, software-adapter detection, and the one
+ * GPUDevice every onnxruntime session shares.
+ *
+ * Why we own the device: onnxruntime-web 1.30 destroys its *default* device when the last session is
+ * released (onnxruntime PR #23144), which would kill the GPU buffers of any session we keep. Passing
+ * our own device to every session keeps it alive across release(). When the browser loses the device
+ * (driver reset, GPU process crash), `device.lost` fires; the next job gets a fresh device and the
+ * sessions are reloaded (pipeline/models.js watches `generation`).
+ * @module runtime/gpu
+ */
+
+import { DeviceLostError, NoWebGPUError } from '../shared/errors.js';
+
+/** Features we ask for whenever the adapter has them (shader-f16 enables the fp16 graphs). */
+const WANTED_FEATURES = Object.freeze(['shader-f16', 'subgroups', 'timestamp-query']);
+
+/** Adapter architectures / descriptions that mean "software rasteriser": works, but very slowly. */
+const SOFTWARE_PATTERN = /swiftshader|llvmpipe|lavapipe|software|microsoft basic render/i;
+
+const HOW_TO_GET_WEBGPU =
+    'Use desktop Chrome or Edge 113 or newer (Safari and Firefox builds without WebGPU cannot run this app). ' +
+    'On Linux, start Chrome with --enable-unsafe-webgpu --enable-features=Vulkan and check chrome://gpu ' +
+    '("WebGPU: Hardware accelerated"); on other systems make sure hardware acceleration is on in the settings.';
+
+/**
+ * @typedef {Object} AdapterSummary
+ * @property {string} vendor
+ * @property {string} architecture
+ * @property {string} description
+ * @property {boolean} isFallbackAdapter
+ */
+
+/**
+ * @typedef {Object} GpuInfo  What the pipeline needs to choose graph variants.
+ * @property {AdapterSummary} adapter
+ * @property {boolean} software
+ * @property {boolean} shaderF16
+ * @property {number} maxBufferSize
+ * @property {number} maxStorageBufferBindingSize
+ */
+
+/**
+ * Name the adapter from `adapter.info` (requestAdapterInfo() was removed from Chrome).
+ * @param {GPUAdapter} adapter
+ * @returns {AdapterSummary}
+ */
+export function describeAdapter(adapter) {
+    const info = /** @type {any} */ (adapter).info ?? {};
+    return {
+        vendor: String(info.vendor ?? ''),
+        architecture: String(info.architecture ?? ''),
+        description: String(info.description ?? ''),
+        // Chrome 135+ moved isFallbackAdapter from the adapter onto adapter.info.
+        isFallbackAdapter: Boolean(info.isFallbackAdapter ?? /** @type {any} */ (adapter).isFallbackAdapter ?? false),
+    };
+}
+
+/**
+ * @param {AdapterSummary} summary
+ * @returns {boolean} True for SwiftShader and other CPU rasterisers.
+ */
+export function isSoftwareAdapter(summary) {
+    return summary.isFallbackAdapter || SOFTWARE_PATTERN.test(`${summary.vendor} ${summary.architecture} ${summary.description}`);
+}
+
+/**
+ * Ask the browser for an adapter, or explain why there is none and how to fix it.
+ * @returns {Promise<GPUAdapter>}
+ */
+export async function requestAdapter() {
+    if (typeof navigator === 'undefined' || !('gpu' in navigator) || !navigator.gpu) {
+        throw new NoWebGPUError(`This browser does not expose WebGPU (navigator.gpu is missing). ${HOW_TO_GET_WEBGPU}`);
+    }
+    let adapter = null;
+    try {
+        adapter = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
+    } catch (err) {
+        throw new NoWebGPUError(`navigator.gpu.requestAdapter() failed (${String(err)}). ${HOW_TO_GET_WEBGPU}`);
+    }
+    if (!adapter) {
+        throw new NoWebGPUError(`WebGPU is present but no GPU adapter is available (it may be blocklisted). ${HOW_TO_GET_WEBGPU}`);
+    }
+    return adapter;
+}
+
+/**
+ * @param {GPUAdapter} adapter
+ * @returns {GpuInfo}
+ */
+export function summarizeAdapter(adapter) {
+    const summary = describeAdapter(adapter);
+    return {
+        adapter: summary,
+        software: isSoftwareAdapter(summary),
+        shaderF16: adapter.features.has('shader-f16'),
+        maxBufferSize: Number(adapter.limits.maxBufferSize),
+        maxStorageBufferBindingSize: Number(adapter.limits.maxStorageBufferBindingSize),
+    };
+}
+
+/**
+ * The `probe` request: everything the page shows in its capability panel, never throwing for a
+ * missing WebGPU (the answer then says why in `error`).
+ * @param {{threads: number}} options  The wasm thread count runtime/ort.js uses.
+ * @returns {Promise<import('../protocol.js').Capabilities>}
+ */
+export async function probe({ threads }) {
+    const storage = await storageState();
+    const base = {
+        webgpu: false,
+        error: /** @type {string | null} */ (null),
+        adapter: /** @type {AdapterSummary | null} */ (null),
+        software: false,
+        shaderF16: false,
+        maxBufferSize: 0,
+        maxStorageBufferBindingSize: 0,
+        storage,
+        crossOriginIsolated: Boolean(globalThis.crossOriginIsolated),
+        threads,
+    };
+    let adapter;
+    try {
+        adapter = await requestAdapter();
+    } catch (err) {
+        return { ...base, error: err instanceof Error ? err.message : String(err) };
+    }
+    return { ...base, webgpu: true, ...summarizeAdapter(adapter) };
+}
+
+/** @returns {Promise<{usage: number, quota: number, persisted: boolean}>} */
+async function storageState() {
+    const manager = typeof navigator !== 'undefined' ? navigator.storage : undefined;
+    if (!manager) return { usage: 0, quota: 0, persisted: false };
+    const estimate = await manager.estimate().catch(() => ({ usage: 0, quota: 0 }));
+    const persisted = manager.persisted ? await manager.persisted().catch(() => false) : false;
+    return { usage: estimate.usage ?? 0, quota: estimate.quota ?? 0, persisted };
+}
+
+/**
+ * Owns the adapter and the shared GPUDevice. Created once by the worker entry and passed down.
+ */
+export class Gpu {
+    constructor() {
+        /** @type {GPUAdapter | null} */
+        this.adapter = null;
+        /** @type {GPUDevice | null} */
+        this.device = null;
+        /** @type {GpuInfo | null} */
+        this.info = null;
+        /** Bumped for every new device: sessions created on an older generation are dead. */
+        this.generation = 0;
+        /** @type {string | null} Why the current device was lost (null while it is alive). */
+        this.lostMessage = null;
+    }
+
+    /** @returns {boolean} */
+    get lost() {
+        return this.lostMessage !== null;
+    }
+
+    /**
+     * The shared device, created on first use and again after a loss.
+     * @returns {Promise<GPUDevice>}
+     */
+    async getDevice() {
+        if (this.device && !this.lost) return this.device;
+        // A lost device is never revived: a fresh adapter is needed too (the old one is "consumed").
+        const adapter = await requestAdapter();
+        const info = summarizeAdapter(adapter);
+        const requiredFeatures = /** @type {GPUFeatureName[]} */ (WANTED_FEATURES.filter((f) => adapter.features.has(f)));
+        let device;
+        try {
+            device = await adapter.requestDevice({
+                requiredFeatures,
+                // The defaults (256 MiB / 128 MiB) are far below what a 3 GB transformer needs per buffer.
+                requiredLimits: {
+                    maxBufferSize: adapter.limits.maxBufferSize,
+                    maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+                },
+            });
+        } catch (err) {
+            throw new NoWebGPUError(`The GPU adapter refused to create a device (${String(err)}). Close other GPU-heavy tabs and reload.`);
+        }
+        this.adapter = adapter;
+        this.info = info;
+        this.device = device;
+        this.lostMessage = null;
+        this.generation += 1;
+        const generation = this.generation;
+        device.lost.then((lostInfo) => {
+            // Only the current device's loss matters; an old one resolving late is ignored.
+            if (generation === this.generation) {
+                this.lostMessage = `${lostInfo.reason}: ${lostInfo.message || 'no message'}`;
+            }
+        });
+        return device;
+    }
+
+    /**
+     * Adapter facts without creating a device twice.
+     * @returns {Promise<GpuInfo>}
+     */
+    async getInfo() {
+        await this.getDevice();
+        return /** @type {GpuInfo} */ (this.info);
+    }
+
+    /** The error a job reports when the device died under it. */
+    lostError() {
+        return new DeviceLostError(
+            `The GPU device was lost (${this.lostMessage ?? 'unknown reason'}). This happens when the GPU driver resets ` +
+                'or runs out of memory. Press Generate again: a fresh device is created and the model reloaded from the local cache.',
+        );
+    }
+}

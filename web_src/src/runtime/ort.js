@@ -1,0 +1,144 @@
+// @ts-check
+/**
+ * @file The only module that imports onnxruntime-web. It uses the `onnxruntime-web/webgpu` build (the
+ * native C++ WebGPU execution provider, asyncify); never the default `onnxruntime-web` import, whose
+ * JSEP kernels silently return zeros for fp16 graphs on adapters without shader-f16.
+ *
+ * Everything else talks to four functions: configureOrt, createSession, run, release, plus the
+ * tensor helpers float32 / int64.
+ * @module runtime/ort
+ */
+
+import * as ort from 'onnxruntime-web/webgpu';
+
+/**
+ * @typedef {Object} ExternalDataFile
+ * @property {string} path  The bare file name stored in the graph's TensorProto `location`.
+ * @property {Uint8Array} data
+ */
+
+/**
+ * @typedef {Object} SessionOptions
+ * @property {'webgpu' | 'wasm'} ep
+ * @property {GPUDevice} [device]                 Required for 'webgpu': the shared device (runtime/gpu.js).
+ * @property {readonly string[]} [forceCpuNodeNames]  Nodes to keep on the CPU (fp16 ops without shader-f16).
+ */
+
+/**
+ * @typedef {Object} Session
+ * @property {import('onnxruntime-web').InferenceSession} inner
+ * @property {'webgpu' | 'wasm'} ep
+ * @property {string[]} inputNames
+ * @property {string[]} outputNames
+ */
+
+/**
+ * @typedef {Object} HostTensor  A tensor downloaded to the CPU.
+ * @property {string} type
+ * @property {number[]} dims
+ * @property {Float32Array | BigInt64Array | Uint8Array | Int32Array | any} data
+ */
+
+/**
+ * The wasm thread count we use: ORT forces 1 thread without cross-origin isolation anyway (no
+ * SharedArrayBuffer), and more than 4 threads does not help the few ops that run on the CPU.
+ * @returns {number}
+ */
+export function ortThreads() {
+    if (!globalThis.crossOriginIsolated) return 1;
+    const cores = typeof navigator !== 'undefined' && navigator.hardwareConcurrency ? navigator.hardwareConcurrency : 1;
+    return Math.max(1, Math.min(4, cores));
+}
+
+/**
+ * Point ORT at the wasm files the build copied next to the worker script, and set the thread count.
+ * Call once, before the first session.
+ * @param {{wasmPaths: {mjs: string, wasm: string} | null, threads?: number}} options
+ *   `wasmPaths`: absolute URLs; null keeps ORT's default (the .wasm next to the bundle, with its
+ *   embedded loader), which is what an unprocessed esbuild bundle needs.
+ */
+export function configureOrt({ wasmPaths, threads = ortThreads() }) {
+    if (wasmPaths) ort.env.wasm.wasmPaths = { mjs: wasmPaths.mjs, wasm: wasmPaths.wasm };
+    ort.env.wasm.numThreads = threads;
+    // The worker is already off the main thread; ORT's proxy worker would only add a copy.
+    ort.env.wasm.proxy = false;
+    ort.env.logLevel = 'error';
+}
+
+/**
+ * Create a session from the graph bytes and its external-data files (all in memory: the weight store
+ * reads them from OPFS, so ORT never fetches anything itself).
+ * @param {Uint8Array} graphBytes
+ * @param {ExternalDataFile[]} externalData
+ * @param {SessionOptions} options
+ * @returns {Promise<Session>}
+ */
+export async function createSession(graphBytes, externalData, { ep, device, forceCpuNodeNames }) {
+    /** @type {import('onnxruntime-web').InferenceSession.SessionOptions} */
+    const options = {
+        externalData: externalData.map((file) => ({ path: file.path, data: file.data })),
+        graphOptimizationLevel: 'all',
+    };
+    if (ep === 'webgpu') {
+        if (!device) throw new TypeError('createSession: `device` is required for the webgpu EP.');
+        // Object form: the only one that carries `device` and `forceCpuNodeNames`.
+        /** @type {import('onnxruntime-web').InferenceSession.WebGpuExecutionProviderOption & {device: GPUDevice}} */
+        const webgpu = { name: 'webgpu', device };
+        if (forceCpuNodeNames && forceCpuNodeNames.length > 0) {
+            /** @type {any} */ (webgpu).forceCpuNodeNames = forceCpuNodeNames;
+        }
+        options.executionProviders = [webgpu];
+    } else if (ep === 'wasm') {
+        options.executionProviders = ['wasm'];
+    } else {
+        throw new TypeError(`createSession: ep must be 'webgpu' or 'wasm', got ${JSON.stringify(ep)}.`);
+    }
+    const inner = await ort.InferenceSession.create(graphBytes, options);
+    return { inner, ep, inputNames: [...inner.inputNames], outputNames: [...inner.outputNames] };
+}
+
+/**
+ * Run a session and download every output to the CPU.
+ * @param {Session} session
+ * @param {Record<string, import('onnxruntime-web').Tensor>} feeds
+ * @returns {Promise<Record<string, HostTensor>>}
+ */
+export async function run(session, feeds) {
+    const outputs = await session.inner.run(feeds);
+    /** @type {Record<string, HostTensor>} */
+    const host = {};
+    for (const [name, tensor] of Object.entries(outputs)) {
+        // getData() downloads GPU-located outputs; CPU outputs are returned as they are.
+        const data = await tensor.getData(true);
+        host[name] = { type: tensor.type, dims: [...tensor.dims], data };
+        tensor.dispose();
+    }
+    return host;
+}
+
+/**
+ * Free the session's GPU buffers (the wasm heap itself never shrinks).
+ * @param {Session} session
+ * @returns {Promise<void>}
+ */
+export async function release(session) {
+    await session.inner.release();
+}
+
+/**
+ * @param {Float32Array} data
+ * @param {readonly number[]} dims
+ * @returns {import('onnxruntime-web').Tensor}
+ */
+export function float32(data, dims) {
+    return new ort.Tensor('float32', data, dims);
+}
+
+/**
+ * @param {BigInt64Array} data
+ * @param {readonly number[]} dims
+ * @returns {import('onnxruntime-web').Tensor}
+ */
+export function int64(data, dims) {
+    return new ort.Tensor('int64', data, dims);
+}

@@ -1,0 +1,283 @@
+// @ts-check
+/**
+ * @file The storage backend of the weight store: the Origin Private File System (OPFS).
+ *
+ * Why OPFS and not Cache Storage: a multi-GB download is interrupted sooner or later (tab closed,
+ * network drop), and restarting 3 GB from zero is what users complain about most. Cache Storage only
+ * stores whole Responses (`cache.put`), so a partial file cannot be kept or appended to. OPFS keeps
+ * a partial file that we extend in place: an HTTP `Range: bytes=N-` request, then writes at offset N
+ * (`createWritable({keepExistingData: true})` + `seek(N)` would do too; in a worker we use a sync
+ * access handle, which writes in place instead of through a swap file, so flushed bytes survive
+ * even a killed tab). `File` objects read back from OPFS are disk-backed.
+ *
+ * Layout: `<root>/<key>/<repo path>` for complete files, `<repo path>.partial` while downloading; the
+ * key is derived from the model base URL so two model sources never mix.
+ * @module store/backend
+ */
+
+import { QuotaError } from '../shared/errors.js';
+
+/** Suffix of a file still being downloaded; only a complete, size-checked file loses it. */
+export const PARTIAL_SUFFIX = '.partial';
+
+/** Top-level OPFS directory holding every model source. */
+export const ROOT_DIR = 'klein-models';
+
+/**
+ * @typedef {Object} PartialWriter  Appends to `<path>.partial` from `offset` on.
+ * @property {number} offset                        Bytes in the file so far.
+ * @property {(chunk: Uint8Array) => void} write
+ * @property {() => void} flush                     Make the written bytes durable.
+ * @property {() => void} close
+ */
+
+/**
+ * A safe directory name for a model base URL: a SHA-256 prefix (URLs contain '/' and ':').
+ * @param {string} modelBase
+ * @returns {Promise<string>}
+ */
+export async function keyFor(modelBase) {
+    const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(modelBase));
+    return Array.from(new Uint8Array(digest).slice(0, 16), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** @returns {Promise<FileSystemDirectoryHandle>} */
+async function opfsRoot() {
+    if (typeof navigator === 'undefined' || !navigator.storage || !navigator.storage.getDirectory) {
+        throw new QuotaError(
+            'This browser has no Origin Private File System (navigator.storage.getDirectory), so the model cannot be ' +
+                'cached. Use desktop Chrome or Edge 113+ in a normal (not private) window.',
+        );
+    }
+    return navigator.storage.getDirectory();
+}
+
+/**
+ * @param {unknown} err
+ * @returns {boolean}
+ */
+function isNotFound(err) {
+    return err instanceof DOMException && (err.name === 'NotFoundError' || err.name === 'TypeMismatchError');
+}
+
+/**
+ * Turn a storage DOMException into a QuotaError the user can act on; anything else is re-thrown as is.
+ * @param {unknown} err
+ * @param {string} path
+ * @returns {never}
+ */
+function rethrowStorageError(err, path) {
+    if (err instanceof DOMException && err.name === 'QuotaExceededError') {
+        throw new QuotaError(
+            `The browser refused to store more data while writing ${path} (quota exceeded). Free disk space, leave ` +
+                'private/incognito mode, or clear other sites\' data, then press Generate again: the download resumes.',
+            { path },
+        );
+    }
+    throw err;
+}
+
+/** OPFS storage for one model source. */
+export class OpfsBackend {
+    /**
+     * @param {FileSystemDirectoryHandle} dir
+     * @param {string} key
+     */
+    constructor(dir, key) {
+        this.dir = dir;
+        this.key = key;
+    }
+
+    /**
+     * @param {string} modelBase
+     * @returns {Promise<OpfsBackend>}
+     */
+    static async open(modelBase) {
+        const key = await keyFor(modelBase);
+        const root = await (await opfsRoot()).getDirectoryHandle(ROOT_DIR, { create: true });
+        const dir = await root.getDirectoryHandle(key, { create: true });
+        const backend = new OpfsBackend(dir, key);
+        // A human-readable note of where the files came from (for anyone inspecting OPFS).
+        await backend.writeText('source.txt', modelBase);
+        return backend;
+    }
+
+    /**
+     * The folder holding `path` and the bare file name.
+     * @param {string} path  Repo-relative, '/'-separated.
+     * @param {boolean} create
+     * @returns {Promise<[FileSystemDirectoryHandle, string]>}
+     */
+    async locate(path, create) {
+        const parts = path.split('/');
+        if (parts.some((p) => p === '' || p === '.' || p === '..')) {
+            throw new TypeError(`Storage path ${JSON.stringify(path)} must be a plain relative path.`);
+        }
+        let dir = this.dir;
+        for (const part of parts.slice(0, -1)) dir = await dir.getDirectoryHandle(part, { create });
+        return [dir, /** @type {string} */ (parts.at(-1))];
+    }
+
+    /**
+     * @param {string} path
+     * @returns {Promise<FileSystemFileHandle | null>}
+     */
+    async handle(path) {
+        try {
+            const [dir, name] = await this.locate(path, false);
+            return await dir.getFileHandle(name);
+        } catch (err) {
+            if (isNotFound(err)) return null;
+            throw err;
+        }
+    }
+
+    /**
+     * Size of the complete file at `path`, or null when it is not stored.
+     * @param {string} path
+     * @returns {Promise<number | null>}
+     */
+    async size(path) {
+        const handle = await this.handle(path);
+        return handle ? (await handle.getFile()).size : null;
+    }
+
+    /**
+     * Bytes already downloaded into `<path>.partial` (0 when none).
+     * @param {string} path
+     * @returns {Promise<number>}
+     */
+    async partialSize(path) {
+        return (await this.size(path + PARTIAL_SUFFIX)) ?? 0;
+    }
+
+    /**
+     * Open `<path>.partial` for appending; `fromZero` discards what it held.
+     * @param {string} path
+     * @param {{fromZero: boolean}} options
+     * @returns {Promise<PartialWriter>}
+     */
+    async openPartial(path, { fromZero }) {
+        const [dir, name] = await this.locate(path, true);
+        const fileHandle = await dir.getFileHandle(name + PARTIAL_SUFFIX, { create: true });
+        const access = await /** @type {any} */ (fileHandle).createSyncAccessHandle();
+        if (fromZero) access.truncate(0);
+        let offset = access.getSize();
+        return {
+            get offset() {
+                return offset;
+            },
+            write(chunk) {
+                try {
+                    let done = 0;
+                    // write() may write less than asked (spec: "returns the number of bytes written").
+                    while (done < chunk.byteLength) done += access.write(chunk.subarray(done), { at: offset + done });
+                    offset += chunk.byteLength;
+                } catch (err) {
+                    rethrowStorageError(err, path);
+                }
+            },
+            flush() {
+                access.flush();
+            },
+            close() {
+                access.flush();
+                access.close();
+            },
+        };
+    }
+
+    /**
+     * Turn a whole, verified `<path>.partial` into `<path>`.
+     * @param {string} path
+     */
+    async commit(path) {
+        const [dir, name] = await this.locate(path, false);
+        const partial = await dir.getFileHandle(name + PARTIAL_SUFFIX);
+        await this.delete(path);
+        // FileSystemHandle.move (Chrome 110+ for OPFS): an atomic rename within the folder.
+        await /** @type {any} */ (partial).move(name);
+    }
+
+    /**
+     * The stored file as a disk-backed File.
+     * @param {string} path
+     * @returns {Promise<File>}
+     */
+    async read(path) {
+        const handle = await this.handle(path);
+        if (!handle) throw new DOMException(`${path} is not stored`, 'NotFoundError');
+        return handle.getFile();
+    }
+
+    /**
+     * Remove `path` if present; returns the bytes freed.
+     * @param {string} path
+     * @returns {Promise<number>}
+     */
+    async delete(path) {
+        const handle = await this.handle(path);
+        if (!handle) return 0;
+        const size = (await handle.getFile()).size;
+        const [dir, name] = await this.locate(path, false);
+        await dir.removeEntry(name);
+        return size;
+    }
+
+    /**
+     * Small text files (source note, last manifest), written whole.
+     * @param {string} path
+     * @param {string} text
+     */
+    async writeText(path, text) {
+        const [dir, name] = await this.locate(path, true);
+        const handle = await dir.getFileHandle(name, { create: true });
+        const writable = await handle.createWritable();
+        try {
+            await writable.write(text);
+            await writable.close();
+        } catch (err) {
+            await writable.abort().catch(() => {});
+            rethrowStorageError(err, path);
+        }
+    }
+
+    /**
+     * @param {string} path
+     * @returns {Promise<string | null>}
+     */
+    async readText(path) {
+        const handle = await this.handle(path);
+        return handle ? (await handle.getFile()).text() : null;
+    }
+}
+
+/**
+ * Delete every stored model (all sources) and report the bytes freed.
+ * @returns {Promise<number>}
+ */
+export async function clearAll() {
+    const root = await opfsRoot();
+    let dir;
+    try {
+        dir = await root.getDirectoryHandle(ROOT_DIR);
+    } catch (err) {
+        if (isNotFound(err)) return 0;
+        throw err;
+    }
+    const freed = await directorySize(dir);
+    await root.removeEntry(ROOT_DIR, { recursive: true });
+    return freed;
+}
+
+/**
+ * @param {FileSystemDirectoryHandle} dir
+ * @returns {Promise<number>}
+ */
+async function directorySize(dir) {
+    let total = 0;
+    for await (const entry of /** @type {any} */ (dir).values()) {
+        total += entry.kind === 'file' ? (await entry.getFile()).size : await directorySize(entry);
+    }
+    return total;
+}

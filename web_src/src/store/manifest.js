@@ -1,0 +1,200 @@
+// @ts-check
+/**
+ * @file The model repository's table of contents: `manifest.json` (the schema builder/manifest.py
+ * writes), validated into a camel-cased `Manifest`; or, when the repository has none (the seed repo on
+ * the Hub), the built-in seed layout with sizes still unknown (the weight store learns them from
+ * Content-Length).
+ * @module store/manifest
+ */
+
+import { InputError, ModelFileError, NetworkError } from '../shared/errors.js';
+
+export const MANIFEST_NAME = 'manifest.json';
+export const FORMAT = 'klein-web-model-repo';
+export const FORMAT_VERSION = 1;
+
+export const COMPONENTS = Object.freeze(['text_encoder', 'transformer', 'vae_decoder']);
+export const VARIANTS = Object.freeze(['q4', 'q4f16', 'fp32', 'fp16']);
+export const TOKENIZER_FILES = Object.freeze(['tokenizer/tokenizer.json', 'tokenizer/tokenizer_config.json']);
+export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
+
+/**
+ * @typedef {Object} GraphEntry
+ * @property {string} component             'text_encoder' | 'transformer' | 'vae_decoder'
+ * @property {string} variant              'q4' | 'q4f16' | 'fp32' | 'fp16'
+ * @property {string} path                 e.g. 'transformer/transformer_q4.onnx'
+ * @property {string[]} externalData       Bare names, exactly the graph's TensorProto `location`s.
+ * @property {string} precision            Human-readable.
+ * @property {boolean} requiresF16         The WebGPU EP needs shader-f16 for some node.
+ * @property {string[]} cpuNodesWithoutF16 Nodes to force onto the CPU when the adapter lacks shader-f16.
+ */
+
+/**
+ * @typedef {Object} Manifest
+ * @property {string} modelBase
+ * @property {string} source
+ * @property {boolean} seedLayout  True when the repo had no manifest.json and the seed layout is assumed.
+ * @property {Record<string, {size: number | null, sha256: string | null}>} files  size null: not known yet.
+ * @property {GraphEntry[]} graphs
+ * @property {any} raw  The manifest.json object as fetched (null for the seed layout), kept for offline use.
+ */
+
+/**
+ * Repo-relative paths of a graph and its external-data files (same folder).
+ * @param {GraphEntry} graph
+ * @returns {string[]}
+ */
+export function graphFiles(graph) {
+    const folder = graph.path.slice(0, graph.path.lastIndexOf('/') + 1);
+    return [graph.path, ...graph.externalData.map((name) => folder + name)];
+}
+
+/**
+ * `transformer`, `q4`, 2 -> the seed naming scheme (builder.manifest.graph_path / external_data_names).
+ * @param {string} component
+ * @param {string} variant
+ * @param {number} count
+ * @returns {{path: string, externalData: string[]}}
+ */
+function seedNames(component, variant, count) {
+    const base = `${component}_${variant}.onnx_data`;
+    return {
+        path: `${component}/${component}_${variant}.onnx`,
+        externalData: Array.from({ length: count }, (_, i) => (i === 0 ? base : `${base}_${i}`)),
+    };
+}
+
+// Port of builder.manifest.SEED_GRAPHS / seed_graphs(): the layout of kny/FLUX.2-klein-4B-onnx-web.
+const SEED_GRAPHS = Object.freeze([
+    ['text_encoder', 'q4', 2, 'q4 MatMulNBits (block 32, symmetric, accuracy_level 4); token embedding fp16', true],
+    ['transformer', 'q4', 2, 'q4 MatMulNBits (block 32, symmetric); modulation Gemms, norms, biases fp32', false],
+    ['vae_decoder', 'fp16', 1, 'fp16 weights and compute, fp32 I/O', true],
+]);
+
+/**
+ * The seed repository's layout, for a model base without manifest.json. Sizes are unknown (null).
+ * @param {string} modelBase
+ * @returns {Manifest}
+ */
+export function seedManifest(modelBase) {
+    /** @type {GraphEntry[]} */
+    const graphs = SEED_GRAPHS.map(([component, variant, count, precision, requiresF16]) => ({
+        component: String(component),
+        variant: String(variant),
+        ...seedNames(String(component), String(variant), Number(count)),
+        precision: String(precision),
+        requiresF16: Boolean(requiresF16),
+        // The seed's token-embedding node names are not known here: without shader-f16 the whole text
+        // encoder goes to the wasm EP instead (pipeline/models.js).
+        cpuNodesWithoutF16: [],
+    }));
+    /** @type {Manifest['files']} */
+    const files = {};
+    for (const path of [...graphs.flatMap(graphFiles), ...TOKENIZER_FILES]) files[path] = { size: null, sha256: null };
+    return { modelBase, source: modelBase, seedLayout: true, files, graphs, raw: null };
+}
+
+/**
+ * The model base must be an absolute http(s) URL of a folder.
+ * @param {unknown} modelBase
+ * @returns {string}
+ */
+export function checkModelBase(modelBase) {
+    let url = null;
+    try {
+        url = new URL(String(modelBase));
+    } catch {
+        url = null;
+    }
+    if (typeof modelBase !== 'string' || !url || !/^https?:$/.test(url.protocol) || !modelBase.endsWith('/')) {
+        throw new InputError(
+            `\`modelBase\` must be an absolute http(s) URL ending in '/', got ${JSON.stringify(modelBase)}; ` +
+                "e.g. 'https://huggingface.co/kny/FLUX.2-klein-4B-onnx-web/resolve/main/'.",
+            { modelBase },
+        );
+    }
+    return modelBase;
+}
+
+/**
+ * Fetch `manifest.json` from the model base; the seed layout when it is absent (HTTP 404).
+ * @param {string} modelBase
+ * @param {{signal?: AbortSignal}} [options]
+ * @returns {Promise<Manifest>}
+ */
+export async function fetchManifest(modelBase, { signal } = {}) {
+    const url = checkModelBase(modelBase) + MANIFEST_NAME;
+    let response;
+    try {
+        // no-cache: revalidate, so a re-converted repo is noticed (stale sizes -> re-download).
+        response = await fetch(url, { cache: 'no-cache', signal });
+    } catch (err) {
+        if (signal?.aborted) throw signal.reason;
+        throw new NetworkError(`Could not reach the model server for ${url} (${String(err)}). Check the connection.`, { url });
+    }
+    if (response.status === 404) return seedManifest(modelBase);
+    if (!response.ok) {
+        throw new NetworkError(`The model server answered HTTP ${response.status} for ${url}. Check the model URL.`, {
+            url,
+            status: response.status,
+        });
+    }
+    let json;
+    try {
+        json = await response.json();
+    } catch (err) {
+        throw new ModelFileError(`${url} is not JSON (${String(err)}); the model repository is broken or the URL is wrong.`, { url });
+    }
+    return parseManifest(json, modelBase);
+}
+
+/**
+ * Validate a manifest.json object (the schema of builder/manifest.py) and camel-case it.
+ * @param {any} json
+ * @param {string} modelBase
+ * @returns {Manifest}
+ */
+export function parseManifest(json, modelBase) {
+    const where = modelBase + MANIFEST_NAME;
+    /** @param {string} what @returns {never} */
+    const bad = (what) => {
+        throw new ModelFileError(`${where} is malformed: ${what}. Re-create it with \`klein-web fetch\` or \`klein-web convert\`.`, {
+            url: where,
+        });
+    };
+    if (!json || typeof json !== 'object') bad('not a JSON object');
+    if (json.format !== FORMAT) bad(`"format" is ${JSON.stringify(json.format)}, expected ${JSON.stringify(FORMAT)}`);
+    if (!Number.isInteger(json.format_version) || json.format_version > FORMAT_VERSION) {
+        bad(`"format_version" ${JSON.stringify(json.format_version)} is newer than this app reads (${FORMAT_VERSION}); reload the app`);
+    }
+    if (!json.files || typeof json.files !== 'object') bad('"files" must be an object of {path: {size, sha256}}');
+    /** @type {Manifest['files']} */
+    const files = {};
+    for (const [path, entry] of Object.entries(json.files)) {
+        if (!entry || !Number.isSafeInteger(entry.size) || entry.size < 0) bad(`files[${JSON.stringify(path)}].size must be a non-negative integer`);
+        files[path] = { size: entry.size, sha256: typeof entry.sha256 === 'string' ? entry.sha256 : null };
+    }
+    if (!Array.isArray(json.graphs) || json.graphs.length === 0) bad('"graphs" must be a non-empty list');
+    /** @type {GraphEntry[]} */
+    const graphs = json.graphs.map((/** @type {any} */ g, /** @type {number} */ i) => {
+        if (!g || !COMPONENTS.includes(g.component)) bad(`graphs[${i}].component must be one of ${COMPONENTS.join(', ')}`);
+        if (!VARIANTS.includes(g.variant)) bad(`graphs[${i}].variant must be one of ${VARIANTS.join(', ')}`);
+        if (typeof g.path !== 'string' || !g.path.endsWith('.onnx')) bad(`graphs[${i}].path must name an .onnx file`);
+        if (!Array.isArray(g.external_data) || g.external_data.some((/** @type {any} */ n) => typeof n !== 'string' || n.includes('/'))) {
+            bad(`graphs[${i}].external_data must be a list of bare file names`);
+        }
+        const entry = {
+            component: g.component,
+            variant: g.variant,
+            path: g.path,
+            externalData: [...g.external_data],
+            precision: String(g.precision ?? ''),
+            requiresF16: Boolean(g.requires_f16),
+            cpuNodesWithoutF16: Array.isArray(g.cpu_nodes_without_f16) ? g.cpu_nodes_without_f16.map(String) : [],
+        };
+        for (const path of graphFiles(entry)) if (!(path in files)) bad(`graph file ${path} is not listed in "files"`);
+        return entry;
+    });
+    for (const path of TOKENIZER_FILES) if (!(path in files)) bad(`${path} is not listed in "files"`);
+    return { modelBase, source: String(json.source ?? modelBase), seedLayout: false, files, graphs, raw: json };
+}
