@@ -1,0 +1,304 @@
+"""`klein-web regress`: cases parsing, metrics and report writing without a browser; then real runs of the
+app in headless Chromium (SwiftShader) against the CPU reference of the tiny fp32 model."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from builder import REPO_ROOT, imaging, manifest
+from builder.errors import InputError, RegressionError
+from builder.regress import Case, load_cases, main, parse_size
+from builder.regress_report import (
+    COULD_NOT_RUN,
+    FAIL,
+    PASS,
+    AppRun,
+    CaseReport,
+    Reference,
+    compare,
+    worst_exit_code,
+    write_case_report,
+)
+
+DEFAULTS = Case(name="case", prompt="a red fox", seed=42, width=64, height=64, steps=4, psnr_min=40.0,
+                reference_from_cpu=True)
+
+
+def png_bytes(image: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def read_pixels(path: Path) -> np.ndarray:
+    return imaging.read_png(path)[0]
+
+
+def random_image(seed: int, height: int = 32, width: int = 48) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+
+
+# ------------------------------------------------------------------------------------- inputs and cases
+
+
+def test_parse_size_accepts_wxh_and_rejects_non_multiples_of_16() -> None:
+    assert parse_size("64x48") == (64, 48)
+    with pytest.raises(InputError, match=r"--size 65x64.*multiples of 16.*try 64x64"):
+        parse_size("65x64")
+    with pytest.raises(InputError, match="WIDTHxHEIGHT"):
+        parse_size("big")
+
+
+def test_cases_from_json_and_toml_agree_and_fill_gaps_from_the_flags(tmp_path: Path) -> None:
+    (tmp_path / "refs").mkdir()
+    png = png_bytes(random_image(0))
+    (tmp_path / "refs" / "fox.png").write_bytes(png)
+    json_file = tmp_path / "cases.json"
+    json_file.write_text(json.dumps({"cases": [
+        {"name": "fox", "prompt": "a fox", "seed": 7, "size": "128x64", "steps": 2, "reference": "refs/fox.png"},
+        {"seed": 9, "psnr_min": 30},
+    ]}))
+    toml_file = tmp_path / "cases.toml"
+    toml_file.write_text(
+        '[[cases]]\nname = "fox"\nprompt = "a fox"\nseed = 7\nsize = "128x64"\nsteps = 2\nreference = "refs/fox.png"\n'
+        "[[cases]]\nseed = 9\npsnr_min = 30\n"
+    )
+    from_json = load_cases(json_file, defaults=DEFAULTS)
+    assert from_json == load_cases(toml_file, defaults=DEFAULTS)
+
+    fox, second = from_json
+    assert (fox.prompt, fox.seed, fox.width, fox.height, fox.steps) == ("a fox", 7, 128, 64, 2)
+    # A relative reference is relative to the cases file, and it replaces the flags' --reference-from-cpu.
+    assert fox.reference_png == tmp_path / "refs" / "fox.png" and not fox.reference_from_cpu
+    # Fields a case leaves out come from the command-line flags.
+    assert (second.prompt, second.width, second.steps, second.psnr_min) == ("a red fox", 64, 4, 30.0)
+    assert second.reference_from_cpu and second.name == "02-seed9-64x64"
+
+
+@pytest.mark.parametrize(
+    ("cases", "message"),
+    [
+        ([{"seed": 1, "colour": "red"}], r"case 1: unknown field\(s\) colour"),
+        ([{"seed": "1"}], r"case 1: `seed` must be int, got '1'"),
+        ([{"seed": True}], r"`seed` must be int, got True"),
+        ([{"size": "60x60"}], r"case 1: `size` 60x60: .*multiples of 16"),
+        ([{"name": "a"}, {"name": "a"}], r"repeated: \['a'\]"),
+        ([{"name": "../up"}], r"name '../up' must be"),
+        ([{"seed": -1}], r"seed -1 is outside"),
+        ([], r"non-empty list"),
+    ],
+)
+def test_bad_cases_name_the_case_and_the_field(tmp_path: Path, cases: list[dict[str, Any]], message: str) -> None:
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps({"cases": cases}))
+    with pytest.raises(InputError, match=message):
+        load_cases(path, defaults=DEFAULTS)
+
+
+def test_a_case_without_any_reference_or_a_missing_reference_png_could_not_run(tmp_path: Path) -> None:
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps([{"reference_from_cpu": False}]))
+    with pytest.raises(RegressionError, match=r"no reference image.*--reference PNG"):
+        load_cases(path, defaults=DEFAULTS)
+    path.write_text(json.dumps([{"reference": "missing.png"}]))
+    with pytest.raises(RegressionError, match=r"reference image .*missing.png does not exist"):
+        load_cases(path, defaults=DEFAULTS)
+
+
+def test_invalid_cases_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "cases.toml"
+    path.write_text("[[cases]\n")
+    with pytest.raises(InputError, match=r"--cases .*cases.toml is not valid TOML"):
+        load_cases(path, defaults=DEFAULTS)
+
+
+# ------------------------------------------------------------------------------------- metrics and reports
+
+
+def test_compare_identical_images_pass_with_infinite_psnr() -> None:
+    image = random_image(1)
+    result = compare(image, image.copy(), psnr_min=40)
+    assert result.verdict is PASS and result.metrics is not None
+    assert math.isinf(result.metrics.psnr) and result.metrics.max_abs_diff == 0 and result.metrics.share_off_by_8 == 0
+    assert result.diff is not None and result.diff.shape == image.shape and not result.diff.any()
+
+
+def test_compare_metrics_match_their_definitions_and_gate_the_verdict() -> None:
+    reference = random_image(2)
+    rng = np.random.default_rng(3)
+    noise = rng.integers(-12, 13, size=reference.shape)
+    candidate = np.clip(reference.astype(int) + noise, 0, 255).astype(np.uint8)
+    difference = candidate.astype(float) - reference.astype(float)
+    expected_psnr = 10 * math.log10(255**2 / np.mean(difference**2))
+    expected_off = np.mean(np.abs(difference).max(axis=2) > 8)
+
+    result = compare(candidate, reference, psnr_min=expected_psnr - 0.01)
+    assert result.verdict is PASS and result.metrics is not None
+    assert result.metrics.psnr == pytest.approx(expected_psnr, abs=1e-6)
+    assert result.metrics.max_abs_diff == int(np.abs(difference).max())
+    assert result.metrics.share_off_by_8 == pytest.approx(expected_off)
+    assert 0 < result.metrics.ssim < 1
+
+    stricter = compare(candidate, reference, psnr_min=expected_psnr + 0.01)
+    assert stricter.verdict is FAIL and "<" in stricter.reason
+    assert stricter.diff is not None and stricter.diff.shape == reference.shape and stricter.diff.any()
+
+
+def test_compare_size_mismatch_fails_with_both_sizes() -> None:
+    result = compare(random_image(4, 64, 64), random_image(4, 32, 64), psnr_min=40)
+    assert result.verdict is FAIL and result.diff is None and result.metrics is None
+    assert result.reason == "size mismatch: the app made 64x64, the reference is 64x32"
+
+
+def test_case_report_is_complete_json_and_drops_stale_images(tmp_path: Path) -> None:
+    reference = random_image(5)
+    parameters = {"prompt": "p", "seed": 1, "width": 48, "height": 32, "steps": 4, "psnr_min": 40.0}
+    report = CaseReport(name="one", parameters=parameters, reference=Reference(source="cpu", image=reference))
+    report.app = AppRun(png=png_bytes(reference), image=reference, timings={"total": 1234.0}, console_errors=["boom"])
+    report.comparison = compare(reference, reference, psnr_min=40)
+    report.verdict, report.reason = report.comparison.verdict, report.comparison.reason
+    (tmp_path / "diff.png").write_bytes(b"old")
+    write_case_report(tmp_path, report, browser={"launches": 1}, adapter={"vendor": "google"})
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["verdict"] == "pass" and data["metrics"]["psnr"] is None and data["metrics"]["identical"]
+    assert data["timings"] == {"total": 1234.0} and data["console_errors"] == ["boom"]
+    assert data["browser"]["launches"] == 1 and data["files"]["diff"] == "diff.png"
+    assert (tmp_path / "candidate.png").read_bytes() == report.app.png
+    # A CPU reference is written with the case's parameters in its text chunks.
+    pixels, text = imaging.read_png(tmp_path / "reference.png")
+    assert np.array_equal(pixels, reference) and text["seed"] == "1" and text["prompt"] == "p"
+    assert not read_pixels(tmp_path / "diff.png").any()
+
+    # A later run that got no image must not leave this run's candidate/diff behind.
+    report.app, report.comparison, report.verdict = AppRun(), None, COULD_NOT_RUN
+    write_case_report(tmp_path, report, browser={}, adapter={})
+    assert not (tmp_path / "candidate.png").exists() and not (tmp_path / "diff.png").exists()
+    assert json.loads((tmp_path / "report.json").read_text())["verdict"] == "could-not-run"
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_the_worst_case_decides_the_exit_code() -> None:
+    def with_verdict(verdict: Any) -> CaseReport:
+        report = CaseReport(name="x", parameters={}, reference=Reference(source="cpu", image=random_image(0)))
+        report.verdict = verdict
+        return report
+
+    assert worst_exit_code([with_verdict(PASS), with_verdict(PASS)]) == 0
+    assert worst_exit_code([with_verdict(PASS), with_verdict(FAIL)]) == 1
+    assert worst_exit_code([with_verdict(COULD_NOT_RUN), with_verdict(FAIL)]) == 2
+
+
+# ------------------------------------------------------------------------------------- could not run (CLI)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder", "regress", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def empty_model_repo(path: Path) -> Path:
+    manifest.write(path, manifest.Manifest(source="test", converter="test", files={}, graphs=[]))
+    return path
+
+
+def assert_one_line_reason(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("could not run: ")]
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_cli_missing_model_folder_could_not_run(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    result = run_cli("--models", str(missing), "--prompt", "a fox", "--reference-from-cpu", "--report",
+                     str(tmp_path / "report"))
+    assert_one_line_reason(result, str(missing), "klein-web fetch")
+    assert not (tmp_path / "report").exists()
+
+
+def test_cli_missing_or_unknown_browser_could_not_run(tmp_path: Path) -> None:
+    models = empty_model_repo(tmp_path / "models")
+    reference = tmp_path / "ref.png"
+    reference.write_bytes(png_bytes(random_image(6, 64, 64)))
+    common = ("--models", str(models), "--prompt", "a fox", "--size", "64x64", "--reference", str(reference))
+    missing = tmp_path / "no-chromium"
+    assert_one_line_reason(run_cli(*common, "--browser", str(missing)), f"--browser {missing}")
+    not_a_browser = tmp_path / "fake-chrome"
+    not_a_browser.write_text("#!/bin/sh\necho 'Firefox 140.0'\n")
+    not_a_browser.chmod(0o755)
+    assert_one_line_reason(run_cli(*common, "--browser", str(not_a_browser)), "not a Chromium", "Firefox 140.0")
+
+
+def test_cli_without_reference_could_not_run(tmp_path: Path) -> None:
+    models = empty_model_repo(tmp_path / "models")
+    assert_one_line_reason(run_cli("--models", str(models), "--prompt", "a fox"), "--reference PNG")
+
+
+# ------------------------------------------------------------------------------------- real browser runs
+
+
+def regress(tiny_models: dict[str, Path], dist_dir: Path, report: Path, **options: Any) -> int:
+    messages: list[str] = []
+    arguments: dict[str, Any] = dict(
+        models_dir=tiny_models["fp32"], prompt="a red fox in the snow", seed=42, size="64x64", steps=4,
+        cases_file=None, reference_png=None, reference_from_cpu=True, browser_path=None, headed=False, gpu=False,
+        report_dir=report, psnr_min=40.0, timeout_s=600.0, dist_dir=dist_dir,
+    )
+    arguments.update(options)
+    return main(log=messages.append, **arguments)
+
+
+@pytest.mark.browser
+def test_the_app_matches_the_cpu_reference(tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path) -> None:
+    report_dir = tmp_path / "report"
+    assert regress(tiny_models, dist_dir, report_dir) == 0
+    data = json.loads((report_dir / "report.json").read_text())
+    assert data["verdict"] == "pass" and data["reference"]["source"] == "cpu"
+    metrics = data["metrics"]
+    assert metrics["identical"] or metrics["psnr"] >= 40
+    assert isinstance(data["timings"], dict) and data["timings"]["total"] > 0
+    assert data["adapter"]["architecture"] and data["browser"]["version"] and data["browser"]["launches"] == 1
+    assert read_pixels(report_dir / "candidate.png").shape == (64, 64, 3)
+    assert read_pixels(report_dir / "reference.png").shape == (64, 64, 3)
+    # The app's Download PNG carries the generation parameters.
+    assert data["download"]["png_text"].get("seed") == "42"
+
+
+@pytest.mark.browser
+def test_two_cases_run_in_one_launch_and_a_wrong_seed_fails(tiny_models: dict[str, Path], dist_dir: Path,
+                                                            tmp_path: Path) -> None:
+    from builder.reference import generate_png
+
+    prompt = "a lighthouse at dusk"
+    other_seed_png = tmp_path / "seed8.png"
+    generate_png(tiny_models["fp32"], prompt=prompt, seed=8, width=64, height=48, steps=4, out=other_seed_png,
+                 log=lambda _m: None)
+    cases = tmp_path / "cases.toml"
+    cases.write_text(
+        f'[[cases]]\nname = "right"\nprompt = "{prompt}"\nseed = 7\nsize = "64x48"\nreference_from_cpu = true\n'
+        f'[[cases]]\nname = "wrong-seed"\nprompt = "{prompt}"\nseed = 7\nsize = "64x48"\nreference = "seed8.png"\n'
+    )
+    report_dir = tmp_path / "report"
+    assert regress(tiny_models, dist_dir, report_dir, cases_file=cases) == 1  # the worst case's code
+
+    run = json.loads((report_dir / "report.json").read_text())
+    assert run["browser"]["launches"] == 1
+    assert [(c["case"], c["verdict"]) for c in run["cases"]] == [("right", "pass"), ("wrong-seed", "fail")]
+    wrong = json.loads((report_dir / "wrong-seed" / "report.json").read_text())
+    assert wrong["metrics"]["psnr"] < 40 and "<" in wrong["reason"]
+    diff = read_pixels(report_dir / "wrong-seed" / "diff.png")
+    assert diff.shape == (48, 64, 3) and diff.any()
+    # Both cases generated the same seed, so the browser's two candidates are the same image.
+    right = read_pixels(report_dir / "right" / "candidate.png")
+    assert np.array_equal(right, read_pixels(report_dir / "wrong-seed" / "candidate.png"))
