@@ -77,7 +77,13 @@ ADAPTER_PROBE_JS = """async () => {
     };
 }"""
 
-STATE_SETTLED_JS = "() => ['done', 'error'].includes(document.body.dataset.state)"
+# done | error | rejected (the form refused the settings: it shows #error but stays idle) | false (keep waiting).
+STATE_SETTLED_JS = """() => {
+    const state = document.body.dataset.state;
+    if (state === 'done' || state === 'error') return state;
+    const error = document.querySelector('#error');
+    return state === 'idle' && error && error.textContent.trim() ? 'rejected' : false;
+}"""
 
 
 @dataclass(frozen=True)
@@ -408,15 +414,14 @@ def _fill_form(page: Any, case: Case) -> None:
 
 
 def _wait_settled(page: Any, case: Case, *, timeout_s: float, log: Log) -> str:
-    """Wait for body[data-state] to become done or error, logging the app's #status as it changes."""
+    """Wait for body[data-state] to settle (see STATE_SETTLED_JS), logging the app's #status as it changes."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     deadline = time.monotonic() + timeout_s
     last_status = None
     while True:
         try:
-            page.wait_for_function(STATE_SETTLED_JS, timeout=STATUS_POLL_MS)
-            return str(page.evaluate("document.body.dataset.state"))
+            return str(page.wait_for_function(STATE_SETTLED_JS, timeout=STATUS_POLL_MS).json_value())
         except PlaywrightTimeout:
             pass
         status = (page.text_content("#status") or "").strip()
@@ -468,9 +473,16 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
         log(f"[{case.name}] generating {case.size}, {case.steps} steps, seed {case.seed} ...")
         page.click("#generate")
         state = _wait_settled(page, case, timeout_s=timeout_s, log=log)
-        run.timings = _read_json_attribute(page, "#timings")
-        run.capabilities = {"text": " ".join((page.text_content("#capabilities") or "").split()),
-                            "data": _read_json_attribute(page, "#capabilities")}
+        result_info = _read_json_attribute(page, "#timings")
+        if isinstance(result_info, dict):
+            # {timings: per-stage ms, graphs: variant + EP per component, notes, prompt: token counts}
+            run.timings = result_info.pop("timings", None)
+            run.result_info = result_info
+        run.capabilities = (_read_json_attribute(page, "#capabilities")
+                            or {"text": " ".join((page.text_content("#capabilities") or "").split())})
+        if state == "rejected":
+            run.app_error = _app_error(page)[1]
+            raise CaseCouldNotRun(f"the app rejected the settings: {run.app_error}")
         if state == "error":
             code, message = _app_error(page)
             run.app_error = message

@@ -65,7 +65,8 @@ class AppRun:
     image: np.ndarray | None = None  # its pixels, uint8 [H, W, 3]
     png_text: dict[str, str] = field(default_factory=dict)  # its tEXt/iTXt chunks (prompt, seed, ...)
     download_name: str = ""
-    timings: Any = None  # #timings data-json, as the app reported it
+    timings: Any = None  # per-stage milliseconds from #timings data-json, as the app reported them
+    result_info: dict[str, Any] = field(default_factory=dict)  # the rest of it: graphs (variant + EP), notes, prompt
     capabilities: dict[str, Any] = field(default_factory=dict)
     app_error: str = ""
     console_errors: list[str] = field(default_factory=list)
@@ -139,6 +140,9 @@ def case_json(report: CaseReport, *, browser: dict[str, Any], adapter: dict[str,
         "metrics": metrics_json(comparison.metrics if comparison else None),
         "reference": {"source": report.reference.source, "seconds": round(report.reference.seconds, 3)},
         "timings": report.app.timings,
+        "graphs": report.app.result_info.get("graphs"),
+        "notes": report.app.result_info.get("notes"),
+        "prompt_tokens": report.app.result_info.get("prompt"),
         "capabilities": report.app.capabilities,
         "adapter": adapter,
         "browser": browser,

@@ -52,7 +52,7 @@ def random_image(seed: int, height: int = 32, width: int = 48) -> np.ndarray:
 
 
 def test_parse_size_accepts_wxh_and_rejects_non_multiples_of_16() -> None:
-    assert parse_size("64x48") == (64, 48)
+    assert parse_size("80x64") == (80, 64)
     with pytest.raises(InputError, match=r"--size 65x64.*multiples of 16.*try 64x64"):
         parse_size("65x64")
     with pytest.raises(InputError, match="WIDTHxHEIGHT"):
@@ -282,12 +282,12 @@ def test_two_cases_run_in_one_launch_and_a_wrong_seed_fails(tiny_models: dict[st
 
     prompt = "a lighthouse at dusk"
     other_seed_png = tmp_path / "seed8.png"
-    generate_png(tiny_models["fp32"], prompt=prompt, seed=8, width=64, height=48, steps=4, out=other_seed_png,
+    generate_png(tiny_models["fp32"], prompt=prompt, seed=8, width=80, height=64, steps=4, out=other_seed_png,
                  log=lambda _m: None)
     cases = tmp_path / "cases.toml"
     cases.write_text(
-        f'[[cases]]\nname = "right"\nprompt = "{prompt}"\nseed = 7\nsize = "64x48"\nreference_from_cpu = true\n'
-        f'[[cases]]\nname = "wrong-seed"\nprompt = "{prompt}"\nseed = 7\nsize = "64x48"\nreference = "seed8.png"\n'
+        f'[[cases]]\nname = "right"\nprompt = "{prompt}"\nseed = 7\nsize = "80x64"\nreference_from_cpu = true\n'
+        f'[[cases]]\nname = "wrong-seed"\nprompt = "{prompt}"\nseed = 7\nsize = "80x64"\nreference = "seed8.png"\n'
     )
     report_dir = tmp_path / "report"
     assert regress(tiny_models, dist_dir, report_dir, cases_file=cases) == 1  # the worst case's code
@@ -298,7 +298,7 @@ def test_two_cases_run_in_one_launch_and_a_wrong_seed_fails(tiny_models: dict[st
     wrong = json.loads((report_dir / "wrong-seed" / "report.json").read_text())
     assert wrong["metrics"]["psnr"] < 40 and "<" in wrong["reason"]
     diff = read_pixels(report_dir / "wrong-seed" / "diff.png")
-    assert diff.shape == (48, 64, 3) and diff.any()
+    assert diff.shape == (64, 80, 3) and diff.any()
     # Both cases generated the same seed, so the browser's two candidates are the same image.
     right = read_pixels(report_dir / "right" / "candidate.png")
     assert np.array_equal(right, read_pixels(report_dir / "wrong-seed" / "candidate.png"))
