@@ -4,12 +4,14 @@ One run, in numbered stages (`main`):
 
     1. Check inputs: the cases (one from the flags, or several from a JSON/TOML file), the model folder,
        each reference PNG and the browser, before anything slow starts.
-    2. Make the references: read each --reference PNG, or run `builder.reference` on the CPU.
+    2. Read each --reference PNG.
     3. Build dist/ if stale and serve it plus the model folder on a free loopback port (in a thread).
     4. Launch Chromium once (persistent profile in a temp dir: the model store needs real storage) and
        check that the page gets a WebGPU adapter.
     5. For each case: type the prompt, set seed/size/steps, click Generate, wait for the app's state,
        click Download PNG and take the real browser download. No test hooks: only the UI's element ids.
+       A --reference-from-cpu reference is made now, with the graph variants the app reports it ran
+       (a repo holding q4 and fp32 graphs is then compared like with like).
     6. Compare with the reference, write the report folder, print a one-screen summary.
 
 Verdicts and exit codes: 0 pass (PSNR >= --psnr-min, same size), 1 fail (lower PSNR, another size, or the
@@ -269,17 +271,24 @@ def check_browser(executable: Path) -> str:
 # --- 2. References ---------------------------------------------------------------------------------------
 
 
-def _make_reference(case: Case, *, models_dir: Path, log: Log) -> Reference:
-    if case.reference_png is not None:
-        image, _text = imaging.read_png(case.reference_png)
-        return Reference(source=str(case.reference_png), image=image, png=case.reference_png.read_bytes())
+def _read_reference(png: Path) -> Reference:
+    image, _text = imaging.read_png(png)
+    return Reference(source=str(png), image=image, png=png.read_bytes())
+
+
+def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -> Reference:
+    """builder.reference for the case's parameters, pinned to the graph variants the app ran (when it said)."""
     from builder import reference  # onnxruntime + tokenizers: only loaded when a CPU reference is asked for
 
-    log(f"[{case.name}] reference: running the pipeline on onnxruntime CPU ...")
+    variants = {component: graph["variant"] for component, graph in (app_graphs or {}).items()
+                if component in manifest.COMPONENTS and isinstance(graph, dict) and isinstance(graph.get("variant"), str)}
+    log(f"[{case.name}] reference: running the pipeline on onnxruntime CPU "
+        f"({', '.join(f'{c} {v}' for c, v in variants.items()) or 'default variants'}) ...")
     started = time.perf_counter()
     result = reference.generate(models_dir, prompt=case.prompt, seed=case.seed, width=case.width,
-                                height=case.height, steps=case.steps, log=log)
-    return Reference(source="cpu", image=result.image, seconds=time.perf_counter() - started)
+                                height=case.height, steps=case.steps, log=log, variants=variants or None)
+    return Reference(source="cpu", image=result.image, seconds=time.perf_counter() - started,
+                     variants=dict(result.variants))
 
 
 # --- 3. Serving ------------------------------------------------------------------------------------------
@@ -509,14 +518,18 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
 # --- 6. Entry point --------------------------------------------------------------------------------------
 
 
-def _run_one(session: BrowserSession, case: Case, reference: Reference, *, base_url: str, timeout_s: float,
-             log: Log) -> CaseReport:
+def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *, models_dir: Path, base_url: str,
+             timeout_s: float, log: Log) -> CaseReport:
+    """One case, start to verdict; a problem of this case never stops the others."""
     report = CaseReport(name=case.name, parameters=case.parameters(), reference=reference)
     report.app = run = AppRun()
     try:
         run_case(session, case, run, base_url=base_url, timeout_s=timeout_s, log=log)
         assert run.image is not None  # run_case either downloaded an image or raised
-        report.comparison = compare(run.image, reference.image, psnr_min=case.psnr_min)
+        if report.reference is None:
+            report.reference = _cpu_reference(case, models_dir=models_dir, app_graphs=run.result_info.get("graphs"),
+                                              log=log)
+        report.comparison = compare(run.image, report.reference.image, psnr_min=case.psnr_min)
         report.verdict, report.reason = report.comparison.verdict, report.comparison.reason
     except AppReportedDegenerate as exc:
         report.verdict, report.reason = FAIL, f"the app reported degenerate output: {exc}"
@@ -543,8 +556,8 @@ def main(*, log: Log, models_dir: Path | None, prompt: str | None, seed: int, si
     session.version = check_browser(session.executable)
     report_dir = Path(report_dir)
 
-    # 2. References, before the browser, so a broken reference stops the run early.
-    references = {case.name: _make_reference(case, models_dir=models_dir, log=log) for case in cases}
+    # 2. Reference files, before the browser, so an unreadable PNG stops the run early.
+    references = {case.name: _read_reference(case.reference_png) for case in cases if case.reference_png is not None}
 
     # 3. + 4. + 5. Serve, launch once, run every case in the same browser.
     from builder import bundle
@@ -556,8 +569,8 @@ def main(*, log: Log, models_dir: Path | None, prompt: str | None, seed: int, si
     with serving(Path(dist_dir), models_dir, log=log) as base_url, launched(session, log=log):
         session.adapter = probe_adapter(session, base_url)
         for case in cases:
-            reports.append(_run_one(session, case, references[case.name], base_url=base_url, timeout_s=timeout_s,
-                                    log=log))
+            reports.append(_run_one(session, case, references.get(case.name), models_dir=models_dir,
+                                    base_url=base_url, timeout_s=timeout_s, log=log))
 
     # 6. Report and verdict.
     single = len(cases) == 1

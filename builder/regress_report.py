@@ -55,6 +55,7 @@ class Reference:
     image: np.ndarray  # uint8 [H, W, 3]
     png: bytes | None = None  # the reference file's bytes, copied as they are; None for a CPU reference
     seconds: float = 0.0
+    variants: dict[str, str] = field(default_factory=dict)  # CPU reference: component -> graph variant it ran
 
 
 @dataclass
@@ -86,7 +87,7 @@ class Comparison:
 class CaseReport:
     name: str
     parameters: dict[str, Any]  # prompt, seed, width, height, steps, psnr_min
-    reference: Reference
+    reference: Reference | None  # None when the case stopped before a CPU reference was made
     verdict: Verdict = COULD_NOT_RUN
     reason: str = ""
     comparison: Comparison | None = None
@@ -126,7 +127,9 @@ def _now() -> str:
 
 def case_json(report: CaseReport, *, browser: dict[str, Any], adapter: dict[str, Any]) -> dict[str, Any]:
     comparison = report.comparison
-    files = {"reference": REFERENCE_NAME}
+    files = {}
+    if report.reference is not None:
+        files["reference"] = REFERENCE_NAME
     if report.app.png:
         files["candidate"] = CANDIDATE_NAME
     if comparison is not None and comparison.diff is not None:
@@ -138,7 +141,8 @@ def case_json(report: CaseReport, *, browser: dict[str, Any], adapter: dict[str,
         "case": report.name,
         "parameters": report.parameters,
         "metrics": metrics_json(comparison.metrics if comparison else None),
-        "reference": {"source": report.reference.source, "seconds": round(report.reference.seconds, 3)},
+        "reference": {"source": report.reference.source, "seconds": round(report.reference.seconds, 3),
+                      "variants": report.reference.variants} if report.reference is not None else None,
         "timings": report.app.timings,
         "graphs": report.app.result_info.get("graphs"),
         "notes": report.app.result_info.get("notes"),
@@ -165,7 +169,9 @@ def write_case_report(folder: Path, report: CaseReport, *, browser: dict[str, An
     """report.json + the PNGs of one case into `folder`; each file atomically, report.json last."""
     folder.mkdir(parents=True, exist_ok=True)
     reference, comparison = report.reference, report.comparison
-    if reference.png is not None:
+    if reference is None:
+        (folder / REFERENCE_NAME).unlink(missing_ok=True)
+    elif reference.png is not None:
         atomic_write_bytes(folder / REFERENCE_NAME, reference.png)
     else:
         p = report.parameters
