@@ -244,16 +244,18 @@ def start_message(url: str, *, dist_dir: Path, models_dir: Path | None, model_ba
     return "\n".join(lines)
 
 
-def watch_and_rebuild(dist_dir: Path, *, model_base: str, stop: threading.Event, log: Callable[[str], None]) -> None:
+def watch_and_rebuild(dist_dir: Path, *, model_base: str, stop: threading.Event, log: Callable[[str], None],
+                      web_src: Path = WEB_SRC) -> None:
     """Rebuild on every change under web_src (node_modules excluded); a failed build is logged, not fatal."""
     from watchfiles import watch
 
     def relevant(_change: object, path: str) -> bool:
         return "node_modules" not in Path(path).parts
 
-    for _changes in watch(WEB_SRC, watch_filter=relevant, stop_event=stop, force_polling=True, poll_delay_ms=500):
+    # Polling: inotify misses changes on some mounted and network file systems; 0.5 s is plenty for a dev loop.
+    for _changes in watch(web_src, watch_filter=relevant, stop_event=stop, force_polling=True, poll_delay_ms=500):
         try:
-            result = build(dist_dir, model_base=model_base, log=log)
+            result = build(dist_dir, model_base=model_base, web_src=web_src, log=log)
             if result.changed:
                 log(f"rebuilt in {result.seconds:.2f} s; reload the page")
         except KleinWebError as exc:

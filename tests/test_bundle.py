@@ -1,0 +1,287 @@
+"""`klein-web build` (builder/bundle.py, builder/node.py): the site it writes, its CSP, and no-op rebuilds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
+from builder.bundle import BUILD_RECORD, ORT_DIST, ORT_RUNTIME, build, content_security_policy
+from builder.errors import BuildError
+from builder.node import find_node, installed_matches_lock, lock_hash
+
+CDN_MARKERS = (b"https://cdn", b"jsdelivr", b"unpkg")
+
+
+class References(HTMLParser):
+    """Collects every src/href and the content of the meta tags of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+        self.meta: dict[str, str] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        for name in ("src", "href"):
+            if values.get(name):
+                self.urls.append(str(values[name]))
+        if tag == "meta":
+            key = values.get("name") or values.get("http-equiv")
+            if key and values.get("content") is not None:
+                self.meta[key] = str(values["content"])
+
+
+def parse_index(dist: Path) -> References:
+    parser = References()
+    parser.feed((dist / "index.html").read_text())
+    return parser
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file's mtime (ns) and content hash."""
+    return {
+        p.relative_to(folder).as_posix(): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).digest())
+        for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.fixture
+def web_src_copy(tmp_path: Path) -> Path:
+    """A private copy of web_src (node_modules linked, not copied) that a test may edit freely."""
+    copy = tmp_path / "web_src"
+    shutil.copytree(WEB_SRC, copy, ignore=shutil.ignore_patterns("node_modules"))
+    (copy / "node_modules").symlink_to(WEB_SRC / "node_modules", target_is_directory=True)
+    return copy
+
+
+# ---------------------------------------------------------------------------------------------- the site
+
+
+def test_index_references_only_files_in_dist(dist_dir: Path) -> None:
+    page = parse_index(dist_dir)
+    referenced = page.urls + [page.meta["klein-worker"]]
+    assert len(referenced) >= 4, referenced  # css, coi script, page module, worker
+    for url in referenced:
+        assert not url.startswith(("/", "http:", "https:")), f"{url} must be relative to the site root"
+        assert (dist_dir / url).is_file(), f"index.html points at {url}, which is not in dist"
+    record = json.loads((dist_dir / BUILD_RECORD).read_text())
+    for role in ("page_js", "page_css", "worker_js", "coi_js", "ort_mjs", "ort_wasm"):
+        assert re.fullmatch(r"assets/[\w.-]+-[A-Za-z0-9]{8,10}\.\w+", record["files"][role]), record["files"][role]
+    assert page.meta["klein-version"] == __version__
+    assert page.meta["klein-model-base"] == DEFAULT_MODEL_BASE
+    assert page.meta["Content-Security-Policy"] == content_security_policy(DEFAULT_MODEL_BASE)
+
+
+def test_no_cdn_urls_anywhere_in_dist(dist_dir: Path) -> None:
+    for path in dist_dir.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            for marker in CDN_MARKERS:
+                assert marker not in data, f"{path} contains {marker!r}: the site must not load code from a CDN"
+
+
+def test_page_bundle_never_contains_onnxruntime(dist_dir: Path) -> None:
+    record = json.loads((dist_dir / BUILD_RECORD).read_text())
+    page_js = dist_dir / record["files"]["page_js"]
+    assert "onnxruntime" not in page_js.read_text(), "the page bundle must stay UI-only (onnxruntime is the worker's)"
+
+
+def test_ort_runtime_copied_byte_for_byte_with_hashed_names(dist_dir: Path) -> None:
+    record = json.loads((dist_dir / BUILD_RECORD).read_text())
+    for role, source_name in zip(("ort_mjs", "ort_wasm"), ORT_RUNTIME):
+        source = WEB_SRC / ORT_DIST / source_name
+        copied = dist_dir / record["files"][role]
+        assert copied.read_bytes() == source.read_bytes()
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()[:10]
+        assert copied.name == f"{source.stem}-{digest}{source.suffix}"
+
+
+def test_headers_file_and_service_worker(dist_dir: Path) -> None:
+    headers = (dist_dir / "_headers").read_text()
+    site_rules, asset_rules = headers.split("/assets/*")
+    assert site_rules.startswith("/*\n")
+    for line in ("Cross-Origin-Opener-Policy: same-origin", "Cross-Origin-Embedder-Policy: require-corp",
+                 "Cross-Origin-Resource-Policy: same-origin",
+                 f"Content-Security-Policy: {content_security_policy(DEFAULT_MODEL_BASE)}"):
+        assert f"  {line}\n" in site_rules
+    assert "Cache-Control: public, max-age=31536000, immutable" in asset_rules
+    assert "Cache-Control" not in site_rules  # Pages would join it with the /assets/* value
+    assert (dist_dir / "coi-sw.js").read_bytes() == (WEB_SRC / "coi-sw.js").read_bytes()
+
+
+def test_worker_bundle_gets_ort_names_and_version(web_src_copy: Path, tmp_path: Path) -> None:
+    """KLEIN_ORT_WASM / KLEIN_VERSION are compile-time constants; run the built worker bundle under node to see them."""
+    (web_src_copy / "src/worker/main.js").write_text(
+        "self.postMessage({ort: KLEIN_ORT_WASM, version: KLEIN_VERSION});\n"
+    )
+    result = build(tmp_path / "dist", web_src=web_src_copy)
+    dist = tmp_path / "dist"
+    script = (
+        "globalThis.self = {postMessage: (m) => console.log(JSON.stringify(m))};"
+        f"await import({json.dumps((dist / result.files['worker_js']).as_uri())});"
+    )
+    out = subprocess.run([str(find_node().node), "--input-type=module", "-e", script], capture_output=True, text=True,
+                         check=True).stdout
+    seen = json.loads(out)
+    assert seen["version"] == __version__
+    # Names relative to the worker's folder: the worker resolves them with new URL(name, self.location.href).
+    worker_folder = (dist / result.files["worker_js"]).parent
+    assert (worker_folder / seen["ort"]["mjs"]).resolve() == (dist / result.files["ort_mjs"]).resolve()
+    assert (worker_folder / seen["ort"]["wasm"]).resolve() == (dist / result.files["ort_wasm"]).resolve()
+
+
+# ---------------------------------------------------------------------------------------------- rebuilds
+
+
+def test_second_build_writes_nothing_and_is_fast(web_src_copy: Path, tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    first = build(dist, web_src=web_src_copy)
+    assert first.changed
+    before = snapshot(dist)
+    second = build(dist, web_src=web_src_copy)
+    assert second.changed is False
+    assert second.seconds < 1.0, f"a no-op build took {second.seconds:.2f} s"
+    assert snapshot(dist) == before, "a no-op build touched files"
+    assert second.files == first.files
+
+
+def test_changed_source_rebuilds_and_drops_stale_assets(web_src_copy: Path, tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    first = build(dist, web_src=web_src_copy)
+    with open(web_src_copy / "src/page/main.js", "a") as handle:
+        handle.write("\nconsole.info('klein-web rebuild test');\n")
+    second = build(dist, web_src=web_src_copy)
+    assert second.changed
+    assert second.files["page_js"] != first.files["page_js"]
+    assert "klein-web rebuild test" in (dist / second.files["page_js"]).read_text()
+    assert not (dist / first.files["page_js"]).exists(), "the old page bundle should be removed"
+    assert not (dist / (first.files["page_js"] + ".map")).exists()
+    assert second.files["page_js"] in (dist / "index.html").read_text()
+    # Files whose inputs did not change keep their names (and were not rewritten).
+    assert second.files["worker_js"] == first.files["worker_js"]
+    assert second.files["ort_wasm"] == first.files["ort_wasm"]
+    leftovers = [p.name for p in tmp_path.iterdir() if ".staging-" in p.name]
+    assert leftovers == [], "the staging folder must be cleaned up"
+
+
+def test_model_base_change_rebuilds_with_new_connect_src(web_src_copy: Path, tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    build(dist, web_src=web_src_copy)
+    result = build(dist, model_base="https://models.example.org/klein/", web_src=web_src_copy)
+    assert result.changed
+    page = parse_index(dist)
+    assert page.meta["klein-model-base"] == "https://models.example.org/klein/"
+    assert "connect-src 'self' https://models.example.org;" in page.meta["Content-Security-Policy"]
+
+
+def test_failed_build_leaves_previous_site_intact(web_src_copy: Path, tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    build(dist, web_src=web_src_copy)
+    before = snapshot(dist)
+    (web_src_copy / "src/page/main.js").write_text("export const = ;\n")  # a syntax error
+    with pytest.raises(BuildError, match="esbuild failed on .*main.js"):
+        build(dist, web_src=web_src_copy)
+    assert snapshot(dist) == before
+
+
+# ---------------------------------------------------------------------------------------------- CSP and inputs
+
+
+def test_csp_is_minimal_and_lists_model_hosts() -> None:
+    hub = content_security_policy(DEFAULT_MODEL_BASE)
+    directives = dict(d.split(" ", 1) for d in hub.split("; "))
+    assert directives == {
+        "default-src": "'self'",
+        "script-src": "'self' 'wasm-unsafe-eval'",
+        "worker-src": "'self'",
+        "connect-src": "'self' https://huggingface.co https://*.huggingface.co https://hf.co https://*.hf.co",
+        "img-src": "'self' data: blob:",
+        "style-src": "'self'",
+        "object-src": "'none'",
+        "base-uri": "'self'",
+    }
+    assert "unsafe-inline" not in hub and "'unsafe-eval'" not in hub
+    other = dict(d.split(" ", 1) for d in content_security_policy("http://10.0.0.5:9000/m/").split("; "))
+    assert other["connect-src"] == "'self' http://10.0.0.5:9000"
+    local = dict(d.split(" ", 1) for d in content_security_policy("models/").split("; "))
+    assert local["connect-src"] == "'self'"
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("https://huggingface.co/kny/x/resolve/main", "must end with `/`"),
+    ("ftp://example.org/m/", "expected an http"),
+    ("https:///m/", "expected an http"),
+    ("https://example.org/a b/", "percent-encode"),
+])
+def test_bad_model_base_is_a_clear_error(bad: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match=re.escape(message)) as caught:
+        build(tmp_path / "dist", model_base=bad)
+    assert bad in str(caught.value)
+    assert not (tmp_path / "dist").exists()
+
+
+def test_missing_entry_point_names_the_file(web_src_copy: Path, tmp_path: Path) -> None:
+    (web_src_copy / "src/worker/main.js").unlink()
+    with pytest.raises(BuildError, match=r"src/worker/main\.js is missing"):
+        build(tmp_path / "dist", web_src=web_src_copy)
+
+
+def test_cli_build_reports_up_to_date(dist_dir: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "builder", "build", "--out", str(dist_dir)], capture_output=True,
+                         text=True, cwd=WEB_SRC.parent, check=True)
+    assert f"{dist_dir}: up to date in" in out.stderr
+
+
+# ---------------------------------------------------------------------------------------------- npm ci decision
+
+
+def fake_install(web_src: Path, versions: dict[str, str | None]) -> None:
+    """A web_src whose lock pins a@1.0.0 and an optional b@2.0.0, and a node_modules with `versions` installed."""
+    locked = {"": {"name": "t"}, "node_modules/a": {"version": "1.0.0"},
+              "node_modules/b": {"version": "2.0.0", "optional": True}}
+    (web_src / "node_modules").mkdir(parents=True)
+    (web_src / "package-lock.json").write_text(json.dumps({"lockfileVersion": 3, "packages": locked}))
+    installed = {f"node_modules/{name}": {"version": v} for name, v in versions.items() if v is not None}
+    (web_src / "node_modules/.package-lock.json").write_text(json.dumps({"packages": installed}))
+
+
+@pytest.mark.parametrize("versions, in_step", [
+    ({"a": "1.0.0", "b": "2.0.0"}, True),
+    ({"a": "1.0.0", "b": None}, True),  # an optional package of another platform
+    ({"a": "1.0.1", "b": "2.0.0"}, False),
+    ({"a": None, "b": "2.0.0"}, False),
+])
+def test_node_modules_checked_against_lock(tmp_path: Path, versions: dict[str, str | None], in_step: bool) -> None:
+    fake_install(tmp_path, versions)
+    assert installed_matches_lock(tmp_path) is in_step
+
+
+def test_lock_stamp_wins_over_hidden_lockfile(tmp_path: Path) -> None:
+    fake_install(tmp_path, {"a": "1.0.0", "b": "2.0.0"})
+    (tmp_path / "node_modules/.klein-lock-hash").write_text("0" * 64)
+    assert installed_matches_lock(tmp_path) is False  # installed from another lock file
+    (tmp_path / "node_modules/.klein-lock-hash").write_text(lock_hash(tmp_path))
+    assert installed_matches_lock(tmp_path) is True
+
+
+def test_real_node_modules_is_in_step_and_lock_has_no_download_urls() -> None:
+    assert installed_matches_lock(WEB_SRC)
+    lock = json.loads((WEB_SRC / "package-lock.json").read_text())
+    assert all("resolved" not in entry for entry in lock["packages"].values()), "lock file records download URLs"
+
+
+def test_node_found_is_recent_enough() -> None:
+    tools = find_node()
+    out = subprocess.run([str(tools.node), "--version"], capture_output=True, text=True, check=True).stdout
+    assert int(out.strip().lstrip("v").split(".")[0]) >= 18
+    npm = subprocess.run([*tools.npm, "--version"], capture_output=True, text=True, env=tools.env())
+    assert npm.returncode == 0, npm.stderr
