@@ -22,7 +22,7 @@ CDN_MARKERS = (b"https://cdn", b"jsdelivr", b"unpkg")
 
 
 class References(HTMLParser):
-    """Collects every src/href and the content of the meta tags of a page."""
+    """Collects the resources a page loads (src/href, but not <a> links) and the content of its meta tags."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -31,7 +31,7 @@ class References(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
-        for name in ("src", "href"):
+        for name in (("src", "href") if tag != "a" else ()):
             if values.get(name):
                 self.urls.append(str(values[name]))
         if tag == "meta":
