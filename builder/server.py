@@ -273,7 +273,13 @@ def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_d
     if model_base is None:
         # Keep the base of an existing build (e.g. one made with --model-base) rather than rebuilding it.
         model_base = str((read_record(Path(dist_dir)) or {}).get("model_base") or DEFAULT_MODEL_BASE)
-    build(dist_dir, model_base=model_base, log=log)
+    try:
+        build(dist_dir, model_base=model_base, log=log)
+    except KleinWebError as exc:
+        if read_record(Path(dist_dir)) is None:
+            raise
+        # Mid-edit sources should not stop the server (nor --watch): say so loudly and serve the last good build.
+        log(f"warning: the build failed, serving the previous build of {dist_dir}:\n{exc}")
     app = create_app(dist_dir, models_dir)
     sock = bind_socket(host, port)
     port = sock.getsockname()[1]

