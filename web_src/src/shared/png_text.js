@@ -1,0 +1,211 @@
+// @ts-check
+/**
+ * @file Text metadata in PNG files (prompt, seed, steps... in the downloaded image), per the PNG spec
+ * (W3C PNG 3rd ed., 11.3.3): `addTextChunks` inserts one chunk per entry before the first IDAT, as `tEXt`
+ * when key and value are Latin-1 and as uncompressed `iTXt` (UTF-8) when the value is not, so emoji and
+ * CJK prompts survive; `readTextChunks` reads `tEXt` and uncompressed `iTXt` back.
+ * Compressed chunks (`zTXt`, compressed `iTXt`) are skipped: inflating them would need zlib here.
+ * @module shared/png_text
+ */
+
+import { InputError } from './errors.js';
+
+const PNG_SIGNATURE = Object.freeze([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+
+/** CRC-32 (ISO 3309, polynomial 0xEDB88320) byte table; read-only after this line. */
+const CRC_TABLE = (() => {
+    const table = new Uint32Array(256);
+    for (let n = 0; n < 256; n++) {
+        let c = n;
+        for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+        table[n] = c >>> 0;
+    }
+    return table;
+})();
+
+/**
+ * CRC-32 over the chunk type and data, as stored after each chunk.
+ * @param {Uint8Array} bytes
+ * @returns {number} unsigned 32-bit
+ */
+export function crc32(bytes) {
+    let c = 0xffffffff;
+    for (let i = 0; i < bytes.length; i++) c = CRC_TABLE[(c ^ bytes[i]) & 0xff] ^ (c >>> 8);
+    return (c ^ 0xffffffff) >>> 0;
+}
+
+/**
+ * @typedef {Object} Chunk
+ * @property {string} type    Four ASCII letters.
+ * @property {number} offset  Byte offset of the chunk's length field.
+ * @property {Uint8Array} data
+ * @property {number} crc     Stored CRC.
+ */
+
+/**
+ * Splits a PNG into its chunks, checking the signature and that every chunk fits.
+ * @param {Uint8Array} png
+ * @returns {Chunk[]}
+ */
+function parseChunks(png) {
+    if (!(png instanceof Uint8Array)) {
+        throw new InputError(`\`png\` must be a Uint8Array, got ${Object.prototype.toString.call(png)}.`);
+    }
+    if (png.length < 8 || PNG_SIGNATURE.some((b, i) => png[i] !== b)) {
+        throw new InputError('`png` does not start with the PNG signature: this is not a PNG file.');
+    }
+    const view = new DataView(png.buffer, png.byteOffset, png.byteLength);
+    /** @type {Chunk[]} */
+    const chunks = [];
+    let offset = 8;
+    while (offset < png.length) {
+        if (offset + 12 > png.length) {
+            throw new InputError(`\`png\` is truncated: an incomplete chunk header at byte ${offset}.`);
+        }
+        const length = view.getUint32(offset);
+        const type = latin1Text(png.subarray(offset + 4, offset + 8));
+        const end = offset + 12 + length;
+        if (end > png.length) {
+            throw new InputError(`\`png\` is truncated: chunk ${type} at byte ${offset} runs past the end of the file.`);
+        }
+        chunks.push({ type, offset, data: png.subarray(offset + 8, offset + 8 + length), crc: view.getUint32(end - 4) });
+        offset = end;
+        if (type === 'IEND') break;
+    }
+    return chunks;
+}
+
+/**
+ * A keyword is 1-79 printable Latin-1 characters without leading, trailing or double spaces.
+ * @param {string} key
+ */
+function checkKeyword(key) {
+    // eslint-disable-next-line no-control-regex
+    const printable = /^[\x20-\x7e\xa1-\xff]{1,79}$/.test(key);
+    if (!printable || key.startsWith(' ') || key.endsWith(' ') || key.includes('  ')) {
+        throw new InputError(
+            `PNG text keyword ${JSON.stringify(key)} is invalid: use 1-79 printable Latin-1 characters ` +
+                'without leading, trailing or double spaces (e.g. "prompt", "seed").',
+            { key },
+        );
+    }
+}
+
+/**
+ * @param {string} type
+ * @param {Uint8Array} data
+ * @returns {Uint8Array} length + type + data + CRC
+ */
+function encodeChunk(type, data) {
+    const out = new Uint8Array(12 + data.length);
+    const view = new DataView(out.buffer);
+    view.setUint32(0, data.length);
+    for (let i = 0; i < 4; i++) out[4 + i] = type.charCodeAt(i);
+    out.set(data, 8);
+    view.setUint32(8 + data.length, crc32(out.subarray(4, 8 + data.length)));
+    return out;
+}
+
+/**
+ * @param {string} text Only code points <= 0xFF.
+ * @returns {Uint8Array}
+ */
+function latin1Bytes(text) {
+    const out = new Uint8Array(text.length);
+    for (let i = 0; i < text.length; i++) out[i] = text.charCodeAt(i);
+    return out;
+}
+
+/**
+ * ISO 8859-1 bytes to text (TextDecoder's 'latin1' is really windows-1252, which remaps 0x80-0x9F).
+ * @param {Uint8Array} bytes
+ * @returns {string}
+ */
+function latin1Text(bytes) {
+    let text = '';
+    for (let i = 0; i < bytes.length; i += 8192) text += String.fromCharCode(...bytes.subarray(i, i + 8192));
+    return text;
+}
+
+/**
+ * The tEXt or iTXt chunk for one entry.
+ * @param {string} key
+ * @param {string} value
+ * @returns {Uint8Array}
+ */
+function textChunk(key, value) {
+    checkKeyword(key);
+    if (typeof value !== 'string' || value.includes('\0')) {
+        throw new InputError(`PNG text value for ${JSON.stringify(key)} must be a string without NUL characters.`, {
+            key,
+        });
+    }
+    const keyBytes = latin1Bytes(key);
+    if (/^[\x00-\xff]*$/.test(value)) {
+        // tEXt: keyword, NUL, Latin-1 text
+        return encodeChunk('tEXt', concat([keyBytes, new Uint8Array([0]), latin1Bytes(value)]));
+    }
+    // iTXt: keyword, NUL, compression flag 0, method 0, empty language tag, NUL, empty translated keyword, NUL, UTF-8
+    const header = new Uint8Array([0, 0, 0, 0, 0]);
+    return encodeChunk('iTXt', concat([keyBytes, header, new TextEncoder().encode(value)]));
+}
+
+/**
+ * @param {Uint8Array[]} parts
+ * @returns {Uint8Array}
+ */
+function concat(parts) {
+    const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+    let offset = 0;
+    for (const part of parts) {
+        out.set(part, offset);
+        offset += part.length;
+    }
+    return out;
+}
+
+/**
+ * Returns a copy of `png` with one text chunk per entry inserted right before the first IDAT chunk
+ * (the image itself is untouched).
+ * @param {Uint8Array} png A complete PNG file.
+ * @param {Record<string, string>} entries keyword -> text
+ * @returns {Uint8Array}
+ */
+export function addTextChunks(png, entries) {
+    const chunks = parseChunks(png);
+    const idat = chunks.find((c) => c.type === 'IDAT');
+    if (!idat) throw new InputError('`png` has no IDAT chunk, so there is no image to attach text to.');
+    const inserted = Object.entries(entries).map(([key, value]) => textChunk(key, value));
+    return concat([png.subarray(0, idat.offset), ...inserted, png.subarray(idat.offset)]);
+}
+
+/**
+ * Reads every `tEXt` and uncompressed `iTXt` chunk; a later chunk with the same keyword wins (as in Pillow).
+ * @param {Uint8Array} png A complete PNG file.
+ * @returns {Record<string, string>} keyword -> text
+ */
+export function readTextChunks(png) {
+    /** @type {Record<string, string>} */
+    const out = {};
+    for (const chunk of parseChunks(png)) {
+        if (chunk.type !== 'tEXt' && chunk.type !== 'iTXt') continue;
+        const typeAndData = png.subarray(chunk.offset + 4, chunk.offset + 8 + chunk.data.length);
+        if (crc32(typeAndData) !== chunk.crc) {
+            throw new InputError(`\`png\` is corrupted: the ${chunk.type} chunk at byte ${chunk.offset} fails its CRC.`);
+        }
+        const data = chunk.data;
+        const nul = data.indexOf(0);
+        if (nul < 1) continue; // no keyword: not a valid text chunk
+        const key = latin1Text(data.subarray(0, nul));
+        if (chunk.type === 'tEXt') {
+            out[key] = latin1Text(data.subarray(nul + 1));
+            continue;
+        }
+        const compressed = data[nul + 1] !== 0;
+        const langEnd = data.indexOf(0, nul + 3);
+        const translatedEnd = langEnd < 0 ? -1 : data.indexOf(0, langEnd + 1);
+        if (compressed || translatedEnd < 0) continue;
+        out[key] = new TextDecoder('utf-8').decode(data.subarray(translatedEnd + 1));
+    }
+    return out;
+}
