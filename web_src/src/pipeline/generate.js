@@ -225,8 +225,8 @@ export async function generate(params, { models, signal, onEvent }) {
             { meter, what: 'The VAE decoder' },
         );
         const decoded = output(outputs, 'image', 'VAE decoder'); // [1, 3, H, W] RGB in [0, 1]
-        checkImage(decoded);
-        return toRgba(decoded, width, height);
+        checkImage(decoded.data);
+        return toRgba(decoded.data, width, height);
     });
 
     timings.sessionRun = meter.runMs;

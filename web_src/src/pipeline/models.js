@@ -413,6 +413,16 @@ export class Models {
         await release(loaded.session).catch(() => {});
     }
 
+    /** Forget everything about the current model (after "clear cached model"): the next prepare() starts afresh. */
+    async reset() {
+        await this.releaseAll();
+        this.store = null;
+        this.manifest = null;
+        this.choices = null;
+        this.prompts.clear();
+        this.memos.clear();
+    }
+
     /** Release every session (cancel, model change): gives the GPU memory back. */
     async releaseAll() {
         for (const component of [...this.loaded.keys()]) await this.unload(component);

@@ -78,6 +78,9 @@ export async function createSession(graphBytes, externalData, { ep, device, forc
     const options = {
         externalData: externalData.map((file) => ({ path: file.path, data: file.data })),
         graphOptimizationLevel: 'all',
+        // 3 = errors only: the expected "some nodes were not assigned to WebGPU" warnings (shape ops,
+        // forced CPU nodes) would otherwise reach the console as errors.
+        logSeverityLevel: 3,
     };
     if (ep === 'webgpu') {
         if (!device) throw new TypeError('createSession: `device` is required for the webgpu EP.');

@@ -1,6 +1,153 @@
 // @ts-check
 /**
- * @file Placeholder created by the build engineer so `klein-web build` has an entry point; the owner replaces it.
+ * @file The inference worker's entry point (a module Web Worker). It builds the long-lived objects once
+ * (GPU, models, job queue), then answers each request of the page <-> worker protocol (protocol.js)
+ * through a dispatch table, with exactly one `result` or `error` per request id.
+ *
+ * Concurrency: generate and clearCache are *exclusive jobs* and run one at a time in arrival order.
+ * A generate sent while another runs is queued, not refused, so "Cancel, then Generate" works without
+ * the page having to wait for the cancelled job to wind down. probe and cancel answer at once.
+ * Cancel aborts the job's AbortController: a running job stops before the next denoising step and
+ * releases its sessions (gives the GPU memory back); a queued job is answered `cancelled` immediately.
  * @module worker/main
  */
-export {};
+
+import { generate } from '../pipeline/generate.js';
+import { Models } from '../pipeline/models.js';
+import { PROTOCOL_VERSION } from '../protocol.js';
+import { Gpu, probe } from '../runtime/gpu.js';
+import { configureOrt, ortThreads } from '../runtime/ort.js';
+import { CancelledError, InputError, serializeError } from '../shared/errors.js';
+import { WeightStore } from '../store/weights.js';
+
+/** @typedef {import('../protocol.js').Request} Request */
+/** @typedef {import('../protocol.js').Event} Event */
+
+/**
+ * The onnxruntime wasm files as absolute URLs. builder/bundle.py injects KLEIN_ORT_WASM (names
+ * relative to this script's folder); a plain esbuild bundle has none and ORT finds its .wasm itself.
+ * @param {string} scriptUrl
+ * @returns {{mjs: string, wasm: string} | null}
+ */
+function ortWasmUrls(scriptUrl) {
+    // @ts-ignore -- KLEIN_ORT_WASM is an esbuild --define, not a declared global.
+    const names = typeof KLEIN_ORT_WASM === 'undefined' ? null : KLEIN_ORT_WASM;
+    if (!names) return null;
+    return { mjs: new URL(names.mjs, scriptUrl).href, wasm: new URL(names.wasm, scriptUrl).href };
+}
+
+/**
+ * Runs exclusive jobs one at a time, each with its own AbortController.
+ */
+class JobQueue {
+    constructor() {
+        /** @type {Promise<unknown>} */
+        this.tail = Promise.resolve();
+        /** @type {Map<string, {controller: AbortController, started: boolean}>} */
+        this.jobs = new Map();
+    }
+
+    /**
+     * @template T
+     * @param {string} id
+     * @param {(signal: AbortSignal) => Promise<T>} task
+     * @returns {Promise<T>}
+     */
+    run(id, task) {
+        const controller = new AbortController();
+        const job = { controller, started: false };
+        this.jobs.set(id, job);
+        const chained = this.tail.then(() => {
+            job.started = true;
+            controller.signal.throwIfAborted();
+            return task(controller.signal);
+        });
+        // A job cancelled while still queued is answered now, not when the jobs before it finish.
+        const cancelledWhileQueued = new Promise((_, reject) => {
+            controller.signal.addEventListener('abort', () => job.started || reject(controller.signal.reason), { once: true });
+        });
+        const result = /** @type {Promise<T>} */ (Promise.race([chained, cancelledWhileQueued])).finally(() => this.jobs.delete(id));
+        this.tail = chained.catch(() => {});
+        return result;
+    }
+
+    /**
+     * @param {string} id
+     * @returns {boolean} Whether a job with that id was running or queued.
+     */
+    cancel(id) {
+        const job = this.jobs.get(id);
+        if (!job) return false;
+        job.controller.abort(new CancelledError());
+        return true;
+    }
+}
+
+/**
+ * Wire the protocol to the pipeline in a worker scope.
+ * @param {DedicatedWorkerGlobalScope} scope
+ */
+export function startWorker(scope) {
+    const threads = ortThreads();
+    configureOrt({ wasmPaths: ortWasmUrls(scope.location.href), threads });
+    const gpu = new Gpu();
+    const models = new Models({ gpu });
+    const jobs = new JobQueue();
+
+    /**
+     * @param {Event} event
+     * @param {Transferable[]} [transfer]
+     */
+    const post = (event, transfer = []) => scope.postMessage(event, transfer);
+
+    /** @type {Readonly<Record<string, (request: any) => Promise<{result: any, transfer?: Transferable[]}>>>} */
+    const handlers = Object.freeze({
+        probe: async () => ({ result: { ...(await probe({ threads })), protocolVersion: PROTOCOL_VERSION } }),
+
+        generate: async (/** @type {{id: string, params: any}} */ request) => {
+            const result = await jobs.run(request.id, async (signal) => {
+                try {
+                    return await generate(request.params, {
+                        models,
+                        signal,
+                        onEvent: (event) => post(/** @type {Event} */ ({ ...event, id: request.id })),
+                    });
+                } catch (err) {
+                    // Cancelled or failed mid-run: give the GPU memory back; the next run reloads from the store.
+                    if (signal.aborted) await models.releaseAll();
+                    throw signal.aborted ? signal.reason : err;
+                }
+            });
+            return { result, transfer: [result.rgba.buffer] };
+        },
+
+        cancel: async (/** @type {{target: string}} */ request) => ({ result: { cancelled: jobs.cancel(String(request.target)) } }),
+
+        clearCache: async (/** @type {{id: string}} */ request) => {
+            const freedBytes = await jobs.run(request.id, async () => {
+                await models.reset();
+                return WeightStore.clear();
+            });
+            return { result: { freedBytes } };
+        },
+    });
+
+    scope.onmessage = async (/** @type {MessageEvent} */ message) => {
+        const request = message.data;
+        const id = String(request?.id ?? '');
+        try {
+            const handler = Object.hasOwn(handlers, request?.type) ? handlers[request.type] : undefined;
+            if (!handler) {
+                throw new InputError(
+                    `Unknown request type ${JSON.stringify(request?.type)}; expected one of ${Object.keys(handlers).join(', ')} (protocol ${PROTOCOL_VERSION}).`,
+                );
+            }
+            const { result, transfer } = await handler(request);
+            post({ type: 'result', id, result }, transfer);
+        } catch (err) {
+            post({ type: 'error', id, error: serializeError(err) });
+        }
+    };
+}
+
+startWorker(/** @type {DedicatedWorkerGlobalScope} */ (/** @type {unknown} */ (self)));

@@ -1,0 +1,188 @@
+"""Shared Playwright helpers for the browser tests: a persistent Chromium context and a protocol client for the worker.
+
+The worker is driven exactly as the page drives it: `new Worker(<meta name="klein-worker">, {type: 'module'})` and
+the messages of web_src/src/protocol.js. Nothing here reaches into the worker's internals.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builder.browser import launch_persistent
+
+# Installed into the page: one Worker plus a pending-request table, like page/worker_client.js. Events are kept
+# per request id (with the time they arrived, for the cancel test); the RGBA result is returned base64-encoded
+# because Playwright does not carry typed arrays across evaluate().
+INSTALL_CLIENT_JS = r"""
+async (workerUrl) => {
+    if (window.kleinTest) window.kleinTest.worker.terminate();
+    const worker = new Worker(workerUrl, { type: 'module' });
+    const requests = new Map();
+    let counter = 0;
+    const toBase64 = (bytes) => {
+        let text = '';
+        for (let i = 0; i < bytes.length; i += 0x8000) text += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+        return btoa(text);
+    };
+    worker.onmessage = (message) => {
+        const event = message.data;
+        const entry = requests.get(event.id);
+        if (!entry) return;
+        const at = performance.now();
+        if (event.type === 'result' || event.type === 'error') {
+            let result = event.result;
+            if (result && result.rgba) result = { ...result, rgba: toBase64(new Uint8Array(result.rgba.buffer)) };
+            entry.final = { type: event.type, result, error: event.error, at };
+            entry.resolve();
+        } else {
+            entry.events.push({ ...event, at });
+        }
+    };
+    worker.onerror = (err) => {
+        for (const entry of requests.values()) {
+            entry.final = entry.final || { type: 'crash', error: { message: String(err.message || err) }, at: performance.now() };
+            entry.resolve();
+        }
+    };
+    window.kleinTest = {
+        worker,
+        send(type, fields) {
+            const id = `t${++counter}`;
+            const entry = { events: [], final: null, sentAt: performance.now() };
+            entry.done = new Promise((resolve) => { entry.resolve = resolve; });
+            requests.set(id, entry);
+            worker.postMessage({ type, id, ...fields });
+            return id;
+        },
+        async wait(id, timeoutMs) {
+            const entry = requests.get(id);
+            const timer = new Promise((resolve) => setTimeout(resolve, timeoutMs));
+            await Promise.race([entry.done, timer]);
+            return { id, sentAt: entry.sentAt, events: entry.events, final: entry.final };
+        },
+        events(id) {
+            return requests.get(id).events;
+        },
+    };
+}
+"""
+
+
+@dataclass
+class Reply:
+    """Everything the worker sent for one request."""
+
+    id: str
+    type: str  # 'result', 'error', or 'crash' (the worker died)
+    result: Any
+    error: dict[str, Any] | None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    sent_at: float = 0.0  # page clock (performance.now(), ms)
+    answered_at: float = 0.0
+
+    def ok(self) -> Any:
+        """The result, or an AssertionError carrying the worker's error."""
+        assert self.type == "result", f"worker answered {self.type}: {self.error}"
+        return self.result
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [event for event in self.events if event["type"] == kind]
+
+    def rgb(self) -> np.ndarray:
+        """The generated image as uint8 [H, W, 3] (alpha dropped), as builder.imaging compares images."""
+        result = self.ok()
+        rgba = np.frombuffer(base64.b64decode(result["rgba"]), dtype=np.uint8)
+        return rgba.reshape(result["height"], result["width"], 4)[:, :, :3].copy()
+
+
+class WorkerClient:
+    """Talks to the inference worker of the app served at `base_url`, in one Playwright page."""
+
+    def __init__(self, page: Any, base_url: str) -> None:
+        self.page = page
+        self.base_url = base_url.rstrip("/") + "/"
+
+    def open(self) -> None:
+        """Load the app page (its own UI script blocked, so only our worker runs) and start a worker."""
+        self.page.goto(self.base_url)
+        self.start_worker()
+
+    def reload(self) -> None:
+        self.page.reload()
+        self.start_worker()
+
+    def start_worker(self) -> None:
+        worker_path = self.page.get_attribute('meta[name="klein-worker"]', "content")
+        assert worker_path, "index.html has no <meta name=klein-worker>"
+        self.page.evaluate(INSTALL_CLIENT_JS, self.base_url + worker_path)
+        assert self.page.evaluate("crossOriginIsolated"), "the page is not cross-origin isolated (COOP/COEP missing)"
+
+    @property
+    def model_base(self) -> str:
+        return self.base_url + "models/"
+
+    def send(self, kind: str, **fields: Any) -> str:
+        return str(self.page.evaluate("([t, f]) => window.kleinTest.send(t, f)", [kind, fields]))
+
+    def wait(self, request_id: str, *, timeout_s: float) -> Reply:
+        raw = self.page.evaluate("([id, ms]) => window.kleinTest.wait(id, ms)", [request_id, timeout_s * 1000])
+        final = raw["final"]
+        assert final is not None, f"request {request_id}: no result or error within {timeout_s} s; events: {raw['events'][-5:]}"
+        return Reply(id=request_id, type=final["type"], result=final.get("result"), error=final.get("error"),
+                     events=raw["events"], sent_at=raw["sentAt"], answered_at=final["at"])
+
+    def events(self, request_id: str) -> list[dict[str, Any]]:
+        return list(self.page.evaluate("(id) => window.kleinTest.events(id)", request_id))
+
+    def request(self, kind: str, *, timeout_s: float = 60, **fields: Any) -> Reply:
+        return self.wait(self.send(kind, **fields), timeout_s=timeout_s)
+
+    def generate(self, *, prompt: str, seed: int, width: int, height: int, steps: int = 4,
+                 precision: str | None = None, timeout_s: float = 300) -> Reply:
+        params: dict[str, Any] = {"prompt": prompt, "seed": seed, "width": width, "height": height, "steps": steps,
+                                  "modelBase": self.model_base}
+        if precision:
+            params["precision"] = precision
+        return self.request("generate", params=params, timeout_s=timeout_s)
+
+    def wait_for_event(self, request_id: str, kind: str, *, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            matching = [event for event in self.events(request_id) if event["type"] == kind]
+            if matching:
+                return matching[0]
+            time.sleep(0.05)
+        raise AssertionError(f"request {request_id}: no {kind!r} event within {timeout_s} s")
+
+
+@contextmanager
+def browser_context(user_data_dir: Path, chromium: Path) -> Iterator[Any]:
+    """A persistent Chromium context (OPFS needs one: incognito storage is an in-memory quota)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        context = launch_persistent(playwright, user_data_dir, executable=chromium)
+        # The app's own UI would start a second worker; these tests speak to the worker directly.
+        context.route("**/assets/page-*.js", lambda route: route.fulfill(status=200, body="",
+                                                                         content_type="text/javascript"))
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def new_page(context: Any) -> Any:
+    """A fresh page whose console errors are echoed to the test output (seen on failure)."""
+    page = context.new_page()
+    page.on("console", lambda message: print(f"[console.{message.type}] {message.text}")
+            if message.type in ("error", "warning") else None)
+    page.on("pageerror", lambda error: print(f"[pageerror] {error}"))
+    return page

@@ -1,0 +1,251 @@
+"""The inference worker in real headless Chromium (WebGPU on SwiftShader), driven through its protocol.
+
+Each test serves the built app plus a tiny model repository (builder.tiny) and compares the worker's image with
+the onnxruntime CPU reference (builder.reference) for the same prompt, seed and size. One Chromium context is
+shared by the module; each test gets its own server port, hence its own origin and an empty model store.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder import imaging, manifest, reference
+from helpers import Reply, WorkerClient, browser_context, new_page  # tests/browser is on sys.path (rootdir-relative import mode)
+
+pytestmark = pytest.mark.browser
+
+PROMPT = "a red fox in fresh snow, morning light"
+# fp32 graphs on WebGPU vs onnxruntime CPU: only float rounding differs, so the images are near-identical.
+FP32_PSNR_MIN = 40.0
+WEIGHT_FILE = re.compile(r"\.onnx(_data(_\d+)?)?\b")
+
+
+@pytest.fixture(scope="module")
+def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
+    with browser_context(tmp_path_factory.mktemp("chromium-profile"), chromium_path) as ctx:
+        yield ctx
+
+
+@pytest.fixture
+def page(context: Any) -> Iterator[Any]:
+    page = new_page(context)
+    yield page
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def reference_rgb(tiny_models: dict[str, Path]) -> Any:
+    """reference_rgb(repo, seed, width, height, variants) -> uint8 [H, W, 3], computed once per case."""
+    cache: dict[tuple[Any, ...], Any] = {}
+
+    def make(repo: str, *, seed: int, width: int, height: int, variants: dict[str, str] | None = None) -> Any:
+        key = (repo, seed, width, height, tuple(sorted((variants or {}).items())))
+        if key not in cache:
+            cache[key] = reference.generate(tiny_models[repo], prompt=PROMPT, seed=seed, width=width, height=height,
+                                            steps=4, variants=variants, log=lambda _msg: None).image
+        return cache[key]
+
+    return make
+
+
+def variants_of(reply: Reply) -> dict[str, str]:
+    """The graph variants the worker ran, to pin the reference to the same ones."""
+    return {component: graph["variant"] for component, graph in reply.ok()["graphs"].items()}
+
+
+def assert_progress_stream(reply: Reply) -> None:
+    """Download progress invariants: loaded never decreases, total is constant, it ends at total."""
+    progress = [event["progress"] for event in reply.of_type("progress")]
+    assert progress, "a first run on a fresh origin must report download progress"
+    loaded = [p["loaded"] for p in progress]
+    assert loaded == sorted(loaded), f"loaded went backwards: {loaded}"
+    assert len({p["total"] for p in progress}) == 1, f"total changed: {[p['total'] for p in progress]}"
+    assert loaded[-1] == progress[-1]["total"] > 0
+    assert all(0 <= p["fileLoaded"] <= p["fileTotal"] for p in progress)
+
+
+def test_probe_reports_software_adapter_without_f16(page: Any, dist_dir: Path, live_server_factory: Any,
+                                                    tiny_models: dict[str, Path]) -> None:
+    server = live_server_factory(dist_dir, models=tiny_models["fp32"])
+    client = WorkerClient(page, server.url("/"))
+    client.open()
+    caps = client.request("probe").ok()
+    assert caps["webgpu"] is True and caps["error"] is None
+    # SwiftShader: a software adapter, no shader-f16, 1 GiB buffers (builder/browser.py SOFTWARE_FLAGS).
+    assert caps["software"] is True, caps["adapter"]
+    assert caps["shaderF16"] is False
+    assert caps["maxBufferSize"] >= 256 * 2**20
+    assert caps["crossOriginIsolated"] is True and caps["threads"] >= 1
+    assert caps["storage"]["quota"] > 0
+
+
+def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_dir: Path, live_server_factory: Any,
+                                                                tiny_models: dict[str, Path],
+                                                                reference_rgb: Any) -> None:
+    server = live_server_factory(dist_dir, models=tiny_models["fp32"])
+    client = WorkerClient(page, server.url("/"))
+    client.open()
+
+    cases = [(0, 64, 64), (42, 64, 64), (7, 96, 64)]  # two seeds, a square and a non-square size
+    for i, (seed, width, height) in enumerate(cases):
+        reply = client.generate(prompt=PROMPT, seed=seed, width=width, height=height)
+        result = reply.ok()
+        assert result["graphs"]["transformer"] == {"variant": "fp32", "ep": "webgpu"}
+        assert result["graphs"]["vae_decoder"]["ep"] == "webgpu"
+        assert [e["stage"] for e in reply.of_type("stage")] == ["check", "download", "load", "encode", "denoise",
+                                                                 "decode"]
+        assert [e["step"] for e in reply.of_type("step")] == [1, 2, 3, 4]
+        timings = result["timings"]
+        assert timings["total"] >= timings["denoise"] > 0 and timings["sessionRun"] > 0
+        if i == 0:
+            assert_progress_stream(reply)
+        else:
+            # Same prompt again: the embeddings are cached, nothing is downloaded.
+            assert reply.of_type("stage")[3].get("detail") == "cached"
+            assert not reply.of_type("progress")
+        psnr = imaging.psnr(reply.rgb(), reference_rgb("fp32", seed=seed, width=width, height=height))
+        print(f"fp32 {width}x{height} seed {seed}: PSNR {psnr:.1f} dB vs CPU reference")
+        assert psnr >= FP32_PSNR_MIN
+
+    # A second visit (new worker, nothing in memory) loads every weight from OPFS: no weight-file request.
+    log_mark = len(server.output())
+    client.reload()
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    assert imaging.psnr(reply.rgb(), reference_rgb("fp32", seed=0, width=64, height=64)) >= FP32_PSNR_MIN
+    assert reply.of_type("stage")[3].get("detail") is None, "a fresh worker must run the text encoder"
+    time.sleep(0.5)  # let the access log flush
+    after = server.output()[log_mark:]
+    assert "manifest.json" in after, "the manifest is re-fetched on each run (stale-size check)"
+    requested = [line for line in after.splitlines() if WEIGHT_FILE.search(line)]
+    assert requested == [], f"weight files requested after the reload:\n" + "\n".join(requested)
+
+
+def test_q4_against_reference(page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path],
+                              reference_rgb: Any) -> None:
+    server = live_server_factory(dist_dir, models=tiny_models["q4"])
+    client = WorkerClient(page, server.url("/"))
+    client.open()
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    graphs = reply.ok()["graphs"]
+    # No shader-f16 on SwiftShader: the q4 text encoder (fp16 token embedding) keeps its fp16 nodes on the CPU
+    # and everything else on WebGPU; the VAE is the fp32 graph.
+    assert graphs["text_encoder"] == {"variant": "q4", "ep": "webgpu"}
+    assert graphs["transformer"] == {"variant": "q4", "ep": "webgpu"}
+    assert graphs["vae_decoder"] == {"variant": "fp32", "ep": "webgpu"}
+    assert any("shader-f16" in note for note in reply.ok()["notes"])
+    psnr = imaging.psnr(reply.rgb(), reference_rgb("q4", seed=0, width=64, height=64, variants=variants_of(reply)))
+    print(f"q4 64x64 seed 0: PSNR {psnr:.1f} dB vs CPU reference (same variants)")
+    # MatMulNBits with accuracy_level 4 quantises activations to int8 on the WebGPU EP but not on the CPU EP
+    # (onnxruntime-web notes section 4: ~0.3% relative), so q4 is looser than fp32. Measured: see the print.
+    assert psnr >= 25.0
+
+
+class CutOnce:
+    """ASGI middleware: records every request and cuts the first GET of `target` after `after` bytes."""
+
+    def __init__(self, app: Any, *, target: str, after: int) -> None:
+        self.app, self.target, self.after = app, target, after
+        self.requests: list[tuple[str, str, str | None]] = []
+        self.cut = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
+        self.requests.append((scope["method"], scope["path"], headers.get("range")))
+        if self.cut or scope["method"] != "GET" or scope["path"] != self.target:
+            return await self.app(scope, receive, send)
+        self.cut = True
+        sent = 0
+
+        async def send_until_cut(message: Any) -> None:
+            nonlocal sent
+            if message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                if sent + len(body) >= self.after:
+                    await send({**message, "body": body[: self.after - sent], "more_body": True})
+                    raise ConnectionResetError("connection cut by the test")
+                sent += len(body)
+            await send(message)
+
+        await self.app(scope, receive, send_until_cut)
+
+
+@pytest.fixture
+def cutting_server(dist_dir: Path, tiny_models: dict[str, Path]) -> Iterator[tuple[str, CutOnce, str, int]]:
+    """The real app (builder.server.create_app) behind CutOnce, in a uvicorn thread on a free port."""
+    import uvicorn
+
+    from builder.server import create_app
+
+    repo = manifest.load(tiny_models["fp32"])
+    transformer = repo.graph("transformer", "fp32")
+    # The transformer's largest external-data file, cut in the middle.
+    path = max(transformer.files()[1:], key=lambda p: repo.files[p].size)
+    size = repo.files[path].size
+    app = CutOnce(create_app(dist_dir, tiny_models["fp32"]), target="/models/" + path, after=size // 2)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/", app, path, size
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def test_cut_download_resumes_with_range(page: Any, cutting_server: tuple[str, CutOnce, str, int],
+                                         reference_rgb: Any) -> None:
+    base_url, app, path, size = cutting_server
+    client = WorkerClient(page, base_url)
+    client.open()
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    assert app.cut, f"the test never cut /models/{path}"
+    gets = [(p, r) for method, p, r in app.requests if method == "GET" and p == "/models/" + path]
+    assert len(gets) == 2, gets
+    assert gets[0][1] is None
+    resumed_from = int(re.fullmatch(r"bytes=(\d+)-", gets[1][1] or "").group(1))  # type: ignore[union-attr]
+    assert 0 < resumed_from <= size // 2
+    assert imaging.psnr(reply.rgb(), reference_rgb("fp32", seed=0, width=64, height=64)) >= FP32_PSNR_MIN
+
+
+def test_cancel_during_denoising(page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path],
+                                 reference_rgb: Any) -> None:
+    server = live_server_factory(dist_dir, models=tiny_models["fp32"])
+    client = WorkerClient(page, server.url("/"))
+    client.open()
+    generate_id = client.send("generate", params={"prompt": PROMPT, "seed": 0, "width": 64, "height": 64,
+                                                  "steps": 30, "modelBase": client.model_base})
+    client.wait_for_event(generate_id, "step", timeout_s=300)
+    cancel = client.request("cancel", target=generate_id, timeout_s=30)
+    assert cancel.ok() == {"cancelled": True}
+    reply = client.wait(generate_id, timeout_s=60)
+    assert reply.type == "error" and reply.error is not None and reply.error["code"] == "cancelled", reply.error
+
+    steps = reply.of_type("step")
+    assert len(steps) < 30
+    late = [event for event in steps if event["at"] > cancel.sent_at]
+    assert len(late) <= 1, f"{len(late)} steps ran after the cancel"
+    step_ms = max(b["elapsedMs"] - a["elapsedMs"] for a, b in zip(steps, steps[1:])) if len(steps) > 1 \
+        else steps[0]["elapsedMs"]
+    # Stops within one step (plus the session release and message latency).
+    assert reply.answered_at - cancel.sent_at <= step_ms + 2000
+
+    again = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    assert imaging.psnr(again.rgb(), reference_rgb("fp32", seed=0, width=64, height=64)) >= FP32_PSNR_MIN
+    assert client.request("cancel", target=generate_id).ok() == {"cancelled": False}
