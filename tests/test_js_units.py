@@ -88,8 +88,17 @@ def test_png_text_output_opens_in_pillow(node: str, tmp_path: Path) -> None:
         " JSON.parse(fs.readFileSync(entries, 'utf-8'))));"
     )
     out = tmp_path / "tagged.png"
-    result = run([node, "--input-type=module", "-e", script, str(tmp_path / "plain.png"),
-                  str(tmp_path / "entries.json"), str(out)])
+    result = run(
+        [
+            node,
+            "--input-type=module",
+            "-e",
+            script,
+            str(tmp_path / "plain.png"),
+            str(tmp_path / "entries.json"),
+            str(out),
+        ]
+    )
     assert result.returncode == 0, result.stderr
     with Image.open(out) as image:
         image.load()  # decodes every chunk and checks the CRCs

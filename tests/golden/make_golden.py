@@ -31,12 +31,29 @@ RANDN_EXTRA_SHAPES = ((3,), (37,), (1, 128, 8, 8))
 
 # (height px, width px, steps): sizes from 16 px (1 token) to 2048 px, both branches of compute_empirical_mu
 # (4300 tokens is the switch: 1040x1040 = 4225, 1056x1056 = 4356), non-square, 1..50 steps.
-SCHEDULE_CASES = [
-    (h, w, n)
-    for (h, w) in ((16, 16), (64, 64), (256, 256), (512, 512), (512, 768), (768, 512), (720, 1280), (1024, 1024),
-                   (1040, 1040), (1056, 1056), (1024, 576), (2048, 2048), (48, 32))
-    for n in (1, 4, 50)
-] + [(512, 512, n) for n in (2, 3, 5, 8, 28)] + [(1024, 1024, n) for n in (2, 3, 6, 10, 20)]
+SCHEDULE_CASES = (
+    [
+        (h, w, n)
+        for (h, w) in (
+            (16, 16),
+            (64, 64),
+            (256, 256),
+            (512, 512),
+            (512, 768),
+            (768, 512),
+            (720, 1280),
+            (1024, 1024),
+            (1040, 1040),
+            (1056, 1056),
+            (1024, 576),
+            (2048, 2048),
+            (48, 32),
+        )
+        for n in (1, 4, 50)
+    ]
+    + [(512, 512, n) for n in (2, 3, 5, 8, 28)]
+    + [(1024, 1024, n) for n in (2, 3, 6, 10, 20)]
+)
 
 PROMPTS = [
     "",
@@ -114,12 +131,18 @@ def golden_schedule() -> dict[str, Any]:
         mu = compute_empirical_mu(image_seq_len=image_seq_len, num_steps=steps)
         timesteps, _ = retrieve_timesteps(scheduler, steps, "cpu", sigmas=sigmas, mu=mu)
         model_timesteps = torch.stack([t.expand(1).to(torch.float32) / 1000 for t in timesteps])
-        cases.append({
-            "height": height, "width": width, "steps": steps, "image_seq_len": image_seq_len, "mu": mu,
-            "sigmas": b64(scheduler.sigmas.numpy(), "<f4"),
-            "timesteps": b64(timesteps.numpy(), "<f4"),
-            "model_timesteps": b64(model_timesteps.numpy(), "<f4"),
-        })
+        cases.append(
+            {
+                "height": height,
+                "width": width,
+                "steps": steps,
+                "image_seq_len": image_seq_len,
+                "mu": mu,
+                "sigmas": b64(scheduler.sigmas.numpy(), "<f4"),
+                "timesteps": b64(timesteps.numpy(), "<f4"),
+                "model_timesteps": b64(model_timesteps.numpy(), "<f4"),
+            }
+        )
 
     # Every token count up to 2048x2048 px at 4 steps through the scheduler's own time_shift: catches a
     # last-bit difference between JS Math.exp and the C library's exp wherever it would reach float32.
@@ -143,7 +166,9 @@ def golden_latents() -> dict[str, Any]:
         ids.append({"h": h, "w": w, "ids": latent_ids.flatten().tolist()})
     text_ids = []
     for length in (1, 7, 512):
-        text_ids.append({"length": length, "ids": Pipe._prepare_text_ids(torch.zeros(1, length, 3))[0].flatten().tolist()})
+        text_ids.append(
+            {"length": length, "ids": Pipe._prepare_text_ids(torch.zeros(1, length, 3))[0].flatten().tolist()}
+        )
 
     packs = []
     for c, h, w in ((128, 4, 4), (128, 4, 6), (8, 3, 5), (128, 1, 1)):
@@ -151,7 +176,9 @@ def golden_latents() -> dict[str, Any]:
         packed = Pipe._pack_latents(latents)  # [1, C, H, W] -> [1, H*W, C]
         unpacked = Pipe._unpack_latents_with_ids(packed, Pipe._prepare_latent_ids(latents), h, w)
         assert torch.equal(unpacked, latents)
-        packs.append({"c": c, "h": h, "w": w, "latents": b64(latents.numpy(), "<f4"), "packed": b64(packed.numpy(), "<f4")})
+        packs.append(
+            {"c": c, "h": h, "w": w, "latents": b64(latents.numpy(), "<f4"), "packed": b64(packed.numpy(), "<f4")}
+        )
 
     # scheduler.step over a whole 4-step (and 7-step) schedule on random float32 data, like the pipeline loop.
     euler = []
@@ -190,11 +217,16 @@ def golden_tokens() -> dict[str, Any]:
         full = tokenizer(text)["input_ids"]
         if plain(text)["input_ids"] != full:
             raise RuntimeError(f"tokenizer.json and {type(tokenizer).__name__} disagree on {prompt!r}")
-        cases.append({
-            "prompt": prompt, "max_length": max_length, "text": text,
-            "input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"],
-            "dropped": max(0, len(full) - max_length),
-        })
+        cases.append(
+            {
+                "prompt": prompt,
+                "max_length": max_length,
+                "text": text,
+                "input_ids": inputs["input_ids"],
+                "attention_mask": inputs["attention_mask"],
+                "dropped": max(0, len(full) - max_length),
+            }
+        )
     return {"tokenizer_dir": str(QWEN3_TOKENIZER_DIR), "cases": cases}
 
 
@@ -214,7 +246,7 @@ def golden_image() -> dict[str, Any]:
                 ties.append(candidate)
                 break
     values[: len(ties)] = ties
-    values[len(ties): len(ties) + 4] = [0.0, 1.0, np.float32(0.5 / 255), np.float32(254.5 / 255)]
+    values[len(ties) : len(ties) + 4] = [0.0, 1.0, np.float32(0.5 / 255), np.float32(254.5 / 255)]
     image = torch.from_numpy(values.reshape(1, 3, height, width))
     # The ONNX VAE already applied (x / 2 + 0.5).clamp(0, 1), hence do_denormalize=False.
     pil = VaeImageProcessor().postprocess(image, output_type="pil", do_denormalize=[False])[0]

@@ -27,11 +27,14 @@ test('toRgba equals image_processor.postprocess(..., "pil") including exact .5 t
 
 test('toRgba saturates out-of-range values and rejects a buffer of the wrong size', () => {
     assert.deepEqual(Array.from(toRgba(new Float32Array([-0.5, 1.5, 0.5]), 1, 1)), [0, 255, 128, 255]);
-    assert.throws(() => toRgba(new Float32Array(5), 1, 2), (err) => {
-        assert.ok(err instanceof InputError);
-        assert.match(err.message, /`image` has 5 values but a \[1, 3, 2, 1\] image needs 6/);
-        return true;
-    });
+    assert.throws(
+        () => toRgba(new Float32Array(5), 1, 2),
+        (err) => {
+            assert.ok(err instanceof InputError);
+            assert.match(err.message, /`image` has 5 values but a \[1, 3, 2, 1\] image needs 6/);
+            return true;
+        },
+    );
     assert.throws(() => toRgba(new Float32Array(3), 0, 1), /`width` must be a positive integer/);
 });
 
@@ -48,12 +51,15 @@ test('checkImage refuses NaN, infinities and flat images (black square) with Deg
         nearlyFlat: Float32Array.from({ length: 48 }, (_, i) => 0.2 + (i % 2) * 0.002),
     };
     for (const [name, image] of Object.entries(bad)) {
-        assert.throws(() => checkImage(image), (err) => {
-            assert.ok(err instanceof DegenerateOutputError, name);
-            assert.equal(err.code, 'degenerate-output');
-            assert.match(err.message, /Try another seed/, `${name}: says what to try`);
-            return true;
-        });
+        assert.throws(
+            () => checkImage(image),
+            (err) => {
+                assert.ok(err instanceof DegenerateOutputError, name);
+                assert.equal(err.code, 'degenerate-output');
+                assert.match(err.message, /Try another seed/, `${name}: says what to try`);
+                return true;
+            },
+        );
     }
     assert.throws(() => checkImage(bad.black), /single flat colour .*about 0\/255/);
 });
@@ -62,6 +68,6 @@ test('assertFinite names what it checked and counts the bad values', () => {
     assert.doesNotThrow(() => assertFinite(new Float32Array([0, -1e30, 1e30]), 'latents'));
     assert.throws(
         () => assertFinite(Float32Array.from([1, Number.NaN, Number.NaN, Infinity]), 'latents after step 2'),
-        /The latents after step 2 contain 2 NaN and 1 infinite value\(s\) out of 4 \(first at index 1\)/,
+        /Found 2 NaN and 1 infinite value\(s\) in the latents after step 2 \(out of 4, first at index 1\)/,
     );
 });

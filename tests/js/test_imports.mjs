@@ -8,7 +8,13 @@ import { test } from 'node:test';
 const EXPORTS = {
     '../../web_src/src/pipeline/rng.js': ['torchRandn'],
     '../../web_src/src/pipeline/schedule.js': ['computeEmpiricalMu', 'retrieveTimesteps', 'timeShift'],
-    '../../web_src/src/pipeline/latents.js': ['prepareLatentIds', 'prepareTextIds', 'packLatents', 'unpackLatents', 'eulerStep'],
+    '../../web_src/src/pipeline/latents.js': [
+        'prepareLatentIds',
+        'prepareTextIds',
+        'packLatents',
+        'unpackLatents',
+        'eulerStep',
+    ],
     '../../web_src/src/pipeline/tokenizer.js': ['PromptTokenizer'],
     '../../web_src/src/pipeline/image.js': ['toRgba', 'assertFinite', 'checkImage'],
     '../../web_src/src/shared/png_text.js': ['addTextChunks', 'readTextChunks'],

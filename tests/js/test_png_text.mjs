@@ -19,7 +19,7 @@ const golden = loadGolden('png.json');
 function chunks(png) {
     const view = new DataView(png.buffer, png.byteOffset, png.byteLength);
     const out = [];
-    for (let offset = 8; offset < png.length; ) {
+    for (let offset = 8; offset < png.length;) {
         const length = view.getUint32(offset);
         const type = Buffer.from(png.subarray(offset + 4, offset + 8)).toString('latin1');
         const crc = view.getUint32(offset + 8 + length);
@@ -54,7 +54,9 @@ test('addTextChunks inserts valid tEXt (Latin-1) and iTXt (UTF-8) chunks before 
     assert.deepEqual(textTypes, ['iTXt', 'tEXt', 'tEXt', 'tEXt', 'tEXt'], 'one chunk per entry, all before IDAT');
     // The image chunks are untouched.
     const imageChunks = (/** @type {Uint8Array} */ png) =>
-        chunks(png).filter((c) => c.type !== 'tEXt' && c.type !== 'iTXt').map((c) => [c.type, Buffer.from(c.data).toString('hex')]);
+        chunks(png)
+            .filter((c) => c.type !== 'tEXt' && c.type !== 'iTXt')
+            .map((c) => [c.type, Buffer.from(c.data).toString('hex')]);
     assert.deepEqual(imageChunks(tagged), imageChunks(plain));
     assert.deepEqual(readTextChunks(plain), {});
 
@@ -75,11 +77,14 @@ test('Latin-1 text round-trips byte for byte through tEXt (0x80-0xFF are not win
 test('addTextChunks and readTextChunks reject bad input with InputError', () => {
     const plain = bytes(golden.plain);
     for (const key of ['', ' lead', 'trail ', 'dou  ble', 'x'.repeat(80), 'emoji🦊', 'nul\0']) {
-        assert.throws(() => addTextChunks(plain, { [key]: 'v' }), (err) => {
-            assert.ok(err instanceof InputError);
-            assert.match(err.message, /PNG text keyword .* is invalid/);
-            return true;
-        });
+        assert.throws(
+            () => addTextChunks(plain, { [key]: 'v' }),
+            (err) => {
+                assert.ok(err instanceof InputError);
+                assert.match(err.message, /PNG text keyword .* is invalid/);
+                return true;
+            },
+        );
     }
     assert.throws(() => addTextChunks(plain, { k: 'a\0b' }), /without NUL/);
     assert.throws(() => readTextChunks(new Uint8Array([1, 2, 3])), /not a PNG file/);

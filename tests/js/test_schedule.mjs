@@ -47,11 +47,21 @@ test('the model timestep t/1000 is not always sigma (why modelTimesteps exists)'
 });
 
 test('schedule functions reject non-integer or non-positive sizes and steps with InputError', () => {
-    for (const [steps, seq] of [[0, 16], [4, 0], [2.5, 16], [4, Number.NaN], [-1, 16], ['4', 16]]) {
-        assert.throws(() => retrieveTimesteps(/** @type {any} */ (steps), /** @type {any} */ (seq)), (err) => {
-            assert.ok(err instanceof InputError);
-            assert.match(err.message, /`(numSteps|imageSeqLen)` must be an integer >= 1, got/);
-            return true;
-        });
+    for (const [steps, seq] of [
+        [0, 16],
+        [4, 0],
+        [2.5, 16],
+        [4, Number.NaN],
+        [-1, 16],
+        ['4', 16],
+    ]) {
+        assert.throws(
+            () => retrieveTimesteps(/** @type {any} */ (steps), /** @type {any} */ (seq)),
+            (err) => {
+                assert.ok(err instanceof InputError);
+                assert.match(err.message, /`(numSteps|imageSeqLen)` must be an integer >= 1, got/);
+                return true;
+            },
+        );
     }
 });

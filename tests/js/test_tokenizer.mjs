@@ -26,7 +26,10 @@ function assertMatches(tok, c) {
     assert.ok(encoded.inputIds instanceof BigInt64Array && encoded.attentionMask instanceof BigInt64Array);
     assert.deepEqual(Array.from(encoded.inputIds, Number), c.input_ids, `${what}: input_ids`);
     assert.deepEqual(Array.from(encoded.attentionMask, Number), c.attention_mask, `${what}: attention_mask`);
-    assert.equal(encoded.tokens, c.attention_mask.reduce((/** @type {number} */ a, /** @type {number} */ b) => a + b, 0));
+    assert.equal(
+        encoded.tokens,
+        c.attention_mask.reduce((/** @type {number} */ a, /** @type {number} */ b) => a + b, 0),
+    );
     assert.equal(encoded.droppedTokens, c.dropped, `${what}: dropped tokens`);
 }
 
@@ -47,9 +50,17 @@ test('the golden prompts include truncation and the default length is 512', () =
 
 test('a chat_template.jinja string takes precedence over tokenizer_config.chat_template', () => {
     const { chat_template: template, ...configWithout } = tokenizerConfig;
-    const fromFile = PromptTokenizer.fromFiles({ tokenizerJson, tokenizerConfig: configWithout, chatTemplate: template });
+    const fromFile = PromptTokenizer.fromFiles({
+        tokenizerJson,
+        tokenizerConfig: configWithout,
+        chatTemplate: template,
+    });
     for (const c of golden.cases.slice(0, 5)) assertMatches(fromFile, c);
-    const other = PromptTokenizer.fromFiles({ tokenizerJson, tokenizerConfig, chatTemplate: 'X{{ messages[0].content }}' });
+    const other = PromptTokenizer.fromFiles({
+        tokenizerJson,
+        tokenizerConfig,
+        chatTemplate: 'X{{ messages[0].content }}',
+    });
     assert.equal(other.encode('hi').text, 'Xhi');
 });
 
@@ -62,7 +73,11 @@ test('broken tokenizer files raise ModelFileError and bad arguments InputError',
     const { chat_template: _template, ...noTemplate } = tokenizerConfig;
     assert.throws(() => PromptTokenizer.fromFiles({ tokenizerJson, tokenizerConfig: noTemplate }), ModelFileError);
     assert.throws(
-        () => PromptTokenizer.fromFiles({ tokenizerJson, tokenizerConfig: { ...tokenizerConfig, pad_token: '<|nope|>' } }),
+        () =>
+            PromptTokenizer.fromFiles({
+                tokenizerJson,
+                tokenizerConfig: { ...tokenizerConfig, pad_token: '<|nope|>' },
+            }),
         (err) => err instanceof ModelFileError && /pad_token/.test(err.message),
     );
     assert.throws(() => PromptTokenizer.fromFiles({ tokenizerJson: {}, tokenizerConfig }), ModelFileError);

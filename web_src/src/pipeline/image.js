@@ -13,6 +13,7 @@ const f32 = Math.fround;
 /** An image whose values all lie within this range (1/255 = one uint8 step) is reported as flat. */
 export const FLAT_IMAGE_RANGE = 1 / 255;
 
+// Port of diffusers.image_processor.VaeImageProcessor.numpy_to_pil @ 0.42.1: (x * 255).round() on float32
 /**
  * numpy's `round` (round half to even) of a float32 value.
  * @param {number} v
@@ -77,8 +78,8 @@ export function assertFinite(data, what) {
     }
     if (nan + inf > 0) {
         throw new DegenerateOutputError(
-            `The ${what} contain ${nan} NaN and ${inf} infinite value(s) out of ${data.length} (first at index ` +
-                `${first}). This usually means a numeric overflow in half precision or a faulty GPU kernel. ` +
+            `Found ${nan} NaN and ${inf} infinite value(s) in the ${what} (out of ${data.length}, first at ` +
+                `index ${first}). This usually means a numeric overflow in half precision or a faulty GPU kernel. ` +
                 "Try another seed, the 'fp32' precision, or clear the model cache if the download may be corrupted.",
             { what, nan, inf, total: data.length, firstIndex: first },
         );

@@ -35,7 +35,7 @@ function checkLength(name, data, expected) {
     }
 }
 
-// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.Flux2KleinPipeline._prepare_latent_ids @ 58eb52c
+// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.Flux2KleinPipeline._prepare_latent_ids @ 0.42.1
 /**
  * `img_ids`: one (t, h, w, l) = (0, y, x, 0) row per image token, raster order (token p = y*w + x).
  * @param {number} h Latent grid height, H/16.
@@ -55,7 +55,7 @@ export function prepareLatentIds(h, w) {
     return ids;
 }
 
-// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.Flux2KleinPipeline._prepare_text_ids @ 58eb52c
+// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.Flux2KleinPipeline._prepare_text_ids @ 0.42.1
 /**
  * `txt_ids`: one (t, h, w, l) = (0, 0, 0, l) row per text token.
  * @param {number} length Text sequence length (512).
@@ -68,7 +68,7 @@ export function prepareTextIds(length) {
     return ids;
 }
 
-// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.Flux2KleinPipeline._pack_latents @ 58eb52c
+// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.Flux2KleinPipeline._pack_latents @ 0.42.1
 /**
  * `latents.reshape(1, C, H*W).permute(0, 2, 1)`: channel-last tokens in raster order.
  * @param {Float32Array} latents [1, C, H, W]
@@ -90,7 +90,7 @@ export function packLatents(latents, c, h, w) {
     return tokens;
 }
 
-// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.Flux2KleinPipeline._unpack_latents_with_ids @ 58eb52c
+// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.Flux2KleinPipeline._unpack_latents_with_ids @ 0.42.1
 /**
  * Inverse of `packLatents`. diffusers scatters token rows to `h_id * w + w_id` of a [H*W, C] buffer; with
  * the raster-order ids of `prepareLatentIds` that is token p -> row p, so no ids are needed here.
@@ -113,7 +113,7 @@ export function unpackLatents(tokens, c, h, w) {
     return latents;
 }
 
-// Port of diffusers.schedulers.scheduling_flow_match_euler_discrete.FlowMatchEulerDiscreteScheduler.step @ 58eb52c
+// Port of diffusers.schedulers.scheduling_flow_match_euler_discrete.FlowMatchEulerDiscreteScheduler.step @ 0.42.1
 /**
  * One flow-matching Euler step, in place: `x = x + (sigmaNext - sigma) * v`, float32 with two separate
  * roundings and no FMA, exactly like torch's `sample + dt * model_output` on float32 tensors.

@@ -30,6 +30,7 @@ const TWO_POW_M53 = 2 ** -53;
 const MT_N = 624;
 const MT_M = 397;
 
+// Port of aten/src/ATen/core/MT19937RNGEngine.h (mt19937::init_with_uint32 + next/twist) @ torch 2.13
 /**
  * Creates a MT19937 stream seeded like `torch.Generator().manual_seed(seed)`.
  * @param {number} seed Integer in [0, 2^32).
@@ -125,6 +126,7 @@ function makeScratch() {
     return { float: new Float32Array(buffer), bits: new Uint32Array(buffer), sincos: new Float32Array(2) };
 }
 
+// Port of aten/src/ATen/native/cpu/avx_mathfun.h log256_ps @ torch 2.13, with GCC's -ffp-contract=fast FMAs
 /**
  * `log256_ps` for one lane; `x` is in (0, 1] here (u1 = 1 - u), so the NaN/denormal masks never fire.
  * @param {number} x float32
@@ -154,6 +156,7 @@ function logCephes(x, scratch) {
     return fma32(e, LOG_Q2, x);
 }
 
+// Port of aten/src/ATen/native/cpu/avx_mathfun.h sincos256_ps @ torch 2.13, with GCC's -ffp-contract=fast FMAs
 /**
  * `sincos256_ps` for one lane (theta = 2*pi*u2 is in [0, 2*pi)).
  * @param {number} xIn float32
@@ -193,6 +196,7 @@ function sincosCephes(xIn, out) {
     out[1] = signCos ? -cosv : cosv;
 }
 
+// Port of aten/src/ATen/native/cpu/DistributionTemplates.h NormalFill16<float> (AVX2) @ torch 2.13
 /**
  * `NormalFill16<float>` (AVX2): Box-Muller in place on data[off .. off+16), pairs (j, j+8).
  * @param {Float32Array} data
@@ -213,6 +217,7 @@ function normalFill16(data, off, scratch) {
     }
 }
 
+// Port of aten/src/ATen/core/DistributionsHelper.h normal_distribution<double> @ torch 2.13 (numel < 16 path)
 /**
  * numel < 16: `at::normal_distribution<double>` per element, cast to float32.
  * @param {() => number} next
@@ -245,6 +250,7 @@ function normalDoublePath(next, numel) {
     return out;
 }
 
+// Port of torch.randn(shape, generator=torch.Generator('cpu').manual_seed(seed)): aten normal_kernel @ torch 2.13
 /**
  * Standard normal float32 noise, bit-exact with x86-64 CPU torch:
  * `torch.randn(shape, generator=torch.Generator('cpu').manual_seed(seed), dtype=torch.float32)`.

@@ -25,7 +25,7 @@ function checkPositiveInteger(name, value, min = 1) {
     }
 }
 
-// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.compute_empirical_mu @ 58eb52c
+// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.compute_empirical_mu @ 0.42.1
 /**
  * The time-shift parameter fitted by BFL: linear in the token count, interpolated between the fits for
  * 10 and 200 steps (plain double arithmetic, like Python).
@@ -70,7 +70,7 @@ function linspaceOneToInverse(n) {
     return out;
 }
 
-// Port of diffusers.schedulers.scheduling_flow_match_euler_discrete.FlowMatchEulerDiscreteScheduler._time_shift_exponential @ 58eb52c
+// Port of diffusers.schedulers.scheduling_flow_match_euler_discrete.FlowMatchEulerDiscreteScheduler._time_shift_exponential @ 0.42.1
 /**
  * The exponential time shift `math.exp(mu) / (math.exp(mu) + (1 / t - 1) ** 1.0)` with numpy's float32
  * semantics: `t` is a float32 array and the Python floats are "weak" scalars, so `exp(mu)` is rounded to
@@ -95,7 +95,7 @@ export function timeShift(mu, sigmas) {
  * @property {Float32Array} modelTimesteps  N values fed to the transformer: float32(timestep / 1000).
  */
 
-// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.retrieve_timesteps @ 58eb52c
+// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.retrieve_timesteps @ 0.42.1
 /**
  * The schedule `Flux2KleinPipeline.__call__` builds in stage "6. Prepare timesteps":
  * `sigmas = linspace(1, 1/N, N)`, `mu = compute_empirical_mu(image_seq_len, N)`, then

@@ -122,6 +122,8 @@ export class PromptTokenizer {
         });
     }
 
+    // Port of diffusers.pipelines.flux2.pipeline_flux2_klein.Flux2KleinPipeline._get_qwen3_prompt_embeds @ 0.42.1
+    // (the apply_chat_template + tokenizer calls; the text encoder runs elsewhere)
     /**
      * @param {string} prompt The user's prompt (may be empty).
      * @param {{maxLength?: number}} [options]

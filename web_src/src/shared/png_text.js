@@ -66,9 +66,16 @@ function parseChunks(png) {
         const type = latin1Text(png.subarray(offset + 4, offset + 8));
         const end = offset + 12 + length;
         if (end > png.length) {
-            throw new InputError(`\`png\` is truncated: chunk ${type} at byte ${offset} runs past the end of the file.`);
+            throw new InputError(
+                `\`png\` is truncated: chunk ${type} at byte ${offset} runs past the end of the file.`,
+            );
         }
-        chunks.push({ type, offset, data: png.subarray(offset + 8, offset + 8 + length), crc: view.getUint32(end - 4) });
+        chunks.push({
+            type,
+            offset,
+            data: png.subarray(offset + 8, offset + 8 + length),
+            crc: view.getUint32(end - 4),
+        });
         offset = end;
         if (type === 'IEND') break;
     }
@@ -191,7 +198,9 @@ export function readTextChunks(png) {
         if (chunk.type !== 'tEXt' && chunk.type !== 'iTXt') continue;
         const typeAndData = png.subarray(chunk.offset + 4, chunk.offset + 8 + chunk.data.length);
         if (crc32(typeAndData) !== chunk.crc) {
-            throw new InputError(`\`png\` is corrupted: the ${chunk.type} chunk at byte ${chunk.offset} fails its CRC.`);
+            throw new InputError(
+                `\`png\` is corrupted: the ${chunk.type} chunk at byte ${chunk.offset} fails its CRC.`,
+            );
         }
         const data = chunk.data;
         const nul = data.indexOf(0);
