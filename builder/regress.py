@@ -42,6 +42,7 @@ from builder.errors import InputError, KleinWebError, RegressionError
 from builder.regress_report import (
     COULD_NOT_RUN,
     FAIL,
+    REPORT_NAME,
     AppRun,
     CaseReport,
     Reference,
@@ -575,6 +576,8 @@ def main(*, log: Log, models_dir: Path | None, prompt: str | None, seed: int, si
     # 6. Report and verdict.
     single = len(cases) == 1
     browser = session.describe()
+    if not single:
+        (report_dir / REPORT_NAME).unlink(missing_ok=True)  # the run's report.json is written after every case's
     for report in reports:
         write_case_report(report_dir if single else report_dir / report.name, report, browser=browser,
                           adapter=session.adapter)

@@ -161,29 +161,45 @@ def case_json(report: CaseReport, *, browser: dict[str, Any], adapter: dict[str,
     }
 
 
+def _readable(path: Path) -> None:
+    # Temp files are created 0600; a report is for sharing (CI artifacts, other users).
+    path.chmod(0o644)
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    atomic_write_bytes(path, data)
+    _readable(path)
+
+
+def _write_png(path: Path, pixels: np.ndarray, *, text: dict[str, str] | None = None) -> None:
+    imaging.write_png(path, pixels, text=text)
+    _readable(path)
+
+
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    atomic_write_bytes(path, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8"))
+    _write_bytes(path, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8"))
 
 
 def write_case_report(folder: Path, report: CaseReport, *, browser: dict[str, Any], adapter: dict[str, Any]) -> Path:
     """report.json + the PNGs of one case into `folder`; each file atomically, report.json last."""
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / REPORT_NAME).unlink(missing_ok=True)  # until the new one lands, the folder reads as incomplete
     reference, comparison = report.reference, report.comparison
     if reference is None:
         (folder / REFERENCE_NAME).unlink(missing_ok=True)
     elif reference.png is not None:
-        atomic_write_bytes(folder / REFERENCE_NAME, reference.png)
+        _write_bytes(folder / REFERENCE_NAME, reference.png)
     else:
         p = report.parameters
-        imaging.write_png(folder / REFERENCE_NAME, reference.image,
-                          text=imaging.png_text(prompt=p["prompt"], seed=p["seed"], steps=p["steps"], width=p["width"],
-                                                height=p["height"], model=f"{reference.source} reference"))
+        text = imaging.png_text(prompt=p["prompt"], seed=p["seed"], steps=p["steps"], width=p["width"],
+                                height=p["height"], model=f"{reference.source} reference")
+        _write_png(folder / REFERENCE_NAME, reference.image, text=text)
     if report.app.png:
-        atomic_write_bytes(folder / CANDIDATE_NAME, report.app.png)
+        _write_bytes(folder / CANDIDATE_NAME, report.app.png)
     else:
         (folder / CANDIDATE_NAME).unlink(missing_ok=True)  # never leave an earlier run's image as this run's
     if comparison is not None and comparison.diff is not None:
-        imaging.write_png(folder / DIFF_NAME, comparison.diff)
+        _write_png(folder / DIFF_NAME, comparison.diff)
     else:
         (folder / DIFF_NAME).unlink(missing_ok=True)
     path = folder / REPORT_NAME
