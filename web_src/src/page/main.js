@@ -1,6 +1,253 @@
 // @ts-check
 /**
- * @file Placeholder created by the build engineer so `klein-web build` has an entry point; the owner replaces it.
+ * @file Page entry: builds the views and one WorkerClient, then wires DOM events to client calls.
+ * The page only renders; every model byte and every GPU call lives in the module worker, so the page
+ * thread never blocks. `document.body.dataset.state` is idle | running | done | error (CSS and
+ * automation key on it).
  * @module page/main
  */
-export {};
+
+import { InputError, KleinError, NoWebGPUError } from '../shared/errors.js';
+import { resolveModelSource } from './model_source.js';
+import { WorkerClient } from './worker_client.js';
+import { SUPPORT_NOTE, detectBrowser, webgpuAdvice } from './ui/browser_support.js';
+import { CapabilitiesView } from './ui/capabilities.js';
+import { ErrorView, adviseError } from './ui/error_view.js';
+import { FormView, randomSeed, requireElement, shareUrl, valuesFromUrl } from './ui/form.js';
+import { formatBytes, formatDuration } from './ui/format.js';
+import { HistoryStore, HistoryView } from './ui/history.js';
+import { ProgressView } from './ui/progress.js';
+import { ResultView, encodeImage } from './ui/result.js';
+
+/** @typedef {import('../protocol.js').Capabilities} Capabilities */
+/** @typedef {import('./model_source.js').ModelSource} ModelSource */
+/** @typedef {'idle' | 'running' | 'done' | 'error'} PageState */
+
+/**
+ * @param {string} name
+ * @returns {string}
+ */
+function meta(name) {
+    const content = document.querySelector(`meta[name="${name}"]`)?.getAttribute('content');
+    if (!content) throw new Error(`index.html has no <meta name="${name}">: rebuild with \`klein-web build\`.`);
+    return content;
+}
+
+/** @param {PageState} state */
+function setState(state) {
+    document.body.dataset.state = state;
+}
+
+/**
+ * A short message in `#toast` (role=status), cleared after a few seconds.
+ * @param {HTMLElement} toast
+ * @param {string} text
+ */
+function announce(toast, text) {
+    toast.textContent = text;
+    clearTimeout(Number(toast.dataset.timer));
+    toast.dataset.timer = String(setTimeout(() => (toast.textContent = ''), 4000));
+}
+
+function main() {
+    const version = meta('klein-version');
+    const client = new WorkerClient(new URL(meta('klein-worker'), location.href));
+    const browser = detectBrowser(navigator);
+    const advice = webgpuAdvice(browser);
+
+    const form = new FormView(document);
+    const progress = new ProgressView(document);
+    const result = new ResultView(document);
+    const errors = new ErrorView(document);
+    const toast = requireElement(document, 'toast', HTMLElement);
+    const sourceLabel = requireElement(document, 'model-source', HTMLElement);
+    const copyLink = requireElement(document, 'copy-link', HTMLButtonElement);
+    requireElement(document, 'browser-note', HTMLElement).textContent = SUPPORT_NOTE;
+    requireElement(document, 'version', HTMLElement).textContent = `klein-web ${version}`;
+
+    /** @type {HistoryStore | null} */
+    let historyStore = null;
+    const history = new HistoryView(document, {
+        onRestore: (entry) => {
+            const { params } = entry;
+            form.write({
+                prompt: params.prompt,
+                seed: String(params.seed),
+                steps: String(params.steps),
+                width: String(params.width),
+                height: String(params.height),
+            });
+            form.prompt.focus();
+            announce(toast, `Settings restored: seed ${params.seed}, ${params.width}×${params.height}.`);
+        },
+        onClear: async () => {
+            await historyStore?.clear();
+            history.render([]);
+            announce(toast, 'History cleared.');
+        },
+    });
+    const capabilities = new CapabilitiesView(document, {
+        onClearCache: async () => {
+            capabilities.setBusy(true);
+            capabilities.message('Clearing…');
+            try {
+                const { freedBytes } = await client.clearCache();
+                capabilities.message(`Freed ${formatBytes(freedBytes)}. The model downloads again on the next Generate.`);
+                capabilities.render(await client.probe());
+            } catch (err) {
+                capabilities.message(`Could not clear the cache: ${err instanceof Error ? err.message : String(err)}`);
+            } finally {
+                capabilities.setBusy(form.running);
+            }
+        },
+    });
+
+    // 1. Settings from a share link; a fresh random seed otherwise.
+    const fromUrl = valuesFromUrl(location.search);
+    form.write({ seed: String(randomSeed()), ...fromUrl });
+
+    // 2. Where the model comes from (shown in the header), decided once.
+    /** @type {Promise<ModelSource>} */
+    const source = resolveModelSource({ href: location.href, defaultBase: meta('klein-model-base'), fetch: fetch.bind(globalThis) });
+    source.then(
+        (found) => {
+            sourceLabel.textContent = found.label;
+            sourceLabel.title = found.base;
+            sourceLabel.dataset.kind = found.kind;
+        },
+        (err) => {
+            sourceLabel.textContent = 'Model source: invalid';
+            form.block('Fix the ?model= address first.');
+            errors.show(adviseError(err, {}), 'input');
+            setState('error');
+        },
+    );
+
+    // 3. Can this browser run it at all? Probed in the worker before anything is downloaded.
+    setState('idle');
+    progress.idle('Checking WebGPU…');
+    capabilities.placeholder('Probing the GPU…');
+    /** @type {Promise<Capabilities | null>} */
+    const probe = client.probe().then(
+        (caps) => {
+            capabilities.render(caps);
+            if (!caps.webgpu) {
+                const error = new NoWebGPUError(caps.error ?? 'This browser exposes no WebGPU adapter.');
+                form.block('WebGPU is not available in this browser.');
+                errors.show(adviseError(error, { advice }), error.code);
+                progress.idle('WebGPU is not available.');
+                setState('error');
+                return null;
+            }
+            progress.idle(caps.software ? 'Ready (software GPU: expect minutes per image).' : 'Ready.');
+            return caps;
+        },
+        (err) => {
+            capabilities.placeholder('The GPU probe failed.');
+            errors.show(adviseError(err, { advice }), err instanceof KleinError ? err.code : 'internal');
+            progress.idle('Not ready.');
+            setState('error');
+            return null;
+        },
+    );
+
+    // 4. This browser's history.
+    HistoryStore.open(indexedDB)
+        .then(async (store) => {
+            historyStore = store;
+            history.render(await store.list());
+        })
+        .catch((err) => history.unavailable(`History is unavailable in this browser (${err?.message ?? err}).`));
+
+    const outputCard = requireElement(document, 'output', HTMLElement);
+    /** In a one-column (narrow) layout the progress is below the form: scroll it into view once. */
+    function revealOutput() {
+        const top = outputCard.getBoundingClientRect().top;
+        if (top > window.innerHeight - 120) outputCard.scrollIntoView({ behavior: 'smooth', block: 'start' });
+    }
+
+    async function generate() {
+        if (form.running) return;
+        /** @type {import('./ui/form.js').FormValues} */
+        let values;
+        try {
+            values = form.read();
+        } catch (err) {
+            // Invalid settings: say why and start nothing (no message goes to the worker).
+            if (!(err instanceof InputError)) throw err;
+            errors.show(adviseError(err, {}), err.code);
+            return;
+        }
+        errors.clear();
+        // Running from the click on, so automation waiting for done|error never sees the previous run's state.
+        setState('running');
+        form.setRunning(true);
+        capabilities.setBusy(true);
+        progress.start();
+        revealOutput();
+        try {
+            const caps = await probe;
+            if (caps === null) throw new NoWebGPUError('WebGPU is not available in this browser.');
+            const { base, label } = await source;
+            const params = { ...values, modelBase: base };
+            const output = await client.generate(params, { onEvent: (event) => progress.handle(event) });
+            const encoded = await encodeImage(output, { modelLabel: label, version });
+            result.show(output, encoded);
+            progress.stop(`Done in ${formatDuration(output.timings.total)}.`, { complete: true });
+            setState('done');
+            historyStore
+                ?.add({ createdAt: Date.now(), params, modelLabel: label, totalMs: output.timings.total, thumb: encoded.thumb })
+                .then(async () => historyStore && history.render(await historyStore.list()))
+                .catch((err) => announce(toast, `Not saved to history: ${err?.message ?? err}`));
+        } catch (err) {
+            const code = err instanceof KleinError ? err.code : 'internal';
+            if (code === 'cancelled') {
+                progress.stop('Cancelled.', { complete: false });
+                setState('idle');
+                return;
+            }
+            const shown = adviseError(err, { width: values.width, height: values.height, advice });
+            errors.show(shown, code);
+            progress.stop(`Stopped: ${shown.title.toLowerCase()}.`, { complete: false });
+            setState('error');
+            // A lost device can leave the worker's runtime unusable: the next Generate gets a fresh one.
+            if (code === 'device-lost') client.restart();
+        } finally {
+            form.setRunning(false);
+            capabilities.setBusy(false);
+        }
+    }
+
+    form.onSubmit(() => {
+        generate().catch((err) => {
+            errors.show(adviseError(err, {}), 'internal');
+            setState('error');
+        });
+    });
+
+    form.cancel.addEventListener('click', () => {
+        form.cancel.disabled = true;
+        progress.idle('Cancelling after the current step…');
+        client.cancel().catch(() => {});
+    });
+
+    copyLink.addEventListener('click', async () => {
+        let values;
+        try {
+            values = form.read();
+        } catch (err) {
+            if (err instanceof InputError) errors.show(adviseError(err, {}), err.code);
+            return;
+        }
+        const link = shareUrl(location.href, values);
+        window.history.replaceState(null, '', link); // the address bar is a share link too
+        try {
+            await navigator.clipboard.writeText(link);
+            announce(toast, 'Link copied: it opens this page with these settings.');
+        } catch {
+            announce(toast, 'Copy this link from the address bar (clipboard access was refused).');
+        }
+    });
+}
+
+main();

@@ -1,0 +1,340 @@
+"""The page, end to end in headless Chromium (WebGPU on SwiftShader), driven only through its stable element ids.
+
+One module-scoped server (the built app + the tiny fp32 model repo) and one persistent Chromium profile are shared;
+`generated` runs one real generation through the UI (custom size 64x64, 4 steps) that several tests then inspect.
+The page's CSP forbids eval, so every Playwright predicate below is a function, never a bare expression string.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from conftest import LiveServer, start_server  # tests/ is on sys.path (rootdir-relative conftest import)
+
+from builder import imaging, reference
+from builder.browser import QUIET_FLAGS, launch_persistent
+
+pytestmark = pytest.mark.browser
+
+PROMPT = "a lighthouse on a cliff at dusk, oil painting"
+SEED = 1234
+# fp32 graphs on WebGPU vs onnxruntime on the CPU differ only by float rounding (see test_worker.py).
+FP32_PSNR_MIN = 40.0
+GENERATE_TIMEOUT_MS = 240_000
+WEIGHT_REQUEST = re.compile(r"GET /models/\S+\.onnx(_data(_\d+)?)?\b")
+
+# Installed before any page script: the long-task observer the task asks for, and a record of the message
+# types the page posts to its worker (to prove a rejected form sends nothing). Both only observe.
+OBSERVE_PAGE_JS = """
+window.__longTasks = [];
+new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) window.__longTasks.push({start: entry.startTime, duration: entry.duration});
+}).observe({type: 'longtask', buffered: true});
+window.__posted = [];
+const originalPost = Worker.prototype.postMessage;
+Worker.prototype.postMessage = function (message, ...rest) {
+    window.__posted.push(message && message.type);
+    return originalPost.call(this, message, ...rest);
+};
+"""
+
+STATE_IS = "(states) => states.includes(document.body.dataset.state)"
+
+
+def state(page: Any) -> str:
+    return str(page.evaluate("() => document.body.dataset.state"))
+
+
+def wait_state(page: Any, *states: str, timeout_ms: float = GENERATE_TIMEOUT_MS) -> str:
+    page.wait_for_function(STATE_IS, arg=list(states), timeout=timeout_ms)
+    return state(page)
+
+
+def weight_requests(server: LiveServer) -> list[str]:
+    return [match.group(0) for match in WEIGHT_REQUEST.finditer(server.output())]
+
+
+def fill_custom_size(page: Any, width: int, height: int) -> None:
+    page.select_option("#size", "custom")
+    page.fill("#width", str(width))
+    page.fill("#height", str(height))
+
+
+def form_values(page: Any) -> dict[str, str]:
+    return {name: page.input_value(f"#{name}") for name in ("prompt", "seed", "steps", "size", "width", "height")}
+
+
+@pytest.fixture(scope="module")
+def server(dist_dir: Path, tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    live = start_server(dist_dir, tmp_path_factory.mktemp("ui-server"), models=tiny_models["fp32"])
+    yield live
+    live.stop()
+
+
+@pytest.fixture(scope="module")
+def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        ctx = launch_persistent(playwright, tmp_path_factory.mktemp("ui-profile"), executable=chromium_path)
+        ctx.add_init_script(OBSERVE_PAGE_JS)
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
+
+def open_page(context: Any, url: str, *, viewport: tuple[int, int] = (1280, 720)) -> Any:
+    page = context.new_page()
+    page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
+    page.on("console", lambda message: print(f"[console.{message.type}] {message.text}")
+            if message.type in ("error", "warning") else None)
+    page.on("pageerror", lambda error: print(f"[pageerror] {error}"))
+    page.goto(url)
+    return page
+
+
+@dataclass
+class Generated:
+    """One finished generation through the UI, kept open for the tests that inspect it."""
+
+    page: Any
+    clicked_at: float  # page clock (performance.now()) at the Generate click
+    done_at: float
+
+
+@pytest.fixture(scope="module")
+def generated(context: Any, server: LiveServer) -> Iterator[Generated]:
+    page = open_page(context, server.url("/"))
+    page.fill("#prompt", PROMPT)
+    page.fill("#seed", str(SEED))
+    page.fill("#steps", "4")
+    fill_custom_size(page, 64, 64)
+    clicked_at = float(page.evaluate("() => performance.now()"))
+    page.click("#generate")
+    final = wait_state(page, "done", "error")
+    assert final == "done", f"generation ended in state {final}: {page.inner_text('#error')}"
+    yield Generated(page, clicked_at, float(page.evaluate("() => performance.now()")))
+    page.close()
+
+
+def test_generation_shows_image_timings_and_tokens(generated: Generated, tiny_models: dict[str, Path]) -> None:
+    page = generated.page
+    assert page.is_visible("#result-image")
+    size = page.evaluate("() => { const i = document.querySelector('#result-image'); return [i.naturalWidth, i.naturalHeight]; }")
+    assert size == [64, 64]
+    assert "Done" in page.inner_text("#status")
+    assert page.is_disabled("#cancel") and page.is_enabled("#generate")
+    assert "Local" in page.inner_text("#model-source"), "a served --models repo must be used and shown"
+
+    report = json.loads(page.get_attribute("#timings", "data-json") or "null")
+    assert set(report["timings"]) >= {"download", "load", "encode", "denoise", "decode", "total"}
+    assert report["timings"]["total"] > 0
+    assert report["graphs"]["transformer"]["ep"] == "webgpu"
+    timings_text = page.inner_text("#timings")
+    for label in ("Download", "Denoise", "Decode", "Total", "Transformer", "fp32"):
+        assert label in timings_text
+
+    tokens = report["prompt"]["tokens"]
+    assert tokens > 0 and report["prompt"]["droppedTokens"] == 0
+    assert str(tokens) in page.inner_text("#token-info")
+
+
+def test_download_png_carries_settings_and_the_image(generated: Generated, server: LiveServer,
+                                                     tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    page = generated.page
+    with page.expect_download() as info:
+        page.click("#download")
+    download = info.value
+    assert download.suggested_filename == f"klein-{SEED}-64x64.png"
+    saved = tmp_path / download.suggested_filename
+    download.save_as(saved)
+    pixels, text = imaging.read_png(saved)
+    assert text["prompt"] == PROMPT
+    assert text["seed"] == str(SEED)
+    assert text["steps"] == "4"
+    assert text["size"] == "64x64"
+    assert text["model"] == server.url("/models/")
+    # The PNG path (canvas -> toBlob -> text chunks) must not alter pixels: compare with the CPU reference.
+    expected = reference.generate(tiny_models["fp32"], prompt=PROMPT, seed=SEED, width=64, height=64, steps=4,
+                                  log=lambda _msg: None).image
+    assert imaging.psnr(pixels, expected) >= FP32_PSNR_MIN
+
+
+def test_history_entry_restores_settings_and_survives_reload(generated: Generated, context: Any,
+                                                             server: LiveServer) -> None:
+    page = generated.page
+    items = page.locator("#history .history-item")
+    assert items.count() == 1
+    assert f"seed {SEED}" in items.first.inner_text()
+    assert items.first.locator("img").evaluate("(img) => img.complete && img.naturalWidth > 0")
+
+    page.fill("#prompt", "something else entirely")
+    page.fill("#seed", "7")
+    page.fill("#steps", "9")
+    page.select_option("#size", "1024x1024")
+    items.first.click()
+    assert form_values(page) == {"prompt": PROMPT, "seed": str(SEED), "steps": "4", "size": "custom",
+                                 "width": "64", "height": "64"}
+
+    fresh = open_page(context, server.url("/"))
+    try:
+        fresh.wait_for_selector("#history .history-item")
+        assert fresh.locator("#history .history-item").count() == 1, "history is stored in this browser"
+    finally:
+        fresh.close()
+
+
+def test_page_thread_has_no_long_task_during_generation(generated: Generated) -> None:
+    tasks = generated.page.evaluate("() => window.__longTasks")
+    during = [task for task in tasks if generated.clicked_at <= task["start"] <= generated.done_at]
+    assert generated.done_at > generated.clicked_at
+    assert not [task for task in during if task["duration"] > 100], f"long tasks on the page thread: {during}"
+
+
+@pytest.mark.parametrize("viewport", [(1280, 720), (400, 800)], ids=["desktop", "narrow"])
+def test_layout_every_control_reachable_and_no_horizontal_scroll(generated: Generated, viewport: tuple[int, int],
+                                                                 tmp_path: Path) -> None:
+    page = generated.page
+    page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
+    page.select_option("#size", "custom")  # show the width/height inputs too
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.screenshot(path=str(tmp_path / f"ui-{viewport[0]}x{viewport[1]}.png"), full_page=True)
+    print(f"screenshot: {tmp_path}")
+    overflow = page.evaluate("() => [document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
+    assert overflow[0] <= overflow[1], f"horizontal scroll at {viewport}: scrollWidth {overflow[0]} > {overflow[1]}"
+    for control in ("prompt", "seed", "seed-random", "steps", "size", "width", "height", "generate", "cancel",
+                    "download", "result-image", "status", "progress", "timings", "history", "capabilities",
+                    "clear-cache", "copy-link", "token-info", "clear-history"):
+        locator = page.locator(f"#{control}")
+        locator.scroll_into_view_if_needed()
+        assert locator.is_visible(), f"#{control} is not visible at {viewport}"
+        box = locator.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= viewport[0] + 0.5, (
+            f"#{control} sticks out of the {viewport[0]} px wide window: {box}")
+
+
+def test_url_parameters_prefill_the_form_and_copy_link_writes_them(context: Any, server: LiveServer) -> None:
+    page = open_page(context, server.url("/?prompt=a%20cat%20in%20a%20hat&seed=99&steps=8&size=768x768"))
+    try:
+        assert form_values(page)["prompt"] == "a cat in a hat"
+        assert form_values(page)["seed"] == "99"
+        assert form_values(page)["steps"] == "8"
+        assert form_values(page)["size"] == "768x768"
+        page.goto(server.url("/?prompt=x&seed=5&size=96x64"))
+        assert form_values(page) == {"prompt": "x", "seed": "5", "steps": "4", "size": "custom", "width": "96",
+                                     "height": "64"}
+        page.fill("#prompt", "a fox & a hound")
+        page.fill("#seed", "4294967295")
+        page.click("#copy-link")
+        page.wait_for_function("() => location.search.includes('seed=4294967295')")
+        query = parse_qs(urlsplit(page.url).query)
+        assert query == {"prompt": ["a fox & a hound"], "seed": ["4294967295"], "steps": ["4"], "size": ["96x64"]}
+    finally:
+        page.close()
+
+
+def test_invalid_size_shows_message_and_starts_no_work(context: Any, server: LiveServer) -> None:
+    page = open_page(context, server.url("/"))
+    try:
+        page.wait_for_function("() => window.__posted.includes('probe')")
+        before = len(weight_requests(server))
+        page.fill("#prompt", "anything")
+        fill_custom_size(page, 500, 512)
+        page.click("#generate")
+        page.wait_for_selector("#error:not(:empty)")
+        message = page.inner_text("#error")
+        assert "500" in message and "multiple of 16" in message, message
+        assert page.get_attribute("#width", "aria-invalid") == "true"
+        page.keyboard.press("Control+Enter")  # the shortcut validates the same way
+        page.wait_for_timeout(1000)  # anything the click could have started would have begun by now
+        assert state(page) == "idle"
+        assert "generate" not in page.evaluate("() => window.__posted")
+        assert len(weight_requests(server)) == before, "a rejected size must not download anything"
+    finally:
+        page.close()
+
+
+def test_cancel_during_denoising_returns_to_idle_within_a_step(generated: Generated, context: Any,
+                                                               server: LiveServer) -> None:
+    # `generated` first: the model is then already in this origin's store, so the run reaches denoising fast.
+    page = open_page(context, server.url("/"))
+    try:
+        page.fill("#prompt", PROMPT)
+        page.fill("#seed", "5")
+        page.fill("#steps", "30")
+        fill_custom_size(page, 64, 64)
+        # Record every change of the step counter and of the state with the page clock.
+        page.evaluate("""() => {
+            window.__trace = [];
+            const bar = document.querySelector('#progress');
+            const note = () => window.__trace.push({t: performance.now(), value: bar.value, max: bar.max,
+                                                     state: document.body.dataset.state});
+            new MutationObserver(note).observe(bar, {attributes: true});
+            new MutationObserver(note).observe(document.body, {attributes: true, attributeFilter: ['data-state']});
+        }""")
+        page.click("#generate")
+        page.wait_for_function("() => { const b = document.querySelector('#progress'); return b.max === 30 && b.value >= 2; }",
+                               timeout=GENERATE_TIMEOUT_MS)
+        cancelled_at = float(page.evaluate("() => performance.now()"))
+        page.click("#cancel")
+        assert wait_state(page, "idle", "done", "error", timeout_ms=60_000) == "idle"
+        idle_at = float(page.evaluate("() => performance.now()"))
+        assert page.inner_text("#status").startswith("Cancelled")
+        assert page.is_enabled("#generate") and page.is_disabled("#cancel")
+
+        # When each step was first shown (the bar's max is the step count while denoising).
+        step_shown: dict[float, float] = {}
+        for entry in page.evaluate("() => window.__trace"):
+            if entry["max"] == 30 and entry["value"] >= 1:
+                step_shown.setdefault(entry["value"], entry["t"])
+        assert max(step_shown) < 30, "cancel came too late: all 30 steps ran"
+        times = sorted(step_shown.values())
+        assert len(times) >= 2, f"expected at least two step events before cancel: {step_shown}"
+        per_step = max(later - earlier for earlier, later in itertools.pairwise(times))
+        # Within one step: the step in flight finishes, then the worker stops (plus messaging slack).
+        assert idle_at - cancelled_at <= 2 * per_step + 1500, (
+            f"cancel took {idle_at - cancelled_at:.0f} ms with up to {per_step:.0f} ms per step")
+
+        page.fill("#steps", "4")
+        page.click("#generate")
+        assert wait_state(page, "done", "error") == "done", page.inner_text("#error")
+        assert page.is_visible("#result-image")
+    finally:
+        page.close()
+
+
+def test_without_webgpu_flags_the_page_says_so_and_disables_generate(dist_dir: Path, chromium_path: Path,
+                                                                    live_server_factory: Any, tiny_models: dict[str, Path],
+                                                                    tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    server = live_server_factory(dist_dir, models=tiny_models["fp32"])
+    args = [*QUIET_FLAGS]  # plain headless Chromium: none of the WebGPU/SwiftShader flags
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        args.append("--no-sandbox")  # as builder.browser.launch_args does for root
+    with sync_playwright() as playwright:
+        ctx = playwright.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(chromium_path),
+                                                            headless=True, args=args)
+        try:
+            page = ctx.new_page()
+            page.goto(server.url("/"))
+            assert wait_state(page, "error", timeout_ms=60_000) == "error"
+            assert page.get_attribute("#error", "data-code") == "no-webgpu"
+            message = page.inner_text("#error")
+            assert "WebGPU" in message and "--enable-unsafe-webgpu" in message and "Chrome" in message, message
+            assert page.is_disabled("#generate")
+            assert "not available" in page.inner_text("#capabilities")
+            page.keyboard.press("Control+Enter")
+            assert weight_requests(server) == [], "nothing may be downloaded without WebGPU"
+        finally:
+            ctx.close()

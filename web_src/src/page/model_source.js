@@ -1,0 +1,92 @@
+// @ts-check
+/**
+ * @file Which model repository this page uses, decided once at start:
+ *   1. `?model=URL` on the page's address (an explicit choice wins);
+ *   2. `models/manifest.json` next to the page (`klein-web serve --models DIR` mounted a local repo);
+ *   3. the build's default (`<meta name="klein-model-base">`, the Hugging Face Hub repo).
+ * @module page/model_source
+ */
+
+import { InputError } from '../shared/errors.js';
+
+/**
+ * @typedef {Object} ModelSource
+ * @property {string} base   Absolute URL ending in '/', passed to the worker as `modelBase`.
+ * @property {'url' | 'local' | 'default'} kind
+ * @property {string} label  Short text for the page ("Local: models/ on this server").
+ */
+
+/**
+ * `https://huggingface.co/owner/repo/resolve/main/` -> `Hugging Face: owner/repo`; other URLs by host + path.
+ * @param {URL} url
+ * @param {string} pageOrigin
+ * @returns {string}
+ */
+export function describeBase(url, pageOrigin) {
+    const hub = /^\/([^/]+)\/([^/]+)\/resolve\/([^/]+)\/?$/.exec(url.pathname);
+    if (/(^|\.)huggingface\.co$|(^|\.)hf\.co$/.test(url.hostname) && hub) {
+        const revision = hub[3] === 'main' ? '' : ` @ ${decodeURIComponent(hub[3])}`;
+        return `Hugging Face: ${hub[1]}/${hub[2]}${revision}`;
+    }
+    if (url.origin === pageOrigin) return `This server: ${url.pathname}`;
+    return `${url.host}${url.pathname}`;
+}
+
+/**
+ * @param {string} text
+ * @param {string} pageHref
+ * @returns {URL}
+ */
+function parseBase(text, pageHref) {
+    let url;
+    try {
+        url = new URL(text, pageHref);
+    } catch {
+        throw new InputError(`?model=${text} is not a URL. Use the address of a model repository, e.g. ?model=https://huggingface.co/kny/FLUX.2-klein-4B-onnx-web/resolve/main/`);
+    }
+    if (url.protocol !== 'https:' && url.protocol !== 'http:') {
+        throw new InputError(`?model=${text}: only http(s) URLs can be downloaded from; got ${url.protocol}`);
+    }
+    if (!url.pathname.endsWith('/')) url.pathname += '/';
+    url.search = '';
+    url.hash = '';
+    return url;
+}
+
+/**
+ * @param {{href: string, defaultBase: string, fetch: typeof fetch}} page
+ * @returns {Promise<ModelSource>}
+ */
+export async function resolveModelSource({ href, defaultBase, fetch }) {
+    const override = new URL(href).searchParams.get('model');
+    const origin = new URL(href).origin;
+    if (override) {
+        const url = parseBase(override, href);
+        return { base: url.toString(), kind: 'url', label: describeBase(url, origin) };
+    }
+    const local = new URL('models/', href);
+    if (await hasManifest(new URL('manifest.json', local), fetch)) {
+        return { base: local.toString(), kind: 'local', label: 'Local: models/ on this server' };
+    }
+    const url = parseBase(defaultBase, href);
+    return { base: url.toString(), kind: 'default', label: describeBase(url, origin) };
+}
+
+/**
+ * A real manifest answers 200 with JSON; a static host's SPA fallback may answer 200 with HTML, which
+ * must not count as a local repository.
+ * @param {URL} url
+ * @param {typeof fetch} fetch
+ * @returns {Promise<boolean>}
+ */
+async function hasManifest(url, fetch) {
+    try {
+        const response = await fetch(url, { cache: 'no-store' });
+        if (!response.ok) return false;
+        const body = await response.json();
+        // Same format tag as builder/manifest.py FORMAT.
+        return typeof body === 'object' && body !== null && body.format === 'klein-web-model-repo';
+    } catch {
+        return false;
+    }
+}

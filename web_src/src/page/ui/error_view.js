@@ -1,0 +1,122 @@
+// @ts-check
+/**
+ * @file `#error`: turns an error's stable `code` (shared/errors.js) into what the user can do next.
+ * Messages from the worker already say what went wrong; this adds the action for each kind.
+ * @module page/ui/error_view
+ */
+
+import { KleinError } from '../../shared/errors.js';
+import { requireElement } from './form.js';
+import { formatBytes } from './format.js';
+
+/**
+ * @typedef {Object} ErrorAdvice
+ * @property {string} title
+ * @property {string} message   The error's own message.
+ * @property {string} action    What to do now ('' when the message already says it).
+ */
+
+/**
+ * @param {unknown} value
+ * @returns {number | null}
+ */
+function bytes(value) {
+    return typeof value === 'number' && Number.isFinite(value) ? value : null;
+}
+
+/**
+ * @param {unknown} error
+ * @param {{width?: number, height?: number, advice?: string}} context  Size of the failed run; browser advice.
+ * @returns {ErrorAdvice}
+ */
+export function adviseError(error, context) {
+    const code = error instanceof KleinError ? error.code : 'internal';
+    const message = error instanceof Error ? error.message : String(error);
+    const detail = error instanceof KleinError && error.detail && typeof error.detail === 'object' ? error.detail : {};
+    switch (code) {
+        case 'input':
+            return { title: 'Check the settings', message, action: '' };
+        case 'no-webgpu':
+            return { title: 'WebGPU is not available', message, action: context.advice ?? '' };
+        case 'device-lost':
+            return {
+                title: 'The GPU was reset',
+                message,
+                action: 'This happens when the driver restarts or another app claims the GPU. Click Generate to try again: the model reloads from this browser’s cache.',
+            };
+        case 'out-of-memory': {
+            const size = context.width && context.height ? ` at ${context.width}×${context.height}` : '';
+            return {
+                title: `Out of GPU memory${size}`,
+                message,
+                action: 'Choose a smaller size (512×512 needs the least), close other GPU-heavy tabs, then Generate again.',
+            };
+        }
+        case 'network':
+            return {
+                title: 'The download stopped',
+                message,
+                action: 'Check the connection and click Generate: the download resumes where it stopped, finished files are kept.',
+            };
+        case 'quota': {
+            const needed = bytes(detail.needed ?? detail.neededBytes);
+            const available = bytes(detail.available ?? detail.availableBytes);
+            const numbers = needed !== null && available !== null ? ` It needs ${formatBytes(needed)}; this site may use ${formatBytes(available)}.` : '';
+            return {
+                title: 'Not enough browser storage for the model',
+                message: message + numbers,
+                action: 'Free disk space (the browser allows a share of the free space), or clear other sites’ data, then Generate again.',
+            };
+        }
+        case 'degenerate-output':
+            return {
+                title: 'The model produced an unusable image',
+                message,
+                action: 'Nothing is shown rather than a black square. Try another seed or size; if it keeps happening on this GPU, please report it with the details under “This device”.',
+            };
+        case 'model-file':
+            return {
+                title: 'A model file is missing or damaged',
+                message,
+                action: 'Click “Clear cached model” below and Generate again to download a fresh copy.',
+            };
+        case 'worker-crashed':
+            return { title: 'The inference worker stopped', message, action: '' };
+        default:
+            return { title: 'Something went wrong', message, action: 'Try again; if it keeps happening, reload the page.' };
+    }
+}
+
+export class ErrorView {
+    /** @param {Document} doc */
+    constructor(doc) {
+        this.region = requireElement(doc, 'error', HTMLElement);
+    }
+
+    /**
+     * @param {ErrorAdvice} advice
+     * @param {string} code  Kept in `data-code` for automation and CSS.
+     */
+    show(advice, code) {
+        const title = document.createElement('strong');
+        title.textContent = advice.title;
+        const message = document.createElement('p');
+        message.textContent = advice.message;
+        const parts = [title, message];
+        if (advice.action) {
+            const action = document.createElement('p');
+            action.className = 'action';
+            action.textContent = advice.action;
+            parts.push(action);
+        }
+        this.region.dataset.code = code;
+        this.region.replaceChildren(...parts);
+        // In a narrow window the message may sit below the fold: bring it into view.
+        this.region.scrollIntoView({ block: 'nearest' });
+    }
+
+    clear() {
+        delete this.region.dataset.code;
+        this.region.replaceChildren();
+    }
+}

@@ -1,0 +1,317 @@
+// @ts-check
+/**
+ * @file The settings form: prompt, seed, steps and size. Validates everything before a single message
+ * goes to the worker (a bad size never starts a download), and reads/writes share links
+ * (`?prompt=&seed=&steps=&size=WxH`).
+ * @module page/ui/form
+ */
+
+import { InputError } from '../../shared/errors.js';
+
+/** Values of the size `<select>` besides "custom". */
+export const SIZE_PRESETS = Object.freeze(['512x512', '768x768', '1024x1024']);
+
+export const LIMITS = Object.freeze({
+    minSide: 64,
+    maxSide: 2048,
+    // The VAE halves/doubles 3 times and latents are packed in 2x2 patches: 8 * 2 = 16 pixels per token.
+    multiple: 16,
+    minSteps: 1,
+    maxSteps: 50,
+    // torch.Generator('cpu').manual_seed masks to 32 bits; the worker rejects anything outside [0, 2^32).
+    seedEnd: 2 ** 32,
+});
+
+/**
+ * What the form holds, already validated. `modelBase` is added by the caller.
+ * @typedef {Object} FormValues
+ * @property {string} prompt
+ * @property {number} seed
+ * @property {number} steps
+ * @property {number} width
+ * @property {number} height
+ */
+
+/**
+ * The raw strings of the form (or of a share link) before validation.
+ * @typedef {Object} RawValues
+ * @property {string} [prompt]
+ * @property {string} [seed]
+ * @property {string} [steps]
+ * @property {string} [width]
+ * @property {string} [height]
+ */
+
+/** @returns {number} A uniformly random integer in [0, 2^32). */
+export function randomSeed() {
+    return crypto.getRandomValues(new Uint32Array(1))[0];
+}
+
+/**
+ * `"768x512"` -> `{width: 768, height: 512}`; anything else -> null.
+ * @param {string} text
+ * @returns {{width: number, height: number} | null}
+ */
+export function parseSize(text) {
+    const match = /^\s*(\d{1,5})\s*[x×]\s*(\d{1,5})\s*$/i.exec(text);
+    return match ? { width: Number(match[1]), height: Number(match[2]) } : null;
+}
+
+/**
+ * @param {string} field  Element id of the offending input.
+ * @param {string} message
+ * @returns {never}
+ */
+function reject(field, message) {
+    throw new InputError(message, { field });
+}
+
+/**
+ * A whole number in [min, max] or an InputError naming the field, the bad value and the fix.
+ * @param {string} field
+ * @param {string} label
+ * @param {string | undefined} text
+ * @param {number} min
+ * @param {number} max
+ * @param {string} fix
+ * @returns {number}
+ */
+function parseInteger(field, label, text, min, max, fix) {
+    const trimmed = (text ?? '').trim();
+    if (!/^\d+$/.test(trimmed)) reject(field, `${label} must be a whole number from ${min} to ${max} (got "${trimmed}"). ${fix}`);
+    const value = Number(trimmed);
+    if (value < min || value > max) reject(field, `${label} ${value} is outside ${min}–${max}. ${fix}`);
+    return value;
+}
+
+/**
+ * @param {string} field
+ * @param {string} label
+ * @param {string | undefined} text
+ * @returns {number}
+ */
+function parseSide(field, label, text) {
+    const { minSide, maxSide, multiple } = LIMITS;
+    const value = parseInteger(field, label, text, minSide, maxSide, `Use a multiple of ${multiple} between ${minSide} and ${maxSide} pixels.`);
+    if (value % multiple !== 0) {
+        const lower = Math.max(minSide, Math.floor(value / multiple) * multiple);
+        const upper = Math.min(maxSide, lower + multiple);
+        reject(
+            field,
+            `${label} ${value} is not a multiple of ${multiple} (the model works on ${multiple}-pixel patches). ` +
+                `Use ${lower} or ${upper}.`,
+        );
+    }
+    return value;
+}
+
+/**
+ * Validates raw form strings. Throws InputError with `detail.field` = the id of the input to fix.
+ * @param {RawValues} raw
+ * @returns {FormValues}
+ */
+export function validateValues(raw) {
+    const prompt = raw.prompt ?? '';
+    const seed = parseInteger('seed', 'Seed', raw.seed, 0, LIMITS.seedEnd - 1, 'Click the dice for a random seed.');
+    const steps = parseInteger(
+        'steps',
+        'Steps',
+        raw.steps,
+        LIMITS.minSteps,
+        LIMITS.maxSteps,
+        'klein is distilled for 4 steps; more rarely helps.',
+    );
+    const width = parseSide('width', 'Width', raw.width);
+    const height = parseSide('height', 'Height', raw.height);
+    return { prompt, seed, steps, width, height };
+}
+
+/**
+ * The form fields a share link sets. Values are kept raw: a bad one is shown and then rejected by
+ * validation on Generate, never silently "fixed".
+ * @param {string} search  `location.search`
+ * @returns {RawValues}
+ */
+export function valuesFromUrl(search) {
+    const query = new URLSearchParams(search);
+    /** @type {RawValues} */
+    const raw = {};
+    const prompt = query.get('prompt');
+    if (prompt !== null) raw.prompt = prompt;
+    const seed = query.get('seed');
+    if (seed !== null) raw.seed = seed;
+    const steps = query.get('steps');
+    if (steps !== null) raw.steps = steps;
+    const size = query.get('size');
+    if (size !== null) {
+        const parsed = parseSize(size);
+        if (parsed) {
+            raw.width = String(parsed.width);
+            raw.height = String(parsed.height);
+        }
+    }
+    return raw;
+}
+
+/**
+ * A link that reproduces this setup. Keeps `?model=` when the page was opened with one.
+ * @param {string} pageHref  `location.href`
+ * @param {FormValues} values
+ * @returns {string}
+ */
+export function shareUrl(pageHref, values) {
+    const url = new URL(pageHref);
+    const model = url.searchParams.get('model');
+    url.hash = '';
+    url.search = '';
+    if (values.prompt) url.searchParams.set('prompt', values.prompt);
+    url.searchParams.set('seed', String(values.seed));
+    url.searchParams.set('steps', String(values.steps));
+    url.searchParams.set('size', `${values.width}x${values.height}`);
+    if (model !== null) url.searchParams.set('model', model);
+    return url.toString();
+}
+
+/**
+ * @template {HTMLElement} T
+ * @param {ParentNode} root
+ * @param {string} id
+ * @param {new (...args: any[]) => T} type
+ * @returns {T}
+ */
+export function requireElement(root, id, type) {
+    const element = root.querySelector(`#${id}`);
+    if (!(element instanceof type)) throw new Error(`index.html is missing #${id} (a ${type.name}).`);
+    return element;
+}
+
+/** The form's elements and the small amount of behaviour that belongs to them. */
+export class FormView {
+    /** @param {Document} doc */
+    constructor(doc) {
+        this.form = requireElement(doc, 'form', HTMLFormElement);
+        this.prompt = requireElement(doc, 'prompt', HTMLTextAreaElement);
+        this.seed = requireElement(doc, 'seed', HTMLInputElement);
+        this.seedRandom = requireElement(doc, 'seed-random', HTMLButtonElement);
+        this.steps = requireElement(doc, 'steps', HTMLInputElement);
+        this.size = requireElement(doc, 'size', HTMLSelectElement);
+        this.width = requireElement(doc, 'width', HTMLInputElement);
+        this.height = requireElement(doc, 'height', HTMLInputElement);
+        this.customSize = requireElement(doc, 'custom-size', HTMLElement);
+        this.generate = requireElement(doc, 'generate', HTMLButtonElement);
+        this.cancel = requireElement(doc, 'cancel', HTMLButtonElement);
+        this.running = false;
+        this.blocked = false;
+
+        this.seedRandom.addEventListener('click', () => {
+            this.seed.value = String(randomSeed());
+            this.clearInvalid();
+        });
+        this.size.addEventListener('change', () => this.#syncSize());
+        for (const input of [this.seed, this.steps, this.width, this.height]) {
+            input.addEventListener('input', () => input.removeAttribute('aria-invalid'));
+        }
+        this.#syncSize();
+    }
+
+    /**
+     * Ctrl+Enter / Cmd+Enter anywhere in the form, and the Generate button, both call `handler`.
+     * @param {() => void} handler
+     */
+    onSubmit(handler) {
+        this.form.addEventListener('submit', (event) => {
+            event.preventDefault();
+            handler();
+        });
+        this.form.addEventListener('keydown', (event) => {
+            if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) {
+                event.preventDefault();
+                if (!this.generate.disabled) this.form.requestSubmit(this.generate);
+            }
+        });
+    }
+
+    /** @returns {RawValues} */
+    readRaw() {
+        const preset = parseSize(this.size.value);
+        return {
+            prompt: this.prompt.value,
+            seed: this.seed.value,
+            steps: this.steps.value,
+            width: preset ? String(preset.width) : this.width.value,
+            height: preset ? String(preset.height) : this.height.value,
+        };
+    }
+
+    /**
+     * Validated values, or an InputError (after marking and focusing the field to fix).
+     * @returns {FormValues}
+     */
+    read() {
+        this.clearInvalid();
+        try {
+            return validateValues(this.readRaw());
+        } catch (err) {
+            const field = err instanceof InputError ? err.detail?.field : undefined;
+            const input = typeof field === 'string' ? this.form.querySelector(`#${field}`) : null;
+            if (input instanceof HTMLInputElement) {
+                input.setAttribute('aria-invalid', 'true');
+                input.focus();
+            }
+            throw err;
+        }
+    }
+
+    /**
+     * Fills the form; sizes that match a preset select it, others switch to custom.
+     * @param {RawValues} raw
+     */
+    write(raw) {
+        if (raw.prompt !== undefined) this.prompt.value = raw.prompt;
+        if (raw.seed !== undefined) this.seed.value = raw.seed;
+        if (raw.steps !== undefined) this.steps.value = raw.steps;
+        if (raw.width !== undefined && raw.height !== undefined) {
+            const key = `${raw.width}x${raw.height}`;
+            this.size.value = SIZE_PRESETS.includes(key) ? key : 'custom';
+            this.width.value = raw.width;
+            this.height.value = raw.height;
+        }
+        this.clearInvalid();
+        this.#syncSize();
+    }
+
+    clearInvalid() {
+        for (const input of this.form.querySelectorAll('[aria-invalid]')) input.removeAttribute('aria-invalid');
+    }
+
+    /**
+     * While a job runs, Generate is off and Cancel on; settings stay editable for the next run.
+     * @param {boolean} running
+     */
+    setRunning(running) {
+        this.running = running;
+        this.generate.disabled = running || this.blocked;
+        this.cancel.disabled = !running;
+    }
+
+    /**
+     * Turns Generate off for good on this page (no WebGPU): nothing could run.
+     * @param {string} reason  Shown as the button's tooltip.
+     */
+    block(reason) {
+        this.blocked = true;
+        this.generate.disabled = true;
+        this.generate.title = reason;
+    }
+
+    /** Shows the width/height inputs only for "custom"; they start at the preset's size when opened. */
+    #syncSize() {
+        const custom = this.size.value === 'custom';
+        this.customSize.hidden = !custom;
+        const preset = parseSize(this.size.value);
+        if (preset) {
+            this.width.value = String(preset.width);
+            this.height.value = String(preset.height);
+        }
+    }
+}

@@ -1,0 +1,225 @@
+// @ts-check
+/**
+ * @file The finished image: `#result-image`, the Download PNG button (PNG with the settings in text
+ * chunks), the per-stage timings with the graph variant / EP of each component, the worker's notes and
+ * the prompt's token count.
+ * @module page/ui/result
+ */
+
+import { addTextChunks } from '../../shared/png_text.js';
+import { requireElement } from './form.js';
+import { formatDuration } from './format.js';
+
+/** @typedef {import('../../protocol.js').GenerateResult} GenerateResult */
+/** @typedef {import('../../protocol.js').StageTimings} StageTimings */
+
+/** Longest edge of a history thumbnail, in CSS pixels (x2 for sharp thumbnails on HiDPI screens). */
+const THUMB_EDGE = 192;
+
+/** Rows of the timings table, in pipeline order. */
+const TIMING_ROWS = Object.freeze([
+    ['download', 'Download'],
+    ['load', 'Load graphs'],
+    ['encode', 'Encode prompt'],
+    ['denoise', 'Denoise'],
+    ['decode', 'Decode'],
+]);
+
+const COMPONENT_NAMES = Object.freeze({
+    text_encoder: 'Text encoder',
+    transformer: 'Transformer',
+    vae_decoder: 'VAE decoder',
+});
+
+/**
+ * @typedef {Object} EncodedImage
+ * @property {Blob} png     Full-size PNG carrying the settings as text chunks.
+ * @property {Blob} thumb   Small JPEG for the history.
+ * @property {string} fileName
+ */
+
+/**
+ * @param {HTMLCanvasElement} canvas
+ * @param {string} type
+ * @param {number} [quality]
+ * @returns {Promise<Blob>}
+ */
+function canvasBlob(canvas, type, quality) {
+    return new Promise((resolve, reject) => {
+        canvas.toBlob((blob) => (blob ? resolve(blob) : reject(new Error(`The browser could not encode a ${type}.`))), type, quality);
+    });
+}
+
+/**
+ * The worker's RGBA -> PNG (text chunks: prompt, seed, steps, size, model) + a JPEG thumbnail. Both
+ * encodings are the browser's own (`toBlob`, off the main thread), so the page never stalls.
+ * @param {GenerateResult} result
+ * @param {{modelLabel: string, version: string}} context
+ * @returns {Promise<EncodedImage>}
+ */
+export async function encodeImage(result, { modelLabel, version }) {
+    const { width, height, params } = result;
+    const canvas = document.createElement('canvas');
+    canvas.width = width;
+    canvas.height = height;
+    const context = canvas.getContext('2d');
+    if (!context) throw new Error('This browser has no 2D canvas: the image cannot be shown.');
+    // The worker transfers a plain ArrayBuffer (never shared memory), which ImageData requires.
+    const rgba = new Uint8ClampedArray(/** @type {ArrayBuffer} */ (result.rgba.buffer), result.rgba.byteOffset, width * height * 4);
+    context.putImageData(new ImageData(rgba, width, height), 0, 0);
+
+    const variants = Object.entries(result.graphs ?? {})
+        .map(([component, graph]) => `${component}=${graph.variant}/${graph.ep}`)
+        .join(', ');
+    const plain = new Uint8Array(await (await canvasBlob(canvas, 'image/png')).arrayBuffer());
+    const tagged = addTextChunks(plain, {
+        prompt: params.prompt,
+        seed: String(params.seed),
+        steps: String(params.steps),
+        size: `${width}x${height}`,
+        model: params.modelBase,
+        'model-source': modelLabel,
+        graphs: variants,
+        Software: `klein-web ${version} (FLUX.2 [klein] 4B, ONNX Runtime Web, WebGPU)`,
+    });
+
+    const scale = Math.min(1, THUMB_EDGE / Math.max(width, height));
+    const small = document.createElement('canvas');
+    small.width = Math.max(1, Math.round(width * scale));
+    small.height = Math.max(1, Math.round(height * scale));
+    const smallContext = small.getContext('2d');
+    if (!smallContext) throw new Error('This browser has no 2D canvas: the image cannot be shown.');
+    smallContext.imageSmoothingQuality = 'high';
+    smallContext.drawImage(canvas, 0, 0, small.width, small.height);
+
+    return {
+        png: new Blob([/** @type {Uint8Array<ArrayBuffer>} */ (tagged)], { type: 'image/png' }),
+        thumb: await canvasBlob(small, 'image/jpeg', 0.85),
+        fileName: `klein-${params.seed}-${width}x${height}.png`,
+    };
+}
+
+/**
+ * @param {string} tag
+ * @param {string} text
+ * @param {string} [className]
+ * @returns {HTMLElement}
+ */
+function cell(tag, text, className) {
+    const element = document.createElement(tag);
+    element.textContent = text;
+    if (className) element.className = className;
+    return element;
+}
+
+export class ResultView {
+    /** @param {Document} doc */
+    constructor(doc) {
+        this.image = requireElement(doc, 'result-image', HTMLImageElement);
+        this.caption = requireElement(doc, 'result-caption', HTMLElement);
+        this.downloadButton = requireElement(doc, 'download', HTMLButtonElement);
+        this.timings = requireElement(doc, 'timings', HTMLElement);
+        this.notes = requireElement(doc, 'notes', HTMLElement);
+        this.tokenInfo = requireElement(doc, 'token-info', HTMLElement);
+        /** @type {{url: string, fileName: string} | null} */
+        this.current = null;
+        this.downloadButton.addEventListener('click', () => this.download());
+    }
+
+    /**
+     * @param {GenerateResult} result
+     * @param {EncodedImage} encoded
+     */
+    show(result, encoded) {
+        if (this.current) URL.revokeObjectURL(this.current.url);
+        const url = URL.createObjectURL(encoded.png);
+        this.current = { url, fileName: encoded.fileName };
+        const { params } = result;
+        this.image.src = url;
+        this.image.width = result.width;
+        this.image.height = result.height;
+        this.image.alt = params.prompt ? `Generated image: ${params.prompt}` : 'Generated image (empty prompt)';
+        this.image.hidden = false;
+        this.caption.textContent = `Seed ${params.seed} · ${result.width}×${result.height} · ${params.steps} step${params.steps === 1 ? '' : 's'} · ${formatDuration(result.timings.total)}`;
+        this.downloadButton.disabled = false;
+        this.#renderTimings(result);
+        this.#renderNotes(result.notes ?? []);
+        this.#renderTokens(result.prompt);
+    }
+
+    /** Saves the current PNG as klein-SEED-WxH.png. */
+    download() {
+        if (!this.current) return;
+        const link = document.createElement('a');
+        link.href = this.current.url;
+        link.download = this.current.fileName;
+        link.click();
+    }
+
+    /** @param {GenerateResult} result */
+    #renderTimings(result) {
+        const { timings, graphs } = result;
+        this.timings.dataset.json = JSON.stringify({ timings, graphs, notes: result.notes ?? [], prompt: result.prompt });
+
+        const table = document.createElement('table');
+        table.append(cell('caption', 'Time per stage'));
+        const body = document.createElement('tbody');
+        for (const [key, label] of TIMING_ROWS) {
+            const ms = timings[/** @type {keyof StageTimings} */ (key)];
+            const row = document.createElement('tr');
+            const extra = key === 'denoise' && result.params.steps > 0 ? ` (${formatDuration(ms / result.params.steps)}/step)` : '';
+            row.append(cell('th', label), cell('td', `${formatDuration(ms)}${extra}`, 'num'));
+            body.append(row);
+        }
+        const total = document.createElement('tr');
+        total.className = 'total';
+        total.append(cell('th', 'Total'), cell('td', formatDuration(timings.total), 'num'));
+        body.append(total);
+        if (Number.isFinite(timings.sessionRun)) {
+            const run = document.createElement('tr');
+            run.className = 'sub';
+            const share = timings.total > 0 ? ` (${Math.round((100 * timings.sessionRun) / timings.total)}%)` : '';
+            run.append(cell('th', 'inside session.run'), cell('td', `${formatDuration(timings.sessionRun)}${share}`, 'num'));
+            body.append(run);
+        }
+        table.append(body);
+
+        const graphTable = document.createElement('table');
+        graphTable.append(cell('caption', 'What ran where'));
+        const head = document.createElement('tr');
+        head.append(cell('th', 'Component'), cell('th', 'Variant'), cell('th', 'Runs on'));
+        const graphHead = document.createElement('thead');
+        graphHead.append(head);
+        const graphBody = document.createElement('tbody');
+        for (const [component, graph] of Object.entries(graphs ?? {})) {
+            const row = document.createElement('tr');
+            const ep = graph.ep === 'webgpu' ? 'GPU (WebGPU)' : graph.ep === 'wasm' ? 'CPU (wasm)' : graph.ep;
+            row.append(
+                cell('th', /** @type {Record<string, string>} */ (COMPONENT_NAMES)[component] ?? component),
+                cell('td', graph.variant),
+                cell('td', ep),
+            );
+            graphBody.append(row);
+        }
+        graphTable.append(graphHead, graphBody);
+        this.timings.replaceChildren(table, graphTable);
+    }
+
+    /** @param {string[]} notes */
+    #renderNotes(notes) {
+        this.notes.replaceChildren(...notes.map((note) => cell('li', note)));
+    }
+
+    /** @param {{tokens: number, droppedTokens: number} | undefined} prompt */
+    #renderTokens(prompt) {
+        if (!prompt) {
+            this.tokenInfo.textContent = '';
+            return;
+        }
+        this.tokenInfo.classList.toggle('warn', prompt.droppedTokens > 0);
+        this.tokenInfo.textContent =
+            prompt.droppedTokens > 0
+                ? `Prompt cut to ${prompt.tokens} tokens: ${prompt.droppedTokens} token${prompt.droppedTokens === 1 ? ' was' : 's were'} dropped (the text encoder reads at most 512, chat template included). Shorten the prompt to keep the end of it.`
+                : `${prompt.tokens} of 512 tokens used (chat template included).`;
+    }
+}
