@@ -84,3 +84,91 @@ def test_coi_service_worker_isolates_a_host_without_headers(dist_dir: Path, brow
         plain.terminate()
         plain.wait(10)
         log.close()
+
+
+# A worker that loads onnxruntime-web exactly as the real one must: from the hashed runtime files that
+# KLEIN_ORT_WASM names, under the served CSP (wasm-unsafe-eval) and COOP/COEP (threads).
+ORT_PROBE_WORKER = """
+import * as ort from 'onnxruntime-web/webgpu';
+self.onmessage = async (event) => {
+    try {
+        ort.env.wasm.wasmPaths = {
+            mjs: new URL(KLEIN_ORT_WASM.mjs, self.location.href).href,
+            wasm: new URL(KLEIN_ORT_WASM.wasm, self.location.href).href,
+        };
+        ort.env.wasm.numThreads = 2;
+        const out = {};
+        for (const ep of ['webgpu', 'wasm']) {
+            const session = await ort.InferenceSession.create(event.data, { executionProviders: [ep] });
+            const x = new ort.Tensor('float32', Float32Array.from([1, -1, 0.5, 2]), [4]);
+            out[ep] = Array.from((await session.run({ x })).y.data);
+            await session.release();
+        }
+        self.postMessage({ out, isolated: self.crossOriginIsolated, version: KLEIN_VERSION });
+    } catch (error) {
+        self.postMessage({ error: String((error && error.stack) || error) });
+    }
+};
+"""
+
+
+def tiny_mul_model() -> tuple[bytes, list[float]]:
+    """y = x * w as ONNX (ir_version 10: onnxruntime-web 1.30 refuses 14), and the expected y."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    weights = [1.5, 2.0, -3.0, 0.25]
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["y"])], "mul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [4], weights)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    return model.SerializeToString(), [x * w for x, w in zip([1, -1, 0.5, 2], weights, strict=True)]
+
+
+def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser_context: object) -> None:
+    import shutil
+    import threading
+
+    import uvicorn
+
+    from builder import WEB_SRC, __version__
+    from builder.bundle import build
+    from builder.server import create_app
+
+    web_src = tmp_path / "web_src"
+    shutil.copytree(WEB_SRC, web_src, ignore=shutil.ignore_patterns("node_modules"))
+    (web_src / "node_modules").symlink_to(WEB_SRC / "node_modules", target_is_directory=True)
+    (web_src / "src/worker/main.js").write_text(ORT_PROBE_WORKER)
+    dist = tmp_path / "dist"
+    build(dist, web_src=web_src)
+    model, expected = tiny_mul_model()
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        server = uvicorn.Server(uvicorn.Config(create_app(dist), log_level="warning"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        try:
+            while not server.started:
+                time.sleep(0.05)
+            page = browser_context.new_page()  # type: ignore[attr-defined]
+            page.goto(f"http://127.0.0.1:{sock.getsockname()[1]}/", wait_until="load")
+            reply = page.evaluate("""(model) => new Promise((resolve) => {
+                const url = document.querySelector('meta[name=klein-worker]').content;
+                const worker = new Worker(url, { type: 'module' });
+                worker.onmessage = (event) => resolve(event.data);
+                worker.onerror = (event) => resolve({ error: event.message });
+                worker.postMessage(new Uint8Array(model));
+            })""", list(model))
+        finally:
+            server.should_exit = True
+            thread.join(10)
+    assert "error" not in reply, reply["error"]
+    assert reply["isolated"] is True and reply["version"] == __version__
+    for ep in ("webgpu", "wasm"):
+        assert reply["out"][ep] == pytest.approx(expected), ep
