@@ -256,7 +256,8 @@ def check_browser(executable: Path) -> str:
     if sys.platform == "win32":
         return ""  # chrome.exe --version opens a window instead of printing; Playwright's launch will tell.
     try:
-        result = subprocess.run([str(executable), "--version"], capture_output=True, text=True, timeout=60)
+        result = subprocess.run([str(executable), "--version"], capture_output=True, text=True, timeout=60,
+                                check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RegressionError(f"--browser {executable} cannot be run ({_first_line(exc)}).")
     lines = (result.stdout.strip() or result.stderr.strip()).splitlines()
@@ -496,7 +497,7 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
         if state == "error":
             code, message = _app_error(page)
             run.app_error = message
-            if code == "degenerate-output" or re.search(r"degenerate|\bNaN\b|constant image", message, re.I):
+            if code == "degenerate-output" or re.search(r"degenerate|\bNaN\b|constant image", message, re.IGNORECASE):
                 raise AppReportedDegenerate(message)
             raise CaseCouldNotRun(f"the app showed an error: {message}")
         with page.expect_download() as download_info:

@@ -122,7 +122,7 @@ def metrics_json(metrics: imaging.ImageComparison | None) -> dict[str, Any] | No
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def case_json(report: CaseReport, *, browser: dict[str, Any], adapter: dict[str, Any]) -> dict[str, Any]:
@@ -248,8 +248,8 @@ def summary_lines(reports: list[CaseReport], *, browser: dict[str, Any], adapter
                   report_dir: Path) -> list[str]:
     """A one-screen summary: the browser and adapter, then two to four lines per case, then the overall verdict."""
     adapter_text = " ".join(str(adapter.get(k) or "") for k in ("vendor", "architecture", "description")).strip()
-    lines = [f"browser: {browser.get('version') or '?'} ({browser.get('mode')}), {browser.get('launches')} launch(es); "
-             f"adapter: {adapter_text or 'unknown'}"]
+    lines = [(f"browser: {browser.get('version') or '?'} ({browser.get('mode')}), {browser.get('launches')} "
+              f"launch(es); adapter: {adapter_text or 'unknown'}")]
     indent = " " * 15
     for report in reports:
         p = report.parameters

@@ -203,7 +203,7 @@ def test_the_worst_case_decides_the_exit_code() -> None:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "builder", "regress", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
 
 
 def empty_model_repo(path: Path) -> Path:
@@ -250,11 +250,11 @@ def test_cli_without_reference_could_not_run(tmp_path: Path) -> None:
 
 def regress(tiny_models: dict[str, Path], dist_dir: Path, report: Path, **options: Any) -> int:
     messages: list[str] = []
-    arguments: dict[str, Any] = dict(
-        models_dir=tiny_models["fp32"], prompt="a red fox in the snow", seed=42, size="64x64", steps=4,
-        cases_file=None, reference_png=None, reference_from_cpu=True, browser_path=None, headed=False, gpu=False,
-        report_dir=report, psnr_min=40.0, timeout_s=600.0, dist_dir=dist_dir,
-    )
+    arguments: dict[str, Any] = {
+        "models_dir": tiny_models["fp32"], "prompt": "a red fox in the snow", "seed": 42, "size": "64x64", "steps": 4,
+        "cases_file": None, "reference_png": None, "reference_from_cpu": True, "browser_path": None, "headed": False,
+        "gpu": False, "report_dir": report, "psnr_min": 40.0, "timeout_s": 600.0, "dist_dir": dist_dir,
+    }
     arguments.update(options)
     return main(log=messages.append, **arguments)
 
