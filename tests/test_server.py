@@ -402,3 +402,20 @@ def test_watch_rebuilds_on_change(tmp_path: Path) -> None:
     css = next((dist / "assets").glob("page-*.css"))
     assert "klein-watch-test" in css.read_text()
     assert first.files["page_css"] != f"assets/{css.name}"
+
+
+def test_open_waits_for_the_server_then_opens_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from builder.server import open_when_started
+
+    opened: list[str] = []
+    monkeypatch.setattr("builder.server.webbrowser.open", opened.append)
+    server = SimpleNamespace(started=False)
+    thread = threading.Thread(target=open_when_started, args=(server, "http://127.0.0.1:1/", threading.Event()))
+    thread.start()
+    time.sleep(0.3)
+    assert opened == [], "opened before the server was listening"
+    server.started = True
+    thread.join(5)
+    assert opened == ["http://127.0.0.1:1/"]
