@@ -74,11 +74,12 @@ const f32 = Math.fround;
  * The product of two float32 is exact in a double; the double sum `s` is then rounded once more to float32.
  * That second rounding can only be wrong when `s` lands exactly on a float32 midpoint while the exact sum
  * is not there (any other `s` is on the same side of every midpoint as the exact sum, midpoints being
- * doubles). In that case the TwoSum residual says which way the exact sum lies.
+ * doubles). In that case the TwoSum residual says which way the exact sum lies. That happens about once
+ * in 2^28 operations, so tests/js/test_rng.mjs checks this function directly against exact arithmetic.
  * @param {number} a @param {number} b @param {number} c
  * @returns {number}
  */
-function fma32(a, b, c) {
+export function fma32(a, b, c) {
     const p = a * b;
     const s = p + c;
     const r = f32(s);
