@@ -16,6 +16,18 @@
  *   {type: 'step', id, step, steps, elapsedMs, etaMs}     a denoising step finished
  *   {type: 'result', id, result}
  *   {type: 'error', id, error: SerializedError}           (see shared/errors.js)
+ *
+ * Worker behaviour (worker/main.js):
+ *   - generate and clearCache run one at a time, in arrival order: a generate sent while another runs is
+ *     queued (not refused), so "cancel, then generate" needs no waiting on the page.
+ *   - cancel answers at once. A running generate stops before its next denoising step (or download chunk)
+ *     and answers `error` with code 'cancelled'; its sessions are released (GPU memory freed; the next run
+ *     reloads them from the local store). A queued generate is answered 'cancelled' immediately.
+ *     `{cancelled: false}` means no running or queued request had that id.
+ *   - the probe result also carries `protocolVersion` (= PROTOCOL_VERSION).
+ *   - error codes besides shared/errors.js classes: 'busy' (a model file is being downloaded by another
+ *     tab), 'runtime' (onnxruntime failed in a way not recognised as out-of-memory or device loss),
+ *     'unsupported' (a graph needs a GPU feature the adapter lacks).
  * @module protocol
  */
 

@@ -15,7 +15,7 @@
  * @module store/backend
  */
 
-import { QuotaError } from '../shared/errors.js';
+import { KleinError, QuotaError } from '../shared/errors.js';
 
 /** Suffix of a file still being downloaded; only a complete, size-checked file loses it. */
 export const PARTIAL_SUFFIX = '.partial';
@@ -160,7 +160,18 @@ export class OpfsBackend {
     async openPartial(path, { fromZero }) {
         const [dir, name] = await this.locate(path, true);
         const fileHandle = await dir.getFileHandle(name + PARTIAL_SUFFIX, { create: true });
-        const access = await /** @type {any} */ (fileHandle).createSyncAccessHandle();
+        let access;
+        try {
+            access = await /** @type {any} */ (fileHandle).createSyncAccessHandle();
+        } catch (err) {
+            // The handle is exclusive: another tab (or worker) is downloading this very file.
+            if (err instanceof DOMException && err.name === 'NoModificationAllowedError') {
+                throw new KleinError(`${path} is being downloaded in another tab of this app. Close the other tab or wait for it, then try again.`, {
+                    code: 'busy',
+                });
+            }
+            throw err;
+        }
         if (fromZero) access.truncate(0);
         let offset = access.getSize();
         return {

@@ -73,6 +73,8 @@ export class WeightStore {
     constructor(backend, modelBase) {
         this.backend = backend;
         this.modelBase = modelBase;
+        /** persist() is asked for once per store, before its first download. */
+        this.persistRequested = false;
     }
 
     /**
@@ -190,6 +192,10 @@ export class WeightStore {
         if (missing.length === 0) return { downloadedBytes: 0, files: 0 };
 
         await this.checkQuota(missing);
+        if (!this.persistRequested) {
+            this.persistRequested = true;
+            await this.persist();
+        }
         const total = storedBytes + missing.reduce((sum, f) => sum + (f.size ?? 0), 0);
         const started = performance.now();
         let doneBytes = storedBytes;
@@ -317,7 +323,11 @@ export class WeightStore {
             let fromZero = true;
             let total = null;
             if (response.status === 206) {
-                const range = parseContentRange(response.headers.get('content-range'));
+                // Cross-origin hosts may not expose Content-Range (it is not CORS-safelisted); a 206 to a
+                // single `bytes=N-` range starts at N by definition (RFC 9110 section 14.4).
+                const header = response.headers.get('content-range');
+                const length = response.headers.get('content-length');
+                const range = header === null ? { start: have, total: length === null ? null : have + Number(length) } : parseContentRange(header);
                 if (!range || range.start !== have) {
                     // A range we did not ask for: start over rather than stitch mismatched bytes.
                     await response.body?.cancel();
