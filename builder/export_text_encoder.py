@@ -1,0 +1,88 @@
+"""Export the Qwen3 text encoder as the prompt-embedding graph Flux2KleinPipeline needs.
+
+Graph contract (builder.manifest.CONTRACT["text_encoder"]):
+    input_ids [batch, seq] int64, attention_mask [batch, seq] int64 (1 = token, 0 = pad)
+    -> prompt_embeds [batch, seq, 3 * hidden] float32 = concat(hidden_states[9], [18], [27]) on the last dim
+
+`hidden_states[k]` in transformers is the residual stream after decoder layer k (1-based), so only the
+first 27 layers run; the final RMSNorm and lm_head are dropped. As in transformers: position ids are
+arange(seq) (not derived from the mask), and a query attends to key j when j <= query AND mask[j] == 1.
+"""
+
+from __future__ import annotations
+
+import onnx
+import torch
+from torch import nn
+
+from builder.onnx_graph import export_module
+
+# Flux2KleinPipeline.__call__ default `text_encoder_out_layers`.
+OUT_LAYERS = (9, 18, 27)
+
+INPUT_NAMES = ("input_ids", "attention_mask")
+OUTPUT_NAMES = ("prompt_embeds",)
+DYNAMIC_AXES = {
+    "input_ids": {0: "batch", 1: "seq"},
+    "attention_mask": {0: "batch", 1: "seq"},
+    "prompt_embeds": {0: "batch", 1: "seq"},
+}
+
+
+class PromptEmbedder(nn.Module):
+    """Qwen3ForCausalLM truncated to max(OUT_LAYERS) layers, returning the concatenated hidden states."""
+
+    def __init__(self, causal_lm: nn.Module, out_layers: tuple[int, ...] = OUT_LAYERS) -> None:
+        super().__init__()
+        model = causal_lm.model
+        if len(model.layers) < max(out_layers):
+            raise ValueError(f"The text encoder has {len(model.layers)} layers; hidden state {max(out_layers)} needs more.")
+        self.embed_tokens = model.embed_tokens
+        self.layers = nn.ModuleList(list(model.layers)[: max(out_layers)])
+        self.rotary_emb = model.rotary_emb
+        self.out_layers = out_layers
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed_tokens(input_ids)  # [B, L, D]
+        seq = torch.arange(input_ids.shape[1], dtype=torch.int64)
+        position_ids = seq.unsqueeze(0)  # [1, L]
+        position_embeddings = self.rotary_emb(hidden, position_ids)
+        # Causal AND key-padding mask, as an additive float mask for eager attention: [B, 1, L(query), L(key)].
+        causal = seq[None, :] <= seq[:, None]
+        allowed = causal[None, None, :, :] & attention_mask.bool()[:, None, None, :]
+        mask = torch.where(allowed, 0.0, torch.finfo(torch.float32).min)
+        outputs = []
+        for index, layer in enumerate(self.layers, start=1):
+            hidden = layer(hidden, attention_mask=mask, position_ids=position_ids,
+                           position_embeddings=position_embeddings)
+            if index in self.out_layers:
+                outputs.append(hidden)
+        return torch.cat(outputs, dim=-1)  # [B, L, 3 * D]
+
+
+def use_eager_attention(causal_lm: nn.Module) -> None:
+    """Eager attention exports as MatMul + Softmax with our additive mask (SDPA with GQA does not export)."""
+    if hasattr(causal_lm, "set_attn_implementation"):
+        causal_lm.set_attn_implementation("eager")
+    else:  # older transformers
+        causal_lm.config._attn_implementation = "eager"
+
+
+def export_text_encoder(causal_lm: nn.Module) -> onnx.ModelProto:
+    """fp32 ONNX graph of the prompt embedder (weights in memory; quantize/save it afterwards)."""
+    use_eager_attention(causal_lm)
+    embedder = PromptEmbedder(causal_lm.eval()).eval()
+    # Example: 2 prompts of 7 tokens, the second right-padded, so the mask path is traced with real zeros.
+    input_ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 0, 0, 0, 0]], dtype=torch.int64)
+    attention_mask = (input_ids != 0).to(torch.int64)
+    return export_module(embedder, (input_ids, attention_mask), input_names=INPUT_NAMES, output_names=OUTPUT_NAMES,
+                         dynamic_axes=DYNAMIC_AXES)
+
+
+def embedding_table_name(model: onnx.ModelProto) -> tuple[str, str]:
+    """(Gather node name, table initializer name) of the token embedding: the Gather fed by `input_ids`."""
+    initializers = {init.name for init in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Gather" and node.input[1] == "input_ids" and node.input[0] in initializers:
+            return node.name, node.input[0]
+    raise ValueError("The text-encoder graph has no Gather of an embedding table by input_ids.")

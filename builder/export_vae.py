@@ -1,0 +1,64 @@
+"""Export the AutoencoderKLFlux2 decoder with the pipeline's pre- and post-processing folded in.
+
+Graph contract (builder.manifest.CONTRACT["vae_decoder"]):
+    latents [batch, 128, H/16, W/16] float32 (packed tokens reshaped to NCHW, still BN-normalised)
+    -> image [batch, 3, H, W] float32 RGB in [0, 1]
+
+What runs, in Flux2KleinPipeline.__call__'s order (pipeline_flux2_klein.py, "# 8. decode"):
+  x * sqrt(bn.running_var + eps) + bn.running_mean, 2x2 unpatchify, post_quant_conv, decoder,
+  image_processor.postprocess's (x * 0.5 + 0.5).clamp(0, 1).
+"""
+
+from __future__ import annotations
+
+import onnx
+import torch
+from torch import nn
+
+from builder.onnx_graph import export_module
+
+INPUT_NAMES = ("latents",)
+OUTPUT_NAMES = ("image",)
+DYNAMIC_AXES = {
+    "latents": {0: "batch", 2: "latent_h", 3: "latent_w"},
+    "image": {0: "batch", 2: "height", 3: "width"},
+}
+
+
+class LatentDecoder(nn.Module):
+    """BN de-normalisation + unpatchify + vae.decode + postprocess, as one module."""
+
+    def __init__(self, vae: nn.Module) -> None:
+        super().__init__()
+        config = vae.config
+        self.post_quant_conv = vae.post_quant_conv
+        self.decoder = vae.decoder
+        self.patch = tuple(config.patch_size)
+        self.latent_channels = config.latent_channels
+        channels = vae.bn.running_mean.numel()
+        # The same torch expression as the pipeline, so the folded constants are bit-identical to its std.
+        std = torch.sqrt(vae.bn.running_var.view(1, channels, 1, 1) + config.batch_norm_eps)
+        self.register_buffer("bn_std", std.detach().clone(), persistent=False)
+        self.register_buffer("bn_mean", vae.bn.running_mean.view(1, channels, 1, 1).detach().clone(), persistent=False)
+
+    def forward(self, latents: torch.Tensor) -> torch.Tensor:
+        x = latents * self.bn_std + self.bn_mean
+        batch, _, height, width = x.shape
+        ph, pw = self.patch
+        # Flux2KleinPipeline._unpatchify_latents: [B, C*ph*pw, h, w] -> [B, C, h*ph, w*pw]
+        x = x.reshape(batch, self.latent_channels, ph, pw, height, width)
+        x = x.permute(0, 1, 4, 2, 5, 3)
+        x = x.reshape(batch, self.latent_channels, height * ph, width * pw)
+        if self.post_quant_conv is not None:
+            x = self.post_quant_conv(x)
+        image = self.decoder(x)
+        return (image * 0.5 + 0.5).clamp(0, 1)
+
+
+def export_vae(vae: nn.Module) -> onnx.ModelProto:
+    """fp32 ONNX graph of the latent decoder (weights in memory; convert/save it afterwards)."""
+    decoder = LatentDecoder(vae.eval()).eval()
+    channels = decoder.bn_mean.shape[1]
+    example = torch.zeros(1, channels, 3, 2)  # non-square, so height and width stay separate dynamic dims
+    return export_module(decoder, (example,), input_names=INPUT_NAMES, output_names=OUTPUT_NAMES,
+                         dynamic_axes=DYNAMIC_AXES)

@@ -1,0 +1,275 @@
+"""ONNX plumbing shared by the three exporters: torch -> ONNX proto, graph clean-up, and saving with split external data.
+
+Every graph of a web model repo follows the same rules (the seed model card and onnxruntime-web 1.30):
+opset 18 (ai.onnx) plus com.microsoft, IR version 10 (onnxruntime-web refuses newer IR versions), no
+float64 tensors, weights in external-data files named `{component}_{variant}.onnx_data`, `..._1`, ...
+each under 2 GB, with the bare file name as `location` (it is the `path` of onnxruntime-web's
+`externalData` entries).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+from onnx import TensorProto
+
+from builder.errors import ConversionError
+from builder.manifest import external_data_names
+
+OPSET = 18
+IR_VERSION = 10
+MS_DOMAIN = "com.microsoft"
+
+# onnxruntime-web maps each external-data file into one ArrayBuffer; browsers and protobuf cap at 2 GiB.
+HARD_FILE_LIMIT = 2**31 - 1
+DEFAULT_DATA_FILE_CAP = 1_800_000_000  # the seed repo's largest file is 1.80 GB
+
+# Tensors smaller than this stay inside the .onnx file (norm weights, small constants), like onnx's own default.
+INLINE_TENSOR_BYTES = 1024
+
+# Offsets of tensors inside a data file are aligned, so typed-array views and mmap stay aligned.
+DATA_ALIGNMENT = 64
+
+# The ops each graph may contain: the seed model card's lists plus the few basic ones this exporter emits
+# (Sub: split sizes of the joint attention; Equal/ConstantOfShape: the dynamic Expand of grouped-query
+# attention). The float ops all have kernels in onnxruntime-web 1.30's native WebGPU EP
+# (onnxruntime/core/providers/webgpu/webgpu_execution_provider.cc); the int64 shape/mask ops (Range,
+# ConstantOfShape, And, ...) are placed on the CPU by onnxruntime, which is expected and cheap.
+_ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Neg", "Pow", "Sqrt", "Reciprocal", "Sigmoid", "Cast", "Clip"}
+_SHAPE_OPS = {"Constant", "Shape", "Reshape", "Concat", "Gather", "Slice", "Split", "Squeeze", "Unsqueeze", "Transpose", "Expand"}
+ALLOWED_OPS: dict[str, frozenset[tuple[str, str]]] = {
+    "transformer": frozenset(
+        {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Cos", "Sin", "Gemm", "LayerNormalization", "MatMul",
+                                                         "ReduceMean", "Softmax"}}
+        | {(MS_DOMAIN, "MatMulNBits")}
+    ),
+    "text_encoder": frozenset(
+        {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Cos", "Sin", "Gemm", "MatMul", "ReduceMean", "Softmax",
+                                                         "GatherND", "Range", "Where", "LessOrEqual", "And", "Max",
+                                                         "Equal", "ConstantOfShape"}}
+        | {(MS_DOMAIN, "MatMulNBits")}
+    ),
+    "vae_decoder": frozenset(
+        {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Conv", "InstanceNormalization", "Resize", "Softmax",
+                                                         "MatMul", "Gemm"}}
+    ),
+}
+
+
+def export_module(
+    module: Any,
+    args: tuple[Any, ...],
+    *,
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    dynamic_axes: dict[str, dict[int, str]],
+) -> onnx.ModelProto:
+    """TorchScript-export `module` at opset 18, fold constants, and return the graph with weights in memory.
+
+    The TorchScript exporter (`dynamo=False`) is used on purpose: it emits the plain ops the WebGPU EP runs
+    (LayerNormalization, InstanceNormalization for GroupNorm, Softmax attention) and stable, scoped node
+    names (`/m/transformer_blocks.0/attn/to_q/MatMul`) that the quantizer's exclusion rules match on.
+    """
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="klein-export-") as tmp:
+        path = Path(tmp) / "graph.onnx"
+        with torch.no_grad():
+            torch.onnx.export(
+                module,
+                args,
+                str(path),
+                dynamo=False,
+                opset_version=OPSET,
+                input_names=list(input_names),
+                output_names=list(output_names),
+                dynamic_axes=dynamic_axes,
+                do_constant_folding=True,
+            )
+        model = onnx.load(str(path), load_external_data=True)
+    fold_constant_nodes(model)
+    model.ir_version = IR_VERSION
+    return model
+
+
+def fold_constant_nodes(model: onnx.ModelProto) -> None:
+    """Evaluate nodes whose inputs are all Constant nodes (the exporter leaves a few `Mod`s of constants).
+
+    A deliberately small folder: onnxscript's optimizer does this too but takes minutes on a 28-layer graph.
+    Weights (initializers) are never touched; onnxruntime folds the remaining shape arithmetic at load time.
+    """
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    constants: dict[str, Any] = {}
+    nodes: list[onnx.NodeProto] = []
+    opset = list(model.opset_import)
+    for node in model.graph.node:
+        if node.op_type == "Constant" and not node.domain:
+            value = next((a for a in node.attribute if a.name == "value"), None)
+            if value is not None:
+                constants[node.output[0]] = numpy_helper.to_array(value.t)
+            nodes.append(node)
+            continue
+        if node.domain or not node.input or not all(name in constants for name in node.input if name):
+            nodes.append(node)
+            continue
+        single = onnx.helper.make_model(
+            onnx.helper.make_graph([node], "fold", [], [onnx.helper.make_tensor_value_info(o, 0, None) for o in node.output]),
+            opset_imports=opset,
+        )
+        inputs = {name: constants[name] for name in node.input if name}
+        graph_inputs = [onnx.helper.make_tensor_value_info(name, 0, None) for name in inputs]
+        single.graph.input.extend(graph_inputs)
+        results = ReferenceEvaluator(single).run(None, inputs)
+        for name, result in zip(node.output, results):
+            constants[name] = result
+            nodes.append(onnx.helper.make_node("Constant", [], [name], name=f"{node.name}_folded",
+                                               value=numpy_helper.from_array(result, name)))
+    model.graph.ClearField("node")
+    model.graph.node.extend(_drop_unused(nodes, {o.name for o in model.graph.output}))
+
+
+def _drop_unused(nodes: list[onnx.NodeProto], graph_outputs: set[str]) -> list[onnx.NodeProto]:
+    """Remove nodes none of whose outputs is consumed (repeat: removing one can orphan its producers)."""
+    while True:
+        used = set(graph_outputs) | {name for node in nodes for name in node.input}
+        kept = [node for node in nodes if any(out in used for out in node.output)]
+        if len(kept) == len(nodes):
+            return kept
+        nodes = kept
+
+
+def initializer_map(model: onnx.ModelProto) -> dict[str, TensorProto]:
+    return {init.name: init for init in model.graph.initializer}
+
+
+def check_no_float64(model: onnx.ModelProto, *, what: str) -> None:
+    """WebGPU has no f64: refuse a graph with a double initializer, constant, cast or value."""
+    doubles = [t.name for t in model.graph.initializer if t.data_type == TensorProto.DOUBLE]
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if attr.name == "to" and attr.i == TensorProto.DOUBLE:
+                doubles.append(node.name)
+            if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == TensorProto.DOUBLE:
+                doubles.append(node.name)
+    for value in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
+        if value.type.tensor_type.elem_type == TensorProto.DOUBLE:
+            doubles.append(value.name)
+    if doubles:
+        raise ConversionError(f"The exported {what} graph has float64 tensors ({', '.join(doubles[:5])}); "
+                              "WebGPU has no fp64. This is a converter bug: compute them in float32.")
+
+
+def check_ops(model: onnx.ModelProto, component: str) -> None:
+    """Every node's (domain, op) must be in ALLOWED_OPS[component]."""
+    allowed = ALLOWED_OPS[component]
+    found = {(node.domain if node.domain != "ai.onnx" else "", node.op_type) for node in model.graph.node}
+    extra = sorted(found - allowed)
+    if extra:
+        raise ConversionError(
+            f"The exported {component} graph uses ops outside the WebGPU-checked set: {extra}. "
+            "This is a converter bug: rewrite that part of the export wrapper with supported ops."
+        )
+
+
+def save_graph(
+    model: onnx.ModelProto,
+    folder: Path,
+    component: str,
+    variant: str,
+    *,
+    max_data_file_bytes: int = DEFAULT_DATA_FILE_CAP,
+    log: Callable[[str], None],
+) -> list[str]:
+    """Write `folder/{component}_{variant}.onnx` plus its data files; return the data file names.
+
+    Tensors go, in initializer order, into `.onnx_data`; a new file `.onnx_data_1`, ... starts whenever
+    the next tensor would push the current one past `max_data_file_bytes`. The model's initializers are
+    emptied as they are written, so the weights are not held twice.
+    """
+    if max_data_file_bytes <= 0 or max_data_file_bytes > HARD_FILE_LIMIT:
+        raise ConversionError(f"max_data_file_bytes={max_data_file_bytes} must be in 1..{HARD_FILE_LIMIT} (2 GiB).")
+    folder.mkdir(parents=True, exist_ok=True)
+    model.ir_version = IR_VERSION
+
+    # 1. Assign each large tensor to a file and offset, streaming the bytes out as we go.
+    data_files: list[Path] = []
+    handle = None
+    used = 0
+    try:
+        for tensor in model.graph.initializer:
+            if tensor.data_location == TensorProto.EXTERNAL:
+                raise ConversionError(f"Tensor {tensor.name} still points to external data; load it first.")
+            raw = _raw_bytes(tensor)
+            if len(raw) < INLINE_TENSOR_BYTES:
+                continue
+            if len(raw) > HARD_FILE_LIMIT:
+                raise ConversionError(f"Tensor {tensor.name} has {len(raw)} bytes; no single file may exceed 2 GiB.")
+            offset = -(-used // DATA_ALIGNMENT) * DATA_ALIGNMENT
+            if handle is None or (used > 0 and offset + len(raw) > max_data_file_bytes):
+                if handle is not None:
+                    handle.close()
+                name = external_data_names(component, variant, len(data_files) + 1)[-1]
+                data_files.append(folder / name)
+                handle = open(folder / name, "wb")
+                used = offset = 0
+            handle.write(b"\0" * (offset - used))
+            handle.write(raw)
+            used = offset + len(raw)
+            tensor.ClearField("raw_data")
+            tensor.data_location = TensorProto.EXTERNAL
+            del tensor.external_data[:]
+            for key, value in (("location", data_files[-1].name), ("offset", str(offset)), ("length", str(len(raw)))):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, value
+    finally:
+        if handle is not None:
+            handle.close()
+
+    # 2. The graph itself (now small); written to a temp name and renamed, never half-written.
+    graph_file = folder / f"{component}_{variant}.onnx"
+    data = model.SerializeToString()
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{graph_file.name}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    os.replace(tmp, graph_file)
+    sizes = ", ".join(f"{p.name} {p.stat().st_size / 1e6:.2f} MB" for p in [graph_file, *data_files])
+    log(f"  wrote {sizes}")
+    return [p.name for p in data_files]
+
+
+def _raw_bytes(tensor: TensorProto) -> bytes:
+    """A tensor's bytes in raw little-endian layout, whichever field the exporter filled."""
+    if tensor.HasField("raw_data"):
+        return tensor.raw_data
+    from onnx import numpy_helper
+
+    array = numpy_helper.to_array(tensor)
+    fresh = numpy_helper.from_array(array, tensor.name)
+    tensor.CopyFrom(fresh)
+    return tensor.raw_data
+
+
+def verify_saved_graph(path: Path, component: str) -> None:
+    """Re-read a saved graph: IR version, opset, ops, external-data files, onnx.checker and shape inference."""
+    model = onnx.load(str(path), load_external_data=False)
+    if model.ir_version > IR_VERSION:
+        raise ConversionError(f"{path} was saved with IR version {model.ir_version}; onnxruntime-web needs <= 10.")
+    opsets = {entry.domain or "": entry.version for entry in model.opset_import}
+    if opsets.get("") != OPSET:
+        raise ConversionError(f"{path} has ai.onnx opset {opsets.get('')}, expected {OPSET}.")
+    check_ops(model, component)
+    check_no_float64(model, what=component)
+    for tensor in model.graph.initializer:
+        if tensor.data_location == TensorProto.EXTERNAL:
+            location = {e.key: e.value for e in tensor.external_data}["location"]
+            if "/" in location or "\\" in location or not (path.parent / location).is_file():
+                raise ConversionError(f"{path}: tensor {tensor.name} points to {location!r}, not a bare file beside it.")
+    # The checker reads external data by path, so this also proves every offset/length is in range.
+    onnx.checker.check_model(str(path), full_check=True)

