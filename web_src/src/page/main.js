@@ -62,7 +62,8 @@ function main() {
     const toast = requireElement(document, 'toast', HTMLElement);
     const sourceLabel = requireElement(document, 'model-source', HTMLElement);
     const copyLink = requireElement(document, 'copy-link', HTMLButtonElement);
-    requireElement(document, 'browser-note', HTMLElement).textContent = SUPPORT_NOTE;
+    const browserNote = requireElement(document, 'browser-note', HTMLElement);
+    browserNote.textContent = SUPPORT_NOTE;
     requireElement(document, 'version', HTMLElement).textContent = `klein-web ${version}`;
 
     /** @type {HistoryStore | null} */
@@ -104,7 +105,10 @@ function main() {
 
     // 1. Settings from a share link; a fresh random seed otherwise.
     const fromUrl = valuesFromUrl(location.search);
-    form.write({ seed: String(randomSeed()), ...fromUrl });
+    form.write({ seed: String(randomSeed()), ...fromUrl.values });
+    if (fromUrl.problems.length) {
+        errors.show(adviseError(new InputError(fromUrl.problems.join(' ')), {}), 'input', { reveal: false });
+    }
 
     // 2. Where the model comes from (shown in the header), decided once.
     /** @type {Promise<ModelSource>} */
@@ -118,7 +122,7 @@ function main() {
         (err) => {
             sourceLabel.textContent = 'Model source: invalid';
             form.block('Fix the ?model= address first.');
-            errors.show(adviseError(err, {}), 'input');
+            errors.show(adviseError(err, {}), 'input', { reveal: false });
             setState('error');
         },
     );
@@ -134,7 +138,10 @@ function main() {
             if (!caps.webgpu) {
                 const error = new NoWebGPUError(caps.error ?? 'This browser exposes no WebGPU adapter.');
                 form.block('WebGPU is not available in this browser.');
-                errors.show(adviseError(error, { advice }), error.code);
+                errors.show(adviseError(error, { advice }), error.code, { reveal: false });
+                // The note at the top is the first thing read: turn it into the warning.
+                browserNote.textContent = 'WebGPU is not available in this browser, so the app cannot run here. What to do is shown under the Generate button.';
+                browserNote.dataset.tone = 'bad';
                 progress.idle('WebGPU is not available.');
                 setState('error');
                 return null;
@@ -144,7 +151,7 @@ function main() {
         },
         (err) => {
             capabilities.placeholder('The GPU probe failed.');
-            errors.show(adviseError(err, { advice }), err instanceof KleinError ? err.code : 'internal');
+            errors.show(adviseError(err, { advice }), err instanceof KleinError ? err.code : 'internal', { reveal: false });
             progress.idle('Not ready.');
             setState('error');
             return null;

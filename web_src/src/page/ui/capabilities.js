@@ -5,6 +5,7 @@
  * @module page/ui/capabilities
  */
 
+import { firstSentence } from './error_view.js';
 import { requireElement } from './form.js';
 import { formatBinaryBytes, formatBytes } from './format.js';
 
@@ -32,7 +33,7 @@ export function describeCapabilities(caps) {
     /** @type {Row[]} */
     const rows = [];
     if (!caps.webgpu || !caps.adapter) {
-        rows.push({ label: 'WebGPU', value: 'not available', tone: 'bad', note: caps.error ?? undefined });
+        rows.push({ label: 'WebGPU', value: 'not available', tone: 'bad', note: caps.error ? firstSentence(caps.error) : undefined });
     } else {
         const { vendor, architecture, description } = caps.adapter;
         const name = [vendor, architecture].filter(Boolean).join(' · ') || 'unnamed adapter';

@@ -17,6 +17,17 @@ import { formatBytes } from './format.js';
  */
 
 /**
+ * The first sentence of a message: the worker's no-WebGPU text ends with generic advice that the page
+ * replaces with advice for this very browser.
+ * @param {string} text
+ * @returns {string}
+ */
+export function firstSentence(text) {
+    const match = /^.*?[.!?](?=\s|$)/s.exec(text.trim());
+    return match ? match[0] : text.trim();
+}
+
+/**
  * @param {unknown} value
  * @returns {number | null}
  */
@@ -37,7 +48,11 @@ export function adviseError(error, context) {
         case 'input':
             return { title: 'Check the settings', message, action: '' };
         case 'no-webgpu':
-            return { title: 'WebGPU is not available', message, action: context.advice ?? '' };
+            return {
+                title: 'WebGPU is not available',
+                message: context.advice ? firstSentence(message) : message,
+                action: context.advice ?? '',
+            };
         case 'device-lost':
             return {
                 title: 'The GPU was reset',
@@ -59,13 +74,18 @@ export function adviseError(error, context) {
                 action: 'Check the connection and click Generate: the download resumes where it stopped, finished files are kept.',
             };
         case 'quota': {
-            const needed = bytes(detail.needed ?? detail.neededBytes);
-            const available = bytes(detail.available ?? detail.availableBytes);
-            const numbers = needed !== null && available !== null ? ` It needs ${formatBytes(needed)}; this site may use ${formatBytes(available)}.` : '';
+            // store/weights.js puts {needed, usage, quota} in the detail: lead with needed vs available.
+            const needed = bytes(detail.needed);
+            const quota = bytes(detail.quota);
+            const usage = bytes(detail.usage);
+            const numbers =
+                needed !== null && quota !== null && usage !== null
+                    ? `: ${formatBytes(needed)} needed, ${formatBytes(Math.max(0, quota - usage))} available`
+                    : '';
             return {
-                title: 'Not enough browser storage for the model',
-                message: message + numbers,
-                action: 'Free disk space (the browser allows a share of the free space), or clear other sites’ data, then Generate again.',
+                title: `Not enough browser storage for the model${numbers}`,
+                message,
+                action: 'Free disk space (the browser lets a site use a share of it) or clear other sites’ data, then Generate again.',
             };
         }
         case 'degenerate-output':
@@ -87,6 +107,24 @@ export function adviseError(error, context) {
     }
 }
 
+/**
+ * Fills `element` with `text`, turning `backticked` parts into <code> (flags and chrome:// addresses
+ * must not wrap mid-word or be mistaken for prose). Text only: never innerHTML.
+ * @param {HTMLElement} element
+ * @param {string} text
+ */
+export function renderInline(element, text) {
+    const parts = text.split('`');
+    element.replaceChildren(
+        ...parts.map((part, index) => {
+            if (index % 2 === 0) return document.createTextNode(part);
+            const code = document.createElement('code');
+            code.textContent = part;
+            return code;
+        }),
+    );
+}
+
 export class ErrorView {
     /** @param {Document} doc */
     constructor(doc) {
@@ -96,8 +134,9 @@ export class ErrorView {
     /**
      * @param {ErrorAdvice} advice
      * @param {string} code  Kept in `data-code` for automation and CSS.
+     * @param {{reveal?: boolean}} [options]  reveal: scroll the message into view (not at page load).
      */
-    show(advice, code) {
+    show(advice, code, { reveal = true } = {}) {
         const title = document.createElement('strong');
         title.textContent = advice.title;
         const message = document.createElement('p');
@@ -106,13 +145,13 @@ export class ErrorView {
         if (advice.action) {
             const action = document.createElement('p');
             action.className = 'action';
-            action.textContent = advice.action;
+            renderInline(action, advice.action);
             parts.push(action);
         }
         this.region.dataset.code = code;
         this.region.replaceChildren(...parts);
         // In a narrow window the message may sit below the fold: bring it into view.
-        this.region.scrollIntoView({ block: 'nearest' });
+        if (reveal) this.region.scrollIntoView({ block: 'nearest' });
     }
 
     clear() {

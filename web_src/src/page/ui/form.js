@@ -128,29 +128,33 @@ export function validateValues(raw) {
 
 /**
  * The form fields a share link sets. Values are kept raw: a bad one is shown and then rejected by
- * validation on Generate, never silently "fixed".
+ * validation on Generate, never silently "fixed". A `size` that is not WIDTHxHEIGHT cannot be shown
+ * in the form, so it is reported in `problems` instead.
  * @param {string} search  `location.search`
- * @returns {RawValues}
+ * @returns {{values: RawValues, problems: string[]}}
  */
 export function valuesFromUrl(search) {
     const query = new URLSearchParams(search);
     /** @type {RawValues} */
-    const raw = {};
+    const values = {};
+    const problems = [];
     const prompt = query.get('prompt');
-    if (prompt !== null) raw.prompt = prompt;
+    if (prompt !== null) values.prompt = prompt;
     const seed = query.get('seed');
-    if (seed !== null) raw.seed = seed;
+    if (seed !== null) values.seed = seed;
     const steps = query.get('steps');
-    if (steps !== null) raw.steps = steps;
+    if (steps !== null) values.steps = steps;
     const size = query.get('size');
     if (size !== null) {
         const parsed = parseSize(size);
         if (parsed) {
-            raw.width = String(parsed.width);
-            raw.height = String(parsed.height);
+            values.width = String(parsed.width);
+            values.height = String(parsed.height);
+        } else {
+            problems.push(`The link's size=${size} is not WIDTHxHEIGHT (e.g. size=768x512); the size was left as it is.`);
         }
     }
-    return raw;
+    return { values, problems };
 }
 
 /**

@@ -219,7 +219,7 @@ export class ResultView {
         this.tokenInfo.classList.toggle('warn', prompt.droppedTokens > 0);
         this.tokenInfo.textContent =
             prompt.droppedTokens > 0
-                ? `Prompt cut to ${prompt.tokens} tokens: ${prompt.droppedTokens} token${prompt.droppedTokens === 1 ? ' was' : 's were'} dropped (the text encoder reads at most 512, chat template included). Shorten the prompt to keep the end of it.`
+                ? `Prompt too long: the last ${prompt.droppedTokens} token${prompt.droppedTokens === 1 ? ' was' : 's were'} dropped (the text encoder reads 512 tokens, chat template included). Shorten the prompt to keep its end.`
                 : `${prompt.tokens} of 512 tokens used (chat template included).`;
     }
 }
