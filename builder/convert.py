@@ -230,14 +230,14 @@ def export_component(src: Path, component: str, *, log: Callable[[str], None]) -
 
         from builder.export_transformer import export_transformer
 
-        module = Flux2Transformer2DModel.from_pretrained(src / "transformer", torch_dtype=torch.float32)
+        module = Flux2Transformer2DModel.from_pretrained(src / "transformer", dtype=torch.float32)
         export = export_transformer
     else:
         from diffusers import AutoencoderKLFlux2
 
         from builder.export_vae import export_vae
 
-        module = AutoencoderKLFlux2.from_pretrained(src / "vae", torch_dtype=torch.float32)
+        module = AutoencoderKLFlux2.from_pretrained(src / "vae", dtype=torch.float32)
         export = export_vae
     log(f"{component}: exporting to ONNX")
     model = export(module)

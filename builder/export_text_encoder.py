@@ -75,8 +75,8 @@ def export_text_encoder(causal_lm: nn.Module) -> onnx.ModelProto:
     # Example: 2 prompts of 7 tokens, the second right-padded, so the mask path is traced with real zeros.
     input_ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 0, 0, 0, 0]], dtype=torch.int64)
     attention_mask = (input_ids != 0).to(torch.int64)
-    return export_module(embedder, (input_ids, attention_mask), input_names=INPUT_NAMES, output_names=OUTPUT_NAMES,
-                         dynamic_axes=DYNAMIC_AXES)
+    return export_module(embedder, (input_ids, attention_mask), component="text_encoder", input_names=INPUT_NAMES,
+                         output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
 
 
 def embedding_table_name(model: onnx.ModelProto) -> tuple[str, str]:

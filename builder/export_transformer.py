@@ -147,7 +147,8 @@ def export_transformer(transformer: nn.Module) -> onnx.ModelProto:
         torch.zeros(txt_seq, 4, dtype=torch.int64),
     )
     with export_friendly_rotary():
-        return export_module(step, args, input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
+        return export_module(step, args, component="transformer", input_names=INPUT_NAMES,
+                             output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
 
 
 def q4_excluded_nodes(model: onnx.ModelProto) -> list[str]:

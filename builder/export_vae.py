@@ -60,5 +60,5 @@ def export_vae(vae: nn.Module) -> onnx.ModelProto:
     decoder = LatentDecoder(vae.eval()).eval()
     channels = decoder.bn_mean.shape[1]
     example = torch.zeros(1, channels, 3, 2)  # non-square, so height and width stay separate dynamic dims
-    return export_module(decoder, (example,), input_names=INPUT_NAMES, output_names=OUTPUT_NAMES,
-                         dynamic_axes=DYNAMIC_AXES)
+    return export_module(decoder, (example,), component="vae_decoder", input_names=INPUT_NAMES,
+                         output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)

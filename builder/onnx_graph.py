@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import onnx
 from onnx import TensorProto
 
 from builder.errors import ConversionError
-from builder.manifest import external_data_names
+from builder.manifest import CONTRACT, external_data_names
 
 OPSET = 18
 IR_VERSION = 10
@@ -65,6 +66,7 @@ def export_module(
     module: Any,
     args: tuple[Any, ...],
     *,
+    component: str,
     input_names: Sequence[str],
     output_names: Sequence[str],
     dynamic_axes: dict[str, dict[int, str]],
@@ -77,7 +79,10 @@ def export_module(
     """
     import torch
 
-    with tempfile.TemporaryDirectory(prefix="klein-export-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="klein-export-") as tmp, warnings.catch_warnings():
+        # TracerWarnings flag Python-side constants (head_dim, rotary tables) that are constant by design, and
+        # the TorchScript exporter announces its own deprecation; neither is actionable for a user.
+        warnings.simplefilter("ignore")
         path = Path(tmp) / "graph.onnx"
         with torch.no_grad():
             torch.onnx.export(
@@ -93,8 +98,36 @@ def export_module(
             )
         model = onnx.load(str(path), load_external_data=True)
     fold_constant_nodes(model)
+    apply_contract_shapes(model, component)
     model.ir_version = IR_VERSION
     return model
+
+
+def apply_contract_shapes(model: onnx.ModelProto, component: str) -> None:
+    """Name the graph's I/O dims exactly as builder.manifest.CONTRACT does.
+
+    The tracer names some dims after internal values (`MatMulnoise_pred_dim_0`) or leaves a dim dynamic
+    that the contract fixes (the transformer's batch of 1). Dims the contract calls `joint_dim` are the
+    model's fixed text width and keep the exported number.
+    """
+    inputs, outputs = CONTRACT[component]
+    for values, specs in ((model.graph.input, inputs), (model.graph.output, outputs)):
+        if [v.name for v in values] != [s.name for s in specs]:
+            raise ConversionError(f"The {component} graph's I/O {[v.name for v in values]} differs from the contract.")
+        for value, spec in zip(values, specs):
+            dims = value.type.tensor_type.shape.dim
+            if len(dims) != len(spec.shape):
+                raise ConversionError(f"{component} {value.name} has rank {len(dims)}, the contract says {spec.shape}.")
+            for dim, want in zip(dims, spec.shape):
+                if want == "joint_dim":
+                    if not dim.HasField("dim_value"):
+                        raise ConversionError(f"{component} {value.name}: the text width must be a fixed dim.")
+                elif isinstance(want, int):
+                    dim.Clear()
+                    dim.dim_value = want
+                else:
+                    dim.Clear()
+                    dim.dim_param = want
 
 
 def fold_constant_nodes(model: onnx.ModelProto) -> None:
