@@ -1,0 +1,280 @@
+"""`klein-web fetch` against a fake Hub on loopback (tests/fakehub.py), run as the real CLI in a subprocess.
+
+huggingface_hub reads HF_ENDPOINT when it is imported, so every fetch runs in a fresh `python -m builder`
+process pointed at the fake hub.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from builder import REPO_ROOT, manifest
+from builder.errors import ModelRepoError
+from fakehub import FakeHub, FakeRepo, RunningHub
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+REPO = "test/klein-seed"
+
+# Test-only shim, loaded through PYTHONPATH by the fetch subprocess: reports a fake amount of free disk space.
+SITECUSTOMIZE = '''
+import os, shutil
+_free = os.environ.get("KLEIN_TEST_FREE_BYTES")
+if _free is not None:
+    _real_disk_usage = shutil.disk_usage
+    def _fake_disk_usage(path):
+        usage = _real_disk_usage(path)
+        return type(usage)(usage.total, usage.used, int(_free))
+    shutil.disk_usage = _fake_disk_usage
+'''
+
+
+def write_seed_like_repo(root: Path) -> Path:
+    """A repo in the seed layout (no manifest.json) with random graph bytes and a few files the app never needs."""
+    rng = np.random.default_rng(0)
+    sizes = {
+        "text_encoder/text_encoder_q4.onnx": 20_000, "text_encoder/text_encoder_q4.onnx_data": 700_000,
+        "text_encoder/text_encoder_q4.onnx_data_1": 300_000, "transformer/transformer_q4.onnx": 30_000,
+        "transformer/transformer_q4.onnx_data": 900_000, "transformer/transformer_q4.onnx_data_1": 123_457,
+        "vae_decoder/vae_decoder_fp16.onnx": 10_000, "vae_decoder/vae_decoder_fp16.onnx_data": 200_001,
+        "samples/onnx_q4_512.png": 50_000,
+    }
+    for rel, size in sizes.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+    texts = {
+        "tokenizer/tokenizer.json": json.dumps({"model": {"type": "BPE"}, "added_tokens": []}),
+        "tokenizer/tokenizer_config.json": json.dumps({"pad_token": "<|endoftext|>", "chat_template": "{{ x }}"}),
+        "scheduler/scheduler_config.json": json.dumps({"use_dynamic_shifting": True}),
+        "README.md": "# model card\n", "LICENSE": "Apache-2.0\n", "validation.md": "numbers\n",
+    }
+    for rel, text in texts.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+WANTED_SEED_FILES = sorted([
+    "text_encoder/text_encoder_q4.onnx", "text_encoder/text_encoder_q4.onnx_data",
+    "text_encoder/text_encoder_q4.onnx_data_1", "transformer/transformer_q4.onnx",
+    "transformer/transformer_q4.onnx_data", "transformer/transformer_q4.onnx_data_1",
+    "vae_decoder/vae_decoder_fp16.onnx", "vae_decoder/vae_decoder_fp16.onnx_data",
+    "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json", "scheduler/scheduler_config.json", "LICENSE",
+])
+
+
+@pytest.fixture(scope="module")
+def seed_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_seed_like_repo(tmp_path_factory.mktemp("seed-repo"))
+
+
+@pytest.fixture
+def shim_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "shim"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    return folder
+
+
+def run_fetch(endpoint: str, dest: Path, *, repo: str = REPO, revision: str = "main", shim: Path | None = None,
+              extra_env: dict[str, str] | None = None, background: bool = False) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update({
+        "HF_ENDPOINT": endpoint, "HF_HOME": str(dest.parent / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1",
+        "PYTHONUNBUFFERED": "1", **(extra_env or {}),
+    })
+    if shim is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(shim), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "builder", "fetch", "--repo", repo, "--revision", revision, "--dir", str(dest)]
+    if background:
+        return subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def assert_same_files(source: Path, dest: Path, paths: list[str]) -> None:
+    for rel in paths:
+        assert (dest / rel).read_bytes() == (source / rel).read_bytes(), rel
+
+
+def fetched_files(dest: Path) -> list[str]:
+    return sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+
+
+def test_fetch_seed_layout_repo(seed_repo: Path, tmp_path: Path) -> None:
+    hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})
+    dest = tmp_path / "models"
+    with RunningHub(hub) as running:
+        result = run_fetch(running.endpoint, dest)
+    assert result.returncode == 0, result.stderr
+    assert f"klein-web serve --models {dest}" in result.stdout
+    assert "ETA" in result.stderr and "MB/s" in result.stderr  # progress with rate and ETA
+    # Exactly what the app needs (no README, samples or validation notes), byte for byte, plus the manifest.
+    assert fetched_files(dest) == sorted([*WANTED_SEED_FILES, "manifest.json"])
+    assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
+    fetched = manifest.load(dest)
+    manifest.verify(dest, fetched, check_sha256=True)
+    assert sorted(fetched.files) == WANTED_SEED_FILES
+    assert fetched.source == f"{REPO}@{COMMIT}"
+    # The seed layout: graphs and I/O as builder.manifest describes the seed repo.
+    assert fetched.graphs == manifest.seed_graphs()
+
+    # A second run finds everything in place and downloads nothing.
+    hub.requests.clear()
+    with RunningHub(hub) as running:
+        again = run_fetch(running.endpoint, dest)
+    assert again.returncode == 0, again.stderr
+    assert [r for r in hub.requests if r[0] == "GET"] == []
+
+
+def test_unknown_repo_is_named(seed_repo: Path, tmp_path: Path) -> None:
+    with RunningHub(FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})) as running:
+        result = run_fetch(running.endpoint, tmp_path / "models", repo="nobody/no-such-model")
+    assert result.returncode == 1
+    assert "nobody/no-such-model" in result.stderr and "not found" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "models" / "manifest.json").exists()
+
+
+def test_unknown_revision_is_named(seed_repo: Path, tmp_path: Path) -> None:
+    with RunningHub(FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})) as running:
+        result = run_fetch(running.endpoint, tmp_path / "models", revision="v9.9")
+    assert result.returncode == 1
+    assert "'v9.9'" in result.stderr and "does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_no_network_is_explained(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a free port: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = run_fetch(f"http://127.0.0.1:{port}", tmp_path / "models")
+    assert result.returncode == 1
+    assert "Cannot reach the Hub" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_too_little_disk_fails_before_downloading(seed_repo: Path, tmp_path: Path, shim_dir: Path) -> None:
+    hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})
+    dest = tmp_path / "models"
+    with RunningHub(hub) as running:
+        result = run_fetch(running.endpoint, dest, shim=shim_dir, extra_env={"KLEIN_TEST_FREE_BYTES": "1000000"})
+    assert result.returncode == 1
+    assert "Not enough disk space" in result.stderr and "0.00 GB is free" in result.stderr
+    assert "--dir" in result.stderr
+    assert [r for r in hub.requests if r[0] == "GET"] == []  # nothing was downloaded
+    assert not (dest / "manifest.json").exists()
+
+
+def test_dropped_connection_resumes_with_range(seed_repo: Path, tmp_path: Path) -> None:
+    """The server cuts a file half-way once: the same run resumes it from the byte where it stopped."""
+    name = "transformer/transformer_q4.onnx_data"
+    hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, cut={name: 1})
+    dest = tmp_path / "models"
+    with RunningHub(hub) as running:
+        result = run_fetch(running.endpoint, dest)
+    assert result.returncode == 0, result.stderr
+    gets = [r for r in hub.requests if r[0] == "GET" and r[1] == name]
+    size = (seed_repo / name).stat().st_size
+    assert gets == [("GET", name, None), ("GET", name, f"bytes={size // 2}-")]
+    assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
+    manifest.verify(dest, manifest.load(dest), check_sha256=True)
+
+
+def test_failed_download_resumes_on_a_second_run(seed_repo: Path, tmp_path: Path) -> None:
+    """Cuts beyond the in-run retries fail the run cleanly; the next run continues from the partial file."""
+    from builder.hub import RETRIES
+
+    name = "text_encoder/text_encoder_q4.onnx_data"
+    hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, cut={name: RETRIES + 1})
+    dest = tmp_path / "models"
+    with RunningHub(hub) as running:
+        first = run_fetch(running.endpoint, dest)
+        assert first.returncode == 1
+        assert "Connection lost" in first.stderr and "resume" in first.stderr and "Traceback" not in first.stderr
+        assert not (dest / "manifest.json").exists()
+        partials = list((dest / ".fetch").rglob("*.incomplete"))
+        assert len(partials) == 1 and 0 < partials[0].stat().st_size < (seed_repo / name).stat().st_size
+        kept = partials[0].stat().st_size
+        hub.requests.clear()
+        second = run_fetch(running.endpoint, dest)
+    assert second.returncode == 0, second.stderr
+    assert ("GET", name, f"bytes={kept}-") in hub.requests
+    assert not (dest / ".fetch").exists()
+    assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
+    manifest.verify(dest, manifest.load(dest), check_sha256=True)
+
+
+def test_ctrl_c_keeps_partial_files_and_no_manifest(seed_repo: Path, tmp_path: Path) -> None:
+    name = "transformer/transformer_q4.onnx_data"
+    hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, chunk_delay_s=0.2)
+    dest = tmp_path / "models"
+    with RunningHub(hub) as running:
+        process = run_fetch(running.endpoint, dest, background=True)
+        deadline = time.monotonic() + 60
+        partial = None
+        while time.monotonic() < deadline and partial is None:
+            partial = next((p for p in (dest / ".fetch" / "transformer").glob(Path(name).name + ".*.incomplete")
+                            if p.stat().st_size > 0), None) if (dest / ".fetch" / "transformer").is_dir() else None
+            time.sleep(0.05)
+        assert partial is not None, "the download of the large file never started"
+        process.send_signal(signal.SIGINT)
+        _out, err = process.communicate(timeout=30)
+        assert process.returncode == 1, err
+        assert "interrupted" in err and "resume" in err and "Traceback" not in err
+        assert not (dest / "manifest.json").exists()
+        kept = partial.stat().st_size
+        assert 0 < kept < (seed_repo / name).stat().st_size
+
+        hub.chunk_delay_s = 0.0
+        hub.requests.clear()
+        second = run_fetch(running.endpoint, dest)
+    assert second.returncode == 0, second.stderr
+    assert ("GET", name, f"bytes={kept}-") in hub.requests
+    assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
+    manifest.verify(dest, manifest.load(dest), check_sha256=True)
+
+
+def test_fetch_tiny_q4_repo_without_manifest(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    """make-tiny's q4 repo served like the real Hub repo (no manifest.json): same files, a manifest that verifies."""
+    source = tiny_models["q4"]
+    source_manifest = manifest.load(source)
+    hub = FakeHub({"test/tiny-q4": FakeRepo(source, COMMIT, exclude=("manifest.json",))})
+    dest = tmp_path / "models"
+    with RunningHub(hub) as running:
+        result = run_fetch(running.endpoint, dest, repo="test/tiny-q4")
+    assert result.returncode == 0, result.stderr
+    fetched = manifest.load(dest)
+    manifest.verify(dest, fetched, check_sha256=True)
+    needed = sorted({p for g in source_manifest.graphs for p in g.files()}
+                    | {p for p in source_manifest.files if p.startswith(("tokenizer/", "scheduler/"))})
+    assert sorted(fetched.files) == needed
+    assert_same_files(source, dest, needed)
+    assert {(g.component, g.variant, tuple(g.external_data)) for g in fetched.graphs} == {
+        (g.component, g.variant, tuple(g.external_data)) for g in source_manifest.graphs
+    }
+
+
+def test_fetch_repo_with_manifest_uses_it(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    source = tiny_models["q4"]
+    hub = FakeHub({"test/tiny-q4": FakeRepo(source, COMMIT)})
+    dest = tmp_path / "models"
+    with RunningHub(hub) as running:
+        result = run_fetch(running.endpoint, dest, repo="test/tiny-q4")
+    assert result.returncode == 0, result.stderr
+    source_manifest, fetched = manifest.load(source), manifest.load(dest)
+    manifest.verify(dest, fetched, check_sha256=True)
+    assert fetched.graphs == source_manifest.graphs
+    assert sorted(fetched.files) == sorted(source_manifest.files)
+    assert_same_files(source, dest, sorted(source_manifest.files))
+    shutil.rmtree(dest / "tokenizer")
+    with pytest.raises(ModelRepoError, match="missing"):
+        manifest.verify(dest, fetched)
