@@ -6,7 +6,7 @@
 
 Errors carry the `X-Error-Code` header huggingface_hub maps to exceptions (RepoNotFound, RevisionNotFound,
 EntryNotFound). Test knobs: `cut[path] = n` ends the next n downloads of `path` half-way (the connection
-drops with bytes missing), `chunk_delay_s` slows every 64 KiB so a test can interrupt a download, and
+drops with bytes missing), `slow[path] = s` sleeps s seconds per 64 KiB of `path` so a test can interrupt it, and
 `requests` records (method, path, Range header) of every file request.
 """
 
@@ -57,7 +57,7 @@ class FakeRepo:
 class FakeHub:
     repos: dict[str, FakeRepo]
     cut: dict[str, int] = field(default_factory=dict)
-    chunk_delay_s: float = 0.0
+    slow: dict[str, float] = field(default_factory=dict)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
 
     def app(self) -> Starlette:
@@ -123,14 +123,14 @@ class FakeHub:
         cut_now = self.cut.get(rel, 0) > 0
         if cut_now:
             self.cut[rel] -= 1
-        return StreamingResponse(self._body(data, cut_now), status_code=status, headers=headers,
+        return StreamingResponse(self._body(data, cut_now, self.slow.get(rel, 0.0)), status_code=status, headers=headers,
                                  media_type="application/octet-stream")
 
-    def _body(self, data: bytes, cut: bool) -> Iterator[bytes]:
+    def _body(self, data: bytes, cut: bool, delay_s: float) -> Iterator[bytes]:
         limit = len(data) // 2 if cut else len(data)
         for offset in range(0, limit, CHUNK):
-            if self.chunk_delay_s:
-                time.sleep(self.chunk_delay_s)
+            if delay_s:
+                time.sleep(delay_s)
             yield data[offset : min(offset + CHUNK, limit)]
         if cut:
             # Raising after the headers went out makes uvicorn drop the connection with bytes missing.

@@ -215,7 +215,7 @@ def test_failed_download_resumes_on_a_second_run(seed_repo: Path, tmp_path: Path
 
 def test_ctrl_c_keeps_partial_files_and_no_manifest(seed_repo: Path, tmp_path: Path) -> None:
     name = "transformer/transformer_q4.onnx_data"
-    hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, chunk_delay_s=0.2)
+    hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, slow={name: 0.2})
     dest = tmp_path / "models"
     with RunningHub(hub) as running:
         process = run_fetch(running.endpoint, dest, background=True)
@@ -234,7 +234,7 @@ def test_ctrl_c_keeps_partial_files_and_no_manifest(seed_repo: Path, tmp_path: P
         kept = partial.stat().st_size
         assert 0 < kept < (seed_repo / name).stat().st_size
 
-        hub.chunk_delay_s = 0.0
+        hub.slow.clear()
         hub.requests.clear()
         second = run_fetch(running.endpoint, dest)
     assert second.returncode == 0, second.stderr
@@ -261,6 +261,11 @@ def test_fetch_tiny_q4_repo_without_manifest(tiny_models: dict[str, Path], tmp_p
     assert {(g.component, g.variant, tuple(g.external_data)) for g in fetched.graphs} == {
         (g.component, g.variant, tuple(g.external_data)) for g in source_manifest.graphs
     }
+    # The folder works as a model repo: the CPU reference gives the same image from it as from the source.
+    from builder import reference
+
+    params = dict(prompt="a lighthouse", seed=3, width=64, height=64, steps=2, log=lambda _m: None)
+    assert np.array_equal(reference.generate(dest, **params).image, reference.generate(source, **params).image)
 
 
 def test_fetch_repo_with_manifest_uses_it(tiny_models: dict[str, Path], tmp_path: Path) -> None:

@@ -176,3 +176,12 @@ def test_missing_tokenizer_and_bad_scheduler(repo_copy: Path, monkeypatch: pytes
     (repo_copy / "tokenizer" / "tokenizer.json").unlink()
     with pytest.raises(ModelRepoError, match="tokenizer.json"):
         reference.generate(repo_copy, prompt=PROMPT, seed=SEED, width=64, height=64, steps=STEPS, log=lambda _m: None)
+
+
+def test_runtime_modules_import_no_ml_framework() -> None:
+    """reference/fetch run without the optional torch/diffusers/transformers extras."""
+    code = ("import sys; import builder.sampling, builder.imaging, builder.prompt, builder.reference, builder.hub; "
+            "heavy = sorted(m for m in ('torch', 'diffusers', 'transformers') if m in sys.modules); "
+            "print(','.join(heavy)); sys.exit(1 if heavy else 0)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"imported: {result.stdout.strip()} {result.stderr}"
