@@ -7,7 +7,9 @@ shared by the module; each test gets its own server port, hence its own origin a
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import socket
 import threading
 import time
@@ -94,7 +96,7 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_
     client = WorkerClient(page, server.url("/"))
     client.open()
 
-    cases = [(0, 64, 64), (42, 64, 64), (7, 96, 64)]  # two seeds, a square and a non-square size
+    cases = [(0, 64, 64), (42, 96, 64)]  # two seeds, a square and a non-square size
     for i, (seed, width, height) in enumerate(cases):
         reply = client.generate(prompt=PROMPT, seed=seed, width=width, height=height)
         result = reply.ok()
@@ -112,7 +114,7 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_
             assert reply.of_type("stage")[3].get("detail") == "cached"
             assert not reply.of_type("progress")
         psnr = imaging.psnr(reply.rgb(), reference_rgb("fp32", seed=seed, width=width, height=height))
-        print(f"fp32 {width}x{height} seed {seed}: PSNR {psnr:.1f} dB vs CPU reference")
+        print(f"fp32 {width}x{height} seed {seed}: PSNR {psnr:.1f} dB vs CPU reference; timings {timings}")
         assert psnr >= FP32_PSNR_MIN
 
     # A second visit (new worker, nothing in memory) loads every weight from OPFS: no weight-file request.
@@ -144,8 +146,72 @@ def test_q4_against_reference(page: Any, dist_dir: Path, live_server_factory: An
     psnr = imaging.psnr(reply.rgb(), reference_rgb("q4", seed=0, width=64, height=64, variants=variants_of(reply)))
     print(f"q4 64x64 seed 0: PSNR {psnr:.1f} dB vs CPU reference (same variants)")
     # MatMulNBits with accuracy_level 4 quantises activations to int8 on the WebGPU EP but not on the CPU EP
-    # (onnxruntime-web notes section 4: ~0.3% relative), so q4 is looser than fp32. Measured: see the print.
-    assert psnr >= 25.0
+    # (onnxruntime-web notes section 4: ~0.3% relative), so q4 may be looser than fp32. Measured on the tiny
+    # model: 70 dB; the bound keeps 25 dB of headroom for that difference and still fails on a wrong image.
+    assert psnr >= 45.0
+
+
+def without_f16_fallbacks(repo: Path, out: Path) -> Path:
+    """A copy of the q4 repo as a seed-like repo: no fp32 VAE, no CPU-node list for the fp16 text encoder."""
+    shutil.copytree(repo, out)
+    data = json.loads((out / manifest.MANIFEST_NAME).read_text())
+    data["graphs"] = [g for g in data["graphs"] if (g["component"], g["variant"]) != ("vae_decoder", "fp32")]
+    for graph in data["graphs"]:
+        graph["cpu_nodes_without_f16"] = []
+    data["files"] = {path: entry for path, entry in data["files"].items() if "vae_decoder_fp32" not in path}
+    (out / manifest.MANIFEST_NAME).write_text(json.dumps(data))
+    return out
+
+
+def test_fp16_graphs_without_shader_f16_run_on_wasm_with_a_note(page: Any, dist_dir: Path, live_server_factory: Any,
+                                                               tiny_models: dict[str, Path], tmp_path: Path,
+                                                               reference_rgb: Any) -> None:
+    repo = without_f16_fallbacks(tiny_models["q4"], tmp_path / "q4-f16-only")
+    server = live_server_factory(dist_dir, models=repo)
+    client = WorkerClient(page, server.url("/"))
+    client.open()
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    result = reply.ok()
+    # fp16 graphs throw on a WebGPU device without shader-f16: they must go to the wasm EP, and say so.
+    assert result["graphs"] == {"text_encoder": {"variant": "q4", "ep": "wasm"},
+                                "transformer": {"variant": "q4", "ep": "webgpu"},
+                                "vae_decoder": {"variant": "fp16", "ep": "wasm"}}
+    wasm_notes = [note for note in result["notes"] if "wasm" in note]
+    assert len(wasm_notes) == 2 and all("shader-f16" in note for note in wasm_notes), result["notes"]
+    psnr = imaging.psnr(reply.rgb(), reference_rgb("q4", seed=0, width=64, height=64, variants=variants_of(reply)))
+    print(f"q4 text encoder + fp16 VAE on wasm: PSNR {psnr:.1f} dB vs CPU reference (same variants)")
+    assert psnr >= 45.0  # measured 66 dB; same reasoning as the q4 test
+
+
+OPFS_LISTING_JS = """async () => {
+    const walk = async (dir, prefix) => {
+        const names = [];
+        for await (const [name, handle] of dir.entries()) {
+            if (handle.kind === 'directory') names.push(...await walk(handle, prefix + name + '/'));
+            else names.push(prefix + name);
+        }
+        return names;
+    };
+    return walk(await navigator.storage.getDirectory(), '');
+}"""
+
+
+def test_missing_model_file_is_an_error_and_nothing_is_stored(page: Any, dist_dir: Path, live_server_factory: Any,
+                                                              tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    repo = tmp_path / "broken"
+    shutil.copytree(tiny_models["fp32"], repo)
+    missing = manifest.load(repo).graph("transformer", "fp32").files()[-1]
+    (repo / missing).unlink()
+    server = live_server_factory(dist_dir, models=repo)
+    client = WorkerClient(page, server.url("/"))
+    client.open()
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    assert reply.type == "error" and reply.error is not None
+    assert reply.error["code"] == "model-file" and missing in reply.error["message"], reply.error
+    stored = page.evaluate(OPFS_LISTING_JS)
+    # The files before it were stored whole; the 404 answer was not stored under any name.
+    assert any(name.endswith("text_encoder/text_encoder_fp32.onnx") for name in stored), stored
+    assert not [name for name in stored if Path(missing).name in name], stored
 
 
 class CutOnce:
