@@ -110,10 +110,10 @@ def fetch(repo: str, *, revision: str, dest: Path, log: Callable[[str], None]) -
 
 def _repo_files(repo: str, revision: str) -> tuple[str, dict[str, RemoteFile]]:
     from huggingface_hub import HfApi, constants
-    from huggingface_hub.utils import (
+    from huggingface_hub.errors import (
         GatedRepoError,
-        HFValidationError,
         HfHubHTTPError,
+        HFValidationError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
@@ -313,7 +313,7 @@ def _download(repo: str, commit: str, remote_file: RemoteFile, dest: Path, progr
 def _transfer(repo: str, commit: str, remote_file: RemoteFile, partial: Path, start: int, progress: _Progress) -> None:
     """Append the bytes from `start` on to `partial` (HTTP Range), raising network errors as they come."""
     from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
     request = urllib.request.Request(hf_hub_url(repo, remote_file.path, revision=commit))
     for key, value in build_hf_headers().items():
@@ -339,7 +339,7 @@ def _transfer(repo: str, commit: str, remote_file: RemoteFile, partial: Path, st
 
 def _open_partial(partial: Path, start: int) -> BinaryIO:
     try:
-        handle = open(partial, "r+b" if start else "wb")
+        handle = open(partial, "r+b" if start else "wb")  # noqa: SIM115 - the caller's `with` closes it
         handle.seek(start)
         handle.truncate()
         return handle

@@ -118,15 +118,22 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 def _gaussian_window(size: int = 11, sigma: float = 1.5) -> np.ndarray:
     offsets = np.arange(size, dtype=np.float64) - (size - 1) / 2
-    weights = np.exp(-(offsets**2) / (2 * sigma**2))
-    return weights / weights.sum()
+    weights: np.ndarray = np.exp(-(offsets**2) / (2 * sigma**2))
+    normalised: np.ndarray = weights / weights.sum()
+    return normalised
 
 
 def _filter_valid(channel: np.ndarray, window: np.ndarray) -> np.ndarray:
     """Separable 2-D correlation with `window` on both axes, keeping only fully covered positions."""
     k = len(window)
-    rows = sum(window[i] * channel[i : channel.shape[0] - k + 1 + i, :] for i in range(k))
-    return sum(window[i] * rows[:, i : rows.shape[1] - k + 1 + i] for i in range(k))
+    height, width = channel.shape[0] - k + 1, channel.shape[1] - k + 1
+    rows = np.zeros((height, channel.shape[1]), dtype=np.float64)
+    for i in range(k):
+        rows += window[i] * channel[i : i + height, :]
+    out = np.zeros((height, width), dtype=np.float64)
+    for i in range(k):
+        out += window[i] * rows[:, i : i + width]
+    return out
 
 
 def ssim(a: np.ndarray, b: np.ndarray) -> float:

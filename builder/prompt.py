@@ -52,7 +52,7 @@ class PromptTokens:
 class _GenerationTag(jinja2.ext.Extension):
     """`{% generation %}...{% endgeneration %}` renders its body, as transformers' AssistantTracker does."""
 
-    tags = {"generation"}
+    tags = {"generation"}  # noqa: RUF012 - jinja2.ext.Extension declares it as a plain attribute
 
     def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno

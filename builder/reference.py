@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from builder import imaging, manifest, prompt as prompt_module, sampling
+from builder import imaging, manifest, sampling
+from builder import prompt as prompt_module
 from builder.errors import InputError, ModelRepoError
 
 # Which variant of each graph to run on the CPU, best first. fp32 is the exact one; q4 is what the seed
@@ -74,7 +75,7 @@ def generate(
 
     `variants` pins a variant per component (e.g. {"transformer": "q4"}); otherwise VARIANT_PREFERENCE picks.
     """
-    import onnxruntime  # the only importer of onnxruntime in builder/
+    import onnxruntime  # type: ignore[import-untyped]  # the only importer of onnxruntime in builder/
 
     model_dir = Path(model_dir)
     seconds: dict[str, float] = {}
@@ -117,19 +118,18 @@ def generate(
         sigmas, timesteps = sampling.retrieve_timesteps(steps, latents.shape[1])
 
     # 6. Denoising loop
-    with _stage("denoise", seconds, log):
-        with _session(onnxruntime, model_dir, graphs["transformer"]) as session:
-            for i, t in enumerate(timesteps):
-                step_start = time.perf_counter()
-                (noise_pred,) = session.run(["noise_pred"], {
-                    "hidden_states": latents,
-                    "encoder_hidden_states": prompt_embeds,
-                    "timestep": sampling.model_timestep(t),  # f32(t / 1000), as the pipeline passes it
-                    "img_ids": latent_ids,
-                    "txt_ids": text_ids,
-                })
-                latents = sampling.euler_step(latents, noise_pred, sigmas[i], sigmas[i + 1])
-                log(f"reference: step {i + 1}/{steps} (t={float(t):.3f}) {time.perf_counter() - step_start:.2f} s")
+    with _stage("denoise", seconds, log), _session(onnxruntime, model_dir, graphs["transformer"]) as session:
+        for i, t in enumerate(timesteps):
+            step_start = time.perf_counter()
+            (noise_pred,) = session.run(["noise_pred"], {
+                "hidden_states": latents,
+                "encoder_hidden_states": prompt_embeds,
+                "timestep": sampling.model_timestep(t),  # f32(t / 1000), as the pipeline passes it
+                "img_ids": latent_ids,
+                "txt_ids": text_ids,
+            })
+            latents = sampling.euler_step(latents, noise_pred, sigmas[i], sigmas[i + 1])
+            log(f"reference: step {i + 1}/{steps} (t={float(t):.3f}) {time.perf_counter() - step_start:.2f} s")
 
     # 7. Unpack latents
     with _stage("unpack_latents", seconds, log):

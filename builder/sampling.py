@@ -45,7 +45,8 @@ class _MT19937:
 
         def mix(upper: np.ndarray, lower: np.ndarray, far: np.ndarray) -> np.ndarray:
             y = (upper & _MT_UPPER) | (lower & _MT_LOWER)
-            return far ^ (y >> np.uint32(1)) ^ np.where(y & np.uint32(1), _MT_MATRIX_A, np.uint32(0))
+            mixed: np.ndarray = far ^ (y >> np.uint32(1)) ^ np.where(y & np.uint32(1), _MT_MATRIX_A, np.uint32(0))
+            return mixed
 
         k = _MT_N - _MT_M  # 227
         mt[0:k] = mix(mt[0:k], mt[1 : k + 1], mt[_MT_M:_MT_N])
@@ -58,7 +59,8 @@ class _MT19937:
         y = y ^ (y >> np.uint32(11))
         y = y ^ ((y << np.uint32(7)) & np.uint32(0x9D2C5680))
         y = y ^ ((y << np.uint32(15)) & np.uint32(0xEFC60000))
-        return y ^ (y >> np.uint32(18))
+        tempered: np.ndarray = y ^ (y >> np.uint32(18))
+        return tempered
 
     def next_uint32(self, count: int) -> np.ndarray:
         """The next `count` 32-bit outputs, in order."""

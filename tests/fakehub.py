@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import uvicorn
 from starlette.applications import Starlette
@@ -153,7 +154,7 @@ class RunningHub:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> RunningHub:
+    def __enter__(self) -> Self:
         self.thread.start()
         deadline = time.monotonic() + 10
         while not self.server.started:

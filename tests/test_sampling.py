@@ -8,19 +8,19 @@ import pytest
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
-from diffusers import FlowMatchEulerDiscreteScheduler  # noqa: E402
-from diffusers.pipelines.flux2 import pipeline_flux2_klein as klein  # noqa: E402
+from diffusers import FlowMatchEulerDiscreteScheduler
+from diffusers.pipelines.flux2 import pipeline_flux2_klein as klein
 
-from builder import sampling  # noqa: E402
-from builder.errors import InputError  # noqa: E402
+from builder import sampling
+from builder.errors import InputError
 
 # The scheduler config the FLUX.2 checkpoints ship (diffusers-format FLUX.2-dev / convert_flux2_to_diffusers.py).
-FLUX2_SCHEDULER = dict(
-    base_image_seq_len=256, base_shift=0.5, invert_sigmas=False, max_image_seq_len=4096, max_shift=1.15,
-    num_train_timesteps=1000, shift=3.0, shift_terminal=None, stochastic_sampling=False,
-    time_shift_type="exponential", use_beta_sigmas=False, use_dynamic_shifting=True,
-    use_exponential_sigmas=False, use_karras_sigmas=False,
-)
+FLUX2_SCHEDULER = {
+    "base_image_seq_len": 256, "base_shift": 0.5, "invert_sigmas": False, "max_image_seq_len": 4096,
+    "max_shift": 1.15, "num_train_timesteps": 1000, "shift": 3.0, "shift_terminal": None,
+    "stochastic_sampling": False, "time_shift_type": "exponential", "use_beta_sigmas": False,
+    "use_dynamic_shifting": True, "use_exponential_sigmas": False, "use_karras_sigmas": False,
+}
 
 
 def bits(array: np.ndarray) -> np.ndarray:
