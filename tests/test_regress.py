@@ -260,6 +260,7 @@ def regress(tiny_models: dict[str, Path], dist_dir: Path, report: Path, **option
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 def test_the_app_matches_the_cpu_reference(tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path) -> None:
     report_dir = tmp_path / "report"
     assert regress(tiny_models, dist_dir, report_dir) == 0
@@ -276,6 +277,7 @@ def test_the_app_matches_the_cpu_reference(tiny_models: dict[str, Path], dist_di
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 def test_two_cases_run_in_one_launch_and_a_wrong_seed_fails(tiny_models: dict[str, Path], dist_dir: Path,
                                                             tmp_path: Path) -> None:
     from builder.reference import generate_png
