@@ -315,3 +315,18 @@ def test_cancel_during_denoising(page: Any, dist_dir: Path, live_server_factory:
     again = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
     assert imaging.psnr(again.rgb(), reference_rgb("fp32", seed=0, width=64, height=64)) >= FP32_PSNR_MIN
     assert client.request("cancel", target=generate_id).ok() == {"cancelled": False}
+
+
+def test_bad_or_too_large_sizes_are_refused_before_any_download(page: Any, dist_dir: Path, live_server_factory: Any,
+                                                                tiny_models: dict[str, Path]) -> None:
+    server = live_server_factory(dist_dir, models=tiny_models["fp32"])
+    client = WorkerClient(page, server.url("/"))
+    client.open()
+    bad = client.generate(prompt=PROMPT, seed=0, width=100, height=64)
+    assert bad.type == "error" and bad.error is not None and bad.error["code"] == "input", bad.error
+    assert "`width`" in bad.error["message"] and "try 96" in bad.error["message"]  # names the argument and a fix
+    # 2048x2048: the VAE attention scores (65536^2 fp32 = 16 GiB) cannot fit SwiftShader's 1 GiB buffers.
+    huge = client.generate(prompt=PROMPT, seed=0, width=2048, height=2048)
+    assert huge.type == "error" and huge.error is not None and huge.error["code"] == "out-of-memory", huge.error
+    assert "smaller size" in huge.error["message"]
+    assert not huge.of_type("progress"), "nothing may be downloaded for a run that cannot finish"

@@ -178,7 +178,7 @@ export async function generate(params, { models, signal, onEvent }) {
     });
     const textSeqLen = embedding.dims[1];
 
-    const image = await stage('denoise', `${steps} steps, ${imageSeqLen} image tokens`, async () => {
+    const denoised = await stage('denoise', `${steps} steps, ${imageSeqLen} image tokens`, async () => {
         // 5. Prepare latent variables: noise drawn in the packed 128-channel space, as torch.randn on CPU
         const noise = torchRandn(seed, [1, LATENT_CHANNELS, latentHeight, latentWidth]);
         const latents = packLatents(noise, LATENT_CHANNELS, latentHeight, latentWidth); // [1, C, H, W] -> [1, H*W, C]
@@ -217,7 +217,7 @@ export async function generate(params, { models, signal, onEvent }) {
 
     // 8. Decode: unpack tokens, VAE (BN de-normalisation, unpatchify and (x/2+0.5).clamp are in the graph)
     const rgba = await stage('decode', undefined, async () => {
-        const latents = unpackLatents(image, LATENT_CHANNELS, latentHeight, latentWidth); // [1, H*W, C] -> [1, C, H, W]
+        const latents = unpackLatents(denoised, LATENT_CHANNELS, latentHeight, latentWidth); // [1, H*W, C] -> [1, C, H, W]
         const vae = await models.session('vae_decoder', { meter, signal });
         const outputs = await models.run(
             vae,

@@ -147,6 +147,31 @@ export function memoryBudget() {
 }
 
 /**
+ * Refuse a size whose VAE decode cannot fit before anything is downloaded or run. The VAE mid-block
+ * attention materialises a [tokens x tokens] score matrix (tokens = (H/8)(W/8); Softmax + MatMul in
+ * the graph, no fused kernel), which must fit one storage buffer on WebGPU (16384^2 x 2 B = 512 MiB
+ * at 1024^2 in fp16) and the 4 GB wasm32 heap on the CPU.
+ * @param {Choice} vae
+ * @param {{width: number, height: number}} size
+ * @param {{maxStorageBufferBindingSize: number}} gpu
+ */
+export function checkDecodeFits(vae, { width, height }, gpu) {
+    const bytesPerValue = vae.graph.variant === 'fp16' && vae.ep === 'webgpu' ? 2 : 4;
+    const limit = vae.ep === 'webgpu' ? gpu.maxStorageBufferBindingSize : GIB;
+    const tokens = (width / 8) * (height / 8);
+    const needed = tokens * tokens * bytesPerValue;
+    if (needed <= limit) return;
+    // The largest square whose score matrix fits: ((s/8)^2)^2 * b <= limit.
+    const side = Math.floor((8 * (limit / bytesPerValue) ** 0.25) / 16) * 16;
+    throw new OutOfMemoryError(
+        `At ${width}x${height} the VAE decoder needs a ${formatBytes(needed)} attention buffer but this ` +
+            `${vae.ep === 'webgpu' ? 'GPU allows' : 'CPU path allows'} ${formatBytes(limit)} per buffer. Choose a smaller size ` +
+            `(at most about ${side}x${side}).`,
+        { needed, limit, width, height },
+    );
+}
+
+/**
  * Map a runtime failure to the error the user can act on.
  * @param {unknown} err
  * @param {Gpu} gpu
@@ -193,11 +218,11 @@ export class Models {
     /**
      * Stage 2 "download": open the store of `modelBase`, read the manifest, choose the graphs for this
      * adapter, and download the files that are not complete in the store yet.
-     * @param {{modelBase: string, precision?: string}} params
+     * @param {{modelBase: string, precision?: string, width: number, height: number}} params
      * @param {{signal?: AbortSignal, onProgress?: (p: import('../protocol.js').DownloadProgress) => void}} options
      * @returns {Promise<{notes: string[], downloadedBytes: number}>}
      */
-    async prepare({ modelBase, precision }, { signal, onProgress }) {
+    async prepare({ modelBase, precision, width, height }, { signal, onProgress }) {
         if (!this.store || this.store.modelBase !== modelBase) {
             await this.releaseAll();
             this.prompts.clear();
@@ -207,6 +232,7 @@ export class Models {
         const info = await this.gpu.getInfo();
         const manifest = await this.store.loadManifest({ signal });
         const { choices, notes } = chooseGraphs(manifest, info, precision);
+        checkDecodeFits(choices.vae_decoder, { width, height }, info);
         if (info.software) notes.push(`The GPU adapter is a software renderer (${info.adapter.architecture || info.adapter.description || 'fallback'}): it works, but very slowly.`);
         // A re-converted repository (other sizes) invalidates the loaded sessions and derived objects.
         for (const [component, loaded] of this.loaded) {
