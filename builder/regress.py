@@ -377,18 +377,34 @@ def launched(session: BrowserSession, *, log: Log) -> Iterator[BrowserSession]:
 
 
 def probe_adapter(session: BrowserSession, base_url: str) -> dict[str, Any]:
-    """The page's WebGPU adapter (vendor, architecture, limits), or RegressionError with the fix."""
+    """The page's WebGPU adapter (vendor, architecture, limits), checked by `check_adapter`."""
     page = session.context.new_page()
     try:
         page.goto(base_url + "/", wait_until="load", timeout=UI_ACTION_TIMEOUT_MS)
         adapter: dict[str, Any] = page.evaluate(ADAPTER_PROBE_JS)
     finally:
         page.close()
+    check_adapter(adapter, gpu=session.gpu, executable=session.executable)
+    return adapter
+
+
+def check_adapter(adapter: dict[str, Any], *, gpu: bool, executable: Path) -> None:
+    """RegressionError with the fix when there is no adapter, or when --gpu got only a software one.
+
+    Chromium silently falls back to SwiftShader when Vulkan is missing; a --gpu run on it would take
+    hours and its timings would mean nothing, so that is a could-not-run, not a slow pass.
+    """
     if "error" in adapter:
         fix = ("check chrome://gpu, install libvulkan1 and the GPU vendor's Vulkan driver, or use --software"
-               if session.gpu else "this Chromium build may lack SwiftShader; try another --browser, or --gpu on a GPU machine")
-        raise RegressionError(f"no WebGPU adapter in {session.executable} ({adapter['error']}): {fix}.")
-    return adapter
+               if gpu else "this Chromium build may lack SwiftShader; try another --browser, or --gpu on a GPU machine")
+        raise RegressionError(f"no WebGPU adapter in {executable} ({adapter['error']}): {fix}.")
+    software = adapter.get("isFallbackAdapter") or str(adapter.get("architecture", "")).lower() == "swiftshader"
+    if gpu and software:
+        raise RegressionError(
+            f"--gpu, but {executable} only offers the software adapter ({adapter.get('vendor')} "
+            f"{adapter.get('architecture')}): Chromium found no usable GPU through Vulkan. Check chrome://gpu, install "
+            "libvulkan1 and the GPU vendor's Vulkan driver (ICD), or run with --software."
+        )
 
 
 # --- 5. Driving the UI -----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from PIL import Image
 
 from builder import REPO_ROOT, imaging, manifest
 from builder.errors import InputError, RegressionError
-from builder.regress import Case, load_cases, main, parse_size
+from builder.regress import Case, check_adapter, load_cases, main, parse_size
 from builder.regress_report import (
     COULD_NOT_RUN,
     FAIL,
@@ -120,6 +120,23 @@ def test_invalid_cases_file_is_named(tmp_path: Path) -> None:
     path.write_text("[[cases]\n")
     with pytest.raises(InputError, match=r"--cases .*cases.toml is not valid TOML"):
         load_cases(path, defaults=DEFAULTS)
+
+
+SWIFTSHADER = {"vendor": "google", "architecture": "swiftshader", "isFallbackAdapter": True}
+NVIDIA = {"vendor": "nvidia", "architecture": "hopper", "isFallbackAdapter": False}
+
+
+def test_adapter_check_names_the_missing_adapter_and_a_software_adapter_under_gpu() -> None:
+    chromium = Path("/usr/bin/chromium")
+    with pytest.raises(RegressionError, match=r"no WebGPU adapter in /usr/bin/chromium \(navigator.gpu.*\): .*SwiftShader"):
+        check_adapter({"error": "navigator.gpu is undefined"}, gpu=False, executable=chromium)
+    with pytest.raises(RegressionError, match=r"no WebGPU adapter .*libvulkan1"):
+        check_adapter({"error": "requestAdapter() returned null"}, gpu=True, executable=chromium)
+    with pytest.raises(RegressionError, match=r"--gpu, but .* only offers the software adapter \(google swiftshader\)"):
+        check_adapter(SWIFTSHADER, gpu=True, executable=chromium)
+    check_adapter(SWIFTSHADER, gpu=False, executable=chromium)  # --software asks for exactly this
+    check_adapter(NVIDIA, gpu=True, executable=chromium)
+    check_adapter(NVIDIA, gpu=False, executable=chromium)
 
 
 # ------------------------------------------------------------------------------------- metrics and reports
@@ -304,3 +321,15 @@ def test_two_cases_run_in_one_launch_and_a_wrong_seed_fails(tiny_models: dict[st
     # Both cases generated the same seed, so the browser's two candidates are the same image.
     right = read_pixels(report_dir / "right" / "candidate.png")
     assert np.array_equal(right, read_pixels(report_dir / "wrong-seed" / "candidate.png"))
+
+
+@pytest.mark.browser
+def test_gpu_mode_without_a_gpu_could_not_run(tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path) -> None:
+    """On a machine without a Vulkan GPU, --gpu gets SwiftShader from Chromium: a one-line could-not-run."""
+    with pytest.raises(RegressionError) as raised:
+        regress(tiny_models, dist_dir, tmp_path / "report", gpu=True, timeout_s=1.0)
+    if "timed out" in str(raised.value):  # the adapter check passed and the 1 s case timed out
+        pytest.skip("this machine has a hardware WebGPU adapter")
+    assert "--gpu, but" in str(raised.value) and "software adapter" in str(raised.value)
+    assert "\n" not in str(raised.value)
+    assert not (tmp_path / "report").exists()  # stopped before any case ran
