@@ -16,9 +16,10 @@ One run, in numbered stages (`main`):
 
 Verdicts and exit codes: 0 pass (PSNR >= --psnr-min, same size), 1 fail (lower PSNR, another size, or the
 app itself reported degenerate output: NaN or a constant image is a wrong result, not a broken
-environment), 2 could not run (no model folder, no browser, no reference, no WebGPU adapter, timeout,
-any other error the app showed). Could-not-run conditions raise RegressionError with a one-line reason
-after the report is written; cli.py prints it as "could not run: ...".
+environment), 2 could not run (no model folder, no browser, no reference, no WebGPU adapter or --gpu with
+only the SwiftShader one, timeout, any other error the app showed). Could-not-run conditions raise
+RegressionError with a one-line reason (after the report is written, when a case got that far); cli.py
+prints it as "could not run: ...".
 """
 
 from __future__ import annotations
@@ -307,7 +308,8 @@ def serving(dist_dir: Path, models_dir: Path, *, log: Log) -> Iterator[str]:
     # Port 0 and handing the bound socket to uvicorn: no pick-a-free-port-then-bind race.
     sock = server.bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                       timeout_graceful_shutdown=3))
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, name="klein-regress-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
