@@ -48,6 +48,7 @@ Worker.prototype.postMessage = function (message, ...rest) {
 """
 
 STATE_IS = "(states) => states.includes(document.body.dataset.state)"
+POLL_MS = 100
 
 
 def state(page: Any) -> str:
@@ -55,7 +56,9 @@ def state(page: Any) -> str:
 
 
 def wait_state(page: Any, *states: str, timeout_ms: float = GENERATE_TIMEOUT_MS) -> str:
-    page.wait_for_function(STATE_IS, arg=list(states), timeout=timeout_ms)
+    # Interval polling, not Playwright's default requestAnimationFrame polling: that forces a frame every
+    # vsync on the page thread, and with the GPU busy those frames themselves show up as long tasks.
+    page.wait_for_function(STATE_IS, arg=list(states), timeout=timeout_ms, polling=POLL_MS)
     return state(page)
 
 
@@ -81,16 +84,21 @@ def server(dist_dir: Path, tiny_models: dict[str, Path], tmp_path_factory: pytes
 
 
 @pytest.fixture(scope="module")
-def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
+def playwright() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
-        ctx = launch_persistent(playwright, tmp_path_factory.mktemp("ui-profile"), executable=chromium_path)
-        ctx.add_init_script(OBSERVE_PAGE_JS)
-        try:
-            yield ctx
-        finally:
-            ctx.close()
+    with sync_playwright() as instance:
+        yield instance
+
+
+@pytest.fixture(scope="module")
+def context(playwright: Any, tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
+    ctx = launch_persistent(playwright, tmp_path_factory.mktemp("ui-profile"), executable=chromium_path)
+    ctx.add_init_script(OBSERVE_PAGE_JS)
+    try:
+        yield ctx
+    finally:
+        ctx.close()
 
 
 def open_page(context: Any, url: str, *, viewport: tuple[int, int] = (1280, 720)) -> Any:
@@ -284,7 +292,7 @@ def test_cancel_during_denoising_returns_to_idle_within_a_step(generated: Genera
         }""")
         page.click("#generate")
         page.wait_for_function("() => { const b = document.querySelector('#progress'); return b.max === 30 && b.value >= 2; }",
-                               timeout=GENERATE_TIMEOUT_MS)
+                               timeout=GENERATE_TIMEOUT_MS, polling=20)
         cancelled_at = float(page.evaluate("() => performance.now()"))
         page.click("#cancel")
         assert wait_state(page, "idle", "done", "error", timeout_ms=60_000) == "idle"
@@ -313,28 +321,27 @@ def test_cancel_during_denoising_returns_to_idle_within_a_step(generated: Genera
         page.close()
 
 
-def test_without_webgpu_flags_the_page_says_so_and_disables_generate(dist_dir: Path, chromium_path: Path,
-                                                                    live_server_factory: Any, tiny_models: dict[str, Path],
+def test_without_webgpu_flags_the_page_says_so_and_disables_generate(playwright: Any, dist_dir: Path,
+                                                                    chromium_path: Path, live_server_factory: Any,
+                                                                    tiny_models: dict[str, Path],
                                                                     tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
     server = live_server_factory(dist_dir, models=tiny_models["fp32"])
     args = [*QUIET_FLAGS]  # plain headless Chromium: none of the WebGPU/SwiftShader flags
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         args.append("--no-sandbox")  # as builder.browser.launch_args does for root
-    with sync_playwright() as playwright:
-        ctx = playwright.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(chromium_path),
-                                                            headless=True, args=args)
-        try:
-            page = ctx.new_page()
-            page.goto(server.url("/"))
-            assert wait_state(page, "error", timeout_ms=60_000) == "error"
-            assert page.get_attribute("#error", "data-code") == "no-webgpu"
-            message = page.inner_text("#error")
-            assert "WebGPU" in message and "--enable-unsafe-webgpu" in message and "Chrome" in message, message
-            assert page.is_disabled("#generate")
-            assert "not available" in page.inner_text("#capabilities")
-            page.keyboard.press("Control+Enter")
-            assert weight_requests(server) == [], "nothing may be downloaded without WebGPU"
-        finally:
-            ctx.close()
+    ctx = playwright.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(chromium_path),
+                                                        headless=True, args=args)
+    try:
+        page = ctx.new_page()
+        page.goto(server.url("/"))
+        assert wait_state(page, "error", timeout_ms=60_000) == "error"
+        assert page.get_attribute("#error", "data-code") == "no-webgpu"
+        message = page.inner_text("#error")
+        assert "WebGPU" in message and "--enable-unsafe-webgpu" in message and "Chrom" in message, message
+        assert page.is_disabled("#generate")
+        assert "not available" in page.inner_text("#capabilities")
+        page.keyboard.press("Control+Enter")
+        page.wait_for_timeout(500)
+        assert weight_requests(server) == [], "nothing may be downloaded without WebGPU"
+    finally:
+        ctx.close()

@@ -64,3 +64,14 @@ export function formatDuration(ms) {
     if (minutes < 60) return `${minutes} min ${String(totalSeconds % 60).padStart(2, '0')} s`;
     return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, '0')} min`;
 }
+
+/**
+ * Whole seconds for a ticking clock: 7 s, 1 min 05 s (tenths would flicker at one update a second).
+ * @param {number} ms
+ * @returns {string}
+ */
+export function formatSeconds(ms) {
+    if (!Number.isFinite(ms) || ms < 0) return '–';
+    const seconds = Math.round(ms / 1000);
+    return seconds < 60 ? `${seconds} s` : formatDuration(seconds * 1000);
+}

@@ -2,12 +2,16 @@
 /**
  * @file Renders the worker's progress events: the stage list, `#status` (the current stage in words),
  * `#progress` (bytes, then steps), a detail line (file, bytes, rate) and elapsed time + ETA.
+ *
+ * Kept cheap on purpose: while the worker computes, the GPU and CPU are saturated and every frame the
+ * page renders competes with it. Download progress is drawn at most every PROGRESS_INTERVAL_MS, the
+ * clock ticks once a second, and nothing animates indefinitely (see style.css).
  * @module page/ui/progress
  */
 
 import { STAGES } from '../../protocol.js';
 import { requireElement } from './form.js';
-import { formatBytes, formatDuration, formatRate } from './format.js';
+import { formatBytes, formatDuration, formatRate, formatSeconds } from './format.js';
 
 /** @typedef {import('../../protocol.js').Event} WorkerEvent */
 /** @typedef {import('../../protocol.js').Stage} Stage */
@@ -21,6 +25,9 @@ const STAGE_TEXT = Object.freeze({
     denoise: 'Denoising',
     decode: 'Decoding the image',
 });
+
+/** Download progress can arrive hundreds of times a second; people read it a few times a second. */
+const PROGRESS_INTERVAL_MS = 200;
 
 export class ProgressView {
     /** @param {Document} doc */
@@ -38,6 +45,11 @@ export class ProgressView {
         this.etaAt = 0;
         /** @type {ReturnType<typeof setInterval> | null} */
         this.timer = null;
+        /** @type {import('../../protocol.js').DownloadProgress | null} latest download progress not drawn yet */
+        this.pendingProgress = null;
+        /** @type {ReturnType<typeof setTimeout> | null} */
+        this.progressTimer = null;
+        this.progressDrawnAt = -Infinity;
     }
 
     /** A job starts: reset everything and start the clock. */
@@ -49,28 +61,22 @@ export class ProgressView {
         this.detail.textContent = '';
         this.bar.removeAttribute('value'); // indeterminate until the first measurable event
         this.#tick();
-        this.timer = setInterval(() => this.#tick(), 250);
+        this.timer = setInterval(() => this.#tick(), 1000);
     }
 
     /** @param {WorkerEvent} event */
     handle(event) {
+        if (event.type === 'progress') {
+            this.#queueProgress(event.progress);
+            return;
+        }
+        this.#dropProgress();
         if (event.type === 'stage') {
             this.#setStage(event.stage);
             this.status.textContent = STAGE_TEXT[event.stage] ?? event.stage;
             this.detail.textContent = event.detail ?? '';
             this.etaMs = null;
             this.bar.removeAttribute('value');
-        } else if (event.type === 'progress') {
-            const p = event.progress;
-            this.#setStage('download');
-            this.status.textContent = STAGE_TEXT.download;
-            this.bar.max = Math.max(1, p.total);
-            this.bar.value = p.loaded;
-            const filePercent = p.fileTotal > 0 ? Math.floor((100 * p.fileLoaded) / p.fileTotal) : 0;
-            this.detail.textContent =
-                `${formatBytes(p.loaded)} of ${formatBytes(p.total)} · ${formatRate(p.bytesPerSecond)} · ` +
-                `${p.file} ${filePercent}% (${formatBytes(p.fileLoaded)} of ${formatBytes(p.fileTotal)})`;
-            this.#setEta(p.etaSeconds === null ? null : p.etaSeconds * 1000);
         } else if (event.type === 'step') {
             this.#setStage('denoise');
             this.status.textContent = `Denoising: step ${event.step} of ${event.steps}`;
@@ -84,11 +90,51 @@ export class ProgressView {
     }
 
     /**
+     * Draws now if the last drawing is old enough, else once the interval has passed (latest wins).
+     * @param {import('../../protocol.js').DownloadProgress} progress
+     */
+    #queueProgress(progress) {
+        this.pendingProgress = progress;
+        if (this.progressTimer !== null) return;
+        const wait = this.progressDrawnAt + PROGRESS_INTERVAL_MS - performance.now();
+        if (wait <= 0) {
+            this.#drawProgress();
+        } else {
+            this.progressTimer = setTimeout(() => this.#drawProgress(), wait);
+        }
+    }
+
+    #dropProgress() {
+        if (this.progressTimer !== null) clearTimeout(this.progressTimer);
+        this.progressTimer = null;
+        this.pendingProgress = null;
+    }
+
+    #drawProgress() {
+        const p = this.pendingProgress;
+        this.progressTimer = null;
+        this.pendingProgress = null;
+        if (!p) return;
+        this.progressDrawnAt = performance.now();
+        this.#setStage('download');
+        this.status.textContent = STAGE_TEXT.download;
+        this.bar.max = Math.max(1, p.total);
+        this.bar.value = p.loaded;
+        const filePercent = p.fileTotal > 0 ? Math.floor((100 * p.fileLoaded) / p.fileTotal) : 0;
+        this.detail.textContent =
+            `${formatBytes(p.loaded)} of ${formatBytes(p.total)} · ${formatRate(p.bytesPerSecond)} · ` +
+            `${p.file} ${filePercent}% (${formatBytes(p.fileLoaded)} of ${formatBytes(p.fileTotal)})`;
+        this.#setEta(p.etaSeconds === null ? null : p.etaSeconds * 1000);
+        this.#tick();
+    }
+
+    /**
      * The job ended (any way): stop the clock and leave a final line.
      * @param {string} text
      * @param {{complete: boolean}} options  complete: fill the bar and tick every stage.
      */
     stop(text, { complete }) {
+        this.#dropProgress();
         if (this.timer !== null) clearInterval(this.timer);
         this.timer = null;
         this.etaMs = null;
@@ -114,12 +160,12 @@ export class ProgressView {
 
     #tick() {
         const now = performance.now();
-        const elapsed = `${formatDuration(now - this.startedAt)} elapsed`;
+        const elapsed = `${formatSeconds(now - this.startedAt)} elapsed`;
         if (this.etaMs === null) {
             this.clock.textContent = elapsed;
         } else {
             const left = Math.max(0, this.etaMs - (now - this.etaAt));
-            this.clock.textContent = `${elapsed} · about ${formatDuration(left)} left`;
+            this.clock.textContent = `${elapsed} · about ${formatSeconds(left)} left`;
         }
     }
 

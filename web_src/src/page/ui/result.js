@@ -62,7 +62,9 @@ export async function encodeImage(result, { modelLabel, version }) {
     const canvas = document.createElement('canvas');
     canvas.width = width;
     canvas.height = height;
-    const context = canvas.getContext('2d');
+    // willReadFrequently keeps the canvas in CPU memory: toBlob then needs no GPU readback, which on a
+    // busy (or software) GPU blocked the page thread for hundreds of milliseconds.
+    const context = canvas.getContext('2d', { willReadFrequently: true });
     if (!context) throw new Error('This browser has no 2D canvas: the image cannot be shown.');
     // The worker transfers a plain ArrayBuffer (never shared memory), which ImageData requires.
     const rgba = new Uint8ClampedArray(/** @type {ArrayBuffer} */ (result.rgba.buffer), result.rgba.byteOffset, width * height * 4);
@@ -87,7 +89,7 @@ export async function encodeImage(result, { modelLabel, version }) {
     const small = document.createElement('canvas');
     small.width = Math.max(1, Math.round(width * scale));
     small.height = Math.max(1, Math.round(height * scale));
-    const smallContext = small.getContext('2d');
+    const smallContext = small.getContext('2d', { willReadFrequently: true });
     if (!smallContext) throw new Error('This browser has no 2D canvas: the image cannot be shown.');
     smallContext.imageSmoothingQuality = 'high';
     smallContext.drawImage(canvas, 0, 0, small.width, small.height);
