@@ -7,6 +7,7 @@ shared by the module; each test gets its own server port, hence its own origin a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
@@ -238,6 +239,9 @@ class CutOnce:
                 body = message.get("body", b"")
                 if sent + len(body) >= self.after:
                     await send({**message, "body": body[: self.after - sent], "more_body": True})
+                    # Let the browser read those bytes before the connection drops (a stall, then a reset);
+                    # otherwise Chromium may fail the response before handing any of it to the stream.
+                    await asyncio.sleep(1.0)
                     raise ConnectionResetError("connection cut by the test")
                 sent += len(body)
             await send(message)
