@@ -37,7 +37,9 @@ async (workerUrl) => {
         const entry = requests.get(event.id);
         if (!entry) return;
         const at = performance.now();
-        if (event.type === 'result' || event.type === 'error') {
+        // Protocol invariant: exactly one result or error per id, and nothing after it.
+        if (entry.final) entry.violations.push(event.type);
+        else if (event.type === 'result' || event.type === 'error') {
             let result = event.result;
             if (result && result.rgba) result = { ...result, rgba: toBase64(new Uint8Array(result.rgba.buffer)) };
             entry.final = { type: event.type, result, error: event.error, at };
@@ -56,7 +58,7 @@ async (workerUrl) => {
         worker,
         send(type, fields) {
             const id = `t${++counter}`;
-            const entry = { events: [], final: null, sentAt: performance.now() };
+            const entry = { events: [], final: null, violations: [], sentAt: performance.now() };
             entry.done = new Promise((resolve) => { entry.resolve = resolve; });
             requests.set(id, entry);
             worker.postMessage({ type, id, ...fields });
@@ -66,7 +68,7 @@ async (workerUrl) => {
             const entry = requests.get(id);
             const timer = new Promise((resolve) => setTimeout(resolve, timeoutMs));
             await Promise.race([entry.done, timer]);
-            return { id, sentAt: entry.sentAt, events: entry.events, final: entry.final };
+            return { id, sentAt: entry.sentAt, events: entry.events, final: entry.final, violations: entry.violations };
         },
         events(id) {
             return requests.get(id).events;
@@ -136,6 +138,7 @@ class WorkerClient:
         raw = self.page.evaluate("([id, ms]) => window.kleinTest.wait(id, ms)", [request_id, timeout_s * 1000])
         final = raw["final"]
         assert final is not None, f"request {request_id}: no result or error within {timeout_s} s; events: {raw['events'][-5:]}"
+        assert not raw["violations"], f"request {request_id}: messages after its {final['type']}: {raw['violations']}"
         return Reply(id=request_id, type=final["type"], result=final.get("result"), error=final.get("error"),
                      events=raw["events"], sent_at=raw["sentAt"], answered_at=final["at"])
 
