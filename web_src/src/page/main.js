@@ -202,6 +202,8 @@ function main() {
             result.show(output, encoded);
             progress.stop(`Done in ${formatDuration(output.timings.total)}.`, { complete: true });
             setState('done');
+            // Storage use changed (the model is cached now): refresh the device panel.
+            client.probe().then((caps) => capabilities.render(caps), () => {});
             historyStore
                 ?.add({ createdAt: Date.now(), params, modelLabel: label, totalMs: output.timings.total, thumb: encoded.thumb })
                 .then(async () => historyStore && history.render(await historyStore.list()))
