@@ -33,6 +33,9 @@ DEFAULT_DATA_FILE_CAP = 1_800_000_000  # the seed repo's largest file is 1.80 GB
 # Tensors smaller than this stay inside the .onnx file (norm weights, small constants), like onnx's own default.
 INLINE_TENSOR_BYTES = 1024
 
+# Initializers up to this size may be folded into the constants computed from them (reshaped norm weights).
+FOLD_INITIALIZER_BYTES = 64 * 1024
+
 # Offsets of tensors inside a data file are aligned, so typed-array views and mmap stay aligned.
 DATA_ALIGNMENT = 64
 
@@ -71,11 +74,16 @@ def export_module(
     output_names: Sequence[str],
     dynamic_axes: dict[str, dict[int, str]],
 ) -> onnx.ModelProto:
-    """TorchScript-export `module` at opset 18, fold constants, and return the graph with weights in memory.
+    """TorchScript-export `module` at opset 18 and return the graph with its weights attached in memory.
 
     The TorchScript exporter (`dynamo=False`) is used on purpose: it emits the plain ops the WebGPU EP runs
     (LayerNormalization, InstanceNormalization for GroupNorm, Softmax attention) and stable, scoped node
     names (`/m/transformer_blocks.0/attn/to_q/MatMul`) that the quantizer's exclusion rules match on.
+
+    Memory: the graph is exported *without* parameters (they become graph inputs named like the module's
+    parameters) and the weights are attached afterwards, one tensor at a time, straight from the module.
+    Exporting with `export_params=True` costs about 4x the weights inside torch.onnx.export (measured);
+    this way the peak is about 2x (the module's weights plus their copy in the ONNX graph).
     """
     import torch
 
@@ -94,13 +102,82 @@ def export_module(
                 input_names=list(input_names),
                 output_names=list(output_names),
                 dynamic_axes=dynamic_axes,
-                do_constant_folding=True,
+                export_params=False,
+                do_constant_folding=False,  # folding would need the weights; fold_constant_nodes does the rest
             )
-        model = onnx.load(str(path), load_external_data=True)
+        model = onnx.load(str(path), load_external_data=False)
+    bypass_identities(model)
+    attach_weights(model, module, input_names=input_names)
     fold_constant_nodes(model)
     apply_contract_shapes(model, component)
     model.ir_version = IR_VERSION
     return model
+
+
+def attach_weights(model: onnx.ModelProto, module: Any, *, input_names: Sequence[str]) -> None:
+    """Turn the weight inputs of a graph exported with `export_params=False` into initializers.
+
+    A weight that only feeds a `Transpose(perm=[1, 0])` (every nn.Linear: y = x @ W^T) is stored already
+    transposed and the Transpose is dropped, as the exporter's own constant folding would do; the stored
+    name is the Transpose's output, so the MatMul that reads it is unchanged.
+    """
+    import torch
+
+    tensors: dict[str, Any] = dict(module.named_parameters())
+    tensors.update(dict(module.named_buffers()))
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    real_inputs = set(input_names)
+    dropped: set[int] = set()
+    kept_inputs = []
+    for value in model.graph.input:
+        if value.name in real_inputs:
+            kept_inputs.append(value)
+            continue
+        if value.name not in tensors:
+            raise ConversionError(f"Exported graph input {value.name!r} is neither a model input nor a weight.")
+        array = tensors[value.name].detach().to(torch.float32 if tensors[value.name].is_floating_point()
+                                                 else tensors[value.name].dtype).cpu().numpy()
+        users = consumers.get(value.name, [])
+        name = value.name
+        if array.ndim == 2 and users and all(_is_matrix_transpose(node) for node in users) and len(users) == 1:
+            array, name = array.T, users[0].output[0]
+            dropped.add(id(users[0]))
+        _add_initializer(model.graph, array, name)
+        del array
+    model.graph.ClearField("input")
+    model.graph.input.extend(kept_inputs)
+    if dropped:
+        kept = [node for node in model.graph.node if id(node) not in dropped]
+        model.graph.ClearField("node")
+        model.graph.node.extend(kept)
+
+
+def _is_matrix_transpose(node: onnx.NodeProto) -> bool:
+    perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+    return node.op_type == "Transpose" and perm == [1, 0]
+
+
+def _tensor_bytes(tensor: TensorProto) -> int:
+    """Size from the header alone (reading `raw_data` in Python would copy the whole tensor)."""
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
+    return count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+
+
+def _add_initializer(graph: onnx.GraphProto, array: Any, name: str) -> None:
+    """Append numpy `array` as a raw little-endian initializer, filled in place (no second copy of the proto)."""
+    import numpy as np
+
+    tensor = graph.initializer.add()
+    tensor.name = name
+    tensor.dims.extend(array.shape)
+    tensor.data_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+    tensor.raw_data = np.ascontiguousarray(array).tobytes()
 
 
 def apply_contract_shapes(model: onnx.ModelProto, component: str) -> None:
@@ -131,16 +208,22 @@ def apply_contract_shapes(model: onnx.ModelProto, component: str) -> None:
 
 
 def fold_constant_nodes(model: onnx.ModelProto) -> None:
-    """Evaluate nodes whose inputs are all Constant nodes (the exporter leaves a few `Mod`s of constants).
+    """Evaluate nodes whose inputs are all constants (Constant nodes or small initializers).
 
-    A deliberately small folder: onnxscript's optimizer does this too but takes minutes on a 28-layer graph.
-    Weights (initializers) are never touched; onnxruntime folds the remaining shape arithmetic at load time.
+    Replaces the exporter's own constant folding (off, see export_module): timestep-frequency tables,
+    `Mod`s of constants, reshapes of norm weights. A deliberately small folder: onnxscript's optimizer
+    does this too but takes minutes on a 28-layer graph. Large weights are never touched; onnxruntime
+    folds the remaining shape arithmetic at load time.
     """
+    import numpy as np
     from onnx import numpy_helper
     from onnx.reference import ReferenceEvaluator
 
-    constants: dict[str, Any] = {}
+    # Small initializers count as constants too (GroupNorm weight reshapes, rotary tables); weights do not.
+    constants: dict[str, Any] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
+                                 if _tensor_bytes(t) <= FOLD_INITIALIZER_BYTES}
     nodes: list[onnx.NodeProto] = []
+    folded: list[TensorProto] = []
     opset = list(model.opset_import)
     for node in model.graph.node:
         if node.op_type == "Constant" and not node.domain:
@@ -152,20 +235,49 @@ def fold_constant_nodes(model: onnx.ModelProto) -> None:
         if node.domain or not node.input or not all(name in constants for name in node.input if name):
             nodes.append(node)
             continue
-        single = onnx.helper.make_model(
-            onnx.helper.make_graph([node], "fold", [], [onnx.helper.make_tensor_value_info(o, 0, None) for o in node.output]),
-            opset_imports=opset,
-        )
+        outputs_info = [onnx.helper.make_tensor_value_info(o, 0, None) for o in node.output]
+        single = onnx.helper.make_model(onnx.helper.make_graph([node], "fold", [], outputs_info), opset_imports=opset)
         inputs = {name: constants[name] for name in node.input if name}
         graph_inputs = [onnx.helper.make_tensor_value_info(name, 0, None) for name in inputs]
         single.graph.input.extend(graph_inputs)
         results = ReferenceEvaluator(single).run(None, inputs)
         for name, result in zip(node.output, results):
             constants[name] = result
-            nodes.append(onnx.helper.make_node("Constant", [], [name], name=f"{node.name}_folded",
-                                               value=numpy_helper.from_array(result, name)))
+            folded.append(numpy_helper.from_array(np.asarray(result), name))
+    outputs = {o.name for o in model.graph.output}
     model.graph.ClearField("node")
-    model.graph.node.extend(_drop_unused(nodes, {o.name for o in model.graph.output}))
+    model.graph.node.extend(_drop_unused(nodes, outputs))
+    # Drop initializers nothing reads any more (in place: rebuilding the list would copy every weight),
+    # then add the folded values that are still needed.
+    used = outputs | {name for node in model.graph.node for name in node.input}
+    for index in reversed(range(len(model.graph.initializer))):
+        if model.graph.initializer[index].name not in used:
+            del model.graph.initializer[index]
+    model.graph.initializer.extend(t for t in folded if t.name in used)
+
+
+def bypass_identities(model: onnx.ModelProto) -> None:
+    """Rewire consumers of Identity nodes to the Identity's input.
+
+    The TorchScript exporter de-duplicates equal initializers (e.g. norm weights that are all ones) by
+    keeping one and feeding the others through Identity nodes; Identity is not in the allowed op sets.
+    """
+    graph_outputs = {o.name for o in model.graph.output}
+    alias = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Identity" and n.output[0] not in graph_outputs}
+    if not alias:
+        return
+
+    def resolve(name: str) -> str:
+        while name in alias:
+            name = alias[name]
+        return name
+
+    kept = [n for n in model.graph.node if not (n.op_type == "Identity" and n.output[0] in alias)]
+    for node in kept:
+        for index, name in enumerate(node.input):
+            node.input[index] = resolve(name)
+    model.graph.ClearField("node")
+    model.graph.node.extend(kept)
 
 
 def _drop_unused(nodes: list[onnx.NodeProto], graph_outputs: set[str]) -> list[onnx.NodeProto]:

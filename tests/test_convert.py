@@ -305,8 +305,8 @@ def test_q4_graph_precisions(tiny_models: dict[str, Path]) -> None:
             assert attrs["bits"] == 4 and attrs["block_size"] == 32 and attrs.get("accuracy_level") == accuracy
             assert len(node.input) == 3  # symmetric: no zero-point input
     # Transformer: modulation and time-embedding MatMuls stay fp32, every other projection is q4.
-    fp32_matmuls = [n.name for n in q4_transformer.graph.node if n.op_type == "MatMul"
-                    and any(i.startswith("onnx::MatMul") for i in n.input)]
+    weights = {t.name for t in q4_transformer.graph.initializer}
+    fp32_matmuls = [n.name for n in q4_transformer.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
     assert fp32_matmuls and all("modulation" in n or "time_guidance_embed" in n or "norm_out" in n
                                 for n in fp32_matmuls), fp32_matmuls
     assert {"/m/proj_out/MatMul_Q4", "/m/x_embedder/MatMul_Q4"} <= {n.name for n in q4_transformer.graph.node}
