@@ -36,7 +36,8 @@ class PromptEmbedder(nn.Module):
         super().__init__()
         model = causal_lm.model
         if len(model.layers) < max(out_layers):
-            raise ValueError(f"The text encoder has {len(model.layers)} layers; hidden state {max(out_layers)} needs more.")
+            raise ValueError(
+                f"The text encoder has {len(model.layers)} layers; hidden state {max(out_layers)} needs more.")
         self.embed_tokens = model.embed_tokens
         self.layers = nn.ModuleList(list(model.layers)[: max(out_layers)])
         self.rotary_emb = model.rotary_emb

@@ -1,4 +1,4 @@
-"""ONNX plumbing shared by the three exporters: torch -> ONNX proto, graph clean-up, and saving with split external data.
+"""ONNX plumbing shared by the three exporters: torch -> ONNX, graph clean-up, saving with split external data.
 
 Every graph of a web model repo follows the same rules (the seed model card and onnxruntime-web 1.30):
 opset 18 (ai.onnx) plus com.microsoft, IR version 10 (onnxruntime-web refuses newer IR versions), no
@@ -9,6 +9,7 @@ each under 2 GB, with the bare file name as `location` (it is the `path` of onnx
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import warnings
@@ -45,7 +46,8 @@ DATA_ALIGNMENT = 64
 # (onnxruntime/core/providers/webgpu/webgpu_execution_provider.cc); the int64 shape/mask ops (Range,
 # ConstantOfShape, And, ...) are placed on the CPU by onnxruntime, which is expected and cheap.
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Neg", "Pow", "Sqrt", "Reciprocal", "Sigmoid", "Cast", "Clip"}
-_SHAPE_OPS = {"Constant", "Shape", "Reshape", "Concat", "Gather", "Slice", "Split", "Squeeze", "Unsqueeze", "Transpose", "Expand"}
+_SHAPE_OPS = {"Constant", "Shape", "Reshape", "Concat", "Gather", "Slice", "Split", "Squeeze", "Unsqueeze",
+              "Transpose", "Expand"}
 ALLOWED_OPS: dict[str, frozenset[tuple[str, str]]] = {
     "transformer": frozenset(
         {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Cos", "Sin", "Gemm", "LayerNormalization", "MatMul",
@@ -263,7 +265,8 @@ def bypass_identities(model: onnx.ModelProto) -> None:
     keeping one and feeding the others through Identity nodes; Identity is not in the allowed op sets.
     """
     graph_outputs = {o.name for o in model.graph.output}
-    alias = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Identity" and n.output[0] not in graph_outputs}
+    alias = {n.output[0]: n.input[0] for n in model.graph.node
+             if n.op_type == "Identity" and n.output[0] not in graph_outputs}
     if not alias:
         return
 
@@ -345,9 +348,9 @@ def save_graph(
 
     # 1. Assign each large tensor to a file and offset, streaming the bytes out as we go.
     data_files: list[Path] = []
-    handle = None
     used = 0
-    try:
+    with contextlib.ExitStack() as files:
+        handle = None
         for tensor in model.graph.initializer:
             if tensor.data_location == TensorProto.EXTERNAL:
                 raise ConversionError(f"Tensor {tensor.name} still points to external data; load it first.")
@@ -362,7 +365,7 @@ def save_graph(
                     handle.close()
                 name = external_data_names(component, variant, len(data_files) + 1)[-1]
                 data_files.append(folder / name)
-                handle = open(folder / name, "wb")
+                handle = files.enter_context(open(folder / name, "wb"))
                 used = offset = 0
             handle.write(b"\0" * (offset - used))
             handle.write(raw)
@@ -373,9 +376,6 @@ def save_graph(
             for key, value in (("location", data_files[-1].name), ("offset", str(offset)), ("length", str(len(raw)))):
                 entry = tensor.external_data.add()
                 entry.key, entry.value = key, value
-    finally:
-        if handle is not None:
-            handle.close()
 
     # 2. The graph itself (now small); written to a temp name and renamed, never half-written.
     graph_file = folder / f"{component}_{variant}.onnx"
@@ -415,6 +415,7 @@ def verify_saved_graph(path: Path, component: str) -> None:
         if tensor.data_location == TensorProto.EXTERNAL:
             location = {e.key: e.value for e in tensor.external_data}["location"]
             if "/" in location or "\\" in location or not (path.parent / location).is_file():
-                raise ConversionError(f"{path}: tensor {tensor.name} points to {location!r}, not a bare file beside it.")
+                raise ConversionError(
+                    f"{path}: tensor {tensor.name} points to {location!r}, not a bare file beside it.")
     # The checker reads external data by path, so this also proves every offset/length is in range.
     onnx.checker.check_model(str(path), full_check=True)

