@@ -279,7 +279,8 @@ def load_text_encoder(folder: Path, *, num_layers: int) -> object:
 
     config = AutoConfig.from_pretrained(folder)
     if config.num_hidden_layers < num_layers:
-        raise ConversionError(f"{folder}: the text encoder has {config.num_hidden_layers} layers, needs >= {num_layers}.")
+        raise ConversionError(
+            f"{folder}: the text encoder has {config.num_hidden_layers} layers; the embeddings need {num_layers}.")
     config.num_hidden_layers = num_layers
     if getattr(config, "layer_types", None):
         config.layer_types = config.layer_types[:num_layers]

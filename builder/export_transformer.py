@@ -61,7 +61,9 @@ class Fp32PosEmbed(nn.Module):
         return angles.cos(), angles.sin()
 
 
-def apply_rotary_emb_export(x: torch.Tensor, freqs_cis: tuple[torch.Tensor, torch.Tensor], **_kwargs: Any) -> torch.Tensor:
+def apply_rotary_emb_export(
+    x: torch.Tensor, freqs_cis: tuple[torch.Tensor, torch.Tensor], **_kwargs: Any
+) -> torch.Tensor:
     """diffusers.models.embeddings.apply_rotary_emb (use_real, interleaved pairs, sequence_dim=1), reshape-free.
 
     out[2k] = x[2k] cos - x[2k+1] sin and out[2k+1] = x[2k+1] cos + x[2k] sin, written as

@@ -39,7 +39,7 @@ def quantize_q4(model: onnx.ModelProto, *, accuracy_level: int | None, exclude: 
     quantizer.process()
     quantized = quantizer.model.model
     if not any(node.op_type == "MatMulNBits" for node in quantized.graph.node):
-        raise ConversionError("q4 quantisation found no MatMul with a constant weight to quantise; the export is wrong.")
+        raise ConversionError("q4 quantisation found no MatMul with a constant weight; the export is wrong.")
     return quantized
 
 
