@@ -394,8 +394,6 @@ def test_convert_rejects_bad_input_before_writing(tiny_models: dict[str, Path], 
 
     with pytest.raises(ConversionError, match="model_index.json"):
         convert(tmp_path, tmp_path / "out", log=quiet)
-    with pytest.raises(ConversionError, match="q4f16 is not implemented"):
-        convert(tiny_models["diffusers"], tmp_path / "out", precision="q4f16", log=quiet)
     with pytest.raises(ConversionError, match="--precision 'int8'"):
         convert(tiny_models["diffusers"], tmp_path / "out", precision="int8", log=quiet)
     unrelated = tmp_path / "photos"
