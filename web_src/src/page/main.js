@@ -94,7 +94,7 @@ function main() {
             try {
                 const { freedBytes } = await client.clearCache();
                 capabilities.message(`Freed ${formatBytes(freedBytes)}. The model downloads again on the next Generate.`);
-                capabilities.render(await client.probe());
+                client.probe().then((caps) => capabilities.render(caps), () => {}); // storage use changed
             } catch (err) {
                 capabilities.message(`Could not clear the cache: ${err instanceof Error ? err.message : String(err)}`);
             } finally {
@@ -131,32 +131,44 @@ function main() {
     setState('idle');
     progress.idle('Checking WebGPU…');
     capabilities.placeholder('Probing the GPU…');
-    /** @type {Promise<Capabilities | null>} */
-    const probe = client.probe().then(
-        (caps) => {
-            capabilities.render(caps);
-            if (!caps.webgpu) {
-                const error = new NoWebGPUError(caps.error ?? 'This browser exposes no WebGPU adapter.');
-                form.block('WebGPU is not available in this browser.');
-                errors.show(adviseError(error, { advice }), error.code, { reveal: false });
-                // The note at the top is the first thing read: turn it into the warning.
-                browserNote.textContent = 'WebGPU is not available in this browser, so the app cannot run here. What to do is shown under the Generate button.';
-                browserNote.dataset.tone = 'bad';
-                progress.idle('WebGPU is not available.');
-                setState('error');
-                return null;
-            }
-            progress.idle(caps.software ? 'Ready (software GPU: expect minutes per image).' : 'Ready.');
-            return caps;
-        },
-        (err) => {
+    /**
+     * Probes the worker and renders the answer. Resolves to the capabilities, to null when this browser
+     * has no usable WebGPU (final: Generate is blocked), or rejects when the probe itself failed (e.g. the
+     * worker script did not load), in which case the next Generate probes again.
+     * @returns {Promise<Capabilities | null>}
+     */
+    async function runProbe() {
+        let caps;
+        try {
+            caps = await client.probe();
+        } catch (err) {
             capabilities.placeholder('The GPU probe failed.');
-            errors.show(adviseError(err, { advice }), err instanceof KleinError ? err.code : 'internal', { reveal: false });
             progress.idle('Not ready.');
+            throw err;
+        }
+        capabilities.render(caps);
+        if (!caps.webgpu) {
+            const error = new NoWebGPUError(caps.error ?? 'This browser exposes no WebGPU adapter.');
+            form.block('WebGPU is not available in this browser.');
+            errors.show(adviseError(error, { advice }), error.code, { reveal: false });
+            // The note at the top is the first thing read: turn it into the warning.
+            browserNote.textContent =
+                'WebGPU is not available in this browser, so the app cannot run here. What to do is shown under the Generate button.';
+            browserNote.dataset.tone = 'bad';
+            progress.idle('WebGPU is not available.');
             setState('error');
             return null;
-        },
-    );
+        }
+        progress.idle(caps.software ? 'Ready (software GPU: expect minutes per image).' : 'Ready.');
+        return caps;
+    }
+
+    /** @type {Promise<Capabilities | null>} */
+    let probe = runProbe();
+    probe.catch((err) => {
+        errors.show(adviseError(err, { advice }), err instanceof KleinError ? err.code : 'internal', { reveal: false });
+        setState('error');
+    });
 
     // 4. This browser's history.
     HistoryStore.open(indexedDB)
@@ -193,7 +205,8 @@ function main() {
         progress.start();
         revealOutput();
         try {
-            const caps = await probe;
+            // A failed probe (not a "no WebGPU" answer) is retried: the client starts a fresh worker.
+            const caps = await probe.catch(() => (probe = runProbe()));
             if (caps === null) throw new NoWebGPUError('WebGPU is not available in this browser.');
             const { base, label } = await source;
             const params = { ...values, modelBase: base };
