@@ -14,8 +14,9 @@ Method (the numbers are only meaningful with it, so bench.md repeats it):
   * Random weights with the real configs (builder/tiny.py's configs at the real sizes): speed does not
     depend on the weight values, and the Hub is not needed.
   * Layer chains. Exporting and quantising a full 4B graph takes longer than a device call allows, so
-    graphs with few layers at the real width are built (text encoder 3 and 6 layers; transformer 1+1,
-    2+1 and 1+3 double+single blocks) and time = fixed + sum(layers x per-layer) is solved from them
+    graphs with few layers at the real width are built (text encoder 3 and 6 layers;
+    transformer 0+1, 1+1 and 0+2 double+single blocks, each under protobuf's 2 GB in fp32), and
+    time = fixed + sum(layers x per-layer) is solved from them
     and evaluated at the real layer counts. Differences of chain lengths also cancel the upload and
     read-back that every timed run includes. PyTorch is measured on the same chains AND on the full
     model, so the extrapolation's error is shown next to the figures.
@@ -305,7 +306,7 @@ def _release_torch(device: str) -> None:
 def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, folder: Path, *,
                   precisions: Sequence[str], log: Log) -> dict[str, Path]:
     """fp32-export one chain (or the VAE) on the CPU, derive each precision's variants, save them.
-    Returns {variant label: graph path}; the label is `precision` or `precision:variant` when they differ."""
+    Returns {graph variant (q4, q4f16, fp16, fp32): graph path}."""
     from builder.convert import _copy, precision_variants
     from builder.onnx_graph import save_graph
 
@@ -324,13 +325,10 @@ def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, 
     for index, precision in enumerate(precisions):
         base = model if index == len(precisions) - 1 else _copy(model)
         for variant in precision_variants(component, precision, base, log=log):
-            label = precision if variant.variant == precision else f"{precision}:{variant.variant}"
-            target = folder / label.replace(":", "_")
-            if (target / f"{component}_{variant.variant}.onnx").is_file():
-                paths[label] = target / f"{component}_{variant.variant}.onnx"  # same graph from an earlier precision
+            if variant.variant in paths:  # q4f16 repos hold the q4 graph too: time it once
                 continue
-            save_graph(variant.model, target, component, variant.variant, log=log)
-            paths[label] = target / f"{component}_{variant.variant}.onnx"
+            save_graph(variant.model, folder / variant.variant, component, variant.variant, log=log)
+            paths[variant.variant] = folder / variant.variant / f"{component}_{variant.variant}.onnx"
         del base
     gc.collect()
     return paths
@@ -464,8 +462,69 @@ def ort_worker(spec_path: Path) -> None:
         finite = bool(np.isfinite(outputs[0]).all())
         results[key] = {"median_ms": median_ms(samples), "samples_ms": samples, "finite": finite}
     peak = sampler.stop()
+    del session
+    placement = node_placement(spec, options_factory=lambda: _ort_options(spec["provider"], fallback=bool(notes)))
     Path(spec["result"]).write_text(json.dumps({"results": results, "peak_bytes": peak, "load_s": load_s,
-                                                "notes": notes}))
+                                                "notes": notes, "placement": placement}))
+
+
+def _ort_options(provider: str, *, fallback: bool) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if provider == "webgpu":
+        options.add_provider_for_devices([_webgpu_device()], {})
+        if not fallback:
+            options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    return options
+
+
+def node_placement(spec: Mapping[str, Any], *, options_factory: Callable[[], Any]) -> dict[str, Any]:
+    """One profiled run on the first input set: which EP ran which node types, and the CPU-side time of each
+    EP's nodes (a GPU EP's kernels are asynchronous, so only the CPU EP's durations are real compute time)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    options = options_factory()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(Path(spec["result"]).with_suffix("")) + "-profile"
+    try:
+        session = ort.InferenceSession(spec["graph"], sess_options=options, providers=None
+                                       if spec["provider"] == "webgpu" else ["CPUExecutionProvider"])
+        with np.load(next(iter(spec["inputs"].values()))) as data:
+            session.run(None, {name: data[name] for name in data.files})
+        profile = Path(session.end_profiling())
+        events = json.loads(profile.read_text())
+        profile.unlink(missing_ok=True)
+    except Exception as exc:
+        return {"error": str(exc).splitlines()[0][:300]}
+    return summarize_placement(events)
+
+
+def summarize_placement(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """{provider: {"nodes": n, "ms": node time, "ops": {op: count}}} from an onnxruntime profile."""
+    summary: dict[str, Any] = {}
+    for event in events:
+        args = event.get("args") or {}
+        if event.get("cat") != "Node" or "provider" not in args or not str(event.get("name", "")).endswith("_kernel_time"):
+            continue
+        entry = summary.setdefault(args["provider"], {"nodes": 0, "ms": 0.0, "ops": {}})
+        entry["nodes"] += 1
+        entry["ms"] += float(event.get("dur", 0)) / 1000
+        op = args.get("op_name", "?")
+        entry["ops"][op] = entry["ops"].get(op, 0) + 1
+    return summary
+
+
+def placement_text(placement: Mapping[str, Any] | None) -> str:
+    """'CPU EP: 12 nodes (Shape x8, Gather x4), 0.3 ms' for the table; '' when everything ran on the GPU."""
+    if not placement or "error" in placement:
+        return "" if not placement else f"placement unknown ({placement['error'][:60]})"
+    cpu = placement.get("CPUExecutionProvider")
+    if not cpu:
+        return "all nodes on the GPU EP"
+    ops = ", ".join(f"{op} x{n}" for op, n in sorted(cpu["ops"].items(), key=lambda item: -item[1])[:4])
+    return f"CPU EP: {cpu['nodes']} nodes ({ops}), {cpu['ms']:.1f} ms"
 
 
 def time_ort(graph: Path, inputs: Mapping[str, Path], *, provider: str, warmup: int, repeats: int,
@@ -483,7 +542,7 @@ def time_ort(graph: Path, inputs: Mapping[str, Path], *, provider: str, warmup: 
         return {"error": f"timed out after {timeout_s:.0f} s"}
     if proc.returncode != 0 or not Path(spec["result"]).is_file():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        return {"error": f"exit {proc.returncode}: {' | '.join(tail)[:400]}"}
+        return {"error": f"exit {proc.returncode}: {' | '.join(reversed(tail))[:400]}"}
     return json.loads(Path(spec["result"]).read_text())
 
 
@@ -586,7 +645,9 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
 
     # ONNX side: per chain, every variant, each in its own subprocess.
     ort_times: dict[tuple[str, str], dict[tuple[int, ...], float]] = {}
-    ort_peak: dict[str, tuple[int, int | None]] = {}
+    ort_peak: dict[str, tuple[tuple[int, ...], int | None]] = {}
+    ort_bytes: dict[str, dict[tuple[int, ...], int]] = {}
+    ort_place: dict[str, str] = {}
     for chain in chains:
         began = time.monotonic()
         folder = workdir / f"{component}-{'-'.join(map(str, chain or ()))}"
@@ -603,7 +664,9 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
                 measured = result["results"][str(s)]
                 if "median_ms" in measured:
                     ort_times.setdefault((label, str(s)), {})[tuple(chain or ())] = measured["median_ms"]
-            ort_peak[label] = (graph_bytes(graph), result.get("peak_bytes"))  # the last (longest) chain wins
+            ort_bytes.setdefault(label, {})[tuple(chain or ())] = graph_bytes(graph)
+            ort_peak[label] = (tuple(chain or ()), result.get("peak_bytes"))  # the last chain's peak
+            ort_place[label] = placement_text(result.get("placement"))
             log(f"  {component} {label} {chain}: " + ", ".join(
                 f"{size_text[s]} " + (f"{m['median_ms']:.1f} ms" if "median_ms" in m else f"failed: {m['error']}")
                 for s in sizes for m in [result["results"][str(s)]]) + (f" [{'; '.join(result['notes'])}]"
@@ -635,23 +698,25 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
         torch_ms = torch_full[s]["median_ms"]
         row: dict[str, Any] = {"component": component, "size": size_text[size], "variant": label,
                                "torch_ms": torch_ms, "torch_peak_gib": torch_full[s]["peak_gib"]}
-        weights, peak = ort_peak.get(label, (0, None))
+        peak_chain, peak = ort_peak.get(label, ((), None))
+        place = ort_place.get(label, "")
         if full is None:
-            row.update(ort_ms=points[()], method="full graph")
+            row.update(ort_ms=points[()], method="full graph" + (f"; {place}" if place else ""))
             row["ort_peak_gib"] = None if peak is None else peak / 2**30
         elif len(points) < len(chains):
             row.update(ort_ms=None, ort_peak_gib=None, method=f"onnxruntime failed on some chains: {sorted(points)}")
         else:
             row["ort_ms"], coef = extrapolate(points, full)
             torch_est, _ = extrapolate(torch_times[s], full)
-            longest = max(points, key=sum)
-            extra_layers = sum(full) - sum(longest)
-            # Weight bytes per layer from the graphs on disk: the longest chain plus the missing layers.
-            per_layer = weights / max(sum(longest), 1)
-            row["ort_peak_gib"] = None if peak is None else (peak + extra_layers * per_layer) / 2**30
+            # Peak = the last chain's measured peak + the weight bytes the missing layers add (graph bytes on
+            # disk, extrapolated like the times).
+            full_bytes, _ = extrapolate(ort_bytes[label], full)
+            missing = full_bytes - ort_bytes[label][peak_chain]
+            row["ort_peak_gib"] = None if peak is None else (peak + missing) / 2**30
+            row["ort_weights_gib"] = full_bytes / 2**30
             row["method"] = (f"chain {'/'.join('+'.join(map(str, p)) for p in points)} -> "
                              f"{'+'.join(map(str, full))} layers (PyTorch extrapolated the same way: "
-                             f"{torch_est:.1f} ms vs measured {torch_ms:.1f})")
+                             f"{torch_est:.1f} ms vs measured {torch_ms:.1f})" + (f"; {place}" if place else ""))
             row["per_layer_ms"] = coef[1:]
         run.rows.append(row)
 
@@ -701,7 +766,8 @@ def main(out_dir: Path, *, log: Log, scale: str = "full", components: Sequence[s
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         log("bench: no CUDA device; PyTorch runs float32 on the CPU (smoke test).")
-    precisions = [p for p in ("q4", "q4f16") if p in PRECISIONS]
+    # A q4f16 repo holds the q4 graphs too (one quantisation for both); before q4f16 existed, q4 alone.
+    precisions = ["q4f16"] if "q4f16" in PRECISIONS else ["q4"]
     run = BenchRun(out_dir, SCALES[scale](), chosen, device, warmup, repeats, timeout_s, log, precisions)
     env = environment(chosen, device, run.scale)
     log("bench: " + ", ".join(f"{k} {v}" for k, v in env.items()))
@@ -756,7 +822,7 @@ def browser_overhead(out_dir: Path, *, log: Log, models_dir: Path | None = None,
     report_dir = out_dir / "browser-overhead"
     regress.main(log=log, models_dir=models_dir, prompt="a lighthouse at dusk", seed=0, size=size, steps=steps,
                  cases_file=None, reference_png=None, reference_from_cpu=True, browser_path=None, headed=False,
-                 gpu=False, report_dir=report_dir, psnr_min=0.0, timeout_s=timeout_s)
+                 gpu=False, report_dir=report_dir, psnr_min=1.0, timeout_s=timeout_s)  # timings only: any PSNR will do
     report = json.loads((report_dir / "report.json").read_text())
     figures = {**overhead_figures(report["timings"]), "timings": report["timings"], "size": size, "steps": steps}
     _write_atomic(out_dir / "browser-overhead.json", json.dumps(figures, indent=1))

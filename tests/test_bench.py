@@ -1,0 +1,149 @@
+"""`klein-web bench`: the statistics/table code, and a CPU smoke run of the whole bench path on make-tiny's configs.
+
+The real benchmark needs an NVIDIA GPU with Vulkan (the WebGPU plugin EP); here the bench must say so and
+still run onnxruntime's CPU EP and torch on the CPU end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+
+import pytest
+
+from builder import bench
+from builder.errors import InputError
+
+
+def test_median_of_odd_and_even_samples_and_empty_is_an_error() -> None:
+    samples = [random.uniform(1, 100) for _ in range(7)]
+    assert bench.median_ms(samples) == sorted(samples)[3]
+    assert bench.median_ms([4.0, 1.0, 3.0, 2.0]) == 2.5
+    with pytest.raises(bench.BenchError, match="No timing samples"):
+        bench.median_ms([])
+
+
+def test_ratio_handles_missing_and_zero_denominators() -> None:
+    assert bench.ratio(30.0, 6.0) == pytest.approx(5.0)
+    assert bench.ratio(None, 6.0) is None
+    assert bench.ratio(3.0, None) is None
+    assert bench.ratio(3.0, 0.0) is None
+
+
+def test_extrapolate_recovers_fixed_and_per_layer_time_from_chains() -> None:
+    rng = random.Random(3)
+    fixed, per_double, per_single = rng.uniform(1, 50), rng.uniform(1, 20), rng.uniform(1, 10)
+
+    def timed(double: int, single: int) -> float:
+        return fixed + double * per_double + single * per_single
+
+    chains = {(0, 1): timed(0, 1), (1, 1): timed(1, 1), (0, 2): timed(0, 2)}
+    total, coef = bench.extrapolate(chains, (5, 20))
+    assert total == pytest.approx(timed(5, 20))
+    assert coef == pytest.approx([fixed, per_double, per_single])
+    # One layer kind (the text encoder): two chain lengths suffice.
+    total, _ = bench.extrapolate({(3,): fixed + 3 * per_double, (6,): fixed + 6 * per_double}, (27,))
+    assert total == pytest.approx(fixed + 27 * per_double)
+
+
+def test_extrapolate_refuses_chains_that_cannot_separate_the_layer_kinds() -> None:
+    with pytest.raises(bench.BenchError, match="vary each layer kind"):
+        bench.extrapolate({(1, 1): 3.0, (2, 2): 5.0, (3, 3): 7.0}, (5, 20))
+    with pytest.raises(bench.BenchError, match="do not match"):
+        bench.extrapolate({(1,): 3.0, (2,): 5.0}, (5, 20))
+
+
+def test_table_ratio_column_is_computed_from_the_two_times() -> None:
+    rows = [
+        {"component": "transformer", "size": "512x512", "variant": "q4", "ort_ms": 540.0, "torch_ms": 27.0,
+         "ort_peak_gib": 8.5, "torch_peak_gib": 15.25, "method": "chain"},
+        {"component": "vae_decoder", "size": "512x512", "variant": "fp16", "ort_ms": None, "torch_ms": 20.0,
+         "method": "full graph"},
+    ]
+    lines = bench.table_rows(rows)
+    assert lines[0].startswith("| component |") and "WebGPU EP ms" in lines[0]
+    assert len(lines) == 4 and all(line.count("|") == lines[0].count("|") for line in lines)
+    cells = [c.strip() for c in lines[2].split("|")]
+    assert cells[4:9] == ["540.0", "27.0", f"{540 / 27:.1f}x", "8.50", "15.25"]
+    assert "| n/a | 20.0 | n/a |" in lines[3]
+    cpu = bench.table_rows(rows, **bench.table_labels({"ort provider": "cpu", "gpu": "none (CPU smoke run)"}))
+    assert "ORT CPU EP ms" in cpu[0] and "PyTorch CPU fp32 ms" in cpu[0] and "WebGPU" not in cpu[0]
+
+
+def test_overhead_share_is_time_outside_session_run_over_the_generation() -> None:
+    timings = {"download": 1200.0, "load": 800.0, "encode": 300.0, "denoise": 2500.0, "decode": 700.0,
+               "sessionRun": 3300.0}
+    timings["total"] = sum(timings[k] for k in ("download", "load", "encode", "denoise", "decode")) + 20.0
+    figures = bench.overhead_figures(timings)
+    generation = timings["total"] - timings["download"] - timings["load"]
+    assert figures["generation_ms"] == pytest.approx(generation)
+    assert figures["outside_ms"] == pytest.approx(generation - 3300.0)
+    assert figures["overhead_share"] == pytest.approx((generation - 3300.0) / generation)
+    with pytest.raises(bench.BenchError, match="sessionRun"):
+        bench.overhead_figures({"total": 10.0})
+
+
+def test_placement_summary_counts_nodes_per_provider() -> None:
+    events = [
+        {"cat": "Session", "name": "model_run", "dur": 999, "args": {}},
+        {"cat": "Node", "name": "a_kernel_time", "dur": 1500, "args": {"op_name": "Shape", "provider": "CPUExecutionProvider"}},
+        {"cat": "Node", "name": "b_kernel_time", "dur": 500, "args": {"op_name": "Shape", "provider": "CPUExecutionProvider"}},
+        {"cat": "Node", "name": "c_kernel_time", "dur": 70, "args": {"op_name": "MatMulNBits", "provider": "WebGpuExecutionProvider"}},
+        {"cat": "Node", "name": "c_fence_before", "dur": 5, "args": {"op_name": "MatMulNBits", "provider": "WebGpuExecutionProvider"}},
+    ]
+    summary = bench.summarize_placement(events)
+    assert summary["CPUExecutionProvider"] == {"nodes": 2, "ms": pytest.approx(2.0), "ops": {"Shape": 2}}
+    assert summary["WebGpuExecutionProvider"]["nodes"] == 1
+    assert bench.placement_text(summary) == "CPU EP: 2 nodes (Shape x2), 2.0 ms"
+    assert bench.placement_text({"WebGpuExecutionProvider": summary["WebGpuExecutionProvider"]}) == "all nodes on the GPU EP"
+
+
+def test_inputs_follow_the_graph_contract_shapes() -> None:
+    scale = bench.tiny_scale()
+    step = bench.make_inputs(scale, "transformer", 256)
+    assert step["hidden_states"].shape == (1, (256 // 16) ** 2, 128)
+    assert step["img_ids"].shape == (256, 4) and step["txt_ids"].shape == (scale.txt_seq, 4)
+    assert step["encoder_hidden_states"].shape[2] == scale.transformer["joint_attention_dim"]
+    assert statistics.pstdev(step["hidden_states"].ravel().tolist()) > 0.5  # random, never zeros
+    assert bench.make_inputs(scale, "vae_decoder", 128)["latents"].shape == (1, 128, 8, 8)
+    assert bench.make_inputs(scale, "text_encoder", None)["input_ids"].shape == (1, scale.txt_seq)
+    assert bench.out_layers(27) == (9, 18, 27)
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("scale", "huge", "--scale 'huge'"),
+    ("components", ["unet"], "--components unet"),
+    ("provider", "cuda", "--provider 'cuda'"),
+    ("repeats", 0, "--repeats 0"),
+])
+def test_bad_options_name_the_option_and_write_nothing(tmp_path, option, value, message) -> None:
+    with pytest.raises(InputError, match=message):
+        bench.main(tmp_path / "out", log=lambda _m: None, **{option: value})
+    assert not (tmp_path / "out").exists()
+
+
+def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path) -> None:
+    """No WebGPU adapter here: the bench says so, then times ORT's CPU EP and torch on the CPU end to end."""
+    messages: list[str] = []
+    rows = bench.main(tmp_path / "out", log=messages.append, scale="tiny", components=["vae_decoder", "transformer"],
+                      provider="auto", warmup=0, repeats=2, workdir=tmp_path)
+    if bench.webgpu_status() is not None:
+        assert any("no WebGPU EP" in m and "smoke test" in m for m in messages)
+    data = json.loads((tmp_path / "out" / "bench.json").read_text())
+    assert data["rows"] == json.loads(json.dumps(rows, default=str))
+    assert not any(key.startswith("error") for key in data["raw"]), data["raw"]
+    by_key = {(r["component"], r["size"], r["variant"]): r for r in rows}
+    # The VAE: both graphs of the repo, timed whole; the transformer: the q4 graph at both sizes, extrapolated.
+    for variant in ("fp16", "fp32"):
+        row = by_key[("vae_decoder", "128x128", variant)]
+        assert row["ort_ms"] > 0 and row["torch_ms"] > 0 and row["method"].startswith("full graph")
+    for size in ("128x128", "256x256"):
+        row = by_key[("transformer", size, "q4")]
+        assert row["method"].startswith("chain 0+1/1+1/0+2 -> 5+20 layers")
+        assert len(row["per_layer_ms"]) == 2
+        samples = data["raw"][f"torch transformer {size.split('x')[0]} (5, 20)"]["samples_ms"]
+        assert len(samples) == 2 and row["torch_ms"] == pytest.approx(statistics.median(samples))
+    table = (tmp_path / "out" / "bench.md").read_text()
+    assert "| vae_decoder | 128x128 | fp16 |" in table and "Method:" in table
+    assert not list(tmp_path.glob("klein-bench-*")), "the work folder is removed"
