@@ -1,9 +1,12 @@
 """`klein-web convert`: a diffusers FLUX.2 [klein] folder -> the ONNX web model repo the app loads.
 
     SRC (diffusers format)              OUT (the seed repo's layout, builder/manifest.py)
-    text_encoder/  (Qwen3ForCausalLM)   text_encoder/text_encoder_{q4|fp32}.onnx + .onnx_data, .onnx_data_1, ...
-    transformer/   (Flux2Transformer)   transformer/transformer_{q4|fp32}.onnx   + data files
-    vae/           (AutoencoderKLFlux2) vae_decoder/vae_decoder_fp16.onnx (q4 only) and vae_decoder_fp32.onnx
+    text_encoder/  (Qwen3ForCausalLM)   text_encoder/text_encoder_{q4|q4f16|fp32}.onnx + .onnx_data, .onnx_data_1, ...
+    transformer/   (Flux2Transformer)   transformer/transformer_{q4|q4f16|fp32}.onnx   + data files
+    vae/           (AutoencoderKLFlux2) vae_decoder/vae_decoder_fp16.onnx (q4, q4f16) and vae_decoder_fp32.onnx
+
+--precision q4f16 writes the q4 graphs too (same packed weights), so one repo serves adapters with and
+without shader-f16; the manifest marks the q4f16 graphs requires_f16.
     tokenizer/, scheduler/              copied unchanged
                                         manifest.json (every file with size + sha256, every graph's I/O)
 
@@ -27,6 +30,7 @@ from pathlib import Path
 import onnx
 
 from builder import __version__
+from builder.attention import recorded_query_blocks
 from builder.errors import ConversionError
 from builder.manifest import (
     CONTRACT,
@@ -40,7 +44,7 @@ from builder.manifest import (
 )
 from builder.onnx_graph import DEFAULT_DATA_FILE_CAP, check_no_float64, check_ops, save_graph, verify_saved_graph
 
-PRECISIONS = ("q4", "fp32")
+PRECISIONS = ("q4", "q4f16", "fp32")
 COMPONENT_ORDER = ("text_encoder", "transformer", "vae_decoder")
 SOURCE_FOLDERS = ("text_encoder", "transformer", "vae", "tokenizer", "scheduler")
 COPIED_FOLDERS = ("tokenizer", "scheduler")
@@ -51,6 +55,10 @@ PRECISION_TEXT = {
     ("transformer", "q4"): "q4 MatMulNBits (block 32, symmetric); modulation and time-embedding MatMuls, norms, "
     "biases fp32",
     ("transformer", "fp32"): "fp32",
+    ("text_encoder", "q4f16"): "q4 MatMulNBits (block 32, symmetric, accuracy_level 0) with fp16 activations and "
+    "scales; token embedding fp16; norm statistics, softmax, RoPE fp32; fp32 I/O",
+    ("transformer", "q4f16"): "q4 MatMulNBits (block 32, symmetric, accuracy_level 0) with fp16 activations and "
+    "scales; modulation, time embedding, norm statistics, softmax, RoPE fp32; fp32 I/O",
     ("vae_decoder", "fp16"): "fp16 weights and compute, fp32 I/O",
     ("vae_decoder", "fp32"): "fp32",
 }
@@ -67,6 +75,7 @@ class SavedGraph:
     data_files: list[str]
     requires_f16: bool = False
     cpu_nodes_without_f16: tuple[str, ...] = ()
+    attention_query_blocks: int = 1
 
     def entry(self) -> GraphEntry:
         inputs, outputs = CONTRACT[self.component]
@@ -80,6 +89,7 @@ class SavedGraph:
             outputs=outputs,
             requires_f16=self.requires_f16,
             cpu_nodes_without_f16=list(self.cpu_nodes_without_f16),
+            attention_query_blocks=self.attention_query_blocks,
         )
 
 
@@ -126,6 +136,7 @@ def convert_many(
         saved: dict[str, list[SavedGraph]] = {precision: [] for precision in outs}
         for component in COMPONENT_ORDER:
             fp32_graph = export_component(src, component, log=log)
+            query_blocks = recorded_query_blocks(fp32_graph)
             for index, precision in enumerate(outs):
                 last = index == len(outs) - 1
                 # Rewrites and saving consume the graph's weights, so every precision but the last gets a copy.
@@ -134,7 +145,7 @@ def convert_many(
                     names = _save_component(variant.model, stages[precision], component, variant.variant,
                                             max_data_file_bytes=max_data_file_bytes, log=log)
                     saved[precision].append(SavedGraph(component, variant.variant, names, variant.requires_f16,
-                                                       variant.cpu_nodes_without_f16))
+                                                       variant.cpu_nodes_without_f16, query_blocks))
                 del base
             del fp32_graph
             gc.collect()
@@ -188,8 +199,6 @@ def check_source(src: Path) -> dict[str, object]:
 
 
 def check_precision(precision: str) -> None:
-    if precision == "q4f16":
-        raise ConversionError("--precision q4f16 is not implemented yet; use q4 (the seed's precision) or fp32.")
     if precision not in PRECISIONS:
         raise ConversionError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}.")
 
@@ -249,23 +258,31 @@ def export_component(src: Path, component: str, *, log: Callable[[str], None]) -
 def precision_variants(component: str, precision: str, model: onnx.ModelProto, *,
                        log: Callable[[str], None]) -> list[GraphVariant]:
     """The graphs a repo of `precision` holds for `component`, derived from its fp32 graph."""
-    from builder.quantize import embedding_to_fp16, quantize_q4, to_fp16
+    from builder.quantize import embedding_to_fp16, quantize_q4, to_fp16, to_q4f16
 
     if precision == "fp32":
         return [GraphVariant("fp32", model)]
-    if component == "text_encoder":
-        from builder.export_text_encoder import embedding_table_name
+    if component in ("text_encoder", "transformer"):
+        if component == "text_encoder":
+            from builder.export_text_encoder import embedding_table_name
 
-        log("text_encoder: q4 MatMulNBits (accuracy_level 4) + fp16 token embedding")
-        gather_name, table_name = embedding_table_name(model)
-        quantized = quantize_q4(model, accuracy_level=TEXT_ENCODER_ACCURACY_LEVEL, exclude=[])
-        cpu_nodes = embedding_to_fp16(quantized, gather_name=gather_name, table_name=table_name)
-        return [GraphVariant("q4", quantized, requires_f16=True, cpu_nodes_without_f16=tuple(cpu_nodes))]
-    if component == "transformer":
-        from builder.export_transformer import q4_excluded_nodes
+            log("text_encoder: q4 MatMulNBits (accuracy_level 4) + fp16 token embedding")
+            gather_name, table_name = embedding_table_name(model)
+            quantized = quantize_q4(model, accuracy_level=TEXT_ENCODER_ACCURACY_LEVEL, exclude=[])
+            cpu_nodes = tuple(embedding_to_fp16(quantized, gather_name=gather_name, table_name=table_name))
+            variants = [GraphVariant("q4", quantized, requires_f16=True, cpu_nodes_without_f16=cpu_nodes)]
+        else:
+            from builder.export_transformer import q4_excluded_nodes
 
-        log("transformer: q4 MatMulNBits (modulation and time embedding stay fp32)")
-        return [GraphVariant("q4", quantize_q4(model, accuracy_level=None, exclude=q4_excluded_nodes(model)))]
+            log("transformer: q4 MatMulNBits (modulation and time embedding stay fp32)")
+            quantized = quantize_q4(model, accuracy_level=None, exclude=q4_excluded_nodes(model))
+            variants = [GraphVariant("q4", quantized)]
+        if precision == "q4f16":
+            # The same packed q4 weights (quantised once), with fp16 activations and scales. The q4 graph
+            # is saved too: adapters without shader-f16 run it.
+            log(f"{component}: q4f16 (fp16 activations and scales, accuracy_level 0)")
+            variants.append(GraphVariant("q4f16", to_q4f16(_copy(quantized)), requires_f16=True))
+        return variants
     # The q4 repo ships the seed's fp16 VAE and the small fp32 one for adapters without shader-f16.
     log("vae_decoder: fp16 variant (+ fp32)")
     return [GraphVariant("fp16", to_fp16(_copy(model)), requires_f16=True), GraphVariant("fp32", model)]

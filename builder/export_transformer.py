@@ -135,10 +135,19 @@ def prepare_for_export(transformer: nn.Module) -> TransformerStep:
     return TransformerStep(transformer.eval())
 
 
-def export_transformer(transformer: nn.Module) -> onnx.ModelProto:
-    """fp32 ONNX graph of one denoising step (weights in memory; quantize/save it afterwards)."""
-    step = prepare_for_export(transformer)
+def export_transformer(transformer: nn.Module, *, query_blocks: int | None = None) -> onnx.ModelProto:
+    """fp32 ONNX graph of one denoising step (weights in memory; quantize/save it afterwards).
+
+    The joint attention of every block is split into `query_blocks` blocks along the query axis
+    (builder.attention); None picks the count that keeps each score buffer within budget at 2048^2 px.
+    """
+    from builder.attention import apply_query_blocks, max_attention_tokens, query_blocks_for
+
     config = transformer.config
+    if query_blocks is None:
+        query_blocks = query_blocks_for(heads=config.num_attention_heads, tokens=max_attention_tokens("transformer"))
+    sites = config.num_layers + config.num_single_layers
+    step = prepare_for_export(transformer)
     # Example inputs: distinct img/txt lengths so no two dynamic dims get confused by the tracer.
     img_seq, txt_seq = 6, 5
     args = (
@@ -149,8 +158,10 @@ def export_transformer(transformer: nn.Module) -> onnx.ModelProto:
         torch.zeros(txt_seq, 4, dtype=torch.int64),
     )
     with export_friendly_rotary():
-        return export_module(step, args, component="transformer", input_names=INPUT_NAMES,
-                             output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
+        model = export_module(step, args, component="transformer", input_names=INPUT_NAMES,
+                              output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
+    apply_query_blocks(model, query_blocks=query_blocks, expected_sites=sites)
+    return model
 
 
 def q4_excluded_nodes(model: onnx.ModelProto) -> list[str]:

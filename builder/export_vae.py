@@ -55,10 +55,22 @@ class LatentDecoder(nn.Module):
         return (image * 0.5 + 0.5).clamp(0, 1)
 
 
-def export_vae(vae: nn.Module) -> onnx.ModelProto:
-    """fp32 ONNX graph of the latent decoder (weights in memory; convert/save it afterwards)."""
+def export_vae(vae: nn.Module, *, query_blocks: int | None = None) -> onnx.ModelProto:
+    """fp32 ONNX graph of the latent decoder (weights in memory; convert/save it afterwards).
+
+    The mid-block attention is split into `query_blocks` blocks along the query axis (builder.attention);
+    None picks the count that keeps its score buffer within budget at 2048^2 px.
+    """
+    from builder.attention import apply_query_blocks, max_attention_tokens, query_blocks_for
+
+    attentions = [a for a in (vae.decoder.mid_block.attentions or []) if a is not None]
+    if query_blocks is None:
+        heads = max((a.heads for a in attentions), default=1)
+        query_blocks = query_blocks_for(heads=heads, tokens=max_attention_tokens("vae_decoder"))
     decoder = LatentDecoder(vae.eval()).eval()
     channels = decoder.bn_mean.shape[1]
     example = torch.zeros(1, channels, 3, 2)  # non-square, so height and width stay separate dynamic dims
-    return export_module(decoder, (example,), component="vae_decoder", input_names=INPUT_NAMES,
-                         output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
+    model = export_module(decoder, (example,), component="vae_decoder", input_names=INPUT_NAMES,
+                          output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
+    apply_query_blocks(model, query_blocks=query_blocks if attentions else 1, expected_sites=len(attentions))
+    return model

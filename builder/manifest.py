@@ -104,6 +104,9 @@ class GraphEntry:
     # Node names the app may place on the CPU (WebGPU EP `forceCpuNodeNames`) when the adapter lacks
     # shader-f16, so the rest of the graph still runs on WebGPU (the fp16 token embedding Gather + Cast).
     cpu_nodes_without_f16: list[str] = field(default_factory=list)
+    # The graph's attention runs in this many query blocks (builder.attention): its largest score buffer is
+    # heads * ceil(tokens / blocks) * tokens values instead of heads * tokens^2. 1 = not split.
+    attention_query_blocks: int = 1
 
     def files(self) -> list[str]:
         folder = self.path.rsplit("/", 1)[0]

@@ -148,9 +148,11 @@ export function memoryBudget() {
 
 /**
  * Refuse a size whose VAE decode cannot fit before anything is downloaded or run. The VAE mid-block
- * attention materialises a [tokens x tokens] score matrix (tokens = (H/8)(W/8); Softmax + MatMul in
- * the graph, no fused kernel), which must fit one storage buffer on WebGPU (16384^2 x 2 B = 512 MiB
- * at 1024^2 in fp16) and the 4 GB wasm32 heap on the CPU.
+ * attention materialises a [rows x tokens] score matrix (tokens = (H/8)(W/8); Softmax + MatMul in the
+ * graph, no fused kernel), which must fit one storage buffer on WebGPU and the 4 GB wasm32 heap on the
+ * CPU. The converter splits the queries into `attentionQueryBlocks` blocks (builder/attention.py), so
+ * rows = ceil(tokens / blocks); an unsplit graph (the seed's) has rows = tokens (16384^2 x 2 B = 512 MiB
+ * at 1024^2 in fp16).
  * @param {Choice} vae
  * @param {{width: number, height: number}} size
  * @param {{maxStorageBufferBindingSize: number}} gpu
@@ -158,11 +160,17 @@ export function memoryBudget() {
 export function checkDecodeFits(vae, { width, height }, gpu) {
     const bytesPerValue = vae.graph.variant === 'fp16' && vae.ep === 'webgpu' ? 2 : 4;
     const limit = vae.ep === 'webgpu' ? gpu.maxStorageBufferBindingSize : GIB;
-    const tokens = (width / 8) * (height / 8);
-    const needed = tokens * tokens * bytesPerValue;
+    const blocks = vae.graph.attentionQueryBlocks ?? 1;
+    /** @param {number} w @param {number} h */
+    const scoreBytes = (w, h) => {
+        const tokens = (w / 8) * (h / 8);
+        return Math.ceil(tokens / blocks) * tokens * bytesPerValue;
+    };
+    const needed = scoreBytes(width, height);
     if (needed <= limit) return;
-    // The largest square whose score matrix fits: ((s/8)^2)^2 * b <= limit.
-    const side = Math.floor((8 * (limit / bytesPerValue) ** 0.25) / 16) * 16;
+    // The largest square (multiple of 16) whose score block fits.
+    let side = 16;
+    while (scoreBytes(side + 16, side + 16) <= limit) side += 16;
     throw new OutOfMemoryError(
         `At ${width}x${height} the VAE decoder needs a ${formatBytes(needed)} attention buffer but this ` +
             `${vae.ep === 'webgpu' ? 'GPU allows' : 'CPU path allows'} ${formatBytes(limit)} per buffer. Choose a smaller size ` +

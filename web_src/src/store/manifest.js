@@ -27,6 +27,7 @@ export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
  * @property {string} precision            Human-readable.
  * @property {boolean} requiresF16         The WebGPU EP needs shader-f16 for some node.
  * @property {string[]} cpuNodesWithoutF16 Nodes to force onto the CPU when the adapter lacks shader-f16.
+ * @property {number} attentionQueryBlocks Attention runs in this many query blocks (1 = one score matrix).
  */
 
 /**
@@ -87,6 +88,7 @@ export function seedManifest(modelBase) {
         // The seed's token-embedding node names are not known here: without shader-f16 the whole text
         // encoder goes to the wasm EP instead (pipeline/models.js).
         cpuNodesWithoutF16: [],
+        attentionQueryBlocks: 1,
     }));
     /** @type {Manifest['files']} */
     const files = {};
@@ -191,7 +193,14 @@ export function parseManifest(json, modelBase) {
             precision: String(g.precision ?? ''),
             requiresF16: Boolean(g.requires_f16),
             cpuNodesWithoutF16: Array.isArray(g.cpu_nodes_without_f16) ? g.cpu_nodes_without_f16.map(String) : [],
+            attentionQueryBlocks: 1,
         };
+        if (g.attention_query_blocks !== undefined) {
+            if (!Number.isSafeInteger(g.attention_query_blocks) || g.attention_query_blocks < 1) {
+                bad(`graphs[${i}].attention_query_blocks must be a positive integer`);
+            }
+            entry.attentionQueryBlocks = g.attention_query_blocks;
+        }
         for (const path of graphFiles(entry)) if (!(path in files)) bad(`graph file ${path} is not listed in "files"`);
         return entry;
     });
