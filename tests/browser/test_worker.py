@@ -322,14 +322,24 @@ def test_cancel_during_denoising(page: Any, dist_dir: Path, live_server_factory:
 
 
 def test_bad_or_too_large_sizes_are_refused_before_any_download(page: Any, dist_dir: Path, live_server_factory: Any,
-                                                                tiny_models: dict[str, Path]) -> None:
-    server = live_server_factory(dist_dir, models=tiny_models["fp32"])
+                                                                tiny_models: dict[str, Path],
+                                                                tmp_path: Path) -> None:
+    # A repo whose VAE attention is NOT split into query blocks, like the seed repo's vae_decoder_fp16:
+    # the tiny fp32 repo with its manifest saying so (the run is refused before any graph is read).
+    repo = tmp_path / "unsplit"
+    shutil.copytree(tiny_models["fp32"], repo)
+    data = json.loads((repo / "manifest.json").read_text())
+    for graph in data["graphs"]:
+        if graph["component"] == "vae_decoder":
+            graph["attention_query_blocks"] = 1
+    (repo / "manifest.json").write_text(json.dumps(data))
+    server = live_server_factory(dist_dir, models=repo)
     client = WorkerClient(page, server.url("/"))
     client.open()
     bad = client.generate(prompt=PROMPT, seed=0, width=100, height=64)
     assert bad.type == "error" and bad.error is not None and bad.error["code"] == "input", bad.error
     assert "`width`" in bad.error["message"] and "try 96" in bad.error["message"]  # names the argument and a fix
-    # 2048x2048: the VAE attention scores (65536^2 fp32 = 16 GiB) cannot fit SwiftShader's 1 GiB buffers.
+    # 2048x2048: unsplit VAE attention scores (65536^2 fp32 = 16 GiB) cannot fit SwiftShader's 1 GiB buffers.
     huge = client.generate(prompt=PROMPT, seed=0, width=2048, height=2048)
     assert huge.type == "error" and huge.error is not None and huge.error["code"] == "out-of-memory", huge.error
     assert "smaller size" in huge.error["message"]
