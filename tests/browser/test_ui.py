@@ -85,7 +85,9 @@ def form_values(page: Any) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(dist_dir: Path, tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def server(
+    dist_dir: Path, tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
     live = start_server(dist_dir, tmp_path_factory.mktemp("ui-server"), models=tiny_models["fp32"])
     yield live
     live.stop()
@@ -112,8 +114,12 @@ def context(playwright: Any, tmp_path_factory: pytest.TempPathFactory, chromium_
 def open_page(context: Any, url: str, *, viewport: tuple[int, int] = (1280, 720)) -> Any:
     page = context.new_page()
     page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
-    page.on("console", lambda message: print(f"[console.{message.type}] {message.text}")
-            if message.type in ("error", "warning") else None)
+    page.on(
+        "console",
+        lambda message: (
+            print(f"[console.{message.type}] {message.text}") if message.type in ("error", "warning") else None
+        ),
+    )
     page.on("pageerror", lambda error: print(f"[pageerror] {error}"))
     page.goto(url)
     return page
@@ -148,7 +154,9 @@ def generated(context: Any, server: LiveServer) -> Iterator[Generated]:
 def test_generation_shows_image_timings_and_tokens(generated: Generated, tiny_models: dict[str, Path]) -> None:
     page = generated.page
     assert page.is_visible("#result-image")
-    size = page.evaluate("() => { const i = document.querySelector('#result-image'); return [i.naturalWidth, i.naturalHeight]; }")
+    size = page.evaluate(
+        "() => { const i = document.querySelector('#result-image'); return [i.naturalWidth, i.naturalHeight]; }"
+    )
     assert size == [64, 64]
     assert "Done" in page.inner_text("#status")
     assert page.is_disabled("#cancel") and page.is_enabled("#generate")
@@ -167,8 +175,9 @@ def test_generation_shows_image_timings_and_tokens(generated: Generated, tiny_mo
     assert str(tokens) in page.inner_text("#token-info")
 
 
-def test_download_png_carries_settings_and_the_image(generated: Generated, server: LiveServer,
-                                                     tiny_models: dict[str, Path], tmp_path: Path) -> None:
+def test_download_png_carries_settings_and_the_image(
+    generated: Generated, server: LiveServer, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     page = generated.page
     with page.expect_download() as info:
         page.click("#download")
@@ -183,13 +192,15 @@ def test_download_png_carries_settings_and_the_image(generated: Generated, serve
     assert text["size"] == "64x64"
     assert text["model"] == server.url("/models/")
     # The PNG path (canvas -> toBlob -> text chunks) must not alter pixels: compare with the CPU reference.
-    expected = reference.generate(tiny_models["fp32"], prompt=PROMPT, seed=SEED, width=64, height=64, steps=4,
-                                  log=lambda _msg: None).image
+    expected = reference.generate(
+        tiny_models["fp32"], prompt=PROMPT, seed=SEED, width=64, height=64, steps=4, log=lambda _msg: None
+    ).image
     assert imaging.psnr(pixels, expected) >= FP32_PSNR_MIN
 
 
-def test_history_entry_restores_settings_and_survives_reload(generated: Generated, context: Any,
-                                                             server: LiveServer) -> None:
+def test_history_entry_restores_settings_and_survives_reload(
+    generated: Generated, context: Any, server: LiveServer
+) -> None:
     page = generated.page
     items = page.locator("#history .history-item")
     assert items.count() == 1
@@ -201,8 +212,14 @@ def test_history_entry_restores_settings_and_survives_reload(generated: Generate
     page.fill("#steps", "9")
     page.select_option("#size", "1024x1024")
     items.first.click()
-    assert form_values(page) == {"prompt": PROMPT, "seed": str(SEED), "steps": "4", "size": "custom",
-                                 "width": "64", "height": "64"}
+    assert form_values(page) == {
+        "prompt": PROMPT,
+        "seed": str(SEED),
+        "steps": "4",
+        "size": "custom",
+        "width": "64",
+        "height": "64",
+    }
 
     fresh = open_page(context, server.url("/"))
     try:
@@ -218,14 +235,18 @@ def test_page_thread_has_no_long_task_during_generation(generated: Generated) ->
     during = [task for task in tasks if generated.clicked_at <= task["start"] <= generated.done_at]
     assert generated.done_at > generated.clicked_at
     too_long = [task for task in during if task["duration"] > 100]
-    frames = [frame for frame in page.evaluate("() => window.__longFrames")
-              if any(frame["start"] <= task["start"] <= frame["start"] + frame["duration"] for task in too_long)]
+    frames = [
+        frame
+        for frame in page.evaluate("() => window.__longFrames")
+        if any(frame["start"] <= task["start"] <= frame["start"] + frame["duration"] for task in too_long)
+    ]
     assert not too_long, f"long tasks on the page thread: {too_long}; their frames ran: {frames}"
 
 
 @pytest.mark.parametrize("viewport", [(1280, 720), (400, 800)], ids=["desktop", "narrow"])
-def test_layout_every_control_reachable_and_no_horizontal_scroll(generated: Generated, viewport: tuple[int, int],
-                                                                 tmp_path: Path) -> None:
+def test_layout_every_control_reachable_and_no_horizontal_scroll(
+    generated: Generated, viewport: tuple[int, int], tmp_path: Path
+) -> None:
     page = generated.page
     page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
     page.select_option("#size", "custom")  # show the width/height inputs too
@@ -234,15 +255,35 @@ def test_layout_every_control_reachable_and_no_horizontal_scroll(generated: Gene
     print(f"screenshot: {tmp_path}")
     overflow = page.evaluate("() => [document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
     assert overflow[0] <= overflow[1], f"horizontal scroll at {viewport}: scrollWidth {overflow[0]} > {overflow[1]}"
-    for control in ("prompt", "seed", "seed-random", "steps", "size", "width", "height", "generate", "cancel",
-                    "download", "result-image", "status", "progress", "timings", "history", "capabilities",
-                    "clear-cache", "copy-link", "token-info", "clear-history"):
+    for control in (
+        "prompt",
+        "seed",
+        "seed-random",
+        "steps",
+        "size",
+        "width",
+        "height",
+        "generate",
+        "cancel",
+        "download",
+        "result-image",
+        "status",
+        "progress",
+        "timings",
+        "history",
+        "capabilities",
+        "clear-cache",
+        "copy-link",
+        "token-info",
+        "clear-history",
+    ):
         locator = page.locator(f"#{control}")
         locator.scroll_into_view_if_needed()
         assert locator.is_visible(), f"#{control} is not visible at {viewport}"
         box = locator.bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= viewport[0] + 0.5, (
-            f"#{control} sticks out of the {viewport[0]} px wide window: {box}")
+            f"#{control} sticks out of the {viewport[0]} px wide window: {box}"
+        )
 
 
 def test_url_parameters_prefill_the_form_and_copy_link_writes_them(context: Any, server: LiveServer) -> None:
@@ -253,8 +294,14 @@ def test_url_parameters_prefill_the_form_and_copy_link_writes_them(context: Any,
         assert form_values(page)["steps"] == "8"
         assert form_values(page)["size"] == "768x768"
         page.goto(server.url("/?prompt=x&seed=5&size=96x64"))
-        assert form_values(page) == {"prompt": "x", "seed": "5", "steps": "4", "size": "custom", "width": "96",
-                                     "height": "64"}
+        assert form_values(page) == {
+            "prompt": "x",
+            "seed": "5",
+            "steps": "4",
+            "size": "custom",
+            "width": "96",
+            "height": "64",
+        }
         page.fill("#prompt", "a fox & a hound")
         page.fill("#seed", "4294967295")
         page.click("#copy-link")
@@ -303,8 +350,11 @@ def test_cancel_during_denoising_returns_to_idle_within_a_step(generated: Genera
         new MutationObserver(note).observe(document.body, {attributes: true, attributeFilter: ['data-state']});
     }""")
     page.click("#generate")
-    page.wait_for_function("() => { const b = document.querySelector('#progress'); return b.max === 30 && b.value >= 2; }",
-                           timeout=GENERATE_TIMEOUT_MS, polling=20)
+    page.wait_for_function(
+        "() => { const b = document.querySelector('#progress'); return b.max === 30 && b.value >= 2; }",
+        timeout=GENERATE_TIMEOUT_MS,
+        polling=20,
+    )
     cancelled_at = float(page.evaluate("() => performance.now()"))
     page.click("#cancel")
     assert wait_state(page, "idle", "done", "error", timeout_ms=60_000) == "idle"
@@ -323,7 +373,8 @@ def test_cancel_during_denoising_returns_to_idle_within_a_step(generated: Genera
     per_step = max(later - earlier for earlier, later in itertools.pairwise(times))
     # Within one step: the step in flight finishes, then the worker stops (plus messaging slack).
     assert idle_at - cancelled_at <= 2 * per_step + 1500, (
-        f"cancel took {idle_at - cancelled_at:.0f} ms with up to {per_step:.0f} ms per step")
+        f"cancel took {idle_at - cancelled_at:.0f} ms with up to {per_step:.0f} ms per step"
+    )
 
     page.fill("#steps", "4")
     page.click("#generate")
@@ -336,23 +387,29 @@ def test_clear_cached_model_reports_freed_bytes(generated: Generated) -> None:
     # Last of the `generated` tests: it deletes the model this origin downloaded.
     page = generated.page
     page.click("#clear-cache")
-    page.wait_for_function("() => /Freed|Could not/.test(document.querySelector('#cache-message').textContent)",
-                           polling=POLL_MS)
+    page.wait_for_function(
+        "() => /Freed|Could not/.test(document.querySelector('#cache-message').textContent)", polling=POLL_MS
+    )
     message = page.inner_text("#cache-message")
     assert re.match(r"Freed [1-9][\d.]* (KB|MB|GB)\b", message), message
     assert page.is_enabled("#clear-cache")
 
 
-def test_without_webgpu_flags_the_page_says_so_and_disables_generate(playwright: Any, dist_dir: Path,
-                                                                    chromium_path: Path, live_server_factory: Any,
-                                                                    tiny_models: dict[str, Path],
-                                                                    tmp_path: Path) -> None:
+def test_without_webgpu_flags_the_page_says_so_and_disables_generate(
+    playwright: Any,
+    dist_dir: Path,
+    chromium_path: Path,
+    live_server_factory: Any,
+    tiny_models: dict[str, Path],
+    tmp_path: Path,
+) -> None:
     server = live_server_factory(dist_dir, models=tiny_models["fp32"])
     args = [*QUIET_FLAGS]  # plain headless Chromium: none of the WebGPU/SwiftShader flags
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         args.append("--no-sandbox")  # as builder.browser.launch_args does for root
-    ctx = playwright.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(chromium_path),
-                                                        headless=True, args=args)
+    ctx = playwright.chromium.launch_persistent_context(
+        str(tmp_path / "profile"), executable_path=str(chromium_path), headless=True, args=args
+    )
     try:
         page = ctx.new_page()
         page.goto(server.url("/"))

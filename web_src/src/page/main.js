@@ -93,8 +93,13 @@ function main() {
             capabilities.message('Clearing…');
             try {
                 const { freedBytes } = await client.clearCache();
-                capabilities.message(`Freed ${formatBytes(freedBytes)}. The model downloads again on the next Generate.`);
-                client.probe().then((caps) => capabilities.render(caps), () => {}); // storage use changed
+                capabilities.message(
+                    `Freed ${formatBytes(freedBytes)}. The model downloads again on the next Generate.`,
+                );
+                client.probe().then(
+                    (caps) => capabilities.render(caps),
+                    () => {},
+                ); // storage use changed
             } catch (err) {
                 capabilities.message(`Could not clear the cache: ${err instanceof Error ? err.message : String(err)}`);
             } finally {
@@ -112,7 +117,11 @@ function main() {
 
     // 2. Where the model comes from (shown in the header), decided once.
     /** @type {Promise<ModelSource>} */
-    const source = resolveModelSource({ href: location.href, defaultBase: meta('klein-model-base'), fetch: fetch.bind(globalThis) });
+    const source = resolveModelSource({
+        href: location.href,
+        defaultBase: meta('klein-model-base'),
+        fetch: fetch.bind(globalThis),
+    });
     source.then(
         (found) => {
             sourceLabel.textContent = found.label;
@@ -216,9 +225,18 @@ function main() {
             progress.stop(`Done in ${formatDuration(output.timings.total)}.`, { complete: true });
             setState('done');
             // Storage use changed (the model is cached now): refresh the device panel.
-            client.probe().then((caps) => capabilities.render(caps), () => {});
+            client.probe().then(
+                (caps) => capabilities.render(caps),
+                () => {},
+            );
             historyStore
-                ?.add({ createdAt: Date.now(), params, modelLabel: label, totalMs: output.timings.total, thumb: encoded.thumb })
+                ?.add({
+                    createdAt: Date.now(),
+                    params,
+                    modelLabel: label,
+                    totalMs: output.timings.total,
+                    thumb: encoded.thumb,
+                })
                 .then(async () => historyStore && history.render(await historyStore.list()))
                 .catch((err) => announce(toast, `Not saved to history: ${err?.message ?? err}`));
         } catch (err) {

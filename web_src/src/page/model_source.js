@@ -42,7 +42,9 @@ function parseBase(text, pageHref) {
     try {
         url = new URL(text, pageHref);
     } catch {
-        throw new InputError(`?model=${text} is not a URL. Use the address of a model repository, e.g. ?model=https://huggingface.co/kny/FLUX.2-klein-4B-onnx-web/resolve/main/`);
+        throw new InputError(
+            `?model=${text} is not a URL. Use the address of a model repository, e.g. ?model=https://huggingface.co/kny/FLUX.2-klein-4B-onnx-web/resolve/main/`,
+        );
     }
     if (url.protocol !== 'https:' && url.protocol !== 'http:') {
         throw new InputError(`?model=${text}: only http(s) URLs can be downloaded from; got ${url.protocol}`);

@@ -56,7 +56,9 @@ export class WorkerClient {
      */
     async generate(params, { onEvent } = {}) {
         if (this.#generateId !== null) {
-            throw new KleinError('A generation is already running: cancel it or wait for it to finish.', { code: 'busy' });
+            throw new KleinError('A generation is already running: cancel it or wait for it to finish.', {
+                code: 'busy',
+            });
         }
         const { id, promise } = this.#post({ type: 'generate', params }, onEvent);
         this.#generateId = id;
@@ -151,9 +153,12 @@ export class WorkerClient {
         this.#worker?.terminate();
         this.#worker = null;
         this.#failAll(
-            new KleinError(`The inference worker stopped: ${reason}. Try again; if it keeps happening, reload the page.`, {
-                code: 'worker-crashed',
-            }),
+            new KleinError(
+                `The inference worker stopped: ${reason}. Try again; if it keeps happening, reload the page.`,
+                {
+                    code: 'worker-crashed',
+                },
+            ),
         );
     }
 

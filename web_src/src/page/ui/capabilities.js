@@ -33,7 +33,12 @@ export function describeCapabilities(caps) {
     /** @type {Row[]} */
     const rows = [];
     if (!caps.webgpu || !caps.adapter) {
-        rows.push({ label: 'WebGPU', value: 'not available', tone: 'bad', note: caps.error ? firstSentence(caps.error) : undefined });
+        rows.push({
+            label: 'WebGPU',
+            value: 'not available',
+            tone: 'bad',
+            note: caps.error ? firstSentence(caps.error) : undefined,
+        });
     } else {
         const { vendor, architecture, description } = caps.adapter;
         const name = [vendor, architecture].filter(Boolean).join(' · ') || 'unnamed adapter';
@@ -55,7 +60,8 @@ export function describeCapabilities(caps) {
             label: 'Max buffer size',
             value: formatBinaryBytes(caps.maxBufferSize),
             tone: caps.maxBufferSize >= LARGE_BUFFER ? 'ok' : 'warn',
-            note: caps.maxBufferSize >= LARGE_BUFFER ? undefined : 'Large sizes (1024×1024) may not fit: prefer 512×512.',
+            note:
+                caps.maxBufferSize >= LARGE_BUFFER ? undefined : 'Large sizes (1024×1024) may not fit: prefer 512×512.',
         });
     }
     const { usage, quota, persisted } = caps.storage;
@@ -73,7 +79,9 @@ export function describeCapabilities(caps) {
         label: 'Cross-origin isolated',
         value: caps.crossOriginIsolated ? 'yes' : 'no',
         tone: caps.crossOriginIsolated ? 'ok' : '',
-        note: caps.crossOriginIsolated ? undefined : 'CPU work runs on one thread (the server sends no COOP/COEP headers).',
+        note: caps.crossOriginIsolated
+            ? undefined
+            : 'CPU work runs on one thread (the server sends no COOP/COEP headers).',
     });
     rows.push({ label: 'CPU threads', value: String(caps.threads), tone: '' });
     return rows;

@@ -103,7 +103,11 @@ export function adviseError(error, context) {
         case 'worker-crashed':
             return { title: 'The inference worker stopped', message, action: '' };
         default:
-            return { title: 'Something went wrong', message, action: 'Try again; if it keeps happening, reload the page.' };
+            return {
+                title: 'Something went wrong',
+                message,
+                action: 'Try again; if it keeps happening, reload the page.',
+            };
     }
 }
 

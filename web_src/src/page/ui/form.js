@@ -78,7 +78,8 @@ function reject(field, message) {
  */
 function parseInteger(field, label, text, min, max, fix) {
     const trimmed = (text ?? '').trim();
-    if (!/^\d+$/.test(trimmed)) reject(field, `${label} must be a whole number from ${min} to ${max} (got "${trimmed}"). ${fix}`);
+    if (!/^\d+$/.test(trimmed))
+        reject(field, `${label} must be a whole number from ${min} to ${max} (got "${trimmed}"). ${fix}`);
     const value = Number(trimmed);
     if (value < min || value > max) reject(field, `${label} ${value} is outside ${min}–${max}. ${fix}`);
     return value;
@@ -92,7 +93,14 @@ function parseInteger(field, label, text, min, max, fix) {
  */
 function parseSide(field, label, text) {
     const { minSide, maxSide, multiple } = LIMITS;
-    const value = parseInteger(field, label, text, minSide, maxSide, `Use a multiple of ${multiple} between ${minSide} and ${maxSide} pixels.`);
+    const value = parseInteger(
+        field,
+        label,
+        text,
+        minSide,
+        maxSide,
+        `Use a multiple of ${multiple} between ${minSide} and ${maxSide} pixels.`,
+    );
     if (value % multiple !== 0) {
         const lower = Math.max(minSide, Math.floor(value / multiple) * multiple);
         const upper = Math.min(maxSide, lower + multiple);
@@ -151,7 +159,9 @@ export function valuesFromUrl(search) {
             values.width = String(parsed.width);
             values.height = String(parsed.height);
         } else {
-            problems.push(`The link's size=${size} is not WIDTHxHEIGHT (e.g. size=768x512); the size was left as it is.`);
+            problems.push(
+                `The link's size=${size} is not WIDTHxHEIGHT (e.g. size=768x512); the size was left as it is.`,
+            );
         }
     }
     return { values, problems };

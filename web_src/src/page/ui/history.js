@@ -117,7 +117,8 @@ export class HistoryView {
         if (entries.length === 0) {
             const empty = document.createElement('li');
             empty.className = 'empty';
-            empty.textContent = 'Images you make appear here, stored only in this browser. Click one to restore its settings.';
+            empty.textContent =
+                'Images you make appear here, stored only in this browser. Click one to restore its settings.';
             this.list.replaceChildren(empty);
             return;
         }

@@ -46,7 +46,11 @@ const COMPONENT_NAMES = Object.freeze({
  */
 function canvasBlob(canvas, type, quality) {
     return new Promise((resolve, reject) => {
-        canvas.toBlob((blob) => (blob ? resolve(blob) : reject(new Error(`The browser could not encode a ${type}.`))), type, quality);
+        canvas.toBlob(
+            (blob) => (blob ? resolve(blob) : reject(new Error(`The browser could not encode a ${type}.`))),
+            type,
+            quality,
+        );
     });
 }
 
@@ -67,7 +71,11 @@ export async function encodeImage(result, { modelLabel, version }) {
     const context = canvas.getContext('2d', { willReadFrequently: true });
     if (!context) throw new Error('This browser has no 2D canvas: the image cannot be shown.');
     // The worker transfers a plain ArrayBuffer (never shared memory), which ImageData requires.
-    const rgba = new Uint8ClampedArray(/** @type {ArrayBuffer} */ (result.rgba.buffer), result.rgba.byteOffset, width * height * 4);
+    const rgba = new Uint8ClampedArray(
+        /** @type {ArrayBuffer} */ (result.rgba.buffer),
+        result.rgba.byteOffset,
+        width * height * 4,
+    );
     context.putImageData(new ImageData(rgba, width, height), 0, 0);
 
     const variants = Object.entries(result.graphs ?? {})
@@ -161,7 +169,12 @@ export class ResultView {
     /** @param {GenerateResult} result */
     #renderTimings(result) {
         const { timings, graphs } = result;
-        this.timings.dataset.json = JSON.stringify({ timings, graphs, notes: result.notes ?? [], prompt: result.prompt });
+        this.timings.dataset.json = JSON.stringify({
+            timings,
+            graphs,
+            notes: result.notes ?? [],
+            prompt: result.prompt,
+        });
 
         const table = document.createElement('table');
         table.append(cell('caption', 'Time per stage'));
@@ -169,7 +182,10 @@ export class ResultView {
         for (const [key, label] of TIMING_ROWS) {
             const ms = timings[/** @type {keyof StageTimings} */ (key)];
             const row = document.createElement('tr');
-            const extra = key === 'denoise' && result.params.steps > 0 ? ` (${formatDuration(ms / result.params.steps)}/step)` : '';
+            const extra =
+                key === 'denoise' && result.params.steps > 0
+                    ? ` (${formatDuration(ms / result.params.steps)}/step)`
+                    : '';
             row.append(cell('th', label), cell('td', `${formatDuration(ms)}${extra}`, 'num'));
             body.append(row);
         }
@@ -181,7 +197,10 @@ export class ResultView {
             const run = document.createElement('tr');
             run.className = 'sub';
             const share = timings.total > 0 ? ` (${Math.round((100 * timings.sessionRun) / timings.total)}%)` : '';
-            run.append(cell('th', 'inside session.run'), cell('td', `${formatDuration(timings.sessionRun)}${share}`, 'num'));
+            run.append(
+                cell('th', 'inside session.run'),
+                cell('td', `${formatDuration(timings.sessionRun)}${share}`, 'num'),
+            );
             body.append(run);
         }
         table.append(body);
