@@ -7,6 +7,7 @@
  * @module page/main
  */
 
+import { PROTOCOL_VERSION } from '../protocol.js';
 import { InputError, KleinError, NoWebGPUError } from '../shared/errors.js';
 import { resolveModelSource } from './model_source.js';
 import { WorkerClient } from './worker_client.js';
@@ -154,6 +155,14 @@ function main() {
             capabilities.placeholder('The GPU probe failed.');
             progress.idle('Not ready.');
             throw err;
+        }
+        const workerVersion = /** @type {{protocolVersion?: number}} */ (caps).protocolVersion;
+        if (workerVersion !== undefined && workerVersion !== PROTOCOL_VERSION) {
+            // A page and a worker from different builds (a half-updated cache): messages may not match.
+            throw new KleinError(
+                `This page speaks protocol ${PROTOCOL_VERSION} but its worker speaks ${workerVersion}. Reload the page.`,
+                { code: 'version-mismatch' },
+            );
         }
         capabilities.render(caps);
         if (!caps.webgpu) {

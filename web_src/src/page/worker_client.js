@@ -57,7 +57,7 @@ export class WorkerClient {
     async generate(params, { onEvent } = {}) {
         if (this.#generateId !== null) {
             throw new KleinError('A generation is already running: cancel it or wait for it to finish.', {
-                code: 'busy',
+                code: 'already-running',
             });
         }
         const { id, promise } = this.#post({ type: 'generate', params }, onEvent);

@@ -100,6 +100,24 @@ export function adviseError(error, context) {
                 message,
                 action: 'Click “Clear cached model” below and Generate again to download a fresh copy.',
             };
+        case 'busy':
+            return {
+                title: 'Another tab is downloading the model',
+                message,
+                action: 'Let that tab finish (or close it), then Generate again here: the files are shared.',
+            };
+        case 'unsupported':
+            return {
+                title: 'This GPU lacks a feature the model needs',
+                message,
+                action: 'Check `chrome://gpu` (shader-f16), update the GPU driver, or use a model folder that has fp32 graphs.',
+            };
+        case 'runtime':
+            return {
+                title: 'The model runtime failed',
+                message,
+                action: 'Try again, or a smaller size; if it keeps happening, reload the page.',
+            };
         case 'worker-crashed':
             return { title: 'The inference worker stopped', message, action: '' };
         default:
