@@ -84,7 +84,7 @@ class Scale:
 
 def full_scale() -> Scale:
     """The real FLUX.2 [klein] 4B sizes (reference doc section 3)."""
-    from builder.tiny import SCHEDULER_CONFIG, TEXT_ENCODER_CONFIG, TRANSFORMER_CONFIG, VAE_CONFIG  # noqa: F401
+    from builder.tiny import TEXT_ENCODER_CONFIG, TRANSFORMER_CONFIG, VAE_CONFIG
 
     text = {**TEXT_ENCODER_CONFIG, "hidden_size": 2560, "intermediate_size": 9728, "num_attention_heads": 32,
             "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960}
@@ -184,7 +184,7 @@ def build_text_encoder(scale: Scale, layers: int, *, device: str) -> Any:
         return Qwen3ForCausalLM(Qwen3Config(**scale.text_encoder, num_hidden_layers=layers)).eval()
 
 
-def build_transformer(scale: Scale, layers: tuple[int, int], *, device: str) -> Any:
+def build_transformer(scale: Scale, layers: tuple[int, ...], *, device: str) -> Any:
     import torch
     from diffusers import Flux2Transformer2DModel
 
@@ -377,7 +377,7 @@ def _webgpu_device() -> Any:
     if not any(d.ep_name == name for d in ort.get_ep_devices()):
         try:
             ort.register_execution_provider_library("webgpu", webgpu_ep.get_library_path())
-        except Exception as exc:  # the plugin reports version mismatches here
+        except Exception as exc:  # noqa: BLE001 -- the plugin reports version mismatches here
             raise BenchError(f"The WebGPU plugin EP did not load: {exc}")
     device = next((d for d in ort.get_ep_devices() if d.ep_name == name), None)
     if device is None:
@@ -406,7 +406,7 @@ class GpuMemorySampler:
             self.peak_bytes = 0
             self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
-        except Exception:  # no NVML (CPU machine): memory is simply not reported
+        except Exception:  # noqa: BLE001 -- no NVML (CPU machine): memory is simply not reported
             self._thread = None
 
     def _sample(self) -> None:
@@ -436,7 +436,7 @@ def ort_worker(spec_path: Path) -> None:
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         try:
             session = ort.InferenceSession(spec["graph"], sess_options=options)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- onnxruntime and the EP raise plain exceptions
             notes.append(f"with CPU fallback ({str(exc).splitlines()[0][:160]})")
             options = ort.SessionOptions()
             options.add_provider_for_devices([_webgpu_device()], {})
@@ -444,7 +444,7 @@ def ort_worker(spec_path: Path) -> None:
     else:
         session = ort.InferenceSession(spec["graph"], providers=["CPUExecutionProvider"])
     load_s = time.perf_counter() - began
-    results = {}
+    results: dict[str, Any] = {}
     for key, npz in spec["inputs"].items():
         with np.load(npz) as data:
             feeds = {name: data[name] for name in data.files}
@@ -456,7 +456,7 @@ def ort_worker(spec_path: Path) -> None:
                 start = time.perf_counter()
                 outputs = session.run(None, feeds)  # numpy outputs: returns once results are read back
                 samples.append((time.perf_counter() - start) * 1000)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- onnxruntime and the EP raise plain exceptions
             results[key] = {"error": str(exc).splitlines()[0][:300]}
             continue
         finite = bool(np.isfinite(outputs[0]).all())
@@ -496,7 +496,7 @@ def node_placement(spec: Mapping[str, Any], *, options_factory: Callable[[], Any
         profile = Path(session.end_profiling())
         events = json.loads(profile.read_text())
         profile.unlink(missing_ok=True)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 -- onnxruntime and the EP raise plain exceptions
         return {"error": str(exc).splitlines()[0][:300]}
     return summarize_placement(events)
 
@@ -530,13 +530,13 @@ def placement_text(placement: Mapping[str, Any] | None) -> str:
 def time_ort(graph: Path, inputs: Mapping[str, Path], *, provider: str, warmup: int, repeats: int,
              timeout_s: float, workdir: Path) -> dict[str, Any]:
     """Run `ort_worker` in a subprocess; a crash or timeout becomes {"error": ...} instead of ending the bench."""
-    spec = {"graph": str(graph), "inputs": {k: str(v) for k, v in inputs.items()}, "provider": provider,
+    spec: dict[str, Any] = {"graph": str(graph), "inputs": {k: str(v) for k, v in inputs.items()}, "provider": provider,
             "warmup": warmup, "repeats": repeats, "result": str(workdir / f"result-{os.getpid()}.json")}
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec))
     Path(spec["result"]).unlink(missing_ok=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "builder.bench", "--ort-worker", str(spec_path)],
+        proc = subprocess.run([sys.executable, "-m", "builder.bench", "--ort-worker", str(spec_path)], check=False,
                               capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout_s:.0f} s"}
@@ -580,10 +580,10 @@ def markdown_report(environment: Mapping[str, Any], rows: Sequence[Mapping[str, 
     env = ", ".join(f"{k} {v}" for k, v in environment.items())
     labels = table_labels(environment)
     return [f"klein-web bench ({env})", "", *table_rows(rows, **labels), "",
-            "Method: random weights with the real configs; medians after warm-up; WebGPU EP via "
-            "onnxruntime-ep-webgpu with numpy I/O (run() returns after read-back); PyTorch bf16 timed with CUDA "
-            "events. 'chain' rows are solved from graphs with few layers at the real width (fixed + per-layer "
-            "time) and evaluated at the real layer count; see builder/bench.py."]
+            ("Method: random weights with the real configs; medians after warm-up; WebGPU EP via "
+             "onnxruntime-ep-webgpu with numpy I/O (run() returns after read-back); PyTorch bf16 timed with CUDA "
+             "events. 'chain' rows are solved from graphs with few layers at the real width (fixed + per-layer "
+             "time) and evaluated at the real layer count; see builder/bench.py.")]
 
 
 def table_labels(environment: Mapping[str, Any]) -> dict[str, str]:
@@ -604,14 +604,14 @@ def environment(provider: str, device: str, scale: Scale) -> dict[str, Any]:
             from importlib.metadata import version
 
             env[name] = version(name.replace("_", "-"))
-        except Exception:
+        except Exception:  # noqa: BLE001 -- onnxruntime and the EP raise plain exceptions
             env[name] = "not installed"
     env["ort provider"] = provider
     if device.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name(0)
         try:
             out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20)
+                                 check=False, capture_output=True, text=True, timeout=20)
             env["driver"] = out.stdout.strip()
         except (OSError, subprocess.SubprocessError):
             env["driver"] = "unknown"
@@ -693,11 +693,11 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
                                                for s in sizes))
 
     # Rows: extrapolated where chains were measured.
-    for (label, s), points in sorted(ort_times.items()):
-        size = None if s == "None" else int(s)
-        torch_ms = torch_full[s]["median_ms"]
+    for (label, key), points in sorted(ort_times.items()):
+        size = None if key == "None" else int(key)
+        torch_ms = torch_full[key]["median_ms"]
         row: dict[str, Any] = {"component": component, "size": size_text[size], "variant": label,
-                               "torch_ms": torch_ms, "torch_peak_gib": torch_full[s]["peak_gib"]}
+                               "torch_ms": torch_ms, "torch_peak_gib": torch_full[key]["peak_gib"]}
         peak_chain, peak = ort_peak.get(label, ((), None))
         place = ort_place.get(label, "")
         if full is None:
@@ -707,7 +707,7 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
             row.update(ort_ms=None, ort_peak_gib=None, method=f"onnxruntime failed on some chains: {sorted(points)}")
         else:
             row["ort_ms"], coef = extrapolate(points, full)
-            torch_est, _ = extrapolate(torch_times[s], full)
+            torch_est, _ = extrapolate(torch_times[key], full)
             # Peak = the last chain's measured peak + the weight bytes the missing layers add (graph bytes on
             # disk, extrapolated like the times).
             full_bytes, _ = extrapolate(ort_bytes[label], full)
@@ -779,7 +779,7 @@ def main(out_dir: Path, *, log: Log, scale: str = "full", components: Sequence[s
             log(f"bench: {component} ({', '.join(precisions)})")
             try:
                 bench_component(run, component, Path(tmp))
-            except Exception as exc:  # keep the other components' figures
+            except Exception as exc:  # noqa: BLE001 -- keep the other components' figures
                 run.raw[f"error {component}"] = f"{type(exc).__name__}: {exc}"
                 log(f"bench: {component} failed: {type(exc).__name__}: {exc}")
             run.save(env)

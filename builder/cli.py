@@ -165,8 +165,24 @@ def regress(**options: object) -> None:
 
 @main.command()
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
-def bench(out_dir: Path) -> None:
+@click.option("--scale", default="full", show_default=True, type=click.Choice(["full", "tiny"]),
+              help="full: the real klein-4B sizes (needs a GPU); tiny: make-tiny's configs, a quick smoke test.")
+@click.option("--components", default="text_encoder,transformer,vae_decoder", show_default=True,
+              help="Comma-separated components to measure.")
+@click.option("--provider", default="auto", show_default=True, type=click.Choice(["auto", "webgpu", "cpu"]),
+              help="onnxruntime EP: webgpu (onnxruntime-ep-webgpu), cpu, or auto (webgpu if it finds an adapter).")
+@click.option("--warmup", default=2, show_default=True, type=int)
+@click.option("--repeats", default=5, show_default=True, type=int, help="Timed runs; the median is reported.")
+@click.option("--workdir", type=click.Path(path_type=Path), default=None, help="Where the ONNX graphs are built.")
+@click.option("--browser-overhead", is_flag=True,
+              help="Instead: the app's time outside session.run on make-tiny at 512x512 (headless Chromium).")
+def bench(out_dir: Path, scale: str, components: str, provider: str, warmup: int, repeats: int,
+          workdir: Path | None, browser_overhead: bool) -> None:
     """GPU benchmark: WebGPU EP vs PyTorch bf16 on a full-size random-weight klein."""
     from builder import bench as benchmark
 
-    benchmark.main(out_dir, log=log)
+    if browser_overhead:
+        benchmark.browser_overhead(out_dir, log=log)
+        return
+    benchmark.main(out_dir, log=log, scale=scale, components=[c for c in components.split(",") if c],
+                   provider=provider, warmup=warmup, repeats=repeats, workdir=workdir)
