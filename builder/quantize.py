@@ -114,8 +114,22 @@ def to_q4f16(q4_model: onnx.ModelProto, *, fp32_scopes: tuple[str, ...] = Q4F16_
     scale_query_before_scores(q4_model)
     keep_fp32 = {n.name for n in q4_model.graph.node
                  if n.op_type in fp32_ops or any(scope in n.name for scope in fp32_scopes)}
+    keep_fp32 |= residual_adds(q4_model.graph)
     compute_in_fp16(q4_model, keep_fp32=keep_fp32)
     return q4_model
+
+
+def residual_adds(graph: onnx.GraphProto) -> set[str]:
+    """Names of the Adds of two activations: the residual stream (`x + gate * branch`) and its kin.
+
+    Real FLUX and Qwen3 checkpoints carry "massive activations" in the residual stream, far past what
+    random test weights show and past fp16's 65504: the stream is accumulated in fp32 (the branches
+    stay fp16 and are cast up once per block), so the fast path cannot saturate to inf/NaN there.
+    """
+    constants = {t.name for t in graph.initializer}
+    constants |= {out for node in graph.node if node.op_type == "Constant" for out in node.output}
+    return {node.name for node in graph.node
+            if node.op_type == "Add" and all(name not in constants for name in node.input)}
 
 
 # Ops whose output has the type of their first input and that only move or select values: they run in

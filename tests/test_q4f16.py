@@ -18,6 +18,7 @@ from onnx import TensorProto
 from builder import manifest as repo
 from builder.imaging import psnr
 from builder.onnx_graph import ALLOWED_OPS, IR_VERSION, MS_DOMAIN, check_no_float64
+from builder.quantize import residual_adds
 from builder.reference import generate
 from builder.tiny import TINY_DATA_FILE_CAPS
 
@@ -76,8 +77,10 @@ def test_q4f16_graph_contract(q4f16_repo: Path, component: str) -> None:
         assert {a.name: a.i for a in node.attribute}["accuracy_level"] == 0
     casts_up = {n.output[0] for n in model.graph.node if n.op_type == "Cast"
                 and {a.name: a.i for a in n.attribute}["to"] == TensorProto.FLOAT}
+    # The scores reach Softmax in fp32: cast up, or from the fp32 Add of the attention mask.
+    fp32_adds = {out for n in model.graph.node if n.name in residual_adds(model.graph) for out in n.output}
     softmax_inputs = [n.input[0] for n in model.graph.node if n.op_type == "Softmax"]
-    assert softmax_inputs and all(name in casts_up for name in softmax_inputs)
+    assert softmax_inputs and all(name in casts_up | fp32_adds for name in softmax_inputs)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert [i.type for i in session.get_outputs()] == ["tensor(float)"]
 
@@ -124,3 +127,47 @@ def test_q4f16_images_hold_psnr(q4f16_repo: Path, tiny_models: dict[str, Path], 
         fast = image(q4f16_repo, "q4f16", prompt)
         assert psnr(fast, image(q4f16_repo, "q4", prompt)) >= Q4F16_VS_Q4_MIN_DB, prompt
         assert psnr(fast, image(tiny_models["fp32"], None, prompt)) >= Q4F16_VS_FP32_MIN_DB, prompt
+
+
+def test_q4f16_accumulates_the_residual_stream_in_fp32() -> None:
+    """Real checkpoints carry residual activations past fp16's 65504 (random tiny weights never do):
+    a pre-norm block `x + W @ LayerNorm(x)` with |x| ~ 1e5 must stay finite and right in q4f16."""
+    from onnx import helper, numpy_helper
+
+    from builder.quantize import quantize_q4, to_q4f16
+
+    rng = np.random.default_rng(0)
+    width = 64
+    weight = rng.normal(0, 0.1, (width, width)).astype(np.float32)
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "ln_scale", "ln_bias"], ["n"], name="/block/norm/LayerNorm",
+                         axis=-1, epsilon=1e-6),
+        helper.make_node("MatMul", ["n", "w"], ["branch"], name="/block/ff/MatMul"),
+        helper.make_node("Add", ["x", "branch"], ["y"], name="/block/Add"),
+    ]
+    graph = helper.make_graph(
+        nodes, "residual",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", width])],
+        initializer=[numpy_helper.from_array(weight, "w"),
+                     numpy_helper.from_array(np.ones(width, np.float32), "ln_scale"),
+                     numpy_helper.from_array(np.zeros(width, np.float32), "ln_bias")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(MS_DOMAIN, 1)])
+    model.ir_version = IR_VERSION
+    fast = to_q4f16(quantize_q4(model, accuracy_level=None, exclude=[]))
+
+    x = (rng.normal(0, 1, (1, 8, width)) * 1e5).astype(np.float32)  # past fp16's largest finite value
+    # onnxruntime's CPU EP has no fp16 Add kernel: it casts around it and drops the Cast pair, so a CPU run
+    # cannot show the saturation the WebGPU EP would hit. Check the graph itself: the residual Add reads the
+    # fp32 stream directly, and the fp16 branch is cast up to meet it.
+    add = next(node for node in fast.graph.node if node.name == "/block/Add")
+    producers = {out: node for node in fast.graph.node for out in node.output}
+    assert add.input[0] == "x", list(add.input)
+    cast_up = producers[add.input[1]]
+    assert cast_up.op_type == "Cast" and cast_up.attribute[0].i == TensorProto.FLOAT, cast_up
+    session = ort.InferenceSession(fast.SerializeToString(), providers=["CPUExecutionProvider"])
+    (y,) = session.run(None, {"x": x})
+    assert np.isfinite(y).all(), "the residual Add saturated in fp16"
+    branch = ((x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True)) @ weight
+    np.testing.assert_allclose(y, x + branch, rtol=0, atol=np.abs(x).max() * 1e-6 + np.abs(branch).max() * 0.2)

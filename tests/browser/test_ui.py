@@ -333,6 +333,29 @@ def test_invalid_size_shows_message_and_starts_no_work(context: Any, server: Liv
         page.close()
 
 
+def test_precision_parameter_is_validated_and_forwarded(context: Any, server: LiveServer) -> None:
+    page = open_page(context, server.url("/?precision=q8"))
+    try:
+        # Not a variant at all: refused by the page, Generate blocked.
+        page.wait_for_selector("#error:not(:empty)")
+        message = page.inner_text("#error")
+        assert "precision=q8" in message and "q4f16" in message, message
+        assert page.is_disabled("#generate")
+        # A real variant the served (fp32) repo does not have: the worker refuses it before any download.
+        page.goto(server.url("/?precision=q4f16&prompt=x&size=64x64"))
+        page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
+                               polling=POLL_MS)
+        assert "q4f16" in page.inner_text("#model-source")
+        before = len(weight_requests(server))
+        page.click("#generate")
+        assert wait_state(page, "done", "error") == "error"
+        message = page.inner_text("#error")
+        assert "q4f16" in message and "fp32" in message, message
+        assert len(weight_requests(server)) == before
+    finally:
+        page.close()
+
+
 def test_cancel_during_denoising_returns_to_idle_within_a_step(generated: Generated) -> None:
     # The page that already generated: model cached, prompt encoded, so this run reaches denoising fast.
     page = generated.page

@@ -131,7 +131,7 @@ function main() {
         },
         (err) => {
             sourceLabel.textContent = 'Model source: invalid';
-            form.block('Fix the ?model= address first.');
+            form.block('Fix the ?model= or ?precision= part of the address first.');
             errors.show(adviseError(err, {}), 'input', { reveal: false });
             setState('error');
         },
@@ -203,6 +203,7 @@ function main() {
         if (top > window.innerHeight - 120) outputCard.scrollIntoView({ behavior: 'smooth', block: 'start' });
     }
 
+    let persistAsked = false;
     async function generate() {
         if (form.running) return;
         /** @type {import('./ui/form.js').FormValues} */
@@ -226,8 +227,14 @@ function main() {
             // A failed probe (not a "no WebGPU" answer) is retried: the client starts a fresh worker.
             const caps = await probe.catch(() => (probe = runProbe()));
             if (caps === null) throw new NoWebGPUError('WebGPU is not available in this browser.');
-            const { base, label } = await source;
-            const params = { ...values, modelBase: base };
+            const { base, label, precision } = await source;
+            const params = { ...values, modelBase: base, ...(precision ? { precision } : {}) };
+            // Ask once, from a user gesture, that the browser never evicts the cached model (a worker
+            // cannot ask). Chrome grants it silently to sites the user engages with; a "no" is not an error.
+            if (!persistAsked && navigator.storage?.persist) {
+                persistAsked = true;
+                navigator.storage.persist().catch(() => false);
+            }
             const output = await client.generate(params, { onEvent: (event) => progress.handle(event) });
             const encoded = await encodeImage(output, { modelLabel: label, version });
             result.show(output, encoded);

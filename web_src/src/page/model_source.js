@@ -4,6 +4,8 @@
  *   1. `?model=URL` on the page's address (an explicit choice wins);
  *   2. `models/manifest.json` next to the page (`klein-web serve --models DIR` mounted a local repo);
  *   3. the build's default (`<meta name="klein-model-base">`, the Hugging Face Hub repo).
+ * `?precision=q4|q4f16|fp32` forces the graph variant of the text encoder and transformer (default: the
+ * worker picks q4f16 when the GPU has shader-f16 and the repo has it, else q4, else fp32).
  * @module page/model_source
  */
 
@@ -14,7 +16,23 @@ import { InputError } from '../shared/errors.js';
  * @property {string} base   Absolute URL ending in '/', passed to the worker as `modelBase`.
  * @property {'url' | 'local' | 'default'} kind
  * @property {string} label  Short text for the page ("Local: models/ on this server").
+ * @property {string} [precision]  A forced graph variant from `?precision=`.
  */
+
+export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
+
+/**
+ * @param {string} href
+ * @returns {string | undefined}
+ */
+function forcedPrecision(href) {
+    const precision = new URL(href).searchParams.get('precision');
+    if (precision === null || precision === '') return undefined;
+    if (!PRECISIONS.includes(precision)) {
+        throw new InputError(`?precision=${precision} is not a graph variant; use one of ${PRECISIONS.join(', ')}, or leave it out for the best one this GPU runs.`);
+    }
+    return precision;
+}
 
 /**
  * `https://huggingface.co/owner/repo/resolve/main/` -> `Hugging Face: owner/repo`; other URLs by host + path.
@@ -60,6 +78,16 @@ function parseBase(text, pageHref) {
  * @returns {Promise<ModelSource>}
  */
 export async function resolveModelSource({ href, defaultBase, fetch }) {
+    const source = await resolveBase({ href, defaultBase, fetch });
+    const precision = forcedPrecision(href);
+    return precision ? { ...source, precision, label: `${source.label} · ${precision}` } : source;
+}
+
+/**
+ * @param {{href: string, defaultBase: string, fetch: typeof fetch}} page
+ * @returns {Promise<ModelSource>}
+ */
+async function resolveBase({ href, defaultBase, fetch }) {
     const override = new URL(href).searchParams.get('model');
     const origin = new URL(href).origin;
     if (override) {

@@ -47,7 +47,9 @@ import * as ort from 'onnxruntime-web/webgpu';
 export function ortThreads() {
     if (!globalThis.crossOriginIsolated) return 1;
     const cores = typeof navigator !== 'undefined' && navigator.hardwareConcurrency ? navigator.hardwareConcurrency : 1;
-    return Math.max(1, Math.min(4, cores));
+    // Leave one core to the page thread (and the GPU process): pthreads spinning on every core made the
+    // page stutter during CPU-placed ops on small machines.
+    return Math.max(1, Math.min(4, cores - 1));
 }
 
 /**

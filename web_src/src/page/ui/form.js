@@ -168,7 +168,7 @@ export function valuesFromUrl(search) {
 }
 
 /**
- * A link that reproduces this setup. Keeps `?model=` when the page was opened with one.
+ * A link that reproduces this setup. Keeps `?model=` and `?precision=` when the page was opened with them.
  * @param {string} pageHref  `location.href`
  * @param {FormValues} values
  * @returns {string}
@@ -176,6 +176,7 @@ export function valuesFromUrl(search) {
 export function shareUrl(pageHref, values) {
     const url = new URL(pageHref);
     const model = url.searchParams.get('model');
+    const precision = url.searchParams.get('precision');
     url.hash = '';
     url.search = '';
     if (values.prompt) url.searchParams.set('prompt', values.prompt);
@@ -183,6 +184,7 @@ export function shareUrl(pageHref, values) {
     url.searchParams.set('steps', String(values.steps));
     url.searchParams.set('size', `${values.width}x${values.height}`);
     if (model !== null) url.searchParams.set('model', model);
+    if (precision !== null) url.searchParams.set('precision', precision);
     return url.toString();
 }
 
