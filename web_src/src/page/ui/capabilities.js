@@ -54,7 +54,7 @@ export function describeCapabilities(caps) {
             label: 'shader-f16',
             value: caps.shaderF16 ? 'yes' : 'no',
             tone: caps.shaderF16 ? 'ok' : 'warn',
-            note: caps.shaderF16 ? undefined : 'fp16 graphs run in fp32 or on the CPU instead: slower, same image.',
+            note: caps.shaderF16 ? undefined : 'fp16 graphs run as fp32 graphs or on the CPU instead: slower, and within rounding of the fp16 result.',
         });
         rows.push({
             label: 'Max buffer size',
