@@ -36,6 +36,9 @@ export const PROTOCOL_VERSION = 1;
 /** Pipeline stages in order; `stage` events name one of these. */
 export const STAGES = Object.freeze(['check', 'download', 'load', 'encode', 'denoise', 'decode']);
 
+/** Graph variants `GenerateParams.precision` may force for the text encoder and the transformer. */
+export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
+
 /**
  * @typedef {'check' | 'download' | 'load' | 'encode' | 'denoise' | 'decode'} Stage
  */

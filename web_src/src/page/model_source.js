@@ -9,6 +9,7 @@
  * @module page/model_source
  */
 
+import { PRECISIONS } from '../protocol.js';
 import { InputError } from '../shared/errors.js';
 
 /**
@@ -18,8 +19,6 @@ import { InputError } from '../shared/errors.js';
  * @property {string} label  Short text for the page ("Local: models/ on this server").
  * @property {string} [precision]  A forced graph variant from `?precision=`.
  */
-
-export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
 
 /**
  * @param {string} href

@@ -6,6 +6,7 @@
  * @module pipeline/generate
  */
 
+import { PRECISIONS } from '../protocol.js';
 import { InputError, ModelFileError } from '../shared/errors.js';
 import { checkImage, assertFinite, toRgba } from './image.js';
 import { eulerStep, packLatents, prepareLatentIds, prepareTextIds, unpackLatents } from './latents.js';
@@ -22,7 +23,6 @@ export const PATCH = 16;
 export const MIN_SIZE = 64;
 export const MAX_SIZE = 2048;
 export const MAX_STEPS = 50;
-const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
 
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
 /** @typedef {import('../protocol.js').GenerateResult} GenerateResult */
