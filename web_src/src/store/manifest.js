@@ -75,9 +75,11 @@ const SEED_GRAPHS = Object.freeze([
 /**
  * The seed repository's layout, for a model base without manifest.json. Sizes are unknown (null).
  * @param {string} modelBase
+ * @param {{chatTemplate?: boolean}} [options]  `chatTemplate`: the repo has tokenizer/chat_template.jinja
+ *   (newer transformers save the template there instead of in tokenizer_config.json).
  * @returns {Manifest}
  */
-export function seedManifest(modelBase) {
+export function seedManifest(modelBase, { chatTemplate = false } = {}) {
     /** @type {GraphEntry[]} */
     const graphs = SEED_GRAPHS.map(([component, variant, count, precision, requiresF16]) => ({
         component: String(component),
@@ -92,7 +94,8 @@ export function seedManifest(modelBase) {
     }));
     /** @type {Manifest['files']} */
     const files = {};
-    for (const path of [...graphs.flatMap(graphFiles), ...TOKENIZER_FILES]) files[path] = { size: null, sha256: null };
+    const tokenizerFiles = chatTemplate ? [...TOKENIZER_FILES, CHAT_TEMPLATE_FILE] : TOKENIZER_FILES;
+    for (const path of [...graphs.flatMap(graphFiles), ...tokenizerFiles]) files[path] = { size: null, sha256: null };
     return { modelBase, source: modelBase, seedLayout: true, files, graphs, raw: null };
 }
 
@@ -134,7 +137,9 @@ export async function fetchManifest(modelBase, { signal } = {}) {
         if (signal?.aborted) throw signal.reason;
         throw new NetworkError(`Could not reach the model server for ${url} (${String(err)}). Check the connection.`, { url });
     }
-    if (response.status === 404) return seedManifest(modelBase);
+    if (response.status === 404) {
+        return seedManifest(modelBase, { chatTemplate: await exists(modelBase + CHAT_TEMPLATE_FILE, signal) });
+    }
     if (!response.ok) {
         throw new NetworkError(`The model server answered HTTP ${response.status} for ${url}. Check the model URL.`, {
             url,
@@ -148,6 +153,23 @@ export async function fetchManifest(modelBase, { signal } = {}) {
         throw new ModelFileError(`${url} is not JSON (${String(err)}); the model repository is broken or the URL is wrong.`, { url });
     }
     return parseManifest(json, modelBase);
+}
+
+/**
+ * Whether the server has a file (HEAD answered 2xx). An unreachable server counts as "no": the caller's
+ * own download of the required files reports the network problem.
+ * @param {string} url
+ * @param {AbortSignal | undefined} signal
+ * @returns {Promise<boolean>}
+ */
+async function exists(url, signal) {
+    try {
+        const response = await fetch(url, { method: 'HEAD', cache: 'no-cache', signal });
+        return response.ok;
+    } catch (err) {
+        if (signal?.aborted) throw signal.reason;
+        return false;
+    }
 }
 
 /**
