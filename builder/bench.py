@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import InputError, KleinWebError
+from builder.manifest import atomic_write_bytes
 
 Log = Callable[[str], None]
 
@@ -566,14 +567,8 @@ class BenchRun:
     def save(self, environment: Mapping[str, Any]) -> None:
         """bench.json (every sample) and bench.md (the table), each written to a temp file and renamed."""
         data = {"environment": dict(environment), "rows": self.rows, "raw": self.raw}
-        _write_atomic(self.out_dir / "bench.json", json.dumps(data, indent=1, default=str))
-        _write_atomic(self.out_dir / "bench.md", "\n".join(markdown_report(environment, self.rows)) + "\n")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+        atomic_write_bytes(self.out_dir / "bench.json", json.dumps(data, indent=1, default=str).encode("utf-8"))
+        atomic_write_bytes(self.out_dir / "bench.md", ("\n".join(markdown_report(environment, self.rows)) + "\n").encode("utf-8"))
 
 
 def markdown_report(environment: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -825,7 +820,7 @@ def browser_overhead(out_dir: Path, *, log: Log, models_dir: Path | None = None,
                  gpu=False, report_dir=report_dir, psnr_min=1.0, timeout_s=timeout_s)  # timings only: any PSNR will do
     report = json.loads((report_dir / "report.json").read_text())
     figures = {**overhead_figures(report["timings"]), "timings": report["timings"], "size": size, "steps": steps}
-    _write_atomic(out_dir / "browser-overhead.json", json.dumps(figures, indent=1))
+    atomic_write_bytes(out_dir / "browser-overhead.json", json.dumps(figures, indent=1).encode("utf-8"))
     log(f"browser overhead: {figures['outside_ms']:.0f} ms of {figures['generation_ms']:.0f} ms outside "
         f"session.run = {100 * figures['overhead_share']:.1f}% (target <= 5%)")
     return figures

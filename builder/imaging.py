@@ -13,9 +13,8 @@ All metrics take two uint8 HxWx3 arrays of the same shape (what `to_uint8` and `
 
 from __future__ import annotations
 
+import io
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy as np
 from PIL import Image, PngImagePlugin
 
 from builder.errors import InputError
+from builder.manifest import atomic_write_bytes
 
 SOFTWARE = "klein-web"
 
@@ -71,15 +71,9 @@ def write_png(path: Path, pixels: np.ndarray, *, text: dict[str, str] | None = N
             info.add_text(key, value)
         except UnicodeEncodeError:
             info.add_itxt(key, value)  # tEXt is Latin-1 only; iTXt carries UTF-8 prompts
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            Image.fromarray(pixels).save(handle, format="PNG", pnginfo=info)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    encoded = io.BytesIO()
+    Image.fromarray(pixels).save(encoded, format="PNG", pnginfo=info)
+    atomic_write_bytes(path, encoded.getvalue())
     return path
 
 

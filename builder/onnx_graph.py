@@ -10,7 +10,6 @@ each under 2 GB, with the bare file name as `location` (it is the `path` of onnx
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
@@ -21,7 +20,7 @@ import onnx
 from onnx import TensorProto
 
 from builder.errors import ConversionError
-from builder.manifest import CONTRACT, external_data_names
+from builder.manifest import CONTRACT, atomic_write_bytes, external_data_names
 
 OPSET = 18
 IR_VERSION = 10
@@ -379,11 +378,7 @@ def save_graph(
 
     # 2. The graph itself (now small); written to a temp name and renamed, never half-written.
     graph_file = folder / f"{component}_{variant}.onnx"
-    data = model.SerializeToString()
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{graph_file.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.replace(tmp, graph_file)
+    atomic_write_bytes(graph_file, model.SerializeToString())
     sizes = ", ".join(f"{p.name} {p.stat().st_size / 1e6:.2f} MB" for p in [graph_file, *data_files])
     log(f"  wrote {sizes}")
     return [p.name for p in data_files]
