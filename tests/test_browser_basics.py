@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from builder.browser import launch_persistent
+from conftest import app_in_thread  # tests/ is on sys.path (rootdir-relative conftest import)
 
 pytestmark = pytest.mark.browser
 
@@ -132,9 +133,7 @@ def tiny_mul_model() -> tuple[bytes, list[float]]:
 
 def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser_context: object) -> None:
     import shutil
-    import threading
 
-    import uvicorn
 
     from builder import WEB_SRC, __version__
     from builder.bundle import build
@@ -148,26 +147,16 @@ def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser
     build(dist, web_src=web_src)
     model, expected = tiny_mul_model()
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        server = uvicorn.Server(uvicorn.Config(create_app(dist), log_level="warning"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        try:
-            while not server.started:
-                time.sleep(0.05)
-            page = browser_context.new_page()  # type: ignore[attr-defined]
-            page.goto(f"http://127.0.0.1:{sock.getsockname()[1]}/", wait_until="load")
-            reply = page.evaluate("""(model) => new Promise((resolve) => {
-                const url = document.querySelector('meta[name=klein-worker]').content;
-                const worker = new Worker(url, { type: 'module' });
-                worker.onmessage = (event) => resolve(event.data);
-                worker.onerror = (event) => resolve({ error: event.message });
-                worker.postMessage(new Uint8Array(model));
-            })""", list(model))
-        finally:
-            server.should_exit = True
-            thread.join(10)
+    with app_in_thread(create_app(dist)) as port:
+        page = browser_context.new_page()  # type: ignore[attr-defined]
+        page.goto(f"http://127.0.0.1:{port}/", wait_until="load")
+        reply = page.evaluate("""(model) => new Promise((resolve) => {
+            const url = document.querySelector('meta[name=klein-worker]').content;
+            const worker = new Worker(url, { type: 'module' });
+            worker.onmessage = (event) => resolve(event.data);
+            worker.onerror = (event) => resolve({ error: event.message });
+            worker.postMessage(new Uint8Array(model));
+        })""", list(model))
     assert "error" not in reply, reply["error"]
     assert reply["isolated"] is True and reply["version"] == __version__
     for ep in ("webgpu", "wasm"):

@@ -22,12 +22,12 @@ from urllib.parse import quote
 
 import psutil
 import pytest
-import uvicorn
 
 from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC
 from builder.bundle import build
 from builder.errors import ServeError
 from builder.server import create_app, watch_and_rebuild
+from conftest import app_in_thread  # tests/ is on sys.path (rootdir-relative conftest import)
 
 ISOLATION = {
     "cross-origin-opener-policy": "same-origin",
@@ -57,23 +57,6 @@ def request(port: int, target: str, *, method: str = "GET", headers: dict[str, s
         return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, body)
     finally:
         conn.close()
-
-
-def run_uvicorn(app: object) -> Iterator[int]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))  # type: ignore[arg-type]
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield port
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -107,12 +90,14 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def port(site: dict[str, Path]) -> Iterator[int]:
-    yield from run_uvicorn(create_app(site["dist"], site["models"]))
+    with app_in_thread(create_app(site["dist"], site["models"])) as port:
+        yield port
 
 
 @pytest.fixture(scope="module")
 def port_without_models(site: dict[str, Path]) -> Iterator[int]:
-    yield from run_uvicorn(create_app(site["dist"]))
+    with app_in_thread(create_app(site["dist"])) as port:
+        yield port
 
 
 # ---------------------------------------------------------------------------------------------- headers and types

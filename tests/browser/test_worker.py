@@ -11,8 +11,6 @@ import asyncio
 import json
 import re
 import shutil
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any
 import pytest
 
 from builder import imaging, manifest, reference
+from conftest import app_in_thread
 from helpers import Reply, WorkerClient, browser_context, new_page  # tests/browser is on sys.path (rootdir-relative import mode)
 
 pytestmark = pytest.mark.browser
@@ -252,7 +251,6 @@ class CutOnce:
 @pytest.fixture
 def cutting_server(dist_dir: Path, tiny_models: dict[str, Path]) -> Iterator[tuple[str, CutOnce, str, int]]:
     """The real app (builder.server.create_app) behind CutOnce, in a uvicorn thread on a free port."""
-    import uvicorn
 
     from builder.server import create_app
 
@@ -262,21 +260,8 @@ def cutting_server(dist_dir: Path, tiny_models: dict[str, Path]) -> Iterator[tup
     path = max(transformer.files()[1:], key=lambda p: repo.files[p].size)
     size = repo.files[path].size
     app = CutOnce(create_app(dist_dir, tiny_models["fp32"]), target="/models/" + path, after=size // 2)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/", app, path, size
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with app_in_thread(app, log_level="critical") as port:
+        yield f"http://127.0.0.1:{port}/", app, path, size
 
 
 def test_cut_download_resumes_with_range(page: Any, cutting_server: tuple[str, CutOnce, str, int],
