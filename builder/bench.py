@@ -85,19 +85,15 @@ class Scale:
 
 def full_scale() -> Scale:
     """The real FLUX.2 [klein] 4B sizes (reference doc section 3)."""
-    from builder.tiny import TEXT_ENCODER_CONFIG, TRANSFORMER_CONFIG, VAE_CONFIG
+    from builder.tiny import FULL_TEXT_ENCODER_CONFIG, FULL_TRANSFORMER_CONFIG, FULL_VAE_CONFIG
 
-    text = {**TEXT_ENCODER_CONFIG, "hidden_size": 2560, "intermediate_size": 9728, "num_attention_heads": 32,
-            "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960}
+    text = dict(FULL_TEXT_ENCODER_CONFIG)
     text.pop("num_hidden_layers")
-    transformer = {**TRANSFORMER_CONFIG, "attention_head_dim": 128, "num_attention_heads": 24,
-                   "joint_attention_dim": 7680, "axes_dims_rope": (32, 32, 32, 32)}
+    transformer = dict(FULL_TRANSFORMER_CONFIG)
     for key in ("num_layers", "num_single_layers"):
         transformer.pop(key)
-    vae = {**VAE_CONFIG, "block_out_channels": (128, 256, 512, 512), "layers_per_block": 2, "norm_num_groups": 32,
-           "sample_size": 1024}
-    return Scale("full", text, 27, ((3,), (6,)), transformer, (5, 20), ((0, 1), (1, 1), (0, 2)), vae,
-                 txt_seq=512, resolutions=(512, 1024), vae_resolution=512)
+    return Scale("full", text, 27, ((3,), (6,)), transformer, (5, 20), ((0, 1), (1, 1), (0, 2)),
+                 dict(FULL_VAE_CONFIG), txt_seq=512, resolutions=(512, 1024), vae_resolution=512)
 
 
 def tiny_scale() -> Scale:
@@ -306,36 +302,30 @@ def _release_torch(device: str) -> None:
 
 def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, folder: Path, *,
                   precisions: Sequence[str], log: Log) -> dict[str, Path]:
-    """fp32-export one chain (or the VAE) on the CPU, derive each precision's variants, save them.
-    Returns {graph variant (q4, q4f16, fp16, fp32): graph path}."""
-    from builder.convert import _copy, precision_variants
-    from builder.onnx_graph import save_graph
+    """Export one chain (or the VAE), built on the CPU with random weights, with the converter's own
+    write_graphs for each precision. Returns {graph variant (q4, q4f16, fp16, fp32): graph path}."""
+    from builder.convert import exporter, write_graphs
+    from builder.onnx_graph import DEFAULT_DATA_FILE_CAP
 
     if component == "text_encoder":
-        model = export_text_chain(build_text_encoder(scale, layers[0], device="cpu"), layers[0])
+        causal_lm = build_text_encoder(scale, layers[0], device="cpu")
+        export = lambda placement: export_text_chain(causal_lm, layers[0], placement=placement)  # noqa: E731
     elif component == "transformer":
-        from builder.export_transformer import export_transformer
-
-        model = export_transformer(build_transformer(scale, layers, device="cpu"))
+        export = exporter(component, build_transformer(scale, layers, device="cpu"))
     else:
-        from builder.export_vae import export_vae
-
-        model = export_vae(build_vae(scale, device="cpu"))
-    gc.collect()
+        export = exporter(component, build_vae(scale, device="cpu"))
     paths: dict[str, Path] = {}
-    for index, precision in enumerate(precisions):
-        base = model if index == len(precisions) - 1 else _copy(model)
-        for variant in precision_variants(component, precision, base, log=log):
-            if variant.variant in paths:  # q4f16 repos hold the q4 graph too: time it once
-                continue
-            save_graph(variant.model, folder / variant.variant, component, variant.variant, log=log)
-            paths[variant.variant] = folder / variant.variant / f"{component}_{variant.variant}.onnx"
-        del base
+    for precision in precisions:
+        stage = folder / precision
+        for graph in write_graphs(export, component, precision, stage, max_data_file_bytes=DEFAULT_DATA_FILE_CAP,
+                                  log=log):
+            # q4f16 repos hold the q4 graph too: time each variant once.
+            paths.setdefault(graph.variant, stage / graph.entry().path)
     gc.collect()
     return paths
 
 
-def export_text_chain(causal_lm: Any, layers: int) -> Any:
+def export_text_chain(causal_lm: Any, layers: int, *, placement: Any = None) -> Any:
     """builder.export_text_encoder.export_text_encoder for a k-layer chain (hidden states k/3, 2k/3, k)."""
     import torch
 
@@ -346,7 +336,8 @@ def export_text_chain(causal_lm: Any, layers: int) -> Any:
     embedder = PromptEmbedder(causal_lm.eval(), out_layers(layers)).eval()
     input_ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 0, 0, 0, 0]], dtype=torch.int64)
     return export_module(embedder, (input_ids, (input_ids != 0).to(torch.int64)), component="text_encoder",
-                         input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
+                         input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES,
+                         placement=placement)
 
 
 def graph_bytes(path: Path) -> int:

@@ -97,11 +97,14 @@ def convert(src: Path, out: Path, precision: str) -> None:
 @main.command("make-tiny")
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--seed", default=0, show_default=True, type=int)
-def make_tiny(out: Path, seed: int) -> None:
+@click.option("--full-size", is_flag=True,
+              help="The real klein-4B sizes instead (random bf16 weights, ~17 GB, diffusers folder only): "
+                   "measure `klein-web convert` on it.")
+def make_tiny(out: Path, seed: int, full_size: bool) -> None:
     """Make a tiny random-weight klein (diffusers + q4 + fp32 web repos) in OUT for tests."""
     from builder import tiny
 
-    paths = tiny.make_tiny(out, seed=seed, log=log)
+    paths = tiny.make_tiny(out, seed=seed, log=log, full_size=full_size)
     for name, path in paths.items():
         click.echo(f"{name}: {path}")
 

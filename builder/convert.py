@@ -10,13 +10,18 @@ without shader-f16; the manifest marks the q4f16 graphs requires_f16.
     tokenizer/, scheduler/              copied unchanged
                                         manifest.json (every file with size + sha256, every graph's I/O)
 
-One component is loaded, exported, rewritten and written at a time, and freed before the next, so the
-peak memory is set by the largest single component. OUT is assembled in a temp folder beside it and
-swapped in at the end: a failed or interrupted conversion never leaves a half-written repo.
+Memory: the checkpoint is never loaded. Each component is built as a skeleton (its classes and config,
+placeholder weights: builder.checkpoint), exported without weights, and then its weights are streamed
+from the safetensors files one tensor at a time, each stored or quantised as it arrives; so the peak is
+about one output graph. The log prints each component's peak RSS next to its graph size.
+
+OUT is assembled in a temp folder beside it and swapped in at the end: a failed or interrupted
+conversion never leaves a half-written repo.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import resource
@@ -26,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -42,12 +48,23 @@ from builder.manifest import (
     graph_path,
     write,
 )
-from builder.onnx_graph import DEFAULT_DATA_FILE_CAP, check_no_float64, check_ops, save_graph, verify_saved_graph
+from builder.onnx_graph import (
+    DEFAULT_DATA_FILE_CAP,
+    Placement,
+    check_no_float64,
+    check_ops,
+    save_graph,
+    verify_saved_graph,
+)
 
 PRECISIONS = ("q4", "q4f16", "fp32")
 COMPONENT_ORDER = ("text_encoder", "transformer", "vae_decoder")
 SOURCE_FOLDERS = ("text_encoder", "transformer", "vae", "tokenizer", "scheduler")
 COPIED_FOLDERS = ("tokenizer", "scheduler")
+SOURCE_FOLDER = {"text_encoder": "text_encoder", "transformer": "transformer", "vae_decoder": "vae"}
+
+# A component's export function: given a weight placement (None = fp32), the finished ONNX graph.
+Export = Callable[[Placement | None], onnx.ModelProto]
 
 PRECISION_TEXT = {
     ("text_encoder", "q4"): "q4 MatMulNBits (block 32, symmetric, accuracy_level 4); token embedding fp16",
@@ -106,74 +123,50 @@ def convert(
     `max_data_file_bytes` caps each external-data file (one number, or per component; components missing
     from the mapping get the default 1.8 GB). Tests use small caps to get several files per graph.
     """
-    return convert_many(src, {precision: Path(out)}, log=log, max_data_file_bytes=max_data_file_bytes)[precision]
-
-
-def convert_many(
-    src: Path,
-    outs: Mapping[str, Path],
-    *,
-    log: Callable[[str], None],
-    max_data_file_bytes: int | Mapping[str, int] = DEFAULT_DATA_FILE_CAP,
-) -> dict[str, Manifest]:
-    """Like `convert`, for several precisions at once ({"q4": OUT1, "fp32": OUT2}): each component is
-    loaded and exported once and every precision's variants are derived from that one fp32 graph."""
-    src = Path(src)
+    src, out = Path(src), Path(out)
     start = time.monotonic()
 
-    # 1. Check inputs: nothing is written when the source or a destination is wrong.
+    # 1. Check inputs: nothing is written when the source or the destination is wrong.
     model_index = check_source(src)
-    for precision, out in outs.items():
-        check_precision(precision)
-        check_destination(Path(out))
+    check_precision(precision)
+    check_destination(out)
 
-    # 2. Convert each component into one staging folder per precision, beside its OUT.
-    stages: dict[str, Path] = {}
+    # 2. Write each component's graphs into a staging folder beside OUT.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
     try:
-        for precision, out in outs.items():
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            stages[precision] = Path(tempfile.mkdtemp(dir=Path(out).parent, prefix=f".{Path(out).name}.partial-"))
-        saved: dict[str, list[SavedGraph]] = {precision: [] for precision in outs}
+        saved: list[SavedGraph] = []
         for component in COMPONENT_ORDER:
-            fp32_graph = export_component(src, component, log=log)
-            query_blocks = recorded_query_blocks(fp32_graph)
-            for index, precision in enumerate(outs):
-                last = index == len(outs) - 1
-                # Rewrites and saving consume the graph's weights, so every precision but the last gets a copy.
-                base = fp32_graph if last else _copy(fp32_graph)
-                for variant in precision_variants(component, precision, base, log=log):
-                    names = _save_component(variant.model, stages[precision], component, variant.variant,
-                                            max_data_file_bytes=max_data_file_bytes, log=log)
-                    saved[precision].append(SavedGraph(component, variant.variant, names, variant.requires_f16,
-                                                       variant.cpu_nodes_without_f16, query_blocks))
-                del base
-            del fp32_graph
+            reset_peak_rss()
+            cap = (max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
+                   if isinstance(max_data_file_bytes, Mapping) else max_data_file_bytes)
+            module = load_skeleton(src, component, log=log)
+            graphs = write_graphs(exporter(component, module), component, precision, stage,
+                                  max_data_file_bytes=cap, log=log)
+            del module
             gc.collect()
-            _log_progress(log, component, start)
+            saved += graphs
+            written = sum(graph_bytes(stage, graph.entry()) for graph in graphs)
+            log(f"  {component} done at {time.monotonic() - start:.1f} s: graphs {written / 1e9:.2f} GB, "
+                f"peak RSS while converting it {peak_rss_bytes() / 1e9:.2f} GB")
 
-        # 3. Tokenizer and scheduler config, unchanged; 4. manifest.json; 5. swap each finished repo in.
-        manifests: dict[str, Manifest] = {}
-        for precision, out in outs.items():
-            stage = stages[precision]
-            copied = copy_unchanged(src, stage)
-            graphs = [graph.entry() for graph in saved[precision]]
-            files = [name for graph in graphs for name in graph.files()] + copied
-            manifests[precision] = Manifest(
-                source=f"{model_index.get('_class_name', 'diffusers pipeline')} ({src.resolve().name})",
-                converter=f"klein-web {__version__} convert --precision {precision}",
-                files=describe_files(stage, files),
-                graphs=graphs,
-            )
-            write(stage, manifests[precision])
-            stage.chmod(0o755)  # mkdtemp makes it private; a model repo is meant to be served
-            replace_folder(stage, Path(out))
-            log(f"convert: wrote {out} ({precision})")
+        # 3. Tokenizer and scheduler config, unchanged; 4. manifest.json; 5. swap the finished repo in.
+        copied = copy_unchanged(src, stage)
+        entries = [graph.entry() for graph in saved]
+        manifest = Manifest(
+            source=f"{model_index.get('_class_name', 'diffusers pipeline')} ({src.resolve().name})",
+            converter=f"klein-web {__version__} convert --precision {precision}",
+            files=describe_files(stage, [name for graph in entries for name in graph.files()] + copied),
+            graphs=entries,
+        )
+        write(stage, manifest)
+        stage.chmod(0o755)  # mkdtemp makes it private; a model repo is meant to be served
+        replace_folder(stage, out)
     except BaseException:
-        for stage in stages.values():
-            shutil.rmtree(stage, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
         raise
-    log(f"convert: done in {time.monotonic() - start:.1f} s, peak RSS {peak_rss_mb():.0f} MB")
-    return manifests
+    log(f"convert: wrote {out} ({precision}) in {time.monotonic() - start:.1f} s")
+    return manifest
 
 
 def check_source(src: Path) -> dict[str, object]:
@@ -214,84 +207,104 @@ def check_destination(out: Path) -> None:
         )
 
 
-@dataclass
-class GraphVariant:
-    """One graph to save: a variant name, its ONNX model and what the app must know about it."""
-
-    variant: str
-    model: onnx.ModelProto
-    requires_f16: bool = False
-    cpu_nodes_without_f16: tuple[str, ...] = ()
-
-
-def export_component(src: Path, component: str, *, log: Callable[[str], None]) -> onnx.ModelProto:
-    """Load one component in float32, export it to an fp32 ONNX graph, free the torch module."""
+def load_skeleton(src: Path, component: str, *, log: Callable[[str], None]) -> Any:
+    """One component as a skeleton (builder.checkpoint): its classes and config, weights left on disk."""
     import torch
 
-    log(f"{component}: loading {src}")
+    from builder.checkpoint import Checkpoint, build_skeleton
+
+    folder = src / SOURCE_FOLDER[component]
+    log(f"{component}: reading {folder}")
+    checkpoint = Checkpoint(folder)
     if component == "text_encoder":
-        from builder.export_text_encoder import OUT_LAYERS, export_text_encoder
+        from builder.export_text_encoder import OUT_LAYERS
 
-        module = load_text_encoder(src / "text_encoder", num_layers=max(OUT_LAYERS))
-        export = export_text_encoder
-    elif component == "transformer":
-        from diffusers import Flux2Transformer2DModel
+        return build_skeleton(lambda: text_encoder_from_config(folder, num_layers=max(OUT_LAYERS)), checkpoint)
+    if component == "transformer":
+        from diffusers import Flux2Transformer2DModel as model_class
+    else:
+        from diffusers import AutoencoderKLFlux2 as model_class
+    config = model_class.load_config(folder)
+    return build_skeleton(lambda: model_class.from_config(config), checkpoint)
 
+
+def exporter(component: str, module: Any) -> Export:
+    """The export function of `component` for `module` (a skeleton, or a module with weights in memory)."""
+    if component == "text_encoder":
+        from builder.export_text_encoder import export_text_encoder
+
+        return lambda placement: export_text_encoder(module, placement=placement)
+    if component == "transformer":
         from builder.export_transformer import export_transformer
 
-        module = Flux2Transformer2DModel.from_pretrained(src / "transformer", dtype=torch.float32)
-        export = export_transformer
-    else:
-        from diffusers import AutoencoderKLFlux2
+        return lambda placement: export_transformer(module, placement=placement)
+    from builder.export_vae import export_vae
 
-        from builder.export_vae import export_vae
-
-        module = AutoencoderKLFlux2.from_pretrained(src / "vae", dtype=torch.float32)
-        export = export_vae
-    log(f"{component}: exporting to ONNX")
-    model = export(module)
-    del module
-    gc.collect()
-    return model
+    return lambda _placement: export_vae(module)
 
 
-def precision_variants(component: str, precision: str, model: onnx.ModelProto, *,
-                       log: Callable[[str], None]) -> list[GraphVariant]:
-    """The graphs a repo of `precision` holds for `component`, derived from its fp32 graph."""
-    from builder.quantize import embedding_to_fp16, quantize_q4, to_fp16, to_q4f16
+def write_graphs(export: Export, component: str, precision: str, stage: Path, *, max_data_file_bytes: int,
+                 log: Callable[[str], None]) -> list[SavedGraph]:
+    """Export one component and write the graphs a `precision` repo holds into stage/component/.
 
+    Each graph is built with its weights stored as they are read (fp32, or quantised to q4 on the fly),
+    saved, and freed before the next; a variant derived from another (q4f16 from q4, the fp16 VAE from
+    the fp32 one) is read back from the saved files. So the peak is about one graph, never the checkpoint.
+    """
+    from builder.quantize import to_fp16, to_q4f16
+
+    saved: list[SavedGraph] = []
+
+    def save(variant: str, model: onnx.ModelProto, **flags: Any) -> Path:
+        names = _save_component(model, stage, component, variant, max_data_file_bytes=max_data_file_bytes, log=log)
+        saved.append(SavedGraph(component, variant, names, attention_query_blocks=recorded_query_blocks(model),
+                                **flags))
+        return stage / graph_path(component, variant)
+
+    if component == "vae_decoder":
+        # The seed's fp16 VAE, plus the small fp32 one for adapters without shader-f16 (the only one in fp32 repos).
+        log("vae_decoder: exporting (fp32)")
+        fp32 = save("fp32", export(None))
+        if precision != "fp32":
+            log("vae_decoder: fp16 variant")
+            save("fp16", to_fp16(onnx.load(str(fp32))), requires_f16=True)
+        return saved
     if precision == "fp32":
-        return [GraphVariant("fp32", model)]
-    if component in ("text_encoder", "transformer"):
-        if component == "text_encoder":
-            from builder.export_text_encoder import embedding_table_name
+        log(f"{component}: exporting (fp32)")
+        save("fp32", export(None))
+        return saved
 
-            log("text_encoder: q4 MatMulNBits (accuracy_level 4) + fp16 token embedding")
-            gather_name, table_name = embedding_table_name(model)
-            quantized = quantize_q4(model, accuracy_level=TEXT_ENCODER_ACCURACY_LEVEL, exclude=[])
-            cpu_nodes = tuple(embedding_to_fp16(quantized, gather_name=gather_name, table_name=table_name))
-            variants = [GraphVariant("q4", quantized, requires_f16=True, cpu_nodes_without_f16=cpu_nodes)]
-        else:
-            from builder.export_transformer import q4_excluded_nodes
+    log(f"{component}: exporting with q4 weights ({PRECISION_TEXT[(component, 'q4')]})")
+    flags: dict[str, Any] = {}
+    if component == "text_encoder":
+        from builder.export_text_encoder import embedding_table_name
+        from builder.quantize import embedding_to_fp16, q4_placement
 
-            log("transformer: q4 MatMulNBits (modulation and time embedding stay fp32)")
-            quantized = quantize_q4(model, accuracy_level=None, exclude=q4_excluded_nodes(model))
-            variants = [GraphVariant("q4", quantized)]
-        if precision == "q4f16":
-            # The same packed q4 weights (quantised once), with fp16 activations and scales. The q4 graph
-            # is saved too: adapters without shader-f16 run it.
-            log(f"{component}: q4f16 (fp16 activations and scales, accuracy_level 0)")
-            variants.append(GraphVariant("q4f16", to_q4f16(_copy(quantized)), requires_f16=True))
-        return variants
-    # The q4 repo ships the seed's fp16 VAE and the small fp32 one for adapters without shader-f16.
-    log("vae_decoder: fp16 variant (+ fp32)")
-    return [GraphVariant("fp16", to_fp16(_copy(model)), requires_f16=True), GraphVariant("fp32", model)]
+        model = export(q4_placement(accuracy_level=TEXT_ENCODER_ACCURACY_LEVEL,
+                                    fp16_tables=lambda graph: [embedding_table_name(graph)[1]]))
+        gather_name, table_name = embedding_table_name(model)
+        flags = {"requires_f16": True,
+                 "cpu_nodes_without_f16": tuple(embedding_to_fp16(model, gather_name=gather_name,
+                                                                  table_name=table_name))}
+    else:
+        from builder.export_transformer import q4_excluded_nodes
+        from builder.quantize import q4_placement
+
+        model = export(q4_placement(accuracy_level=None, exclude=q4_excluded_nodes))
+    q4 = save("q4", model, **flags)
+    del model
+    if precision == "q4f16":
+        # The same packed q4 weights with fp16 activations and scales. The q4 graph stays in the repo:
+        # adapters without shader-f16 run it.
+        log(f"{component}: q4f16 variant (fp16 activations and scales, accuracy_level 0)")
+        save("q4f16", to_q4f16(onnx.load(str(q4))), requires_f16=True)
+    return saved
 
 
-def load_text_encoder(folder: Path, *, num_layers: int) -> object:
-    """Qwen3ForCausalLM in float32 with only the first `num_layers` decoder layers (the rest is never run)."""
+def text_encoder_from_config(folder: Path, *, num_layers: int) -> Any:
+    """Qwen3ForCausalLM built from its config with only the first `num_layers` decoder layers (the rest
+    is never run); weights are not loaded (see load_skeleton)."""
     import torch
-    import transformers
     from transformers import AutoConfig, Qwen3ForCausalLM
 
     config = AutoConfig.from_pretrained(folder)
@@ -301,12 +314,7 @@ def load_text_encoder(folder: Path, *, num_layers: int) -> object:
     config.num_hidden_layers = num_layers
     if getattr(config, "layer_types", None):
         config.layer_types = config.layer_types[:num_layers]
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()  # "weights not used" for the dropped layers is expected
-    try:
-        return Qwen3ForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32).eval()
-    finally:
-        transformers.logging.set_verbosity(verbosity)
+    return Qwen3ForCausalLM(config)
 
 
 def copy_unchanged(src: Path, stage: Path) -> list[str]:
@@ -348,16 +356,20 @@ def _save_component(model: onnx.ModelProto, stage: Path, component: str, variant
     return names
 
 
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    clone = onnx.ModelProto()
-    clone.CopyFrom(model)
-    return clone
+def graph_bytes(stage: Path, graph: GraphEntry) -> int:
+    return sum((stage / graph.component / name).stat().st_size for name in [Path(graph.path).name, *graph.external_data])
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def reset_peak_rss() -> None:
+    """Start a new peak-memory measurement (Linux: writing 5 to clear_refs resets VmHWM); else a no-op."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
 
 
-def _log_progress(log: Callable[[str], None], what: str, start: float) -> None:
-    log(f"  {what} done at {time.monotonic() - start:.1f} s, peak RSS so far {peak_rss_mb():.0f} MB")
+def peak_rss_bytes() -> int:
+    """Peak resident memory since the last reset_peak_rss (VmHWM), else since the process started."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -15,7 +15,7 @@ import onnx
 import torch
 from torch import nn
 
-from builder.onnx_graph import export_module
+from builder.onnx_graph import Placement, export_module
 
 # Flux2KleinPipeline.__call__ default `text_encoder_out_layers`.
 OUT_LAYERS = (9, 18, 27)
@@ -69,21 +69,21 @@ def use_eager_attention(causal_lm: nn.Module) -> None:
         causal_lm.config._attn_implementation = "eager"
 
 
-def export_text_encoder(causal_lm: nn.Module) -> onnx.ModelProto:
-    """fp32 ONNX graph of the prompt embedder (weights in memory; quantize/save it afterwards)."""
+def export_text_encoder(causal_lm: nn.Module, *, placement: Placement | None = None) -> onnx.ModelProto:
+    """ONNX graph of the prompt embedder, weights attached by `placement` (default fp32; see export_module)."""
     use_eager_attention(causal_lm)
     embedder = PromptEmbedder(causal_lm.eval()).eval()
     # Example: 2 prompts of 7 tokens, the second right-padded, so the mask path is traced with real zeros.
     input_ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 0, 0, 0, 0]], dtype=torch.int64)
     attention_mask = (input_ids != 0).to(torch.int64)
     return export_module(embedder, (input_ids, attention_mask), component="text_encoder", input_names=INPUT_NAMES,
-                         output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
+                         output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES, placement=placement)
 
 
 def embedding_table_name(model: onnx.ModelProto) -> tuple[str, str]:
-    """(Gather node name, table initializer name) of the token embedding: the Gather fed by `input_ids`."""
-    initializers = {init.name for init in model.graph.initializer}
+    """(Gather node name, table name) of the token embedding: the Gather fed by `input_ids` (works on the
+    weightless graph too, where the table is still a graph input)."""
     for node in model.graph.node:
-        if node.op_type == "Gather" and node.input[1] == "input_ids" and node.input[0] in initializers:
+        if node.op_type == "Gather" and node.input[1] == "input_ids":
             return node.name, node.input[0]
     raise ValueError("The text-encoder graph has no Gather of an embedding table by input_ids.")

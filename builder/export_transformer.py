@@ -22,7 +22,7 @@ import onnx
 import torch
 from torch import nn
 
-from builder.onnx_graph import export_module
+from builder.onnx_graph import Placement, export_module
 
 INPUT_NAMES = ("hidden_states", "encoder_hidden_states", "timestep", "img_ids", "txt_ids")
 OUTPUT_NAMES = ("noise_pred",)
@@ -135,8 +135,9 @@ def prepare_for_export(transformer: nn.Module) -> TransformerStep:
     return TransformerStep(transformer.eval())
 
 
-def export_transformer(transformer: nn.Module, *, query_blocks: int | None = None) -> onnx.ModelProto:
-    """fp32 ONNX graph of one denoising step (weights in memory; quantize/save it afterwards).
+def export_transformer(transformer: nn.Module, *, query_blocks: int | None = None,
+                       placement: Placement | None = None) -> onnx.ModelProto:
+    """ONNX graph of one denoising step, weights attached by `placement` (default fp32; see export_module).
 
     The joint attention of every block is split into `query_blocks` blocks along the query axis
     (builder.attention); None picks the count that keeps each score buffer within budget at 2048^2 px.
@@ -159,7 +160,7 @@ def export_transformer(transformer: nn.Module, *, query_blocks: int | None = Non
     )
     with export_friendly_rotary():
         model = export_module(step, args, component="transformer", input_names=INPUT_NAMES,
-                              output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
+                              output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES, placement=placement)
     apply_query_blocks(model, query_blocks=query_blocks, expected_sites=sites)
     return model
 

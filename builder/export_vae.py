@@ -56,7 +56,7 @@ class LatentDecoder(nn.Module):
 
 
 def export_vae(vae: nn.Module, *, query_blocks: int | None = None) -> onnx.ModelProto:
-    """fp32 ONNX graph of the latent decoder (weights in memory; convert/save it afterwards).
+    """fp32 ONNX graph of the latent decoder (weights in memory; the fp16 variant is derived from it).
 
     The mid-block attention is split into `query_blocks` blocks along the query axis (builder.attention);
     None picks the count that keeps its score buffer within budget at 2048^2 px.

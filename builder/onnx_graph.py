@@ -26,6 +26,10 @@ OPSET = 18
 IR_VERSION = 10
 MS_DOMAIN = "com.microsoft"
 
+# How a graph's weights are stored as they are attached: given the weightless graph, returns the function
+# that receives each weight (initializer name, float32/int numpy array) and adds it to the graph.
+Placement = Callable[[onnx.ModelProto], Callable[[str, Any], None]]
+
 # onnxruntime-web maps each external-data file into one ArrayBuffer; browsers and protobuf cap at 2 GiB.
 HARD_FILE_LIMIT = 2**31 - 1
 DEFAULT_DATA_FILE_CAP = 1_800_000_000  # the seed repo's largest file is 1.80 GB
@@ -74,6 +78,7 @@ def export_module(
     input_names: Sequence[str],
     output_names: Sequence[str],
     dynamic_axes: dict[str, dict[int, str]],
+    placement: Placement | None = None,
 ) -> onnx.ModelProto:
     """TorchScript-export `module` at opset 18 and return the graph with its weights attached in memory.
 
@@ -82,9 +87,10 @@ def export_module(
     names (`/m/transformer_blocks.0/attn/to_q/MatMul`) that the quantizer's exclusion rules match on.
 
     Memory: the graph is exported *without* parameters (they become graph inputs named like the module's
-    parameters) and the weights are attached afterwards, one tensor at a time, straight from the module.
-    Exporting with `export_params=True` costs about 4x the weights inside torch.onnx.export (measured);
-    this way the peak is about 2x (the module's weights plus their copy in the ONNX graph).
+    parameters), so the module may be a skeleton whose parameters are placeholders (builder.checkpoint).
+    The weights are attached afterwards one tensor at a time: read (from the checkpoint, for placeholders),
+    handed to `placement` (which stores it, quantises it, ...; default: an fp32 initializer) and dropped.
+    Exporting with `export_params=True` instead costs about 4x the weights inside torch.onnx.export.
     """
     import torch
 
@@ -108,22 +114,31 @@ def export_module(
             )
         model = onnx.load(str(path), load_external_data=False)
     bypass_identities(model)
-    attach_weights(model, module, input_names=input_names)
+    attach_weights(model, module, input_names=input_names, placement=placement or store_fp32)
     fold_constant_nodes(model)
     apply_contract_shapes(model, component)
     model.ir_version = IR_VERSION
     return model
 
 
-def attach_weights(model: onnx.ModelProto, module: Any, *, input_names: Sequence[str]) -> None:
+def store_fp32(model: onnx.ModelProto) -> Callable[[str, Any], None]:
+    """The default placement: every weight becomes a plain initializer of the graph, as it is."""
+    return lambda name, array: add_initializer(model.graph, array, name)
+
+
+def attach_weights(model: onnx.ModelProto, module: Any, *, input_names: Sequence[str], placement: Placement) -> None:
     """Turn the weight inputs of a graph exported with `export_params=False` into initializers.
+
+    Each weight is read (builder.checkpoint.weight_value), given to `placement(model)` and released before
+    the next is read, so the peak is the finished graph plus one weight.
 
     A weight that only feeds a `Transpose(perm=[1, 0])` (every nn.Linear: y = x @ W^T) is stored already
     transposed and the Transpose is dropped, as the exporter's own constant folding would do; the stored
     name is the Transpose's output, so the MatMul that reads it is unchanged.
     """
-    import torch
+    from builder.checkpoint import weight_value
 
+    place = placement(model)
     tensors: dict[str, Any] = dict(module.named_parameters())
     tensors.update(dict(module.named_buffers()))
     consumers: dict[str, list[onnx.NodeProto]] = {}
@@ -140,14 +155,13 @@ def attach_weights(model: onnx.ModelProto, module: Any, *, input_names: Sequence
             continue
         if value.name not in tensors:
             raise ConversionError(f"Exported graph input {value.name!r} is neither a model input nor a weight.")
-        array = tensors[value.name].detach().to(torch.float32 if tensors[value.name].is_floating_point()
-                                                 else tensors[value.name].dtype).cpu().numpy()
+        array = weight_value(tensors[value.name])
         users = consumers.get(value.name, [])
         name = value.name
         if array.ndim == 2 and users and all(_is_matrix_transpose(node) for node in users) and len(users) == 1:
             array, name = array.T, users[0].output[0]
             dropped.add(id(users[0]))
-        _add_initializer(model.graph, array, name)
+        place(name, array)
         del array
     model.graph.ClearField("input")
     model.graph.input.extend(kept_inputs)
@@ -170,7 +184,7 @@ def _tensor_bytes(tensor: TensorProto) -> int:
     return count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
 
 
-def _add_initializer(graph: onnx.GraphProto, array: Any, name: str) -> None:
+def add_initializer(graph: onnx.GraphProto, array: Any, name: str) -> None:
     """Append numpy `array` as a raw little-endian initializer, filled in place (no second copy of the proto)."""
     import numpy as np
 

@@ -7,40 +7,93 @@ packed q4 layout is exactly what the MatMulNBits kernels of onnxruntime and onnx
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import ConversionError
+from builder.onnx_graph import MS_DOMAIN, Placement, add_initializer
 
 Q4_BLOCK_SIZE = 32
 
 
-def quantize_q4(model: onnx.ModelProto, *, accuracy_level: int | None, exclude: list[str]) -> onnx.ModelProto:
-    """Replace every MatMul with a constant weight by com.microsoft.MatMulNBits (4 bits, block 32, symmetric).
+def q4_placement(*, accuracy_level: int | None, exclude: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
+                 fp16_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: ()) -> Placement:
+    """Weights for a q4 graph, quantised one at a time as they are attached (builder.onnx_graph.attach_weights).
 
-    `exclude` names MatMul nodes that stay fp32. `accuracy_level` 4 lets the kernel quantise activations to
-    int8 (the seed's text encoder); None leaves the attribute out (fp32 activations).
+    Every MatMul whose weight is constant becomes com.microsoft.MatMulNBits (4 bits, block 32, symmetric),
+    except the nodes `exclude(graph)` names (they stay fp32). Tables named by `fp16_tables(graph)` are
+    stored in fp16. `accuracy_level` 4 lets the kernel quantise activations to int8 (the seed's text
+    encoder); None leaves the attribute out (fp32 activations). Only the packed weights are ever kept:
+    the float32 matrix is dropped as soon as its node is rewritten.
+    """
+
+    def bind(model: onnx.ModelProto) -> Callable[[str, np.ndarray], None]:
+        excluded = set(exclude(model))
+        halves = set(fp16_tables(model))
+        readers: dict[str, list[onnx.NodeProto]] = {}
+        for node in model.graph.node:
+            for name in node.input:
+                readers.setdefault(name, []).append(node)
+        if not any(entry.domain == MS_DOMAIN for entry in model.opset_import):
+            model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+
+        def place(name: str, array: np.ndarray) -> None:
+            users = readers.get(name, [])
+            node = users[0] if len(users) == 1 else None
+            if (node is not None and node.op_type == "MatMul" and node.input[1] == name and node.name not in excluded
+                    and array.ndim == 2 and array.dtype == np.float32):
+                quantize_matmul(model.graph, node, array, accuracy_level=accuracy_level)
+            elif name in halves:
+                add_initializer(model.graph, to_fp16_array(array, name), name)
+            else:
+                add_initializer(model.graph, array, name)
+
+        return place
+
+    return bind
+
+
+def quantize_matmul(graph: onnx.GraphProto, node: onnx.NodeProto, weight: np.ndarray, *,
+                    accuracy_level: int | None) -> None:
+    """Rewrite MatMul `node` (A @ weight) in place as MatMulNBits, with onnxruntime's own quantizer.
+
+    The quantizer runs on a one-node model holding just this weight, so the packed layout is exactly what
+    onnxruntime and onnxruntime-web expect, and memory stays at one matrix.
     """
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    # The quantizer logs one INFO line per node; keep the converter's own progress readable.
-    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
-    quantizer = MatMulNBitsQuantizer(
-        model,
-        bits=4,
-        block_size=Q4_BLOCK_SIZE,
-        is_symmetric=True,
-        accuracy_level=accuracy_level,
-        nodes_to_exclude=exclude,
-        op_types_to_quantize=("MatMul",),
+    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)  # one INFO line per node otherwise
+    single = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("MatMul", [node.input[0], node.input[1]], list(node.output), name=node.name)],
+            "one_matmul",
+            [helper.make_tensor_value_info(node.input[0], TensorProto.FLOAT, None)],
+            [helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(weight, node.input[1])],
+        ),
+        opset_imports=[helper.make_opsetid("", 18)],
     )
+    quantizer = MatMulNBitsQuantizer(single, bits=4, block_size=Q4_BLOCK_SIZE, is_symmetric=True,
+                                     accuracy_level=accuracy_level, op_types_to_quantize=("MatMul",))
     quantizer.process()
-    quantized = quantizer.model.model
-    if not any(node.op_type == "MatMulNBits" for node in quantized.graph.node):
-        raise ConversionError("q4 quantisation found no MatMul with a constant weight; the export is wrong.")
-    return quantized
+    result = quantizer.model.model.graph
+    new_nodes = [n for n in result.node if n.op_type == "MatMulNBits"]
+    if len(result.node) != 1 or len(new_nodes) != 1:
+        raise ConversionError(f"q4: onnxruntime did not turn {node.name} into one MatMulNBits node.")
+    node.CopyFrom(new_nodes[0])
+    graph.initializer.extend(result.initializer)
+
+
+def to_fp16_array(values: np.ndarray, name: str) -> np.ndarray:
+    """float32 -> float16, refusing values fp16 cannot hold (they would become inf)."""
+    if values.dtype != np.float32:
+        raise ConversionError(f"{name} is {values.dtype}, expected float32.")
+    if values.size and np.abs(values).max() > 65504:
+        raise ConversionError(f"{name} has values beyond the fp16 range; keep it fp32.")
+    return values.astype(np.float16)
 
 
 def embedding_to_fp16(model: onnx.ModelProto, *, gather_name: str, table_name: str) -> list[str]:
@@ -53,13 +106,8 @@ def embedding_to_fp16(model: onnx.ModelProto, *, gather_name: str, table_name: s
     gather = next((n for n in model.graph.node if n.name == gather_name), None)
     if table is None or gather is None:
         raise ConversionError(f"Embedding {gather_name}/{table_name} not found in the text-encoder graph.")
-    values = numpy_helper.to_array(table)
-    if values.dtype != np.float32:
-        raise ConversionError(f"Embedding table {table_name} is {values.dtype}, expected float32.")
-    if np.abs(values).max() > 65504:
-        raise ConversionError(f"Embedding table {table_name} has values beyond the fp16 range; keep it fp32.")
-    table.CopyFrom(numpy_helper.from_array(values.astype(np.float16), table_name))
-    del values
+    if table.data_type != TensorProto.FLOAT16:  # q4_placement(fp16_tables=...) stores it in fp16 already
+        table.CopyFrom(numpy_helper.from_array(to_fp16_array(numpy_helper.to_array(table), table_name), table_name))
 
     rows = gather.output[0]
     gather.output[0] = rows + "_fp16"

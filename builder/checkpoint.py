@@ -1,0 +1,205 @@
+"""Weights straight from a diffusers component's safetensors files, one tensor at a time.
+
+The converter never holds a whole checkpoint in memory. It builds each component as a *skeleton*: the
+real module classes and config, but every parameter a zero-byte placeholder of the right shape (a
+stride-0 view of one float) that remembers its checkpoint key. The TorchScript tracer only needs shapes
+to export a graph without parameters; when the weights are attached to the graph, each placeholder is
+read from disk, converted (bf16/fp16 -> fp32), quantised or stored, and dropped before the next one.
+
+The safetensors format is read directly (8-byte header length, JSON header, raw little-endian data) with
+plain file reads, not mmap: a memory map keeps every touched page of a multi-GB file resident in this
+process, which is exactly what streaming is meant to avoid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builder.errors import ConversionError
+
+# safetensors dtype -> (numpy dtype of the stored bytes, itemsize)
+_STORED = {
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),  # no numpy bfloat16: read as uint16, widened to float32 bit-exactly
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "BOOL": np.dtype("?"),
+}
+
+# A header larger than this is not a safetensors file (the format caps it at 100 MB).
+MAX_HEADER_BYTES = 100_000_000
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    path: Path
+    dtype: str
+    shape: tuple[int, ...]
+    start: int  # absolute file offset of the first byte
+    length: int
+
+
+class Checkpoint:
+    """The tensors of every `*.safetensors` file in one component folder (sharded checkpoints included)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        files = sorted(self.folder.glob("*.safetensors"))
+        if not files:
+            found = sorted(p.name for p in self.folder.glob("*.bin")) if self.folder.is_dir() else []
+            hint = (f" It holds {', '.join(found)} (pickled PyTorch weights): load it with diffusers and save it "
+                    "again with save_pretrained(..., safe_serialization=True).") if found else ""
+            raise ConversionError(f"{self.folder} has no .safetensors weights.{hint}")
+        self.tensors: dict[str, StoredTensor] = {}
+        for path in files:
+            for key, tensor in read_header(path).items():
+                if key in self.tensors:
+                    raise ConversionError(f"{key} is stored twice ({self.tensors[key].path.name}, {path.name}).")
+                self.tensors[key] = tensor
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return self._get(key).shape
+
+    def read(self, key: str, *, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """One tensor as a fresh numpy array: floats widened to float32 (exactly), integers as stored."""
+        tensor = self._get(key)
+        if shape is not None and tuple(shape) != tensor.shape:
+            raise ConversionError(
+                f"{self.folder}: {key} has shape {list(tensor.shape)}, but the config builds {list(shape)}. "
+                "The checkpoint does not match its config.json.")
+        stored = _STORED[tensor.dtype]
+        raw = np.empty(tensor.length // stored.itemsize, dtype=stored)
+        with open(tensor.path, "rb") as handle:
+            handle.seek(tensor.start)
+            if handle.readinto(memoryview(raw).cast("B")) != tensor.length:
+                raise ConversionError(f"{tensor.path} is truncated: {key} runs past the end of the file.")
+        if tensor.dtype == "BF16":
+            raw = (raw.astype(np.uint32) << 16).view(np.float32)  # bf16 is the top half of a float32
+        elif tensor.dtype == "F16":
+            raw = raw.astype(np.float32)
+        return raw.reshape(tensor.shape)
+
+    def _get(self, key: str) -> StoredTensor:
+        if key not in self.tensors:
+            raise ConversionError(
+                f"{self.folder}: the weight {key!r} is missing from the checkpoint. Is this a complete "
+                "FLUX.2 [klein] component in diffusers format?")
+        return self.tensors[key]
+
+
+def read_header(path: Path) -> dict[str, StoredTensor]:
+    """Parse one safetensors header; every tensor's byte range is checked against the file size."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) != 8:
+            raise ConversionError(f"{path} is not a safetensors file (shorter than 8 bytes).")
+        (header_len,) = struct.unpack("<Q", prefix)
+        if header_len > min(MAX_HEADER_BYTES, size - 8):
+            raise ConversionError(f"{path} is not a safetensors file (header length {header_len}).")
+        try:
+            header = json.loads(handle.read(header_len))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConversionError(f"{path} has an unreadable safetensors header ({exc}).") from None
+    data_start = 8 + header_len
+    tensors: dict[str, StoredTensor] = {}
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        dtype, shape, (begin, end) = info["dtype"], tuple(int(d) for d in info["shape"]), info["data_offsets"]
+        if dtype not in _STORED:
+            raise ConversionError(f"{path}: {key} has dtype {dtype}, which the converter does not read.")
+        count = int(np.prod(shape, dtype=np.int64))
+        if end - begin != count * _STORED[dtype].itemsize or data_start + end > size:
+            raise ConversionError(f"{path} is damaged: {key}'s byte range does not match its shape or the file.")
+        tensors[key] = StoredTensor(path, dtype, shape, data_start + begin, end - begin)
+    return tensors
+
+
+# --------------------------------------------------------------------------------------------------------
+# Skeleton modules: real classes and configs, placeholder parameters.
+
+@contextlib.contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """While constructing modules, move every parameter to the meta device as it is registered.
+
+    nn.Linear etc. allocate their weight with torch.empty first (untouched pages, not resident), then
+    register it; it is swapped for a meta tensor right there, so no weight memory is ever used. Buffers stay
+    real: the small non-persistent ones (rotary frequencies) are computed in __init__ and needed as values.
+    """
+    import torch
+    from torch import nn
+
+    original = nn.Module.register_parameter
+
+    def register(module: nn.Module, name: str, param: Any) -> None:
+        original(module, name, param)
+        if param is not None:
+            stored = module._parameters[name]
+            module._parameters[name] = nn.Parameter(stored.to("meta"), requires_grad=False)
+
+    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def build_skeleton(factory: Callable[[], Any], checkpoint: Checkpoint) -> Any:
+    """`factory()` under parameters_on_meta, then: every parameter a placeholder bound to its checkpoint
+    key (read lazily by `weight_value`), every persistent buffer loaded from the checkpoint."""
+    import torch
+    from torch import nn
+
+    with parameters_on_meta():
+        module = factory()
+    count = 0
+    for owner_name, owner in module.named_modules():
+        prefix = f"{owner_name}." if owner_name else ""
+        for name, param in list(owner._parameters.items()):
+            if param is None:
+                continue
+            key = prefix + name
+            shape = tuple(param.shape)
+            # A shape mismatch fails now, not deep inside the export. A key the checkpoint lacks fails only
+            # if the graph reads it (lm_head: tied to the embedding, and not part of any graph).
+            if key in checkpoint.tensors and checkpoint.shape(key) != shape:
+                checkpoint.read(key, shape=shape)
+            # One float with stride 0 in every dim: the right shape for tracing, 4 bytes of memory. Each holds a
+            # different value: the exporter merges parameters with equal values into one graph input.
+            count += 1
+            value = torch.tensor(count * 1e-6, dtype=torch.float32)
+            placeholder = nn.Parameter(value.expand(shape), requires_grad=False)
+            placeholder.klein_load = functools.partial(checkpoint.read, key, shape=shape)  # type: ignore[attr-defined]
+            owner._parameters[name] = placeholder
+        persistent = [n for n in owner._buffers if n not in owner._non_persistent_buffers_set]
+        for name in persistent:
+            buffer = owner._buffers[name]
+            if buffer is not None and prefix + name in checkpoint.tensors:
+                value = checkpoint.read(prefix + name, shape=tuple(buffer.shape))
+                owner._buffers[name] = torch.from_numpy(value).to(buffer.dtype, copy=True)
+                del value
+    return module.eval()
+
+
+def weight_value(tensor: Any) -> np.ndarray:
+    """A parameter or buffer as a numpy array: placeholders are read from the checkpoint now, real tensors
+    (modules built in memory, export-only buffers) are copied; floats as float32."""
+    import torch
+
+    load = getattr(tensor, "klein_load", None)
+    if load is not None:
+        return load()
+    tensor = tensor.detach()
+    return (tensor.to(torch.float32) if tensor.is_floating_point() else tensor).cpu().numpy()
