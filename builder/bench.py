@@ -310,17 +310,26 @@ def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, 
     if component == "text_encoder":
         causal_lm = build_text_encoder(scale, layers[0], device="cpu")
         export = lambda placement: export_text_chain(causal_lm, layers[0], placement=placement)  # noqa: E731
-    elif component == "transformer":
-        export = exporter(component, build_transformer(scale, layers, device="cpu"))
+        exports = {"": export}
     else:
-        export = exporter(component, build_vae(scale, device="cpu"))
+        from builder.export_transformer import export_transformer
+        from builder.export_vae import export_vae
+
+        module = (build_transformer(scale, layers, device="cpu") if component == "transformer"
+                  else build_vae(scale, device="cpu"))
+        # The converter's graph (attention in query blocks sized for 2048^2) and the same graph with its
+        # attention in one block: what the split costs at sizes that would fit without it.
+        exports = {"": exporter(component, module),
+                   UNSPLIT: (lambda placement: export_transformer(module, query_blocks=1, placement=placement))
+                   if component == "transformer" else (lambda _placement: export_vae(module, query_blocks=1))}
     paths: dict[str, Path] = {}
-    for precision in precisions:
-        stage = folder / precision
-        for graph in write_graphs(export, component, precision, stage, max_data_file_bytes=DEFAULT_DATA_FILE_CAP,
-                                  log=log):
-            # q4f16 repos hold the q4 graph too: time each variant once.
-            paths.setdefault(graph.variant, stage / graph.entry().path)
+    for suffix, export in exports.items():
+        for precision in precisions:
+            stage = folder / f"{precision}{suffix.replace(' ', '-').replace(',', '')}"
+            for graph in write_graphs(export, component, precision, stage, max_data_file_bytes=DEFAULT_DATA_FILE_CAP,
+                                      log=log):
+                # q4f16 repos hold the q4 graph too: time each variant once.
+                paths.setdefault(graph.variant + suffix, stage / graph.entry().path)
     gc.collect()
     return paths
 
@@ -453,6 +462,7 @@ def ort_worker(spec_path: Path) -> None:
             continue
         finite = bool(np.isfinite(outputs[0]).all())
         results[key] = {"median_ms": median_ms(samples), "samples_ms": samples, "finite": finite}
+        np.save(f"{spec['outputs']}-{key}.npy", outputs[0])  # for the fast-vs-plain fidelity figures
     peak = sampler.stop()
     del session
     placement = node_placement(spec, options_factory=lambda: _ort_options(spec["provider"], fallback=bool(notes)))
@@ -523,7 +533,8 @@ def time_ort(graph: Path, inputs: Mapping[str, Path], *, provider: str, warmup: 
              timeout_s: float, workdir: Path) -> dict[str, Any]:
     """Run `ort_worker` in a subprocess; a crash or timeout becomes {"error": ...} instead of ending the bench."""
     spec: dict[str, Any] = {"graph": str(graph), "inputs": {k: str(v) for k, v in inputs.items()}, "provider": provider,
-            "warmup": warmup, "repeats": repeats, "result": str(workdir / f"result-{os.getpid()}.json")}
+            "warmup": warmup, "repeats": repeats, "result": str(workdir / f"result-{os.getpid()}.json"),
+            "outputs": str(graph.with_suffix(""))}
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec))
     Path(spec["result"]).unlink(missing_ok=True)
@@ -569,7 +580,19 @@ def markdown_report(environment: Mapping[str, Any], rows: Sequence[Mapping[str, 
             ("Method: random weights with the real configs; medians after warm-up; WebGPU EP via "
              "onnxruntime-ep-webgpu with numpy I/O (run() returns after read-back); PyTorch bf16 timed with CUDA "
              "events. 'chain' rows are solved from graphs with few layers at the real width (fixed + per-layer "
-             "time) and evaluated at the real layer count; see builder/bench.py.")]
+             "time) and evaluated at the real layer count; see builder/bench.py."),
+            *fidelity_lines(rows)]
+
+
+def fidelity_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per fast variant: its relative L2 error against the plain variant on the same inputs."""
+    found = [row for row in rows if "rel_err_vs_plain" in row]
+    if not found:
+        return []
+    return ["", "Fast path vs plain variant, same weights and inputs (relative L2 error of the output, on the "
+                "largest graph timed):",
+            *(f"- {row['component']} {row['size']}: {row['variant']} vs {FAST_VARIANTS[row['variant']]} "
+              f"{row['rel_err_vs_plain']:.2e}" for row in found)]
 
 
 def table_labels(environment: Mapping[str, Any]) -> dict[str, str]:
@@ -634,6 +657,7 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
     ort_peak: dict[str, tuple[tuple[int, ...], int | None]] = {}
     ort_bytes: dict[str, dict[tuple[int, ...], int]] = {}
     ort_place: dict[str, str] = {}
+    fidelity: dict[tuple[str, str], float] = {}  # (fast variant, size) -> relative L2 error; last chain wins
     for chain in chains:
         began = time.monotonic()
         folder = workdir / f"{component}-{'-'.join(map(str, chain or ()))}"
@@ -657,6 +681,8 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
                 f"{size_text[s]} " + (f"{m['median_ms']:.1f} ms" if "median_ms" in m else f"failed: {m['error']}")
                 for s in sizes for m in [result["results"][str(s)]]) + (f" [{'; '.join(result['notes'])}]"
                                                                         if result.get("notes") else ""))
+        fidelity.update(fast_path_fidelity(graphs, sizes))
+        run.raw[f"fidelity {component} {chain}"] = {f"{k[0]} {k[1]}": v for k, v in fidelity.items()}
         _release_files(folder)
 
     # PyTorch side: the same chains, then the full model.
@@ -704,7 +730,31 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
                              f"{'+'.join(map(str, full))} layers (PyTorch extrapolated the same way: "
                              f"{torch_est:.1f} ms vs measured {torch_ms:.1f})" + (f"; {place}" if place else ""))
             row["per_layer_ms"] = coef[1:]
+        if (label, key) in fidelity:
+            row["rel_err_vs_plain"] = fidelity[(label, key)]
         run.rows.append(row)
+
+
+# The fast variant and the plain variant it is checked against (same weights, same inputs).
+FAST_VARIANTS = {"q4f16": "q4", "fp16": "fp32"}
+# Label suffix of the graphs exported with the attention in one block (bench only).
+UNSPLIT = ", attention unsplit"
+
+
+def fast_path_fidelity(graphs: Mapping[str, Path], sizes: Sequence[int | None]) -> dict[tuple[str, str], float]:
+    """Relative L2 error ||fast - plain|| / ||plain|| of each fast variant's output (saved by ort_worker)."""
+    import numpy as np
+
+    errors: dict[tuple[str, str], float] = {}
+    for fast, plain in FAST_VARIANTS.items():
+        if fast not in graphs or plain not in graphs:
+            continue
+        for size in sizes:
+            paths = [Path(f"{graphs[v].with_suffix('')}-{size}.npy") for v in (fast, plain)]
+            if all(p.is_file() for p in paths):
+                a, b = (np.load(p).astype(np.float64) for p in paths)
+                errors[(fast, str(size))] = float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+    return errors
 
 
 def _build(scale: Scale, component: str, chain: tuple[int, ...] | None, *, device: str) -> Any:

@@ -137,7 +137,6 @@ def convert(
     try:
         saved: list[SavedGraph] = []
         for component in COMPONENT_ORDER:
-            reset_peak_rss()
             cap = (max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
                    if isinstance(max_data_file_bytes, Mapping) else max_data_file_bytes)
             module = load_skeleton(src, component, log=log)
@@ -146,9 +145,7 @@ def convert(
             del module
             gc.collect()
             saved += graphs
-            written = sum(graph_bytes(stage, graph.entry()) for graph in graphs)
-            log(f"  {component} done at {time.monotonic() - start:.1f} s: graphs {written / 1e9:.2f} GB, "
-                f"peak RSS while converting it {peak_rss_bytes() / 1e9:.2f} GB")
+            log(f"  {component} done at {time.monotonic() - start:.1f} s")
 
         # 3. Tokenizer and scheduler config, unchanged; 4. manifest.json; 5. swap the finished repo in.
         copied = copy_unchanged(src, stage)
@@ -256,11 +253,17 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
     saved: list[SavedGraph] = []
 
     def save(variant: str, model: onnx.ModelProto, **flags: Any) -> Path:
+        nonlocal start_rss
         names = _save_component(model, stage, component, variant, max_data_file_bytes=max_data_file_bytes, log=log)
         saved.append(SavedGraph(component, variant, names, attention_query_blocks=recorded_query_blocks(model),
                                 **flags))
+        size = graph_bytes(stage, saved[-1].entry())
+        log(f"  {component}_{variant}: {size / 1e9:.2f} GB, peak RSS while building it {peak_rss_bytes() / 1e9:.2f} GB "
+            f"(the process held {start_rss / 1e9:.2f} GB before)")
+        start_rss = reset_peak_rss()
         return stage / graph_path(component, variant)
 
+    start_rss = reset_peak_rss()
     if component == "vae_decoder":
         # The seed's fp16 VAE, plus the small fp32 one for adapters without shader-f16 (the only one in fp32 repos).
         log("vae_decoder: exporting (fp32)")
@@ -360,10 +363,13 @@ def graph_bytes(stage: Path, graph: GraphEntry) -> int:
     return sum((stage / graph.component / name).stat().st_size for name in [Path(graph.path).name, *graph.external_data])
 
 
-def reset_peak_rss() -> None:
-    """Start a new peak-memory measurement (Linux: writing 5 to clear_refs resets VmHWM); else a no-op."""
+def reset_peak_rss() -> int:
+    """Start a new peak-memory measurement (Linux: writing 5 to clear_refs resets VmHWM to the current RSS);
+    returns that current RSS in bytes (0 where /proc is missing)."""
     with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
+        return peak_rss_bytes()
+    return 0
 
 
 def peak_rss_bytes() -> int:

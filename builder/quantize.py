@@ -47,7 +47,9 @@ def q4_placement(*, accuracy_level: int | None, exclude: Callable[[onnx.ModelPro
                     and array.ndim == 2 and array.dtype == np.float32):
                 quantize_matmul(model.graph, node, array, accuracy_level=accuracy_level)
             elif name in halves:
-                add_initializer(model.graph, to_fp16_array(array, name), name)
+                half = to_fp16_array(array, name)
+                del array  # the caller handed over its reference: free the float32 copy before storing
+                add_initializer(model.graph, half, name)
             else:
                 add_initializer(model.graph, array, name)
 

@@ -144,6 +144,10 @@ def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path) -> None:
         assert len(row["per_layer_ms"]) == 2
         samples = data["raw"][f"torch transformer {size.split('x')[0]} (5, 20)"]["samples_ms"]
         assert len(samples) == 2 and row["torch_ms"] == pytest.approx(statistics.median(samples))
+    # The fast variant is compared with the plain one on the same inputs: close, but not the same graph.
+    fp16_error = by_key[("vae_decoder", "128x128", "fp16")]["rel_err_vs_plain"]
+    assert 0 < fp16_error < 1e-2
     table = (tmp_path / "out" / "bench.md").read_text()
     assert "| vae_decoder | 128x128 | fp16 |" in table and "Method:" in table
+    assert f"vae_decoder 128x128: fp16 vs fp32 {fp16_error:.2e}" in table
     assert not list(tmp_path.glob("klein-bench-*")), "the work folder is removed"
