@@ -309,8 +309,7 @@ def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, 
 
     if component == "text_encoder":
         causal_lm = build_text_encoder(scale, layers[0], device="cpu")
-        export = lambda placement: export_text_chain(causal_lm, layers[0], placement=placement)  # noqa: E731
-        exports = {"": export}
+        exports = {"": lambda placement: export_text_chain(causal_lm, layers[0], placement=placement)}
     else:
         from builder.export_transformer import export_transformer
         from builder.export_vae import export_vae
@@ -589,8 +588,8 @@ def fidelity_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     found = [row for row in rows if "rel_err_vs_plain" in row]
     if not found:
         return []
-    return ["", "Fast path vs plain variant, same weights and inputs (relative L2 error of the output, on the "
-                "largest graph timed):",
+    return ["", ("Fast path vs plain variant, same weights and inputs (relative L2 error of the output, on the "
+                 "largest graph timed):"),
             *(f"- {row['component']} {row['size']}: {row['variant']} vs {FAST_VARIANTS[row['variant']]} "
               f"{row['rel_err_vs_plain']:.2e}" for row in found)]
 

@@ -206,8 +206,6 @@ def check_destination(out: Path) -> None:
 
 def load_skeleton(src: Path, component: str, *, log: Callable[[str], None]) -> Any:
     """One component as a skeleton (builder.checkpoint): its classes and config, weights left on disk."""
-    import torch
-
     from builder.checkpoint import Checkpoint, build_skeleton
 
     folder = src / SOURCE_FOLDER[component]
@@ -217,10 +215,9 @@ def load_skeleton(src: Path, component: str, *, log: Callable[[str], None]) -> A
         from builder.export_text_encoder import OUT_LAYERS
 
         return build_skeleton(lambda: text_encoder_from_config(folder, num_layers=max(OUT_LAYERS)), checkpoint)
-    if component == "transformer":
-        from diffusers import Flux2Transformer2DModel as model_class
-    else:
-        from diffusers import AutoencoderKLFlux2 as model_class
+    import diffusers
+
+    model_class: Any = diffusers.Flux2Transformer2DModel if component == "transformer" else diffusers.AutoencoderKLFlux2
     config = model_class.load_config(folder)
     return build_skeleton(lambda: model_class.from_config(config), checkpoint)
 
@@ -251,6 +248,7 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
     from builder.quantize import to_fp16, to_q4f16
 
     saved: list[SavedGraph] = []
+    start_rss = reset_peak_rss()  # each graph's peak is measured from here, then from the previous save
 
     def save(variant: str, model: onnx.ModelProto, **flags: Any) -> Path:
         nonlocal start_rss
@@ -263,7 +261,6 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
         start_rss = reset_peak_rss()
         return stage / graph_path(component, variant)
 
-    start_rss = reset_peak_rss()
     if component == "vae_decoder":
         # The seed's fp16 VAE, plus the small fp32 one for adapters without shader-f16 (the only one in fp32 repos).
         log("vae_decoder: exporting (fp32)")
@@ -307,7 +304,6 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
 def text_encoder_from_config(folder: Path, *, num_layers: int) -> Any:
     """Qwen3ForCausalLM built from its config with only the first `num_layers` decoder layers (the rest
     is never run); weights are not loaded (see load_skeleton)."""
-    import torch
     from transformers import AutoConfig, Qwen3ForCausalLM
 
     config = AutoConfig.from_pretrained(folder)
