@@ -54,7 +54,7 @@ class Checkpoint:
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
-        files = sorted(self.folder.glob("*.safetensors"))
+        files = weight_files(self.folder)
         if not files:
             found = sorted(p.name for p in self.folder.glob("*.bin")) if self.folder.is_dir() else []
             hint = (f" It holds {', '.join(found)} (pickled PyTorch weights): load it with diffusers and save it "
@@ -98,6 +98,27 @@ class Checkpoint:
                 f"{self.folder}: the weight {key!r} is missing from the checkpoint. Is this a complete "
                 "FLUX.2 [klein] component in diffusers format?")
         return self.tensors[key]
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files of the checkpoint: those a `*.safetensors.index.json` names (sharded), else
+    the one standard file when present (a folder may also hold variants such as `*.fp16.safetensors`),
+    else every `*.safetensors` file."""
+    indexes = sorted(folder.glob("*.safetensors.index.json"))
+    if indexes:
+        try:
+            weight_map = json.loads(indexes[0].read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise ConversionError(f"{indexes[0]} is not a readable safetensors index ({exc}).") from None
+        names = sorted(set(weight_map.values()))
+        missing = [name for name in names if not (folder / name).is_file()]
+        if missing:
+            raise ConversionError(f"{folder} lacks the shard(s) {', '.join(missing)} that {indexes[0].name} lists.")
+        return [folder / name for name in names]
+    for standard in ("diffusion_pytorch_model.safetensors", "model.safetensors"):
+        if (folder / standard).is_file():
+            return [folder / standard]
+    return sorted(folder.glob("*.safetensors"))
 
 
 def read_header(path: Path) -> dict[str, StoredTensor]:

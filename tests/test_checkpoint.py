@@ -37,6 +37,25 @@ def test_reads_every_float_dtype_exactly_and_across_shards(tmp_path: Path) -> No
         assert store.shape(key) == tuple(value.shape)
 
 
+def test_index_and_standard_names_choose_the_files(tmp_path: Path) -> None:
+    """A sharded index names its shards; a variant file beside the standard one is ignored."""
+    save_file({"a": torch.zeros(2)}, str(tmp_path / "diffusion_pytorch_model.safetensors"))
+    save_file({"a": torch.ones(2, dtype=torch.float16)}, str(tmp_path / "diffusion_pytorch_model.fp16.safetensors"))
+    np.testing.assert_array_equal(Checkpoint(tmp_path).read("a"), np.zeros(2, np.float32))
+
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    save_file({"a": torch.ones(2)}, str(sharded / "model-00001-of-00002.safetensors"))
+    save_file({"b": torch.ones(3)}, str(sharded / "model-00002-of-00002.safetensors"))
+    save_file({"a": torch.ones(2)}, str(sharded / "stale-copy.safetensors"))
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert sorted(Checkpoint(sharded).tensors) == ["a", "b"]
+    (sharded / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(ConversionError, match="lacks the shard"):
+        Checkpoint(sharded)
+
+
 def test_bad_checkpoints_are_named_with_the_fix(tmp_path: Path) -> None:
     (tmp_path / "pytorch_model.bin").write_bytes(b"pickle")
     with pytest.raises(ConversionError, match="pytorch_model.bin.*safe_serialization=True"):
