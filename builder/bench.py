@@ -85,28 +85,28 @@ class Scale:
 
 def full_scale() -> Scale:
     """The real FLUX.2 [klein] 4B sizes (reference doc section 3)."""
-    from builder.tiny import FULL_TEXT_ENCODER_CONFIG, FULL_TRANSFORMER_CONFIG, FULL_VAE_CONFIG
+    from builder import tiny
 
-    text = dict(FULL_TEXT_ENCODER_CONFIG)
-    text.pop("num_hidden_layers")
-    transformer = dict(FULL_TRANSFORMER_CONFIG)
-    for key in ("num_layers", "num_single_layers"):
-        transformer.pop(key)
-    return Scale("full", text, 27, ((3,), (6,)), transformer, (5, 20), ((0, 1), (1, 1), (0, 2)),
-                 dict(FULL_VAE_CONFIG), txt_seq=512, resolutions=(512, 1024), vae_resolution=512)
+    return _scale("full", tiny.FULL_TEXT_ENCODER_CONFIG, tiny.FULL_TRANSFORMER_CONFIG, tiny.FULL_VAE_CONFIG,
+                  txt_seq=512, resolutions=(512, 1024), vae_resolution=512)
 
 
 def tiny_scale() -> Scale:
     """make-tiny's configs and small inputs: the CPU smoke test of the whole bench path."""
-    from builder.tiny import TEXT_ENCODER_CONFIG, TRANSFORMER_CONFIG, VAE_CONFIG
+    from builder import tiny
 
-    text = dict(TEXT_ENCODER_CONFIG)
-    text.pop("num_hidden_layers")
-    transformer = dict(TRANSFORMER_CONFIG)
-    for key in ("num_layers", "num_single_layers"):
-        transformer.pop(key)
-    return Scale("tiny", text, 27, ((3,), (6,)), transformer, (5, 20), ((0, 1), (1, 1), (0, 2)), dict(VAE_CONFIG),
-                 txt_seq=32, resolutions=(128, 256), vae_resolution=128)
+    return _scale("tiny", tiny.TEXT_ENCODER_CONFIG, tiny.TRANSFORMER_CONFIG, tiny.VAE_CONFIG,
+                  txt_seq=32, resolutions=(128, 256), vae_resolution=128)
+
+
+def _scale(name: str, text_config: Mapping[str, Any], transformer_config: Mapping[str, Any],
+           vae_config: Mapping[str, Any], *, txt_seq: int, resolutions: tuple[int, ...], vae_resolution: int) -> Scale:
+    """A Scale from make-tiny's config dicts: layer counts are dropped (the bench builds chains of its own)
+    and the real model's counts are used for the extrapolation."""
+    text = {k: v for k, v in text_config.items() if k != "num_hidden_layers"}
+    transformer = {k: v for k, v in transformer_config.items() if k not in ("num_layers", "num_single_layers")}
+    return Scale(name, text, 27, ((3,), (6,)), transformer, (5, 20), ((0, 1), (1, 1), (0, 2)), dict(vae_config),
+                 txt_seq=txt_seq, resolutions=resolutions, vae_resolution=vae_resolution)
 
 
 SCALES = {"full": full_scale, "tiny": tiny_scale}

@@ -70,13 +70,19 @@ class Checkpoint:
     def shape(self, key: str) -> tuple[int, ...]:
         return self._get(key).shape
 
+    def check_shape(self, key: str, shape: tuple[int, ...]) -> None:
+        """The stored tensor must have the shape the module's config builds."""
+        stored = self._get(key).shape
+        if tuple(shape) != stored:
+            raise ConversionError(
+                f"{self.folder}: {key} has shape {list(stored)}, but the config builds {list(shape)}. "
+                "The checkpoint does not match its config.json.")
+
     def read(self, key: str, *, shape: tuple[int, ...] | None = None) -> np.ndarray:
         """One tensor as a fresh numpy array: floats widened to float32 (exactly), integers as stored."""
         tensor = self._get(key)
-        if shape is not None and tuple(shape) != tensor.shape:
-            raise ConversionError(
-                f"{self.folder}: {key} has shape {list(tensor.shape)}, but the config builds {list(shape)}. "
-                "The checkpoint does not match its config.json.")
+        if shape is not None:
+            self.check_shape(key, shape)
         stored = _STORED[tensor.dtype]
         raw = np.empty(tensor.length // stored.itemsize, dtype=stored)
         with open(tensor.path, "rb") as handle:
@@ -198,8 +204,8 @@ def build_skeleton(factory: Callable[[], Any], checkpoint: Checkpoint) -> Any:
             shape = tuple(param.shape)
             # A shape mismatch fails now, not deep inside the export. A key the checkpoint lacks fails only
             # if the graph reads it (lm_head: tied to the embedding, and not part of any graph).
-            if key in checkpoint.tensors and checkpoint.shape(key) != shape:
-                checkpoint.read(key, shape=shape)
+            if key in checkpoint.tensors:
+                checkpoint.check_shape(key, shape)
             # One float with stride 0 in every dim: the right shape for tracing, 4 bytes of memory. Each holds a
             # different value: the exporter merges parameters with equal values into one graph input.
             count += 1

@@ -21,10 +21,8 @@ conversion never leaves a half-written repo.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
-import resource
 import shutil
 import tempfile
 import time
@@ -48,6 +46,7 @@ from builder.manifest import (
     graph_path,
     write,
 )
+from builder.memory import peak_rss_bytes, reset_peak_rss
 from builder.onnx_graph import (
     DEFAULT_DATA_FILE_CAP,
     Placement,
@@ -59,9 +58,10 @@ from builder.onnx_graph import (
 
 PRECISIONS = ("q4", "q4f16", "fp32")
 COMPONENT_ORDER = ("text_encoder", "transformer", "vae_decoder")
-SOURCE_FOLDERS = ("text_encoder", "transformer", "vae", "tokenizer", "scheduler")
-COPIED_FOLDERS = ("tokenizer", "scheduler")
+# The SRC subfolder each component is converted from, and the folders copied unchanged.
 SOURCE_FOLDER = {"text_encoder": "text_encoder", "transformer": "transformer", "vae_decoder": "vae"}
+COPIED_FOLDERS = ("tokenizer", "scheduler")
+SOURCE_FOLDERS = (*SOURCE_FOLDER.values(), *COPIED_FOLDERS)
 
 # A component's export function: given a weight placement (None = fp32), the finished ONNX graph.
 Export = Callable[[Placement | None], onnx.ModelProto]
@@ -256,8 +256,8 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
         saved.append(SavedGraph(component, variant, names, attention_query_blocks=recorded_query_blocks(model),
                                 **flags))
         size = graph_bytes(stage, saved[-1].entry())
-        log(f"  {component}_{variant}: {size / 1e9:.2f} GB, peak RSS while building it {peak_rss_bytes() / 1e9:.2f} GB "
-            f"(the process held {start_rss / 1e9:.2f} GB before)")
+        log(f"  {component}_{variant}: {size / 1e9:.2f} GB, peak RSS while building it {_gb(peak_rss_bytes())} "
+            f"(the process held {_gb(start_rss)} before)")
         start_rss = reset_peak_rss()
         return stage / graph_path(component, variant)
 
@@ -278,13 +278,13 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
     flags: dict[str, Any] = {}
     if component == "text_encoder":
         from builder.export_text_encoder import embedding_table_name
-        from builder.quantize import embedding_to_fp16, q4_placement
+        from builder.quantize import cast_fp16_embedding, q4_placement
 
         model = export(q4_placement(accuracy_level=TEXT_ENCODER_ACCURACY_LEVEL,
                                     fp16_tables=lambda graph: [embedding_table_name(graph)[1]]))
         gather_name, table_name = embedding_table_name(model)
         flags = {"requires_f16": True,
-                 "cpu_nodes_without_f16": tuple(embedding_to_fp16(model, gather_name=gather_name,
+                 "cpu_nodes_without_f16": tuple(cast_fp16_embedding(model, gather_name=gather_name,
                                                                   table_name=table_name))}
     else:
         from builder.export_transformer import q4_excluded_nodes
@@ -355,23 +355,9 @@ def _save_component(model: onnx.ModelProto, stage: Path, component: str, variant
     return names
 
 
+def _gb(value: int | None) -> str:
+    return "unknown" if value is None else f"{value / 1e9:.2f} GB"
+
+
 def graph_bytes(stage: Path, graph: GraphEntry) -> int:
-    return sum((stage / graph.component / name).stat().st_size for name in [Path(graph.path).name, *graph.external_data])
-
-
-def reset_peak_rss() -> int:
-    """Start a new peak-memory measurement (Linux: writing 5 to clear_refs resets VmHWM to the current RSS);
-    returns that current RSS in bytes (0 where /proc is missing)."""
-    with contextlib.suppress(OSError):
-        Path("/proc/self/clear_refs").write_text("5")
-        return peak_rss_bytes()
-    return 0
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident memory since the last reset_peak_rss (VmHWM), else since the process started."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return sum((stage / name).stat().st_size for name in graph.files())

@@ -98,8 +98,9 @@ def to_fp16_array(values: np.ndarray, name: str) -> np.ndarray:
     return values.astype(np.float16)
 
 
-def embedding_to_fp16(model: onnx.ModelProto, *, gather_name: str, table_name: str) -> list[str]:
-    """Store the token-embedding table in fp16 (half the bytes) and Cast the gathered rows back to fp32.
+def cast_fp16_embedding(model: onnx.ModelProto, *, gather_name: str, table_name: str) -> list[str]:
+    """Cast the rows gathered from the fp16 token-embedding table (stored in fp16 by
+    q4_placement(fp16_tables=...): half the bytes) back to fp32 for the rest of the graph.
 
     Returns the names of the two nodes that touch fp16 (the Gather and the Cast): on an adapter without
     shader-f16 the app places them on the CPU (WebGPU EP forceCpuNodeNames) and the rest stays on WebGPU.
@@ -108,8 +109,8 @@ def embedding_to_fp16(model: onnx.ModelProto, *, gather_name: str, table_name: s
     gather = next((n for n in model.graph.node if n.name == gather_name), None)
     if table is None or gather is None:
         raise ConversionError(f"Embedding {gather_name}/{table_name} not found in the text-encoder graph.")
-    if table.data_type != TensorProto.FLOAT16:  # q4_placement(fp16_tables=...) stores it in fp16 already
-        table.CopyFrom(numpy_helper.from_array(to_fp16_array(numpy_helper.to_array(table), table_name), table_name))
+    if table.data_type != TensorProto.FLOAT16:
+        raise ConversionError(f"Embedding table {table_name} is not fp16; this is a converter bug.")
 
     rows = gather.output[0]
     gather.output[0] = rows + "_fp16"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import json
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ import numpy as np
 from builder import imaging, manifest, sampling
 from builder import prompt as prompt_module
 from builder.errors import InputError, ModelRepoError
+from builder.memory import peak_rss_bytes
 
 # Which variant of each graph to run on the CPU, best first. fp32 is the exact one; q4 is what the seed
 # repo ships; fp16 VAE weights run on the CPU EP too, just slower.
@@ -285,13 +285,3 @@ def _session(onnxruntime: Any, model_dir: Path, graph: manifest.GraphEntry) -> I
         yield wrapper
     finally:
         wrapper.release()
-
-
-def peak_rss_bytes() -> int | None:
-    """Peak resident set size of this process (Linux/macOS), None elsewhere."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # bytes on macOS, KiB on Linux

@@ -17,8 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -82,5 +80,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    np.set_printoptions(precision=3)
     main()
