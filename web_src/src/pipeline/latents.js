@@ -80,14 +80,8 @@ export function prepareTextIds(length) {
 export function packLatents(latents, c, h, w) {
     checkDims({ c, h, w });
     checkLength('latents', latents, c * h * w);
-    const hw = h * w;
-    const tokens = new Float32Array(c * hw);
     // [1, C, H, W] -> [1, C, H*W] -> [1, H*W, C]: tokens[p, ch] = latents[ch, p]
-    for (let ch = 0; ch < c; ch++) {
-        const src = ch * hw;
-        for (let p = 0; p < hw; p++) tokens[p * c + ch] = latents[src + p];
-    }
-    return tokens;
+    return transpose(latents, c, h * w);
 }
 
 // Port of diffusers.pipelines.flux2.pipeline_flux2_klein.Flux2KleinPipeline._unpack_latents_with_ids @ 0.42.1
@@ -103,14 +97,25 @@ export function packLatents(latents, c, h, w) {
 export function unpackLatents(tokens, c, h, w) {
     checkDims({ c, h, w });
     checkLength('tokens', tokens, c * h * w);
-    const hw = h * w;
-    const latents = new Float32Array(c * hw);
     // [1, H*W, C] -> [H, W, C] -> permute(2, 0, 1) -> [1, C, H, W]: latents[ch, p] = tokens[p, ch]
-    for (let p = 0; p < hw; p++) {
-        const src = p * c;
-        for (let ch = 0; ch < c; ch++) latents[ch * hw + p] = tokens[src + ch];
+    return transpose(tokens, h * w, c);
+}
+
+/**
+ * A row-major [rows, cols] matrix transposed into a new [cols, rows] one (packing and unpacking are
+ * both this, in opposite directions).
+ * @param {Float32Array} src
+ * @param {number} rows
+ * @param {number} cols
+ * @returns {Float32Array}
+ */
+function transpose(src, rows, cols) {
+    const out = new Float32Array(rows * cols);
+    for (let r = 0; r < rows; r++) {
+        const base = r * cols;
+        for (let col = 0; col < cols; col++) out[col * rows + r] = src[base + col];
     }
-    return latents;
+    return out;
 }
 
 // Port of diffusers.schedulers.scheduling_flow_match_euler_discrete.FlowMatchEulerDiscreteScheduler.step @ 0.42.1

@@ -6,7 +6,7 @@
  */
 
 import { firstSentence } from './error_view.js';
-import { requireElement } from './form.js';
+import { requireElement } from './dom.js';
 import { formatBinaryBytes, formatBytes } from './format.js';
 
 /** @typedef {import('../../protocol.js').Capabilities} Capabilities */

@@ -6,7 +6,7 @@
  */
 
 import { KleinError } from '../../shared/errors.js';
-import { requireElement } from './form.js';
+import { requireElement } from './dom.js';
 import { formatBytes } from './format.js';
 
 /**

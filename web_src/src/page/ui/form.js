@@ -7,6 +7,7 @@
  */
 
 import { InputError } from '../../shared/errors.js';
+import { requireElement } from './dom.js';
 
 /** Values of the size `<select>` besides "custom". */
 export const SIZE_PRESETS = Object.freeze(['512x512', '768x768', '1024x1024']);
@@ -186,19 +187,6 @@ export function shareUrl(pageHref, values) {
     if (model !== null) url.searchParams.set('model', model);
     if (precision !== null) url.searchParams.set('precision', precision);
     return url.toString();
-}
-
-/**
- * @template {HTMLElement} T
- * @param {ParentNode} root
- * @param {string} id
- * @param {new (...args: any[]) => T} type
- * @returns {T}
- */
-export function requireElement(root, id, type) {
-    const element = root.querySelector(`#${id}`);
-    if (!(element instanceof type)) throw new Error(`index.html is missing #${id} (a ${type.name}).`);
-    return element;
 }
 
 /** The form's elements and the small amount of behaviour that belongs to them. */

@@ -5,7 +5,7 @@
  * @module page/ui/history
  */
 
-import { requireElement } from './form.js';
+import { requireElement } from './dom.js';
 
 /** Enough to find yesterday's image again; small thumbnails keep the whole store around 1-2 MB. */
 export const HISTORY_LIMIT = 50;

@@ -10,7 +10,7 @@
  */
 
 import { STAGES } from '../../protocol.js';
-import { requireElement } from './form.js';
+import { requireElement } from './dom.js';
 import { formatBytes, formatDuration, formatRate, formatSeconds } from './format.js';
 
 /** @typedef {import('../../protocol.js').Event} WorkerEvent */

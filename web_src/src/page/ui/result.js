@@ -7,7 +7,7 @@
  */
 
 import { addTextChunks } from '../../shared/png_text.js';
-import { requireElement } from './form.js';
+import { requireElement } from './dom.js';
 import { formatDuration } from './format.js';
 
 /** @typedef {import('../../protocol.js').GenerateResult} GenerateResult */
