@@ -301,9 +301,12 @@ def _release_torch(device: str) -> None:
 # 5. ONNX graphs: export with the converter's own exporters and precision rewrites.
 
 def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, folder: Path, *,
-                  precisions: Sequence[str], log: Log) -> dict[str, Path]:
+                  precisions: Sequence[str], log: Log, query_blocks: Sequence[int] = (1,)) -> dict[str, Path]:
     """Export one chain (or the VAE), built on the CPU with random weights, with the converter's own
-    write_graphs for each precision. Returns {graph variant (q4, q4f16, fp16, fp32): graph path}."""
+    write_graphs for each precision. Returns {graph variant (q4, q4f16, fp16, fp32): graph path}.
+    Besides the converter's graph (attention in query blocks sized for 2048^2), the transformer and VAE
+    are also exported with their attention in each of `query_blocks` blocks (1: unsplit), labelled with
+    `blocks_label`: what the split costs at sizes that would fit with fewer blocks."""
     from builder.convert import exporter, write_graphs
     from builder.onnx_graph import DEFAULT_DATA_FILE_CAP
 
@@ -316,11 +319,11 @@ def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, 
 
         module = (build_transformer(scale, layers, device="cpu") if component == "transformer"
                   else build_vae(scale, device="cpu"))
-        # The converter's graph (attention in query blocks sized for 2048^2) and the same graph with its
-        # attention in one block: what the split costs at sizes that would fit without it.
-        exports = {"": exporter(component, module),
-                   UNSPLIT: (lambda placement: export_transformer(module, query_blocks=1, placement=placement))
-                   if component == "transformer" else (lambda _placement: export_vae(module, query_blocks=1))}
+        exports = {"": exporter(component, module)}
+        for blocks in query_blocks:
+            exports[blocks_label(blocks)] = (
+                (lambda placement, n=blocks: export_transformer(module, query_blocks=n, placement=placement))
+                if component == "transformer" else (lambda _placement, n=blocks: export_vae(module, query_blocks=n)))
     paths: dict[str, Path] = {}
     for suffix, export in exports.items():
         for precision in precisions:
@@ -421,7 +424,8 @@ class GpuMemorySampler:
 
 
 def ort_worker(spec_path: Path) -> None:
-    """Subprocess body: time one graph on each input set of the spec and write the result JSON."""
+    """Subprocess body: time one graph on each input set of the spec and write the result JSON. With
+    spec["capture"], each input set is then timed again in a graph-capture session (`time_captured`)."""
     import numpy as np
     import onnxruntime as ort
 
@@ -445,6 +449,7 @@ def ort_worker(spec_path: Path) -> None:
         session = ort.InferenceSession(spec["graph"], providers=["CPUExecutionProvider"])
     load_s = time.perf_counter() - began
     results: dict[str, Any] = {}
+    plain_outputs: dict[str, Any] = {}
     for key, npz in spec["inputs"].items():
         with np.load(npz) as data:
             feeds = {name: data[name] for name in data.files}
@@ -461,12 +466,93 @@ def ort_worker(spec_path: Path) -> None:
             continue
         finite = bool(np.isfinite(outputs[0]).all())
         results[key] = {"median_ms": median_ms(samples), "samples_ms": samples, "finite": finite}
+        plain_outputs[key] = outputs
         np.save(f"{spec['outputs']}-{key}.npy", outputs[0])  # for the fast-vs-plain fidelity figures
     peak = sampler.stop()
     del session
+    capture_peak = None
+    if spec.get("capture"):
+        sampler = GpuMemorySampler()
+        for key, npz in spec["inputs"].items():
+            if key not in plain_outputs:
+                continue
+            with np.load(npz) as data:
+                feeds = {name: data[name] for name in data.files}
+            try:
+                results[key]["capture"] = time_captured(spec["graph"], feeds, plain_outputs[key],
+                                                        warmup=spec["warmup"], repeats=spec["repeats"])
+            except Exception as exc:  # noqa: BLE001 -- onnxruntime and the EP raise plain exceptions
+                results[key]["capture"] = {"error": str(exc).splitlines()[0][:300]}
+        capture_peak = sampler.stop()
     placement = node_placement(spec, options_factory=lambda: _ort_options(spec["provider"], fallback=bool(notes)))
     Path(spec["result"]).write_text(json.dumps({"results": results, "peak_bytes": peak, "load_s": load_s,
+                                                "capture_peak_bytes": capture_peak,
                                                 "notes": notes, "placement": placement}))
+
+
+def time_captured(graph: str, feeds: Mapping[str, Any], expected: Sequence[Any], *, warmup: int,
+                  repeats: int) -> dict[str, Any]:
+    """Time one graph in a WebGPU session with graph capture, as the app runs the denoising loop: inputs
+    live in GPU buffers, the first run records every kernel and later runs replay the recording without
+    the EP's per-kernel host work. Each timed run includes the read-back of the outputs (run() returns
+    before the GPU finishes when outputs stay on the device). The replayed outputs are compared with the
+    plain session's (`expected`): a capture that replays stale or wrong buffers must not pass as fast."""
+    import numpy as np
+    import onnxruntime as ort
+
+    device = _webgpu_device()
+    options = ort.SessionOptions()
+    options.add_provider_for_devices([device], {"enableGraphCapture": "1"})
+    # Pinning the symbolic dims lets onnxruntime fold the shape arithmetic into constants; otherwise it
+    # runs on the CPU EP with copies to the GPU, and a session with copies cannot capture.
+    for name, value in free_dimensions(graph, feeds).items():
+        options.add_free_dimension_override_by_name(name, value)
+    session = ort.InferenceSession(graph, sess_options=options)
+    memory = device.memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+    binding = session.io_binding()
+    keep = []  # the device values must outlive the binding
+    for name, array in feeds.items():
+        value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), array.dtype, memory_info=memory)
+        ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))], [value])
+        binding.bind_ortvalue_input(name, value)
+        keep.append(value)
+    for meta, array in zip(session.get_outputs(), expected):
+        value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), array.dtype, memory_info=memory)
+        binding.bind_ortvalue_output(meta.name, value)
+        keep.append(value)
+
+    def step() -> list[Any]:
+        session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()
+
+    began = time.perf_counter()
+    first = step()  # the normal run and the capture run
+    capture_ms = (time.perf_counter() - began) * 1000
+    for _ in range(warmup):
+        step()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        outputs = step()
+        samples.append((time.perf_counter() - start) * 1000)
+    diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+               for a, b in zip([*first, *outputs], [*expected, *expected]))
+    scale = max(float(np.max(np.abs(b))) for b in expected)
+    return {"median_ms": median_ms(samples), "samples_ms": samples, "first_run_ms": capture_ms,
+            "max_abs_diff_vs_plain": diff, "max_abs_plain": scale}
+
+
+def free_dimensions(graph: str, feeds: Mapping[str, Any]) -> dict[str, int]:
+    """{symbolic dim name: size} of the graph's inputs, read off the arrays that will be fed."""
+    import onnx
+
+    dims: dict[str, int] = {}
+    for value in onnx.load(graph, load_external_data=False).graph.input:
+        if value.name in feeds:
+            for dim, size in zip(value.type.tensor_type.shape.dim, feeds[value.name].shape):
+                if dim.dim_param:
+                    dims[dim.dim_param] = int(size)
+    return dims
 
 
 def _ort_options(provider: str, *, fallback: bool) -> Any:
@@ -529,11 +615,11 @@ def placement_text(placement: Mapping[str, Any] | None) -> str:
 
 
 def time_ort(graph: Path, inputs: Mapping[str, Path], *, provider: str, warmup: int, repeats: int,
-             timeout_s: float, workdir: Path) -> dict[str, Any]:
+             timeout_s: float, workdir: Path, capture: bool = False) -> dict[str, Any]:
     """Run `ort_worker` in a subprocess; a crash or timeout becomes {"error": ...} instead of ending the bench."""
     spec: dict[str, Any] = {"graph": str(graph), "inputs": {k: str(v) for k, v in inputs.items()}, "provider": provider,
             "warmup": warmup, "repeats": repeats, "result": str(workdir / f"result-{os.getpid()}.json"),
-            "outputs": str(graph.with_suffix(""))}
+            "outputs": str(graph.with_suffix("")), "capture": capture}
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec))
     Path(spec["result"]).unlink(missing_ok=True)
@@ -562,6 +648,7 @@ class BenchRun:
     timeout_s: float
     log: Log
     precisions: list[str] = field(default_factory=list)
+    query_blocks: tuple[int, ...] = (1,)
     raw: dict[str, Any] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
 
@@ -660,26 +747,35 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
     for chain in chains:
         began = time.monotonic()
         folder = workdir / f"{component}-{'-'.join(map(str, chain or ()))}"
-        graphs = export_graphs(scale, component, chain, folder, precisions=run.precisions, log=lambda _m: None)
+        graphs = export_graphs(scale, component, chain, folder, precisions=run.precisions, log=lambda _m: None,
+                               query_blocks=run.query_blocks)
         log(f"  {component} {chain or 'full'}: exported {', '.join(graphs)} in {time.monotonic() - began:.0f} s")
         for label, graph in graphs.items():
+            # The denoising loop is the one graph run many times at one shape: the app captures it.
+            capture = component == "transformer" and run.provider == "webgpu"
             result = time_ort(graph, npz, provider=run.provider, warmup=run.warmup, repeats=run.repeats,
-                              timeout_s=run.timeout_s, workdir=workdir)
+                              timeout_s=run.timeout_s, workdir=workdir, capture=capture)
             run.raw[f"ort {component} {label} {chain}"] = result
             if "error" in result:
                 log(f"  {component} {label} {chain}: onnxruntime failed: {result['error']}")
                 continue
-            for s in sizes:
-                measured = result["results"][str(s)]
-                if "median_ms" in measured:
-                    ort_times.setdefault((label, str(s)), {})[tuple(chain or ())] = measured["median_ms"]
-            ort_bytes.setdefault(label, {})[tuple(chain or ())] = graph_bytes(graph)
-            ort_peak[label] = (tuple(chain or ()), result.get("peak_bytes"))  # the last chain's peak
-            ort_place[label] = placement_text(result.get("placement"))
-            log(f"  {component} {label} {chain}: " + ", ".join(
-                f"{size_text[s]} " + (f"{m['median_ms']:.1f} ms" if "median_ms" in m else f"failed: {m['error']}")
-                for s in sizes for m in [result["results"][str(s)]]) + (f" [{'; '.join(result['notes'])}]"
-                                                                        if result.get("notes") else ""))
+            modes = {label: (lambda m: m, "peak_bytes")}
+            if capture:
+                modes[label + CAPTURE] = (lambda m: m.get("capture", {"error": "not run"}), "capture_peak_bytes")
+            for name, (pick, peak_key) in modes.items():
+                for s in sizes:
+                    measured = pick(result["results"][str(s)])
+                    if "median_ms" in measured:
+                        ort_times.setdefault((name, str(s)), {})[tuple(chain or ())] = measured["median_ms"]
+                ort_bytes.setdefault(name, {})[tuple(chain or ())] = graph_bytes(graph)
+                ort_peak[name] = (tuple(chain or ()), result.get(peak_key))  # the last chain's peak
+                ort_place[name] = placement_text(result.get("placement"))
+                log(f"  {component} {name} {chain}: " + ", ".join(
+                    f"{size_text[s]} " + (f"{m['median_ms']:.1f} ms" if "median_ms" in m else f"failed: {m['error']}")
+                    + (f" (replay vs plain max |diff| {m['max_abs_diff_vs_plain']:.2e} of {m['max_abs_plain']:.2e}, "
+                       f"first run {m['first_run_ms']:.0f} ms)" if "max_abs_diff_vs_plain" in m else "")
+                    for s in sizes for m in [pick(result["results"][str(s)])])
+                    + (f" [{'; '.join(result['notes'])}]" if result.get("notes") else ""))
         fidelity.update(fast_path_fidelity(graphs, sizes))
         run.raw[f"fidelity {component} {chain}"] = {f"{k[0]} {k[1]}": v for k, v in fidelity.items()}
         _release_files(folder)
@@ -736,8 +832,12 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
 
 # The fast variant and the plain variant it is checked against (same weights, same inputs).
 FAST_VARIANTS = {"q4f16": "q4", "fp16": "fp32"}
-# Label suffix of the graphs exported with the attention in one block (bench only).
-UNSPLIT = ", attention unsplit"
+def blocks_label(blocks: int) -> str:
+    """Label suffix of a graph exported with its attention in `blocks` query blocks (bench only)."""
+    return ", attention unsplit" if blocks == 1 else f", attention in {blocks} query blocks"
+
+# Label suffix of the transformer timed in a graph-capture session (the app's denoising loop).
+CAPTURE = ", graph capture"
 
 
 def fast_path_fidelity(graphs: Mapping[str, Path], sizes: Sequence[int | None]) -> dict[tuple[str, str], float]:
@@ -772,7 +872,7 @@ def _release_files(folder: Path) -> None:
 
 def main(out_dir: Path, *, log: Log, scale: str = "full", components: Sequence[str] = COMPONENTS,
          provider: str = "auto", warmup: int = 2, repeats: int = 5, timeout_s: float = 180.0,
-         workdir: Path | None = None) -> list[dict[str, Any]]:
+         workdir: Path | None = None, query_blocks: Sequence[int] = (1,)) -> list[dict[str, Any]]:
     """Run the benchmark; write OUT/bench.json and OUT/bench.md after every component; return the rows."""
     import torch
 
@@ -786,6 +886,8 @@ def main(out_dir: Path, *, log: Log, scale: str = "full", components: Sequence[s
         raise InputError(f"--components {','.join(components)}: choose from {', '.join(COMPONENTS)}.")
     if provider not in ("auto", "webgpu", "cpu"):
         raise InputError(f"--provider {provider!r}: use auto (WebGPU if an adapter exists, else CPU), webgpu or cpu.")
+    if any(n < 1 for n in query_blocks):
+        raise InputError(f"--query-blocks {','.join(map(str, query_blocks))}: block counts must be >= 1 (1 = unsplit).")
     if warmup < 0 or repeats < 1:
         raise InputError(f"--warmup {warmup} / --repeats {repeats}: need warmup >= 0 and repeats >= 1.")
     out_dir = Path(out_dir)
@@ -803,7 +905,8 @@ def main(out_dir: Path, *, log: Log, scale: str = "full", components: Sequence[s
         log("bench: no CUDA device; PyTorch runs float32 on the CPU (smoke test).")
     # A q4f16 repo holds the q4 graphs too (one quantisation for both); before q4f16 existed, q4 alone.
     precisions = ["q4f16"] if "q4f16" in PRECISIONS else ["q4"]
-    run = BenchRun(out_dir, SCALES[scale](), chosen, device, warmup, repeats, timeout_s, log, precisions)
+    run = BenchRun(out_dir, SCALES[scale](), chosen, device, warmup, repeats, timeout_s, log, precisions,
+                   tuple(query_blocks))
     env = environment(chosen, device, run.scale)
     log("bench: " + ", ".join(f"{k} {v}" for k, v in env.items()))
 
@@ -878,6 +981,8 @@ def _cli(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--query-blocks", default="1", help="extra attention splits to time besides the "
+                        "converter's, comma-separated (1 = unsplit; empty for none)")
     parser.add_argument("--browser-overhead", action="store_true")
     parser.add_argument("--ort-worker", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -892,7 +997,8 @@ def _cli(argv: Sequence[str] | None = None) -> None:
         browser_overhead(args.out, log=log)
         return
     main(args.out, log=log, scale=args.scale, components=[c for c in args.components.split(",") if c],
-         provider=args.provider, warmup=args.warmup, repeats=args.repeats, workdir=args.workdir)
+         provider=args.provider, warmup=args.warmup, repeats=args.repeats, workdir=args.workdir,
+         query_blocks=[int(n) for n in args.query_blocks.split(",") if n])
 
 
 if __name__ == "__main__":
