@@ -58,13 +58,42 @@ def query_blocks_for(*, heads: int, tokens: int, bytes_per_value: int = 4,
     return max(1, math.ceil(tokens / rows_that_fit))
 
 
+# The transformer gets one graph per size class, all sharing the same weight files, each with its
+# attention split just enough for images up to that side: every block costs six kernels, and on an H200
+# (scripts/attention_kernels.py, 1536 tokens = 512^2 px) one layer's attention took 6.3 ms in 52 blocks,
+# 2.9 ms in 16, 1.6 ms in 4 and 1.4 ms unsplit. The app runs the least-split graph that fits its size.
+SIZE_CLASS_SIDES = (512, 1024, MAX_IMAGE_SIDE)
+
+
+def size_classes(component: str, *, heads: int, budget: int = MAX_ATTENTION_BUFFER_BYTES) -> list[tuple[int, int]]:
+    """[(query blocks, longest attention in tokens whose score buffer fits `budget`)], most blocks first."""
+    blocks = sorted({query_blocks_for(heads=heads, tokens=max_attention_tokens(component, side=side), budget=budget)
+                     for side in SIZE_CLASS_SIDES}, reverse=True)
+    return [(n, max_tokens_for(heads=heads, query_blocks=n, budget=budget)) for n in blocks]
+
+
+def max_tokens_for(*, heads: int, query_blocks: int, budget: int = MAX_ATTENTION_BUFFER_BYTES,
+                   bytes_per_value: int = 4) -> int:
+    """The longest attention (tokens) whose largest score buffer in `query_blocks` blocks fits `budget`."""
+    low, high = 1, 1 << 20
+    while low < high:  # the buffer grows with the token count: binary search the last length that fits
+        middle = (low + high + 1) // 2
+        if largest_score_bytes(heads=heads, tokens=middle, query_blocks=query_blocks,
+                               bytes_per_value=bytes_per_value) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def largest_score_bytes(*, heads: int, tokens: int, query_blocks: int, bytes_per_value: int = 4) -> int:
     """Bytes of the largest score buffer of a chunked attention site (what the app checks, too)."""
     return heads * math.ceil(tokens / query_blocks) * tokens * bytes_per_value
 
 
-# Where a graph records its block count (read back by the converter for the manifest).
+# Where a graph records its block count (read back by the converter for the manifest) and its heads.
 METADATA_KEY = "klein_web.attention_query_blocks"
+HEADS_KEY = "klein_web.attention_heads"
 
 
 def apply_query_blocks(model: onnx.ModelProto, *, query_blocks: int, expected_sites: int) -> None:
@@ -83,10 +112,23 @@ def apply_query_blocks(model: onnx.ModelProto, *, query_blocks: int, expected_si
 
 def recorded_query_blocks(model: onnx.ModelProto) -> int:
     """The block count apply_query_blocks stored (1: attention not split, or a graph without attention)."""
-    for entry in model.metadata_props:
-        if entry.key == METADATA_KEY:
-            return int(entry.value)
-    return 1
+    return int(_metadata(model, METADATA_KEY) or 1)
+
+
+def record_heads(model: onnx.ModelProto, heads: int) -> None:
+    """Store the attention head count, which sizes the score buffers (read by `recorded_heads`)."""
+    model.metadata_props.add(key=HEADS_KEY, value=str(heads))
+
+
+def recorded_heads(model: onnx.ModelProto) -> int:
+    value = _metadata(model, HEADS_KEY)
+    if value is None:
+        raise ConversionError(f"The graph does not record its attention heads ({HEADS_KEY}); re-export it.")
+    return int(value)
+
+
+def _metadata(model: onnx.ModelProto, key: str) -> str | None:
+    return next((entry.value for entry in model.metadata_props if entry.key == key), None)
 
 
 def chunk_attention(model: onnx.ModelProto, *, query_blocks: int) -> int:
@@ -118,9 +160,9 @@ def chunk_attention(model: onnx.ModelProto, *, query_blocks: int) -> int:
 
     replaced: dict[int, list[onnx.NodeProto]] = {}
     removed: set[int] = set()
-    for index, (scores, scale_nodes, softmax, weighted) in enumerate(sites):
-        new_nodes = _blocked_site(graph, index, scores, scale_nodes, softmax, weighted, query_blocks)
-        for node in (scores, *scale_nodes, softmax):
+    for index, (scores, before, softmax, after, weighted) in enumerate(sites):
+        new_nodes = _blocked_site(graph, index, scores, before, softmax, after, weighted, query_blocks)
+        for node in (scores, *before, softmax, *after):
             removed.add(id(node))
         # The blocks go where the output MatMul was: q, k^T and v are all computed before it.
         replaced[id(weighted)] = new_nodes
@@ -137,29 +179,42 @@ def chunk_attention(model: onnx.ModelProto, *, query_blocks: int) -> int:
 
 def _match_site(softmax: onnx.NodeProto, producers: dict[str, onnx.NodeProto],
                 consumers: dict[str, list[onnx.NodeProto]], constants: set[str]) -> tuple | None:
-    """(scores MatMul, [scale nodes], Softmax, output MatMul) when `softmax` heads a plain attention site."""
+    """(scores MatMul, [nodes between it and the Softmax], Softmax, [nodes after it], output MatMul) when
+    `softmax` heads a plain attention site. Between the MatMuls only row-wise nodes are allowed: a scale
+    by a constant (Mul, Div) and Casts (the fp16 graphs run the Softmax in fp32)."""
     if softmax.op_type != "Softmax" or softmax.domain:
         return None
     axis = next((a.i for a in softmax.attribute if a.name == "axis"), -1)
     if axis != -1:
         return None
-    users = consumers.get(softmax.output[0], [])
-    if len(users) != 1 or users[0].op_type != "MatMul" or users[0].input[0] != softmax.output[0]:
-        return None
-    scale_nodes: list[onnx.NodeProto] = []
-    node = producers.get(softmax.input[0])
-    while node is not None and node.op_type in ("Mul", "Div") and len(consumers.get(node.output[0], [])) == 1:
-        if node.input[1] not in constants:  # only a constant scale commutes with slicing the rows
+    after: list[onnx.NodeProto] = []
+    node = softmax
+    while True:
+        users = consumers.get(node.output[0], [])
+        if len(users) != 1:
             return None
-        scale_nodes.insert(0, node)
+        if users[0].op_type == "Cast" and not after:
+            after.append(users[0])
+            node = users[0]
+            continue
+        break
+    if users[0].op_type != "MatMul" or users[0].input[0] != node.output[0]:
+        return None
+    before: list[onnx.NodeProto] = []
+    node = producers.get(softmax.input[0])
+    while node is not None and node.op_type in ("Mul", "Div", "Cast") and len(consumers.get(node.output[0], [])) == 1:
+        if node.op_type != "Cast" and node.input[1] not in constants:  # only a constant scale commutes with slicing
+            return None
+        before.insert(0, node)
         node = producers.get(node.input[0])
     if node is None or node.op_type != "MatMul" or len(consumers.get(node.output[0], [])) != 1:
         return None
-    return node, scale_nodes, softmax, users[0]
+    return node, before, softmax, after, users[0]
 
 
-def _blocked_site(graph: onnx.GraphProto, index: int, scores: onnx.NodeProto, scale_nodes: list[onnx.NodeProto],
-                  softmax: onnx.NodeProto, weighted: onnx.NodeProto, blocks: int) -> list[onnx.NodeProto]:
+def _blocked_site(graph: onnx.GraphProto, index: int, scores: onnx.NodeProto, before: list[onnx.NodeProto],
+                  softmax: onnx.NodeProto, after: list[onnx.NodeProto], weighted: onnx.NodeProto,
+                  blocks: int) -> list[onnx.NodeProto]:
     """The replacement nodes of one site; new constants are added to graph.initializer."""
     scope = softmax.name.rsplit("/", 1)[0] if "/" in softmax.name else ""
     prefix = f"{scope}/query_blocks"
@@ -186,6 +241,17 @@ def _blocked_site(graph: onnx.GraphProto, index: int, scores: onnx.NodeProto, sc
         bounds.append(bound)
     bounds.append(rows)
 
+    def _copy_chain(chain: list[onnx.NodeProto], current: str, tag: str, block: str) -> str:
+        """Copies of the row-wise nodes (scale, Cast) of one block, with their attributes; returns the last output."""
+        for k, original in enumerate(chain):
+            out = f"{tag}_{k}"
+            copy = helper.make_node(original.op_type, [current, *original.input[1:]], [out],
+                                    name=f"{block}/{original.op_type}_{'pre' if 'pre' in tag else 'post'}{k}")
+            copy.attribute.extend(original.attribute)
+            nodes.append(copy)
+            current = out
+        return current
+
     outputs = []
     for i in range(blocks):
         block = f"{prefix}/block_{i}"
@@ -194,13 +260,10 @@ def _blocked_site(graph: onnx.GraphProto, index: int, scores: onnx.NodeProto, sc
                                       name=f"{block}/Slice"))
         current = f"{tag}/scores"
         nodes.append(helper.make_node("MatMul", [f"{tag}/q", keys_t], [current], name=f"{block}/MatMul"))
-        for k, scale in enumerate(scale_nodes):
-            scaled = f"{tag}/scaled_{k}"
-            nodes.append(helper.make_node(scale.op_type, [current, scale.input[1]], [scaled],
-                                          name=f"{block}/{scale.op_type}_{k}"))
-            current = scaled
+        current = _copy_chain(before, current, f"{tag}/pre", block)
         nodes.append(helper.make_node("Softmax", [current], [f"{tag}/probs"], name=f"{block}/Softmax", axis=-1))
-        nodes.append(helper.make_node("MatMul", [f"{tag}/probs", values], [f"{tag}/out"], name=f"{block}/MatMul_1"))
+        current = _copy_chain(after, f"{tag}/probs", f"{tag}/post", block)
+        nodes.append(helper.make_node("MatMul", [current, values], [f"{tag}/out"], name=f"{block}/MatMul_1"))
         outputs.append(f"{tag}/out")
     nodes.append(helper.make_node("Concat", outputs, [weighted.output[0]], name=f"{prefix}/Concat", axis=-2))
     return nodes

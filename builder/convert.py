@@ -21,6 +21,7 @@ conversion never leaves a half-written repo.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import shutil
@@ -41,6 +42,7 @@ from builder.manifest import (
     MANIFEST_NAME,
     GraphEntry,
     Manifest,
+    atomic_write_bytes,
     describe_files,
     external_data_names,
     graph_path,
@@ -93,13 +95,15 @@ class SavedGraph:
     requires_f16: bool = False
     cpu_nodes_without_f16: tuple[str, ...] = ()
     attention_query_blocks: int = 1
+    attention_max_tokens: int | None = None
+    path: str | None = None  # default: graph_path(component, variant)
 
     def entry(self) -> GraphEntry:
         inputs, outputs = CONTRACT[self.component]
         return GraphEntry(
             component=self.component,
             variant=self.variant,
-            path=graph_path(self.component, self.variant),
+            path=self.path or graph_path(self.component, self.variant),
             external_data=list(self.data_files),
             precision=PRECISION_TEXT[(self.component, self.variant)],
             inputs=inputs,
@@ -107,6 +111,7 @@ class SavedGraph:
             requires_f16=self.requires_f16,
             cpu_nodes_without_f16=list(self.cpu_nodes_without_f16),
             attention_query_blocks=self.attention_query_blocks,
+            attention_max_tokens=self.attention_max_tokens,
         )
 
 
@@ -231,7 +236,8 @@ def exporter(component: str, module: Any) -> Export:
     if component == "transformer":
         from builder.export_transformer import export_transformer
 
-        return lambda placement: export_transformer(module, placement=placement)
+        # Unsplit: write_graphs writes one graph per size class from it (write_size_classes).
+        return lambda placement: export_transformer(module, query_blocks=1, placement=placement)
     from builder.export_vae import export_vae
 
     return lambda _placement: export_vae(module)
@@ -272,7 +278,7 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
     if precision == "fp32":
         log(f"{component}: exporting (fp32)")
         save("fp32", export(None))
-        return saved
+        return write_size_classes(saved, stage, log=log)
 
     log(f"{component}: exporting with q4 weights ({PRECISION_TEXT[(component, 'q4')]})")
     flags: dict[str, Any] = {}
@@ -298,7 +304,37 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
         # adapters without shader-f16 run it.
         log(f"{component}: q4f16 variant (fp16 activations and scales, accuracy_level 0)")
         save("q4f16", to_q4f16(onnx.load(str(q4))), requires_f16=True)
-    return saved
+    return write_size_classes(saved, stage, log=log)
+
+
+def write_size_classes(saved: list[SavedGraph], stage: Path, *, log: Callable[[str], None]) -> list[SavedGraph]:
+    """Replace each saved transformer graph (exported with its attention unsplit) by one graph per size
+    class (builder.attention.size_classes): the same weight files, the attention split just enough for
+    that class. The most-split one takes the main path, so a client that reads only the main graph can
+    run every size; the others are `<component>_<variant>.qb<N>.onnx`. Other components pass through."""
+    from builder.attention import apply_query_blocks, recorded_heads, size_classes
+
+    result = []
+    for graph in saved:
+        if graph.component != "transformer":
+            result.append(graph)
+            continue
+        main = stage / graph.entry().path
+        unsplit = onnx.load(str(main), load_external_data=False)  # the structure only: weights stay in the data files
+        sites = sum(node.op_type == "Softmax" for node in unsplit.graph.node)
+        for rank, (blocks, max_tokens) in enumerate(size_classes(graph.component, heads=recorded_heads(unsplit))):
+            path = graph.entry().path if rank == 0 else graph.entry().path.replace(".onnx", f".qb{blocks}.onnx")
+            model = onnx.ModelProto()
+            model.CopyFrom(unsplit)
+            apply_query_blocks(model, query_blocks=blocks, expected_sites=sites)
+            atomic_write_bytes(stage / path, model.SerializeToString())
+            verify_saved_graph(stage / path, graph.component)
+            result.append(dataclasses.replace(graph, path=path, attention_query_blocks=blocks,
+                                              attention_max_tokens=max_tokens))
+            log(f"  {path}: attention in {blocks} query block(s), up to {max_tokens} tokens "
+                f"({(stage / path).stat().st_size / 1e6:.1f} MB, weights shared)")
+        del unsplit
+    return result
 
 
 def text_encoder_from_config(folder: Path, *, num_layers: int) -> Any:

@@ -142,7 +142,7 @@ def export_transformer(transformer: nn.Module, *, query_blocks: int | None = Non
     The joint attention of every block is split into `query_blocks` blocks along the query axis
     (builder.attention); None picks the count that keeps each score buffer within budget at 2048^2 px.
     """
-    from builder.attention import apply_query_blocks, max_attention_tokens, query_blocks_for
+    from builder.attention import apply_query_blocks, max_attention_tokens, query_blocks_for, record_heads
 
     config = transformer.config
     if query_blocks is None:
@@ -162,6 +162,7 @@ def export_transformer(transformer: nn.Module, *, query_blocks: int | None = Non
         model = export_module(step, args, component="transformer", input_names=INPUT_NAMES,
                               output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES, placement=placement)
     apply_query_blocks(model, query_blocks=query_blocks, expected_sites=sites)
+    record_heads(model, config.num_attention_heads)
     return model
 
 

@@ -107,6 +107,11 @@ class GraphEntry:
     # The graph's attention runs in this many query blocks (builder.attention): its largest score buffer is
     # heads * ceil(tokens / blocks) * tokens values instead of heads * tokens^2. 1 = not split.
     attention_query_blocks: int = 1
+    # The longest attention (image + text tokens) this graph keeps within the converter's score-buffer budget
+    # (builder.attention). A transformer repo lists one graph per size class for a variant, all on the same
+    # weight files; the app runs the least-split one whose limit covers its size. None: not recorded (one
+    # graph for every size, like the seed repo's).
+    attention_max_tokens: int | None = None
 
     def files(self) -> list[str]:
         folder = self.path.rsplit("/", 1)[0]

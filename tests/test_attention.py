@@ -24,6 +24,7 @@ from builder.attention import (
     max_attention_tokens,
     query_blocks_for,
     recorded_query_blocks,
+    size_classes,
 )
 from builder.tiny import TRANSFORMER_CONFIG
 
@@ -88,21 +89,55 @@ def test_block_count_bounds_the_score_buffer_at_2048() -> None:
 
 
 def test_manifest_and_graphs_record_the_blocks(tiny_models: dict[str, Path]) -> None:
+    heads = TRANSFORMER_CONFIG["num_attention_heads"]
     expected = {"text_encoder": 1,
-                "transformer": query_blocks_for(heads=TRANSFORMER_CONFIG["num_attention_heads"],
-                                                tokens=max_attention_tokens("transformer")),
+                "transformer": query_blocks_for(heads=heads, tokens=max_attention_tokens("transformer")),
                 "vae_decoder": query_blocks_for(heads=1, tokens=max_attention_tokens("vae_decoder"))}
     assert expected["transformer"] > 1 and expected["vae_decoder"] > 1
     for name in ("q4", "fp32"):
         manifest = repo.load(tiny_models[name])
         for graph in manifest.graphs:
-            assert graph.attention_query_blocks == expected[graph.component], graph
             model = onnx.load(str(tiny_models[name] / graph.path), load_external_data=False)
-            assert recorded_query_blocks(model) == expected[graph.component]
+            assert recorded_query_blocks(model) == graph.attention_query_blocks
             softmaxes = sum(node.op_type == "Softmax" for node in model.graph.node)
             sites = {"text_encoder": 27, "transformer": 2, "vae_decoder": 1}[graph.component]
-            per_site = 1 if graph.component == "text_encoder" else expected[graph.component]
-            assert softmaxes == sites * per_site
+            assert softmaxes == sites * graph.attention_query_blocks
+        # The main graph of each component (the one a client reading only graph() gets) runs every size.
+        for component, blocks in expected.items():
+            for variant in manifest.variants(component):
+                assert manifest.graph(component, variant).attention_query_blocks == blocks
+
+
+def test_transformer_has_one_graph_per_size_class_on_shared_weights(tiny_models: dict[str, Path]) -> None:
+    heads = TRANSFORMER_CONFIG["num_attention_heads"]
+    manifest = repo.load(tiny_models["q4"])
+    graphs = [g for g in manifest.graphs if g.component == "transformer"]
+    assert [(g.attention_query_blocks, g.attention_max_tokens) for g in graphs] == size_classes("transformer", heads=heads)
+    assert len({tuple(g.external_data) for g in graphs}) == 1  # the weights are stored once
+    assert len({g.path for g in graphs}) == len(graphs)
+    for graph in graphs:
+        limit = graph.attention_max_tokens
+        assert largest_score_bytes(heads=heads, tokens=limit, query_blocks=graph.attention_query_blocks) <= MAX_ATTENTION_BUFFER_BYTES
+        assert largest_score_bytes(heads=heads, tokens=limit + 1, query_blocks=graph.attention_query_blocks) > MAX_ATTENTION_BUFFER_BYTES
+    # klein-4B: unsplit up to 512^2, 4 blocks up to 1024^2, 52 for 2048^2.
+    assert [blocks for blocks, _ in size_classes("transformer", heads=24)] == [52, 4, 1]
+    assert size_classes("transformer", heads=24)[1][1] >= max_attention_tokens("transformer", side=1024)
+
+
+def test_split_fp16_attention_with_casts_equals_unsplit(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    """The q4f16 graph runs Softmax in fp32 between Casts; splitting it keeps the Casts in every block."""
+    from builder.convert import convert
+
+    convert(tiny_models["diffusers"], tmp_path / "q4f16", precision="q4f16", log=lambda _m: None)
+    manifest = repo.load(tmp_path / "q4f16")
+    outputs = []
+    for graph in (g for g in manifest.graphs if g.component == "transformer" and g.variant == "q4f16"):
+        model = onnx.load(str(tmp_path / "q4f16" / graph.path), load_external_data=False)
+        casts = sum(node.op_type == "Cast" and "query_blocks/block_" in node.name for node in model.graph.node)
+        assert casts == (2 * 2 * graph.attention_query_blocks if graph.attention_query_blocks > 1 else 0)
+        outputs.append(session(tmp_path / "q4f16" / graph.path).run(None, transformer_feed(6, 5))[0])
+    assert len(outputs) == 2
+    np.testing.assert_allclose(outputs[0], outputs[1], rtol=0, atol=1e-3 * np.abs(outputs[1]).max())
 
 
 @pytest.mark.parametrize("h, w", [(4, 4), (3, 5), (32, 32)])
