@@ -167,7 +167,7 @@ def test_generation_shows_image_timings_and_tokens(generated: Generated, tiny_mo
     assert report["timings"]["total"] > 0
     assert report["graphs"]["transformer"]["ep"] == "webgpu"
     timings_text = page.inner_text("#timings")
-    for label in ("Download", "Denoise", "Decode", "Total", "Transformer", "fp32"):
+    for label in ("Download", "Denoise", "Decode", "Total", "Transformer", "fp32", "graph capture"):
         assert label in timings_text
 
     tokens = report["prompt"]["tokens"]

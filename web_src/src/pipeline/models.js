@@ -43,6 +43,7 @@ import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../store/manife
  * @property {Choice} choice
  * @property {number} generation  Gpu.generation the session was created on.
  * @property {number} lastUsed
+ * @property {string} dimsKey  The static dims it was created with ('' for none).
  */
 
 /**
@@ -71,9 +72,11 @@ const PREFERENCE_F32 = Object.freeze(['q4', 'fp32', 'q4f16', 'fp16']);
  * @param {Manifest} manifest
  * @param {{shaderF16: boolean}} gpu
  * @param {string | undefined} precision  A forced variant for the text encoder and the transformer.
+ * @param {number} [attentionTokens]  The transformer's joint attention length (image + text tokens) of this
+ *   generation: of a variant's graphs on the same weights, the least-split one sized for it runs.
  * @returns {{choices: Record<Component, Choice>, notes: string[]}}
  */
-export function chooseGraphs(manifest, { shaderF16 }, precision) {
+export function chooseGraphs(manifest, { shaderF16 }, precision, attentionTokens) {
     /** @type {string[]} */
     const notes = [];
     /** @param {string} component */
@@ -103,12 +106,30 @@ export function chooseGraphs(manifest, { shaderF16 }, precision) {
         } else {
             graph = pick(component, shaderF16 ? PREFERENCE_F16 : PREFERENCE_F32);
         }
+        if (attentionTokens !== undefined) graph = sizeClass(manifest, graph, attentionTokens);
         choices[component] = place(graph, manifest, shaderF16, notes);
     }
     // VAE: fp16 on WebGPU with shader-f16; else an fp32 graph on WebGPU; else fp16 on the wasm EP.
     const vaeOrder = shaderF16 && precision !== 'fp32' ? ['fp16', 'fp32'] : ['fp32', 'fp16'];
     choices.vae_decoder = place(pick('vae_decoder', vaeOrder), manifest, shaderF16, notes);
     return { choices: /** @type {Record<Component, Choice>} */ (choices), notes };
+}
+
+/**
+ * Of the graphs of `graph`'s component and variant (one per size class, sharing the weight files), the one
+ * whose attention is split into the fewest query blocks while its score buffers stay within the budget the
+ * converter sized it for at `tokens`. Each query block costs kernels, so a small image runs much faster
+ * unsplit than in the blocks a 2048^2 image needs. Graphs without a recorded limit serve every size.
+ * @param {Manifest} manifest
+ * @param {GraphEntry} graph  The variant's main graph (listed first; it runs every size).
+ * @param {number} tokens
+ * @returns {GraphEntry}
+ */
+export function sizeClass(manifest, graph, tokens) {
+    const fitting = manifest.graphs.filter((g) => g.component === graph.component && g.variant === graph.variant &&
+        (g.attentionMaxTokens === null || g.attentionMaxTokens >= tokens));
+    fitting.sort((a, b) => a.attentionQueryBlocks - b.attentionQueryBlocks);
+    return fitting[0] ?? graph;
 }
 
 /**
@@ -221,16 +242,18 @@ export class Models {
         /** @type {Map<string, any>} derived objects (the tokenizer) of the current model */
         this.memos = new Map();
         this.budget = memoryBudget();
+        /** @type {Map<Component, string>} whether the last session of a component captured its kernels */
+        this.captureState = new Map();
     }
 
     /**
      * Stage 2 "download": open the store of `modelBase`, read the manifest, choose the graphs for this
      * adapter, and download the files that are not complete in the store yet.
-     * @param {{modelBase: string, precision?: string, width: number, height: number}} params
+     * @param {{modelBase: string, precision?: string, width: number, height: number, attentionTokens?: number}} params
      * @param {{signal?: AbortSignal, onProgress?: (p: import('../protocol.js').DownloadProgress) => void}} options
      * @returns {Promise<{notes: string[], downloadedBytes: number}>}
      */
-    async prepare({ modelBase, precision, width, height }, { signal, onProgress }) {
+    async prepare({ modelBase, precision, width, height, attentionTokens }, { signal, onProgress }) {
         if (!this.store || this.store.modelBase !== modelBase) {
             await this.releaseAll();
             this.prompts.clear();
@@ -239,7 +262,7 @@ export class Models {
         }
         const info = await this.gpu.getInfo();
         const manifest = await this.store.loadManifest({ signal });
-        const { choices, notes } = chooseGraphs(manifest, info, precision);
+        const { choices, notes } = chooseGraphs(manifest, info, precision, attentionTokens);
         checkDecodeFits(choices.vae_decoder, { width, height }, info);
         if (info.software) notes.push(`The GPU adapter is a software renderer (${info.adapter.architecture || info.adapter.description || 'fallback'}): it works, but very slowly.`);
         // A re-converted repository (other sizes) invalidates the loaded sessions and derived objects.
@@ -275,7 +298,14 @@ export class Models {
      */
     describe() {
         const choices = this.requireChoices();
-        return Object.fromEntries(Object.entries(choices).map(([c, choice]) => [c, { variant: choice.graph.variant, ep: choice.ep }]));
+        return Object.fromEntries(Object.entries(choices).map(([c, choice]) => {
+            const blocks = choice.graph.attentionQueryBlocks;
+            const how = [];
+            if (c !== 'text_encoder') how.push(blocks > 1 ? `attention in ${blocks} query blocks` : 'attention unsplit');
+            const capture = this.captureState.get(/** @type {Component} */ (c));
+            if (capture) how.push(capture);
+            return [c, { variant: choice.graph.variant, ep: choice.ep, detail: how.join(', ') }];
+        }));
     }
 
     /** @returns {Record<Component, Choice>} */
@@ -345,15 +375,16 @@ export class Models {
      * Stage 3 "load": create the sessions in `components` order while they all fit the memory budget;
      * the first is always loaded, later ones that do not fit are loaded when their stage comes.
      * @param {Component[]} components
-     * @param {{meter: Meter, signal?: AbortSignal}} options
+     * @param {{meter: Meter, signal?: AbortSignal, dims?: Partial<Record<Component, Record<string, number>>>}} options
+     *   `dims`: the static dims each session will run at (see session()).
      */
-    async preload(components, { meter, signal }) {
+    async preload(components, { meter, signal, dims = {} }) {
         const choices = this.requireChoices();
         let planned = 0;
         for (const [i, component] of components.entries()) {
             planned += choices[component].bytes;
             if (i > 0 && planned > this.budget) break;
-            await this.session(component, { meter, signal });
+            await this.session(component, { meter, signal, dims: dims[component] });
         }
     }
 
@@ -361,14 +392,20 @@ export class Models {
      * The session of `component`, created if needed (after releasing least recently used sessions
      * until it fits the budget).
      * @param {Component} component
-     * @param {{meter: Meter, signal?: AbortSignal}} options
+     * @param {{meter: Meter, signal?: AbortSignal, dims?: Record<string, number>}} options  `dims`: symbolic
+     *   input dims every run of this session will have (the transformer's img_seq and txt_seq in a denoising
+     *   loop). Pinned, the session captures its kernels on WebGPU (runtime/ort.js); other dims need a new one.
      * @returns {Promise<import('../runtime/ort.js').Session>}
      */
-    async session(component, { meter, signal }) {
+    async session(component, { meter, signal, dims }) {
         const choice = this.requireChoices()[component];
         const existing = this.loaded.get(component);
+        const dimsKey = dims ? JSON.stringify(Object.entries(dims).sort()) : '';
         if (existing && existing.choice.ep === 'webgpu' && (existing.generation !== this.gpu.generation || this.gpu.lost)) {
             // Created on a device that has since been lost: its buffers are gone.
+            await this.unload(component);
+        } else if (existing && existing.dimsKey !== dimsKey) {
+            // Pinned to other dims (another image size): its kernels were captured for those.
             await this.unload(component);
         } else if (existing) {
             existing.lastUsed = performance.now();
@@ -387,13 +424,18 @@ export class Models {
             // Exactly the external-data entries the graph stores, by bare name, as bytes from the store.
             const externalData = [];
             for (const [i, path] of dataPaths.entries()) externalData.push({ path: choice.graph.externalData[i], data: await store.read(path) });
-            session = await createSession(graphBytes, externalData, { ep: choice.ep, device, forceCpuNodeNames: choice.forceCpuNodeNames });
+            session = await createSession(graphBytes, externalData, {
+                ep: choice.ep, device, forceCpuNodeNames: choice.forceCpuNodeNames, staticDims: dims,
+            });
         } catch (err) {
             throw runtimeError(err, this.gpu, what);
         } finally {
             meter.loadMs += performance.now() - started;
         }
-        this.loaded.set(component, { session, choice, generation: this.gpu.generation, lastUsed: performance.now() });
+        this.loaded.set(component, { session, choice, generation: this.gpu.generation, lastUsed: performance.now(), dimsKey });
+        if (session.capture) this.captureState.set(component, 'graph capture');
+        else if (session.captureRefused) this.captureState.set(component, `no graph capture (${session.captureRefused.slice(0, 160)})`);
+        else this.captureState.delete(component);
         return session;
     }
 

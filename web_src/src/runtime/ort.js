@@ -5,7 +5,8 @@
  * JSEP kernels silently return zeros for fp16 graphs on adapters without shader-f16.
  *
  * Everything else talks to four functions: configureOrt, createSession, run, release, plus the
- * tensor helpers float32 / int64.
+ * tensor helpers float32 / int64. A session created with `staticDims` on WebGPU captures its kernels
+ * (see SessionOptions); `run` hides the difference.
  * @module runtime/ort
  */
 
@@ -22,6 +23,11 @@ import * as ort from 'onnxruntime-web/webgpu';
  * @property {'webgpu' | 'wasm'} ep
  * @property {GPUDevice} [device]                 Required for 'webgpu': the shared device (runtime/gpu.js).
  * @property {readonly string[]} [forceCpuNodeNames]  Nodes to keep on the CPU (fp16 ops without shader-f16).
+ * @property {Record<string, number>} [staticDims]  Symbolic input dims to pin (ORT freeDimensionOverrides), for
+ *   a graph run many times at one shape (the denoising loop). Pinned, onnxruntime folds the shape arithmetic
+ *   into constants, and on WebGPU the session captures: its first run records every kernel and later runs
+ *   replay the recording without the EP's per-kernel host work (on an H200, 52 -> 16 kernels' worth of host
+ *   time: see README "Where the time goes"). Every run must then have exactly these dims.
  */
 
 /**
@@ -30,6 +36,15 @@ import * as ort from 'onnxruntime-web/webgpu';
  * @property {'webgpu' | 'wasm'} ep
  * @property {string[]} inputNames
  * @property {string[]} outputNames
+ * @property {Capture | null} capture  Set when the session replays captured kernels.
+ * @property {string | null} captureRefused  Why a session asked to capture does not (onnxruntime's message).
+ */
+
+/**
+ * @typedef {Object} Capture  The GPU buffers a capturing session's inputs live in (captured kernels read
+ *   them at fixed addresses, so each run writes new values into the same buffers).
+ * @property {GPUDevice} device
+ * @property {Map<string, {buffer: GPUBuffer, tensor: import('onnxruntime-web').Tensor, dims: string}>} inputs
  */
 
 /**
@@ -75,7 +90,7 @@ export function configureOrt({ wasmPaths, threads = ortThreads() }) {
  * @param {SessionOptions} options
  * @returns {Promise<Session>}
  */
-export async function createSession(graphBytes, externalData, { ep, device, forceCpuNodeNames }) {
+export async function createSession(graphBytes, externalData, { ep, device, forceCpuNodeNames, staticDims }) {
     /** @type {import('onnxruntime-web').InferenceSession.SessionOptions} */
     const options = {
         externalData: externalData.map((file) => ({ path: file.path, data: file.data })),
@@ -98,8 +113,60 @@ export async function createSession(graphBytes, externalData, { ep, device, forc
     } else {
         throw new TypeError(`createSession: ep must be 'webgpu' or 'wasm', got ${JSON.stringify(ep)}.`);
     }
+    if (staticDims) options.freeDimensionOverrides = { ...staticDims };
+    const names = (/** @type {import('onnxruntime-web').InferenceSession} */ inner) => ({
+        inputNames: [...inner.inputNames],
+        outputNames: [...inner.outputNames],
+    });
+    if (ep === 'webgpu' && device && staticDims) {
+        try {
+            const inner = await ort.InferenceSession.create(graphBytes, {
+                ...options,
+                enableGraphCapture: true,
+                preferredOutputLocation: 'gpu-buffer', // capture needs every output on the GPU
+            });
+            return { inner, ep, ...names(inner), capture: { device, inputs: new Map() }, captureRefused: null };
+        } catch (err) {
+            // onnxruntime refuses to capture a graph with nodes on the CPU that need copies (a graph whose
+            // dims it cannot pin, e.g.): run it uncaptured, slower but the same result.
+            const message = err instanceof Error ? err.message : String(err);
+            if (!/graph capture/i.test(message)) throw err;
+            const inner = await ort.InferenceSession.create(graphBytes, options);
+            return { inner, ep, ...names(inner), capture: null, captureRefused: message };
+        }
+    }
     const inner = await ort.InferenceSession.create(graphBytes, options);
-    return { inner, ep, inputNames: [...inner.inputNames], outputNames: [...inner.outputNames] };
+    return { inner, ep, ...names(inner), capture: null, captureRefused: null };
+}
+
+/**
+ * The GPU-resident feeds of a capturing session: each CPU tensor's values are written into the buffer its
+ * input got on the first run.
+ * @param {Capture} capture
+ * @param {Record<string, import('onnxruntime-web').Tensor>} feeds
+ * @returns {Record<string, import('onnxruntime-web').Tensor>}
+ */
+function captureFeeds(capture, feeds) {
+    /** @type {Record<string, import('onnxruntime-web').Tensor>} */
+    const onDevice = {};
+    for (const [name, tensor] of Object.entries(feeds)) {
+        const data = /** @type {ArrayBufferView} */ (tensor.data);
+        const dims = tensor.dims.join('x');
+        let input = capture.inputs.get(name);
+        if (!input) {
+            const buffer = capture.device.createBuffer({
+                size: Math.ceil(data.byteLength / 16) * 16,
+                usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
+            });
+            input = { buffer, tensor: ort.Tensor.fromGpuBuffer(buffer, { dataType: /** @type {any} */ (tensor.type), dims: tensor.dims }), dims };
+            capture.inputs.set(name, input);
+        } else if (input.dims !== dims) {
+            throw new TypeError(`A captured session was run with ${name} of dims ${dims}; it captured ${input.dims}. Create a new session for new dims.`);
+        }
+        capture.device.queue.writeBuffer(input.buffer, 0, data.buffer, data.byteOffset, data.byteLength);
+        onDevice[name] = input.tensor;
+    }
+    return onDevice;
 }
 
 /**
@@ -109,14 +176,15 @@ export async function createSession(graphBytes, externalData, { ep, device, forc
  * @returns {Promise<Record<string, HostTensor>>}
  */
 export async function run(session, feeds) {
-    const outputs = await session.inner.run(feeds);
+    const outputs = await session.inner.run(session.capture ? captureFeeds(session.capture, feeds) : feeds);
     /** @type {Record<string, HostTensor>} */
     const host = {};
     for (const [name, tensor] of Object.entries(outputs)) {
-        // getData() downloads GPU-located outputs; CPU outputs are returned as they are.
-        const data = await tensor.getData(true);
+        // getData() downloads GPU-located outputs; CPU outputs are returned as they are. A captured
+        // session's output buffers belong to its recording: copy them, never release or dispose them.
+        const data = await tensor.getData(!session.capture);
         host[name] = { type: tensor.type, dims: [...tensor.dims], data };
-        tensor.dispose();
+        if (!session.capture) tensor.dispose();
     }
     return host;
 }
@@ -127,7 +195,12 @@ export async function run(session, feeds) {
  * @returns {Promise<void>}
  */
 export async function release(session) {
-    await session.inner.release();
+    try {
+        await session.inner.release();
+    } finally {
+        for (const input of session.capture?.inputs.values() ?? []) input.buffer.destroy();
+        session.capture?.inputs.clear();
+    }
 }
 
 /**

@@ -28,6 +28,8 @@ export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
  * @property {boolean} requiresF16         The WebGPU EP needs shader-f16 for some node.
  * @property {string[]} cpuNodesWithoutF16 Nodes to force onto the CPU when the adapter lacks shader-f16.
  * @property {number} attentionQueryBlocks Attention runs in this many query blocks (1 = one score matrix).
+ * @property {number | null} attentionMaxTokens  The longest attention (image + text tokens) the converter sized
+ *   this graph for; a transformer variant may have one graph per size class on the same weights. null: any size.
  */
 
 /**
@@ -91,6 +93,7 @@ export function seedManifest(modelBase, { chatTemplate = false } = {}) {
         // encoder goes to the wasm EP instead (pipeline/models.js).
         cpuNodesWithoutF16: [],
         attentionQueryBlocks: 1,
+        attentionMaxTokens: null,
     }));
     /** @type {Manifest['files']} */
     const files = {};
@@ -216,7 +219,14 @@ export function parseManifest(json, modelBase) {
             requiresF16: Boolean(g.requires_f16),
             cpuNodesWithoutF16: Array.isArray(g.cpu_nodes_without_f16) ? g.cpu_nodes_without_f16.map(String) : [],
             attentionQueryBlocks: 1,
+            /** @type {number | null} */ attentionMaxTokens: null,
         };
+        if (g.attention_max_tokens !== undefined && g.attention_max_tokens !== null) {
+            if (!Number.isSafeInteger(g.attention_max_tokens) || g.attention_max_tokens < 1) {
+                bad(`graphs[${i}].attention_max_tokens must be a positive integer or null`);
+            }
+            entry.attentionMaxTokens = g.attention_max_tokens;
+        }
         if (g.attention_query_blocks !== undefined) {
             if (!Number.isSafeInteger(g.attention_query_blocks) || g.attention_query_blocks < 1) {
                 bad(`graphs[${i}].attention_query_blocks must be a positive integer`);

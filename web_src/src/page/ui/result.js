@@ -208,7 +208,7 @@ export class ResultView {
         const graphTable = document.createElement('table');
         graphTable.append(cell('caption', 'What ran where'));
         const head = document.createElement('tr');
-        head.append(cell('th', 'Component'), cell('th', 'Variant'), cell('th', 'Runs on'));
+        head.append(cell('th', 'Component'), cell('th', 'Variant'), cell('th', 'Runs on'), cell('th', 'How'));
         const graphHead = document.createElement('thead');
         graphHead.append(head);
         const graphBody = document.createElement('tbody');
@@ -219,6 +219,7 @@ export class ResultView {
                 cell('th', /** @type {Record<string, string>} */ (COMPONENT_NAMES)[component] ?? component),
                 cell('td', graph.variant),
                 cell('td', ep),
+                cell('td', graph.detail ?? ''),
             );
             graphBody.append(row);
         }
