@@ -62,7 +62,7 @@ def query_blocks_for(*, heads: int, tokens: int, bytes_per_value: int = 4,
 # attention split just enough for images up to that side: every block costs six kernels, and on an H200
 # (scripts/attention_kernels.py, 1536 tokens = 512^2 px) one layer's attention took 6.3 ms in 52 blocks,
 # 2.9 ms in 16, 1.6 ms in 4 and 1.4 ms unsplit. The app runs the least-split graph that fits its size.
-SIZE_CLASS_SIDES = (512, 1024, MAX_IMAGE_SIDE)
+SIZE_CLASS_SIDES = (512, 1024, 1536, MAX_IMAGE_SIDE)
 
 
 def size_classes(component: str, *, heads: int, budget: int = MAX_ATTENTION_BUFFER_BYTES) -> list[tuple[int, int]]:

@@ -301,12 +301,11 @@ def _release_torch(device: str) -> None:
 # 5. ONNX graphs: export with the converter's own exporters and precision rewrites.
 
 def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, folder: Path, *,
-                  precisions: Sequence[str], log: Log, query_blocks: Sequence[int] = (1,)) -> dict[str, Path]:
+                  precisions: Sequence[str], log: Log) -> dict[str, Path]:
     """Export one chain (or the VAE), built on the CPU with random weights, with the converter's own
-    write_graphs for each precision. Returns {graph variant (q4, q4f16, fp16, fp32): graph path}.
-    Besides the converter's graph (attention in query blocks sized for 2048^2), the transformer and VAE
-    are also exported with their attention in each of `query_blocks` blocks (1: unsplit), labelled with
-    `blocks_label`: what the split costs at sizes that would fit with fewer blocks."""
+    write_graphs for each precision. Returns {label: graph path}; the label is the variant (q4, q4f16,
+    fp16, fp32), for the transformer plus its attention split (one graph per size class, as the converter
+    writes them), and for the VAE also an unsplit copy: what the split costs at sizes that fit without it."""
     from builder.convert import exporter, write_graphs
     from builder.onnx_graph import DEFAULT_DATA_FILE_CAP
 
@@ -314,26 +313,46 @@ def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, 
         causal_lm = build_text_encoder(scale, layers[0], device="cpu")
         exports = {"": lambda placement: export_text_chain(causal_lm, layers[0], placement=placement)}
     else:
-        from builder.export_transformer import export_transformer
         from builder.export_vae import export_vae
 
         module = (build_transformer(scale, layers, device="cpu") if component == "transformer"
                   else build_vae(scale, device="cpu"))
         exports = {"": exporter(component, module)}
-        for blocks in query_blocks:
-            exports[blocks_label(blocks)] = (
-                (lambda placement, n=blocks: export_transformer(module, query_blocks=n, placement=placement))
-                if component == "transformer" else (lambda _placement, n=blocks: export_vae(module, query_blocks=n)))
+        if component == "vae_decoder":
+            exports[blocks_label(1)] = lambda _placement: export_vae(module, query_blocks=1)
     paths: dict[str, Path] = {}
     for suffix, export in exports.items():
         for precision in precisions:
             stage = folder / f"{precision}{suffix.replace(' ', '-').replace(',', '')}"
             for graph in write_graphs(export, component, precision, stage, max_data_file_bytes=DEFAULT_DATA_FILE_CAP,
                                       log=log):
+                entry = graph.entry()
+                split = blocks_label(entry.attention_query_blocks) if component == "transformer" else suffix
                 # q4f16 repos hold the q4 graph too: time each variant once.
-                paths.setdefault(graph.variant + suffix, stage / graph.entry().path)
+                paths.setdefault(graph.variant + split, stage / entry.path)
     gc.collect()
     return paths
+
+
+def timed_transformers(scale: Scale, sizes: Sequence[int | None], graphs: Mapping[str, Path]) -> set[str]:
+    """The transformer graphs worth a device's time: each variant's main graph (every size) and the ones
+    the app runs at the bench's sizes; the other size classes only serve sizes the bench does not time."""
+    from builder.attention import size_classes
+
+    most = size_classes("transformer", heads=int(scale.transformer["num_attention_heads"]))[0][0]
+    variants = {label.split(",")[0] for label in graphs}
+    return {v + blocks_label(most) for v in variants} | {app_choice(scale, s, v) for v in variants for s in sizes}
+
+
+def app_choice(scale: Scale, size: int | None, variant: str) -> str:
+    """The label of the transformer graph the app runs at size x size (models.sizeClass): the least-split
+    graph of the variant whose attention limit covers the image and text tokens."""
+    from builder.attention import size_classes
+
+    tokens = (int(size or 0) // 16) ** 2 + scale.txt_seq
+    classes = size_classes("transformer", heads=int(scale.transformer["num_attention_heads"]))
+    blocks = min((n for n, limit in classes if limit >= tokens), default=classes[0][0])
+    return variant + blocks_label(blocks)
 
 
 def export_text_chain(causal_lm: Any, layers: int, *, placement: Any = None) -> Any:
@@ -648,7 +667,6 @@ class BenchRun:
     timeout_s: float
     log: Log
     precisions: list[str] = field(default_factory=list)
-    query_blocks: tuple[int, ...] = (1,)
     raw: dict[str, Any] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
 
@@ -677,7 +695,8 @@ def fidelity_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         return []
     return ["", ("Fast path vs plain variant, same weights and inputs (relative L2 error of the output, on the "
                  "largest graph timed):"),
-            *(f"- {row['component']} {row['size']}: {row['variant']} vs {FAST_VARIANTS[row['variant']]} "
+            *(f"- {row['component']} {row['size']}: {row['variant']} vs "
+              f"{FAST_VARIANTS[row['variant'].split(',')[0]]}{row['variant'][len(row['variant'].split(',')[0]):]} "
               f"{row['rel_err_vs_plain']:.2e}" for row in found)]
 
 
@@ -747,10 +766,11 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
     for chain in chains:
         began = time.monotonic()
         folder = workdir / f"{component}-{'-'.join(map(str, chain or ()))}"
-        graphs = export_graphs(scale, component, chain, folder, precisions=run.precisions, log=lambda _m: None,
-                               query_blocks=run.query_blocks)
+        graphs = export_graphs(scale, component, chain, folder, precisions=run.precisions, log=lambda _m: None)
         log(f"  {component} {chain or 'full'}: exported {', '.join(graphs)} in {time.monotonic() - began:.0f} s")
         for label, graph in graphs.items():
+            if component == "transformer" and label not in timed_transformers(scale, sizes, graphs):
+                continue
             # The denoising loop is the one graph run many times at one shape: the app captures it.
             capture = component == "transformer" and run.provider == "webgpu"
             result = time_ort(graph, npz, provider=run.provider, warmup=run.warmup, repeats=run.repeats,
@@ -827,6 +847,9 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
             row["per_layer_ms"] = coef[1:]
         if (label, key) in fidelity:
             row["rel_err_vs_plain"] = fidelity[(label, key)]
+        if component == "transformer" and label == app_choice(scale, size, label.split(",")[0]) + CAPTURE:
+            row["app_path"] = True
+            row["method"] = "**what the app runs at this size**; " + row.get("method", "")
         run.rows.append(row)
 
 
@@ -845,8 +868,10 @@ def fast_path_fidelity(graphs: Mapping[str, Path], sizes: Sequence[int | None]) 
     import numpy as np
 
     errors: dict[tuple[str, str], float] = {}
-    for fast, plain in FAST_VARIANTS.items():
-        if fast not in graphs or plain not in graphs:
+    for fast in graphs:
+        variant, comma, split = fast.partition(",")
+        plain = FAST_VARIANTS.get(variant, "") + comma + split  # the same split of the plain variant
+        if variant not in FAST_VARIANTS or plain not in graphs:
             continue
         for size in sizes:
             paths = [Path(f"{graphs[v].with_suffix('')}-{size}.npy") for v in (fast, plain)]
@@ -872,7 +897,7 @@ def _release_files(folder: Path) -> None:
 
 def main(out_dir: Path, *, log: Log, scale: str = "full", components: Sequence[str] = COMPONENTS,
          provider: str = "auto", warmup: int = 2, repeats: int = 5, timeout_s: float = 180.0,
-         workdir: Path | None = None, query_blocks: Sequence[int] = (1,)) -> list[dict[str, Any]]:
+         workdir: Path | None = None) -> list[dict[str, Any]]:
     """Run the benchmark; write OUT/bench.json and OUT/bench.md after every component; return the rows."""
     import torch
 
@@ -886,8 +911,6 @@ def main(out_dir: Path, *, log: Log, scale: str = "full", components: Sequence[s
         raise InputError(f"--components {','.join(components)}: choose from {', '.join(COMPONENTS)}.")
     if provider not in ("auto", "webgpu", "cpu"):
         raise InputError(f"--provider {provider!r}: use auto (WebGPU if an adapter exists, else CPU), webgpu or cpu.")
-    if any(n < 1 for n in query_blocks):
-        raise InputError(f"--query-blocks {','.join(map(str, query_blocks))}: block counts must be >= 1 (1 = unsplit).")
     if warmup < 0 or repeats < 1:
         raise InputError(f"--warmup {warmup} / --repeats {repeats}: need warmup >= 0 and repeats >= 1.")
     out_dir = Path(out_dir)
@@ -905,8 +928,7 @@ def main(out_dir: Path, *, log: Log, scale: str = "full", components: Sequence[s
         log("bench: no CUDA device; PyTorch runs float32 on the CPU (smoke test).")
     # A q4f16 repo holds the q4 graphs too (one quantisation for both); before q4f16 existed, q4 alone.
     precisions = ["q4f16"] if "q4f16" in PRECISIONS else ["q4"]
-    run = BenchRun(out_dir, SCALES[scale](), chosen, device, warmup, repeats, timeout_s, log, precisions,
-                   tuple(query_blocks))
+    run = BenchRun(out_dir, SCALES[scale](), chosen, device, warmup, repeats, timeout_s, log, precisions)
     env = environment(chosen, device, run.scale)
     log("bench: " + ", ".join(f"{k} {v}" for k, v in env.items()))
 
@@ -981,8 +1003,6 @@ def _cli(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--query-blocks", default="1", help="extra attention splits to time besides the "
-                        "converter's, comma-separated (1 = unsplit; empty for none)")
     parser.add_argument("--browser-overhead", action="store_true")
     parser.add_argument("--ort-worker", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -997,8 +1017,7 @@ def _cli(argv: Sequence[str] | None = None) -> None:
         browser_overhead(args.out, log=log)
         return
     main(args.out, log=log, scale=args.scale, components=[c for c in args.components.split(",") if c],
-         provider=args.provider, warmup=args.warmup, repeats=args.repeats, workdir=args.workdir,
-         query_blocks=[int(n) for n in args.query_blocks.split(",") if n])
+         provider=args.provider, warmup=args.warmup, repeats=args.repeats, workdir=args.workdir)
 
 
 if __name__ == "__main__":

@@ -177,12 +177,10 @@ def regress(**options: object) -> None:
 @click.option("--warmup", default=2, show_default=True, type=int)
 @click.option("--repeats", default=5, show_default=True, type=int, help="Timed runs; the median is reported.")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None, help="Where the ONNX graphs are built.")
-@click.option("--query-blocks", default="1", show_default=True,
-              help="Extra attention splits to time besides the converter's, comma-separated (1 = unsplit).")
 @click.option("--browser-overhead", is_flag=True,
               help="Instead: the app's time outside session.run on make-tiny at 512x512 (headless Chromium).")
 def bench(out_dir: Path, scale: str, components: str, provider: str, warmup: int, repeats: int,
-          workdir: Path | None, query_blocks: str, browser_overhead: bool) -> None:
+          workdir: Path | None, browser_overhead: bool) -> None:
     """GPU benchmark: WebGPU EP vs PyTorch bf16 on a full-size random-weight klein."""
     from builder import bench as benchmark
 
@@ -190,5 +188,4 @@ def bench(out_dir: Path, scale: str, components: str, provider: str, warmup: int
         benchmark.browser_overhead(out_dir, log=log)
         return
     benchmark.main(out_dir, log=log, scale=scale, components=[c for c in components.split(",") if c],
-                   provider=provider, warmup=warmup, repeats=repeats, workdir=workdir,
-                   query_blocks=[int(n) for n in query_blocks.split(",") if n.strip()])
+                   provider=provider, warmup=warmup, repeats=repeats, workdir=workdir)

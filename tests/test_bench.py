@@ -138,12 +138,20 @@ def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path) -> None:
     for variant in ("fp16", "fp32"):
         row = by_key[("vae_decoder", "128x128", variant)]
         assert row["ort_ms"] > 0 and row["torch_ms"] > 0 and row["method"].startswith("full graph")
+    # The transformer: the converter's main graph (most query blocks) and the app's graph at each size.
+    scale = bench.tiny_scale()
+    main = "q4" + bench.blocks_label(5)
     for size in ("128x128", "256x256"):
-        row = by_key[("transformer", size, "q4")]
-        assert row["method"].startswith("chain 0+1/1+1/0+2 -> 5+20 layers")
-        assert len(row["per_layer_ms"]) == 2
+        app = bench.app_choice(scale, int(size.split("x")[0]), "q4")
+        assert app == "q4, attention unsplit"  # the tiny model's 2 heads fit 256^2 unsplit
+        for variant in (main, app):
+            row = by_key[("transformer", size, variant)]
+            assert row["method"].startswith("chain 0+1/1+1/0+2 -> 5+20 layers")
+            assert len(row["per_layer_ms"]) == 2
         samples = data["raw"][f"torch transformer {size.split('x')[0]} (5, 20)"]["samples_ms"]
         assert len(samples) == 2 and row["torch_ms"] == pytest.approx(statistics.median(samples))
+        # The q4f16 graph is checked against the q4 graph of the same split.
+        assert 0 < by_key[("transformer", size, "q4f16, attention unsplit")]["rel_err_vs_plain"] < 5e-2
     # The fast variant is compared with the plain one on the same inputs: close, but not the same graph.
     fp16_error = by_key[("vae_decoder", "128x128", "fp16")]["rel_err_vs_plain"]
     assert 0 < fp16_error < 1e-2
