@@ -371,8 +371,13 @@ def export_text_chain(causal_lm: Any, layers: int, *, placement: Any = None) -> 
 
 
 def graph_bytes(path: Path) -> int:
-    """Bytes of a saved graph and its external-data files (its weights on disk)."""
-    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+    """Bytes of a saved graph and the external-data files it references (its weights on disk; the
+    transformer's size-class graphs reference the main graph's files)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    files = {entry.value for tensor in model.graph.initializer for entry in tensor.external_data if entry.key == "location"}
+    return path.stat().st_size + sum((path.parent / name).stat().st_size for name in files)
 
 
 # --------------------------------------------------------------------------------------------------------
