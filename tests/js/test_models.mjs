@@ -1,0 +1,60 @@
+// @ts-check
+/** @file Node tests of pipeline/models.js's graph choice: variant per adapter, then the size class per image. @module tests/js/test_models */
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { chooseGraphs, sizeClass } from '../../web_src/src/pipeline/models.js';
+
+/**
+ * A manifest like `convert --precision q4f16` writes for klein-4B: per transformer variant the main graph
+ * (52 query blocks, every size) and its size-class graphs on the same weight files.
+ * @returns {import('../../web_src/src/store/manifest.js').Manifest}
+ */
+function manifest() {
+    /** @param {string} component @param {string} variant @param {string} path @param {number} blocks @param {number | null} maxTokens */
+    const graph = (component, variant, path, blocks, maxTokens) => ({
+        component, variant, path, externalData: [`${component}_${variant}.onnx_data`], precision: '', requiresF16: variant !== 'q4',
+        cpuNodesWithoutF16: [], attentionQueryBlocks: blocks, attentionMaxTokens: maxTokens,
+    });
+    const graphs = [graph('text_encoder', 'q4', 'text_encoder/text_encoder_q4.onnx', 1, null)];
+    for (const variant of ['q4', 'q4f16']) {
+        const base = `transformer/transformer_${variant}`;
+        graphs.push(graph('transformer', variant, `${base}.onnx`, 52, 17050), graph('transformer', variant, `${base}.qb17.onnx`, 17, 9728),
+            graph('transformer', variant, `${base}.qb4.onnx`, 4, 4728), graph('transformer', variant, `${base}.qb1.onnx`, 1, 2364));
+    }
+    graphs.push(graph('vae_decoder', 'fp32', 'vae_decoder/vae_decoder_fp32.onnx', 32, null));
+    const files = Object.fromEntries(graphs.flatMap((g) => [g.path, `${g.path.split('/')[0]}/${g.externalData[0]}`]).map((p) => [p, { size: 1, sha256: null }]));
+    return { modelBase: 'https://example.org/', source: '', seedLayout: false, files, graphs, raw: null };
+}
+
+/** Joint attention tokens at side x side px: one per 16x16 patch plus the 512 text tokens. @param {number} side */
+const tokens = (side) => (side / 16) ** 2 + 512;
+
+test('the least-split graph whose limit covers the image runs it', () => {
+    const m = manifest();
+    const main = m.graphs.find((g) => g.path === 'transformer/transformer_q4f16.onnx');
+    assert.ok(main);
+    for (const [side, path] of /** @type {const} */ ([[256, 'qb1'], [512, 'qb1'], [768, 'qb4'], [1024, 'qb4'], [1536, 'qb17'], [2048, 'onnx']])) {
+        const chosen = sizeClass(m, main, tokens(side));
+        assert.equal(chosen.variant, 'q4f16');
+        assert.ok(chosen.path.endsWith(path === 'onnx' ? 'transformer_q4f16.onnx' : `.${path}.onnx`), `${side}: ${chosen.path}`);
+    }
+    // Beyond every recorded limit the main graph is the answer (the size check elsewhere refuses such sizes).
+    assert.equal(sizeClass(m, main, 10 ** 6), main);
+});
+
+test('chooseGraphs picks the variant for the adapter, then the size class, on the same weights', () => {
+    const m = manifest();
+    const small = chooseGraphs(m, { shaderF16: true }, undefined, tokens(512)).choices.transformer;
+    const large = chooseGraphs(m, { shaderF16: true }, undefined, tokens(1024)).choices.transformer;
+    const noF16 = chooseGraphs(m, { shaderF16: false }, undefined, tokens(512)).choices.transformer;
+    assert.equal(small.graph.path, 'transformer/transformer_q4f16.qb1.onnx');
+    assert.equal(large.graph.path, 'transformer/transformer_q4f16.qb4.onnx');
+    assert.equal(noF16.graph.path, 'transformer/transformer_q4.qb1.onnx');
+    // Another size class is another graph file but the same weights: only the small graph file differs.
+    assert.notEqual(small.identity, large.identity);
+    assert.deepEqual(small.graph.externalData, large.graph.externalData);
+    // Without a token count (or for a seed repo without limits) the main graph runs.
+    assert.equal(chooseGraphs(m, { shaderF16: true }, undefined).choices.transformer.graph.path, 'transformer/transformer_q4f16.onnx');
+});
