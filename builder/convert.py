@@ -96,6 +96,7 @@ class SavedGraph:
     cpu_nodes_without_f16: tuple[str, ...] = ()
     attention_query_blocks: int = 1
     attention_max_tokens: int | None = None
+    attention_heads: int | None = None
     path: str | None = None  # default: graph_path(component, variant)
 
     def entry(self) -> GraphEntry:
@@ -112,6 +113,7 @@ class SavedGraph:
             cpu_nodes_without_f16=list(self.cpu_nodes_without_f16),
             attention_query_blocks=self.attention_query_blocks,
             attention_max_tokens=self.attention_max_tokens,
+            attention_heads=self.attention_heads,
         )
 
 
@@ -322,7 +324,8 @@ def write_size_classes(saved: list[SavedGraph], stage: Path, *, log: Callable[[s
         main = stage / graph.entry().path
         unsplit = onnx.load(str(main), load_external_data=False)  # the structure only: weights stay in the data files
         sites = sum(node.op_type == "Softmax" for node in unsplit.graph.node)
-        for rank, (blocks, max_tokens) in enumerate(size_classes(graph.component, heads=recorded_heads(unsplit))):
+        heads = recorded_heads(unsplit)
+        for rank, (blocks, max_tokens) in enumerate(size_classes(graph.component, heads=heads)):
             path = graph.entry().path if rank == 0 else graph.entry().path.replace(".onnx", f".qb{blocks}.onnx")
             model = onnx.ModelProto()
             model.CopyFrom(unsplit)
@@ -330,7 +333,7 @@ def write_size_classes(saved: list[SavedGraph], stage: Path, *, log: Callable[[s
             atomic_write_bytes(stage / path, model.SerializeToString())
             verify_saved_graph(stage / path, graph.component)
             result.append(dataclasses.replace(graph, path=path, attention_query_blocks=blocks,
-                                              attention_max_tokens=max_tokens))
+                                              attention_max_tokens=max_tokens, attention_heads=heads))
             log(f"  {path}: attention in {blocks} query block(s), up to {max_tokens} tokens "
                 f"({(stage / path).stat().st_size / 1e6:.1f} MB, weights shared)")
         del unsplit

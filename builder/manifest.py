@@ -112,6 +112,9 @@ class GraphEntry:
     # weight files; the app runs the least-split one whose limit covers its size. None: not recorded (one
     # graph for every size, like the seed repo's).
     attention_max_tokens: int | None = None
+    # Attention heads of the graph's score buffers (heads x ceil(tokens / blocks) x tokens fp32 values), so
+    # the app can also check a size class against the adapter's own buffer limit. None: not recorded.
+    attention_heads: int | None = None
 
     def files(self) -> list[str]:
         folder = self.path.rsplit("/", 1)[0]

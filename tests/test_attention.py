@@ -115,6 +115,7 @@ def test_transformer_has_one_graph_per_size_class_on_shared_weights(tiny_models:
     assert [(g.attention_query_blocks, g.attention_max_tokens) for g in graphs] == size_classes("transformer", heads=heads)
     assert len({tuple(g.external_data) for g in graphs}) == 1  # the weights are stored once
     assert len({g.path for g in graphs}) == len(graphs)
+    assert {g.attention_heads for g in graphs} == {heads}
     for graph in graphs:
         limit = graph.attention_max_tokens
         assert largest_score_bytes(heads=heads, tokens=limit, query_blocks=graph.attention_query_blocks) <= MAX_ATTENTION_BUFFER_BYTES

@@ -58,3 +58,15 @@ test('chooseGraphs picks the variant for the adapter, then the size class, on th
     // Without a token count (or for a seed repo without limits) the main graph runs.
     assert.equal(chooseGraphs(m, { shaderF16: true }, undefined).choices.transformer.graph.path, 'transformer/transformer_q4f16.onnx');
 });
+
+test('an adapter with smaller storage buffers gets a more-split graph; a size none fits is refused', () => {
+    const m = manifest();
+    for (const g of m.graphs) if (g.component === 'transformer') g.attentionHeads = 24;
+    const main = m.graphs.find((g) => g.path === 'transformer/transformer_q4f16.onnx');
+    assert.ok(main);
+    // 512^2 unsplit: 24 x 1536 x 1536 x 4 B = 216 MiB of scores, over WebGPU's default 128 MiB limit.
+    assert.ok(sizeClass(m, main, tokens(512), 2 ** 31).path.endsWith('.qb1.onnx'));
+    assert.ok(sizeClass(m, main, tokens(512), 128 * 2 ** 20).path.endsWith('.qb4.onnx'));
+    // 2048^2 in 52 blocks needs ~500 MiB: refused on a 128 MiB adapter, with the sizes in the message.
+    assert.throws(() => sizeClass(m, main, tokens(2048), 128 * 2 ** 20), /needs a 527.2 MB attention buffer .* allows 134.2 MB/);
+});

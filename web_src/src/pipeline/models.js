@@ -61,6 +61,8 @@ import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../store/manife
  */
 
 const GIB = 1024 ** 3;
+/** The text tokens of the transformer's joint attention (generate.js pads every prompt to them). */
+const MAX_TEXT_TOKENS = 512;
 /** Prompt embeddings kept (15.7 MB each for klein-4B: [1, 512, 7680] float32). */
 const PROMPT_CACHE_ENTRIES = 4;
 /** Variant preference for the text encoder and the transformer; q4f16 only with shader-f16. */
@@ -70,13 +72,13 @@ const PREFERENCE_F32 = Object.freeze(['q4', 'fp32', 'q4f16', 'fp16']);
 /**
  * Choose variant and EP per component for this adapter (see the module doc for the rules).
  * @param {Manifest} manifest
- * @param {{shaderF16: boolean}} gpu
+ * @param {{shaderF16: boolean, maxStorageBufferBindingSize?: number}} gpu
  * @param {string | undefined} precision  A forced variant for the text encoder and the transformer.
  * @param {number} [attentionTokens]  The transformer's joint attention length (image + text tokens) of this
  *   generation: of a variant's graphs on the same weights, the least-split one sized for it runs.
  * @returns {{choices: Record<Component, Choice>, notes: string[]}}
  */
-export function chooseGraphs(manifest, { shaderF16 }, precision, attentionTokens) {
+export function chooseGraphs(manifest, { shaderF16, maxStorageBufferBindingSize }, precision, attentionTokens) {
     /** @type {string[]} */
     const notes = [];
     /** @param {string} component */
@@ -106,7 +108,7 @@ export function chooseGraphs(manifest, { shaderF16 }, precision, attentionTokens
         } else {
             graph = pick(component, shaderF16 ? PREFERENCE_F16 : PREFERENCE_F32);
         }
-        if (attentionTokens !== undefined) graph = sizeClass(manifest, graph, attentionTokens);
+        if (attentionTokens !== undefined) graph = sizeClass(manifest, graph, attentionTokens, maxStorageBufferBindingSize);
         choices[component] = place(graph, manifest, shaderF16, notes);
     }
     // VAE: fp16 on WebGPU with shader-f16; else an fp32 graph on WebGPU; else fp16 on the wasm EP.
@@ -119,17 +121,31 @@ export function chooseGraphs(manifest, { shaderF16 }, precision, attentionTokens
  * Of the graphs of `graph`'s component and variant (one per size class, sharing the weight files), the one
  * whose attention is split into the fewest query blocks while its score buffers stay within the budget the
  * converter sized it for at `tokens`. Each query block costs kernels, so a small image runs much faster
- * unsplit than in the blocks a 2048^2 image needs. Graphs without a recorded limit serve every size.
+ * unsplit than in the blocks a 2048^2 image needs. Graphs without a recorded limit serve every size. An
+ * adapter whose storage buffers are smaller than the converter's budget gets a more-split graph; a size no
+ * graph can run within that limit is refused before anything is downloaded.
  * @param {Manifest} manifest
  * @param {GraphEntry} graph  The variant's main graph (listed first; it runs every size).
  * @param {number} tokens
+ * @param {number} [bufferLimit]  The adapter's maxStorageBufferBindingSize (bytes).
  * @returns {GraphEntry}
  */
-export function sizeClass(manifest, graph, tokens) {
-    const fitting = manifest.graphs.filter((g) => g.component === graph.component && g.variant === graph.variant &&
-        (g.attentionMaxTokens === null || g.attentionMaxTokens >= tokens));
+export function sizeClass(manifest, graph, tokens, bufferLimit = Infinity) {
+    /** @param {GraphEntry} g */
+    const scoreBytes = (g) => (g.attentionHeads ?? 0) * Math.ceil(tokens / g.attentionQueryBlocks) * tokens * 4;
+    const siblings = manifest.graphs.filter((g) => g.component === graph.component && g.variant === graph.variant);
+    const fitting = siblings.filter((g) => (g.attentionMaxTokens === null || g.attentionMaxTokens >= tokens) && scoreBytes(g) <= bufferLimit);
     fitting.sort((a, b) => a.attentionQueryBlocks - b.attentionQueryBlocks);
-    return fitting[0] ?? graph;
+    if (fitting.length > 0) return fitting[0];
+    const mostSplit = siblings.reduce((a, b) => (b.attentionQueryBlocks > a.attentionQueryBlocks ? b : a), graph);
+    if (mostSplit.attentionHeads !== null && scoreBytes(mostSplit) > bufferLimit) {
+        throw new OutOfMemoryError(
+            `At ${tokens - MAX_TEXT_TOKENS} image tokens the transformer needs a ${formatBytes(scoreBytes(mostSplit))} attention ` +
+                `buffer but this GPU allows ${formatBytes(bufferLimit)} per buffer. Choose a smaller size.`,
+            { needed: scoreBytes(mostSplit), limit: bufferLimit, tokens },
+        );
+    }
+    return mostSplit;
 }
 
 /**

@@ -30,6 +30,7 @@ export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
  * @property {number} attentionQueryBlocks Attention runs in this many query blocks (1 = one score matrix).
  * @property {number | null} attentionMaxTokens  The longest attention (image + text tokens) the converter sized
  *   this graph for; a transformer variant may have one graph per size class on the same weights. null: any size.
+ * @property {number | null} attentionHeads  Heads of its attention score buffers (null: not recorded).
  */
 
 /**
@@ -94,6 +95,7 @@ export function seedManifest(modelBase, { chatTemplate = false } = {}) {
         cpuNodesWithoutF16: [],
         attentionQueryBlocks: 1,
         attentionMaxTokens: null,
+        attentionHeads: null,
     }));
     /** @type {Manifest['files']} */
     const files = {};
@@ -220,12 +222,12 @@ export function parseManifest(json, modelBase) {
             cpuNodesWithoutF16: Array.isArray(g.cpu_nodes_without_f16) ? g.cpu_nodes_without_f16.map(String) : [],
             attentionQueryBlocks: 1,
             /** @type {number | null} */ attentionMaxTokens: null,
+            /** @type {number | null} */ attentionHeads: null,
         };
-        if (g.attention_max_tokens !== undefined && g.attention_max_tokens !== null) {
-            if (!Number.isSafeInteger(g.attention_max_tokens) || g.attention_max_tokens < 1) {
-                bad(`graphs[${i}].attention_max_tokens must be a positive integer or null`);
-            }
-            entry.attentionMaxTokens = g.attention_max_tokens;
+        for (const [key, field] of /** @type {const} */ ([['attention_max_tokens', 'attentionMaxTokens'], ['attention_heads', 'attentionHeads']])) {
+            if (g[key] === undefined || g[key] === null) continue;
+            if (!Number.isSafeInteger(g[key]) || g[key] < 1) bad(`graphs[${i}].${key} must be a positive integer or null`);
+            entry[field] = g[key];
         }
         if (g.attention_query_blocks !== undefined) {
             if (!Number.isSafeInteger(g.attention_query_blocks) || g.attention_query_blocks < 1) {
