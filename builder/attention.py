@@ -7,7 +7,9 @@ mid-block attention (16384^2 fp32) and 2 GB per transformer layer (24 x 4608^2 f
 
 `chunk_attention` rewrites every such site into `query_blocks` blocks along the query axis:
 
-    q -> Slice(rows b_i .. b_{i+1}) -> MatMul(., k^T) -> [Mul scale] -> Softmax -> MatMul(., v) -> Concat
+    q -> Slice(rows b_i .. b_{i+1}) -> MatMul(., k^T) -> [Mul scale, Cast] -> Softmax -> [Cast] -> MatMul(., v) -> Concat
+
+(the Casts are the fp16 graphs' fp32 Softmax).
 
 This is exact (softmax normalises each query row on its own; k and v are shared), uses only ops in the
 allowed lists (Shape, Mul, Div, Slice, Concat on int64 shape values), and the block count is fixed at
@@ -15,6 +17,9 @@ conversion time while the token count stays dynamic: block i covers rows [i*S//N
 largest score buffer is heads * ceil(S/N) * S values. `query_blocks_for` picks N so that buffer stays
 under MAX_ATTENTION_BUFFER_BYTES at the largest supported image size (2048^2 px); the manifest records
 N per graph (GraphEntry.attention_query_blocks) and the app computes the footprint from it.
+
+Blocks cost kernels, so the transformer gets one graph per size class (`size_classes`, written by
+builder.convert.write_size_classes on the same weight files), each split just enough for its sizes.
 """
 
 from __future__ import annotations
@@ -241,12 +246,12 @@ def _blocked_site(graph: onnx.GraphProto, index: int, scores: onnx.NodeProto, be
         bounds.append(bound)
     bounds.append(rows)
 
-    def _copy_chain(chain: list[onnx.NodeProto], current: str, tag: str, block: str) -> str:
+    def copy_chain(chain: list[onnx.NodeProto], current: str, tag: str, block: str, side: str) -> str:
         """Copies of the row-wise nodes (scale, Cast) of one block, with their attributes; returns the last output."""
         for k, original in enumerate(chain):
-            out = f"{tag}_{k}"
+            out = f"{tag}/{side}_{k}"
             copy = helper.make_node(original.op_type, [current, *original.input[1:]], [out],
-                                    name=f"{block}/{original.op_type}_{'pre' if 'pre' in tag else 'post'}{k}")
+                                    name=f"{block}/{original.op_type}_{side}{k}")
             copy.attribute.extend(original.attribute)
             nodes.append(copy)
             current = out
@@ -260,9 +265,9 @@ def _blocked_site(graph: onnx.GraphProto, index: int, scores: onnx.NodeProto, be
                                       name=f"{block}/Slice"))
         current = f"{tag}/scores"
         nodes.append(helper.make_node("MatMul", [f"{tag}/q", keys_t], [current], name=f"{block}/MatMul"))
-        current = _copy_chain(before, current, f"{tag}/pre", block)
+        current = copy_chain(before, current, tag, block, "pre")
         nodes.append(helper.make_node("Softmax", [current], [f"{tag}/probs"], name=f"{block}/Softmax", axis=-1))
-        current = _copy_chain(after, f"{tag}/probs", f"{tag}/post", block)
+        current = copy_chain(after, f"{tag}/probs", tag, block, "post")
         nodes.append(helper.make_node("MatMul", [current, values], [f"{tag}/out"], name=f"{block}/MatMul_1"))
         outputs.append(f"{tag}/out")
     nodes.append(helper.make_node("Concat", outputs, [weighted.output[0]], name=f"{prefix}/Concat", axis=-2))
