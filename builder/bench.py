@@ -700,8 +700,7 @@ def fidelity_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         return []
     return ["", ("Fast path vs plain variant, same weights and inputs (relative L2 error of the output, on the "
                  "largest graph timed):"),
-            *(f"- {row['component']} {row['size']}: {row['variant']} vs "
-              f"{FAST_VARIANTS[row['variant'].split(',')[0]]}{row['variant'][len(row['variant'].split(',')[0]):]} "
+            *(f"- {row['component']} {row['size']}: {row['variant']} vs {plain_label(row['variant'])} "
               f"{row['rel_err_vs_plain']:.2e}" for row in found)]
 
 
@@ -773,8 +772,9 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
         folder = workdir / f"{component}-{'-'.join(map(str, chain or ()))}"
         graphs = export_graphs(scale, component, chain, folder, precisions=run.precisions, log=lambda _m: None)
         log(f"  {component} {chain or 'full'}: exported {', '.join(graphs)} in {time.monotonic() - began:.0f} s")
+        timed = timed_transformers(scale, sizes, graphs) if component == "transformer" else set(graphs)
         for label, graph in graphs.items():
-            if component == "transformer" and label not in timed_transformers(scale, sizes, graphs):
+            if label not in timed:
                 continue
             # The denoising loop is the one graph run many times at one shape: the app captures it.
             capture = component == "transformer" and run.provider == "webgpu"
@@ -784,6 +784,7 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
             if "error" in result:
                 log(f"  {component} {label} {chain}: onnxruntime failed: {result['error']}")
                 continue
+            weight_bytes = graph_bytes(graph)
             modes = {label: (lambda m: m, "peak_bytes")}
             if capture:
                 modes[label + CAPTURE] = (lambda m: m.get("capture", {"error": "not run"}), "capture_peak_bytes")
@@ -792,7 +793,7 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
                     measured = pick(result["results"][str(s)])
                     if "median_ms" in measured:
                         ort_times.setdefault((name, str(s)), {})[tuple(chain or ())] = measured["median_ms"]
-                ort_bytes.setdefault(name, {})[tuple(chain or ())] = graph_bytes(graph)
+                ort_bytes.setdefault(name, {})[tuple(chain or ())] = weight_bytes
                 ort_peak[name] = (tuple(chain or ()), result.get(peak_key))  # the last chain's peak
                 ort_place[name] = placement_text(result.get("placement"))
                 log(f"  {component} {name} {chain}: " + ", ".join(
@@ -860,9 +861,19 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
 
 # The fast variant and the plain variant it is checked against (same weights, same inputs).
 FAST_VARIANTS = {"q4f16": "q4", "fp16": "fp32"}
+
+
+def plain_label(label: str) -> str | None:
+    """'q4f16, attention unsplit' -> 'q4, attention unsplit': the plain graph a fast one is checked against
+    (same split); None for a label that is not a fast variant."""
+    variant, comma, split = label.partition(",")
+    return FAST_VARIANTS[variant] + comma + split if variant in FAST_VARIANTS else None
+
+
 def blocks_label(blocks: int) -> str:
     """Label suffix of a graph exported with its attention in `blocks` query blocks (bench only)."""
     return ", attention unsplit" if blocks == 1 else f", attention in {blocks} query blocks"
+
 
 # Label suffix of the transformer timed in a graph-capture session (the app's denoising loop).
 CAPTURE = ", graph capture"
@@ -874,9 +885,8 @@ def fast_path_fidelity(graphs: Mapping[str, Path], sizes: Sequence[int | None]) 
 
     errors: dict[tuple[str, str], float] = {}
     for fast in graphs:
-        variant, comma, split = fast.partition(",")
-        plain = FAST_VARIANTS.get(variant, "") + comma + split  # the same split of the plain variant
-        if variant not in FAST_VARIANTS or plain not in graphs:
+        plain = plain_label(fast)
+        if plain is None or plain not in graphs:
             continue
         for size in sizes:
             paths = [Path(f"{graphs[v].with_suffix('')}-{size}.npy") for v in (fast, plain)]

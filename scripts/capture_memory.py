@@ -33,7 +33,7 @@ def main() -> None:
     for k in singles:
         graphs = bench.export_graphs(scale, "transformer", (0, k), work / f"chain{k}", precisions=["q4f16"],
                                      log=lambda _m: None)
-        weights = bench.graph_bytes(graphs["q4f16" + bench.blocks_label(52)])
+        weights = bench.graph_bytes(graphs[bench.app_choice(scale, sizes[0], "q4f16")])  # shared by every class
         for size in sizes:
             label = bench.app_choice(scale, size, "q4f16")
             npz = work / f"in-{size}.npz"

@@ -31,16 +31,13 @@ def main() -> None:
     import onnxruntime as ort
 
     from builder import bench
-    from builder.convert import exporter, write_graphs
 
     scale = bench.full_scale()
     layers = tuple(int(x) for x in args.blocks.split(","))
     work = Path(tempfile.mkdtemp(prefix="klein-profile-"))
-    export = exporter("transformer", bench.build_transformer(scale, layers, device="cpu"))
     precision = "fp32" if args.variant == "fp32" else "q4f16"
-    graphs = {g.variant: work / g.entry().path for g in write_graphs(export, "transformer", precision, work,
-                                                                     max_data_file_bytes=1_800_000_000,
-                                                                     log=print)}
+    graphs = bench.export_graphs(scale, "transformer", layers, work, precisions=[precision], log=print)
+    graph = graphs[bench.app_choice(scale, args.size, args.variant)]  # the size class the app runs
     feeds = bench.make_inputs(scale, "transformer", args.size)
 
     options = ort.SessionOptions()
@@ -48,9 +45,9 @@ def main() -> None:
     options.profile_file_prefix = str(work / "profile")
     if args.provider == "webgpu":
         options.add_provider_for_devices([bench._webgpu_device()], {})
-        session = ort.InferenceSession(str(graphs[args.variant]), sess_options=options)
+        session = ort.InferenceSession(str(graph), sess_options=options)
     else:
-        session = ort.InferenceSession(str(graphs[args.variant]), sess_options=options,
+        session = ort.InferenceSession(str(graph), sess_options=options,
                                        providers=["CPUExecutionProvider"])
     session.run(None, feeds)  # warm-up (shader compilation)
     began = time.perf_counter()

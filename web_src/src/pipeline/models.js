@@ -61,8 +61,6 @@ import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../store/manife
  */
 
 const GIB = 1024 ** 3;
-/** The text tokens of the transformer's joint attention (generate.js pads every prompt to them). */
-const MAX_TEXT_TOKENS = 512;
 /** Prompt embeddings kept (15.7 MB each for klein-4B: [1, 512, 7680] float32). */
 const PROMPT_CACHE_ENTRIES = 4;
 /** Variant preference for the text encoder and the transformer; q4f16 only with shader-f16. */
@@ -140,7 +138,7 @@ export function sizeClass(manifest, graph, tokens, bufferLimit = Infinity) {
     const mostSplit = siblings.reduce((a, b) => (b.attentionQueryBlocks > a.attentionQueryBlocks ? b : a), graph);
     if (mostSplit.attentionHeads !== null && scoreBytes(mostSplit) > bufferLimit) {
         throw new OutOfMemoryError(
-            `At ${tokens - MAX_TEXT_TOKENS} image tokens the transformer needs a ${formatBytes(scoreBytes(mostSplit))} attention ` +
+            `At ${tokens} attention tokens (image + text) the transformer needs a ${formatBytes(scoreBytes(mostSplit))} attention ` +
                 `buffer but this GPU allows ${formatBytes(bufferLimit)} per buffer. Choose a smaller size.`,
             { needed: scoreBytes(mostSplit), limit: bufferLimit, tokens },
         );

@@ -26,8 +26,8 @@ import * as ort from 'onnxruntime-web/webgpu';
  * @property {Record<string, number>} [staticDims]  Symbolic input dims to pin (ORT freeDimensionOverrides), for
  *   a graph run many times at one shape (the denoising loop). Pinned, onnxruntime folds the shape arithmetic
  *   into constants, and on WebGPU the session captures: its first run records every kernel and later runs
- *   replay the recording without the EP's per-kernel host work (on an H200, 52 -> 16 kernels' worth of host
- *   time: see README "Where the time goes"). Every run must then have exactly these dims.
+ *   replay the recording without the EP's per-kernel host work (a 512^2 q4f16 step on an H200: 342 -> 269 ms;
+ *   README "Speed"). Every run must then have exactly these dims.
  */
 
 /**

@@ -212,6 +212,17 @@ export function parseManifest(json, modelBase) {
         if (!Array.isArray(g.external_data) || g.external_data.some((/** @type {any} */ n) => typeof n !== 'string' || n.includes('/'))) {
             bad(`graphs[${i}].external_data must be a list of bare file names`);
         }
+        /**
+         * An optional count field: `fallback` when absent (or null where `nullable`), else a positive integer.
+         * @template T
+         * @param {string} key @param {T} fallback @param {boolean} nullable
+         * @returns {number | T}
+         */
+        const count = (key, fallback, nullable) => {
+            if (g[key] === undefined || (nullable && g[key] === null)) return fallback;
+            if (!Number.isSafeInteger(g[key]) || g[key] < 1) bad(`graphs[${i}].${key} must be a positive integer${nullable ? ' or null' : ''}`);
+            return g[key];
+        };
         const entry = {
             component: g.component,
             variant: g.variant,
@@ -220,21 +231,10 @@ export function parseManifest(json, modelBase) {
             precision: String(g.precision ?? ''),
             requiresF16: Boolean(g.requires_f16),
             cpuNodesWithoutF16: Array.isArray(g.cpu_nodes_without_f16) ? g.cpu_nodes_without_f16.map(String) : [],
-            attentionQueryBlocks: 1,
-            /** @type {number | null} */ attentionMaxTokens: null,
-            /** @type {number | null} */ attentionHeads: null,
+            attentionQueryBlocks: count('attention_query_blocks', 1, false),
+            attentionMaxTokens: count('attention_max_tokens', null, true),
+            attentionHeads: count('attention_heads', null, true),
         };
-        for (const [key, field] of /** @type {const} */ ([['attention_max_tokens', 'attentionMaxTokens'], ['attention_heads', 'attentionHeads']])) {
-            if (g[key] === undefined || g[key] === null) continue;
-            if (!Number.isSafeInteger(g[key]) || g[key] < 1) bad(`graphs[${i}].${key} must be a positive integer or null`);
-            entry[field] = g[key];
-        }
-        if (g.attention_query_blocks !== undefined) {
-            if (!Number.isSafeInteger(g.attention_query_blocks) || g.attention_query_blocks < 1) {
-                bad(`graphs[${i}].attention_query_blocks must be a positive integer`);
-            }
-            entry.attentionQueryBlocks = g.attention_query_blocks;
-        }
         for (const path of graphFiles(entry)) if (!(path in files)) bad(`graph file ${path} is not listed in "files"`);
         return entry;
     });
