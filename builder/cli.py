@@ -56,7 +56,7 @@ def main() -> None:
 @click.option("--model-base", default=DEFAULT_MODEL_BASE, show_default=True, help="URL the app downloads the model from.")
 def build(out_dir: Path, model_base: str) -> None:
     """Bundle web_src/ into a static site in OUT (a no-op when nothing changed)."""
-    from builder import bundle
+    from builder.site import bundle
 
     result = bundle.build(out_dir, model_base=model_base, log=log)
     state = "built" if result.changed else "up to date"
@@ -76,7 +76,7 @@ def build(out_dir: Path, model_base: str) -> None:
 def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_base: str | None, open_browser: bool,
           watch: bool) -> None:
     """Build if stale, then serve the app with the headers WebGPU + threads need."""
-    from builder import server
+    from builder.site import server
 
     server.serve(dist_dir, host=host, port=port, models_dir=models_dir, model_base=model_base,
                  open_browser=open_browser, watch=watch, log=log)
@@ -88,7 +88,7 @@ def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_b
 @click.option("--precision", type=click.Choice(["q4", "fp32", "q4f16"]), default="q4", show_default=True)
 def convert(src: Path, out: Path, precision: str) -> None:
     """Convert a diffusers FLUX.2 [klein] folder SRC into the ONNX web layout in OUT."""
-    from builder import convert as converter
+    from builder.repo import convert as converter
 
     converter.convert(src, out, precision=precision, log=log)
     log(f"Done. Serve it with: klein-web serve --models {out}")
@@ -102,7 +102,7 @@ def convert(src: Path, out: Path, precision: str) -> None:
                    "measure `klein-web convert` on it.")
 def make_tiny(out: Path, seed: int, full_size: bool) -> None:
     """Make a tiny random-weight klein (diffusers + q4 + fp32 web repos) in OUT for tests."""
-    from builder import tiny
+    from builder.repo import tiny
 
     paths = tiny.make_tiny(out, seed=seed, log=log, full_size=full_size)
     for name, path in paths.items():
@@ -115,7 +115,7 @@ def make_tiny(out: Path, seed: int, full_size: bool) -> None:
 @click.option("--dir", "dest", type=click.Path(path_type=Path), default=Path("models/klein-4b"), show_default=True)
 def fetch(repo: str, revision: str, dest: Path) -> None:
     """Download the web model repository (resumable) and write its manifest."""
-    from builder import hub
+    from builder.repo import hub
 
     hub.fetch(repo, revision=revision, dest=dest, log=log)
     click.echo(f"Model ready. Next: klein-web serve --models {dest}")
@@ -130,7 +130,7 @@ def fetch(repo: str, revision: str, dest: Path) -> None:
 @click.option("--out", "out_png", type=click.Path(path_type=Path), required=True)
 def reference(model_dir: Path, prompt: str, seed: int, size: str, steps: int, out_png: Path) -> None:
     """Run the whole pipeline on onnxruntime CPU (the browser's reference) and write a PNG."""
-    from builder import reference as ref
+    from builder.pipeline import reference as ref
 
     width, height = parse_size(size)
     ref.generate_png(model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=steps,
@@ -156,7 +156,7 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str, steps: int, ou
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=float)
 def regress(**options: object) -> None:
     """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run)."""
-    from builder import regress as regression
+    from builder.check import regress as regression
 
     try:
         code = regression.main(log=log, **options)
@@ -182,7 +182,7 @@ def regress(**options: object) -> None:
 def bench(out_dir: Path, scale: str, components: str, provider: str, warmup: int, repeats: int,
           workdir: Path | None, browser_overhead: bool) -> None:
     """GPU benchmark: WebGPU EP vs PyTorch bf16 on a full-size random-weight klein."""
-    from builder import bench as benchmark
+    from builder.check import bench as benchmark
 
     if browser_overhead:
         benchmark.browser_overhead(out_dir, log=log)

@@ -6,7 +6,7 @@
                MatMul(p, v), with the queries in --blocks blocks
   mha          one com.microsoft.MultiHeadAttention node with present_key/present_value outputs (the
                condition under which onnxruntime's WebGPU EP may take its flash-attention path)
-A development aid for builder/attention.py: it prints the median time of each (graph capture on, inputs on
+A development aid for builder/repo/attention.py: it prints the median time of each (graph capture on, inputs on
 the GPU, outputs read back), the max |error| against float64 numpy, and the WebGPU programs each ran.
 """
 
@@ -105,7 +105,7 @@ def programs(path: str, feeds) -> list[str]:
     """WebGPU program names of one profiled (uncaptured) run."""
     import onnxruntime as ort
 
-    from builder.bench import _webgpu_device
+    from builder.check.bench import _webgpu_device
 
     options = ort.SessionOptions()
     options.add_provider_for_devices([_webgpu_device()], {})
@@ -122,7 +122,7 @@ def main() -> None:
     parser.add_argument("--tokens", default="1536,4608")
     parser.add_argument("--blocks", default="16")
     args = parser.parse_args()
-    from builder.bench import time_captured
+    from builder.check.bench import time_captured
 
     rng = np.random.default_rng(0)
     work = Path(tempfile.mkdtemp(prefix="attn-"))
@@ -136,7 +136,7 @@ def main() -> None:
             try:
                 import onnxruntime as ort
 
-                from builder.bench import _webgpu_device
+                from builder.check.bench import _webgpu_device
 
                 times = {}
                 for layers in (1, LAYERS):

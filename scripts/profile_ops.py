@@ -5,7 +5,7 @@
 Builds a full-width random transformer chain (`--blocks double,single`), writes it with the converter's
 own code, runs it a few times with session profiling on, and prints the summed time per op type and
 per event category (GPU timestamp events, where the EP records them, show up as their own category).
-A development aid for the speed work of builder/bench.py; it prints figures and asserts nothing.
+A development aid for the speed work of builder/check/bench.py; it prints figures and asserts nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main() -> None:
 
     import onnxruntime as ort
 
-    from builder import bench
+    from builder.check import bench
 
     scale = bench.full_scale()
     layers = tuple(int(x) for x in args.blocks.split(","))

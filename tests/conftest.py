@@ -51,7 +51,7 @@ def app_in_thread(app: object, *, log_level: str = "warning") -> Iterator[int]:
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """make-tiny output: {'diffusers': ..., 'q4': ..., 'fp32': ...}, built once per test session."""
-    from builder.tiny import make_tiny
+    from builder.repo.tiny import make_tiny
 
     out = tmp_path_factory.mktemp("tiny")
     return make_tiny(out, seed=0, log=lambda _msg: None)
@@ -60,7 +60,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def dist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One build of the app for the whole session (the default model base)."""
-    from builder.bundle import build
+    from builder.site.bundle import build
 
     out = tmp_path_factory.mktemp("dist")
     build(out, log=lambda _msg: None)
@@ -135,6 +135,6 @@ def live_server_factory(tmp_path: Path) -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def chromium_path() -> Path:
-    from builder.browser import find_chromium
+    from builder.check.browser import find_chromium
 
     return find_chromium()

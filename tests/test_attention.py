@@ -1,4 +1,4 @@
-"""Attention in query blocks (builder/attention.py): exact, recorded in the manifest, and within the buffer limit.
+"""Attention in query blocks (builder/repo/attention.py): exact, recorded in the manifest, and within the buffer limit.
 
 The unsplit reference graphs are exported at test time from the same tiny diffusers modules with
 `query_blocks=1`; buffer sizes are read from onnxruntime's own profile (each node's output_size).
@@ -16,8 +16,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from builder import manifest as repo
-from builder.attention import (
+from builder.repo import manifest as repo
+from builder.repo.attention import (
     MAX_ATTENTION_BUFFER_BYTES,
     chunk_attention,
     largest_score_bytes,
@@ -26,7 +26,7 @@ from builder.attention import (
     recorded_query_blocks,
     size_classes,
 )
-from builder.tiny import TRANSFORMER_CONFIG
+from builder.repo.tiny import TRANSFORMER_CONFIG
 
 GIB = 1024**3
 
@@ -55,8 +55,8 @@ def unsplit_graphs(tiny_models: dict[str, Path]) -> dict[str, onnx.ModelProto]:
     """The tiny transformer and VAE exported with one query block (the plain MatMul-Softmax-MatMul)."""
     from diffusers import AutoencoderKLFlux2, Flux2Transformer2DModel
 
-    from builder.export_transformer import export_transformer
-    from builder.export_vae import export_vae
+    from builder.repo.export_transformer import export_transformer
+    from builder.repo.export_vae import export_vae
 
     src = tiny_models["diffusers"]
     transformer = Flux2Transformer2DModel.from_pretrained(src / "transformer", dtype=torch.float32)
@@ -127,7 +127,7 @@ def test_transformer_has_one_graph_per_size_class_on_shared_weights(tiny_models:
 
 def test_split_fp16_attention_with_casts_equals_unsplit(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     """The q4f16 graph runs Softmax in fp32 between Casts; splitting it keeps the Casts in every block."""
-    from builder.convert import convert
+    from builder.repo.convert import convert
 
     convert(tiny_models["diffusers"], tmp_path / "q4f16", precision="q4f16", log=lambda _m: None)
     manifest = repo.load(tmp_path / "q4f16")

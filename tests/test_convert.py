@@ -18,9 +18,9 @@ import pytest
 import torch
 from onnx import TensorProto, numpy_helper
 
-from builder import manifest as repo
 from builder.errors import ConversionError
-from builder.onnx_graph import ALLOWED_OPS, HARD_FILE_LIMIT, IR_VERSION, OPSET
+from builder.repo import manifest as repo
+from builder.repo.onnx_graph import ALLOWED_OPS, HARD_FILE_LIMIT, IR_VERSION, OPSET
 
 PROMPTS = ["a red fox sitting in the snow", "x"]  # two lengths: different padding per row
 
@@ -387,7 +387,7 @@ def test_convert_cli_reproduces_make_tiny_graphs(tiny_models: dict[str, Path], t
 
 
 def test_convert_rejects_bad_input_before_writing(tiny_models: dict[str, Path], tmp_path: Path) -> None:
-    from builder.convert import convert
+    from builder.repo.convert import convert
 
     def quiet(_msg: str) -> None:
         pass

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 from fakehub import FakeHub, FakeRepo, RunningHub
 
-from builder import REPO_ROOT, manifest
+from builder import REPO_ROOT
 from builder.errors import ModelRepoError
+from builder.repo import manifest
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 REPO = "test/klein-seed"
@@ -125,7 +126,7 @@ def test_fetch_seed_layout_repo(seed_repo: Path, tmp_path: Path) -> None:
     manifest.verify(dest, fetched, check_sha256=True)
     assert sorted(fetched.files) == WANTED_SEED_FILES
     assert fetched.source == f"{REPO}@{COMMIT}"
-    # The seed layout: graphs and I/O as builder.manifest describes the seed repo.
+    # The seed layout: graphs and I/O as builder.repo.manifest describes the seed repo.
     assert fetched.graphs == manifest.seed_graphs()
 
     # A second run finds everything in place and downloads nothing.
@@ -191,7 +192,7 @@ def test_dropped_connection_resumes_with_range(seed_repo: Path, tmp_path: Path) 
 
 def test_failed_download_resumes_on_a_second_run(seed_repo: Path, tmp_path: Path) -> None:
     """Cuts beyond the in-run retries fail the run cleanly; the next run continues from the partial file."""
-    from builder.hub import RETRIES
+    from builder.repo.hub import RETRIES
 
     name = "text_encoder/text_encoder_q4.onnx_data"
     hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, cut={name: RETRIES + 1})
@@ -265,7 +266,7 @@ def test_fetch_tiny_q4_repo_without_manifest(tiny_models: dict[str, Path], tmp_p
         (g.component, g.variant, g.path, tuple(g.external_data)) for g in main
     }
     # The folder works as a model repo: the CPU reference gives the same image from it as from the source.
-    from builder import reference
+    from builder.pipeline import reference
 
     def image(folder: Path) -> np.ndarray:
         return reference.generate(folder, prompt="a lighthouse", seed=3, width=64, height=64, steps=2,

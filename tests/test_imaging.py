@@ -1,4 +1,4 @@
-"""builder.imaging: the uint8 step against diffusers, PNG metadata round trip, metrics against independent code."""
+"""builder.pipeline.imaging: the uint8 step against diffusers, PNG metadata round trip, metrics against independent code."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from builder import imaging
 from builder.errors import InputError
+from builder.pipeline import imaging
 
 torch = pytest.importorskip("torch")
 

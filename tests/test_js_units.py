@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from builder import REPO_ROOT
-from builder.node import ensure_node_modules, find_node
+from builder.site.node import ensure_node_modules, find_node
 
 JS_TEST_DIR = REPO_ROOT / "tests" / "js"
 JS_TEST_FILES = sorted(JS_TEST_DIR.glob("test_*.mjs"))

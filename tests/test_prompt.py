@@ -1,4 +1,4 @@
-"""builder.prompt against transformers' apply_chat_template + tokenizer call, on the real Qwen3 tokenizer."""
+"""builder.pipeline.prompt against transformers' apply_chat_template + tokenizer call, on the real Qwen3 tokenizer."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from builder import WEB_SRC
 from builder.errors import ModelRepoError
-from builder.prompt import load_tokenizer
+from builder.pipeline.prompt import load_tokenizer
 
 transformers = pytest.importorskip("transformers")
 

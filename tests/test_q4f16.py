@@ -2,7 +2,7 @@
 
 The q4f16 repo is converted once per module from make-tiny's diffusers folder (about 30 s on 2 cores;
 make-tiny itself stays q4 + fp32 so the session fixture stays fast). Expected images come from the fp32
-and q4 graphs of the same model through builder.reference, computed at test time.
+and q4 graphs of the same model through builder.pipeline.reference, computed at test time.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
-from builder import manifest as repo
-from builder.imaging import psnr
-from builder.onnx_graph import ALLOWED_OPS, IR_VERSION, MS_DOMAIN, check_no_float64
-from builder.quantize import residual_adds
-from builder.reference import generate
-from builder.tiny import TINY_DATA_FILE_CAPS
+from builder.pipeline.imaging import psnr
+from builder.pipeline.reference import generate
+from builder.repo import manifest as repo
+from builder.repo.onnx_graph import ALLOWED_OPS, IR_VERSION, MS_DOMAIN, check_no_float64
+from builder.repo.quantize import residual_adds
+from builder.repo.tiny import TINY_DATA_FILE_CAPS
 
 PROMPTS = ("a red fox sitting in the snow", "x", "an astronaut riding a horse on the moon, 35mm photo")
 
@@ -34,7 +34,7 @@ Q4F16_VS_FP32_MIN_DB = 32.0
 
 @pytest.fixture(scope="module")
 def q4f16_repo(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from builder.convert import convert
+    from builder.repo.convert import convert
 
     out = tmp_path_factory.mktemp("q4f16") / "repo"
     convert(tiny_models["diffusers"], out, precision="q4f16", log=lambda _m: None, max_data_file_bytes=TINY_DATA_FILE_CAPS)
@@ -117,7 +117,7 @@ def test_q4f16_embeds_and_step_close_to_q4(q4f16_repo: Path) -> None:
 
 @pytest.mark.parametrize("size", [64, 128])
 def test_q4f16_images_hold_psnr(q4f16_repo: Path, tiny_models: dict[str, Path], size: int) -> None:
-    """3 prompts x 2 sizes through the whole pipeline (builder.reference with pinned variants)."""
+    """3 prompts x 2 sizes through the whole pipeline (builder.pipeline.reference with pinned variants)."""
     def image(model_dir: Path, variant: str | None, prompt: str) -> np.ndarray:
         variants = None if variant is None else {"text_encoder": variant, "transformer": variant, "vae_decoder": "fp32"}
         return generate(model_dir, prompt=prompt, seed=1, width=size, height=size, steps=4, log=lambda _m: None,
@@ -134,7 +134,7 @@ def test_q4f16_accumulates_the_residual_stream_in_fp32() -> None:
     a pre-norm block `x + W @ LayerNorm(x)` with |x| ~ 1e5 must stay finite and right in q4f16."""
     from onnx import helper, numpy_helper
 
-    from builder.quantize import quantize_matmul, to_q4f16
+    from builder.repo.quantize import quantize_matmul, to_q4f16
 
     rng = np.random.default_rng(0)
     width = 64

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builder import REPO_ROOT, imaging, reference
+from builder import REPO_ROOT
 from builder.errors import InputError, ModelRepoError
+from builder.pipeline import imaging, reference
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
@@ -180,7 +181,7 @@ def test_missing_tokenizer_and_bad_scheduler(repo_copy: Path, monkeypatch: pytes
 
 def test_runtime_modules_import_no_ml_framework() -> None:
     """reference/fetch run without the optional torch/diffusers/transformers extras."""
-    code = ("import sys; import builder.sampling, builder.imaging, builder.prompt, builder.reference, builder.hub; "
+    code = ("import sys; import builder.pipeline.sampling, builder.pipeline.imaging, builder.pipeline.prompt, builder.pipeline.reference, builder.repo.hub; "
             "heavy = sorted(m for m in ('torch', 'diffusers', 'transformers') if m in sys.modules); "
             "print(','.join(heavy)); sys.exit(1 if heavy else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)

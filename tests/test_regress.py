@@ -15,10 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from builder import REPO_ROOT, imaging, manifest
-from builder.errors import InputError, RegressionError
-from builder.regress import Case, check_adapter, load_cases, main, parse_size
-from builder.regress_report import (
+from builder import REPO_ROOT
+from builder.check.regress import Case, check_adapter, load_cases, main, parse_size
+from builder.check.regress_report import (
     COULD_NOT_RUN,
     FAIL,
     PASS,
@@ -29,6 +28,9 @@ from builder.regress_report import (
     worst_exit_code,
     write_case_report,
 )
+from builder.errors import InputError, RegressionError
+from builder.pipeline import imaging
+from builder.repo import manifest
 
 DEFAULTS = Case(name="case", prompt="a red fox", seed=42, width=64, height=64, steps=4, psnr_min=40.0,
                 reference_from_cpu=True)
@@ -297,7 +299,7 @@ def test_the_app_matches_the_cpu_reference(tiny_models: dict[str, Path], dist_di
 @pytest.mark.slow
 def test_two_cases_run_in_one_launch_and_a_wrong_seed_fails(tiny_models: dict[str, Path], dist_dir: Path,
                                                             tmp_path: Path) -> None:
-    from builder.reference import generate_png
+    from builder.pipeline.reference import generate_png
 
     prompt = "a lighthouse at dusk"
     other_seed_png = tmp_path / "seed8.png"

@@ -1,4 +1,4 @@
-"""builder.sampling against its oracles: torch.randn, diffusers' scheduler and Flux2KleinPipeline helpers."""
+"""builder.pipeline.sampling against its oracles: torch.randn, diffusers' scheduler and Flux2KleinPipeline helpers."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ diffusers = pytest.importorskip("diffusers")
 from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.pipelines.flux2 import pipeline_flux2_klein as klein
 
-from builder import sampling
 from builder.errors import InputError
+from builder.pipeline import sampling
 
 # The scheduler config the FLUX.2 checkpoints ship (diffusers-format FLUX.2-dev / convert_flux2_to_diffusers.py).
 FLUX2_SCHEDULER = {

@@ -1,4 +1,4 @@
-"""`klein-web serve` (builder/server.py): headers, MIME types, Range, conditional requests, path containment.
+"""`klein-web serve` (builder/site/server.py): headers, MIME types, Range, conditional requests, path containment.
 
 Most tests run `create_app` under a real uvicorn on a free loopback port (in a thread) and talk to it with
 http.client, which sends the request target exactly as given: no client-side `..` normalisation.
@@ -22,12 +22,12 @@ from urllib.parse import quote
 
 import psutil
 import pytest
+from conftest import app_in_thread  # tests/ is on sys.path (rootdir-relative conftest import)
 
 from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC
-from builder.bundle import build
 from builder.errors import ServeError
-from builder.server import create_app, watch_and_rebuild
-from conftest import app_in_thread  # tests/ is on sys.path (rootdir-relative conftest import)
+from builder.site.bundle import build
+from builder.site.server import create_app, watch_and_rebuild
 
 ISOLATION = {
     "cross-origin-opener-policy": "same-origin",
@@ -392,10 +392,10 @@ def test_watch_rebuilds_on_change(tmp_path: Path) -> None:
 def test_open_waits_for_the_server_then_opens_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    from builder.server import open_when_started
+    from builder.site.server import open_when_started
 
     opened: list[str] = []
-    monkeypatch.setattr("builder.server.webbrowser.open", opened.append)
+    monkeypatch.setattr("builder.site.server.webbrowser.open", opened.append)
     server = SimpleNamespace(started=False)
     thread = threading.Thread(target=open_when_started, args=(server, "http://127.0.0.1:1/", threading.Event()))
     thread.start()

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from builder.browser import launch_persistent
+from builder.check.browser import launch_persistent
 
 # Installed into the page: one Worker plus a pending-request table, like page/worker_client.js. Events are kept
 # per request id (with the time they arrived, for the cancel test); the RGBA result is returned base64-encoded
@@ -99,7 +99,7 @@ class Reply:
         return [event for event in self.events if event["type"] == kind]
 
     def rgb(self) -> np.ndarray:
-        """The generated image as uint8 [H, W, 3] (alpha dropped), as builder.imaging compares images."""
+        """The generated image as uint8 [H, W, 3] (alpha dropped), as builder.pipeline.imaging compares images."""
         result = self.ok()
         rgba = np.frombuffer(base64.b64decode(result["rgba"]), dtype=np.uint8)
         return rgba.reshape(result["height"], result["width"], 4)[:, :, :3].copy()

@@ -1,7 +1,7 @@
 """The inference worker in real headless Chromium (WebGPU on SwiftShader), driven through its protocol.
 
-Each test serves the built app plus a tiny model repository (builder.tiny) and compares the worker's image with
-the onnxruntime CPU reference (builder.reference) for the same prompt, seed and size. One Chromium context is
+Each test serves the built app plus a tiny model repository (builder.repo.tiny) and compares the worker's image with
+the onnxruntime CPU reference (builder.pipeline.reference) for the same prompt, seed and size. One Chromium context is
 shared by the module; each test gets its own server port, hence its own origin and an empty model store.
 """
 
@@ -17,10 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from builder import imaging, manifest, reference
 from conftest import app_in_thread
-from helpers import Reply, WorkerClient, browser_context, new_page  # tests/browser is on sys.path (rootdir-relative import mode)
+from helpers import (  # tests/browser is on sys.path (rootdir-relative import mode)
+    Reply,
+    WorkerClient,
+    browser_context,
+    new_page,
+)
+
+from builder.pipeline import imaging, reference
+from builder.repo import manifest
 
 pytestmark = pytest.mark.browser
 
@@ -86,7 +92,7 @@ def test_probe_reports_software_adapter_without_f16(page: Any, dist_dir: Path, l
     client.open()
     caps = client.request("probe").ok()
     assert caps["webgpu"] is True and caps["error"] is None
-    # SwiftShader: a software adapter, no shader-f16, 1 GiB buffers (builder/browser.py SOFTWARE_FLAGS).
+    # SwiftShader: a software adapter, no shader-f16, 1 GiB buffers (builder/check/browser.py SOFTWARE_FLAGS).
     assert caps["software"] is True, caps["adapter"]
     assert caps["shaderF16"] is False
     assert caps["maxBufferSize"] >= 256 * 2**20
@@ -258,9 +264,9 @@ class CutOnce:
 
 @pytest.fixture
 def cutting_server(dist_dir: Path, tiny_models: dict[str, Path]) -> Iterator[tuple[str, CutOnce, str, int]]:
-    """The real app (builder.server.create_app) behind CutOnce, in a uvicorn thread on a free port."""
+    """The real app (builder.site.server.create_app) behind CutOnce, in a uvicorn thread on a free port."""
 
-    from builder.server import create_app
+    from builder.site.server import create_app
 
     repo = manifest.load(tiny_models["fp32"])
     transformer = repo.graph("transformer", "fp32")

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from builder import __version__, imaging
-from builder.manifest import atomic_write_bytes
+from builder import __version__
+from builder.pipeline import imaging
+from builder.repo.manifest import atomic_write_bytes
 
 REPORT_NAME = "report.json"
 CANDIDATE_NAME = "candidate.png"
@@ -49,7 +50,7 @@ PASS, FAIL, COULD_NOT_RUN = Verdict.PASS, Verdict.FAIL, Verdict.COULD_NOT_RUN
 
 @dataclass
 class Reference:
-    """The image a case is compared with: `source` is a PNG path or "cpu" (builder.reference)."""
+    """The image a case is compared with: `source` is a PNG path or "cpu" (builder.pipeline.reference)."""
 
     source: str
     image: np.ndarray  # uint8 [H, W, 3]

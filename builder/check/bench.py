@@ -1,7 +1,7 @@
 """`klein-web bench`: the WebGPU EP against native PyTorch bf16 on the same GPU, on a random-weight klein.
 
 What one run measures (`main`), for every quantised precision the converter offers (q4, and q4f16 once
-`builder.convert.PRECISIONS` has it):
+`builder.repo.convert.PRECISIONS` has it):
 
     text encoder   Qwen3-4B width, the 27 layers the prompt-embedding graph runs, 512 tokens
     transformer    one denoising step at 512x512 (1024 image tokens) and 1024x1024 (4096), 512 text tokens
@@ -11,7 +11,7 @@ each on (a) onnxruntime with the WebGPU plugin EP (`onnxruntime-ep-webgpu`, Dawn
 kernels onnxruntime-web runs in a browser) and (b) PyTorch bf16 through diffusers/transformers.
 
 Method (the numbers are only meaningful with it, so bench.md repeats it):
-  * Random weights with the real configs (builder/tiny.py's configs at the real sizes): speed does not
+  * Random weights with the real configs (builder/repo/tiny.py's configs at the real sizes): speed does not
     depend on the weight values, and the Hub is not needed.
   * Layer chains. Exporting and quantising a full 4B graph takes longer than a device call allows, so
     graphs with few layers at the real width are built (text encoder 3 and 6 layers;
@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import InputError, KleinWebError
-from builder.manifest import atomic_write_bytes
+from builder.repo.manifest import atomic_write_bytes
 
 Log = Callable[[str], None]
 
@@ -85,7 +85,7 @@ class Scale:
 
 def full_scale() -> Scale:
     """The real FLUX.2 [klein] 4B sizes (reference doc section 3)."""
-    from builder import tiny
+    from builder.repo import tiny
 
     return _scale("full", tiny.FULL_TEXT_ENCODER_CONFIG, tiny.FULL_TRANSFORMER_CONFIG, tiny.FULL_VAE_CONFIG,
                   txt_seq=512, resolutions=(512, 1024), vae_resolution=512)
@@ -93,7 +93,7 @@ def full_scale() -> Scale:
 
 def tiny_scale() -> Scale:
     """make-tiny's configs and small inputs: the CPU smoke test of the whole bench path."""
-    from builder import tiny
+    from builder.repo import tiny
 
     return _scale("tiny", tiny.TEXT_ENCODER_CONFIG, tiny.TRANSFORMER_CONFIG, tiny.VAE_CONFIG,
                   txt_seq=32, resolutions=(128, 256), vae_resolution=128)
@@ -254,7 +254,7 @@ def torch_callable(component: str, module: Any, inputs: Mapping[str, Any], *, de
         args = {name: tensor(name) for name in ("hidden_states", "encoder_hidden_states", "timestep", "img_ids",
                                                 "txt_ids")}
         return lambda: module(**args, guidance=None, return_dict=False)[0]
-    from builder.export_vae import LatentDecoder
+    from builder.repo.export_vae import LatentDecoder
 
     decoder = LatentDecoder(module).to(device=device, dtype=dtype)
     latents = tensor("latents")
@@ -306,14 +306,14 @@ def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, 
     write_graphs for each precision. Returns {label: graph path}; the label is the variant (q4, q4f16,
     fp16, fp32), for the transformer plus its attention split (one graph per size class, as the converter
     writes them), and for the VAE also an unsplit copy: what the split costs at sizes that fit without it."""
-    from builder.convert import exporter, write_graphs
-    from builder.onnx_graph import DEFAULT_DATA_FILE_CAP
+    from builder.repo.convert import exporter, write_graphs
+    from builder.repo.onnx_graph import DEFAULT_DATA_FILE_CAP
 
     if component == "text_encoder":
         causal_lm = build_text_encoder(scale, layers[0], device="cpu")
         exports = {"": lambda placement: export_text_chain(causal_lm, layers[0], placement=placement)}
     else:
-        from builder.export_vae import export_vae
+        from builder.repo.export_vae import export_vae
 
         module = (build_transformer(scale, layers, device="cpu") if component == "transformer"
                   else build_vae(scale, device="cpu"))
@@ -337,7 +337,7 @@ def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, 
 def timed_transformers(scale: Scale, sizes: Sequence[int | None], graphs: Mapping[str, Path]) -> set[str]:
     """The transformer graphs worth a device's time: each variant's main graph (every size) and the ones
     the app runs at the bench's sizes; the other size classes only serve sizes the bench does not time."""
-    from builder.attention import size_classes
+    from builder.repo.attention import size_classes
 
     most = size_classes("transformer", heads=int(scale.transformer["num_attention_heads"]))[0][0]
     variants = {label.split(",")[0] for label in graphs}
@@ -347,7 +347,7 @@ def timed_transformers(scale: Scale, sizes: Sequence[int | None], graphs: Mappin
 def app_choice(scale: Scale, size: int | None, variant: str) -> str:
     """The label of the transformer graph the app runs at size x size (models.sizeClass): the least-split
     graph of the variant whose attention limit covers the image and text tokens."""
-    from builder.attention import size_classes
+    from builder.repo.attention import size_classes
 
     tokens = (int(size or 0) // 16) ** 2 + scale.txt_seq
     classes = size_classes("transformer", heads=int(scale.transformer["num_attention_heads"]))
@@ -356,11 +356,17 @@ def app_choice(scale: Scale, size: int | None, variant: str) -> str:
 
 
 def export_text_chain(causal_lm: Any, layers: int, *, placement: Any = None) -> Any:
-    """builder.export_text_encoder.export_text_encoder for a k-layer chain (hidden states k/3, 2k/3, k)."""
+    """builder.repo.export_text_encoder.export_text_encoder for a k-layer chain (hidden states k/3, 2k/3, k)."""
     import torch
 
-    from builder.export_text_encoder import DYNAMIC_AXES, INPUT_NAMES, OUTPUT_NAMES, PromptEmbedder, use_eager_attention
-    from builder.onnx_graph import export_module
+    from builder.repo.export_text_encoder import (
+        DYNAMIC_AXES,
+        INPUT_NAMES,
+        OUTPUT_NAMES,
+        PromptEmbedder,
+        use_eager_attention,
+    )
+    from builder.repo.onnx_graph import export_module
 
     use_eager_attention(causal_lm)
     embedder = PromptEmbedder(causal_lm.eval(), out_layers(layers)).eval()
@@ -648,7 +654,7 @@ def time_ort(graph: Path, inputs: Mapping[str, Path], *, provider: str, warmup: 
     spec_path.write_text(json.dumps(spec))
     Path(spec["result"]).unlink(missing_ok=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "builder.bench", "--ort-worker", str(spec_path)], check=False,
+        proc = subprocess.run([sys.executable, "-m", "builder.check.bench", "--ort-worker", str(spec_path)], check=False,
                               capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout_s:.0f} s"}
@@ -689,7 +695,7 @@ def markdown_report(environment: Mapping[str, Any], rows: Sequence[Mapping[str, 
             ("Method: random weights with the real configs; medians after warm-up; WebGPU EP via "
              "onnxruntime-ep-webgpu with numpy I/O (run() returns after read-back); PyTorch bf16 timed with CUDA "
              "events. 'chain' rows are solved from graphs with few layers at the real width (fixed + per-layer "
-             "time) and evaluated at the real layer count; see builder/bench.py."),
+             "time) and evaluated at the real layer count; see builder/check/bench.py."),
             *fidelity_lines(rows)]
 
 
@@ -916,7 +922,7 @@ def main(out_dir: Path, *, log: Log, scale: str = "full", components: Sequence[s
     """Run the benchmark; write OUT/bench.json and OUT/bench.md after every component; return the rows."""
     import torch
 
-    from builder.convert import PRECISIONS
+    from builder.repo.convert import PRECISIONS
 
     # 1. Check the options before anything slow starts.
     if scale not in SCALES:
@@ -985,8 +991,8 @@ def overhead_figures(timings: Mapping[str, float]) -> dict[str, float]:
 def browser_overhead(out_dir: Path, *, log: Log, models_dir: Path | None = None, steps: int = 4,
                      size: str = "512x512", timeout_s: float = 900.0) -> dict[str, Any]:
     """Generate one image with the app on make-tiny and report the orchestration overhead figure."""
-    from builder import regress
-    from builder.tiny import make_tiny
+    from builder.check import regress
+    from builder.repo.tiny import make_tiny
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -1007,10 +1013,10 @@ def browser_overhead(out_dir: Path, *, log: Log, models_dir: Path | None = None,
 
 
 # --------------------------------------------------------------------------------------------------------
-# 9. `python -m builder.bench` (the device machine has no click/starlette; cli.py calls main()).
+# 9. `python -m builder.check.bench` (the device machine has no click/starlette; cli.py calls main()).
 
 def _cli(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m builder.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m builder.check.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench"))
     parser.add_argument("--scale", default="full", choices=sorted(SCALES))
     parser.add_argument("--components", default=",".join(COMPONENTS))

@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto
 
 from builder.errors import ConversionError
-from builder.manifest import CONTRACT, atomic_write_bytes, external_data_names
+from builder.repo.manifest import CONTRACT, atomic_write_bytes, external_data_names
 
 OPSET = 18
 IR_VERSION = 10
@@ -87,7 +87,7 @@ def export_module(
     names (`/m/transformer_blocks.0/attn/to_q/MatMul`) that the quantizer's exclusion rules match on.
 
     Memory: the graph is exported *without* parameters (they become graph inputs named like the module's
-    parameters), so the module may be a skeleton whose parameters are placeholders (builder.checkpoint).
+    parameters), so the module may be a skeleton whose parameters are placeholders (builder.repo.checkpoint).
     The weights are attached afterwards one tensor at a time: read (from the checkpoint, for placeholders),
     handed to `placement` (which stores it, quantises it, ...; default: an fp32 initializer) and dropped.
     Exporting with `export_params=True` instead costs about 4x the weights inside torch.onnx.export.
@@ -129,14 +129,14 @@ def store_fp32(model: onnx.ModelProto) -> Callable[[str, Any], None]:
 def attach_weights(model: onnx.ModelProto, module: Any, *, input_names: Sequence[str], placement: Placement) -> None:
     """Turn the weight inputs of a graph exported with `export_params=False` into initializers.
 
-    Each weight is read (builder.checkpoint.weight_value), given to `placement(model)` and released before
+    Each weight is read (builder.repo.checkpoint.weight_value), given to `placement(model)` and released before
     the next is read, so the peak is the finished graph plus one weight.
 
     A weight that only feeds a `Transpose(perm=[1, 0])` (every nn.Linear: y = x @ W^T) is stored already
     transposed and the Transpose is dropped, as the exporter's own constant folding would do; the stored
     name is the Transpose's output, so the MatMul that reads it is unchanged.
     """
-    from builder.checkpoint import weight_value
+    from builder.repo.checkpoint import weight_value
 
     place = placement(model)
     tensors: dict[str, Any] = dict(module.named_parameters())
@@ -199,7 +199,7 @@ def add_initializer(graph: onnx.GraphProto, array: Any, name: str) -> None:
 
 
 def apply_contract_shapes(model: onnx.ModelProto, component: str) -> None:
-    """Name the graph's I/O dims exactly as builder.manifest.CONTRACT does.
+    """Name the graph's I/O dims exactly as builder.repo.manifest.CONTRACT does.
 
     The tracer names some dims after internal values (`MatMulnoise_pred_dim_0`) or leaves a dim dynamic
     that the contract fixes (the transformer's batch of 1). Dims the contract calls `joint_dim` are the

@@ -38,9 +38,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, imaging, manifest
-from builder.errors import InputError, KleinWebError, RegressionError
-from builder.regress_report import (
+from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE
+from builder.check.regress_report import (
     COULD_NOT_RUN,
     FAIL,
     REPORT_NAME,
@@ -53,6 +52,9 @@ from builder.regress_report import (
     write_case_report,
     write_run_report,
 )
+from builder.errors import InputError, KleinWebError, RegressionError
+from builder.pipeline import imaging
+from builder.repo import manifest
 
 Log = Callable[[str], None]
 
@@ -280,8 +282,8 @@ def _read_reference(png: Path) -> Reference:
 
 
 def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -> Reference:
-    """builder.reference for the case's parameters, pinned to the graph variants the app ran (when it said)."""
-    from builder import reference  # onnxruntime + tokenizers: only loaded when a CPU reference is asked for
+    """builder.pipeline.reference for the case's parameters, pinned to the graph variants the app ran (when it said)."""
+    from builder.pipeline import reference  # onnxruntime + tokenizers: only loaded when a CPU reference is asked for
 
     variants = {component: graph["variant"] for component, graph in (app_graphs or {}).items()
                 if component in manifest.COMPONENTS and isinstance(graph, dict) and isinstance(graph.get("variant"), str)}
@@ -299,10 +301,10 @@ def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -
 
 @contextlib.contextmanager
 def serving(dist_dir: Path, models_dir: Path, *, log: Log) -> Iterator[str]:
-    """The real server app (builder.server) under uvicorn in a thread, on a free loopback port; yields its URL."""
+    """The real server app (builder.site.server) under uvicorn in a thread, on a free loopback port; yields its URL."""
     import uvicorn
 
-    from builder import server
+    from builder.site import server
 
     app = server.create_app(dist_dir, models_dir=models_dir)
     # Port 0 and handing the bound socket to uvicorn: no pick-a-free-port-then-bind race.
@@ -359,7 +361,7 @@ def launched(session: BrowserSession, *, log: Log) -> Iterator[BrowserSession]:
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
-    from builder.browser import launch_persistent
+    from builder.check.browser import launch_persistent
 
     with sync_playwright() as playwright, tempfile.TemporaryDirectory(prefix="klein-regress-profile-") as profile:
         try:
@@ -563,7 +565,7 @@ def main(*, log: Log, models_dir: Path | None, prompt: str | None, seed: int, si
          headed: bool, gpu: bool, report_dir: Path, psnr_min: float, timeout_s: float,
          dist_dir: Path = DEFAULT_DIST) -> int:
     """Run every case in one browser launch; return the worst exit code (0 pass, 1 fail, 2 could not run)."""
-    from builder.browser import find_chromium
+    from builder.check.browser import find_chromium
 
     # 1. Check inputs: everything that can be wrong before a browser starts.
     if not timeout_s > 0:
@@ -580,7 +582,7 @@ def main(*, log: Log, models_dir: Path | None, prompt: str | None, seed: int, si
     references = {case.name: _read_reference(case.reference_png) for case in cases if case.reference_png is not None}
 
     # 3. + 4. + 5. Serve, launch once, run every case in the same browser.
-    from builder import bundle
+    from builder.site import bundle
 
     # Keep the model base an existing build was made with (the server points the app at /models/ anyway).
     record = bundle.read_record(Path(dist_dir)) or {}

@@ -19,7 +19,7 @@ under MAX_ATTENTION_BUFFER_BYTES at the largest supported image size (2048^2 px)
 N per graph (GraphEntry.attention_query_blocks) and the app computes the footprint from it.
 
 Blocks cost kernels, so the transformer gets one graph per size class (`size_classes`, written by
-builder.convert.write_size_classes on the same weight files), each split just enough for its sizes.
+builder.repo.convert.write_size_classes on the same weight files), each split just enough for its sizes.
 """
 
 from __future__ import annotations

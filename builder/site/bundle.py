@@ -31,7 +31,7 @@ import jinja2
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
 from builder.errors import BuildError
-from builder.node import NodeTools, ensure_node_modules, find_node, lock_hash
+from builder.site.node import NodeTools, ensure_node_modules, find_node, lock_hash
 
 BUILD_RECORD = ".klein-build.json"
 PAGE_ENTRY = "src/page/main.js"

@@ -1,6 +1,6 @@
 """`klein-web convert`: a diffusers FLUX.2 [klein] folder -> the ONNX web model repo the app loads.
 
-    SRC (diffusers format)              OUT (the seed repo's layout, builder/manifest.py)
+    SRC (diffusers format)              OUT (the seed repo's layout, builder/repo/manifest.py)
     text_encoder/  (Qwen3ForCausalLM)   text_encoder/text_encoder_{q4|q4f16|fp32}.onnx + .onnx_data, .onnx_data_1, ...
     transformer/   (Flux2Transformer)   transformer/transformer_{q4|q4f16|fp32}.onnx   + data files
     vae/           (AutoencoderKLFlux2) vae_decoder/vae_decoder_fp16.onnx (q4, q4f16) and vae_decoder_fp32.onnx
@@ -11,7 +11,7 @@ without shader-f16; the manifest marks the q4f16 graphs requires_f16.
                                         manifest.json (every file with size + sha256, every graph's I/O)
 
 Memory: the checkpoint is never loaded. Each component is built as a skeleton (its classes and config,
-placeholder weights: builder.checkpoint), exported without weights, and then its weights are streamed
+placeholder weights: builder.repo.checkpoint), exported without weights, and then its weights are streamed
 from the safetensors files one tensor at a time, each stored or quantised as it arrives; so the peak is
 about one output graph. The log prints each component's peak RSS next to its graph size.
 
@@ -35,9 +35,10 @@ from typing import Any
 import onnx
 
 from builder import __version__
-from builder.attention import recorded_query_blocks
 from builder.errors import ConversionError
-from builder.manifest import (
+from builder.memory import peak_rss_bytes, reset_peak_rss
+from builder.repo.attention import recorded_query_blocks
+from builder.repo.manifest import (
     CONTRACT,
     MANIFEST_NAME,
     GraphEntry,
@@ -48,8 +49,7 @@ from builder.manifest import (
     graph_path,
     write,
 )
-from builder.memory import peak_rss_bytes, reset_peak_rss
-from builder.onnx_graph import (
+from builder.repo.onnx_graph import (
     DEFAULT_DATA_FILE_CAP,
     Placement,
     check_no_float64,
@@ -212,14 +212,14 @@ def check_destination(out: Path) -> None:
 
 
 def load_skeleton(src: Path, component: str, *, log: Callable[[str], None]) -> Any:
-    """One component as a skeleton (builder.checkpoint): its classes and config, weights left on disk."""
-    from builder.checkpoint import Checkpoint, build_skeleton
+    """One component as a skeleton (builder.repo.checkpoint): its classes and config, weights left on disk."""
+    from builder.repo.checkpoint import Checkpoint, build_skeleton
 
     folder = src / SOURCE_FOLDER[component]
     log(f"{component}: reading {folder}")
     checkpoint = Checkpoint(folder)
     if component == "text_encoder":
-        from builder.export_text_encoder import OUT_LAYERS
+        from builder.repo.export_text_encoder import OUT_LAYERS
 
         return build_skeleton(lambda: text_encoder_from_config(folder, num_layers=max(OUT_LAYERS)), checkpoint)
     import diffusers
@@ -232,15 +232,15 @@ def load_skeleton(src: Path, component: str, *, log: Callable[[str], None]) -> A
 def exporter(component: str, module: Any) -> Export:
     """The export function of `component` for `module` (a skeleton, or a module with weights in memory)."""
     if component == "text_encoder":
-        from builder.export_text_encoder import export_text_encoder
+        from builder.repo.export_text_encoder import export_text_encoder
 
         return lambda placement: export_text_encoder(module, placement=placement)
     if component == "transformer":
-        from builder.export_transformer import export_transformer
+        from builder.repo.export_transformer import export_transformer
 
         # Unsplit: write_graphs writes one graph per size class from it (write_size_classes).
         return lambda placement: export_transformer(module, query_blocks=1, placement=placement)
-    from builder.export_vae import export_vae
+    from builder.repo.export_vae import export_vae
 
     return lambda _placement: export_vae(module)
 
@@ -253,7 +253,7 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
     saved, and freed before the next; a variant derived from another (q4f16 from q4, the fp16 VAE from
     the fp32 one) is read back from the saved files. So the peak is about one graph, never the checkpoint.
     """
-    from builder.quantize import to_fp16, to_q4f16
+    from builder.repo.quantize import to_fp16, to_q4f16
 
     saved: list[SavedGraph] = []
     start_rss = reset_peak_rss()  # each graph's peak is measured from here, then from the previous save
@@ -285,8 +285,8 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
     log(f"{component}: exporting with q4 weights ({PRECISION_TEXT[(component, 'q4')]})")
     flags: dict[str, Any] = {}
     if component == "text_encoder":
-        from builder.export_text_encoder import embedding_table_name
-        from builder.quantize import cast_fp16_embedding, q4_placement
+        from builder.repo.export_text_encoder import embedding_table_name
+        from builder.repo.quantize import cast_fp16_embedding, q4_placement
 
         model = export(q4_placement(accuracy_level=TEXT_ENCODER_ACCURACY_LEVEL,
                                     fp16_tables=lambda graph: [embedding_table_name(graph)[1]]))
@@ -295,8 +295,8 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
                  "cpu_nodes_without_f16": tuple(cast_fp16_embedding(model, gather_name=gather_name,
                                                                   table_name=table_name))}
     else:
-        from builder.export_transformer import q4_excluded_nodes
-        from builder.quantize import q4_placement
+        from builder.repo.export_transformer import q4_excluded_nodes
+        from builder.repo.quantize import q4_placement
 
         model = export(q4_placement(accuracy_level=None, exclude=q4_excluded_nodes))
     q4 = save("q4", model, **flags)
@@ -311,10 +311,10 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
 
 def write_size_classes(saved: list[SavedGraph], stage: Path, *, log: Callable[[str], None]) -> list[SavedGraph]:
     """Replace each saved transformer graph (exported with its attention unsplit) by one graph per size
-    class (builder.attention.size_classes): the same weight files, the attention split just enough for
+    class (builder.repo.attention.size_classes): the same weight files, the attention split just enough for
     that class. The most-split one takes the main path, so a client that reads only the main graph can
     run every size; the others are `<component>_<variant>.qb<N>.onnx`. Other components pass through."""
-    from builder.attention import apply_query_blocks, recorded_heads, size_classes
+    from builder.repo.attention import apply_query_blocks, recorded_heads, size_classes
 
     result = []
     for graph in saved:

@@ -30,8 +30,8 @@ from starlette.staticfiles import NotModifiedResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
-from builder.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_record
 from builder.errors import KleinWebError, ModelRepoError, ServeError
+from builder.site.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_record
 
 MODELS_PREFIX = "/models/"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -200,7 +200,7 @@ def check_models_dir(models_dir: Path, *, log: Callable[[str], None]) -> None:
             f"--models {models_dir}: no such folder. Download the model with `klein-web fetch --dir {models_dir}` "
             f"or make a tiny test model with `klein-web make-tiny OUT` and pass OUT/q4."
         )
-    from builder import manifest
+    from builder.repo import manifest
 
     try:
         loaded = manifest.load(models_dir)

@@ -14,14 +14,14 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import ConversionError
-from builder.onnx_graph import MS_DOMAIN, Placement, add_initializer
+from builder.repo.onnx_graph import MS_DOMAIN, Placement, add_initializer
 
 Q4_BLOCK_SIZE = 32
 
 
 def q4_placement(*, accuracy_level: int | None, exclude: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
                  fp16_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: ()) -> Placement:
-    """Weights for a q4 graph, quantised one at a time as they are attached (builder.onnx_graph.attach_weights).
+    """Weights for a q4 graph, quantised one at a time as they are attached (builder.repo.onnx_graph.attach_weights).
 
     Every MatMul whose weight is constant becomes com.microsoft.MatMulNBits (4 bits, block 32, symmetric),
     except the nodes `exclude(graph)` names (they stay fp32). Tables named by `fp16_tables(graph)` are

@@ -104,11 +104,11 @@ class GraphEntry:
     # Node names the app may place on the CPU (WebGPU EP `forceCpuNodeNames`) when the adapter lacks
     # shader-f16, so the rest of the graph still runs on WebGPU (the fp16 token embedding Gather + Cast).
     cpu_nodes_without_f16: list[str] = field(default_factory=list)
-    # The graph's attention runs in this many query blocks (builder.attention): its largest score buffer is
+    # The graph's attention runs in this many query blocks (builder.repo.attention): its largest score buffer is
     # heads * ceil(tokens / blocks) * tokens values instead of heads * tokens^2. 1 = not split.
     attention_query_blocks: int = 1
     # The longest attention (image + text tokens) this graph keeps within the converter's score-buffer budget
-    # (builder.attention). A transformer repo lists one graph per size class for a variant, all on the same
+    # (builder.repo.attention). A transformer repo lists one graph per size class for a variant, all on the same
     # weight files; the app runs the least-split one whose limit covers its size. None: not recorded (one
     # graph for every size, like the seed repo's).
     attention_max_tokens: int | None = None

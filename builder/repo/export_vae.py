@@ -1,6 +1,6 @@
 """Export the AutoencoderKLFlux2 decoder with the pipeline's pre- and post-processing folded in.
 
-Graph contract (builder.manifest.CONTRACT["vae_decoder"]):
+Graph contract (builder.repo.manifest.CONTRACT["vae_decoder"]):
     latents [batch, 128, H/16, W/16] float32 (packed tokens reshaped to NCHW, still BN-normalised)
     -> image [batch, 3, H, W] float32 RGB in [0, 1]
 
@@ -15,7 +15,7 @@ import onnx
 import torch
 from torch import nn
 
-from builder.onnx_graph import export_module
+from builder.repo.onnx_graph import export_module
 
 INPUT_NAMES = ("latents",)
 OUTPUT_NAMES = ("image",)
@@ -58,10 +58,10 @@ class LatentDecoder(nn.Module):
 def export_vae(vae: nn.Module, *, query_blocks: int | None = None) -> onnx.ModelProto:
     """fp32 ONNX graph of the latent decoder (weights in memory; the fp16 variant is derived from it).
 
-    The mid-block attention is split into `query_blocks` blocks along the query axis (builder.attention);
+    The mid-block attention is split into `query_blocks` blocks along the query axis (builder.repo.attention);
     None picks the count that keeps its score buffer within budget at 2048^2 px.
     """
-    from builder.attention import apply_query_blocks, max_attention_tokens, query_blocks_for
+    from builder.repo.attention import apply_query_blocks, max_attention_tokens, query_blocks_for
 
     attentions = [a for a in (vae.decoder.mid_block.attentions or []) if a is not None]
     if query_blocks is None:

@@ -1,6 +1,6 @@
 """Export one denoising step of Flux2Transformer2DModel to ONNX (batch 1, no CFG, dynamic token counts).
 
-Graph contract (builder.manifest.CONTRACT["transformer"]):
+Graph contract (builder.repo.manifest.CONTRACT["transformer"]):
     hidden_states [1, img_seq, 128], encoder_hidden_states [1, txt_seq, joint_dim], timestep [1]
     (= scheduler timestep / 1000; the model multiplies by 1000 inside), img_ids [img_seq, 4] int64,
     txt_ids [txt_seq, 4] int64  ->  noise_pred [1, img_seq, 128]
@@ -22,7 +22,7 @@ import onnx
 import torch
 from torch import nn
 
-from builder.onnx_graph import Placement, export_module
+from builder.repo.onnx_graph import Placement, export_module
 
 INPUT_NAMES = ("hidden_states", "encoder_hidden_states", "timestep", "img_ids", "txt_ids")
 OUTPUT_NAMES = ("noise_pred",)
@@ -140,9 +140,9 @@ def export_transformer(transformer: nn.Module, *, query_blocks: int | None = Non
     """ONNX graph of one denoising step, weights attached by `placement` (default fp32; see export_module).
 
     The joint attention of every block is split into `query_blocks` blocks along the query axis
-    (builder.attention); None picks the count that keeps each score buffer within budget at 2048^2 px.
+    (builder.repo.attention); None picks the count that keeps each score buffer within budget at 2048^2 px.
     """
-    from builder.attention import apply_query_blocks, max_attention_tokens, query_blocks_for, record_heads
+    from builder.repo.attention import apply_query_blocks, max_attention_tokens, query_blocks_for, record_heads
 
     config = transformer.config
     if query_blocks is None:

@@ -1,6 +1,6 @@
 """Export the Qwen3 text encoder as the prompt-embedding graph Flux2KleinPipeline needs.
 
-Graph contract (builder.manifest.CONTRACT["text_encoder"]):
+Graph contract (builder.repo.manifest.CONTRACT["text_encoder"]):
     input_ids [batch, seq] int64, attention_mask [batch, seq] int64 (1 = token, 0 = pad)
     -> prompt_embeds [batch, seq, 3 * hidden] float32 = concat(hidden_states[9], [18], [27]) on the last dim
 
@@ -15,7 +15,7 @@ import onnx
 import torch
 from torch import nn
 
-from builder.onnx_graph import Placement, export_module
+from builder.repo.onnx_graph import Placement, export_module
 
 # Flux2KleinPipeline.__call__ default `text_encoder_out_layers`.
 OUT_LAYERS = (9, 18, 27)

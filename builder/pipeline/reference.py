@@ -3,8 +3,8 @@
 `generate()` mirrors `Flux2KleinPipeline.__call__` (diffusers 0.42.1) stage by stage, with the stage names
 the worker's `pipeline/generate.js` uses, and runs the graphs of a model repository (the fetched seed repo
 or `klein-web convert` / `make-tiny` output) as its manifest describes them. The numerics outside the
-graphs (noise, schedule, Euler steps, ids, packing, uint8 rounding) come from builder.sampling and
-builder.imaging, which are bit-exact with diffusers + torch on CPU.
+graphs (noise, schedule, Euler steps, ids, packing, uint8 rounding) come from builder.pipeline.sampling and
+builder.pipeline.imaging, which are bit-exact with diffusers + torch on CPU.
 
 Only one onnxruntime session lives at a time: the real model is 5.6 GB, so each graph is loaded, run and
 released before the next one is created, like the browser does.
@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from builder import imaging, manifest, sampling
-from builder import prompt as prompt_module
 from builder.errors import InputError, ModelRepoError
 from builder.memory import peak_rss_bytes
+from builder.pipeline import imaging, sampling
+from builder.pipeline import prompt as prompt_module
+from builder.repo import manifest
 
 # Which variant of each graph to run on the CPU, best first. fp32 is the exact one; q4 is what the seed
 # repo ships; fp16 VAE weights run on the CPU EP too, just slower.
@@ -228,7 +229,7 @@ def verify_repo(model_dir: Path, repo: manifest.Manifest, graphs: Mapping[str, m
 
 
 def check_scheduler_config(model_dir: Path) -> None:
-    """The schedule in builder.sampling is the one this config describes; refuse any other."""
+    """The schedule in builder.pipeline.sampling is the one this config describes; refuse any other."""
     path = model_dir / manifest.SCHEDULER_CONFIG
     try:
         config = json.loads(path.read_text(encoding="utf-8"))

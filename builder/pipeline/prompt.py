@@ -28,7 +28,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from builder.errors import InputError, ModelRepoError
-from builder.manifest import MAX_SEQUENCE_LENGTH
+from builder.repo.manifest import MAX_SEQUENCE_LENGTH
 
 TOKENIZER_JSON = "tokenizer/tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer/tokenizer_config.json"

@@ -31,8 +31,9 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import BinaryIO
 
-from builder import __version__, manifest
+from builder import __version__
 from builder.errors import FetchError, KleinWebError
+from builder.repo import manifest
 
 PARTIAL_DIR = ".fetch"  # DEST/.fetch/<path>.<hash>.incomplete holds resumable partial downloads
 EXTRA_FILES = ("LICENSE", "LICENSE.md", "LICENSE.txt", "NOTICE", "NOTICE.md", "NOTICE.txt")
@@ -174,7 +175,7 @@ def _remote_manifest(repo: str, commit: str, remote: dict[str, RemoteFile], dest
 
 
 def _seed_layout_graphs(repo: str, remote: dict[str, RemoteFile]) -> list[manifest.GraphEntry]:
-    """Graphs present in a repo without manifest, described like builder.manifest.seed_graphs()."""
+    """Graphs present in a repo without manifest, described like builder.repo.manifest.seed_graphs()."""
     seed = {(g.component, g.variant): g for g in manifest.seed_graphs()}
     graphs = []
     for component in manifest.COMPONENTS:
