@@ -12,27 +12,13 @@ from pathlib import Path
 import click
 
 from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, DEFAULT_REPO, __version__
-from builder.errors import InputError, KleinWebError
+from builder.errors import KleinWebError
+from builder.pipeline import limits
 
 
 def log(message: str) -> None:
     """Progress and status lines go to stderr, so stdout stays clean for results."""
     click.echo(message, err=True)
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    """`512x768` -> (512, 768) as (width, height); both multiples of 16."""
-    try:
-        width_text, height_text = text.lower().split("x")
-        width, height = int(width_text), int(height_text)
-    except ValueError:
-        raise InputError(f"--size must look like 512x512 (WIDTHxHEIGHT), got {text!r}.")
-    if width <= 0 or height <= 0 or width % 16 or height % 16:
-        raise InputError(
-            f"--size {text}: width and height must be positive multiples of 16 (the VAE works on 16-pixel "
-            f"patches); try {max(16, width // 16 * 16)}x{max(16, height // 16 * 16)}."
-        )
-    return width, height
 
 
 class KleinGroup(click.Group):
@@ -126,13 +112,13 @@ def fetch(repo: str, revision: str, dest: Path) -> None:
 @click.option("--prompt", required=True)
 @click.option("--seed", default=42, show_default=True, type=int)
 @click.option("--size", default="512x512", show_default=True, help="WIDTHxHEIGHT, multiples of 16.")
-@click.option("--steps", default=4, show_default=True, type=click.IntRange(1, 100))
+@click.option("--steps", default=4, show_default=True, type=click.IntRange(limits.STEPS_MIN, limits.STEPS_MAX))
 @click.option("--out", "out_png", type=click.Path(path_type=Path), required=True)
 def reference(model_dir: Path, prompt: str, seed: int, size: str, steps: int, out_png: Path) -> None:
     """Run the whole pipeline on onnxruntime CPU (the browser's reference) and write a PNG."""
     from builder.pipeline import reference as ref
 
-    width, height = parse_size(size)
+    width, height = limits.parse_size(size)
     ref.generate_png(model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=steps,
                      out=out_png, log=log)
     click.echo(str(out_png))

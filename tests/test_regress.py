@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from builder import REPO_ROOT
-from builder.check.regress import Case, check_adapter, load_cases, main, parse_size
+from builder.check.regress import Case, check_adapter, load_cases, main
 from builder.check.regress_report import (
     COULD_NOT_RUN,
     FAIL,
@@ -51,14 +51,6 @@ def random_image(seed: int, height: int = 32, width: int = 48) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------- inputs and cases
-
-
-def test_parse_size_accepts_wxh_and_rejects_non_multiples_of_16() -> None:
-    assert parse_size("80x64") == (80, 64)
-    with pytest.raises(InputError, match=r"--size 65x64.*multiples of 16.*try 64x64"):
-        parse_size("65x64")
-    with pytest.raises(InputError, match="WIDTHxHEIGHT"):
-        parse_size("big")
 
 
 def test_cases_from_json_and_toml_agree_and_fill_gaps_from_the_flags(tmp_path: Path) -> None:

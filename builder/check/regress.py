@@ -53,15 +53,13 @@ from builder.check.regress_report import (
     write_run_report,
 )
 from builder.errors import InputError, KleinWebError, RegressionError
-from builder.pipeline import imaging
+from builder.pipeline import imaging, limits
 from builder.repo import manifest
 
 Log = Callable[[str], None]
 
 CASE_KEYS = frozenset({"name", "prompt", "seed", "size", "steps", "reference", "reference_from_cpu", "psnr_min"})
 CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-MAX_SEED = 2**32  # the app and torch.Generator.manual_seed take seeds in [0, 2^32)
-MAX_STEPS = 100
 
 # How long a single UI action (fill, click, the download) may take; generation has its own --timeout.
 UI_ACTION_TIMEOUT_MS = 60_000
@@ -118,27 +116,11 @@ class Case:
 # --- 1. Check inputs -----------------------------------------------------------------------------------
 
 
-def parse_size(text: str, *, where: str = "--size") -> tuple[int, int]:
-    """`64x48` -> (64, 48) as (width, height); both positive multiples of 16, like the app requires."""
-    match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", str(text))
-    if not match:
-        raise InputError(f"{where} must look like 512x512 (WIDTHxHEIGHT), got {text!r}.")
-    width, height = int(match.group(1)), int(match.group(2))
-    if width <= 0 or height <= 0 or width % 16 or height % 16:
-        raise InputError(
-            f"{where} {text}: width and height must be positive multiples of 16 (the VAE works on 16-pixel "
-            f"patches); try {max(16, width // 16 * 16)}x{max(16, height // 16 * 16)}."
-        )
-    return width, height
-
-
 def _check_case(case: Case, *, where: str) -> Case:
     if not case.prompt or not case.prompt.strip():
         raise InputError(f"{where}: the prompt is empty; give --prompt TEXT (or `prompt` in the cases file).")
-    if not 0 <= case.seed < MAX_SEED:
-        raise InputError(f"{where}: seed {case.seed} is outside [0, 2^32); pick a seed like 42.")
-    if not 1 <= case.steps <= MAX_STEPS:
-        raise InputError(f"{where}: steps {case.steps} is outside 1..{MAX_STEPS}; klein is distilled for 4.")
+    limits.check_seed(case.seed, name=f"{where}: seed")
+    limits.check_steps(case.steps, name=f"{where}: steps")
     if not case.psnr_min > 0:
         raise InputError(f"{where}: psnr_min {case.psnr_min} must be a positive number of dB, e.g. 40.")
     if case.reference_png is not None and case.reference_from_cpu:
@@ -197,7 +179,7 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
             raise InputError(f"{where}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(CASE_KEYS))}.")
         case = replace(defaults)
         if "size" in entry:
-            width, height = parse_size(_typed(entry, "size", str, where), where=f"{where}: `size`")
+            width, height = limits.parse_size(_typed(entry, "size", str, where), where=f"{where}: `size`")
             case = replace(case, width=width, height=height)
         if "prompt" in entry:
             case = replace(case, prompt=_typed(entry, "prompt", str, where))
@@ -229,7 +211,7 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
 
 def _cases_from_options(*, prompt: str | None, seed: int, size: str, steps: int, cases_file: Path | None,
                         reference_png: Path | None, reference_from_cpu: bool, psnr_min: float) -> list[Case]:
-    width, height = parse_size(size)
+    width, height = limits.parse_size(size)
     flags = Case(name="case", prompt=prompt or "", seed=seed, width=width, height=height, steps=steps,
                  psnr_min=psnr_min, reference_png=Path(reference_png) if reference_png else None,
                  reference_from_cpu=reference_from_cpu)

@@ -25,7 +25,7 @@ import numpy as np
 
 from builder.errors import InputError, ModelRepoError
 from builder.memory import peak_rss_bytes
-from builder.pipeline import imaging, sampling
+from builder.pipeline import imaging, limits, sampling
 from builder.pipeline import prompt as prompt_module
 from builder.repo import manifest
 
@@ -45,8 +45,6 @@ REQUIRED_SCHEDULER = {
 }
 UNSUPPORTED_SCHEDULER_FLAGS = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
                                "stochastic_sampling")
-
-MAX_STEPS = 100
 
 
 @dataclass(frozen=True)
@@ -187,20 +185,13 @@ def generate_png(
 
 
 def check_inputs(*, prompt: str, seed: int, width: int, height: int, steps: int) -> None:
-    """Reject bad parameters before any work starts; never silently adjust them."""
+    """Reject bad parameters before any work starts (the limits of builder.pipeline.limits); never adjust them."""
     if not isinstance(prompt, str):
         raise InputError(f"`prompt` must be a string, got {type(prompt).__name__}.")
-    for name, value in (("width", width), ("height", height)):
-        if not isinstance(value, int) or value <= 0 or value % 16:
-            suggestion = max(16, int(value) // 16 * 16) if isinstance(value, int) else 512
-            raise InputError(
-                f"`{name}` must be a positive multiple of 16 (the VAE works on 16-pixel patches), got {value!r}; "
-                f"try {suggestion}."
-            )
-    if not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
-        raise InputError(f"`steps` must be an integer from 1 to {MAX_STEPS}, got {steps!r}; klein is distilled for 4.")
-    if not isinstance(seed, int) or not 0 <= seed < 2**64:
-        raise InputError(f"`seed` must be an integer in [0, 2**64), got {seed!r}.")
+    limits.check_side(width, name="`width`")
+    limits.check_side(height, name="`height`")
+    limits.check_steps(steps)
+    limits.check_seed(seed)
 
 
 def choose_graph(repo: manifest.Manifest, component: str, pinned: str | None) -> manifest.GraphEntry:
