@@ -327,3 +327,17 @@ def test_gpu_mode_without_a_gpu_could_not_run(tiny_models: dict[str, Path], dist
     assert "--gpu, but" in str(raised.value) and "software adapter" in str(raised.value)
     assert "\n" not in str(raised.value)
     assert not (tmp_path / "report").exists()  # stopped before any case ran
+
+
+def test_summary_shows_the_apps_stage_timings_in_the_order_it_reported_them(tmp_path: Path) -> None:
+    from builder.check.regress_report import summary_lines
+
+    report = CaseReport(name="fox", parameters={"prompt": "a fox", "seed": 1, "width": 64, "height": 64, "steps": 4,
+                                                "psnr_min": 40.0}, reference=None, verdict=PASS, reason="identical")
+    report.app.timings = {"check": 1.0, "load": 2500.0, "encode": 300.0, "latents": 2.0, "timesteps": 1.0,
+                          "denoise": 4000.0, "decode": 700.0, "total": 7504.0, "sessionRun": 4900.0, "notes": "x"}
+    lines = summary_lines([report], browser={"version": "Chromium 1", "mode": "software", "launches": 1},
+                          adapter={"vendor": "google"}, report_dir=tmp_path)
+    assert ("app timings: check 0.00s, load 2.50s, encode 0.30s, latents 0.00s, timesteps 0.00s, denoise 4.00s, "
+            "decode 0.70s, total 7.50s, sessionRun 4.90s") in [line.strip() for line in lines]
+    assert lines[-1] == f"overall: PASS (exit 0); report in {tmp_path}"

@@ -238,10 +238,10 @@ def write_run_report(folder: Path, reports: list[CaseReport], *, browser: dict[s
 
 
 def _timing_text(timings: Any) -> str:
+    """The app's StageTimings in the order it reports them (its stages, then total and sessionRun)."""
     if not isinstance(timings, dict):
         return "no timings reported"
-    stages = ("download", "load", "encode", "denoise", "decode", "total")
-    parts = [f"{stage} {timings[stage] / 1000:.2f}s" for stage in stages if isinstance(timings.get(stage), (int, float))]
+    parts = [f"{stage} {ms / 1000:.2f}s" for stage, ms in timings.items() if isinstance(ms, (int, float))]
     return "app timings: " + ", ".join(parts) if parts else "no timings reported"
 
 

@@ -37,7 +37,7 @@ VARIANT_PREFERENCE: Mapping[str, tuple[str, ...]] = {
     "vae_decoder": ("fp32", "fp16"),
 }
 
-# Scheduler settings Flux2KleinPipeline depends on (reference doc section 2); anything else changes the math.
+# Scheduler settings Flux2KleinPipeline's schedule depends on (its scheduler_config.json); others change the math.
 REQUIRED_SCHEDULER = {
     "use_dynamic_shifting": True,
     "time_shift_type": "exponential",
@@ -51,7 +51,7 @@ UNSUPPORTED_SCHEDULER_FLAGS = ("use_karras_sigmas", "use_exponential_sigmas", "u
 class ReferenceResult:
     image: np.ndarray  # uint8 [H, W, 3]
     image_float: np.ndarray  # float32 [1, 3, H, W] in [0, 1], the decoder output
-    stage_seconds: dict[str, float]  # stage name -> wall seconds
+    stage_seconds: dict[str, float]  # check, load, encode, latents, timesteps, denoise, decode -> wall seconds
     peak_rss_bytes: int | None  # peak resident memory of this process so far (None where unknown)
     prompt_tokens: int  # real tokens fed to the text encoder (<= 512)
     prompt_dropped: int  # tokens cut by truncation to 512
@@ -74,14 +74,18 @@ def generate(
 
     `variants` pins a variant per component (e.g. {"transformer": "q4"}); otherwise VARIANT_PREFERENCE picks.
     """
-    import onnxruntime  # type: ignore[import-untyped]  # the only importer of onnxruntime in builder/
+    # onnxruntime is imported here and in check/ort_timing.py (the bench's GPU timing), nowhere else in builder/.
+    import onnxruntime  # type: ignore[import-untyped]
 
     model_dir = Path(model_dir)
     seconds: dict[str, float] = {}
 
-    # 1. Check inputs (and the model folder, before any session exists)
-    with _stage("check_inputs", seconds, log):
+    # 1. Check inputs
+    with _stage("check", seconds, log):
         check_inputs(prompt=prompt, seed=seed, width=width, height=height, steps=steps)
+
+    # 2. Load models: the graph of each component, its files checked before any session exists
+    with _stage("load", seconds, log):
         repo = manifest.load(model_dir)
         graphs = {component: choose_graph(repo, component, (variants or {}).get(component)) for component in
                   manifest.COMPONENTS}
@@ -89,14 +93,11 @@ def generate(
         check_scheduler_config(model_dir)
         log("reference: graphs " + ", ".join(f"{g.path}" for g in graphs.values()))
 
-    # 2. Tokenize
-    with _stage("tokenize", seconds, log):
+    # 3. Encode prompt: chat template, tokens padded to 512, the text encoder's three hidden states
+    with _stage("encode", seconds, log):
         tokens = prompt_module.load_tokenizer(model_dir).encode(prompt)
         if tokens.dropped:
             log(f"reference: the prompt is {tokens.dropped} tokens over the 512-token limit; they were dropped")
-
-    # 3. Encode prompt
-    with _stage("encode_prompt", seconds, log):
         with _session(onnxruntime, model_dir, graphs["text_encoder"]) as session:
             (prompt_embeds,) = session.run(
                 ["prompt_embeds"], {"input_ids": tokens.input_ids, "attention_mask": tokens.attention_mask}
@@ -105,15 +106,15 @@ def generate(
         text_ids = sampling.prepare_text_ids(prompt_embeds.shape[1])  # [512, 4]
 
     # 4. Prepare latents
-    with _stage("prepare_latents", seconds, log):
-        latent_h, latent_w = height // 16, width // 16
+    with _stage("latents", seconds, log):
+        latent_h, latent_w = height // limits.SIZE_MULTIPLE, width // limits.SIZE_MULTIPLE
         # Drawn in the patchified 128-channel space, float32, from a CPU generator (diffusers randn_tensor).
         noise = sampling.torch_randn((1, 128, latent_h, latent_w), seed)
         latents = sampling.pack_latents(noise)  # [1, 128, h, w] -> [1, h*w, 128]
         latent_ids = sampling.prepare_latent_ids(latent_h, latent_w)  # [h*w, 4]
 
     # 5. Prepare timesteps
-    with _stage("prepare_timesteps", seconds, log):
+    with _stage("timesteps", seconds, log):
         sigmas, timesteps = sampling.retrieve_timesteps(steps, latents.shape[1])
 
     # 6. Denoising loop
@@ -130,19 +131,14 @@ def generate(
             latents = sampling.euler_step(latents, noise_pred, sigmas[i], sigmas[i + 1])
             log(f"reference: step {i + 1}/{steps} (t={float(t):.3f}) {time.perf_counter() - step_start:.2f} s")
 
-    # 7. Unpack latents
-    with _stage("unpack_latents", seconds, log):
-        latents_nchw = sampling.unpack_latents(latents, latent_h, latent_w)  # [1, h*w, 128] -> [1, 128, h, w]
-
-    # 8. Decode (the graph folds in BN de-normalisation, unpatchify and (x/2+0.5).clamp(0,1))
+    # 7. Decode: unpack the tokens, run the VAE (its graph folds in BN de-normalisation, unpatchify and
+    # (x/2+0.5).clamp(0,1)), round to uint8
     with _stage("decode", seconds, log):
+        latents_nchw = sampling.unpack_latents(latents, latent_h, latent_w)  # [1, h*w, 128] -> [1, 128, h, w]
         with _session(onnxruntime, model_dir, graphs["vae_decoder"]) as session:
             (image_float,) = session.run(["image"], {"latents": latents_nchw})
         image_float = np.asarray(image_float, dtype=np.float32)  # [1, 3, H, W]
-
-    # 9. To uint8
-    with _stage("to_uint8", seconds, log):
-        image = imaging.to_uint8(image_float)
+        image = imaging.to_uint8(image_float)  # [1, 3, H, W] -> [H, W, 3]
 
     peak = peak_rss_bytes()
     if peak is not None:
