@@ -13,19 +13,18 @@ drops with bytes missing), `slow[path] = s` sleeps s seconds per 64 KiB of `path
 from __future__ import annotations
 
 import hashlib
-import socket
-import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from builder.site.server import serve_in_thread
 
 CHUNK = 64 * 1024
 LFS_SUFFIXES = (".onnx",)
@@ -138,31 +137,8 @@ class FakeHub:
             raise ConnectionAbortedError("fake hub: cutting the download half-way")
 
 
-class RunningHub:
-    """FakeHub served by uvicorn in a thread on a free loopback port."""
-
-    def __init__(self, hub: FakeHub) -> None:
-        self.hub = hub
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = int(sock.getsockname()[1])
-        config = uvicorn.Config(hub.app(), host="127.0.0.1", port=self.port, log_level="critical", lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the fake hub did not start within 10 s")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+@contextmanager
+def serving(hub: FakeHub) -> Iterator[str]:
+    """FakeHub served in a thread on a free loopback port (builder's own helper); yields its endpoint URL."""
+    with serve_in_thread(hub.app(), log_level="critical") as port:
+        yield f"http://127.0.0.1:{port}"

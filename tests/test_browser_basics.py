@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import app_in_thread  # tests/ is on sys.path (rootdir-relative conftest import)
 
 from builder.check.browser import launch_persistent
 
@@ -136,7 +135,7 @@ def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser
 
     from builder import WEB_SRC, __version__
     from builder.site.bundle import build
-    from builder.site.server import create_app
+    from builder.site.server import create_app, serve_in_thread
 
     web_src = tmp_path / "web_src"
     shutil.copytree(WEB_SRC, web_src, ignore=shutil.ignore_patterns("node_modules"))
@@ -146,7 +145,7 @@ def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser
     build(dist, web_src=web_src)
     model, expected = tiny_mul_model()
 
-    with app_in_thread(create_app(dist)) as port:
+    with serve_in_thread(create_app(dist)) as port:
         page = browser_context.new_page()  # type: ignore[attr-defined]
         page.goto(f"http://127.0.0.1:{port}/", wait_until="load")
         reply = page.evaluate("""(model) => new Promise((resolve) => {

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fakehub import FakeHub, FakeRepo, RunningHub
+from fakehub import FakeHub, FakeRepo, serving
 
 from builder import REPO_ROOT
 from builder.errors import ModelRepoError
@@ -114,8 +114,8 @@ def fetched_files(dest: Path) -> list[str]:
 def test_fetch_seed_layout_repo(seed_repo: Path, tmp_path: Path) -> None:
     hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})
     dest = tmp_path / "models"
-    with RunningHub(hub) as running:
-        result = run_fetch(running.endpoint, dest)
+    with serving(hub) as endpoint:
+        result = run_fetch(endpoint, dest)
     assert result.returncode == 0, result.stderr
     assert f"klein-web serve --models {dest}" in result.stdout
     assert "ETA" in result.stderr and "MB/s" in result.stderr  # progress with rate and ETA
@@ -131,15 +131,15 @@ def test_fetch_seed_layout_repo(seed_repo: Path, tmp_path: Path) -> None:
 
     # A second run finds everything in place and downloads nothing.
     hub.requests.clear()
-    with RunningHub(hub) as running:
-        again = run_fetch(running.endpoint, dest)
+    with serving(hub) as endpoint:
+        again = run_fetch(endpoint, dest)
     assert again.returncode == 0, again.stderr
     assert [r for r in hub.requests if r[0] == "GET"] == []
 
 
 def test_unknown_repo_is_named(seed_repo: Path, tmp_path: Path) -> None:
-    with RunningHub(FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})) as running:
-        result = run_fetch(running.endpoint, tmp_path / "models", repo="nobody/no-such-model")
+    with serving(FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})) as endpoint:
+        result = run_fetch(endpoint, tmp_path / "models", repo="nobody/no-such-model")
     assert result.returncode == 1
     assert "nobody/no-such-model" in result.stderr and "not found" in result.stderr
     assert "Traceback" not in result.stderr
@@ -147,8 +147,8 @@ def test_unknown_repo_is_named(seed_repo: Path, tmp_path: Path) -> None:
 
 
 def test_unknown_revision_is_named(seed_repo: Path, tmp_path: Path) -> None:
-    with RunningHub(FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})) as running:
-        result = run_fetch(running.endpoint, tmp_path / "models", revision="v9.9")
+    with serving(FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})) as endpoint:
+        result = run_fetch(endpoint, tmp_path / "models", revision="v9.9")
     assert result.returncode == 1
     assert "'v9.9'" in result.stderr and "does not exist" in result.stderr
     assert "Traceback" not in result.stderr
@@ -166,8 +166,8 @@ def test_no_network_is_explained(tmp_path: Path) -> None:
 def test_too_little_disk_fails_before_downloading(seed_repo: Path, tmp_path: Path, shim_dir: Path) -> None:
     hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})
     dest = tmp_path / "models"
-    with RunningHub(hub) as running:
-        result = run_fetch(running.endpoint, dest, shim=shim_dir, extra_env={"KLEIN_TEST_FREE_BYTES": "1000000"})
+    with serving(hub) as endpoint:
+        result = run_fetch(endpoint, dest, shim=shim_dir, extra_env={"KLEIN_TEST_FREE_BYTES": "1000000"})
     assert result.returncode == 1
     assert "Not enough disk space" in result.stderr and "0.00 GB is free" in result.stderr
     assert "--dir" in result.stderr
@@ -180,8 +180,8 @@ def test_dropped_connection_resumes_with_range(seed_repo: Path, tmp_path: Path) 
     name = "transformer/transformer_q4.onnx_data"
     hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, cut={name: 1})
     dest = tmp_path / "models"
-    with RunningHub(hub) as running:
-        result = run_fetch(running.endpoint, dest)
+    with serving(hub) as endpoint:
+        result = run_fetch(endpoint, dest)
     assert result.returncode == 0, result.stderr
     gets = [r for r in hub.requests if r[0] == "GET" and r[1] == name]
     size = (seed_repo / name).stat().st_size
@@ -197,8 +197,8 @@ def test_failed_download_resumes_on_a_second_run(seed_repo: Path, tmp_path: Path
     name = "text_encoder/text_encoder_q4.onnx_data"
     hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, cut={name: RETRIES + 1})
     dest = tmp_path / "models"
-    with RunningHub(hub) as running:
-        first = run_fetch(running.endpoint, dest)
+    with serving(hub) as endpoint:
+        first = run_fetch(endpoint, dest)
         assert first.returncode == 1
         assert "Connection lost" in first.stderr and "resume" in first.stderr and "Traceback" not in first.stderr
         assert not (dest / "manifest.json").exists()
@@ -206,7 +206,7 @@ def test_failed_download_resumes_on_a_second_run(seed_repo: Path, tmp_path: Path
         assert len(partials) == 1 and 0 < partials[0].stat().st_size < (seed_repo / name).stat().st_size
         kept = partials[0].stat().st_size
         hub.requests.clear()
-        second = run_fetch(running.endpoint, dest)
+        second = run_fetch(endpoint, dest)
     assert second.returncode == 0, second.stderr
     assert ("GET", name, f"bytes={kept}-") in hub.requests
     assert not (dest / ".fetch").exists()
@@ -218,8 +218,8 @@ def test_ctrl_c_keeps_partial_files_and_no_manifest(seed_repo: Path, tmp_path: P
     name = "transformer/transformer_q4.onnx_data"
     hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, slow={name: 0.2})
     dest = tmp_path / "models"
-    with RunningHub(hub) as running:
-        process = run_fetch(running.endpoint, dest, background=True)
+    with serving(hub) as endpoint:
+        process = run_fetch(endpoint, dest, background=True)
         deadline = time.monotonic() + 60
         partial = None
         while time.monotonic() < deadline and partial is None:
@@ -237,7 +237,7 @@ def test_ctrl_c_keeps_partial_files_and_no_manifest(seed_repo: Path, tmp_path: P
 
         hub.slow.clear()
         hub.requests.clear()
-        second = run_fetch(running.endpoint, dest)
+        second = run_fetch(endpoint, dest)
     assert second.returncode == 0, second.stderr
     assert ("GET", name, f"bytes={kept}-") in hub.requests
     assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
@@ -250,8 +250,8 @@ def test_fetch_tiny_q4_repo_without_manifest(tiny_models: dict[str, Path], tmp_p
     source_manifest = manifest.load(source)
     hub = FakeHub({"test/tiny-q4": FakeRepo(source, COMMIT, exclude=("manifest.json",))})
     dest = tmp_path / "models"
-    with RunningHub(hub) as running:
-        result = run_fetch(running.endpoint, dest, repo="test/tiny-q4")
+    with serving(hub) as endpoint:
+        result = run_fetch(endpoint, dest, repo="test/tiny-q4")
     assert result.returncode == 0, result.stderr
     fetched = manifest.load(dest)
     manifest.verify(dest, fetched, check_sha256=True)
@@ -279,8 +279,8 @@ def test_fetch_repo_with_manifest_uses_it(tiny_models: dict[str, Path], tmp_path
     source = tiny_models["q4"]
     hub = FakeHub({"test/tiny-q4": FakeRepo(source, COMMIT)})
     dest = tmp_path / "models"
-    with RunningHub(hub) as running:
-        result = run_fetch(running.endpoint, dest, repo="test/tiny-q4")
+    with serving(hub) as endpoint:
+        result = run_fetch(endpoint, dest, repo="test/tiny-q4")
     assert result.returncode == 0, result.stderr
     source_manifest, fetched = manifest.load(source), manifest.load(dest)
     manifest.verify(dest, fetched, check_sha256=True)

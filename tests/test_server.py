@@ -22,12 +22,11 @@ from urllib.parse import quote
 
 import psutil
 import pytest
-from conftest import app_in_thread  # tests/ is on sys.path (rootdir-relative conftest import)
 
 from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC
 from builder.errors import ServeError
 from builder.site.bundle import build
-from builder.site.server import create_app, watch_and_rebuild
+from builder.site.server import create_app, serve_in_thread, watch_and_rebuild
 
 ISOLATION = {
     "cross-origin-opener-policy": "same-origin",
@@ -90,13 +89,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def port(site: dict[str, Path]) -> Iterator[int]:
-    with app_in_thread(create_app(site["dist"], site["models"])) as port:
+    with serve_in_thread(create_app(site["dist"], site["models"])) as port:
         yield port
 
 
 @pytest.fixture(scope="module")
 def port_without_models(site: dict[str, Path]) -> Iterator[int]:
-    with app_in_thread(create_app(site["dist"])) as port:
+    with serve_in_thread(create_app(site["dist"])) as port:
         yield port
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import RegressionError
+from builder.site.server import CHROME_WEBGPU_FLAGS
 
 # Flags for a headless run on a machine without a GPU: WebGPU on SwiftShader (software, no shader-f16).
 SOFTWARE_FLAGS = (
@@ -17,13 +18,9 @@ SOFTWARE_FLAGS = (
     "--use-webgpu-adapter=swiftshader",
     "--use-angle=swiftshader",
 )
-# Flags for a real GPU on Linux: Vulkan backend, blocklist ignored (Chrome blocklists many Linux drivers).
-GPU_FLAGS = (
-    "--enable-unsafe-webgpu",
-    "--enable-features=Vulkan",
-    "--use-vulkan",
-    "--ignore-gpu-blocklist",
-)
+# Flags for a real GPU on Linux: the switches `klein-web serve` tells Chrome users about, the Vulkan backend
+# forced on and the blocklist ignored (Chrome blocklists many Linux drivers).
+GPU_FLAGS = (*CHROME_WEBGPU_FLAGS, "--use-vulkan", "--ignore-gpu-blocklist")
 # This machine (and CI) has no outside network: background requests only produce noise and refusals.
 QUIET_FLAGS = (
     "--no-first-run",

@@ -30,7 +30,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterator
@@ -283,33 +282,13 @@ def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -
 
 @contextlib.contextmanager
 def serving(dist_dir: Path, models_dir: Path, *, log: Log) -> Iterator[str]:
-    """The real server app (builder.site.server) under uvicorn in a thread, on a free loopback port; yields its URL."""
-    import uvicorn
-
+    """The real server app (builder.site.server) in a thread on a free loopback port; yields its URL."""
     from builder.site import server
 
-    app = server.create_app(dist_dir, models_dir=models_dir)
-    # Port 0 and handing the bound socket to uvicorn: no pick-a-free-port-then-bind race.
-    sock = server.bind_socket("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                       timeout_graceful_shutdown=3))
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, name="klein-regress-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            sock.close()
-            raise RegressionError(f"the app server did not start on 127.0.0.1:{port} within 30 s.")
-        time.sleep(0.05)
-    url = f"http://127.0.0.1:{port}"
-    log(f"serving {dist_dir} and models {models_dir} at {url}")
-    try:
+    with server.serve_in_thread(server.create_app(dist_dir, models_dir=models_dir)) as port:
+        url = f"http://127.0.0.1:{port}"
+        log(f"serving {dist_dir} and models {models_dir} at {url}")
         yield url
-    finally:
-        uv.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 # --- 4. Browser ------------------------------------------------------------------------------------------

@@ -15,8 +15,10 @@ import re
 import socket
 import sys
 import threading
+import time
 import webbrowser
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from email.utils import parsedate
 from pathlib import Path
 
@@ -35,8 +37,9 @@ from builder.site.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_rec
 
 MODELS_PREFIX = "/models/"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-# Linux Chrome ships WebGPU disabled; these two flags turn it on (users hit this first, see the README).
-CHROME_WEBGPU_FLAGS = "--enable-unsafe-webgpu --enable-features=Vulkan"
+# Linux Chrome ships WebGPU disabled; these two switches turn it on (users hit this first, see the README).
+# check/browser.py launches Chromium on a GPU with them too.
+CHROME_WEBGPU_FLAGS = ("--enable-unsafe-webgpu", "--enable-features=Vulkan")
 
 # Exact types matter: browsers refuse module scripts that are not JavaScript, and
 # WebAssembly.instantiateStreaming needs application/wasm.
@@ -232,6 +235,33 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+@contextmanager
+def serve_in_thread(app: ASGIApp, *, log_level: str = "warning") -> Iterator[int]:
+    """Serve `app` with uvicorn in a daemon thread on a free loopback port (regress, the tests); yields the port."""
+    import uvicorn
+
+    # Port 0 and handing the bound socket to uvicorn: no pick-a-free-port-then-bind race.
+    sock = bind_socket("127.0.0.1", 0)
+    port = int(sock.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off",
+                                           timeout_graceful_shutdown=3))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"klein-serve-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            sock.close()
+            raise ServeError(f"The server did not start on 127.0.0.1:{port} within 30 s.")
+        time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
 def start_message(url: str, *, dist_dir: Path, models_dir: Path | None, model_base: str) -> str:
     lines = [f"klein-web {__version__} serving {dist_dir}", f"  App:    {url}"]
     if models_dir is not None:
@@ -239,7 +269,7 @@ def start_message(url: str, *, dist_dir: Path, models_dir: Path | None, model_ba
     else:
         lines.append(f"  Models: {model_base} (no --models)")
     if sys.platform.startswith("linux"):
-        lines.append(f"  Chrome on Linux needs WebGPU switched on: google-chrome {CHROME_WEBGPU_FLAGS} {url}")
+        lines.append(f"  Chrome on Linux needs WebGPU switched on: google-chrome {' '.join(CHROME_WEBGPU_FLAGS)} {url}")
     lines.append("  Press Ctrl+C to stop.")
     return "\n".join(lines)
 

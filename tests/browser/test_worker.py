@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import app_in_thread
 from helpers import (  # tests/browser is on sys.path (rootdir-relative import mode)
     Reply,
     WorkerClient,
@@ -27,6 +26,7 @@ from helpers import (  # tests/browser is on sys.path (rootdir-relative import m
 
 from builder.pipeline import imaging, reference
 from builder.repo import manifest
+from builder.site.server import serve_in_thread
 
 pytestmark = pytest.mark.browser
 
@@ -274,7 +274,7 @@ def cutting_server(dist_dir: Path, tiny_models: dict[str, Path]) -> Iterator[tup
     path = max(transformer.files()[1:], key=lambda p: repo.files[p].size)
     size = repo.files[path].size
     app = CutOnce(create_app(dist_dir, tiny_models["fp32"]), target="/models/" + path, after=size // 2)
-    with app_in_thread(app, log_level="critical") as port:
+    with serve_in_thread(app, log_level="critical") as port:
         yield f"http://127.0.0.1:{port}/", app, path, size
 
 
