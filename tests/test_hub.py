@@ -192,7 +192,7 @@ def test_dropped_connection_resumes_with_range(seed_repo: Path, tmp_path: Path) 
 
 def test_failed_download_resumes_on_a_second_run(seed_repo: Path, tmp_path: Path) -> None:
     """Cuts beyond the in-run retries fail the run cleanly; the next run continues from the partial file."""
-    from builder.repo.hub import RETRIES
+    from builder.repo.download import RETRIES
 
     name = "text_encoder/text_encoder_q4.onnx_data"
     hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, cut={name: RETRIES + 1})

@@ -181,8 +181,11 @@ def test_missing_tokenizer_and_bad_scheduler(repo_copy: Path, monkeypatch: pytes
 
 def test_runtime_modules_import_no_ml_framework() -> None:
     """reference/fetch run without the optional torch/diffusers/transformers extras."""
-    code = ("import sys; import builder.pipeline.sampling, builder.pipeline.imaging, builder.pipeline.prompt, builder.pipeline.reference, builder.repo.hub; "
+    modules = ("builder.cli", "builder.pipeline.limits", "builder.pipeline.sampling", "builder.pipeline.imaging",
+               "builder.pipeline.prompt", "builder.pipeline.reference", "builder.repo.hub", "builder.repo.download")
+    code = (f"import sys; import {', '.join(modules)}; "
             "heavy = sorted(m for m in ('torch', 'diffusers', 'transformers') if m in sys.modules); "
             "print(','.join(heavy)); sys.exit(1 if heavy else 0)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                            check=False)
     assert result.returncode == 0, f"imported: {result.stdout.strip()} {result.stderr}"

@@ -57,6 +57,7 @@ from builder.repo.onnx_graph import (
     save_graph,
     verify_saved_graph,
 )
+from builder.repo.sizes import gigabytes
 
 PRECISIONS = ("q4", "q4f16", "fp32")
 COMPONENT_ORDER = ("text_encoder", "transformer", "vae_decoder")
@@ -264,8 +265,8 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
         saved.append(SavedGraph(component, variant, names, attention_query_blocks=recorded_query_blocks(model),
                                 **flags))
         size = graph_bytes(stage, saved[-1].entry())
-        log(f"  {component}_{variant}: {size / 1e9:.2f} GB, peak RSS while building it {_gb(peak_rss_bytes())} "
-            f"(the process held {_gb(start_rss)} before)")
+        log(f"  {component}_{variant}: {gigabytes(size)}, peak RSS while building it {gigabytes(peak_rss_bytes())} "
+            f"(the process held {gigabytes(start_rss)} before)")
         start_rss = reset_peak_rss()
         return stage / graph_path(component, variant)
 
@@ -392,10 +393,6 @@ def _save_component(model: onnx.ModelProto, stage: Path, component: str, variant
         raise ConversionError(f"Data files {names} do not follow the repo naming {expected}.")
     verify_saved_graph(stage / graph_path(component, variant), component)
     return names
-
-
-def _gb(value: int | None) -> str:
-    return "unknown" if value is None else f"{value / 1e9:.2f} GB"
 
 
 def graph_bytes(stage: Path, graph: GraphEntry) -> int:
