@@ -31,5 +31,9 @@ class InputError(KleinWebError):
     """A user-supplied parameter (size, steps, prompt, path) is invalid."""
 
 
+class BenchError(KleinWebError):
+    """The benchmark cannot run with the given options or environment."""
+
+
 class RegressionError(KleinWebError):
     """A browser regression run could not be carried out (exit code 2)."""

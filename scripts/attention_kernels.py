@@ -105,10 +105,9 @@ def programs(path: str, feeds) -> list[str]:
     """WebGPU program names of one profiled (uncaptured) run."""
     import onnxruntime as ort
 
-    from builder.check.bench import _webgpu_device
+    from builder.check.ort_timing import session_options
 
-    options = ort.SessionOptions()
-    options.add_provider_for_devices([_webgpu_device()], {})
+    options = session_options("webgpu", cpu_fallback=True)
     options.enable_profiling = True
     session = ort.InferenceSession(path, sess_options=options)
     session.run(None, feeds)
@@ -122,7 +121,9 @@ def main() -> None:
     parser.add_argument("--tokens", default="1536,4608")
     parser.add_argument("--blocks", default="16")
     args = parser.parse_args()
-    from builder.check.bench import time_captured
+    import onnxruntime as ort
+
+    from builder.check.ort_timing import session_options, time_captured
 
     rng = np.random.default_rng(0)
     work = Path(tempfile.mkdtemp(prefix="attn-"))
@@ -134,17 +135,11 @@ def main() -> None:
         kinds["MultiHeadAttention"] = lambda n, t=tokens: mha(t, n)
         for label, build in kinds.items():
             try:
-                import onnxruntime as ort
-
-                from builder.check.bench import _webgpu_device
-
                 times = {}
                 for layers in (1, LAYERS):
                     path = str(work / f"{label.replace(' ', '_')}-{tokens}-{layers}.onnx")
                     onnx.save(build(layers), path)
-                    options = ort.SessionOptions()
-                    options.add_provider_for_devices([_webgpu_device()], {})
-                    session = ort.InferenceSession(path, sess_options=options)
+                    session = ort.InferenceSession(path, sess_options=session_options("webgpu", cpu_fallback=True))
                     plain = session.run(None, feeds)
                     if layers == 1:
                         error = float(np.max(np.abs(plain[0].astype(np.float64) - expected)))

@@ -4,7 +4,7 @@
 
 A capturing session keeps the buffers its recorded kernels use, so its memory may grow with the depth of
 the graph where a plain session recycles them. This builds q4f16 chains of the real width with 0 double
-and k single blocks, runs the graph the app runs at each size in its own process (builder.check.bench's worker:
+and k single blocks, runs the graph the app runs at each size in its own process (builder.check.ort_timing's worker:
 NVML device memory above the level before the session, sampled every 5 ms), and prints the peak of each
 and the growth per single block, which extrapolates to the 25 blocks of klein-4B. A development aid.
 """
@@ -23,22 +23,24 @@ def main() -> None:
     parser.add_argument("--singles", default="1,2,4")
     parser.add_argument("--sizes", default="512,1024")
     args = parser.parse_args()
-    from builder.check import bench
+    from builder.check.bench_graphs import app_choice, export_graphs, graph_bytes
+    from builder.check.bench_models import full_scale, make_inputs
+    from builder.check.ort_timing import time_ort
 
-    scale = bench.full_scale()
+    scale = full_scale()
     singles = [int(k) for k in args.singles.split(",")]
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="capture-memory-"))
     peaks: dict[tuple[int, int], tuple[float, float]] = {}
     for k in singles:
-        graphs = bench.export_graphs(scale, "transformer", (0, k), work / f"chain{k}", precisions=["q4f16"],
+        graphs = export_graphs(scale, "transformer", (0, k), work / f"chain{k}", precisions=["q4f16"],
                                      log=lambda _m: None)
-        weights = bench.graph_bytes(graphs[bench.app_choice(scale, sizes[0], "q4f16")])  # shared by every class
+        weights = graph_bytes(graphs[app_choice(scale, sizes[0], "q4f16")])  # shared by every class
         for size in sizes:
-            label = bench.app_choice(scale, size, "q4f16")
+            label = app_choice(scale, size, "q4f16")
             npz = work / f"in-{size}.npz"
-            np.savez(npz, **bench.make_inputs(scale, "transformer", size))
-            result = bench.time_ort(graphs[label], {str(size): npz}, provider="webgpu", warmup=1, repeats=2,
+            np.savez(npz, **make_inputs(scale, "transformer", size))
+            result = time_ort(graphs[label], {str(size): npz}, provider="webgpu", warmup=1, repeats=2,
                                     timeout_s=300, workdir=work, capture=True)
             if "error" in result:
                 print(f"0+{k} {size}^2 {label}: failed {result['error']}", flush=True)

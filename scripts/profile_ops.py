@@ -30,25 +30,23 @@ def main() -> None:
 
     import onnxruntime as ort
 
-    from builder.check import bench
+    from builder.check.bench_graphs import app_choice, export_graphs
+    from builder.check.bench_models import full_scale, make_inputs
+    from builder.check.ort_timing import session_options
 
-    scale = bench.full_scale()
+    scale = full_scale()
     layers = tuple(int(x) for x in args.blocks.split(","))
     work = Path(tempfile.mkdtemp(prefix="klein-profile-"))
     precision = "fp32" if args.variant == "fp32" else "q4f16"
-    graphs = bench.export_graphs(scale, "transformer", layers, work, precisions=[precision], log=print)
-    graph = graphs[bench.app_choice(scale, args.size, args.variant)]  # the size class the app runs
-    feeds = bench.make_inputs(scale, "transformer", args.size)
+    graphs = export_graphs(scale, "transformer", layers, work, precisions=[precision], log=print)
+    graph = graphs[app_choice(scale, args.size, args.variant)]  # the size class the app runs
+    feeds = make_inputs(scale, "transformer", args.size)
 
-    options = ort.SessionOptions()
+    options = session_options(args.provider, cpu_fallback=True)  # the profile shows what falls back to the CPU
     options.enable_profiling = True
     options.profile_file_prefix = str(work / "profile")
-    if args.provider == "webgpu":
-        options.add_provider_for_devices([bench._webgpu_device()], {})
-        session = ort.InferenceSession(str(graph), sess_options=options)
-    else:
-        session = ort.InferenceSession(str(graph), sess_options=options,
-                                       providers=["CPUExecutionProvider"])
+    providers = None if args.provider == "webgpu" else ["CPUExecutionProvider"]
+    session = ort.InferenceSession(str(graph), sess_options=options, providers=providers)
     session.run(None, feeds)  # warm-up (shader compilation)
     began = time.perf_counter()
     for _ in range(args.runs):

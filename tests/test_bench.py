@@ -1,4 +1,5 @@
-"""`klein-web bench`: the statistics/table code, and a CPU smoke run of the whole bench path on make-tiny's configs.
+"""`klein-web bench` (builder/check/bench*.py, ort_timing.py): its statistics and table code, and a CPU smoke run
+of the whole bench path on make-tiny's configs.
 
 The real benchmark needs an NVIDIA GPU with Vulkan (the WebGPU plugin EP); here the bench must say so and
 still run onnxruntime's CPU EP and torch on the CPU end to end.
@@ -12,23 +13,23 @@ import statistics
 
 import pytest
 
-from builder.check import bench
-from builder.errors import InputError
+from builder.check import bench, bench_graphs, bench_models, bench_report, bench_stats, ort_timing
+from builder.errors import BenchError, InputError
 
 
 def test_median_of_odd_and_even_samples_and_empty_is_an_error() -> None:
     samples = [random.uniform(1, 100) for _ in range(7)]
-    assert bench.median_ms(samples) == sorted(samples)[3]
-    assert bench.median_ms([4.0, 1.0, 3.0, 2.0]) == 2.5
-    with pytest.raises(bench.BenchError, match="No timing samples"):
-        bench.median_ms([])
+    assert bench_stats.median_ms(samples) == sorted(samples)[3]
+    assert bench_stats.median_ms([4.0, 1.0, 3.0, 2.0]) == 2.5
+    with pytest.raises(BenchError, match="No timing samples"):
+        bench_stats.median_ms([])
 
 
 def test_ratio_handles_missing_and_zero_denominators() -> None:
-    assert bench.ratio(30.0, 6.0) == pytest.approx(5.0)
-    assert bench.ratio(None, 6.0) is None
-    assert bench.ratio(3.0, None) is None
-    assert bench.ratio(3.0, 0.0) is None
+    assert bench_stats.ratio(30.0, 6.0) == pytest.approx(5.0)
+    assert bench_stats.ratio(None, 6.0) is None
+    assert bench_stats.ratio(3.0, None) is None
+    assert bench_stats.ratio(3.0, 0.0) is None
 
 
 def test_extrapolate_recovers_fixed_and_per_layer_time_from_chains() -> None:
@@ -39,19 +40,19 @@ def test_extrapolate_recovers_fixed_and_per_layer_time_from_chains() -> None:
         return fixed + double * per_double + single * per_single
 
     chains = {(0, 1): timed(0, 1), (1, 1): timed(1, 1), (0, 2): timed(0, 2)}
-    total, coef = bench.extrapolate(chains, (5, 20))
+    total, coef = bench_stats.extrapolate(chains, (5, 20))
     assert total == pytest.approx(timed(5, 20))
     assert coef == pytest.approx([fixed, per_double, per_single])
     # One layer kind (the text encoder): two chain lengths suffice.
-    total, _ = bench.extrapolate({(3,): fixed + 3 * per_double, (6,): fixed + 6 * per_double}, (27,))
+    total, _ = bench_stats.extrapolate({(3,): fixed + 3 * per_double, (6,): fixed + 6 * per_double}, (27,))
     assert total == pytest.approx(fixed + 27 * per_double)
 
 
 def test_extrapolate_refuses_chains_that_cannot_separate_the_layer_kinds() -> None:
-    with pytest.raises(bench.BenchError, match="vary each layer kind"):
-        bench.extrapolate({(1, 1): 3.0, (2, 2): 5.0, (3, 3): 7.0}, (5, 20))
-    with pytest.raises(bench.BenchError, match="do not match"):
-        bench.extrapolate({(1,): 3.0, (2,): 5.0}, (5, 20))
+    with pytest.raises(BenchError, match="vary each layer kind"):
+        bench_stats.extrapolate({(1, 1): 3.0, (2, 2): 5.0, (3, 3): 7.0}, (5, 20))
+    with pytest.raises(BenchError, match="do not match"):
+        bench_stats.extrapolate({(1,): 3.0, (2,): 5.0}, (5, 20))
 
 
 def test_table_ratio_column_is_computed_from_the_two_times() -> None:
@@ -61,13 +62,13 @@ def test_table_ratio_column_is_computed_from_the_two_times() -> None:
         {"component": "vae_decoder", "size": "512x512", "variant": "fp16", "ort_ms": None, "torch_ms": 20.0,
          "method": "full graph"},
     ]
-    lines = bench.table_rows(rows)
+    lines = bench_report.table_rows(rows)
     assert lines[0].startswith("| component |") and "WebGPU EP ms" in lines[0]
     assert len(lines) == 4 and all(line.count("|") == lines[0].count("|") for line in lines)
     cells = [c.strip() for c in lines[2].split("|")]
     assert cells[4:9] == ["540.0", "27.0", f"{540 / 27:.1f}x", "8.50", "15.25"]
     assert "| n/a | 20.0 | n/a |" in lines[3]
-    cpu = bench.table_rows(rows, **bench.table_labels({"ort provider": "cpu", "gpu": "none (CPU smoke run)"}))
+    cpu = bench_report.table_rows(rows, **bench_report.table_labels({"ort provider": "cpu", "gpu": "none (CPU smoke run)"}))
     assert "ORT CPU EP ms" in cpu[0] and "PyTorch CPU fp32 ms" in cpu[0] and "WebGPU" not in cpu[0]
 
 
@@ -80,7 +81,7 @@ def test_overhead_share_is_time_outside_session_run_over_the_generation() -> Non
     assert figures["generation_ms"] == pytest.approx(generation)
     assert figures["outside_ms"] == pytest.approx(generation - 3300.0)
     assert figures["overhead_share"] == pytest.approx((generation - 3300.0) / generation)
-    with pytest.raises(bench.BenchError, match="sessionRun"):
+    with pytest.raises(BenchError, match="sessionRun"):
         bench.overhead_figures({"total": 10.0})
 
 
@@ -92,23 +93,23 @@ def test_placement_summary_counts_nodes_per_provider() -> None:
         {"cat": "Node", "name": "c_kernel_time", "dur": 70, "args": {"op_name": "MatMulNBits", "provider": "WebGpuExecutionProvider"}},
         {"cat": "Node", "name": "c_fence_before", "dur": 5, "args": {"op_name": "MatMulNBits", "provider": "WebGpuExecutionProvider"}},
     ]
-    summary = bench.summarize_placement(events)
+    summary = ort_timing.summarize_placement(events)
     assert summary["CPUExecutionProvider"] == {"nodes": 2, "ms": pytest.approx(2.0), "ops": {"Shape": 2}}
     assert summary["WebGpuExecutionProvider"]["nodes"] == 1
-    assert bench.placement_text(summary) == "CPU EP: 2 nodes (Shape x2), 2.0 ms"
-    assert bench.placement_text({"WebGpuExecutionProvider": summary["WebGpuExecutionProvider"]}) == "all nodes on the GPU EP"
+    assert bench_report.placement_text(summary) == "CPU EP: 2 nodes (Shape x2), 2.0 ms"
+    assert bench_report.placement_text({"WebGpuExecutionProvider": summary["WebGpuExecutionProvider"]}) == "all nodes on the GPU EP"
 
 
 def test_inputs_follow_the_graph_contract_shapes() -> None:
-    scale = bench.tiny_scale()
-    step = bench.make_inputs(scale, "transformer", 256)
+    scale = bench_models.tiny_scale()
+    step = bench_models.make_inputs(scale, "transformer", 256)
     assert step["hidden_states"].shape == (1, (256 // 16) ** 2, 128)
     assert step["img_ids"].shape == (256, 4) and step["txt_ids"].shape == (scale.txt_seq, 4)
     assert step["encoder_hidden_states"].shape[2] == scale.transformer["joint_attention_dim"]
     assert statistics.pstdev(step["hidden_states"].ravel().tolist()) > 0.5  # random, never zeros
-    assert bench.make_inputs(scale, "vae_decoder", 128)["latents"].shape == (1, 128, 8, 8)
-    assert bench.make_inputs(scale, "text_encoder", None)["input_ids"].shape == (1, scale.txt_seq)
-    assert bench.out_layers(27) == (9, 18, 27)
+    assert bench_models.make_inputs(scale, "vae_decoder", 128)["latents"].shape == (1, 128, 8, 8)
+    assert bench_models.make_inputs(scale, "text_encoder", None)["input_ids"].shape == (1, scale.txt_seq)
+    assert bench_models.out_layers(27) == (9, 18, 27)
 
 
 @pytest.mark.parametrize(("option", "value", "message"), [
@@ -128,7 +129,7 @@ def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path) -> None:
     messages: list[str] = []
     rows = bench.main(tmp_path / "out", log=messages.append, scale="tiny", components=["vae_decoder", "transformer"],
                       provider="auto", warmup=0, repeats=2, workdir=tmp_path)
-    if bench.webgpu_status() is not None:
+    if ort_timing.webgpu_status() is not None:
         assert any("no WebGPU EP" in m and "smoke test" in m for m in messages)
     data = json.loads((tmp_path / "out" / "bench.json").read_text())
     assert data["rows"] == json.loads(json.dumps(rows, default=str))
@@ -139,10 +140,10 @@ def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path) -> None:
         row = by_key[("vae_decoder", "128x128", variant)]
         assert row["ort_ms"] > 0 and row["torch_ms"] > 0 and row["method"].startswith("full graph")
     # The transformer: the converter's main graph (most query blocks) and the app's graph at each size.
-    scale = bench.tiny_scale()
-    main = "q4" + bench.blocks_label(5)
+    scale = bench_models.tiny_scale()
+    main = "q4" + bench_graphs.blocks_label(5)
     for size in ("128x128", "256x256"):
-        app = bench.app_choice(scale, int(size.split("x")[0]), "q4")
+        app = bench_graphs.app_choice(scale, int(size.split("x")[0]), "q4")
         assert app == "q4, attention unsplit"  # the tiny model's 2 heads fit 256^2 unsplit
         for variant in (main, app):
             row = by_key[("transformer", size, variant)]
@@ -159,3 +160,15 @@ def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path) -> None:
     assert "| vae_decoder | 128x128 | fp16 |" in table and "Method:" in table
     assert f"vae_decoder 128x128: fp16 vs fp32 {fp16_error:.2e}" in table
     assert not list(tmp_path.glob("klein-bench-*")), "the work folder is removed"
+
+
+def test_a_graph_onnxruntime_cannot_load_costs_one_row_not_the_bench(tmp_path) -> None:
+    """time_ort runs the worker in a subprocess: a graph that crashes it comes back as {"error": ...}."""
+    import numpy as np
+
+    graph = tmp_path / "broken.onnx"
+    graph.write_bytes(b"not an onnx graph")
+    np.savez(tmp_path / "inputs.npz", x=np.zeros((1, 4), dtype=np.float32))
+    result = ort_timing.time_ort(graph, {"4": tmp_path / "inputs.npz"}, provider="cpu", warmup=0, repeats=1,
+                                 timeout_s=120, workdir=tmp_path)
+    assert set(result) == {"error"} and result["error"].startswith("exit 1: "), result
