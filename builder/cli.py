@@ -12,8 +12,12 @@ from pathlib import Path
 import click
 
 from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, DEFAULT_REPO, __version__
+from builder.check.regress_cases import RegressOptions
 from builder.errors import KleinWebError
 from builder.pipeline import limits
+
+# The options object owns regress's defaults; the flags show them.
+REGRESS_DEFAULTS = RegressOptions()
 
 
 def log(message: str) -> None:
@@ -125,27 +129,34 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str, steps: int, ou
 
 
 @main.command()
-@click.option("--models", "models_dir", type=click.Path(path_type=Path), default=None)
-@click.option("--prompt", default=None)
-@click.option("--seed", default=42, show_default=True, type=int)
-@click.option("--size", default="512x512", show_default=True)
-@click.option("--steps", default=4, show_default=True, type=int)
-@click.option("--cases", "cases_file", type=click.Path(path_type=Path), default=None,
+@click.option("--models", "models_dir", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.models_dir)
+@click.option("--prompt", default=REGRESS_DEFAULTS.prompt)
+@click.option("--seed", default=REGRESS_DEFAULTS.seed, show_default=True, type=int)
+@click.option("--size", default=REGRESS_DEFAULTS.size, show_default=True)
+@click.option("--steps", default=REGRESS_DEFAULTS.steps, show_default=True, type=int)
+@click.option("--cases", "cases_file", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.cases_file,
               help="JSON or TOML file with several cases, run in one browser launch.")
-@click.option("--reference", "reference_png", type=click.Path(path_type=Path), default=None)
+@click.option("--reference", "reference_png", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.reference_png)
 @click.option("--reference-from-cpu", is_flag=True, help="Make the reference with `klein-web reference`.")
-@click.option("--browser", "browser_path", type=click.Path(path_type=Path), default=None)
+@click.option("--browser", "browser_path", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.browser_path)
 @click.option("--headed", is_flag=True)
-@click.option("--gpu/--software", default=False, help="Real GPU (Vulkan) or SwiftShader.")
-@click.option("--report", "report_dir", type=click.Path(path_type=Path), default=Path("report"), show_default=True)
-@click.option("--psnr-min", default=40.0, show_default=True, type=float)
-@click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=float)
-def regress(**options: object) -> None:
+@click.option("--gpu/--software", default=REGRESS_DEFAULTS.gpu, help="Real GPU (Vulkan) or SwiftShader.")
+@click.option("--report", "report_dir", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.report_dir,
+              show_default=True)
+@click.option("--psnr-min", default=REGRESS_DEFAULTS.psnr_min, show_default=True, type=float)
+@click.option("--timeout", "timeout_s", default=REGRESS_DEFAULTS.timeout_s, show_default=True, type=float)
+def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str, steps: int, cases_file: Path | None,
+            reference_png: Path | None, reference_from_cpu: bool, browser_path: Path | None, headed: bool, gpu: bool,
+            report_dir: Path, psnr_min: float, timeout_s: float) -> None:
     """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run)."""
     from builder.check import regress as regression
 
+    options = RegressOptions(models_dir=models_dir, prompt=prompt, seed=seed, size=size, steps=steps,
+                             cases_file=cases_file, reference_png=reference_png, reference_from_cpu=reference_from_cpu,
+                             browser_path=browser_path, headed=headed, gpu=gpu, report_dir=report_dir,
+                             psnr_min=psnr_min, timeout_s=timeout_s)
     try:
-        code = regression.main(log=log, **options)
+        code = regression.main(options, log=log)
     except KleinWebError as exc:
         click.echo(f"could not run: {exc}", err=True)
         sys.exit(2)

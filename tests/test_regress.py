@@ -16,7 +16,9 @@ import pytest
 from PIL import Image
 
 from builder import REPO_ROOT
-from builder.check.regress import Case, check_adapter, load_cases, main
+from builder.check.regress import main
+from builder.check.regress_cases import Case, RegressOptions, load_cases
+from builder.check.regress_page import check_adapter
 from builder.check.regress_report import (
     COULD_NOT_RUN,
     FAIL,
@@ -262,12 +264,10 @@ def test_cli_without_reference_could_not_run(tmp_path: Path) -> None:
 def regress(tiny_models: dict[str, Path], dist_dir: Path, report: Path, **options: Any) -> int:
     messages: list[str] = []
     arguments: dict[str, Any] = {
-        "models_dir": tiny_models["fp32"], "prompt": "a red fox in the snow", "seed": 42, "size": "64x64", "steps": 4,
-        "cases_file": None, "reference_png": None, "reference_from_cpu": True, "browser_path": None, "headed": False,
-        "gpu": False, "report_dir": report, "psnr_min": 40.0, "timeout_s": 600.0, "dist_dir": dist_dir,
+        "models_dir": tiny_models["fp32"], "prompt": "a red fox in the snow", "size": "64x64",
+        "reference_from_cpu": True, "report_dir": report, "dist_dir": dist_dir,
     }
-    arguments.update(options)
-    return main(log=messages.append, **arguments)
+    return main(RegressOptions(**{**arguments, **options}), log=messages.append)
 
 
 @pytest.mark.browser

@@ -285,6 +285,7 @@ def browser_overhead(out_dir: Path, *, log: Log, models_dir: Path | None = None,
                      size: str = "512x512", timeout_s: float = 900.0) -> dict[str, Any]:
     """Generate one image with the app on make-tiny and report the orchestration overhead figure."""
     from builder.check import regress
+    from builder.check.regress_cases import RegressOptions
     from builder.repo.tiny import make_tiny
 
     out_dir = Path(out_dir)
@@ -294,9 +295,10 @@ def browser_overhead(out_dir: Path, *, log: Log, models_dir: Path | None = None,
         if not (models_dir / "manifest.json").is_file():
             make_tiny(out_dir / "tiny-model", log=log)
     report_dir = out_dir / "browser-overhead"
-    regress.main(log=log, models_dir=models_dir, prompt="a lighthouse at dusk", seed=0, size=size, steps=steps,
-                 cases_file=None, reference_png=None, reference_from_cpu=True, browser_path=None, headed=False,
-                 gpu=False, report_dir=report_dir, psnr_min=1.0, timeout_s=timeout_s)  # timings only: any PSNR will do
+    # Timings only: any PSNR will do.
+    regress.main(RegressOptions(models_dir=models_dir, prompt="a lighthouse at dusk", seed=0, size=size, steps=steps,
+                                reference_from_cpu=True, report_dir=report_dir, psnr_min=1.0, timeout_s=timeout_s),
+                 log=log)
     report = json.loads((report_dir / "report.json").read_text())
     figures = {**overhead_figures(report["timings"]), "timings": report["timings"], "size": size, "steps": steps}
     atomic_write_bytes(out_dir / "browser-overhead.json", json.dumps(figures, indent=1).encode("utf-8"))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,3 +79,28 @@ def launch_persistent(playwright: Any, user_data_dir: Path, *, executable: Path,
         viewport={"width": viewport[0], "height": viewport[1]},
         accept_downloads=True,
     )
+
+
+def check_browser(executable: Path) -> str:
+    """`--version` of the browser ("Chromium 156.0..."), so a wrong --browser fails before anything slow."""
+    if sys.platform == "win32":
+        return ""  # chrome.exe --version opens a window instead of printing; Playwright's launch will tell.
+    try:
+        result = subprocess.run([str(executable), "--version"], capture_output=True, text=True, timeout=60,
+                                check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RegressionError(f"--browser {executable} cannot be run ({first_line(exc)}).")
+    lines = (result.stdout.strip() or result.stderr.strip()).splitlines()
+    version = lines[0].strip() if lines else ""
+    if not re.search(r"Chromium|Chrome|Edge", version):
+        raise RegressionError(
+            f"--browser {executable} is not a Chromium (`--version` says {version!r}); pass Chromium, Chrome or "
+            "Edge: WebGPU compute with these flags is Chromium-only."
+        )
+    return version
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (Playwright's run to dozens), for one-line reasons."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,174 @@
+"""What `klein-web regress` checks: its options, the cases from the flags or a cases file, and each case's checks."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from builder import DEFAULT_DIST
+from builder.errors import InputError, RegressionError
+from builder.pipeline import limits
+
+CASE_KEYS = frozenset({"name", "prompt", "seed", "size", "steps", "reference", "reference_from_cpu", "psnr_min"})
+
+
+CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class RegressOptions:
+    """Everything one regress run takes; the defaults are the CLI's."""
+
+    models_dir: Path | None = None  # the model folder to serve
+    prompt: str | None = None
+    seed: int = 42
+    size: str = "512x512"  # WIDTHxHEIGHT
+    steps: int = 4
+    cases_file: Path | None = None  # several cases (JSON or TOML), run in one browser launch
+    reference_png: Path | None = None
+    reference_from_cpu: bool = False  # make the reference with builder.pipeline.reference instead
+    browser_path: Path | None = None  # default: check.browser.find_chromium
+    headed: bool = False
+    gpu: bool = False  # a real GPU (Vulkan) instead of SwiftShader
+    report_dir: Path = Path("report")
+    psnr_min: float = 40.0
+    timeout_s: float = 600.0  # per case
+    dist_dir: Path = DEFAULT_DIST
+
+
+@dataclass(frozen=True)
+class Case:
+    """One generation to check: its parameters and where its reference comes from."""
+
+    name: str
+    prompt: str
+    seed: int
+    width: int
+    height: int
+    steps: int
+    psnr_min: float
+    reference_png: Path | None = None
+    reference_from_cpu: bool = False
+
+    @property
+    def size(self) -> str:
+        return f"{self.width}x{self.height}"
+
+    def parameters(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, "seed": self.seed, "width": self.width, "height": self.height,
+                "steps": self.steps, "psnr_min": self.psnr_min}
+
+
+def cases_from_options(options: RegressOptions) -> list[Case]:
+    """The cases of a run: the --cases file's (gaps filled from the flags), else the one the flags describe."""
+    width, height = limits.parse_size(options.size)
+    flags = Case(name="case", prompt=options.prompt or "", seed=options.seed, width=width, height=height,
+                 steps=options.steps, psnr_min=options.psnr_min,
+                 reference_png=Path(options.reference_png) if options.reference_png else None,
+                 reference_from_cpu=options.reference_from_cpu)
+    if options.cases_file is not None:
+        return load_cases(Path(options.cases_file), defaults=flags)
+    if options.prompt is None:
+        raise InputError("--prompt is required (the text to generate), or pass --cases FILE with several cases.")
+    return [check_case(flags, where="regress")]
+
+
+def load_cases(path: Path, *, defaults: Case) -> list[Case]:
+    """Cases from a JSON or TOML file; every field a case leaves out comes from `defaults` (the flags).
+
+    JSON: `{"cases": [{...}, ...]}` or a bare list. TOML: `[[cases]]` tables. Fields: name, prompt, seed,
+    size ("WxH"), steps, reference (PNG path, relative to the file), reference_from_cpu, psnr_min.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"--cases {path}: no such file.")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data: Any = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
+        raise InputError(f"--cases {path} is not valid {kind}: {exc}.")
+    entries = data.get("cases") if isinstance(data, dict) else data
+    if not isinstance(entries, list) or not entries:
+        raise InputError(f"--cases {path}: expected a non-empty list of cases under `cases` (JSON or [[cases]] TOML).")
+
+    cases: list[Case] = []
+    for index, entry in enumerate(entries, start=1):
+        where = f"--cases {path}, case {index}"
+        if not isinstance(entry, dict):
+            raise InputError(f"{where}: expected a table/object of fields, got {entry!r}.")
+        unknown = sorted(set(entry) - CASE_KEYS)
+        if unknown:
+            raise InputError(f"{where}: unknown field(s) {', '.join(unknown)}; "
+                             f"allowed: {', '.join(sorted(CASE_KEYS))}.")
+        case = replace(defaults)
+        if "size" in entry:
+            width, height = limits.parse_size(_typed(entry, "size", str, where), where=f"{where}: `size`")
+            case = replace(case, width=width, height=height)
+        if "prompt" in entry:
+            case = replace(case, prompt=_typed(entry, "prompt", str, where))
+        if "seed" in entry:
+            case = replace(case, seed=_typed(entry, "seed", int, where))
+        if "steps" in entry:
+            case = replace(case, steps=_typed(entry, "steps", int, where))
+        if "psnr_min" in entry:
+            case = replace(case, psnr_min=float(_typed(entry, "psnr_min", (int, float), where)))
+        # A case that names its own reference replaces the flags' choice rather than combining with it.
+        if "reference" in entry:
+            reference = Path(_typed(entry, "reference", str, where))
+            case = replace(case, reference_png=reference if reference.is_absolute() else path.parent / reference,
+                           reference_from_cpu=False)
+        if "reference_from_cpu" in entry:
+            from_cpu = _typed(entry, "reference_from_cpu", bool, where)
+            case = replace(case, reference_from_cpu=from_cpu, reference_png=None if from_cpu else case.reference_png)
+        name = _typed(entry, "name", str, where) if "name" in entry else f"{index:02d}-seed{case.seed}-{case.size}"
+        if not CASE_NAME.match(name):
+            raise InputError(f"{where}: name {name!r} must be 1-64 letters, digits, '.', '_' or '-' "
+                             "(it names a folder).")
+        cases.append(check_case(replace(case, name=name), where=f"{where} ({name})"))
+
+    names = [case.name for case in cases]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise InputError(f"--cases {path}: case names must be unique (each gets a report folder); "
+                         f"repeated: {duplicates}.")
+    return cases
+
+
+def _typed(entry: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = entry[key]
+    # bool is an int subclass: `seed = true` must not pass as seed 1.
+    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise InputError(f"{where}: `{key}` must be {expected}, got {value!r}.")
+    return value
+
+
+def check_case(case: Case, *, where: str) -> Case:
+    """`case`, or InputError / RegressionError naming `where` and the field that is wrong."""
+    if not case.prompt or not case.prompt.strip():
+        raise InputError(f"{where}: the prompt is empty; give --prompt TEXT (or `prompt` in the cases file).")
+    limits.check_seed(case.seed, name=f"{where}: seed")
+    limits.check_steps(case.steps, name=f"{where}: steps")
+    if not case.psnr_min > 0:
+        raise InputError(f"{where}: psnr_min {case.psnr_min} must be a positive number of dB, e.g. 40.")
+    if case.reference_png is not None and case.reference_from_cpu:
+        raise InputError(
+            f"{where}: give either a reference PNG or reference-from-cpu, not both "
+            f"(got {case.reference_png} and reference-from-cpu)."
+        )
+    if case.reference_png is None and not case.reference_from_cpu:
+        raise RegressionError(
+            f"{where}: no reference image. Pass --reference PNG (e.g. made by `klein-web reference`) "
+            "or --reference-from-cpu."
+        )
+    if case.reference_png is not None and not case.reference_png.is_file():
+        raise RegressionError(
+            f"{where}: reference image {case.reference_png} does not exist. Make it with `klein-web reference "
+            "MODEL_DIR --prompt ... --out PNG`, or use --reference-from-cpu."
+        )
+    return case

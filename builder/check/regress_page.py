@@ -1,0 +1,250 @@
+"""Driving the app's page in Chromium like a user (regress): launch, adapter check, fill the form, Generate, Download.
+
+No test hooks: only the UI's element ids, `body[data-state]` and the `data-json` attributes the app shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from builder.check.browser import first_line, launch_persistent
+from builder.check.regress_cases import Case
+from builder.check.regress_report import AppRun
+from builder.errors import RegressionError
+from builder.pipeline import imaging
+
+Log = Callable[[str], None]
+
+# How long a single UI action (fill, click, the download) may take; generation has its own --timeout.
+UI_ACTION_TIMEOUT_MS = 60_000
+
+
+# How often the waiting loop wakes up to log the app's #status line.
+STATUS_POLL_MS = 2_000
+
+
+# Evaluated in the page before the first case: the standard WebGPU API, not an app hook.
+ADAPTER_PROBE_JS = """async () => {
+    if (!navigator.gpu) return {error: 'navigator.gpu is undefined (WebGPU is disabled in this browser)'};
+    const adapter = await navigator.gpu.requestAdapter();
+    if (!adapter) return {error: 'navigator.gpu.requestAdapter() returned null'};
+    const info = adapter.info || {};
+    return {
+        vendor: info.vendor || '', architecture: info.architecture || '', device: info.device || '',
+        description: info.description || '', isFallbackAdapter: !!info.isFallbackAdapter,
+        features: [...adapter.features].sort(),
+        maxBufferSize: adapter.limits.maxBufferSize,
+        maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+    };
+}"""
+
+
+# done | error | rejected (the form refused the settings: it shows #error but stays idle) | false (keep waiting).
+STATE_SETTLED_JS = """() => {
+    const state = document.body.dataset.state;
+    if (state === 'done' || state === 'error') return state;
+    const error = document.querySelector('#error');
+    return state === 'idle' && error && error.textContent.trim() ? 'rejected' : false;
+}"""
+
+
+@dataclass
+class BrowserSession:
+    """One Chromium launch shared by every case; `launches` goes into the report (it must stay 1)."""
+
+    executable: Path
+    gpu: bool
+    headed: bool
+    context: Any = None
+    version: str = ""
+    adapter: dict[str, Any] = field(default_factory=dict)
+    launches: int = 0
+
+    def describe(self) -> dict[str, Any]:
+        return {"executable": str(self.executable), "version": self.version, "launches": self.launches,
+                "mode": "gpu" if self.gpu else "software", "headed": self.headed}
+
+
+@contextlib.contextmanager
+def launched(session: BrowserSession, *, log: Log) -> Iterator[BrowserSession]:
+    """Start Chromium through Playwright with a throw-away persistent profile (OPFS needs a real profile)."""
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright, tempfile.TemporaryDirectory(prefix="klein-regress-profile-") as profile:
+        try:
+            session.context = launch_persistent(playwright, Path(profile), executable=session.executable,
+                                                headed=session.headed, gpu=session.gpu)
+        except PlaywrightError as exc:
+            raise RegressionError(f"could not launch {session.executable} as Chromium: {first_line(exc)}")
+        session.launches += 1
+        browser = session.context.browser
+        session.version = browser.version if browser is not None else session.version
+        log(f"launched {session.executable} {session.version} ({'GPU' if session.gpu else 'SwiftShader'})")
+        try:
+            yield session
+        finally:
+            with contextlib.suppress(PlaywrightError):
+                session.context.close()
+
+
+def probe_adapter(session: BrowserSession, base_url: str) -> dict[str, Any]:
+    """The page's WebGPU adapter (vendor, architecture, limits), checked by `check_adapter`."""
+    page = session.context.new_page()
+    try:
+        page.goto(base_url + "/", wait_until="load", timeout=UI_ACTION_TIMEOUT_MS)
+        adapter: dict[str, Any] = page.evaluate(ADAPTER_PROBE_JS)
+    finally:
+        page.close()
+    check_adapter(adapter, gpu=session.gpu, executable=session.executable)
+    return adapter
+
+
+def check_adapter(adapter: dict[str, Any], *, gpu: bool, executable: Path) -> None:
+    """RegressionError with the fix when there is no adapter, or when --gpu got only a software one.
+
+    Chromium silently falls back to SwiftShader when Vulkan is missing; a --gpu run on it would take
+    hours and its timings would mean nothing, so that is a could-not-run, not a slow pass.
+    """
+    if "error" in adapter:
+        fix = ("check chrome://gpu, install libvulkan1 and the GPU vendor's Vulkan driver, or use --software"
+               if gpu else "this Chromium build may lack SwiftShader; try another --browser, or --gpu on a GPU machine")
+        raise RegressionError(f"no WebGPU adapter in {executable} ({adapter['error']}): {fix}.")
+    software = adapter.get("isFallbackAdapter") or str(adapter.get("architecture", "")).lower() == "swiftshader"
+    if gpu and software:
+        raise RegressionError(
+            f"--gpu, but {executable} only offers the software adapter ({adapter.get('vendor')} "
+            f"{adapter.get('architecture')}): Chromium found no usable GPU through Vulkan. Check chrome://gpu, install "
+            "libvulkan1 and the GPU vendor's Vulkan driver (ICD), or run with --software."
+        )
+
+
+class CaseCouldNotRun(Exception):
+    """This case could not be carried out (timeout, the app's error); other cases still run."""
+
+
+class AppReportedDegenerate(Exception):
+    """The app ran and said its output is NaN or constant: a wrong result, so the case fails."""
+
+
+def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str, timeout_s: float, log: Log) -> None:
+    """Generate one image through the UI and fill `run` with the downloaded PNG, timings and errors.
+
+    Raises CaseCouldNotRun or AppReportedDegenerate; `run` keeps what was collected up to that point.
+    """
+    from playwright.sync_api import Error as PlaywrightError
+
+    page = session.context.new_page()
+    page.set_default_timeout(UI_ACTION_TIMEOUT_MS)
+    page.on("console", lambda message: run.console_errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: run.page_errors.append(str(error)))
+    started = time.perf_counter()
+    try:
+        page.goto(base_url + "/", wait_until="load")
+        page.wait_for_selector("#generate")
+        if page.evaluate("document.body.dataset.state") == "error":  # e.g. the app's own WebGPU check failed
+            run.app_error = _app_error(page)[1]
+            raise CaseCouldNotRun(f"the app showed an error before generating: {run.app_error}")
+        _fill_form(page, case)
+        log(f"[{case.name}] generating {case.size}, {case.steps} steps, seed {case.seed} ...")
+        page.click("#generate")
+        state = _wait_settled(page, case, timeout_s=timeout_s, log=log)
+        result_info = _read_json_attribute(page, "#timings")
+        if isinstance(result_info, dict):
+            # {timings: per-stage ms, graphs: variant + EP per component, notes, prompt: token counts}
+            run.timings = result_info.pop("timings", None)
+            run.result_info = result_info
+        run.capabilities = (_read_json_attribute(page, "#capabilities")
+                            or {"text": " ".join((page.text_content("#capabilities") or "").split())})
+        if state == "rejected":
+            run.app_error = _app_error(page)[1]
+            raise CaseCouldNotRun(f"the app rejected the settings: {run.app_error}")
+        if state == "error":
+            code, message = _app_error(page)
+            run.app_error = message
+            if code == "degenerate-output" or re.search(r"degenerate|\bNaN\b|constant image", message, re.IGNORECASE):
+                raise AppReportedDegenerate(message)
+            raise CaseCouldNotRun(f"the app showed an error: {message}")
+        with page.expect_download() as download_info:
+            page.click("#download")
+        download = download_info.value
+        failure = download.failure()
+        if failure:
+            raise CaseCouldNotRun(f"the Download PNG click gave no file ({failure})")
+        run.download_name = download.suggested_filename
+        run.png = Path(download.path()).read_bytes()
+        run.image, run.png_text = imaging.read_png(Path(download.path()))
+    except PlaywrightError as exc:
+        raise CaseCouldNotRun(f"driving the page failed: {first_line(exc)}") from exc
+    finally:
+        run.seconds = time.perf_counter() - started
+        with contextlib.suppress(PlaywrightError):
+            page.close()
+
+
+def _fill_form(page: Any, case: Case) -> None:
+    page.fill("#prompt", case.prompt)
+    _set_field(page, "#seed", str(case.seed))
+    _set_field(page, "#steps", str(case.steps))
+    presets = page.eval_on_selector_all("#size option", "options => options.map(o => o.value)")
+    if case.size in presets:
+        page.select_option("#size", case.size)
+    else:
+        page.select_option("#size", "custom")
+        page.fill("#width", str(case.width))
+        page.fill("#height", str(case.height))
+
+
+def _set_field(page: Any, selector: str, value: str) -> None:
+    """Type into an input/textarea, or choose in a select, whichever the UI uses for this control."""
+    tag = page.eval_on_selector(selector, "el => el.tagName")
+    if tag == "SELECT":
+        page.select_option(selector, value)
+    else:
+        page.fill(selector, value)
+
+
+def _wait_settled(page: Any, case: Case, *, timeout_s: float, log: Log) -> str:
+    """Wait for body[data-state] to settle (see STATE_SETTLED_JS), logging the app's #status as it changes."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    deadline = time.monotonic() + timeout_s
+    last_status = None
+    while True:
+        try:
+            return str(page.wait_for_function(STATE_SETTLED_JS, timeout=STATUS_POLL_MS).json_value())
+        except PlaywrightTimeout:
+            pass
+        status = (page.text_content("#status") or "").strip()
+        if status and status != last_status:
+            log(f"[{case.name}] {status}")
+            last_status = status
+        if time.monotonic() > deadline:
+            raise CaseCouldNotRun(f"timed out after {timeout_s:g} s waiting for the image (last status: {last_status!r}); "
+                                  "raise --timeout for slow (software) adapters")
+
+
+def _read_json_attribute(page: Any, selector: str) -> Any:
+    raw = page.get_attribute(selector, "data-json") if page.query_selector(selector) else None
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return {"unparsed": raw}
+
+
+def _app_error(page: Any) -> tuple[str, str]:
+    element = page.query_selector("#error")
+    if element is None:
+        return "", "the app went to state `error` without an #error message"
+    code = element.get_attribute("data-code") or ""
+    return code, " ".join((element.inner_text() or "").split()) or "the app showed an empty #error"
