@@ -43,7 +43,8 @@ def main() -> None:
 
 @main.command()
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_DIST, show_default=True)
-@click.option("--model-base", default=DEFAULT_MODEL_BASE, show_default=True, help="URL the app downloads the model from.")
+@click.option("--model-base", default=DEFAULT_MODEL_BASE, show_default=True,
+              help="URL the app downloads the model from.")
 def build(out_dir: Path, model_base: str) -> None:
     """Bundle web_src/ into a static site in OUT (a no-op when nothing changed)."""
     from builder.site import bundle

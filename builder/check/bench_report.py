@@ -30,7 +30,8 @@ def table_rows(rows: Sequence[Mapping[str, Any]], *, ort_label: str = "WebGPU EP
     """Markdown table of result rows (keys: component, size, variant, ort_ms, torch_ms, ort_peak_gib,
     torch_peak_gib, method); the ratio column is computed here so it always matches the two times."""
     header = TABLE_HEADER.replace("WebGPU EP", ort_label).replace("PyTorch bf16", torch_label)
-    header = header.replace("WebGPU /", ort_label.split()[0] + " /").replace("WebGPU peak", ort_label.split()[0] + " peak")
+    ort_name = ort_label.split()[0]
+    header = header.replace("WebGPU /", ort_name + " /").replace("WebGPU peak", ort_name + " peak")
     header = header.replace("/ PyTorch |", f"/ {torch_label.split()[0]} |")
     lines = [header, "|" + "---|" * TABLE_HEADER.count(" | ") + "---|"]
     for row in rows:

@@ -1,4 +1,4 @@
-"""Finding and launching Chromium with the flags WebGPU needs (used by `regress` and the browser tests)."""
+"""Finding, checking and launching Chromium with the flags WebGPU needs (regress and the browser tests)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def find_chromium(explicit: Path | None = None) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    hint = "apt-get install -y chromium" if sys.platform.startswith("linux") else "python -m playwright install chromium"
+    linux = sys.platform.startswith("linux")
+    hint = "apt-get install -y chromium" if linux else "python -m playwright install chromium"
     raise RegressionError(f"No Chromium found. Install one ({hint}) or pass --browser PATH.")
 
 

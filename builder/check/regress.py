@@ -152,7 +152,8 @@ def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -
     from builder.pipeline import reference  # onnxruntime + tokenizers: only loaded when a CPU reference is asked for
 
     variants = {component: graph["variant"] for component, graph in (app_graphs or {}).items()
-                if component in manifest.COMPONENTS and isinstance(graph, dict) and isinstance(graph.get("variant"), str)}
+                if component in manifest.COMPONENTS and isinstance(graph, dict)
+                and isinstance(graph.get("variant"), str)}
     log(f"[{case.name}] reference: running the pipeline on onnxruntime CPU "
         f"({', '.join(f'{c} {v}' for c, v in variants.items()) or 'default variants'}) ...")
     started = time.perf_counter()

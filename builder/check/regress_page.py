@@ -228,7 +228,8 @@ def _wait_settled(page: Any, case: Case, *, timeout_s: float, log: Log) -> str:
             log(f"[{case.name}] {status}")
             last_status = status
         if time.monotonic() > deadline:
-            raise CaseCouldNotRun(f"timed out after {timeout_s:g} s waiting for the image (last status: {last_status!r}); "
+            raise CaseCouldNotRun(f"timed out after {timeout_s:g} s waiting for the image "
+                                  f"(last status: {last_status!r}); "
                                   "raise --timeout for slow (software) adapters")
 
 

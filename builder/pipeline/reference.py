@@ -212,7 +212,8 @@ def verify_repo(model_dir: Path, repo: manifest.Manifest, graphs: Mapping[str, m
     manifest.verify(model_dir, repo, paths=[p for p in others if p in repo.files])
     for rel in others:
         if not (model_dir / rel).is_file():
-            raise ModelRepoError(f"Model file {model_dir / rel} is missing. Run `klein-web fetch` again to complete it.")
+            raise ModelRepoError(f"Model file {model_dir / rel} is missing. Run `klein-web fetch` again to "
+                                 "complete it.")
 
 
 def check_scheduler_config(model_dir: Path) -> None:

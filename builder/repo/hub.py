@@ -107,7 +107,8 @@ def _repo_files(repo: str, revision: str) -> tuple[str, dict[str, RemoteFile]]:
     try:
         info = HfApi().model_info(repo, revision=revision, files_metadata=True)
     except GatedRepoError as exc:
-        raise FetchError(f"Repository {repo!r} is gated: accept its terms on the Hub and log in with `hf auth login`.") from exc
+        raise FetchError(f"Repository {repo!r} is gated: accept its terms on the Hub and log in with "
+                         "`hf auth login`.") from exc
     except RepositoryNotFoundError as exc:
         raise FetchError(
             f"Repository {repo!r} was not found on {endpoint}. Check the name (e.g. kny/FLUX.2-klein-4B-onnx-web); "
