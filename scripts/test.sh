@@ -23,7 +23,7 @@ fi
 
 echo "== installing Python packages"
 PY=${PYTHON:-python3}
-# torch first and pinned: a CPU build is all the tests need (this workplace has it on local disk).
+# torch first and pinned: a CPU build is all the tests need.
 $PY -m pip install -q torch==2.13.0
 $PY -m pip install -q -e '.[test]'
 if [ "${NEED_PLAYWRIGHT_BROWSER:-0}" = 1 ]; then

@@ -1,7 +1,6 @@
 """`klein-web bench`: the WebGPU EP against native PyTorch bf16 on the same GPU, on a random-weight klein.
 
-What one run measures (`main`), for every quantised precision the converter offers (q4, and q4f16 once
-`builder.repo.convert.PRECISIONS` has it):
+What one run measures (`main`), for the q4 and q4f16 graphs (`klein-web convert --precision q4f16` writes both):
 
     text encoder   Qwen3-4B width, the 27 layers the prompt-embedding graph runs, 512 tokens
     transformer    one denoising step at 512x512 (1024 image tokens) and 1024x1024 (4096), 512 text tokens
@@ -94,8 +93,6 @@ def main(out_dir: Path, *, log: Log, scale: str = "full", components: Sequence[s
     """Run the benchmark; write OUT/bench.json and OUT/bench.md after every component; return the rows."""
     import torch
 
-    from builder.repo.convert import PRECISIONS
-
     # 1. Check the options before anything slow starts.
     if scale not in SCALES:
         raise InputError(f"--scale {scale!r} is not one of {', '.join(SCALES)}: 'full' on a GPU, 'tiny' to smoke-test.")
@@ -119,8 +116,8 @@ def main(out_dir: Path, *, log: Log, scale: str = "full", components: Sequence[s
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         log("bench: no CUDA device; PyTorch runs float32 on the CPU (smoke test).")
-    # A q4f16 repo holds the q4 graphs too (one quantisation for both); before q4f16 existed, q4 alone.
-    precisions = ["q4f16"] if "q4f16" in PRECISIONS else ["q4"]
+    # A q4f16 repo holds the q4 graphs too (one quantisation for both).
+    precisions = ["q4f16"]
     run = BenchRun(out_dir, SCALES[scale](), chosen, device, warmup, repeats, timeout_s, log, precisions)
     env = environment(chosen, device, run.scale.name)
     log("bench: " + ", ".join(f"{k} {v}" for k, v in env.items()))

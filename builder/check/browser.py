@@ -23,7 +23,7 @@ SOFTWARE_FLAGS = (
 # Flags for a real GPU on Linux: the switches `klein-web serve` tells Chrome users about, the Vulkan backend
 # forced on and the blocklist ignored (Chrome blocklists many Linux drivers).
 GPU_FLAGS = (*CHROME_WEBGPU_FLAGS, "--use-vulkan", "--ignore-gpu-blocklist")
-# This machine (and CI) has no outside network: background requests only produce noise and refusals.
+# Test and CI machines often have no outside network: background requests only produce noise and refusals.
 QUIET_FLAGS = (
     "--no-first-run",
     "--disable-background-networking",

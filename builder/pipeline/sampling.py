@@ -2,8 +2,8 @@
 
 Everything here is bit-exact with diffusers 0.42.1 + torch 2.13 (CPU, float32) and is what the web app's
 `pipeline/rng.js`, `pipeline/schedule.js` and `pipeline/latents.js` port to JavaScript. The reference for
-each function is the diffusers (or ATen) source named in its "Port of" line; the exact float semantics
-are written out in /work/shared/reference/diffusers-flux2-klein.md (sections 1.4-1.7 and 5).
+each function is the diffusers (or ATen) source named in its "Port of" line, which also fixes its exact float
+semantics.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """`klein-web make-tiny`: a tiny random-weight FLUX.2 [klein] with the real layout, for tests.
 
-The configs keep every layout fact of klein-4B that the app and the converter depend on (see
-/work/shared/reference/diffusers-flux2-klein.md section 4): a 28-layer Qwen3 so hidden states 9/18/27
-exist and are not the final-normed one, the real Qwen3 tokenizer and chat template (so token ids match
-the browser's tokenizer), 128 packed latent channels, 4 RoPE axes, a 4-block VAE (16-pixel patches) with
-non-trivial BatchNorm statistics. Every 1-D parameter is perturbed, so a forgotten norm weight or bias
-shows up as a test failure instead of multiplying by 1 or adding 0.
+The configs keep every layout fact of klein-4B that the app and the converter depend on: a 28-layer Qwen3
+so hidden states 9/18/27 exist and are not the final-normed one, the real Qwen3 tokenizer and chat template
+(so token ids match the browser's tokenizer), 128 packed latent channels, 4 RoPE axes, a 4-block VAE
+(16-pixel patches) with non-trivial BatchNorm statistics. Every 1-D parameter is perturbed, so a forgotten
+norm weight or bias shows up as a test failure instead of multiplying by 1 or adding 0.
 
 Output (`make_tiny(out)`):
 
@@ -93,7 +92,7 @@ SCHEDULER_CONFIG: dict[str, Any] = {
     "time_shift_type": "exponential",
 }
 
-# The real FLUX.2 [klein] 4B sizes (reference doc section 3) with random weights: `make-tiny --full-size`
+# The real FLUX.2 [klein] 4B sizes (the published checkpoint's configs) with random weights: `make-tiny --full-size`
 # (converter memory measurements) and `klein-web bench --scale full`.
 FULL_TEXT_ENCODER_CONFIG: dict[str, Any] = {
     **TEXT_ENCODER_CONFIG, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
