@@ -17,13 +17,30 @@ SOFTWARE_FLAGS = (
     "--use-webgpu-adapter=swiftshader",
     "--use-angle=swiftshader",
 )
-# Flags for a real GPU on Linux: Vulkan backend, blocklist ignored (Chrome blocklists many Linux drivers).
+# Flags for a real GPU on any system: WebGPU on (it is still behind a flag on Linux), blocklist ignored
+# (Chrome blocklists many Linux drivers).
 GPU_FLAGS = (
     "--enable-unsafe-webgpu",
-    "--enable-features=Vulkan",
-    "--use-vulkan",
     "--ignore-gpu-blocklist",
 )
+# Linux reaches the GPU through Vulkan only, with ANGLE on Vulkan for Chrome's own GL. On NVIDIA + Vulkan,
+# Dawn hides `shader-f16` (and with it the app's q4f16 fast path) unless its vulkan_enable_f16_on_nvidia
+# toggle is on; the toggle changes nothing on other vendors.
+LINUX_GPU_FLAGS = (
+    "--enable-features=Vulkan",
+    "--use-gl=angle",
+    "--use-angle=vulkan",
+    "--enable-dawn-features=vulkan_enable_f16_on_nvidia",
+)
+# Headless on Linux (no display server): without the headless Ozone platform Chrome's GL falls back to
+# SwiftShader and requestAdapter() returns null; Vulkan presentation surfaces crash the GPU process there.
+LINUX_HEADLESS_GPU_FLAGS = (
+    "--ozone-platform=headless",
+    "--disable-vulkan-surface",
+)
+# What a person on Linux adds to their own Chrome: the GPU flags a desktop session needs.
+LINUX_DESKTOP_CHROME_FLAGS = " ".join(("--enable-unsafe-webgpu", "--enable-features=Vulkan",
+                                       "--enable-dawn-features=vulkan_enable_f16_on_nvidia"))
 # This machine (and CI) has no outside network: background requests only produce noise and refusals.
 QUIET_FLAGS = (
     "--no-first-run",
@@ -62,10 +79,20 @@ def find_chromium(explicit: Path | None = None) -> Path:
     raise RegressionError(f"No Chromium found. Install one ({hint}) or pass --browser PATH.")
 
 
-def launch_args(*, gpu: bool) -> list[str]:
-    flags = list(GPU_FLAGS if gpu else SOFTWARE_FLAGS) + list(QUIET_FLAGS)
+def launch_args(*, gpu: bool, headed: bool = False, platform: str = sys.platform) -> list[str]:
+    """Chromium's flags for WebGPU on SwiftShader (`gpu=False`) or on the machine's GPU."""
+    if not gpu:
+        flags = list(SOFTWARE_FLAGS)
+    else:
+        flags = list(GPU_FLAGS)
+        if platform.startswith("linux"):
+            flags += LINUX_GPU_FLAGS
+            if not headed:
+                flags += LINUX_HEADLESS_GPU_FLAGS
+    flags += QUIET_FLAGS
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        flags.append("--no-sandbox")  # Chromium refuses to run as root with its sandbox on.
+        # Chromium refuses to run as root with its sandbox on; its GPU process has a sandbox of its own.
+        flags += ["--no-sandbox", "--disable-gpu-sandbox"]
     return flags
 
 
@@ -76,7 +103,7 @@ def launch_persistent(playwright: Any, user_data_dir: Path, *, executable: Path,
         str(user_data_dir),
         executable_path=str(executable),
         headless=not headed,
-        args=launch_args(gpu=gpu),
+        args=launch_args(gpu=gpu, headed=headed),
         viewport={"width": viewport[0], "height": viewport[1]},
         accept_downloads=True,
     )

@@ -21,7 +21,8 @@ const SOFTWARE_PATTERN = /swiftshader|llvmpipe|lavapipe|software|microsoft basic
 
 const HOW_TO_GET_WEBGPU =
     'Use desktop Chrome or Edge 113 or newer (Safari and Firefox builds without WebGPU cannot run this app). ' +
-    'On Linux, start Chrome with --enable-unsafe-webgpu --enable-features=Vulkan and check chrome://gpu ' +
+    'On Linux, start Chrome with --enable-unsafe-webgpu --enable-features=Vulkan (NVIDIA: also ' +
+    '--enable-dawn-features=vulkan_enable_f16_on_nvidia) and check chrome://gpu ' +
     '("WebGPU: Hardware accelerated"); on other systems make sure hardware acceleration is on in the settings.';
 
 /**
