@@ -70,8 +70,13 @@ STATUS_POLL_MS = 2_000
 # Evaluated in the page before the first case: the standard WebGPU API, not an app hook.
 ADAPTER_PROBE_JS = """async () => {
     if (!navigator.gpu) return {error: 'navigator.gpu is undefined (WebGPU is disabled in this browser)'};
-    const adapter = await navigator.gpu.requestAdapter();
-    if (!adapter) return {error: 'navigator.gpu.requestAdapter() returned null'};
+    // Chromium answers null while its GPU process is still starting; the app itself asks again too.
+    let adapter = null;
+    for (let attempt = 0; attempt < 3 && !adapter; attempt++) {
+        if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 250));
+        adapter = await navigator.gpu.requestAdapter();
+    }
+    if (!adapter) return {error: 'navigator.gpu.requestAdapter() returned null (3 tries)'};
     const info = adapter.info || {};
     return {
         vendor: info.vendor || '', architecture: info.architecture || '', device: info.device || '',
