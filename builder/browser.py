@@ -26,11 +26,12 @@ GPU_FLAGS = (
 # Linux reaches the GPU through Vulkan only, with ANGLE on Vulkan for Chrome's own GL. On NVIDIA + Vulkan,
 # Dawn hides `shader-f16` (and with it the app's q4f16 fast path) unless its vulkan_enable_f16_on_nvidia
 # toggle is on; the toggle changes nothing on other vendors.
+NVIDIA_F16_TOGGLE = "--enable-dawn-features=vulkan_enable_f16_on_nvidia"
 LINUX_GPU_FLAGS = (
     "--enable-features=Vulkan",
     "--use-gl=angle",
     "--use-angle=vulkan",
-    "--enable-dawn-features=vulkan_enable_f16_on_nvidia",
+    NVIDIA_F16_TOGGLE,
 )
 # Headless on Linux (no display server): without the headless Ozone platform Chrome's GL falls back to
 # SwiftShader and requestAdapter() returns null; Vulkan presentation surfaces crash the GPU process there.
@@ -39,8 +40,7 @@ LINUX_HEADLESS_GPU_FLAGS = (
     "--disable-vulkan-surface",
 )
 # What a person on Linux adds to their own Chrome: the GPU flags a desktop session needs.
-LINUX_DESKTOP_CHROME_FLAGS = " ".join(("--enable-unsafe-webgpu", "--enable-features=Vulkan",
-                                       "--enable-dawn-features=vulkan_enable_f16_on_nvidia"))
+LINUX_DESKTOP_CHROME_FLAGS = " ".join(("--enable-unsafe-webgpu", "--enable-features=Vulkan", NVIDIA_F16_TOGGLE))
 # This machine (and CI) has no outside network: background requests only produce noise and refusals.
 QUIET_FLAGS = (
     "--no-first-run",
@@ -79,14 +79,16 @@ def find_chromium(explicit: Path | None = None) -> Path:
     raise RegressionError(f"No Chromium found. Install one ({hint}) or pass --browser PATH.")
 
 
-def launch_args(*, gpu: bool, headed: bool = False, platform: str = sys.platform) -> list[str]:
-    """Chromium's flags for WebGPU on SwiftShader (`gpu=False`) or on the machine's GPU."""
+def launch_args(*, gpu: bool, headed: bool = False, f16_toggle: bool = True, platform: str = sys.platform) -> list[str]:
+    """Chromium's flags for WebGPU on SwiftShader (`gpu=False`) or on the machine's GPU.
+
+    `f16_toggle=False` leaves out the NVIDIA shader-f16 toggle: the browser a Linux user starts without it."""
     if not gpu:
         flags = list(SOFTWARE_FLAGS)
     else:
         flags = list(GPU_FLAGS)
         if platform.startswith("linux"):
-            flags += LINUX_GPU_FLAGS
+            flags += [f for f in LINUX_GPU_FLAGS if f16_toggle or f != NVIDIA_F16_TOGGLE]
             if not headed:
                 flags += LINUX_HEADLESS_GPU_FLAGS
     flags += QUIET_FLAGS
@@ -97,13 +99,13 @@ def launch_args(*, gpu: bool, headed: bool = False, platform: str = sys.platform
 
 
 def launch_persistent(playwright: Any, user_data_dir: Path, *, executable: Path, headed: bool = False,
-                      gpu: bool = False, viewport: tuple[int, int] = (1280, 720)) -> Any:
+                      gpu: bool = False, f16_toggle: bool = True, viewport: tuple[int, int] = (1280, 720)) -> Any:
     """A persistent context: incognito storage cannot hold the model files (OPFS quota errors)."""
     return playwright.chromium.launch_persistent_context(
         str(user_data_dir),
         executable_path=str(executable),
         headless=not headed,
-        args=launch_args(gpu=gpu, headed=headed),
+        args=launch_args(gpu=gpu, headed=headed, f16_toggle=f16_toggle),
         viewport={"width": viewport[0], "height": viewport[1]},
         accept_downloads=True,
     )

@@ -368,7 +368,7 @@ def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: di
 def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str] = ("q4f16", "q4"),
          sizes: Sequence[str] = ("512x512", "1024x1024"), steps: int = 4, seed: int = 0, gpu: bool = True,
          browser_path: Path | None = None, native_json: Path | None = None, timeout_s: float = 1800.0,
-         dist_dir: Path | None = None) -> list[dict[str, Any]]:
+         dist_dir: Path | None = None, f16_toggle: bool = True) -> list[dict[str, Any]]:
     from builder import bundle, regress
     from builder.browser import find_chromium
 
@@ -383,7 +383,8 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
         regress.parse_size(size)
     if native_json is not None and not Path(native_json).is_file():
         raise InputError(f"--native {native_json}: no such file (it is the bench.json `klein-web bench` writes).")
-    session = regress.BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False)
+    session = regress.BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False,
+                                     f16_toggle=f16_toggle)
     session.version = regress.check_browser(session.executable)
 
     # 2. Serve the app and the models, counting the model bytes sent.
@@ -409,7 +410,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
                                                                                   "description")).strip(),
                     "adapter_features": session.adapter.get("features", []),
                     "onnxruntime_web": bundle.onnxruntime_web_version(),
-                    "models": str(models_dir), "steps": steps,
+                    "models": str(models_dir), "steps": steps, "f16_toggle": f16_toggle,
                 }
                 _save(out_dir, environment, rows, native_ratios(rows, native_json))
     finally:

@@ -359,6 +359,7 @@ class BrowserSession:
     executable: Path
     gpu: bool
     headed: bool
+    f16_toggle: bool = True  # Linux + NVIDIA: the Dawn toggle that exposes shader-f16 (see builder.browser)
     context: Any = None
     version: str = ""
     adapter: dict[str, Any] = field(default_factory=dict)
@@ -388,7 +389,8 @@ def launched(session: BrowserSession, *, log: Log, profile: Path | None = None) 
             profile = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-profile-")))
         try:
             session.context = launch_persistent(playwright, Path(profile), executable=session.executable,
-                                                headed=session.headed, gpu=session.gpu)
+                                                headed=session.headed, gpu=session.gpu,
+                                                f16_toggle=session.f16_toggle)
         except PlaywrightError as exc:
             raise RegressionError(f"could not launch {session.executable} as Chromium: {_first_line(exc)}")
         session.launches += 1

@@ -33,3 +33,9 @@ def test_gpu_elsewhere_needs_no_vulkan_flags() -> None:
         flags = launch_args(gpu=True, platform=platform)
         assert "--enable-unsafe-webgpu" in flags
         assert not any("vulkan" in flag.lower() or "angle" in flag for flag in flags), platform
+
+
+def test_the_f16_toggle_can_be_left_out_to_run_as_a_plain_linux_chrome() -> None:
+    flags = launch_args(gpu=True, f16_toggle=False, platform="linux")
+    assert "--use-angle=vulkan" in flags
+    assert not any("vulkan_enable_f16_on_nvidia" in flag for flag in flags)
