@@ -146,22 +146,64 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str, steps: int, ou
               show_default=True)
 @click.option("--psnr-min", default=REGRESS_DEFAULTS.psnr_min, show_default=True, type=float)
 @click.option("--timeout", "timeout_s", default=REGRESS_DEFAULTS.timeout_s, show_default=True, type=float)
+@click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.dist_dir,
+              help="Serve this already-built app as it is (no node needed); default: build dist/ if stale.")
+@click.option("--precision", type=click.Choice(["q4", "q4f16", "fp32"]), default=REGRESS_DEFAULTS.precision,
+              help="Force the app's graph variant (its ?precision=); default: the best the adapter runs.")
+@click.option("--profile", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.profile,
+              help="Browser profile folder to use and keep: its model store survives, so re-runs download nothing.")
 def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str, steps: int, cases_file: Path | None,
             reference_png: Path | None, reference_from_cpu: bool, browser_path: Path | None, headed: bool, gpu: bool,
-            report_dir: Path, psnr_min: float, timeout_s: float) -> None:
+            report_dir: Path, psnr_min: float, timeout_s: float, dist_dir: Path | None, precision: str | None,
+            profile: Path | None) -> None:
     """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run)."""
     from builder.check import regress as regression
 
     options = RegressOptions(models_dir=models_dir, prompt=prompt, seed=seed, size=size, steps=steps,
                              cases_file=cases_file, reference_png=reference_png, reference_from_cpu=reference_from_cpu,
                              browser_path=browser_path, headed=headed, gpu=gpu, report_dir=report_dir,
-                             psnr_min=psnr_min, timeout_s=timeout_s)
+                             psnr_min=psnr_min, timeout_s=timeout_s, dist_dir=dist_dir, precision=precision,
+                             profile=profile)
     try:
         code = regression.main(options, log=log)
     except KleinWebError as exc:
         click.echo(f"could not run: {exc}", err=True)
         sys.exit(2)
     sys.exit(code)
+
+
+@main.command("browser-bench")
+@click.option("--models", "models_dir", type=click.Path(path_type=Path), required=True,
+              help="Model folder to serve (e.g. a full-size repo from `klein-web convert`).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
+@click.option("--precision", "precisions", default="q4f16,q4", show_default=True,
+              help="Comma-separated transformer variants; each gets a fresh browser profile (a cold start).")
+@click.option("--sizes", default="512x512,1024x1024", show_default=True, help="Comma-separated image sizes.")
+@click.option("--steps", default=4, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--gpu/--software", default=True, help="Real GPU (Vulkan on Linux) or SwiftShader.")
+@click.option("--browser", "browser_path", type=click.Path(path_type=Path), default=None)
+@click.option("--native", "native_json", type=click.Path(path_type=Path), default=None,
+              help="bench.json of `klein-web bench` on the same machine: adds browser / native-EP / PyTorch ratios.")
+@click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=None,
+              help="Serve this already-built app as it is; default: build dist/ if stale.")
+@click.option("--timeout", "timeout_s", default=1800.0, show_default=True, type=float, help="Per image, seconds.")
+@click.option("--f16-toggle/--no-f16-toggle", default=True, show_default=True,
+              help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (as a user adds it).")
+def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, steps: int, seed: int, gpu: bool,
+                  browser_path: Path | None, native_json: Path | None, dist_dir: Path | None,
+                  timeout_s: float, f16_toggle: bool) -> None:
+    """The real app in Chromium, driven like a user: per-stage times cold / warm / hot, memory peaks."""
+    from builder.check import browser_bench as bench
+
+    try:
+        bench.main(out_dir, models_dir=models_dir, log=log, precisions=[p for p in precisions.split(",") if p],
+                   sizes=[s for s in sizes.split(",") if s], steps=steps, seed=seed, gpu=gpu,
+                   browser_path=browser_path, native_json=native_json, dist_dir=dist_dir, timeout_s=timeout_s,
+                   f16_toggle=f16_toggle)
+    except KleinWebError as exc:
+        click.echo(f"could not run: {exc}", err=True)
+        sys.exit(2)
 
 
 @main.command()

@@ -1,4 +1,4 @@
-"""Finding, checking and launching Chromium with the flags WebGPU needs (regress and the browser tests)."""
+"""Finding, checking and launching Chromium (regress and the browser tests); its flags are site/chrome.py's."""
 
 from __future__ import annotations
 
@@ -11,27 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import RegressionError
-from builder.site.server import CHROME_WEBGPU_FLAGS
-
-# Flags for a headless run on a machine without a GPU: WebGPU on SwiftShader (software, no shader-f16).
-SOFTWARE_FLAGS = (
-    "--enable-unsafe-webgpu",
-    "--enable-unsafe-swiftshader",
-    "--use-webgpu-adapter=swiftshader",
-    "--use-angle=swiftshader",
-)
-# Flags for a real GPU on Linux: the switches `klein-web serve` tells Chrome users about, the Vulkan backend
-# forced on and the blocklist ignored (Chrome blocklists many Linux drivers).
-GPU_FLAGS = (*CHROME_WEBGPU_FLAGS, "--use-vulkan", "--ignore-gpu-blocklist")
-# Test and CI machines often have no outside network: background requests only produce noise and refusals.
-QUIET_FLAGS = (
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-    "--no-default-browser-check",
-)
+from builder.site.chrome import launch_args
 
 
 def find_chromium(explicit: Path | None = None) -> Path:
@@ -62,21 +42,14 @@ def find_chromium(explicit: Path | None = None) -> Path:
     raise RegressionError(f"No Chromium found. Install one ({hint}) or pass --browser PATH.")
 
 
-def launch_args(*, gpu: bool) -> list[str]:
-    flags = list(GPU_FLAGS if gpu else SOFTWARE_FLAGS) + list(QUIET_FLAGS)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        flags.append("--no-sandbox")  # Chromium refuses to run as root with its sandbox on.
-    return flags
-
-
 def launch_persistent(playwright: Any, user_data_dir: Path, *, executable: Path, headed: bool = False,
-                      gpu: bool = False, viewport: tuple[int, int] = (1280, 720)) -> Any:
+                      gpu: bool = False, f16_toggle: bool = True, viewport: tuple[int, int] = (1280, 720)) -> Any:
     """A persistent context: incognito storage cannot hold the model files (OPFS quota errors)."""
     return playwright.chromium.launch_persistent_context(
         str(user_data_dir),
         executable_path=str(executable),
         headless=not headed,
-        args=launch_args(gpu=gpu),
+        args=launch_args(gpu=gpu, headed=headed, f16_toggle=f16_toggle),
         viewport={"width": viewport[0], "height": viewport[1]},
         accept_downloads=True,
     )

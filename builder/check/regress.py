@@ -5,9 +5,10 @@ One run, in numbered stages (`main`):
     1. Check inputs: the cases (one from the flags, or several from a JSON/TOML file: check/regress_cases.py),
        the model folder, each reference PNG and the browser, before anything slow starts.
     2. Read each --reference PNG.
-    3. Build dist/ if stale and serve it plus the model folder on a free loopback port (in a thread).
-    4. Launch Chromium once (persistent profile in a temp dir: the model store needs real storage) and
-       check that the page gets a WebGPU adapter.
+    3. Build dist/ if stale (or take --dist as it is) and serve it plus the model folder on a free loopback
+       port (in a thread).
+    4. Launch Chromium once (a persistent profile, --profile or a temp dir: the model store needs real
+       storage) and check that the page gets a WebGPU adapter.
     5. For each case: type the prompt, set seed/size/steps, click Generate, wait for the app's state,
        click Download PNG and take the real browser download (check/regress_page.py).
        A --reference-from-cpu reference is made now, with the graph variants the app reports it ran
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from builder import DEFAULT_MODEL_BASE
+from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE
 from builder.check.browser import check_browser, find_chromium
 from builder.check.regress_cases import Case, RegressOptions, cases_from_options
 from builder.check.regress_page import (
@@ -68,21 +69,19 @@ def main(options: RegressOptions, *, log: Log) -> int:
     if not options.timeout_s > 0:
         raise InputError(f"--timeout {options.timeout_s}: must be a positive number of seconds, e.g. 600.")
     cases = cases_from_options(options)
-    models_dir = _check_models(options.models_dir)
+    models_dir = check_models(options.models_dir)
     browser_path = Path(options.browser_path) if options.browser_path else None
     session = BrowserSession(executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed)
     session.version = check_browser(session.executable)
-    report_dir, dist_dir = Path(options.report_dir), Path(options.dist_dir)
+    report_dir = Path(options.report_dir)
 
     # 2. Reference files, before the browser, so an unreadable PNG stops the run early.
     references = {case.name: _read_reference(case.reference_png) for case in cases if case.reference_png is not None}
 
     # 3. + 4. + 5. Serve, launch once, run every case in the same browser.
-    # Keep the model base an existing build was made with (the server points the app at /models/ anyway).
-    record = bundle.read_record(dist_dir) or {}
-    bundle.build(dist_dir, model_base=str(record.get("model_base") or DEFAULT_MODEL_BASE), log=log)
+    dist_dir = site(options.dist_dir, log=log)
     reports: list[CaseReport] = []
-    with serving(dist_dir, models_dir, log=log) as base_url, launched(session, log=log):
+    with serving(dist_dir, models_dir, log=log) as base_url, launched(session, log=log, profile=options.profile):
         session.adapter = probe_adapter(session, base_url)
         for case in cases:
             reports.append(_run_one(session, case, references.get(case.name), models_dir=models_dir,
@@ -128,7 +127,8 @@ def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *
     return report
 
 
-def _check_models(models_dir: Path | None) -> Path:
+def check_models(models_dir: Path | None) -> Path:
+    """The --models folder, or RegressionError saying how to get one; its manifest and file sizes verified."""
     if models_dir is None:
         raise RegressionError("--models DIR is required: the model folder to serve (e.g. `klein-web fetch --dir DIR`).")
     models_dir = Path(models_dir)
@@ -163,12 +163,29 @@ def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -
                      variants=dict(result.variants))
 
 
+def site(dist_dir: Path | None, *, log: Log) -> Path:
+    """The built app to serve: `dist_dir` as it is, or dist/ built if stale (keeping the model base it was built
+    with: the server points the app at /models/ anyway)."""
+    if dist_dir is not None:
+        if not (Path(dist_dir) / "index.html").is_file():
+            raise RegressionError(f"--dist {dist_dir} holds no built app (no index.html); run `klein-web build --out "
+                                  f"{dist_dir}` first, or leave --dist out to build dist/.")
+        return Path(dist_dir)
+    record = bundle.read_record(DEFAULT_DIST) or {}
+    bundle.build(DEFAULT_DIST, model_base=str(record.get("model_base") or DEFAULT_MODEL_BASE), log=log)
+    return DEFAULT_DIST
+
+
 @contextlib.contextmanager
-def serving(dist_dir: Path, models_dir: Path, *, log: Log) -> Iterator[str]:
-    """The real server app (builder.site.server) in a thread on a free loopback port; yields its URL."""
+def serving(dist_dir: Path, models_dir: Path, *, log: Log,
+            middleware: Callable[[Any], Any] | None = None) -> Iterator[str]:
+    """The real server app (builder.site.server) in a thread on a free loopback port; yields its URL.
+
+    `middleware` wraps the ASGI app (the browser benchmark counts the model bytes sent through it)."""
     from builder.site import server
 
-    with server.serve_in_thread(server.create_app(dist_dir, models_dir=models_dir)) as port:
+    app = server.create_app(dist_dir, models_dir=models_dir)
+    with server.serve_in_thread(app if middleware is None else middleware(app)) as port:
         url = f"http://127.0.0.1:{port}"
         log(f"serving {dist_dir} and models {models_dir} at {url}")
         yield url

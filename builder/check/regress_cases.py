@@ -9,11 +9,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from builder import DEFAULT_DIST
 from builder.errors import InputError, RegressionError
 from builder.pipeline import limits
+from builder.repo import manifest
 
-CASE_KEYS = frozenset({"name", "prompt", "seed", "size", "steps", "reference", "reference_from_cpu", "psnr_min"})
+CASE_KEYS = frozenset({"name", "prompt", "seed", "size", "steps", "reference", "reference_from_cpu", "psnr_min",
+                       "precision"})
 
 
 CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -37,7 +38,9 @@ class RegressOptions:
     report_dir: Path = Path("report")
     psnr_min: float = 40.0
     timeout_s: float = 600.0  # per case
-    dist_dir: Path = DEFAULT_DIST
+    dist_dir: Path | None = None  # serve this built app as it is (no node needed); None: build dist/ if stale
+    precision: str | None = None  # force the app's graph variant (its ?precision=); None: the app's choice
+    profile: Path | None = None  # browser profile to use and keep (its model store survives); None: a temp one
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class Case:
     psnr_min: float
     reference_png: Path | None = None
     reference_from_cpu: bool = False
+    # Force the app's graph variant (its `?precision=`); None: the app picks the best its adapter runs.
+    precision: str | None = None
 
     @property
     def size(self) -> str:
@@ -60,7 +65,10 @@ class Case:
 
     def parameters(self) -> dict[str, Any]:
         return {"prompt": self.prompt, "seed": self.seed, "width": self.width, "height": self.height,
-                "steps": self.steps, "psnr_min": self.psnr_min}
+                "steps": self.steps, "psnr_min": self.psnr_min, "precision": self.precision}
+
+    def page_path(self) -> str:
+        return f"/?precision={self.precision}" if self.precision else "/"
 
 
 def cases_from_options(options: RegressOptions) -> list[Case]:
@@ -69,7 +77,7 @@ def cases_from_options(options: RegressOptions) -> list[Case]:
     flags = Case(name="case", prompt=options.prompt or "", seed=options.seed, width=width, height=height,
                  steps=options.steps, psnr_min=options.psnr_min,
                  reference_png=Path(options.reference_png) if options.reference_png else None,
-                 reference_from_cpu=options.reference_from_cpu)
+                 reference_from_cpu=options.reference_from_cpu, precision=options.precision)
     if options.cases_file is not None:
         return load_cases(Path(options.cases_file), defaults=flags)
     if options.prompt is None:
@@ -117,6 +125,8 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
             case = replace(case, steps=_typed(entry, "steps", int, where))
         if "psnr_min" in entry:
             case = replace(case, psnr_min=float(_typed(entry, "psnr_min", (int, float), where)))
+        if "precision" in entry:
+            case = replace(case, precision=_typed(entry, "precision", str, where))
         # A case that names its own reference replaces the flags' choice rather than combining with it.
         if "reference" in entry:
             reference = Path(_typed(entry, "reference", str, where))
@@ -154,6 +164,8 @@ def check_case(case: Case, *, where: str) -> Case:
         raise InputError(f"{where}: the prompt is empty; give --prompt TEXT (or `prompt` in the cases file).")
     limits.check_seed(case.seed, name=f"{where}: seed")
     limits.check_steps(case.steps, name=f"{where}: steps")
+    if case.precision is not None and case.precision not in manifest.VARIANTS:
+        raise InputError(f"{where}: precision {case.precision!r} is not one of {', '.join(manifest.VARIANTS)}.")
     if not case.psnr_min > 0:
         raise InputError(f"{where}: psnr_min {case.psnr_min} must be a positive number of dB, e.g. 40.")
     if case.reference_png is not None and case.reference_from_cpu:

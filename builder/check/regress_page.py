@@ -34,8 +34,13 @@ STATUS_POLL_MS = 2_000
 # Evaluated in the page before the first case: the standard WebGPU API, not an app hook.
 ADAPTER_PROBE_JS = """async () => {
     if (!navigator.gpu) return {error: 'navigator.gpu is undefined (WebGPU is disabled in this browser)'};
-    const adapter = await navigator.gpu.requestAdapter();
-    if (!adapter) return {error: 'navigator.gpu.requestAdapter() returned null'};
+    // Chromium answers null while its GPU process is still starting; the app itself asks again too.
+    let adapter = null;
+    for (let attempt = 0; attempt < 3 && !adapter; attempt++) {
+        if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 250));
+        adapter = await navigator.gpu.requestAdapter();
+    }
+    if (!adapter) return {error: 'navigator.gpu.requestAdapter() returned null (3 tries)'};
     const info = adapter.info || {};
     return {
         vendor: info.vendor || '', architecture: info.architecture || '', device: info.device || '',
@@ -63,6 +68,7 @@ class BrowserSession:
     executable: Path
     gpu: bool
     headed: bool
+    f16_toggle: bool = True  # Linux + NVIDIA: the Dawn toggle that exposes shader-f16 (see builder.site.chrome)
     context: Any = None
     version: str = ""
     adapter: dict[str, Any] = field(default_factory=dict)
@@ -74,15 +80,19 @@ class BrowserSession:
 
 
 @contextlib.contextmanager
-def launched(session: BrowserSession, *, log: Log) -> Iterator[BrowserSession]:
-    """Start Chromium through Playwright with a throw-away persistent profile (OPFS needs a real profile)."""
+def launched(session: BrowserSession, *, log: Log, profile: Path | None = None) -> Iterator[BrowserSession]:
+    """Start Chromium through Playwright with a persistent profile (OPFS needs a real profile): `profile`, or a
+    throw-away one. A kept profile keeps the model store, so the next run downloads nothing."""
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright, tempfile.TemporaryDirectory(prefix="klein-regress-profile-") as profile:
+    with sync_playwright() as playwright, contextlib.ExitStack() as stack:
+        if profile is None:
+            profile = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-profile-")))
         try:
             session.context = launch_persistent(playwright, Path(profile), executable=session.executable,
-                                                headed=session.headed, gpu=session.gpu)
+                                                headed=session.headed, gpu=session.gpu,
+                                                f16_toggle=session.f16_toggle)
         except PlaywrightError as exc:
             raise RegressionError(f"could not launch {session.executable} as Chromium: {first_line(exc)}")
         session.launches += 1
@@ -148,27 +158,27 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
     page.on("pageerror", lambda error: run.page_errors.append(str(error)))
     started = time.perf_counter()
     try:
-        page.goto(base_url + "/", wait_until="load")
+        page.goto(base_url + case.page_path(), wait_until="load")
         page.wait_for_selector("#generate")
         if page.evaluate("document.body.dataset.state") == "error":  # e.g. the app's own WebGPU check failed
-            run.app_error = _app_error(page)[1]
+            run.app_error = app_error(page)[1]
             raise CaseCouldNotRun(f"the app showed an error before generating: {run.app_error}")
-        _fill_form(page, case)
+        fill_form(page, case)
         log(f"[{case.name}] generating {case.size}, {case.steps} steps, seed {case.seed} ...")
         page.click("#generate")
-        state = _wait_settled(page, case, timeout_s=timeout_s, log=log)
-        result_info = _read_json_attribute(page, "#timings")
+        state = wait_settled(page, case, timeout_s=timeout_s, log=log)
+        result_info = read_json_attribute(page, "#timings")
         if isinstance(result_info, dict):
             # {timings: per-stage ms, graphs: variant + EP per component, notes, prompt: token counts}
             run.timings = result_info.pop("timings", None)
             run.result_info = result_info
-        run.capabilities = (_read_json_attribute(page, "#capabilities")
+        run.capabilities = (read_json_attribute(page, "#capabilities")
                             or {"text": " ".join((page.text_content("#capabilities") or "").split())})
         if state == "rejected":
-            run.app_error = _app_error(page)[1]
+            run.app_error = app_error(page)[1]
             raise CaseCouldNotRun(f"the app rejected the settings: {run.app_error}")
         if state == "error":
-            code, message = _app_error(page)
+            code, message = app_error(page)
             run.app_error = message
             if code == "degenerate-output" or re.search(r"degenerate|\bNaN\b|constant image", message, re.IGNORECASE):
                 raise AppReportedDegenerate(message)
@@ -190,7 +200,8 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
             page.close()
 
 
-def _fill_form(page: Any, case: Case) -> None:
+def fill_form(page: Any, case: Case) -> None:
+    """Type the case's prompt, seed, steps and size into the form, as a user would."""
     page.fill("#prompt", case.prompt)
     _set_field(page, "#seed", str(case.seed))
     _set_field(page, "#steps", str(case.steps))
@@ -212,7 +223,7 @@ def _set_field(page: Any, selector: str, value: str) -> None:
         page.fill(selector, value)
 
 
-def _wait_settled(page: Any, case: Case, *, timeout_s: float, log: Log) -> str:
+def wait_settled(page: Any, case: Case, *, timeout_s: float, log: Log) -> str:
     """Wait for body[data-state] to settle (see STATE_SETTLED_JS), logging the app's #status as it changes."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -233,7 +244,8 @@ def _wait_settled(page: Any, case: Case, *, timeout_s: float, log: Log) -> str:
                                   "raise --timeout for slow (software) adapters")
 
 
-def _read_json_attribute(page: Any, selector: str) -> Any:
+def read_json_attribute(page: Any, selector: str) -> Any:
+    """The parsed `data-json` of `selector` (None when absent; {"unparsed": text} when it is not JSON)."""
     raw = page.get_attribute(selector, "data-json") if page.query_selector(selector) else None
     if not raw:
         return None
@@ -243,7 +255,8 @@ def _read_json_attribute(page: Any, selector: str) -> Any:
         return {"unparsed": raw}
 
 
-def _app_error(page: Any) -> tuple[str, str]:
+def app_error(page: Any) -> tuple[str, str]:
+    """(code, message) of the app's #error element."""
     element = page.query_selector("#error")
     if element is None:
         return "", "the app went to state `error` without an #error message"

@@ -34,12 +34,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
 from builder.errors import KleinWebError, ModelRepoError, ServeError
 from builder.site.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_record
+from builder.site.chrome import LINUX_DESKTOP_CHROME_FLAGS
 
 MODELS_PREFIX = "/models/"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-# Linux Chrome ships WebGPU disabled; these two switches turn it on (users hit this first, see the README).
-# check/browser.py launches Chromium on a GPU with them too.
-CHROME_WEBGPU_FLAGS = ("--enable-unsafe-webgpu", "--enable-features=Vulkan")
 
 # Exact types matter: browsers refuse module scripts that are not JavaScript, and
 # WebAssembly.instantiateStreaming needs application/wasm.
@@ -269,7 +267,10 @@ def start_message(url: str, *, dist_dir: Path, models_dir: Path | None, model_ba
     else:
         lines.append(f"  Models: {model_base} (no --models)")
     if sys.platform.startswith("linux"):
-        lines.append(f"  Chrome on Linux needs WebGPU switched on: google-chrome {' '.join(CHROME_WEBGPU_FLAGS)} {url}")
+        # Linux Chrome ships WebGPU disabled (users hit this first, see the README); the Dawn toggle gives
+        # NVIDIA GPUs shader-f16, the app's fast path.
+        lines.append(f"  Chrome on Linux needs WebGPU switched on: google-chrome {LINUX_DESKTOP_CHROME_FLAGS} "
+                     f"{url}")
     lines.append("  Press Ctrl+C to stop.")
     return "\n".join(lines)
 

@@ -113,7 +113,7 @@ async function hasManifest(url, fetch) {
         const response = await fetch(url, { cache: 'no-store' });
         if (!response.ok) return false;
         const body = await response.json();
-        // Same format tag as builder/manifest.py FORMAT.
+        // Same format tag as builder/repo/manifest.py FORMAT.
         return typeof body === 'object' && body !== null && body.format === 'klein-web-model-repo';
     } catch {
         return false;

@@ -1,7 +1,7 @@
 // @ts-check
 /**
  * @file generate(): one text-to-image run, the browser's `Flux2KleinPipeline.__call__`. The numbered
- * stages and their names are those of diffusers and of builder/reference.py (the CPU reference this
+ * stages and their names are those of diffusers and of builder/pipeline/reference.py (the CPU reference this
  * is tested against); each stage is one call.
  * @module pipeline/generate
  */
@@ -124,7 +124,9 @@ async function encodePrompt(prompt, { models, meter, signal }) {
 export async function generate(params, { models, signal, onEvent }) {
     const started = performance.now();
     /** @type {Meter} */
-    const meter = { loadMs: 0, runMs: 0 };
+    const meter = { loadMs: 0, runMs: 0, loadMsByComponent: {} };
+    /** @type {number[]} Wall time of each denoising step (the first one records the graph capture). */
+    const stepMs = [];
     /** @type {StageTimings} */
     const timings = { download: 0, load: 0, encode: 0, denoise: 0, decode: 0, total: 0, sessionRun: 0 };
     /**
@@ -198,6 +200,7 @@ export async function generate(params, { models, signal, onEvent }) {
         const loopStart = performance.now();
         for (let i = 0; i < steps; i++) {
             signal.throwIfAborted();
+            const stepStart = performance.now();
             const outputs = await models.run(
                 transformer,
                 {
@@ -213,6 +216,7 @@ export async function generate(params, { models, signal, onEvent }) {
             const noisePred = output(outputs, 'noise_pred', 'transformer'); // [1, H*W, C]
             // Float32 Euler step, x += (sigma_next - sigma) * v, as FlowMatchEulerDiscreteScheduler.step.
             eulerStep(latents, noisePred.data, schedule.sigmas[i], schedule.sigmas[i + 1]);
+            stepMs.push(performance.now() - stepStart);
             const elapsedMs = performance.now() - loopStart;
             onEvent({ type: 'step', step: i + 1, steps, elapsedMs, etaMs: (elapsedMs / (i + 1)) * (steps - i - 1) });
         }
@@ -242,8 +246,9 @@ export async function generate(params, { models, signal, onEvent }) {
         rgba,
         params: checked,
         timings,
+        stepMs,
         prompt: { tokens: embedding.tokens, droppedTokens: embedding.droppedTokens },
-        graphs: models.describe(),
+        graphs: models.describe(meter),
         notes,
     };
 }

@@ -35,6 +35,7 @@ import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../store/manife
  * @typedef {Object} Meter  Per-job time accounting, filled in by load and run.
  * @property {number} loadMs
  * @property {number} runMs
+ * @property {Partial<Record<Component, number>>} loadMsByComponent  Session creation (incl. shader compilation) this job.
  */
 
 /**
@@ -185,7 +186,7 @@ export function memoryBudget() {
  * Refuse a size whose VAE decode cannot fit before anything is downloaded or run. The VAE mid-block
  * attention materialises a [rows x tokens] score matrix (tokens = (H/8)(W/8); Softmax + MatMul in the
  * graph, no fused kernel), which must fit one storage buffer on WebGPU and the 4 GB wasm32 heap on the
- * CPU. The converter splits the queries into `attentionQueryBlocks` blocks (builder/attention.py), so
+ * CPU. The converter splits the queries into `attentionQueryBlocks` blocks (builder/repo/attention.py), so
  * rows = ceil(tokens / blocks); an unsplit graph (the seed's) has rows = tokens (16384^2 x 2 B = 512 MiB
  * at 1024^2 in fp16).
  * @param {Choice} vae
@@ -307,10 +308,11 @@ export class Models {
     }
 
     /**
-     * The variant and EP of each component, as the result reports them.
-     * @returns {Record<string, {variant: string, ep: string}>}
+     * The variant and EP of each component, as the result reports them, with this job's session creation time.
+     * @param {Meter} meter
+     * @returns {Record<string, {variant: string, ep: string, detail: string, loadMs: number}>}
      */
-    describe() {
+    describe(meter) {
         const choices = this.requireChoices();
         return Object.fromEntries(Object.entries(choices).map(([c, choice]) => {
             const blocks = choice.graph.attentionQueryBlocks;
@@ -318,7 +320,8 @@ export class Models {
             if (c !== 'text_encoder') how.push(blocks > 1 ? `attention in ${blocks} query blocks` : 'attention unsplit');
             const capture = this.captureState.get(/** @type {Component} */ (c));
             if (capture) how.push(capture);
-            return [c, { variant: choice.graph.variant, ep: choice.ep, detail: how.join(', ') }];
+            const loadMs = meter.loadMsByComponent[/** @type {Component} */ (c)] ?? 0;
+            return [c, { variant: choice.graph.variant, ep: choice.ep, detail: how.join(', '), loadMs }];
         }));
     }
 
@@ -444,7 +447,9 @@ export class Models {
         } catch (err) {
             throw runtimeError(err, this.gpu, what);
         } finally {
-            meter.loadMs += performance.now() - started;
+            const elapsed = performance.now() - started;
+            meter.loadMs += elapsed;
+            meter.loadMsByComponent[component] = (meter.loadMsByComponent[component] ?? 0) + elapsed;
         }
         this.loaded.set(component, { session, choice, generation: this.gpu.generation, lastUsed: performance.now(), dimsKey });
         if (session.capture) this.captureState.set(component, 'graph capture');

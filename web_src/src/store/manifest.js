@@ -1,6 +1,6 @@
 // @ts-check
 /**
- * @file The model repository's table of contents: `manifest.json` (the schema builder/manifest.py
+ * @file The model repository's table of contents: `manifest.json` (the schema builder/repo/manifest.py
  * writes), validated into a camel-cased `Manifest`; or, when the repository has none (the seed repo on
  * the Hub), the built-in seed layout with sizes still unknown (the weight store learns them from
  * Content-Length).
@@ -178,7 +178,7 @@ async function exists(url, signal) {
 }
 
 /**
- * Validate a manifest.json object (the schema of builder/manifest.py) and camel-case it.
+ * Validate a manifest.json object (the schema of builder/repo/manifest.py) and camel-case it.
  * @param {any} json
  * @param {string} modelBase
  * @returns {Manifest}

@@ -24,7 +24,7 @@ import { WeightStore } from '../store/weights.js';
 /** @typedef {import('../protocol.js').Event} Event */
 
 /**
- * The onnxruntime wasm files as absolute URLs. builder/bundle.py injects KLEIN_ORT_WASM (names
+ * The onnxruntime wasm files as absolute URLs. builder/site/bundle.py injects KLEIN_ORT_WASM (names
  * relative to this script's folder); a plain esbuild bundle has none and ORT finds its .wasm itself.
  * @param {string} scriptUrl
  * @returns {{mjs: string, wasm: string} | null}
