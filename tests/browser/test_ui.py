@@ -20,8 +20,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from conftest import LiveServer, start_server  # tests/ is on sys.path (rootdir-relative conftest import)
 
-from builder.check.browser import QUIET_FLAGS, launch_persistent
+from builder.check.browser import launch_persistent
 from builder.pipeline import imaging, reference
+from builder.site.chrome import QUIET_FLAGS
 
 pytestmark = pytest.mark.browser
 
@@ -429,7 +430,7 @@ def test_without_webgpu_flags_the_page_says_so_and_disables_generate(
     server = live_server_factory(dist_dir, models=tiny_models["fp32"])
     args = [*QUIET_FLAGS]  # plain headless Chromium: none of the WebGPU/SwiftShader flags
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        args.append("--no-sandbox")  # as builder.check.browser.launch_args does for root
+        args.append("--no-sandbox")  # as builder.site.chrome.launch_args does for root
     ctx = playwright.chromium.launch_persistent_context(
         str(tmp_path / "profile"), executable_path=str(chromium_path), headless=True, args=args
     )

@@ -92,7 +92,7 @@ def test_probe_reports_software_adapter_without_f16(page: Any, dist_dir: Path, l
     client.open()
     caps = client.request("probe").ok()
     assert caps["webgpu"] is True and caps["error"] is None
-    # SwiftShader: a software adapter, no shader-f16, 1 GiB buffers (builder/check/browser.py SOFTWARE_FLAGS).
+    # SwiftShader: a software adapter, no shader-f16, 1 GiB buffers (builder/site/chrome.py SOFTWARE_FLAGS).
     assert caps["software"] is True, caps["adapter"]
     assert caps["shaderF16"] is False
     assert caps["maxBufferSize"] >= 256 * 2**20
