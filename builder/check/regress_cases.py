@@ -15,8 +15,6 @@ from builder.repo import manifest
 
 CASE_KEYS = frozenset({"name", "prompt", "seed", "size", "steps", "reference", "reference_from_cpu", "psnr_min",
                        "precision"})
-
-
 CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
