@@ -124,21 +124,27 @@ def cast_fp16_embedding(model: onnx.ModelProto, *, gather_name: str, table_name:
     return [gather_name, cast_name]
 
 
-# Ops of the fp16 VAE that stay fp32: the GroupNorm statistics (InstanceNormalization reduces over every pixel
-# of a channel group, so the error of an fp16 reduction grows with the image: on an H200 an all-fp16 VAE decoded
-# 1024x1024 at 36 dB against the CPU, 512x512 at 42) and the attention softmax (a row spans every latent pixel).
+# What of the fp16 VAE stays fp32. The attention (scores, softmax and the weighted sum, which adds up one value
+# per latent pixel): in fp16 its error grows with the image; on an H200 the all-fp16 VAE decoded 1024x1024 at
+# 39.6 dB against the CPU (tiny model; 36.3 dB at full size), with the attention in fp32 at 53.1 dB, as at
+# 256x256. The GroupNorm statistics (InstanceNormalization): a variance of activations past |x| = 256 overflows
+# fp16, the reason the q4f16 graphs keep their norms in fp32 too.
 VAE_FP32_OPS = ("InstanceNormalization", "Softmax")
+VAE_FP32_SCOPES = ("/query_blocks/",)
 
 
-def to_fp16(model: onnx.ModelProto, *, fp32_ops: tuple[str, ...] = VAE_FP32_OPS) -> onnx.ModelProto:
-    """fp16 weights and compute with fp32 graph inputs/outputs, except `fp32_ops` (inputs cast up, outputs down).
+def to_fp16(model: onnx.ModelProto, *, fp32_ops: tuple[str, ...] = VAE_FP32_OPS,
+            fp32_scopes: tuple[str, ...] = VAE_FP32_SCOPES) -> onnx.ModelProto:
+    """fp16 weights and compute with fp32 graph inputs/outputs, except `fp32_ops` and the nodes whose name contains
+    one of `fp32_scopes` (inputs cast up, outputs down).
 
     Rewrites `model` in place (compute_in_fp16) and returns it.
     """
     unnamed = [node.op_type for node in model.graph.node if not node.name]
     if unnamed:
         raise ConversionError(f"{len(unnamed)} nodes have no name ({unnamed[:3]}...); the fp16 rewrite keys on names.")
-    compute_in_fp16(model, keep_fp32={node.name for node in model.graph.node if node.op_type in fp32_ops})
+    compute_in_fp16(model, keep_fp32={node.name for node in model.graph.node
+                                      if node.op_type in fp32_ops or any(s in node.name for s in fp32_scopes)})
     return model
 
 
