@@ -150,12 +150,14 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str, steps: int, ou
               help="Serve this already-built app as it is (no node needed); default: build dist/ if stale.")
 @click.option("--precision", type=click.Choice(["q4", "q4f16", "fp32"]), default=REGRESS_DEFAULTS.precision,
               help="Force the app's graph variant (its ?precision=); default: the best the adapter runs.")
+@click.option("--f16-toggle/--no-f16-toggle", default=REGRESS_DEFAULTS.f16_toggle, show_default=True,
+              help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (--gpu only).")
 @click.option("--profile", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.profile,
               help="Browser profile folder to use and keep: its model store survives, so re-runs download nothing.")
 def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str, steps: int, cases_file: Path | None,
             reference_png: Path | None, reference_from_cpu: bool, browser_path: Path | None, headed: bool, gpu: bool,
             report_dir: Path, psnr_min: float, timeout_s: float, dist_dir: Path | None, precision: str | None,
-            profile: Path | None) -> None:
+            f16_toggle: bool, profile: Path | None) -> None:
     """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run)."""
     from builder.check import regress as regression
 
@@ -163,7 +165,7 @@ def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str, s
                              cases_file=cases_file, reference_png=reference_png, reference_from_cpu=reference_from_cpu,
                              browser_path=browser_path, headed=headed, gpu=gpu, report_dir=report_dir,
                              psnr_min=psnr_min, timeout_s=timeout_s, dist_dir=dist_dir, precision=precision,
-                             profile=profile)
+                             f16_toggle=f16_toggle, profile=profile)
     try:
         code = regression.main(options, log=log)
     except KleinWebError as exc:

@@ -71,7 +71,8 @@ def main(options: RegressOptions, *, log: Log) -> int:
     cases = cases_from_options(options)
     models_dir = check_models(options.models_dir)
     browser_path = Path(options.browser_path) if options.browser_path else None
-    session = BrowserSession(executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed)
+    session = BrowserSession(executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed,
+                             f16_toggle=options.f16_toggle)
     session.version = check_browser(session.executable)
     report_dir = Path(options.report_dir)
 

@@ -38,6 +38,7 @@ class RegressOptions:
     timeout_s: float = 600.0  # per case
     dist_dir: Path | None = None  # serve this built app as it is (no node needed); None: build dist/ if stale
     precision: str | None = None  # force the app's graph variant (its ?precision=); None: the app's choice
+    f16_toggle: bool = True  # Linux + NVIDIA, --gpu: the Dawn toggle that exposes shader-f16 (site/chrome.py)
     profile: Path | None = None  # browser profile to use and keep (its model store survives); None: a temp one
 
 
