@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from builder import manifest  # noqa: E402
+from builder.repo import manifest  # noqa: E402
 
 WEIGHTS_JSON = "weights.json"
 EXACT_BIN = "exact.bin"
