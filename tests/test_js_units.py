@@ -29,6 +29,7 @@ PURE_MODULES = (
     "src/pipeline/tokenizer.js",
     "src/pipeline/image.js",
     "src/shared/png_text.js",
+    "src/shared/format.js",
 )
 
 

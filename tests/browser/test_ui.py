@@ -414,7 +414,7 @@ def test_clear_cached_model_reports_freed_bytes(generated: Generated) -> None:
         "() => /Freed|Could not/.test(document.querySelector('#cache-message').textContent)", polling=POLL_MS
     )
     message = page.inner_text("#cache-message")
-    assert re.match(r"Freed [1-9][\d.]* (KB|MB|GB)\b", message), message
+    assert re.match(r"Freed [1-9][\d.]* (kB|MB|GB)\b", message), message
     assert page.is_enabled("#clear-cache")
 
 

@@ -9,6 +9,7 @@
 
 import { PROTOCOL_VERSION } from '../protocol.js';
 import { InputError, KleinError, NoWebGPUError } from '../shared/errors.js';
+import { formatBytes, formatDuration } from '../shared/format.js';
 import { resolveModelSource } from './model_source.js';
 import { WorkerClient } from './worker_client.js';
 import { SUPPORT_NOTE, detectBrowser, webgpuAdvice } from './ui/browser_support.js';
@@ -16,7 +17,6 @@ import { CapabilitiesView } from './ui/capabilities.js';
 import { ErrorView, adviseError } from './ui/error_view.js';
 import { requireElement } from './ui/dom.js';
 import { FormView, randomSeed, shareUrl, valuesFromUrl } from './ui/form.js';
-import { formatBytes, formatDuration } from './ui/format.js';
 import { HistoryStore, HistoryView } from './ui/history.js';
 import { ProgressView } from './ui/progress.js';
 import { ResultView, encodeImage } from './ui/result.js';

@@ -12,8 +12,9 @@
  */
 
 import { DeviceLostError, InputError, KleinError, ModelFileError, OutOfMemoryError } from '../shared/errors.js';
+import { formatBytes } from '../shared/format.js';
 import { createSession, float32, int64, release, run } from '../runtime/ort.js';
-import { WeightStore, formatBytes } from '../store/weights.js';
+import { WeightStore } from '../store/weights.js';
 import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../store/manifest.js';
 
 /** @typedef {'text_encoder' | 'transformer' | 'vae_decoder'} Component */

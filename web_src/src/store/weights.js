@@ -12,6 +12,7 @@
  */
 
 import { CancelledError, ModelFileError, NetworkError, QuotaError } from '../shared/errors.js';
+import { formatBytes } from '../shared/format.js';
 import { OpfsBackend, clearAll } from './backend.js';
 import { fetchManifest, parseManifest } from './manifest.js';
 
@@ -28,16 +29,6 @@ const ETAG_SUFFIX = '.partial.etag';
 /**
  * @typedef {import('../protocol.js').DownloadProgress} DownloadProgress
  */
-
-/**
- * @param {number} bytes
- * @returns {string}
- */
-export function formatBytes(bytes) {
-    if (bytes >= 1e9) return `${(bytes / 1e9).toFixed(2)} GB`;
-    if (bytes >= 1e6) return `${(bytes / 1e6).toFixed(1)} MB`;
-    return `${Math.round(bytes / 1e3)} kB`;
-}
 
 /**
  * Parse `Content-Range: bytes START-END/TOTAL` (TOTAL may be '*').

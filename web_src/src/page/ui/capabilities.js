@@ -5,9 +5,9 @@
  * @module page/ui/capabilities
  */
 
-import { firstSentence } from './error_view.js';
+import { formatBinaryBytes, formatBytes } from '../../shared/format.js';
 import { requireElement } from './dom.js';
-import { formatBinaryBytes, formatBytes } from './format.js';
+import { firstSentence } from './error_view.js';
 
 /** @typedef {import('../../protocol.js').Capabilities} Capabilities */
 

@@ -6,8 +6,8 @@
  */
 
 import { KleinError } from '../../shared/errors.js';
+import { formatBytes } from '../../shared/format.js';
 import { requireElement } from './dom.js';
-import { formatBytes } from './format.js';
 
 /**
  * @typedef {Object} ErrorAdvice

@@ -10,8 +10,8 @@
  */
 
 import { STAGES } from '../../protocol.js';
+import { formatBytes, formatDuration, formatRate, formatSeconds } from '../../shared/format.js';
 import { requireElement } from './dom.js';
-import { formatBytes, formatDuration, formatRate, formatSeconds } from './format.js';
 
 /** @typedef {import('../../protocol.js').Event} WorkerEvent */
 /** @typedef {import('../../protocol.js').Stage} Stage */

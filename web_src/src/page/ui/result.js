@@ -6,9 +6,9 @@
  * @module page/ui/result
  */
 
+import { formatDuration } from '../../shared/format.js';
 import { addTextChunks } from '../../shared/png_text.js';
 import { requireElement } from './dom.js';
-import { formatDuration } from './format.js';
 
 /** @typedef {import('../../protocol.js').GenerateResult} GenerateResult */
 /** @typedef {import('../../protocol.js').StageTimings} StageTimings */
