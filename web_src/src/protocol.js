@@ -25,9 +25,7 @@
  *     reloads them from the local store). A queued generate is answered 'cancelled' immediately.
  *     `{cancelled: false}` means no running or queued request had that id.
  *   - the probe result also carries `protocolVersion` (= PROTOCOL_VERSION).
- *   - error codes besides shared/errors.js classes: 'busy' (a model file is being downloaded by another
- *     tab), 'runtime' (onnxruntime failed in a way not recognised as out-of-memory or device loss),
- *     'unsupported' (a graph needs a GPU feature the adapter lacks).
+ *   - every error code is one of shared/errors.js `ErrorCode`.
  * @module protocol
  */
 

@@ -11,7 +11,7 @@
  * @module pipeline/models
  */
 
-import { DeviceLostError, InputError, KleinError, ModelFileError, OutOfMemoryError } from '../shared/errors.js';
+import { DeviceLostError, ErrorCode, InputError, KleinError, ModelFileError, OutOfMemoryError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
 import { createSession, float32, int64, release, run } from '../runtime/ort.js';
 import { WeightStore } from '../store/weights.js';
@@ -233,9 +233,9 @@ export function runtimeError(err, gpu, what) {
         return new OutOfMemoryError(`${what} ran out of memory (${message}). Try a smaller image size, close other tabs, or reload the page.`);
     }
     if (/requires f16/i.test(message)) {
-        return new KleinError(`${what} needs shader-f16, which this GPU lacks (${message}). Choose the fp32 precision.`, { code: 'unsupported' });
+        return new KleinError(`${what} needs shader-f16, which this GPU lacks (${message}). Choose the fp32 precision.`, { code: ErrorCode.UNSUPPORTED });
     }
-    return new KleinError(`${what} failed: ${message}`, { code: 'runtime', cause: err });
+    return new KleinError(`${what} failed: ${message}`, { code: ErrorCode.RUNTIME, cause: err });
 }
 
 export class Models {

@@ -15,7 +15,7 @@
  * @module store/backend
  */
 
-import { KleinError, QuotaError } from '../shared/errors.js';
+import { ErrorCode, KleinError, QuotaError } from '../shared/errors.js';
 
 /** Suffix of a file still being downloaded; only a complete, size-checked file loses it. */
 export const PARTIAL_SUFFIX = '.partial';
@@ -167,7 +167,7 @@ export class OpfsBackend {
             // The handle is exclusive: another tab (or worker) is downloading this very file.
             if (err instanceof DOMException && err.name === 'NoModificationAllowedError') {
                 throw new KleinError(`${path} is being downloaded in another tab of this app. Close the other tab or wait for it, then try again.`, {
-                    code: 'busy',
+                    code: ErrorCode.BUSY,
                 });
             }
             throw err;
