@@ -5,13 +5,13 @@
  * `error` carrying the same id, after any number of `progress` / `stage` / `step` events.
  *
  * Page -> worker (Request):
- *   {type: 'probe', id}                       -> result: Capabilities
+ *   {type: 'probe', id}                       -> result: Capabilities (shared/types.js)
  *   {type: 'generate', id, params}            -> progress* stage* step* -> result: GenerateResult
  *   {type: 'cancel', id, target}              -> result: {cancelled: boolean}   (target = generate id)
  *   {type: 'clearCache', id}                  -> result: {freedBytes: number}
  *
  * Worker -> page (Event):
- *   {type: 'progress', id, progress: DownloadProgress}   bytes of the model download
+ *   {type: 'progress', id, progress: DownloadProgress}   bytes of the model download (shared/types.js)
  *   {type: 'stage', id, stage: Stage, detail?: string}    a pipeline stage begins
  *   {type: 'step', id, step, steps, elapsedMs, etaMs}     a denoising step finished
  *   {type: 'result', id, result}
@@ -53,31 +53,6 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  */
 
 /**
- * @typedef {Object} DownloadProgress
- * @property {string} file          Repo-relative path being downloaded.
- * @property {number} fileLoaded
- * @property {number} fileTotal
- * @property {number} loaded        Bytes of all files needed for this run now in the store.
- * @property {number} total
- * @property {number} bytesPerSecond
- * @property {number | null} etaSeconds
- */
-
-/**
- * @typedef {Object} Capabilities
- * @property {boolean} webgpu
- * @property {string | null} error    Why WebGPU is unusable, with the fix (null when usable).
- * @property {{vendor: string, architecture: string, description: string, isFallbackAdapter: boolean} | null} adapter
- * @property {boolean} software       SwiftShader / fallback adapter: works, but very slowly.
- * @property {boolean} shaderF16
- * @property {number} maxBufferSize
- * @property {number} maxStorageBufferBindingSize
- * @property {{usage: number, quota: number, persisted: boolean}} storage
- * @property {boolean} crossOriginIsolated
- * @property {number} threads
- */
-
-/**
  * @typedef {Object} StageTimings  Milliseconds per stage of one generation, as the worker measured them.
  * @property {number} download
  * @property {number} load
@@ -109,7 +84,7 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  */
 
 /**
- * @typedef {{type: 'progress', id: string, progress: DownloadProgress}
+ * @typedef {{type: 'progress', id: string, progress: import('./shared/types.js').DownloadProgress}
  *   | {type: 'stage', id: string, stage: Stage, detail?: string}
  *   | {type: 'step', id: string, step: number, steps: number, elapsedMs: number, etaMs: number}
  *   | {type: 'result', id: string, result: any}

@@ -21,7 +21,7 @@ import { HistoryStore, HistoryView } from './ui/history.js';
 import { ProgressView } from './ui/progress.js';
 import { ResultView, encodeImage } from './ui/result.js';
 
-/** @typedef {import('../protocol.js').Capabilities} Capabilities */
+/** @typedef {import('../shared/types.js').Capabilities} Capabilities */
 /** @typedef {import('./model_source.js').ModelSource} ModelSource */
 /** @typedef {'idle' | 'running' | 'done' | 'error'} PageState */
 

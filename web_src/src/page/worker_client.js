@@ -12,7 +12,7 @@ import { ErrorCode, KleinError, deserializeError } from '../shared/errors.js';
 /** @typedef {import('../protocol.js').Event} WorkerEvent */
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
 /** @typedef {import('../protocol.js').GenerateResult} GenerateResult */
-/** @typedef {import('../protocol.js').Capabilities} Capabilities */
+/** @typedef {import('../shared/types.js').Capabilities} Capabilities */
 
 /**
  * @typedef {Object} Pending

@@ -32,7 +32,7 @@ export const MAX_STEPS = 50;
 /** @typedef {import('./models.js').PromptEmbedding} PromptEmbedding */
 
 /**
- * @typedef {{type: 'progress', progress: import('../protocol.js').DownloadProgress}
+ * @typedef {{type: 'progress', progress: import('../shared/types.js').DownloadProgress}
  *   | {type: 'stage', stage: import('../protocol.js').Stage, detail?: string}
  *   | {type: 'step', step: number, steps: number, elapsedMs: number, etaMs: number}} GenerateEvent
  *   The protocol's events without the request id (worker/main.js adds it).

@@ -24,13 +24,8 @@ const HOW_TO_GET_WEBGPU =
     'On Linux, start Chrome with --enable-unsafe-webgpu --enable-features=Vulkan and check chrome://gpu ' +
     '("WebGPU: Hardware accelerated"); on other systems make sure hardware acceleration is on in the settings.';
 
-/**
- * @typedef {Object} AdapterSummary
- * @property {string} vendor
- * @property {string} architecture
- * @property {string} description
- * @property {boolean} isFallbackAdapter
- */
+/** @typedef {import('../shared/types.js').AdapterSummary} AdapterSummary */
+/** @typedef {import('../shared/types.js').Capabilities} Capabilities */
 
 /**
  * @typedef {Object} GpuInfo  What the pipeline needs to choose graph variants.
@@ -104,7 +99,7 @@ export function summarizeAdapter(adapter) {
  * The `probe` request: everything the page shows in its capability panel, never throwing for a
  * missing WebGPU (the answer then says why in `error`).
  * @param {{threads: number}} options  The wasm thread count runtime/ort.js uses.
- * @returns {Promise<import('../protocol.js').Capabilities>}
+ * @returns {Promise<Capabilities>}
  */
 export async function probe({ threads }) {
     const storage = await storageState();

@@ -27,7 +27,7 @@ const MANIFEST_COPY = '.manifest.json';
 const ETAG_SUFFIX = '.partial.etag';
 
 /**
- * @typedef {import('../protocol.js').DownloadProgress} DownloadProgress
+ * @typedef {import('../shared/types.js').DownloadProgress} DownloadProgress
  */
 
 /**
@@ -89,7 +89,7 @@ export class WeightStore {
      * The model's manifest: fetched fresh (so a changed repo is noticed), kept in the store, and read
      * from the store when the network is down (an offline second visit still works).
      * @param {{signal?: AbortSignal}} [options]
-     * @returns {Promise<import('./manifest.js').Manifest>}
+     * @returns {Promise<import('../shared/model_repo.js').Manifest>}
      */
     async loadManifest({ signal } = {}) {
         try {

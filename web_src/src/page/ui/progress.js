@@ -45,7 +45,7 @@ export class ProgressView {
         this.etaAt = 0;
         /** @type {ReturnType<typeof setInterval> | null} */
         this.timer = null;
-        /** @type {import('../../protocol.js').DownloadProgress | null} latest download progress not drawn yet */
+        /** @type {import('../../shared/types.js').DownloadProgress | null} latest download progress not drawn yet */
         this.pendingProgress = null;
         /** @type {ReturnType<typeof setTimeout> | null} */
         this.progressTimer = null;
@@ -91,7 +91,7 @@ export class ProgressView {
 
     /**
      * Draws now if the last drawing is old enough, else once the interval has passed (latest wins).
-     * @param {import('../../protocol.js').DownloadProgress} progress
+     * @param {import('../../shared/types.js').DownloadProgress} progress
      */
     #queueProgress(progress) {
         this.pendingProgress = progress;
