@@ -21,9 +21,9 @@ export const ErrorCode = Object.freeze({
     CANCELLED: 'cancelled',
     /** A model file is being downloaded by another tab (its OPFS handle is exclusive). */
     BUSY: 'busy',
-    /** A graph needs a GPU feature the adapter lacks (onnxruntime's "requires f16"). */
+    /** A graph needs a GPU feature the adapter lacks (shader-f16). */
     UNSUPPORTED: 'unsupported',
-    /** onnxruntime failed in a way not recognised as out-of-memory or device loss. */
+    /** The model runtime failed in a way not recognised as out-of-memory or device loss. */
     RUNTIME: 'runtime',
     /** The worker script failed to load or threw outside a request. */
     WORKER_CRASHED: 'worker-crashed',
