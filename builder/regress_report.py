@@ -239,7 +239,7 @@ def write_run_report(folder: Path, reports: list[CaseReport], *, browser: dict[s
 def _timing_text(timings: Any) -> str:
     if not isinstance(timings, dict):
         return "no timings reported"
-    stages = ("download", "load", "encode", "denoise", "decode", "total")
+    stages = ("check", "download", "load", "encode", "latents", "timesteps", "denoise", "decode", "total")
     parts = [f"{stage} {timings[stage] / 1000:.2f}s" for stage in stages if isinstance(timings.get(stage), (int, float))]
     return "app timings: " + ", ".join(parts) if parts else "no timings reported"
 

@@ -110,11 +110,16 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_
         assert result["graphs"]["transformer"] == {"variant": "fp32", "ep": "webgpu",
                                                    "detail": "attention unsplit, graph capture"}
         assert result["graphs"]["vae_decoder"]["ep"] == "webgpu"
-        assert [e["stage"] for e in reply.of_type("stage")] == ["check", "download", "load", "encode", "denoise",
-                                                                 "decode"]
+        assert [e["stage"] for e in reply.of_type("stage")] == ["check", "download", "load", "encode", "latents",
+                                                                 "timesteps", "denoise", "decode"]
         assert [e["step"] for e in reply.of_type("step")] == [1, 2, 3, 4]
         timings = result["timings"]
         assert timings["total"] >= timings["denoise"] > 0 and timings["sessionRun"] > 0
+        # Every stage is timed once: session loading inside a later stage counts under `load`, not twice.
+        stages = [e["stage"] for e in reply.of_type("stage")]
+        assert set(timings) == {*stages, "total", "sessionRun"}
+        assert all(timings[stage] >= 0 for stage in stages)
+        assert sum(timings[stage] for stage in stages) <= timings["total"] + 1
         if i == 0:
             assert_progress_stream(reply)
         else:

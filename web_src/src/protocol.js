@@ -31,15 +31,18 @@
 
 export const PROTOCOL_VERSION = 1;
 
-/** Pipeline stages in order; `stage` events name one of these. */
-export const STAGES = Object.freeze(['check', 'download', 'load', 'encode', 'denoise', 'decode']);
+/**
+ * Pipeline stages in order; `stage` events name one of these. pipeline/generate.js's numbered stages, with
+ * stage 2 (Load models) in two parts: `download` (the store fetches missing files) and `load` (sessions).
+ */
+export const STAGES = Object.freeze(
+    /** @type {const} */ (['check', 'download', 'load', 'encode', 'latents', 'timesteps', 'denoise', 'decode']),
+);
 
 /** Graph variants `GenerateParams.precision` may force for the text encoder and the transformer. */
 export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
 
-/**
- * @typedef {'check' | 'download' | 'load' | 'encode' | 'denoise' | 'decode'} Stage
- */
+/** @typedef {(typeof STAGES)[number]} Stage */
 
 /**
  * @typedef {Object} GenerateParams
@@ -53,10 +56,14 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  */
 
 /**
- * @typedef {Object} StageTimings  Milliseconds per stage of one generation, as the worker measured them.
+ * @typedef {Object} StageTimings  Milliseconds per stage of one generation, as the worker measured them. A
+ *   session created inside a later stage (one that did not fit the memory budget up front) counts under `load`.
+ * @property {number} check
  * @property {number} download
  * @property {number} load
  * @property {number} encode
+ * @property {number} latents
+ * @property {number} timesteps
  * @property {number} denoise
  * @property {number} decode
  * @property {number} total

@@ -92,8 +92,8 @@ export class Models {
     }
 
     /**
-     * Stage 2 "download": open the store of `modelBase`, read the manifest, choose the graphs for this
-     * adapter, and download the files that are not complete in the store yet.
+     * Stage 2 (Load models), its `download` part: open the store of `modelBase`, read the manifest, choose the
+     * graphs for this adapter, and download the files that are not complete in the store yet.
      * @param {{modelBase: string, precision?: string, width: number, height: number, attentionTokens?: number}} params
      * @param {{signal?: AbortSignal, onProgress?: (p: import('../shared/types.js').DownloadProgress) => void}} options
      * @returns {Promise<{notes: string[], downloadedBytes: number}>}
@@ -138,8 +138,8 @@ export class Models {
     }
 
     /**
-     * The variant and EP of each component, as the result reports them.
-     * @returns {Record<string, {variant: string, ep: string}>}
+     * The variant and EP of each component, and how it runs, as the result reports them.
+     * @returns {Record<string, {variant: string, ep: string, detail: string}>}
      */
     describe() {
         const choices = this.requireChoices();
@@ -217,8 +217,8 @@ export class Models {
     }
 
     /**
-     * Stage 3 "load": create the sessions in `components` order while they all fit the memory budget;
-     * the first is always loaded, later ones that do not fit are loaded when their stage comes.
+     * Stage 2 (Load models), its `load` part: create the sessions in `components` order while they all fit the
+     * memory budget; the first is always loaded, later ones that do not fit are loaded when their stage comes.
      * @param {Component[]} components
      * @param {{meter: Meter, signal?: AbortSignal, dims?: Partial<Record<Component, Record<string, number>>>}} options
      *   `dims`: the static dims each session will run at (see session()).

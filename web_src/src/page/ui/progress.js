@@ -22,6 +22,8 @@ const STAGE_TEXT = Object.freeze({
     download: 'Downloading the model',
     load: 'Loading the model',
     encode: 'Encoding the prompt',
+    latents: 'Preparing the latents',
+    timesteps: 'Preparing the timesteps',
     denoise: 'Denoising',
     decode: 'Decoding the image',
 });
