@@ -30,6 +30,7 @@ export const PATCH = 16;
 /** @typedef {import('../protocol.js').Stage} Stage */
 /** @typedef {import('../protocol.js').StageTimings} StageTimings */
 /** @typedef {import('./models.js').Models} Models */
+/** @typedef {import('./models.js').HostTensor} HostTensor */
 /** @typedef {import('./models.js').Meter} Meter */
 /** @typedef {import('./models.js').PromptEmbedding} PromptEmbedding */
 /** @typedef {import('./schedule.js').Schedule} Schedule */
@@ -118,7 +119,7 @@ export function checkInputs(params) {
 
 /**
  * An output by its contract name, or a ModelFileError naming what the graph has instead.
- * @param {Record<string, import('../runtime/ort.js').HostTensor>} outputs
+ * @param {Record<string, HostTensor>} outputs
  * @param {string} name
  * @param {string} graph
  * @returns {{data: Float32Array, dims: number[]}}
@@ -136,26 +137,30 @@ function output(outputs, name, graph) {
 
 /**
  * Stage 2: the model files the store lacks are downloaded (none on a second visit, timed as `download`), then
- * the sessions are created in order while they fit the memory budget together (`load`). The transformer's
- * graph is chosen for this attention length (graph_choice.sizeClass) and pinned to these dims, so it captures
- * its kernels on the first step and replays them.
+ * the sessions are created in order while they fit the memory budget together (`load`). The text encoder is
+ * left out when an earlier run already encoded this prompt. The transformer's graph is chosen for this
+ * attention length (graph_choice.sizeClass) and pinned to these dims, so it captures its kernels on the first
+ * step and replays them.
  * @param {GenerateParams} params
- * @param {{imageSeqLen: number, encoderNeeded: boolean}} plan  encoderNeeded: the prompt is not cached.
+ * @param {number} imageSeqLen
  * @param {RunContext & {clock: StageClock, onEvent: (event: GenerateEvent) => void}} context
- * @returns {Promise<{notes: string[]}>}
+ * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined}>}  `cached`: the prompt's embedding
+ *   from an earlier run.
  */
-async function loadModels(params, { imageSeqLen, encoderNeeded }, { models, meter, signal, clock, onEvent }) {
+async function loadModels(params, imageSeqLen, { models, meter, signal, clock, onEvent }) {
     const { notes } = await clock.time('download', undefined, () =>
         models.prepare(
             { ...params, attentionTokens: imageSeqLen + MAX_SEQUENCE_LENGTH },
             { signal, onProgress: (progress) => onEvent({ type: 'progress', progress }) },
         ),
     );
+    // The cache is keyed by the text encoder chosen above.
+    const cached = models.cachedPrompt(params.prompt);
     /** @type {import('../shared/model_repo.js').Component[]} */
-    const order = encoderNeeded ? ['text_encoder', 'transformer', 'vae_decoder'] : ['transformer', 'vae_decoder'];
+    const order = cached ? ['transformer', 'vae_decoder'] : ['text_encoder', 'transformer', 'vae_decoder'];
     const transformer = { img_seq: imageSeqLen, txt_seq: MAX_SEQUENCE_LENGTH };
     await clock.time('load', models.summary(), () => models.preload(order, { meter, signal, dims: { transformer } }));
-    return { notes };
+    return { notes, cached };
 }
 
 /**
@@ -344,12 +349,7 @@ export async function generate(params, { models, signal, onEvent }) {
     const imageSeqLen = (height / PATCH) * (width / PATCH);
 
     // 2. Load models
-    const cached = models.cachedPrompt(prompt);
-    const { notes } = await loadModels(
-        checked,
-        { imageSeqLen, encoderNeeded: !cached },
-        { ...context, clock, onEvent },
-    );
+    const { notes, cached } = await loadModels(checked, imageSeqLen, { ...context, clock, onEvent });
 
     // 3. Encode prompt
     const embedding = await clock.time('encode', cached ? 'cached' : undefined, () =>

@@ -22,6 +22,7 @@ import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
 /** @typedef {import('../shared/model_repo.js').Manifest} Manifest */
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
 /** @typedef {import('./graph_choice.js').Choice} Choice */
+/** @typedef {import('../runtime/ort.js').HostTensor} HostTensor  A session output, on the CPU. */
 
 /**
  * @typedef {Object} Meter  Per-job time accounting, filled in by load and run.
@@ -63,7 +64,8 @@ const PROMPT_CACHE_ENTRIES = 4;
  * @returns {number}
  */
 export function memoryBudget() {
-    const deviceMemory = /** @type {any} */ (navigator).deviceMemory;
+    // Navigator.deviceMemory is Chromium-only, so not in TypeScript's DOM types.
+    const { deviceMemory } = /** @type {Navigator & {deviceMemory?: number}} */ (navigator);
     const gib = typeof deviceMemory === 'number' && deviceMemory > 0 ? deviceMemory : 4;
     return (gib * GIB) / 2;
 }
@@ -303,10 +305,10 @@ export class Models {
      * @param {import('../runtime/ort.js').Session} session
      * @param {Record<string, HostInput>} inputs  By graph input name.
      * @param {{meter: Meter, what: string}} options
-     * @returns {Promise<Record<string, import('../runtime/ort.js').HostTensor>>}
+     * @returns {Promise<Record<string, HostTensor>>}
      */
     async run(session, inputs, { meter, what }) {
-        /** @type {Record<string, import('onnxruntime-web').Tensor>} */
+        /** @type {Record<string, import('../runtime/ort.js').Tensor>} */
         const feeds = {};
         for (const [name, input] of Object.entries(inputs)) {
             feeds[name] = input.data instanceof BigInt64Array ? int64(input.data, input.dims) : float32(input.data, input.dims);

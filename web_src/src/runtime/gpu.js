@@ -42,13 +42,15 @@ const HOW_TO_GET_WEBGPU =
  * @returns {AdapterSummary}
  */
 export function describeAdapter(adapter) {
-    const info = /** @type {any} */ (adapter).info ?? {};
+    // Older Chrome has no adapter.info at all, and before 135 isFallbackAdapter was on the adapter itself.
+    /** @type {Partial<GPUAdapterInfo>} */
+    const info = adapter.info ?? {};
+    const legacy = /** @type {GPUAdapter & {isFallbackAdapter?: boolean}} */ (adapter);
     return {
         vendor: String(info.vendor ?? ''),
         architecture: String(info.architecture ?? ''),
         description: String(info.description ?? ''),
-        // Chrome 135+ moved isFallbackAdapter from the adapter onto adapter.info.
-        isFallbackAdapter: Boolean(info.isFallbackAdapter ?? /** @type {any} */ (adapter).isFallbackAdapter ?? false),
+        isFallbackAdapter: Boolean(info.isFallbackAdapter ?? legacy.isFallbackAdapter ?? false),
     };
 }
 

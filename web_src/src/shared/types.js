@@ -38,5 +38,5 @@
  * @property {number} threads
  */
 
-// Makes this file a module, so the types above are named through import('../shared/types.js').
+// Makes this file a module, so that other modules can import the types above.
 export {};

@@ -162,7 +162,7 @@ export class OpfsBackend {
         const fileHandle = await dir.getFileHandle(name + PARTIAL_SUFFIX, { create: true });
         let access;
         try {
-            access = await /** @type {any} */ (fileHandle).createSyncAccessHandle();
+            access = await fileHandle.createSyncAccessHandle();
         } catch (err) {
             // The handle is exclusive: another tab (or worker) is downloading this very file.
             if (err instanceof DOMException && err.name === 'NoModificationAllowedError') {
@@ -206,8 +206,8 @@ export class OpfsBackend {
         const [dir, name] = await this.locate(path, false);
         const partial = await dir.getFileHandle(name + PARTIAL_SUFFIX);
         await this.delete(path);
-        // FileSystemHandle.move (Chrome 110+ for OPFS): an atomic rename within the folder.
-        await /** @type {any} */ (partial).move(name);
+        // FileSystemHandle.move (Chrome 110+ for OPFS, not in TypeScript's DOM types): an atomic rename in the folder.
+        await /** @type {FileSystemFileHandle & {move(name: string): Promise<void>}} */ (partial).move(name);
     }
 
     /**
@@ -287,8 +287,12 @@ export async function clearAll() {
  */
 async function directorySize(dir) {
     let total = 0;
-    for await (const entry of /** @type {any} */ (dir).values()) {
-        total += entry.kind === 'file' ? (await entry.getFile()).size : await directorySize(entry);
+    for await (const entry of dir.values()) {
+        // `kind` tells the two handle types apart; TypeScript types values() as the common base.
+        total +=
+            entry.kind === 'file'
+                ? (await /** @type {FileSystemFileHandle} */ (entry).getFile()).size
+                : await directorySize(/** @type {FileSystemDirectoryHandle} */ (entry));
     }
     return total;
 }

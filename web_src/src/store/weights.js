@@ -121,7 +121,7 @@ export class WeightStore {
      * @returns {Promise<boolean>}
      */
     async persist() {
-        const storage = /** @type {any} */ (navigator.storage);
+        const storage = navigator.storage;
         if (await storage.persisted?.()) return true;
         return typeof storage.persist === 'function' ? Boolean(await storage.persist()) : false;
     }
