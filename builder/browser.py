@@ -17,13 +17,30 @@ SOFTWARE_FLAGS = (
     "--use-webgpu-adapter=swiftshader",
     "--use-angle=swiftshader",
 )
-# Flags for a real GPU on Linux: Vulkan backend, blocklist ignored (Chrome blocklists many Linux drivers).
+# Flags for a real GPU on any system: WebGPU on (it is still behind a flag on Linux), blocklist ignored
+# (Chrome blocklists many Linux drivers).
 GPU_FLAGS = (
     "--enable-unsafe-webgpu",
-    "--enable-features=Vulkan",
-    "--use-vulkan",
     "--ignore-gpu-blocklist",
 )
+# Linux reaches the GPU through Vulkan only, with ANGLE on Vulkan for Chrome's own GL. On NVIDIA + Vulkan,
+# Dawn hides `shader-f16` (and with it the app's q4f16 fast path) unless its vulkan_enable_f16_on_nvidia
+# toggle is on; the toggle changes nothing on other vendors.
+NVIDIA_F16_TOGGLE = "--enable-dawn-features=vulkan_enable_f16_on_nvidia"
+LINUX_GPU_FLAGS = (
+    "--enable-features=Vulkan",
+    "--use-gl=angle",
+    "--use-angle=vulkan",
+    NVIDIA_F16_TOGGLE,
+)
+# Headless on Linux (no display server): without the headless Ozone platform Chrome's GL falls back to
+# SwiftShader and requestAdapter() returns null; Vulkan presentation surfaces crash the GPU process there.
+LINUX_HEADLESS_GPU_FLAGS = (
+    "--ozone-platform=headless",
+    "--disable-vulkan-surface",
+)
+# What a person on Linux adds to their own Chrome: the GPU flags a desktop session needs.
+LINUX_DESKTOP_CHROME_FLAGS = " ".join(("--enable-unsafe-webgpu", "--enable-features=Vulkan", NVIDIA_F16_TOGGLE))
 # This machine (and CI) has no outside network: background requests only produce noise and refusals.
 QUIET_FLAGS = (
     "--no-first-run",
@@ -62,21 +79,33 @@ def find_chromium(explicit: Path | None = None) -> Path:
     raise RegressionError(f"No Chromium found. Install one ({hint}) or pass --browser PATH.")
 
 
-def launch_args(*, gpu: bool) -> list[str]:
-    flags = list(GPU_FLAGS if gpu else SOFTWARE_FLAGS) + list(QUIET_FLAGS)
+def launch_args(*, gpu: bool, headed: bool = False, f16_toggle: bool = True, platform: str = sys.platform) -> list[str]:
+    """Chromium's flags for WebGPU on SwiftShader (`gpu=False`) or on the machine's GPU.
+
+    `f16_toggle=False` leaves out the NVIDIA shader-f16 toggle: the browser a Linux user starts without it."""
+    if not gpu:
+        flags = list(SOFTWARE_FLAGS)
+    else:
+        flags = list(GPU_FLAGS)
+        if platform.startswith("linux"):
+            flags += [f for f in LINUX_GPU_FLAGS if f16_toggle or f != NVIDIA_F16_TOGGLE]
+            if not headed:
+                flags += LINUX_HEADLESS_GPU_FLAGS
+    flags += QUIET_FLAGS
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        flags.append("--no-sandbox")  # Chromium refuses to run as root with its sandbox on.
+        # Chromium refuses to run as root with its sandbox on; its GPU process has a sandbox of its own.
+        flags += ["--no-sandbox", "--disable-gpu-sandbox"]
     return flags
 
 
 def launch_persistent(playwright: Any, user_data_dir: Path, *, executable: Path, headed: bool = False,
-                      gpu: bool = False, viewport: tuple[int, int] = (1280, 720)) -> Any:
+                      gpu: bool = False, f16_toggle: bool = True, viewport: tuple[int, int] = (1280, 720)) -> Any:
     """A persistent context: incognito storage cannot hold the model files (OPFS quota errors)."""
     return playwright.chromium.launch_persistent_context(
         str(user_data_dir),
         executable_path=str(executable),
         headless=not headed,
-        args=launch_args(gpu=gpu),
+        args=launch_args(gpu=gpu, headed=headed, f16_toggle=f16_toggle),
         viewport={"width": viewport[0], "height": viewport[1]},
         accept_downloads=True,
     )

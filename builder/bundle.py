@@ -132,6 +132,12 @@ def input_stamp(web_src: Path, model_base: str) -> str:
     return digest.hexdigest()
 
 
+def onnxruntime_web_version(web_src: Path = WEB_SRC) -> str:
+    """The onnxruntime-web version the app is built with (pinned exactly in package.json)."""
+    dependencies = json.loads((web_src / "package.json").read_text()).get("dependencies", {})
+    return str(dependencies.get("onnxruntime-web", "unknown"))
+
+
 def read_record(out_dir: Path) -> dict[str, object] | None:
     try:
         record = json.loads((out_dir / BUILD_RECORD).read_text())

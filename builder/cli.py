@@ -154,6 +154,12 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str, steps: int, ou
 @click.option("--report", "report_dir", type=click.Path(path_type=Path), default=Path("report"), show_default=True)
 @click.option("--psnr-min", default=40.0, show_default=True, type=float)
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=float)
+@click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=None,
+              help="Serve this already-built app as it is (no node needed); default: build dist/ if stale.")
+@click.option("--precision", type=click.Choice(["q4", "q4f16", "fp32"]), default=None,
+              help="Force the app's graph variant (its ?precision=); default: the best the adapter runs.")
+@click.option("--profile", type=click.Path(path_type=Path), default=None,
+              help="Browser profile folder to use and keep: its model store survives, so re-runs download nothing.")
 def regress(**options: object) -> None:
     """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run)."""
     from builder import regress as regression
@@ -164,6 +170,40 @@ def regress(**options: object) -> None:
         click.echo(f"could not run: {exc}", err=True)
         sys.exit(2)
     sys.exit(code)
+
+
+@main.command("browser-bench")
+@click.option("--models", "models_dir", type=click.Path(path_type=Path), required=True,
+              help="Model folder to serve (e.g. a full-size repo from `klein-web convert`).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
+@click.option("--precision", "precisions", default="q4f16,q4", show_default=True,
+              help="Comma-separated transformer variants; each gets a fresh browser profile (a cold start).")
+@click.option("--sizes", default="512x512,1024x1024", show_default=True, help="Comma-separated image sizes.")
+@click.option("--steps", default=4, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--gpu/--software", default=True, help="Real GPU (Vulkan on Linux) or SwiftShader.")
+@click.option("--browser", "browser_path", type=click.Path(path_type=Path), default=None)
+@click.option("--native", "native_json", type=click.Path(path_type=Path), default=None,
+              help="bench.json of `klein-web bench` on the same machine: adds browser / native-EP / PyTorch ratios.")
+@click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=None,
+              help="Serve this already-built app as it is; default: build dist/ if stale.")
+@click.option("--timeout", "timeout_s", default=1800.0, show_default=True, type=float, help="Per image, seconds.")
+@click.option("--f16-toggle/--no-f16-toggle", default=True, show_default=True,
+              help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (as a user adds it).")
+def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, steps: int, seed: int, gpu: bool,
+                  browser_path: Path | None, native_json: Path | None, dist_dir: Path | None,
+                  timeout_s: float, f16_toggle: bool) -> None:
+    """The real app in Chromium, driven like a user: per-stage times cold / warm / hot, memory peaks."""
+    from builder import browser_bench as bench
+
+    try:
+        bench.main(out_dir, models_dir=models_dir, log=log, precisions=[p for p in precisions.split(",") if p],
+                   sizes=[s for s in sizes.split(",") if s], steps=steps, seed=seed, gpu=gpu,
+                   browser_path=browser_path, native_json=native_json, dist_dir=dist_dir, timeout_s=timeout_s,
+                   f16_toggle=f16_toggle)
+    except KleinWebError as exc:
+        click.echo(f"could not run: {exc}", err=True)
+        sys.exit(2)
 
 
 @main.command()

@@ -56,7 +56,8 @@ from builder.regress_report import (
 
 Log = Callable[[str], None]
 
-CASE_KEYS = frozenset({"name", "prompt", "seed", "size", "steps", "reference", "reference_from_cpu", "psnr_min"})
+CASE_KEYS = frozenset({"name", "prompt", "seed", "size", "steps", "reference", "reference_from_cpu", "psnr_min",
+                       "precision"})
 CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_SEED = 2**32  # the app and torch.Generator.manual_seed take seeds in [0, 2^32)
 MAX_STEPS = 100
@@ -69,8 +70,13 @@ STATUS_POLL_MS = 2_000
 # Evaluated in the page before the first case: the standard WebGPU API, not an app hook.
 ADAPTER_PROBE_JS = """async () => {
     if (!navigator.gpu) return {error: 'navigator.gpu is undefined (WebGPU is disabled in this browser)'};
-    const adapter = await navigator.gpu.requestAdapter();
-    if (!adapter) return {error: 'navigator.gpu.requestAdapter() returned null'};
+    // Chromium answers null while its GPU process is still starting; the app itself asks again too.
+    let adapter = null;
+    for (let attempt = 0; attempt < 3 && !adapter; attempt++) {
+        if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 250));
+        adapter = await navigator.gpu.requestAdapter();
+    }
+    if (!adapter) return {error: 'navigator.gpu.requestAdapter() returned null (3 tries)'};
     const info = adapter.info || {};
     return {
         vendor: info.vendor || '', architecture: info.architecture || '', device: info.device || '',
@@ -103,6 +109,8 @@ class Case:
     psnr_min: float
     reference_png: Path | None = None
     reference_from_cpu: bool = False
+    # Force the app's graph variant (its `?precision=`); None: the app picks the best its adapter runs.
+    precision: str | None = None
 
     @property
     def size(self) -> str:
@@ -110,7 +118,10 @@ class Case:
 
     def parameters(self) -> dict[str, Any]:
         return {"prompt": self.prompt, "seed": self.seed, "width": self.width, "height": self.height,
-                "steps": self.steps, "psnr_min": self.psnr_min}
+                "steps": self.steps, "psnr_min": self.psnr_min, "precision": self.precision}
+
+    def page_path(self) -> str:
+        return f"/?precision={self.precision}" if self.precision else "/"
 
 
 # --- 1. Check inputs -----------------------------------------------------------------------------------
@@ -137,6 +148,8 @@ def _check_case(case: Case, *, where: str) -> Case:
         raise InputError(f"{where}: seed {case.seed} is outside [0, 2^32); pick a seed like 42.")
     if not 1 <= case.steps <= MAX_STEPS:
         raise InputError(f"{where}: steps {case.steps} is outside 1..{MAX_STEPS}; klein is distilled for 4.")
+    if case.precision is not None and case.precision not in manifest.VARIANTS:
+        raise InputError(f"{where}: precision {case.precision!r} is not one of {', '.join(manifest.VARIANTS)}.")
     if not case.psnr_min > 0:
         raise InputError(f"{where}: psnr_min {case.psnr_min} must be a positive number of dB, e.g. 40.")
     if case.reference_png is not None and case.reference_from_cpu:
@@ -205,6 +218,8 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
             case = replace(case, steps=_typed(entry, "steps", int, where))
         if "psnr_min" in entry:
             case = replace(case, psnr_min=float(_typed(entry, "psnr_min", (int, float), where)))
+        if "precision" in entry:
+            case = replace(case, precision=_typed(entry, "precision", str, where))
         # A case that names its own reference replaces the flags' choice rather than combining with it.
         if "reference" in entry:
             reference = Path(_typed(entry, "reference", str, where))
@@ -226,11 +241,12 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
 
 
 def _cases_from_options(*, prompt: str | None, seed: int, size: str, steps: int, cases_file: Path | None,
-                        reference_png: Path | None, reference_from_cpu: bool, psnr_min: float) -> list[Case]:
+                        reference_png: Path | None, reference_from_cpu: bool, psnr_min: float,
+                        precision: str | None) -> list[Case]:
     width, height = parse_size(size)
     flags = Case(name="case", prompt=prompt or "", seed=seed, width=width, height=height, steps=steps,
                  psnr_min=psnr_min, reference_png=Path(reference_png) if reference_png else None,
-                 reference_from_cpu=reference_from_cpu)
+                 reference_from_cpu=reference_from_cpu, precision=precision)
     if cases_file is not None:
         return load_cases(Path(cases_file), defaults=flags)
     if prompt is None:
@@ -298,13 +314,18 @@ def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -
 
 
 @contextlib.contextmanager
-def serving(dist_dir: Path, models_dir: Path, *, log: Log) -> Iterator[str]:
-    """The real server app (builder.server) under uvicorn in a thread, on a free loopback port; yields its URL."""
+def serving(dist_dir: Path, models_dir: Path, *, log: Log,
+            middleware: Callable[[Any], Any] | None = None) -> Iterator[str]:
+    """The real server app (builder.server) under uvicorn in a thread, on a free loopback port; yields its URL.
+
+    `middleware` wraps the ASGI app (the browser benchmark counts the model bytes sent through it)."""
     import uvicorn
 
     from builder import server
 
     app = server.create_app(dist_dir, models_dir=models_dir)
+    if middleware is not None:
+        app = middleware(app)
     # Port 0 and handing the bound socket to uvicorn: no pick-a-free-port-then-bind race.
     sock = server.bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
@@ -338,6 +359,7 @@ class BrowserSession:
     executable: Path
     gpu: bool
     headed: bool
+    f16_toggle: bool = True  # Linux + NVIDIA: the Dawn toggle that exposes shader-f16 (see builder.browser)
     context: Any = None
     version: str = ""
     adapter: dict[str, Any] = field(default_factory=dict)
@@ -354,17 +376,21 @@ def _first_line(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def launched(session: BrowserSession, *, log: Log) -> Iterator[BrowserSession]:
-    """Start Chromium through Playwright with a throw-away persistent profile (OPFS needs a real profile)."""
+def launched(session: BrowserSession, *, log: Log, profile: Path | None = None) -> Iterator[BrowserSession]:
+    """Start Chromium through Playwright with a persistent profile (OPFS needs a real profile): `profile`, or a
+    throw-away one. A kept profile keeps the model store, so the next run downloads nothing."""
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
     from builder.browser import launch_persistent
 
-    with sync_playwright() as playwright, tempfile.TemporaryDirectory(prefix="klein-regress-profile-") as profile:
+    with sync_playwright() as playwright, contextlib.ExitStack() as stack:
+        if profile is None:
+            profile = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-profile-")))
         try:
             session.context = launch_persistent(playwright, Path(profile), executable=session.executable,
-                                                headed=session.headed, gpu=session.gpu)
+                                                headed=session.headed, gpu=session.gpu,
+                                                f16_toggle=session.f16_toggle)
         except PlaywrightError as exc:
             raise RegressionError(f"could not launch {session.executable} as Chromium: {_first_line(exc)}")
         session.launches += 1
@@ -493,7 +519,7 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
     page.on("pageerror", lambda error: run.page_errors.append(str(error)))
     started = time.perf_counter()
     try:
-        page.goto(base_url + "/", wait_until="load")
+        page.goto(base_url + case.page_path(), wait_until="load")
         page.wait_for_selector("#generate")
         if page.evaluate("document.body.dataset.state") == "error":  # e.g. the app's own WebGPU check failed
             run.app_error = _app_error(page)[1]
@@ -538,6 +564,21 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
 # --- 6. Entry point --------------------------------------------------------------------------------------
 
 
+def site(dist_dir: Path | None, *, log: Log) -> Path:
+    """The built app to serve: `dist_dir` as it is, or dist/ built if stale (keeping the model base it was built
+    with: the server points the app at /models/ anyway)."""
+    from builder import bundle
+
+    if dist_dir is not None:
+        if not (Path(dist_dir) / "index.html").is_file():
+            raise RegressionError(f"--dist {dist_dir} holds no built app (no index.html); run `klein-web build --out "
+                                  f"{dist_dir}` first, or leave --dist out to build dist/.")
+        return Path(dist_dir)
+    record = bundle.read_record(DEFAULT_DIST) or {}
+    bundle.build(DEFAULT_DIST, model_base=str(record.get("model_base") or DEFAULT_MODEL_BASE), log=log)
+    return DEFAULT_DIST
+
+
 def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *, models_dir: Path, base_url: str,
              timeout_s: float, log: Log) -> CaseReport:
     """One case, start to verdict; a problem of this case never stops the others."""
@@ -561,15 +602,20 @@ def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *
 def main(*, log: Log, models_dir: Path | None, prompt: str | None, seed: int, size: str, steps: int,
          cases_file: Path | None, reference_png: Path | None, reference_from_cpu: bool, browser_path: Path | None,
          headed: bool, gpu: bool, report_dir: Path, psnr_min: float, timeout_s: float,
-         dist_dir: Path = DEFAULT_DIST) -> int:
-    """Run every case in one browser launch; return the worst exit code (0 pass, 1 fail, 2 could not run)."""
+         dist_dir: Path | None = None, profile: Path | None = None, precision: str | None = None) -> int:
+    """Run every case in one browser launch; return the worst exit code (0 pass, 1 fail, 2 could not run).
+
+    `dist_dir`: serve this already-built site as it is (a machine without node); default: build dist/ if stale.
+    `profile`: the browser profile to use and keep (its model store survives, so a re-run downloads nothing).
+    """
     from builder.browser import find_chromium
 
     # 1. Check inputs: everything that can be wrong before a browser starts.
     if not timeout_s > 0:
         raise InputError(f"--timeout {timeout_s}: must be a positive number of seconds, e.g. 600.")
     cases = _cases_from_options(prompt=prompt, seed=seed, size=size, steps=steps, cases_file=cases_file,
-                                reference_png=reference_png, reference_from_cpu=reference_from_cpu, psnr_min=psnr_min)
+                                reference_png=reference_png, reference_from_cpu=reference_from_cpu, psnr_min=psnr_min,
+                                precision=precision)
     models_dir = _check_models(models_dir)
     session = BrowserSession(executable=find_chromium(Path(browser_path) if browser_path else None), gpu=gpu,
                              headed=headed)
@@ -580,13 +626,9 @@ def main(*, log: Log, models_dir: Path | None, prompt: str | None, seed: int, si
     references = {case.name: _read_reference(case.reference_png) for case in cases if case.reference_png is not None}
 
     # 3. + 4. + 5. Serve, launch once, run every case in the same browser.
-    from builder import bundle
-
-    # Keep the model base an existing build was made with (the server points the app at /models/ anyway).
-    record = bundle.read_record(Path(dist_dir)) or {}
-    bundle.build(Path(dist_dir), model_base=str(record.get("model_base") or DEFAULT_MODEL_BASE), log=log)
+    dist_dir = site(dist_dir, log=log)
     reports: list[CaseReport] = []
-    with serving(Path(dist_dir), models_dir, log=log) as base_url, launched(session, log=log):
+    with serving(dist_dir, models_dir, log=log) as base_url, launched(session, log=log, profile=profile):
         session.adapter = probe_adapter(session, base_url)
         for case in cases:
             reports.append(_run_one(session, case, references.get(case.name), models_dir=models_dir,

@@ -30,13 +30,12 @@ from starlette.staticfiles import NotModifiedResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
+from builder.browser import LINUX_DESKTOP_CHROME_FLAGS
 from builder.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_record
 from builder.errors import KleinWebError, ModelRepoError, ServeError
 
 MODELS_PREFIX = "/models/"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-# Linux Chrome ships WebGPU disabled; these two flags turn it on (users hit this first, see the README).
-CHROME_WEBGPU_FLAGS = "--enable-unsafe-webgpu --enable-features=Vulkan"
 
 # Exact types matter: browsers refuse module scripts that are not JavaScript, and
 # WebAssembly.instantiateStreaming needs application/wasm.
@@ -239,7 +238,9 @@ def start_message(url: str, *, dist_dir: Path, models_dir: Path | None, model_ba
     else:
         lines.append(f"  Models: {model_base} (no --models)")
     if sys.platform.startswith("linux"):
-        lines.append(f"  Chrome on Linux needs WebGPU switched on: google-chrome {CHROME_WEBGPU_FLAGS} {url}")
+        # Linux Chrome ships WebGPU disabled (users hit this first, see the README); the Dawn toggle gives
+        # NVIDIA GPUs shader-f16, the app's fast path.
+        lines.append(f"  Chrome on Linux needs WebGPU switched on: google-chrome {LINUX_DESKTOP_CHROME_FLAGS} {url}")
     lines.append("  Press Ctrl+C to stop.")
     return "\n".join(lines)
 

@@ -351,7 +351,7 @@ def test_cli_start_message_and_non_loopback_warning(live_server_factory: object,
     server = live_server_factory(dist_dir, extra=("--host", "0.0.0.0"))  # type: ignore[operator]
     output = server.output()
     assert f"App:    http://127.0.0.1:{server.port}/" in output
-    assert "--enable-unsafe-webgpu --enable-features=Vulkan" in output
+    assert "--enable-unsafe-webgpu --enable-features=Vulkan --enable-dawn-features=vulkan_enable_f16_on_nvidia" in output
     assert "warning: listening on 0.0.0.0" in output and "https" in output
     reply = request(server.port, "/")
     assert reply.status == 200 and reply.headers["cross-origin-opener-policy"] == "same-origin"

@@ -78,7 +78,8 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  * @property {GenerateParams} params
  * @property {StageTimings} timings
  * @property {{tokens: number, droppedTokens: number}} prompt
- * @property {Record<string, {variant: string, ep: string, detail: string}>} graphs  Which variant and EP ran
+ * @property {number[]} stepMs  Wall time of each denoising step.
+ * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number}>} graphs  Which variant and EP ran
  *   each component, and how (`detail`: e.g. "attention unsplit, graph capture").
  * @property {string[]} notes   Things the user should know (e.g. "VAE ran on the CPU: no shader-f16").
  */

@@ -221,7 +221,8 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
  * @param {PromptEmbedding} embedding
  * @param {Schedule} schedule
  * @param {RunContext & {onEvent: (event: GenerateEvent) => void}} context
- * @returns {Promise<Float32Array>} The denoised tokens [1, H*W, C].
+ * @returns {Promise<{denoised: Float32Array, stepMs: number[]}>} The denoised tokens [1, H*W, C], and the wall
+ *   time of each step (the first one records the graph capture).
  */
 async function denoise(prepared, embedding, schedule, { models, meter, signal, onEvent }) {
     const { latents, imgIds, txtIds, latentHeight, latentWidth } = prepared;
@@ -230,9 +231,12 @@ async function denoise(prepared, embedding, schedule, { models, meter, signal, o
     const steps = schedule.modelTimesteps.length;
     const dims = { img_seq: imageSeqLen, txt_seq: textSeqLen };
     const transformer = await models.session('transformer', { meter, signal, dims });
+    /** @type {number[]} */
+    const stepMs = [];
     const loopStart = performance.now();
     for (let i = 0; i < steps; i++) {
         signal.throwIfAborted();
+        const stepStart = performance.now();
         const outputs = await models.run(
             transformer,
             {
@@ -247,11 +251,12 @@ async function denoise(prepared, embedding, schedule, { models, meter, signal, o
         );
         const noisePred = output(outputs, 'noise_pred', 'transformer'); // [1, H*W, C]
         eulerStep(latents, noisePred.data, schedule.sigmas[i], schedule.sigmas[i + 1]);
+        stepMs.push(performance.now() - stepStart);
         const elapsedMs = performance.now() - loopStart;
         onEvent({ type: 'step', step: i + 1, steps, elapsedMs, etaMs: (elapsedMs / (i + 1)) * (steps - i - 1) });
     }
     assertFinite(latents, 'denoised latents');
-    return latents;
+    return { denoised: latents, stepMs };
 }
 
 /**
@@ -338,7 +343,7 @@ class StageClock {
 export async function generate(params, { models, signal, onEvent }) {
     const started = performance.now();
     /** @type {Meter} */
-    const meter = { loadMs: 0, runMs: 0 };
+    const meter = { loadMs: 0, runMs: 0, loadMsByComponent: {} };
     const clock = new StageClock({ meter, signal, onEvent });
     /** @type {RunContext} */
     const context = { models, meter, signal };
@@ -364,7 +369,7 @@ export async function generate(params, { models, signal, onEvent }) {
     const schedule = await clock.time('timesteps', undefined, () => retrieveTimesteps(steps, imageSeqLen));
 
     // 6. Denoising loop
-    const denoised = await clock.time('denoise', `${steps} steps, ${imageSeqLen} image tokens`, () =>
+    const { denoised, stepMs } = await clock.time('denoise', `${steps} steps, ${imageSeqLen} image tokens`, () =>
         denoise(latents, embedding, schedule, { ...context, onEvent }),
     );
 
@@ -380,8 +385,9 @@ export async function generate(params, { models, signal, onEvent }) {
         rgba,
         params: checked,
         timings,
+        stepMs,
         prompt: { tokens: embedding.tokens, droppedTokens: embedding.droppedTokens },
-        graphs: models.describe(),
+        graphs: models.describe(meter),
         notes,
     };
 }

@@ -28,6 +28,7 @@ import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
  * @typedef {Object} Meter  Per-job time accounting, filled in by load and run.
  * @property {number} loadMs
  * @property {number} runMs
+ * @property {Partial<Record<Component, number>>} loadMsByComponent  Session creation (incl. shader compilation) this job.
  */
 
 /**
@@ -140,10 +141,12 @@ export class Models {
     }
 
     /**
-     * The variant and EP of each component, and how it runs, as the result reports them.
-     * @returns {Record<string, {variant: string, ep: string, detail: string}>}
+     * The variant and EP of each component, how it runs, and this job's session creation time, as the result
+     * reports them.
+     * @param {Meter} meter
+     * @returns {Record<string, {variant: string, ep: string, detail: string, loadMs: number}>}
      */
-    describe() {
+    describe(meter) {
         const choices = this.requireChoices();
         return Object.fromEntries(Object.entries(choices).map(([c, choice]) => {
             const blocks = choice.graph.attentionQueryBlocks;
@@ -151,7 +154,8 @@ export class Models {
             if (c !== 'text_encoder') how.push(blocks > 1 ? `attention in ${blocks} query blocks` : 'attention unsplit');
             const capture = this.captureState.get(/** @type {Component} */ (c));
             if (capture) how.push(capture);
-            return [c, { variant: choice.graph.variant, ep: choice.ep, detail: how.join(', ') }];
+            const loadMs = meter.loadMsByComponent[/** @type {Component} */ (c)] ?? 0;
+            return [c, { variant: choice.graph.variant, ep: choice.ep, detail: how.join(', '), loadMs }];
         }));
     }
 
@@ -277,7 +281,9 @@ export class Models {
         } catch (err) {
             throw runtimeError(err, this.gpu, what);
         } finally {
-            meter.loadMs += performance.now() - started;
+            const elapsed = performance.now() - started;
+            meter.loadMs += elapsed;
+            meter.loadMsByComponent[component] = (meter.loadMsByComponent[component] ?? 0) + elapsed;
         }
         this.loaded.set(component, { session, choice, generation: this.gpu.generation, lastUsed: performance.now(), dimsKey });
         if (session.capture) this.captureState.set(component, 'graph capture');

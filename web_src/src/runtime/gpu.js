@@ -16,12 +16,17 @@ import { DeviceLostError, NoWebGPUError } from '../shared/errors.js';
 /** Features we ask for whenever the adapter has them (shader-f16 enables the fp16 graphs). */
 const WANTED_FEATURES = Object.freeze(['shader-f16', 'subgroups', 'timestamp-query']);
 
+/** requestAdapter() tries before "no adapter" is the answer, and the pause between them. */
+const ADAPTER_ATTEMPTS = 3;
+const ADAPTER_RETRY_MS = 250;
+
 /** Adapter architectures / descriptions that mean "software rasteriser": works, but very slowly. */
 const SOFTWARE_PATTERN = /swiftshader|llvmpipe|lavapipe|software|microsoft basic render/i;
 
 const HOW_TO_GET_WEBGPU =
     'Use desktop Chrome or Edge 113 or newer (Safari and Firefox builds without WebGPU cannot run this app). ' +
-    'On Linux, start Chrome with --enable-unsafe-webgpu --enable-features=Vulkan and check chrome://gpu ' +
+    'On Linux, start Chrome with --enable-unsafe-webgpu --enable-features=Vulkan (NVIDIA: also ' +
+    '--enable-dawn-features=vulkan_enable_f16_on_nvidia) and check chrome://gpu ' +
     '("WebGPU: Hardware accelerated"); on other systems make sure hardware acceleration is on in the settings.';
 
 /** @typedef {import('../shared/types.js').AdapterSummary} AdapterSummary */
@@ -71,10 +76,15 @@ export async function requestAdapter() {
         throw new NoWebGPUError(`This browser does not expose WebGPU (navigator.gpu is missing). ${HOW_TO_GET_WEBGPU}`);
     }
     let adapter = null;
-    try {
-        adapter = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
-    } catch (err) {
-        throw new NoWebGPUError(`navigator.gpu.requestAdapter() failed (${String(err)}). ${HOW_TO_GET_WEBGPU}`);
+    // A browser whose GPU process is still starting answers the first request with null (measured: headless
+    // Chromium on Linux + NVIDIA, every launch, about 150 ms in); a second request a moment later gets the GPU.
+    for (let attempt = 0; attempt < ADAPTER_ATTEMPTS && !adapter; attempt++) {
+        if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, ADAPTER_RETRY_MS));
+        try {
+            adapter = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
+        } catch (err) {
+            throw new NoWebGPUError(`navigator.gpu.requestAdapter() failed (${String(err)}). ${HOW_TO_GET_WEBGPU}`);
+        }
     }
     if (!adapter) {
         throw new NoWebGPUError(`WebGPU is present but no GPU adapter is available (it may be blocklisted). ${HOW_TO_GET_WEBGPU}`);

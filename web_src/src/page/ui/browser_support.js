@@ -81,7 +81,7 @@ export function webgpuAdvice(browser) {
         return `${name} ${version} is too old: WebGPU arrived in ${name} ${MIN_CHROME}. Update the browser and reload.`;
     }
     if (os === 'Linux') {
-        return `WebGPU is still off by default in ${name} on Linux. Start it with \`--enable-unsafe-webgpu --enable-features=Vulkan\` (or enable \`chrome://flags/#enable-unsafe-webgpu\` and \`chrome://flags/#enable-vulkan\`), then check that \`chrome://gpu\` says "WebGPU: Hardware accelerated".`;
+        return `WebGPU is still off by default in ${name} on Linux. Start it with \`--enable-unsafe-webgpu --enable-features=Vulkan\` (on NVIDIA add \`--enable-dawn-features=vulkan_enable_f16_on_nvidia\` for the fast fp16 path) (or enable \`chrome://flags/#enable-unsafe-webgpu\` and \`chrome://flags/#enable-vulkan\`), then check that \`chrome://gpu\` says "WebGPU: Hardware accelerated".`;
     }
     return `${name} found no usable GPU. Turn on "Use graphics acceleration when available" (\`chrome://settings/system\`), update the GPU driver, and check \`chrome://gpu\` for "WebGPU: Hardware accelerated"; a blocklisted GPU can be tried with \`chrome://flags/#enable-unsafe-webgpu\`.`;
 }

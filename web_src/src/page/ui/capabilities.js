@@ -15,6 +15,11 @@ import { firstSentence } from './error_view.js';
 const MODEL_BYTES = 5.6e9;
 /** The VAE's mid-block attention alone needs about 1 GB at 1024x1024 (seed model card). */
 const LARGE_BUFFER = 2 ** 30;
+/**
+ * Dawn hides shader-f16 on NVIDIA + Vulkan (every NVIDIA GPU under Linux) unless this toggle is on; with it the
+ * q4f16 graphs run instead of the fp32-activation q4 ones.
+ */
+export const NVIDIA_F16_FLAG = '--enable-dawn-features=vulkan_enable_f16_on_nvidia';
 
 /**
  * One row of the panel.
@@ -27,9 +32,10 @@ const LARGE_BUFFER = 2 ** 30;
 
 /**
  * @param {Capabilities} caps
+ * @param {{linux: boolean}} platform  Whether the browser runs on Linux (where WebGPU goes through Vulkan).
  * @returns {Row[]}
  */
-export function describeCapabilities(caps) {
+export function describeCapabilities(caps, { linux }) {
     /** @type {Row[]} */
     const rows = [];
     if (!caps.webgpu || !caps.adapter) {
@@ -54,7 +60,7 @@ export function describeCapabilities(caps) {
             label: 'shader-f16',
             value: caps.shaderF16 ? 'yes' : 'no',
             tone: caps.shaderF16 ? 'ok' : 'warn',
-            note: caps.shaderF16 ? undefined : 'fp16 graphs run as fp32 graphs or on the CPU instead: slower, and within rounding of the fp16 result.',
+            note: caps.shaderF16 ? undefined : withoutShaderF16(caps, { linux }),
         });
         rows.push({
             label: 'Max buffer size',
@@ -87,6 +93,19 @@ export function describeCapabilities(caps) {
     return rows;
 }
 
+/**
+ * What a missing shader-f16 costs, and the fix where there is one.
+ * @param {Capabilities} caps
+ * @param {{linux: boolean}} platform
+ * @returns {string}
+ */
+function withoutShaderF16(caps, { linux }) {
+    const cost = 'fp16 graphs run as fp32 graphs or on the CPU instead: slower, and within rounding of the fp16 result.';
+    const nvidia = /nvidia/i.test(`${caps.adapter?.vendor} ${caps.adapter?.description}`);
+    if (!(linux && nvidia)) return cost;
+    return `This NVIDIA GPU has fp16 shaders, but Chrome on Linux hides them unless it is started with ${NVIDIA_F16_FLAG} (the fast q4f16 model, about 3x faster per step). ${cost}`;
+}
+
 export class CapabilitiesView {
     /**
      * @param {Document} doc
@@ -112,7 +131,8 @@ export class CapabilitiesView {
     render(caps) {
         this.panel.dataset.json = JSON.stringify(caps);
         const children = [];
-        for (const row of describeCapabilities(caps)) {
+        const linux = /Linux/.test(navigator.userAgent) && !/Android/.test(navigator.userAgent);
+        for (const row of describeCapabilities(caps, { linux })) {
             const term = document.createElement('dt');
             term.textContent = row.label;
             const value = document.createElement('dd');

@@ -177,6 +177,7 @@ export class ResultView {
         const { timings, graphs } = result;
         this.timings.dataset.json = JSON.stringify({
             timings,
+            stepMs: result.stepMs,
             graphs,
             notes: result.notes ?? [],
             prompt: result.prompt,
@@ -214,7 +215,7 @@ export class ResultView {
         const graphTable = document.createElement('table');
         graphTable.append(cell('caption', 'What ran where'));
         const head = document.createElement('tr');
-        head.append(cell('th', 'Component'), cell('th', 'Variant'), cell('th', 'Runs on'), cell('th', 'How'));
+        head.append(cell('th', 'Component'), cell('th', 'Variant'), cell('th', 'Runs on'), cell('th', 'How'), cell('th', 'Loaded in'));
         const graphHead = document.createElement('thead');
         graphHead.append(head);
         const graphBody = document.createElement('tbody');
@@ -226,6 +227,8 @@ export class ResultView {
                 cell('td', graph.variant),
                 cell('td', ep),
                 cell('td', graph.detail ?? ''),
+                // Session creation with shader compilation; 0 when this image reused a loaded session.
+                cell('td', graph.loadMs > 0 ? formatDuration(graph.loadMs) : 'already loaded', 'num'),
             );
             graphBody.append(row);
         }

@@ -1,0 +1,429 @@
+"""`klein-web browser-bench`: the real app in Chromium, driven like a user, timed per stage, cold and warm.
+
+For each graph variant (`--precision`, e.g. q4f16 and q4) one fresh browser profile, served the model folder
+from a local server, and in it:
+
+    1. cold      first image at the first size: the model store fills from the server (GB/s), every
+                 session is created (shader compilation included), then encode, each step, decode;
+    2. sizes     the other sizes in the same page (the transformer session is re-created for its size class);
+    3. warm      the page reloaded: weights come from the browser's store (bytes fetched must be 0), sessions
+                 are created again (the browser's shader cache may help), "reload -> first image" timed;
+    4. hot       one more image in the same page with another prompt: sessions loaded, the text encoder runs:
+                 the seconds per image a user waits while the tab stays open.
+
+Alongside, a sampler records peak GPU memory (nvidia-smi, above its value before the browser started) and the
+peak resident memory of Chromium's renderer (the page and its worker) and GPU processes, and a hook in the
+worker records the onnxruntime wasm heap. Results go to OUT/browser-bench.json and OUT/browser-bench.md;
+`--native BENCH_JSON` (from `klein-web bench` on the same machine) adds browser / native-EP and
+browser / PyTorch ratios for the transformer step, text encoder and VAE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from builder import __version__, manifest
+from builder.errors import InputError, RegressionError
+from builder.manifest import atomic_write_bytes
+
+Log = Callable[[str], None]
+
+JSON_NAME = "browser-bench.json"
+MARKDOWN_NAME = "browser-bench.md"
+PROMPTS = ("a lighthouse on a cliff at dusk, oil painting", "a red fox in fresh snow, morning light")
+SAMPLE_SECONDS = 0.25
+
+# Installed in the app's worker before its first session: remembers every WebAssembly.Memory onnxruntime
+# creates, so the wasm heap's size can be read back (WebAssembly memories only grow: the last size is the peak).
+WASM_HOOK_JS = """() => {
+    if (globalThis.__kleinWasmMemories) return true;
+    const memories = [];
+    const Original = WebAssembly.Memory;
+    function Memory(descriptor) { const memory = new Original(descriptor); memories.push(memory); return memory; }
+    Memory.prototype = Original.prototype;
+    WebAssembly.Memory = /** @type {any} */ (Memory);
+    globalThis.__kleinWasmMemories = memories;
+    return true;
+}"""
+WASM_SIZE_JS = "() => Math.max(0, ...(globalThis.__kleinWasmMemories || []).map((m) => m.buffer.byteLength))"
+
+
+# --- Memory sampling -------------------------------------------------------------------------------------
+
+
+def gpu_memory_mib() -> float | None:
+    """Memory in use on GPU 0 as nvidia-smi reports it (all processes), or None without nvidia-smi."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+        return float(out.strip().splitlines()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def process_kind(cmdline: Sequence[str]) -> str:
+    """Chromium's role for a process: renderer, gpu-process, browser, or another helper type."""
+    for arg in cmdline:
+        if arg.startswith("--type="):
+            return arg.split("=", 1)[1]
+    return "browser"
+
+
+@dataclass
+class MemorySampler:
+    """Peaks of GPU memory and of Chromium's processes' RSS (summed per process kind), sampled in a thread."""
+
+    baseline_gpu_mib: float | None = None
+    peak_gpu_mib: float | None = None
+    peak_rss: dict[str, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.baseline_gpu_mib = gpu_memory_mib()
+        self._thread = threading.Thread(target=self._run, name="klein-memory-sampler", daemon=True)
+        self._thread.start()
+
+    def reset(self) -> None:
+        self.peak_gpu_mib, self.peak_rss = None, {}
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process(os.getpid())
+        while not self._stop.wait(SAMPLE_SECONDS):
+            totals: dict[str, int] = {}
+            for child in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if "chrom" not in child.name().lower():
+                        continue
+                    kind = process_kind(child.cmdline())
+                    totals[kind] = totals.get(kind, 0) + child.memory_info().rss
+            for kind, rss in totals.items():
+                self.peak_rss[kind] = max(self.peak_rss.get(kind, 0), rss)
+            used = gpu_memory_mib()
+            if used is not None:
+                self.peak_gpu_mib = max(self.peak_gpu_mib or 0.0, used)
+
+    def figures(self) -> dict[str, Any]:
+        gpu = None
+        if self.peak_gpu_mib is not None and self.baseline_gpu_mib is not None:
+            gpu = (self.peak_gpu_mib - self.baseline_gpu_mib) / 1024
+        return {"gpu_gib": gpu, "rss_gib": {kind: rss / 2**30 for kind, rss in sorted(self.peak_rss.items())}}
+
+
+# --- Counting what the server sends -------------------------------------------------------------------------
+
+
+@dataclass
+class ByteCounter:
+    """ASGI middleware state: bytes of model files the server sent (a warm reload must fetch none). The app
+    re-reads manifest.json on every page load, by design (a re-converted repo must be noticed): not counted."""
+
+    bytes: int = 0
+    requests: int = 0
+
+    def wrap(self, app: Any) -> Any:
+        async def counting(scope: Any, receive: Any, send: Any) -> None:
+            path = str(scope.get("path", ""))
+            if scope.get("type") != "http" or not path.startswith("/models/") or path.endswith("/manifest.json"):
+                await app(scope, receive, send)
+                return
+            self.requests += 1
+
+            async def counted(message: Any) -> None:
+                if message.get("type") == "http.response.body":
+                    self.bytes += len(message.get("body", b""))
+                await send(message)
+
+            await app(scope, receive, counted)
+
+        return counting
+
+
+# --- One image through the UI -----------------------------------------------------------------------------
+
+
+@dataclass
+class ImageRun:
+    phase: str
+    variant: str
+    size: str
+    seconds: float  # from the click (or the reload, for `warm`) to the finished image
+    bytes_fetched: int
+    timings: dict[str, Any]
+    step_ms: list[float]
+    graphs: dict[str, Any]
+    memory: dict[str, Any]
+    wasm_heap_bytes: int | None
+
+    def row(self) -> dict[str, Any]:
+        timings = self.timings
+        steps = self.step_ms
+        download_s = timings.get("download", 0) / 1000
+        loads = {c: g.get("loadMs", 0) / 1000 for c, g in self.graphs.items() if isinstance(g, dict)}
+        return {
+            "phase": self.phase, "variant": self.variant, "size": self.size, "seconds": self.seconds,
+            "bytes_fetched": self.bytes_fetched,
+            "store_gb_per_s": (self.bytes_fetched / 1e9 / download_s) if download_s > 0.05 and self.bytes_fetched else None,
+            "download_s": download_s, "load_s": loads,
+            "encode_ms": timings.get("encode"), "decode_ms": timings.get("decode"),
+            "first_step_ms": steps[0] if steps else None,
+            "step_ms": statistics.median(steps[1:]) if len(steps) > 1 else (steps[0] if steps else None),
+            "image_s": self.image_seconds(), "total_s": timings.get("total", 0) / 1000,
+            "variants": {c: str(g.get("variant")) for c, g in self.graphs.items() if isinstance(g, dict)},
+            "how": {c: f"{g.get('variant')}/{g.get('ep')}, {g.get('detail', '')}" for c, g in self.graphs.items()
+                    if isinstance(g, dict)},
+            "memory": self.memory, "wasm_heap_gib": None if self.wasm_heap_bytes is None else self.wasm_heap_bytes / 2**30,
+        }
+
+    def image_seconds(self) -> float:
+        """Encode, latents, timesteps, every step, decode: the image itself, without downloads and session creation."""
+        t = self.timings
+        return sum(float(t.get(k) or 0) for k in ("encode", "latents", "timesteps", "denoise", "decode")) / 1000
+
+
+def _hook_worker(page: Any, *, timeout_s: float = 30) -> Any:
+    """The app's worker, with the wasm-heap hook installed (the worker starts with the page; its first
+    onnxruntime session, which creates the heap, only comes with the first Generate)."""
+    deadline = time.monotonic() + timeout_s
+    while not page.workers:
+        if time.monotonic() > deadline:
+            raise RegressionError("the app started no Web Worker within 30 s")
+        page.wait_for_timeout(100)
+    worker = page.workers[0]
+    worker.evaluate(WASM_HOOK_JS)
+    return worker
+
+
+def _generate(page: Any, worker: Any, *, prompt: str, seed: int, size: str, steps: int, timeout_s: float,
+              log: Log) -> tuple[float, dict[str, Any]]:
+    """Fill the form, click Generate, wait for the image; (seconds from the click, the #timings JSON)."""
+    from builder import regress
+
+    width, height = regress.parse_size(size)
+    case = regress.Case(name=f"{size}", prompt=prompt, seed=seed, width=width, height=height, steps=steps,
+                        psnr_min=1.0, reference_from_cpu=True)
+    regress._fill_form(page, case)
+    started = time.perf_counter()
+    page.click("#generate")
+    state = regress._wait_settled(page, case, timeout_s=timeout_s, log=log)
+    seconds = time.perf_counter() - started
+    if state != "done":
+        raise RegressionError(f"the app did not produce an image at {size}: {regress._app_error(page)[1]}")
+    info = regress._read_json_attribute(page, "#timings")
+    if not isinstance(info, dict):
+        raise RegressionError("the app finished without its #timings data")
+    return seconds, info
+
+
+@contextlib.contextmanager
+def _ready_page(context: Any, url: str) -> Iterator[tuple[Any, Any]]:
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    try:
+        page.goto(url, wait_until="load")
+        page.wait_for_selector("#generate")
+        yield page, _hook_worker(page)
+    finally:
+        with contextlib.suppress(Exception):
+            page.close()
+
+
+# --- Entry point ----------------------------------------------------------------------------------------
+
+
+def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[str], steps: int, seed: int,
+                counter: ByteCounter, sampler: MemorySampler, timeout_s: float, log: Log) -> list[ImageRun]:
+    runs: list[ImageRun] = []
+
+    def record(phase: str, size: str, seconds: float, info: dict[str, Any], worker: Any, fetched: int) -> None:
+        run = ImageRun(phase=phase, variant=variant, size=size, seconds=seconds, bytes_fetched=fetched,
+                       timings=info.get("timings") or {}, step_ms=list(info.get("stepMs") or []),
+                       graphs=info.get("graphs") or {}, memory=sampler.figures(),
+                       wasm_heap_bytes=int(worker.evaluate(WASM_SIZE_JS)) or None)
+        runs.append(run)
+        row = run.row()
+        log(f"  {variant} {size} {phase}: {run.seconds:.1f} s to the image (image itself {row['image_s']:.2f} s: "
+            f"encode {row['encode_ms'] or 0:.0f} ms, step {row['step_ms'] or 0:.0f} ms (first "
+            f"{row['first_step_ms'] or 0:.0f}), decode {row['decode_ms'] or 0:.0f} ms), fetched "
+            f"{fetched / 1e9:.2f} GB, load " + ", ".join(f"{c} {s:.1f}s" for c, s in row["load_s"].items()))
+
+    url = f"{base_url}/?precision={variant}"
+    with _ready_page(context, url) as (page, worker):
+        for index, size in enumerate(sizes):
+            counter.bytes = 0
+            sampler.reset()
+            seconds, info = _generate(page, worker, prompt=PROMPTS[0], seed=seed + index, size=size, steps=steps,
+                                      timeout_s=timeout_s, log=log)
+            record("cold" if index == 0 else "new size", size, seconds, info, worker, counter.bytes)
+
+    # Warm: a new page load; the store already holds every file.
+    counter.bytes = 0
+    sampler.reset()
+    started = time.perf_counter()
+    with _ready_page(context, url) as (page, worker):
+        _seconds, info = _generate(page, worker, prompt=PROMPTS[0], seed=seed, size=sizes[-1], steps=steps,
+                                   timeout_s=timeout_s, log=log)
+        record("warm reload", sizes[-1], time.perf_counter() - started, info, worker, counter.bytes)
+        sampler.reset()
+        seconds, info = _generate(page, worker, prompt=PROMPTS[1], seed=seed + 1, size=sizes[-1], steps=steps,
+                                  timeout_s=timeout_s, log=log)
+        record("hot", sizes[-1], seconds, info, worker, counter.bytes)
+    return runs
+
+
+def _native_row(native_rows: list[dict[str, Any]], component: str, size: str | None,
+                variant: str) -> dict[str, Any] | None:
+    """The `klein-web bench` row of the graph the browser ran: for the transformer, the app's own row."""
+    for native in native_rows:
+        label = str(native.get("variant", ""))
+        if native.get("component") != component or (size is not None and native.get("size") != size):
+            continue
+        if label.split(",")[0].split(" ")[0] != variant:
+            continue
+        if component == "transformer" and "(the app)" not in label:
+            continue
+        return native
+    return None
+
+
+def native_ratios(rows: list[dict[str, Any]], native_json: Path | None) -> dict[str, Any]:
+    """Browser / native EP and browser / PyTorch for the step, text encoder and VAE, from a bench.json."""
+    if native_json is None:
+        return {}
+    data = json.loads(Path(native_json).read_text())
+    native_rows = data.get("rows", []) if isinstance(data, dict) else data
+    ratios: dict[str, Any] = {}
+    for row in rows:
+        if row["phase"] != "hot":
+            continue
+        side = row["size"].split("x")[0]
+        wanted = (("transformer step", "transformer", f"{side}x{side}", row["step_ms"]),
+                  ("text encoder", "text_encoder", None, row["encode_ms"]),
+                  ("VAE decoder", "vae_decoder", f"{side}x{side}", row["decode_ms"]))
+        for label, component, size, browser_ms in wanted:
+            native = _native_row(native_rows, component, size, row["variants"].get(component, ""))
+            if native is None or browser_ms is None:
+                continue
+            ratios[f"{row['variant']} {row['size']} {label}"] = {
+                "browser_ms": browser_ms, "native_ms": native.get("ort_ms"), "torch_ms": native.get("torch_ms"),
+                "browser_over_native": browser_ms / native["ort_ms"] if native.get("ort_ms") else None,
+                "browser_over_torch": browser_ms / native["torch_ms"] if native.get("torch_ms") else None,
+            }
+    return ratios
+
+
+def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: dict[str, Any]) -> list[str]:
+    lines = [
+        f"{environment['adapter']} · {environment['browser']} · onnxruntime-web {environment['onnxruntime_web']} · "
+        f"{environment['date']}", "",
+        "| variant | size | phase | to image s | image s | encode ms | first step ms | step ms | decode ms | "
+        "load s (TE / DiT / VAE) | fetched GB | store GB/s | GPU GiB | renderer GiB | GPU proc GiB | wasm GiB |",
+        "|" + "---|" * 16,
+    ]
+
+    def num(value: Any, digits: int = 0) -> str:
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    for r in rows:
+        loads = " / ".join(num(r["load_s"].get(c), 1) for c in manifest.COMPONENTS)
+        rss = r["memory"]["rss_gib"]
+        lines.append(
+            f"| {r['variant']} | {r['size']} | {r['phase']} | {num(r['seconds'], 1)} | {num(r['image_s'], 2)} | "
+            f"{num(r['encode_ms'])} | {num(r['first_step_ms'])} | {num(r['step_ms'])} | {num(r['decode_ms'])} | "
+            f"{loads} | {num(r['bytes_fetched'] / 1e9, 2)} | {num(r['store_gb_per_s'], 2)} | "
+            f"{num(r['memory']['gpu_gib'], 1)} | {num(rss.get('renderer'), 1)} | {num(rss.get('gpu-process'), 1)} | "
+            f"{num(r['wasm_heap_gib'], 2)} |")
+    if ratios:
+        lines += ["", "| what (hot) | browser ms | native EP ms | PyTorch bf16 ms | browser / native | browser / PyTorch |",
+                  "|---|---|---|---|---|---|"]
+        for label, ratio in ratios.items():
+            lines.append(f"| {label} | {num(ratio['browser_ms'])} | {num(ratio['native_ms'])} | "
+                         f"{num(ratio['torch_ms'])} | {num(ratio['browser_over_native'], 2)}x | "
+                         f"{num(ratio['browser_over_torch'], 2)}x |")
+    return lines
+
+
+def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str] = ("q4f16", "q4"),
+         sizes: Sequence[str] = ("512x512", "1024x1024"), steps: int = 4, seed: int = 0, gpu: bool = True,
+         browser_path: Path | None = None, native_json: Path | None = None, timeout_s: float = 1800.0,
+         dist_dir: Path | None = None, f16_toggle: bool = True) -> list[dict[str, Any]]:
+    from builder import bundle, regress
+    from builder.browser import find_chromium
+
+    # 1. Check inputs before anything slow starts.
+    models_dir = regress._check_models(models_dir)
+    repo = manifest.load(models_dir)
+    for variant in precisions:
+        if variant not in repo.variants("transformer"):
+            raise InputError(f"--precision {variant}: {models_dir} has no transformer of that variant "
+                             f"(it has {', '.join(repo.variants('transformer'))}).")
+    for size in sizes:
+        regress.parse_size(size)
+    if native_json is not None and not Path(native_json).is_file():
+        raise InputError(f"--native {native_json}: no such file (it is the bench.json `klein-web bench` writes).")
+    session = regress.BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False,
+                                     f16_toggle=f16_toggle)
+    session.version = regress.check_browser(session.executable)
+
+    # 2. Serve the app and the models, counting the model bytes sent.
+    dist_dir = regress.site(dist_dir, log=log)
+    counter, sampler = ByteCounter(), MemorySampler()
+    rows: list[dict[str, Any]] = []
+    environment: dict[str, Any] = {}
+    sampler.start()
+    try:
+        with regress.serving(dist_dir, models_dir, log=log, middleware=counter.wrap) as base_url:
+            # 3. One fresh profile per variant: its first image is a cold start.
+            for variant in precisions:
+                with tempfile.TemporaryDirectory(prefix="klein-bench-profile-") as profile, \
+                        regress.launched(session, log=log, profile=Path(profile)):
+                    session.adapter = regress.probe_adapter(session, base_url)
+                    runs = run_variant(session.context, base_url, variant=variant, sizes=sizes, steps=steps,
+                                       seed=seed, counter=counter, sampler=sampler, timeout_s=timeout_s, log=log)
+                    rows += [run.row() for run in runs]
+                environment = {
+                    "date": datetime.date.today().isoformat(), "klein_web": __version__,
+                    "browser": f"{session.executable.name} {session.version}",
+                    "adapter": " ".join(str(session.adapter.get(k, "")) for k in ("vendor", "architecture",
+                                                                                  "description")).strip(),
+                    "adapter_features": session.adapter.get("features", []),
+                    "onnxruntime_web": bundle.onnxruntime_web_version(),
+                    "models": str(models_dir), "steps": steps, "f16_toggle": f16_toggle,
+                }
+                _save(out_dir, environment, rows, native_ratios(rows, native_json))
+    finally:
+        sampler.stop()
+    ratios = native_ratios(rows, native_json)
+    for line in markdown(environment, rows, ratios):
+        log(line)
+    return rows
+
+
+def _save(out_dir: Path, environment: dict[str, Any], rows: list[dict[str, Any]], ratios: dict[str, Any]) -> None:
+    """Written after every variant, so an interrupted run keeps what it measured."""
+    out_dir = Path(out_dir)
+    payload = {"environment": environment, "rows": rows, "ratios": ratios}
+    atomic_write_bytes(out_dir / JSON_NAME, (json.dumps(payload, indent=1) + "\n").encode("utf-8"))
+    atomic_write_bytes(out_dir / MARKDOWN_NAME, ("\n".join(markdown(environment, rows, ratios)) + "\n").encode("utf-8"))
