@@ -15,6 +15,7 @@
 
 import { InputError, ModelFileError, OutOfMemoryError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
+import { LIMITS } from '../shared/limits.js';
 import { graphFiles } from '../shared/model_repo.js';
 
 /** @typedef {import('../shared/model_repo.js').Component} Component */
@@ -179,9 +180,10 @@ export function checkDecodeFits(vae, { width, height }, gpu) {
     };
     const needed = scoreBytes(width, height);
     if (needed <= limit) return;
-    // The largest square (multiple of 16) whose score block fits.
-    let side = 16;
-    while (scoreBytes(side + 16, side + 16) <= limit) side += 16;
+    // The largest square of a valid size whose score block fits.
+    const step = LIMITS.sizeMultiple;
+    let side = step;
+    while (scoreBytes(side + step, side + step) <= limit) side += step;
     throw new OutOfMemoryError(
         `At ${width}x${height} the VAE decoder needs a ${formatBytes(needed)} attention buffer but this ` +
             `${vae.ep === 'webgpu' ? 'GPU allows' : 'CPU path allows'} ${formatBytes(limit)} per buffer. ` +
