@@ -224,13 +224,19 @@ def _generate(page: Any, worker: Any, *, prompt: str, seed: int, size: str, step
     width, height = regress.parse_size(size)
     case = regress.Case(name=f"{size}", prompt=prompt, seed=seed, width=width, height=height, steps=steps,
                         psnr_min=1.0, reference_from_cpu=True)
+    # The form stays busy a moment after an image appears (history, storage estimate): a click then is ignored.
+    page.wait_for_selector("#generate:enabled")
     regress._fill_form(page, case)
     started = time.perf_counter()
     page.click("#generate")
+    page.wait_for_function("document.body.dataset.state !== 'done'", timeout=10_000)
     state = regress._wait_settled(page, case, timeout_s=timeout_s, log=log)
     seconds = time.perf_counter() - started
     if state != "done":
         raise RegressionError(f"the app did not produce an image at {size}: {regress._app_error(page)[1]}")
+    caption = page.text_content("#result-caption") or ""
+    if f"Seed {seed} · {width}×{height}" not in caption:
+        raise RegressionError(f"the image shown is not the one asked for (seed {seed}, {size}): {caption!r}")
     info = regress._read_json_attribute(page, "#timings")
     if not isinstance(info, dict):
         raise RegressionError("the app finished without its #timings data")

@@ -158,6 +158,8 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str, steps: int, ou
               help="Serve this already-built app as it is (no node needed); default: build dist/ if stale.")
 @click.option("--precision", type=click.Choice(["q4", "q4f16", "fp32"]), default=None,
               help="Force the app's graph variant (its ?precision=); default: the best the adapter runs.")
+@click.option("--f16-toggle/--no-f16-toggle", default=True, show_default=True,
+              help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (--gpu only).")
 @click.option("--profile", type=click.Path(path_type=Path), default=None,
               help="Browser profile folder to use and keep: its model store survives, so re-runs download nothing.")
 def regress(**options: object) -> None:

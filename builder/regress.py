@@ -602,7 +602,8 @@ def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *
 def main(*, log: Log, models_dir: Path | None, prompt: str | None, seed: int, size: str, steps: int,
          cases_file: Path | None, reference_png: Path | None, reference_from_cpu: bool, browser_path: Path | None,
          headed: bool, gpu: bool, report_dir: Path, psnr_min: float, timeout_s: float,
-         dist_dir: Path | None = None, profile: Path | None = None, precision: str | None = None) -> int:
+         dist_dir: Path | None = None, profile: Path | None = None, precision: str | None = None,
+         f16_toggle: bool = True) -> int:
     """Run every case in one browser launch; return the worst exit code (0 pass, 1 fail, 2 could not run).
 
     `dist_dir`: serve this already-built site as it is (a machine without node); default: build dist/ if stale.
@@ -618,7 +619,7 @@ def main(*, log: Log, models_dir: Path | None, prompt: str | None, seed: int, si
                                 precision=precision)
     models_dir = _check_models(models_dir)
     session = BrowserSession(executable=find_chromium(Path(browser_path) if browser_path else None), gpu=gpu,
-                             headed=headed)
+                             headed=headed, f16_toggle=f16_toggle)
     session.version = check_browser(session.executable)
     report_dir = Path(report_dir)
 

@@ -95,6 +95,7 @@ def test_cases_from_json_and_toml_agree_and_fill_gaps_from_the_flags(tmp_path: P
         ([{"name": "a"}, {"name": "a"}], r"repeated: \['a'\]"),
         ([{"name": "../up"}], r"name '../up' must be"),
         ([{"seed": -1}], r"seed -1 is outside"),
+        ([{"precision": "int8"}], r"precision 'int8' is not one of q4, q4f16, fp32, fp16"),
         ([], r"non-empty list"),
     ],
 )
@@ -103,6 +104,21 @@ def test_bad_cases_name_the_case_and_the_field(tmp_path: Path, cases: list[dict[
     path.write_text(json.dumps({"cases": cases}))
     with pytest.raises(InputError, match=message):
         load_cases(path, defaults=DEFAULTS)
+
+
+def test_a_precision_forces_the_apps_variant_through_its_url(tmp_path: Path) -> None:
+    path = tmp_path / "cases.toml"
+    path.write_text('[[cases]]\nname = "forced"\nprecision = "q4"\n[[cases]]\nname = "best"\n')
+    forced, best = load_cases(path, defaults=DEFAULTS)
+    assert forced.page_path() == "/?precision=q4" and forced.parameters()["precision"] == "q4"
+    assert best.page_path() == "/" and best.precision is None
+
+
+def test_a_dist_folder_without_a_built_app_could_not_run(tmp_path: Path) -> None:
+    from builder.regress import site
+
+    with pytest.raises(RegressionError, match=r"--dist .* holds no built app.*klein-web build --out"):
+        site(tmp_path, log=lambda _message: None)
 
 
 def test_a_case_without_any_reference_or_a_missing_reference_png_could_not_run(tmp_path: Path) -> None:
@@ -279,10 +295,15 @@ def regress(tiny_models: dict[str, Path], dist_dir: Path, report: Path, **option
 @pytest.mark.browser
 @pytest.mark.slow
 def test_the_app_matches_the_cpu_reference(tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path) -> None:
-    report_dir = tmp_path / "report"
-    assert regress(tiny_models, dist_dir, report_dir) == 0
+    report_dir, profile = tmp_path / "report", tmp_path / "profile"
+    assert regress(tiny_models, dist_dir, report_dir, precision="fp32", profile=profile) == 0
     data = json.loads((report_dir / "report.json").read_text())
     assert data["verdict"] == "pass" and data["reference"]["source"] == "cpu"
+    # The forced variant ran, and the kept profile holds the model store (a re-run downloads nothing).
+    assert data["parameters"]["precision"] == "fp32"
+    assert {graph["variant"] for graph in data["graphs"].values()} == {"fp32"}
+    stored = sum(f.stat().st_size for f in profile.rglob("*") if f.is_file() and "File System" in f.as_posix())
+    assert stored >= max(entry.size for entry in manifest.load(tiny_models["fp32"]).files.values())
     metrics = data["metrics"]
     assert metrics["identical"] or metrics["psnr"] >= 40
     assert isinstance(data["timings"], dict) and data["timings"]["total"] > 0
