@@ -36,7 +36,8 @@ async def test_byte_counter_counts_model_files_but_not_the_manifest_or_the_app()
 def run(phase: str, *, steps: list[float], fetched: int = 0) -> ImageRun:
     return ImageRun(
         phase=phase, variant="q4f16", size="512x512", seconds=9.5, bytes_fetched=fetched,
-        timings={"download": 2000.0, "encode": 70.0, "denoise": sum(steps), "decode": 150.0, "total": 9000.0},
+        timings={"download": 2000.0, "encode": 70.0, "latents": 2.0, "timesteps": 1.0, "denoise": sum(steps),
+                 "decode": 150.0, "total": 9000.0},
         step_ms=steps,
         graphs={"text_encoder": {"variant": "q4f16", "ep": "webgpu", "detail": "", "loadMs": 4000.0},
                 "transformer": {"variant": "q4f16", "ep": "webgpu", "detail": "attention unsplit, graph capture",
@@ -48,7 +49,7 @@ def run(phase: str, *, steps: list[float], fetched: int = 0) -> ImageRun:
 def test_a_run_row_separates_the_first_step_from_the_steady_ones() -> None:
     row = run("cold", steps=[1100.0, 150.0, 160.0, 155.0], fetched=5_000_000_000).row()
     assert row["first_step_ms"] == 1100.0 and row["step_ms"] == 155.0  # median of the replayed steps
-    assert row["image_s"] == pytest.approx((70 + 1565 + 150) / 1000)
+    assert row["image_s"] == pytest.approx((70 + 2 + 1 + 1565 + 150) / 1000)
     assert row["store_gb_per_s"] == pytest.approx(2.5)  # 5 GB in the 2 s download stage
     assert row["load_s"] == {"text_encoder": 4.0, "transformer": 3.0, "vae_decoder": 0.5}
     assert row["variants"]["vae_decoder"] == "fp16" and row["wasm_heap_gib"] == pytest.approx(1 / 16)

@@ -28,7 +28,9 @@ PURE_MODULES = (
     "src/pipeline/latents.js",
     "src/pipeline/tokenizer.js",
     "src/pipeline/image.js",
+    "src/pipeline/graph_choice.js",
     "src/shared/png_text.js",
+    "src/shared/format.js",
 )
 
 

@@ -213,9 +213,9 @@ class ImageRun:
         }
 
     def image_seconds(self) -> float:
-        """Encode + every step + decode: the image itself, without downloads and session creation."""
+        """Encode, latents, timesteps, every step, decode: the image itself, without downloads and session creation."""
         t = self.timings
-        return sum(float(t.get(k) or 0) for k in ("encode", "denoise", "decode")) / 1000
+        return sum(float(t.get(k) or 0) for k in ("encode", "latents", "timesteps", "denoise", "decode")) / 1000
 
 
 def _hook_worker(page: Any, *, timeout_s: float = 30) -> Any:

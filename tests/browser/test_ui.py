@@ -164,11 +164,13 @@ def test_generation_shows_image_timings_and_tokens(generated: Generated, tiny_mo
     assert "Local" in page.inner_text("#model-source"), "a served --models repo must be used and shown"
 
     report = json.loads(page.get_attribute("#timings", "data-json") or "null")
-    assert set(report["timings"]) >= {"download", "load", "encode", "denoise", "decode", "total"}
+    assert set(report["timings"]) == {"check", "download", "load", "encode", "latents", "timesteps", "denoise",
+                                      "decode", "total", "sessionRun"}
     assert report["timings"]["total"] > 0
     assert report["graphs"]["transformer"]["ep"] == "webgpu"
     timings_text = page.inner_text("#timings")
-    for label in ("Download", "Denoise", "Decode", "Total", "Transformer", "fp32", "graph capture"):
+    for label in ("Check inputs", "Download", "Prepare latents", "Prepare timesteps", "Denoise", "Decode", "Total",
+                  "Transformer", "fp32", "graph capture"):
         assert label in timings_text
 
     tokens = report["prompt"]["tokens"]
@@ -415,7 +417,7 @@ def test_clear_cached_model_reports_freed_bytes(generated: Generated) -> None:
         "() => /Freed|Could not/.test(document.querySelector('#cache-message').textContent)", polling=POLL_MS
     )
     message = page.inner_text("#cache-message")
-    assert re.match(r"Freed [1-9][\d.]* (KB|MB|GB)\b", message), message
+    assert re.match(r"Freed [1-9][\d.]* (kB|MB|GB)\b", message), message
     assert page.is_enabled("#clear-cache")
 
 

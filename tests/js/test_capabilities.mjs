@@ -7,8 +7,8 @@ import { test } from 'node:test';
 import { describeCapabilities, NVIDIA_F16_FLAG } from '../../web_src/src/page/ui/capabilities.js';
 
 /**
- * @param {Partial<import('../../web_src/src/protocol.js').Capabilities>} overrides
- * @returns {import('../../web_src/src/protocol.js').Capabilities}
+ * @param {Partial<import('../../web_src/src/shared/types.js').Capabilities>} overrides
+ * @returns {import('../../web_src/src/shared/types.js').Capabilities}
  */
 function caps(overrides) {
     return {

@@ -17,6 +17,7 @@ const EXPORTS = {
     ],
     '../../web_src/src/pipeline/tokenizer.js': ['PromptTokenizer'],
     '../../web_src/src/pipeline/image.js': ['toRgba', 'assertFinite', 'checkImage'],
+    '../../web_src/src/pipeline/graph_choice.js': ['chooseGraphs', 'sizeClass', 'checkDecodeFits'],
     '../../web_src/src/shared/png_text.js': ['addTextChunks', 'readTextChunks'],
 };
 

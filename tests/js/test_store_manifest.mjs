@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { test } from 'node:test';
 
-import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, fetchManifest, seedManifest } from '../../web_src/src/store/manifest.js';
+import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES } from '../../web_src/src/shared/model_repo.js';
+import { fetchManifest, seedManifest } from '../../web_src/src/store/manifest.js';
 
 /** A tiny model server: `present` lists the repo-relative paths that exist; no manifest.json. */
 async function serve(present) {

@@ -5,13 +5,13 @@
  * `error` carrying the same id, after any number of `progress` / `stage` / `step` events.
  *
  * Page -> worker (Request):
- *   {type: 'probe', id}                       -> result: Capabilities
+ *   {type: 'probe', id}                       -> result: Capabilities (shared/types.js)
  *   {type: 'generate', id, params}            -> progress* stage* step* -> result: GenerateResult
  *   {type: 'cancel', id, target}              -> result: {cancelled: boolean}   (target = generate id)
  *   {type: 'clearCache', id}                  -> result: {freedBytes: number}
  *
  * Worker -> page (Event):
- *   {type: 'progress', id, progress: DownloadProgress}   bytes of the model download
+ *   {type: 'progress', id, progress: DownloadProgress}   bytes of the model download (shared/types.js)
  *   {type: 'stage', id, stage: Stage, detail?: string}    a pipeline stage begins
  *   {type: 'step', id, step, steps, elapsedMs, etaMs}     a denoising step finished
  *   {type: 'result', id, result}
@@ -25,23 +25,24 @@
  *     reloads them from the local store). A queued generate is answered 'cancelled' immediately.
  *     `{cancelled: false}` means no running or queued request had that id.
  *   - the probe result also carries `protocolVersion` (= PROTOCOL_VERSION).
- *   - error codes besides shared/errors.js classes: 'busy' (a model file is being downloaded by another
- *     tab), 'runtime' (onnxruntime failed in a way not recognised as out-of-memory or device loss),
- *     'unsupported' (a graph needs a GPU feature the adapter lacks).
+ *   - every error code is one of shared/errors.js `ErrorCode`.
  * @module protocol
  */
 
 export const PROTOCOL_VERSION = 1;
 
-/** Pipeline stages in order; `stage` events name one of these. */
-export const STAGES = Object.freeze(['check', 'download', 'load', 'encode', 'denoise', 'decode']);
+/**
+ * Pipeline stages in order; `stage` events name one of these. pipeline/generate.js's numbered stages, with
+ * stage 2 (Load models) in two parts: `download` (the store fetches missing files) and `load` (sessions).
+ */
+export const STAGES = Object.freeze(
+    /** @type {const} */ (['check', 'download', 'load', 'encode', 'latents', 'timesteps', 'denoise', 'decode']),
+);
 
 /** Graph variants `GenerateParams.precision` may force for the text encoder and the transformer. */
 export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
 
-/**
- * @typedef {'check' | 'download' | 'load' | 'encode' | 'denoise' | 'decode'} Stage
- */
+/** @typedef {(typeof STAGES)[number]} Stage */
 
 /**
  * @typedef {Object} GenerateParams
@@ -55,35 +56,14 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  */
 
 /**
- * @typedef {Object} DownloadProgress
- * @property {string} file          Repo-relative path being downloaded.
- * @property {number} fileLoaded
- * @property {number} fileTotal
- * @property {number} loaded        Bytes of all files needed for this run now in the store.
- * @property {number} total
- * @property {number} bytesPerSecond
- * @property {number | null} etaSeconds
- */
-
-/**
- * @typedef {Object} Capabilities
- * @property {boolean} webgpu
- * @property {string | null} error    Why WebGPU is unusable, with the fix (null when usable).
- * @property {{vendor: string, architecture: string, description: string, isFallbackAdapter: boolean} | null} adapter
- * @property {boolean} software       SwiftShader / fallback adapter: works, but very slowly.
- * @property {boolean} shaderF16
- * @property {number} maxBufferSize
- * @property {number} maxStorageBufferBindingSize
- * @property {{usage: number, quota: number, persisted: boolean}} storage
- * @property {boolean} crossOriginIsolated
- * @property {number} threads
- */
-
-/**
- * @typedef {Object} StageTimings  Milliseconds per stage of one generation, as the worker measured them.
+ * @typedef {Object} StageTimings  Milliseconds per stage of one generation, as the worker measured them. A
+ *   session created inside a later stage (one that did not fit the memory budget up front) counts under `load`.
+ * @property {number} check
  * @property {number} download
  * @property {number} load
  * @property {number} encode
+ * @property {number} latents
+ * @property {number} timesteps
  * @property {number} denoise
  * @property {number} decode
  * @property {number} total
@@ -112,7 +92,7 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  */
 
 /**
- * @typedef {{type: 'progress', id: string, progress: DownloadProgress}
+ * @typedef {{type: 'progress', id: string, progress: import('./shared/types.js').DownloadProgress}
  *   | {type: 'stage', id: string, stage: Stage, detail?: string}
  *   | {type: 'step', id: string, step: number, steps: number, elapsedMs: number, etaMs: number}
  *   | {type: 'result', id: string, result: any}

@@ -8,7 +8,8 @@
  */
 
 import { PROTOCOL_VERSION } from '../protocol.js';
-import { InputError, KleinError, NoWebGPUError } from '../shared/errors.js';
+import { ErrorCode, InputError, KleinError, NoWebGPUError } from '../shared/errors.js';
+import { formatBytes, formatDuration } from '../shared/format.js';
 import { resolveModelSource } from './model_source.js';
 import { WorkerClient } from './worker_client.js';
 import { SUPPORT_NOTE, detectBrowser, webgpuAdvice } from './ui/browser_support.js';
@@ -16,12 +17,11 @@ import { CapabilitiesView } from './ui/capabilities.js';
 import { ErrorView, adviseError } from './ui/error_view.js';
 import { requireElement } from './ui/dom.js';
 import { FormView, randomSeed, shareUrl, valuesFromUrl } from './ui/form.js';
-import { formatBytes, formatDuration } from './ui/format.js';
 import { HistoryStore, HistoryView } from './ui/history.js';
 import { ProgressView } from './ui/progress.js';
 import { ResultView, encodeImage } from './ui/result.js';
 
-/** @typedef {import('../protocol.js').Capabilities} Capabilities */
+/** @typedef {import('../shared/types.js').Capabilities} Capabilities */
 /** @typedef {import('./model_source.js').ModelSource} ModelSource */
 /** @typedef {'idle' | 'running' | 'done' | 'error'} PageState */
 
@@ -114,7 +114,7 @@ function main() {
     const fromUrl = valuesFromUrl(location.search);
     form.write({ seed: String(randomSeed()), ...fromUrl.values });
     if (fromUrl.problems.length) {
-        errors.show(adviseError(new InputError(fromUrl.problems.join(' ')), {}), 'input', { reveal: false });
+        errors.show(adviseError(new InputError(fromUrl.problems.join(' ')), {}), ErrorCode.INPUT, { reveal: false });
     }
 
     // 2. Where the model comes from (shown in the header), decided once.
@@ -133,7 +133,7 @@ function main() {
         (err) => {
             sourceLabel.textContent = 'Model source: invalid';
             form.block('Fix the ?model= or ?precision= part of the address first.');
-            errors.show(adviseError(err, {}), 'input', { reveal: false });
+            errors.show(adviseError(err, {}), ErrorCode.INPUT, { reveal: false });
             setState('error');
         },
     );
@@ -162,7 +162,7 @@ function main() {
             // A page and a worker from different builds (a half-updated cache): messages may not match.
             throw new KleinError(
                 `This page speaks protocol ${PROTOCOL_VERSION} but its worker speaks ${workerVersion}. Reload the page.`,
-                { code: 'version-mismatch' },
+                { code: ErrorCode.VERSION_MISMATCH },
             );
         }
         capabilities.render(caps);
@@ -185,7 +185,8 @@ function main() {
     /** @type {Promise<Capabilities | null>} */
     let probe = runProbe();
     probe.catch((err) => {
-        errors.show(adviseError(err, { advice }), err instanceof KleinError ? err.code : 'internal', { reveal: false });
+        const code = err instanceof KleinError ? err.code : ErrorCode.INTERNAL;
+        errors.show(adviseError(err, { advice }), code, { reveal: false });
         setState('error');
     });
 
@@ -257,8 +258,8 @@ function main() {
                 .then(async () => historyStore && history.render(await historyStore.list()))
                 .catch((err) => announce(toast, `Not saved to history: ${err?.message ?? err}`));
         } catch (err) {
-            const code = err instanceof KleinError ? err.code : 'internal';
-            if (code === 'cancelled') {
+            const code = err instanceof KleinError ? err.code : ErrorCode.INTERNAL;
+            if (code === ErrorCode.CANCELLED) {
                 progress.stop('Cancelled.', { complete: false });
                 setState('idle');
                 return;
@@ -268,7 +269,7 @@ function main() {
             progress.stop(`Stopped: ${shown.title.toLowerCase()}.`, { complete: false });
             setState('error');
             // A lost device can leave the worker's runtime unusable: the next Generate gets a fresh one.
-            if (code === 'device-lost') client.restart();
+            if (code === ErrorCode.DEVICE_LOST) client.restart();
         } finally {
             form.setRunning(false);
             capabilities.setBusy(false);
@@ -277,7 +278,7 @@ function main() {
 
     form.onSubmit(() => {
         generate().catch((err) => {
-            errors.show(adviseError(err, {}), 'internal');
+            errors.show(adviseError(err, {}), ErrorCode.INTERNAL);
             setState('error');
         });
     });

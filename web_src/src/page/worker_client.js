@@ -7,12 +7,12 @@
  * @module page/worker_client
  */
 
-import { KleinError, deserializeError } from '../shared/errors.js';
+import { ErrorCode, KleinError, deserializeError } from '../shared/errors.js';
 
 /** @typedef {import('../protocol.js').Event} WorkerEvent */
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
 /** @typedef {import('../protocol.js').GenerateResult} GenerateResult */
-/** @typedef {import('../protocol.js').Capabilities} Capabilities */
+/** @typedef {import('../shared/types.js').Capabilities} Capabilities */
 
 /**
  * @typedef {Object} Pending
@@ -57,7 +57,7 @@ export class WorkerClient {
     async generate(params, { onEvent } = {}) {
         if (this.#generateId !== null) {
             throw new KleinError('A generation is already running: cancel it or wait for it to finish.', {
-                code: 'already-running',
+                code: ErrorCode.ALREADY_RUNNING,
             });
         }
         const { id, promise } = this.#post({ type: 'generate', params }, onEvent);
@@ -90,7 +90,7 @@ export class WorkerClient {
     restart() {
         this.#worker?.terminate();
         this.#worker = null;
-        this.#failAll(new KleinError('The inference worker was restarted.', { code: 'restarted' }));
+        this.#failAll(new KleinError('The inference worker was restarted.', { code: ErrorCode.WORKER_RESTARTED }));
     }
 
     /**
@@ -156,7 +156,7 @@ export class WorkerClient {
             new KleinError(
                 `The inference worker stopped: ${reason}. Try again; if it keeps happening, reload the page.`,
                 {
-                    code: 'worker-crashed',
+                    code: ErrorCode.WORKER_CRASHED,
                 },
             ),
         );

@@ -1,9 +1,9 @@
 // @ts-check
 /**
- * @file Models: turns the manifest's graph entries into onnxruntime sessions. It picks one variant and
- * one execution provider per component for this adapter, makes sure the files are in the weight
- * store, creates sessions one at a time from stored bytes, and decides which sessions stay loaded.
- * The only pipeline module that touches the runtime and the store.
+ * @file Models: the session cache. It opens the weight store of the model source, has pipeline/graph_choice.js
+ * pick one graph and one execution provider per component for this adapter, makes sure the files are in the
+ * store, creates sessions one at a time from stored bytes, and decides which sessions stay loaded. The only
+ * pipeline module that touches the runtime and the store.
  *
  * Memory policy: a session stays loaded while everything loaded fits a budget derived from the
  * device's memory; when the next stage needs room, the least recently used sessions are released
@@ -11,25 +11,18 @@
  * @module pipeline/models
  */
 
-import { DeviceLostError, InputError, KleinError, ModelFileError, OutOfMemoryError } from '../shared/errors.js';
+import { runtimeError } from '../runtime/errors.js';
 import { createSession, float32, int64, release, run } from '../runtime/ort.js';
-import { WeightStore, formatBytes } from '../store/weights.js';
-import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../store/manifest.js';
+import { formatBytes } from '../shared/format.js';
+import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../shared/model_repo.js';
+import { WeightStore } from '../store/weights.js';
+import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
 
-/** @typedef {'text_encoder' | 'transformer' | 'vae_decoder'} Component */
-/** @typedef {import('../store/manifest.js').GraphEntry} GraphEntry */
-/** @typedef {import('../store/manifest.js').Manifest} Manifest */
+/** @typedef {import('../shared/model_repo.js').Component} Component */
+/** @typedef {import('../shared/model_repo.js').Manifest} Manifest */
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
-/** @typedef {import('../runtime/gpu.js').GpuInfo} GpuInfo */
-
-/**
- * @typedef {Object} Choice  Which graph runs a component, and where.
- * @property {GraphEntry} graph
- * @property {'webgpu' | 'wasm'} ep
- * @property {string[]} forceCpuNodeNames
- * @property {number} bytes   Graph + external data, from the manifest (0 when unknown).
- * @property {string} identity  Path and sizes: changes when the repository is re-converted.
- */
+/** @typedef {import('./graph_choice.js').Choice} Choice */
+/** @typedef {import('../runtime/ort.js').HostTensor} HostTensor  A session output, on the CPU. */
 
 /**
  * @typedef {Object} Meter  Per-job time accounting, filled in by load and run.
@@ -64,111 +57,6 @@ import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../store/manife
 const GIB = 1024 ** 3;
 /** Prompt embeddings kept (15.7 MB each for klein-4B: [1, 512, 7680] float32). */
 const PROMPT_CACHE_ENTRIES = 4;
-/** Variant preference for the text encoder and the transformer; q4f16 only with shader-f16. */
-const PREFERENCE_F16 = Object.freeze(['q4f16', 'q4', 'fp32', 'fp16']);
-const PREFERENCE_F32 = Object.freeze(['q4', 'fp32', 'q4f16', 'fp16']);
-
-/**
- * Choose variant and EP per component for this adapter (see the module doc for the rules).
- * @param {Manifest} manifest
- * @param {{shaderF16: boolean, maxStorageBufferBindingSize?: number}} gpu
- * @param {string | undefined} precision  A forced variant for the text encoder and the transformer.
- * @param {number} [attentionTokens]  The transformer's joint attention length (image + text tokens) of this
- *   generation: of a variant's graphs on the same weights, the least-split one sized for it runs.
- * @returns {{choices: Record<Component, Choice>, notes: string[]}}
- */
-export function chooseGraphs(manifest, { shaderF16, maxStorageBufferBindingSize }, precision, attentionTokens) {
-    /** @type {string[]} */
-    const notes = [];
-    /** @param {string} component */
-    const graphsOf = (component) => manifest.graphs.filter((g) => g.component === component);
-    /** @param {string} component @param {readonly string[]} order */
-    const pick = (component, order) => {
-        const graphs = graphsOf(component);
-        if (graphs.length === 0) {
-            throw new ModelFileError(`The model repository ${manifest.modelBase} has no ${component} graph; check its manifest.json.`);
-        }
-        for (const variant of order) {
-            const graph = graphs.find((g) => g.variant === variant);
-            if (graph) return graph;
-        }
-        return graphs[0];
-    };
-    /** @type {Partial<Record<Component, Choice>>} */
-    const choices = {};
-    for (const component of /** @type {const} */ (['text_encoder', 'transformer'])) {
-        let graph;
-        if (precision) {
-            graph = graphsOf(component).find((g) => g.variant === precision);
-            if (!graph) {
-                const have = graphsOf(component).map((g) => g.variant).join(', ') || 'none';
-                throw new InputError(`\`precision\` ${JSON.stringify(precision)} is not available for the ${component} of this model (it has: ${have}); leave it empty for the best available.`, { precision });
-            }
-        } else {
-            graph = pick(component, shaderF16 ? PREFERENCE_F16 : PREFERENCE_F32);
-        }
-        if (attentionTokens !== undefined) graph = sizeClass(manifest, graph, attentionTokens, maxStorageBufferBindingSize);
-        choices[component] = place(graph, manifest, shaderF16, notes);
-    }
-    // VAE: fp16 on WebGPU with shader-f16; else an fp32 graph on WebGPU; else fp16 on the wasm EP.
-    const vaeOrder = shaderF16 && precision !== 'fp32' ? ['fp16', 'fp32'] : ['fp32', 'fp16'];
-    choices.vae_decoder = place(pick('vae_decoder', vaeOrder), manifest, shaderF16, notes);
-    return { choices: /** @type {Record<Component, Choice>} */ (choices), notes };
-}
-
-/**
- * Of the graphs of `graph`'s component and variant (one per size class, sharing the weight files), the one
- * whose attention is split into the fewest query blocks while its score buffers stay within the budget the
- * converter sized it for at `tokens`. Each query block costs kernels, so a small image runs much faster
- * unsplit than in the blocks a 2048^2 image needs. Graphs without a recorded limit serve every size. An
- * adapter whose storage buffers are smaller than the converter's budget gets a more-split graph; a size no
- * graph can run within that limit is refused before anything is downloaded.
- * @param {Manifest} manifest
- * @param {GraphEntry} graph  The variant's main graph (listed first; it runs every size).
- * @param {number} tokens
- * @param {number} [bufferLimit]  The adapter's maxStorageBufferBindingSize (bytes).
- * @returns {GraphEntry}
- */
-export function sizeClass(manifest, graph, tokens, bufferLimit = Infinity) {
-    /** @param {GraphEntry} g */
-    const scoreBytes = (g) => (g.attentionHeads ?? 0) * Math.ceil(tokens / g.attentionQueryBlocks) * tokens * 4;
-    const siblings = manifest.graphs.filter((g) => g.component === graph.component && g.variant === graph.variant);
-    const fitting = siblings.filter((g) => (g.attentionMaxTokens === null || g.attentionMaxTokens >= tokens) && scoreBytes(g) <= bufferLimit);
-    fitting.sort((a, b) => a.attentionQueryBlocks - b.attentionQueryBlocks);
-    if (fitting.length > 0) return fitting[0];
-    const mostSplit = siblings.reduce((a, b) => (b.attentionQueryBlocks > a.attentionQueryBlocks ? b : a), graph);
-    if (mostSplit.attentionHeads !== null && scoreBytes(mostSplit) > bufferLimit) {
-        throw new OutOfMemoryError(
-            `At ${tokens} attention tokens (image + text) the transformer needs a ${formatBytes(scoreBytes(mostSplit))} attention ` +
-                `buffer but this GPU allows ${formatBytes(bufferLimit)} per buffer. Choose a smaller size.`,
-            { needed: scoreBytes(mostSplit), limit: bufferLimit, tokens },
-        );
-    }
-    return mostSplit;
-}
-
-/**
- * The EP for one graph: WebGPU, unless it needs shader-f16 the adapter lacks; then WebGPU with the
- * fp16 nodes forced onto the CPU when the manifest names them, else the whole graph on the wasm EP.
- * @param {GraphEntry} graph
- * @param {Manifest} manifest
- * @param {boolean} shaderF16
- * @param {string[]} notes
- * @returns {Choice}
- */
-function place(graph, manifest, shaderF16, notes) {
-    const files = graphFiles(graph);
-    const bytes = files.reduce((sum, path) => sum + (manifest.files[path]?.size ?? 0), 0);
-    const identity = files.map((path) => `${path}:${manifest.files[path]?.size ?? '?'}`).join(',');
-    const name = `${graph.component} (${graph.variant})`;
-    if (!graph.requiresF16 || shaderF16) return { graph, ep: 'webgpu', forceCpuNodeNames: [], bytes, identity };
-    if (graph.cpuNodesWithoutF16.length > 0) {
-        notes.push(`${name}: this GPU has no shader-f16, so ${graph.cpuNodesWithoutF16.length} fp16 node(s) run on the CPU; the rest runs on WebGPU.`);
-        return { graph, ep: 'webgpu', forceCpuNodeNames: [...graph.cpuNodesWithoutF16], bytes, identity };
-    }
-    notes.push(`${name} runs on the CPU (wasm), which is slower: this GPU has no shader-f16 and the model has no fp32 variant of it.`);
-    return { graph, ep: 'wasm', forceCpuNodeNames: [], bytes, identity };
-}
 
 /**
  * How many bytes of sessions may stay loaded at once. There is no WebGPU API for total GPU memory;
@@ -177,65 +65,10 @@ function place(graph, manifest, shaderF16, notes) {
  * @returns {number}
  */
 export function memoryBudget() {
-    const deviceMemory = /** @type {any} */ (navigator).deviceMemory;
+    // Navigator.deviceMemory is Chromium-only, so not in TypeScript's DOM types.
+    const { deviceMemory } = /** @type {Navigator & {deviceMemory?: number}} */ (navigator);
     const gib = typeof deviceMemory === 'number' && deviceMemory > 0 ? deviceMemory : 4;
     return (gib * GIB) / 2;
-}
-
-/**
- * Refuse a size whose VAE decode cannot fit before anything is downloaded or run. The VAE mid-block
- * attention materialises a [rows x tokens] score matrix (tokens = (H/8)(W/8); Softmax + MatMul in the
- * graph, no fused kernel), which must fit one storage buffer on WebGPU and the 4 GB wasm32 heap on the
- * CPU. The converter splits the queries into `attentionQueryBlocks` blocks (builder/repo/attention.py), so
- * rows = ceil(tokens / blocks); an unsplit graph (the seed's) has rows = tokens (16384^2 x 2 B = 512 MiB
- * at 1024^2 in fp16).
- * @param {Choice} vae
- * @param {{width: number, height: number}} size
- * @param {{maxStorageBufferBindingSize: number}} gpu
- */
-export function checkDecodeFits(vae, { width, height }, gpu) {
-    const bytesPerValue = vae.graph.variant === 'fp16' && vae.ep === 'webgpu' ? 2 : 4;
-    const limit = vae.ep === 'webgpu' ? gpu.maxStorageBufferBindingSize : GIB;
-    const blocks = vae.graph.attentionQueryBlocks ?? 1;
-    /** @param {number} w @param {number} h */
-    const scoreBytes = (w, h) => {
-        const tokens = (w / 8) * (h / 8);
-        return Math.ceil(tokens / blocks) * tokens * bytesPerValue;
-    };
-    const needed = scoreBytes(width, height);
-    if (needed <= limit) return;
-    // The largest square (multiple of 16) whose score block fits.
-    let side = 16;
-    while (scoreBytes(side + 16, side + 16) <= limit) side += 16;
-    throw new OutOfMemoryError(
-        `At ${width}x${height} the VAE decoder needs a ${formatBytes(needed)} attention buffer but this ` +
-            `${vae.ep === 'webgpu' ? 'GPU allows' : 'CPU path allows'} ${formatBytes(limit)} per buffer. Choose a smaller size ` +
-            `(at most about ${side}x${side}).`,
-        { needed, limit, width, height },
-    );
-}
-
-/**
- * Map a runtime failure to the error the user can act on.
- * @param {unknown} err
- * @param {Gpu} gpu
- * @param {string} what  e.g. 'Loading transformer (q4)'.
- * @returns {Error}
- */
-export function runtimeError(err, gpu, what) {
-    if (err instanceof KleinError) return err;
-    if (gpu.lost) return gpu.lostError();
-    const message = err instanceof Error ? err.message : String(err);
-    if (/device (is |was |has been )?lost|GPUDevice.*(lost|destroyed)/i.test(message)) {
-        return new DeviceLostError(`${what} failed because the GPU device was lost (${message}). Press Generate again to reload.`);
-    }
-    if (/out of memory|\boom\b|failed to allocate|allocation failed|array buffer allocation|cannot allocate|exceeds? the (max|limit)/i.test(message)) {
-        return new OutOfMemoryError(`${what} ran out of memory (${message}). Try a smaller image size, close other tabs, or reload the page.`);
-    }
-    if (/requires f16/i.test(message)) {
-        return new KleinError(`${what} needs shader-f16, which this GPU lacks (${message}). Choose the fp32 precision.`, { code: 'unsupported' });
-    }
-    return new KleinError(`${what} failed: ${message}`, { code: 'runtime', cause: err });
 }
 
 export class Models {
@@ -262,10 +95,10 @@ export class Models {
     }
 
     /**
-     * Stage 2 "download": open the store of `modelBase`, read the manifest, choose the graphs for this
-     * adapter, and download the files that are not complete in the store yet.
+     * Stage 2 (Load models), its `download` part: open the store of `modelBase`, read the manifest, choose the
+     * graphs for this adapter, and download the files that are not complete in the store yet.
      * @param {{modelBase: string, precision?: string, width: number, height: number, attentionTokens?: number}} params
-     * @param {{signal?: AbortSignal, onProgress?: (p: import('../protocol.js').DownloadProgress) => void}} options
+     * @param {{signal?: AbortSignal, onProgress?: (p: import('../shared/types.js').DownloadProgress) => void}} options
      * @returns {Promise<{notes: string[], downloadedBytes: number}>}
      */
     async prepare({ modelBase, precision, width, height, attentionTokens }, { signal, onProgress }) {
@@ -308,7 +141,8 @@ export class Models {
     }
 
     /**
-     * The variant and EP of each component, as the result reports them, with this job's session creation time.
+     * The variant and EP of each component, how it runs, and this job's session creation time, as the result
+     * reports them.
      * @param {Meter} meter
      * @returns {Record<string, {variant: string, ep: string, detail: string, loadMs: number}>}
      */
@@ -389,8 +223,8 @@ export class Models {
     }
 
     /**
-     * Stage 3 "load": create the sessions in `components` order while they all fit the memory budget;
-     * the first is always loaded, later ones that do not fit are loaded when their stage comes.
+     * Stage 2 (Load models), its `load` part: create the sessions in `components` order while they all fit the
+     * memory budget; the first is always loaded, later ones that do not fit are loaded when their stage comes.
      * @param {Component[]} components
      * @param {{meter: Meter, signal?: AbortSignal, dims?: Partial<Record<Component, Record<string, number>>>}} options
      *   `dims`: the static dims each session will run at (see session()).
@@ -477,10 +311,10 @@ export class Models {
      * @param {import('../runtime/ort.js').Session} session
      * @param {Record<string, HostInput>} inputs  By graph input name.
      * @param {{meter: Meter, what: string}} options
-     * @returns {Promise<Record<string, import('../runtime/ort.js').HostTensor>>}
+     * @returns {Promise<Record<string, HostTensor>>}
      */
     async run(session, inputs, { meter, what }) {
-        /** @type {Record<string, import('onnxruntime-web').Tensor>} */
+        /** @type {Record<string, import('../runtime/ort.js').Tensor>} */
         const feeds = {};
         for (const [name, input] of Object.entries(inputs)) {
             feeds[name] = input.data instanceof BigInt64Array ? int64(input.data, input.dims) : float32(input.data, input.dims);

@@ -18,6 +18,7 @@
  */
 
 import { InputError } from '../shared/errors.js';
+import { LIMITS } from '../shared/limits.js';
 
 const TWO_POW_32 = 2 ** 32;
 const TWO_POW_M24 = 2 ** -24;
@@ -260,9 +261,9 @@ function normalDoublePath(next, numel) {
  * @returns {Float32Array} numel = product of shape, in row-major (C) order.
  */
 export function torchRandn(seed, shape) {
-    if (!Number.isInteger(seed) || seed < 0 || seed >= TWO_POW_32) {
+    if (!Number.isInteger(seed) || seed < 0 || seed >= LIMITS.seedMax) {
         throw new InputError(
-            `\`seed\` must be an integer in [0, 2^32) (0 to 4294967295), got ${String(seed)}. ` +
+            `\`seed\` must be an integer in [0, 2^32) (0 to ${LIMITS.seedMax - 1}), got ${String(seed)}. ` +
                 'Pick a whole number in that range (the Random button does).',
             { seed },
         );

@@ -32,8 +32,8 @@ export const MAX_SEQUENCE_LENGTH = 512;
  */
 function tokenContent(entry) {
     if (typeof entry === 'string') return entry;
-    if (entry && typeof entry === 'object' && typeof (/** @type {any} */ (entry).content) === 'string') {
-        return /** @type {any} */ (entry).content;
+    if (entry && typeof entry === 'object' && 'content' in entry && typeof entry.content === 'string') {
+        return entry.content;
     }
     return undefined;
 }

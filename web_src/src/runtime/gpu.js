@@ -29,13 +29,8 @@ const HOW_TO_GET_WEBGPU =
     '--enable-dawn-features=vulkan_enable_f16_on_nvidia) and check chrome://gpu ' +
     '("WebGPU: Hardware accelerated"); on other systems make sure hardware acceleration is on in the settings.';
 
-/**
- * @typedef {Object} AdapterSummary
- * @property {string} vendor
- * @property {string} architecture
- * @property {string} description
- * @property {boolean} isFallbackAdapter
- */
+/** @typedef {import('../shared/types.js').AdapterSummary} AdapterSummary */
+/** @typedef {import('../shared/types.js').Capabilities} Capabilities */
 
 /**
  * @typedef {Object} GpuInfo  What the pipeline needs to choose graph variants.
@@ -52,13 +47,15 @@ const HOW_TO_GET_WEBGPU =
  * @returns {AdapterSummary}
  */
 export function describeAdapter(adapter) {
-    const info = /** @type {any} */ (adapter).info ?? {};
+    // Older Chrome has no adapter.info at all, and before 135 isFallbackAdapter was on the adapter itself.
+    /** @type {Partial<GPUAdapterInfo>} */
+    const info = adapter.info ?? {};
+    const legacy = /** @type {GPUAdapter & {isFallbackAdapter?: boolean}} */ (adapter);
     return {
         vendor: String(info.vendor ?? ''),
         architecture: String(info.architecture ?? ''),
         description: String(info.description ?? ''),
-        // Chrome 135+ moved isFallbackAdapter from the adapter onto adapter.info.
-        isFallbackAdapter: Boolean(info.isFallbackAdapter ?? /** @type {any} */ (adapter).isFallbackAdapter ?? false),
+        isFallbackAdapter: Boolean(info.isFallbackAdapter ?? legacy.isFallbackAdapter ?? false),
     };
 }
 
@@ -114,7 +111,7 @@ export function summarizeAdapter(adapter) {
  * The `probe` request: everything the page shows in its capability panel, never throwing for a
  * missing WebGPU (the answer then says why in `error`).
  * @param {{threads: number}} options  The wasm thread count runtime/ort.js uses.
- * @returns {Promise<import('../protocol.js').Capabilities>}
+ * @returns {Promise<Capabilities>}
  */
 export async function probe({ threads }) {
     const storage = await storageState();

@@ -12,6 +12,8 @@
 
 import * as ort from 'onnxruntime-web/webgpu';
 
+/** @typedef {import('onnxruntime-web').Tensor} Tensor  A tensor as onnxruntime takes it (float32() / int64()). */
+
 /**
  * @typedef {Object} ExternalDataFile
  * @property {string} path  The bare file name stored in the graph's TensorProto `location`.
@@ -51,7 +53,7 @@ import * as ort from 'onnxruntime-web/webgpu';
  * @typedef {Object} HostTensor  A tensor downloaded to the CPU.
  * @property {string} type
  * @property {number[]} dims
- * @property {Float32Array | BigInt64Array | Uint8Array | Int32Array | any} data
+ * @property {import('onnxruntime-web').Tensor.DataType} data
  */
 
 /**
@@ -104,9 +106,7 @@ export async function createSession(graphBytes, externalData, { ep, device, forc
         // Object form: the only one that carries `device` and `forceCpuNodeNames`.
         /** @type {import('onnxruntime-web').InferenceSession.WebGpuExecutionProviderOption & {device: GPUDevice}} */
         const webgpu = { name: 'webgpu', device };
-        if (forceCpuNodeNames && forceCpuNodeNames.length > 0) {
-            /** @type {any} */ (webgpu).forceCpuNodeNames = forceCpuNodeNames;
-        }
+        if (forceCpuNodeNames && forceCpuNodeNames.length > 0) webgpu.forceCpuNodeNames = forceCpuNodeNames;
         options.executionProviders = [webgpu];
     } else if (ep === 'wasm') {
         options.executionProviders = ['wasm'];
@@ -158,7 +158,9 @@ function captureFeeds(capture, feeds) {
                 size: Math.ceil(data.byteLength / 16) * 16,
                 usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
             });
-            input = { buffer, tensor: ort.Tensor.fromGpuBuffer(buffer, { dataType: /** @type {any} */ (tensor.type), dims: tensor.dims }), dims };
+            // Every graph input is one of the types a GPU buffer can hold (float32 and int64 here).
+            const dataType = /** @type {import('onnxruntime-web').Tensor.GpuBufferDataTypes} */ (tensor.type);
+            input = { buffer, tensor: ort.Tensor.fromGpuBuffer(buffer, { dataType, dims: tensor.dims }), dims };
             capture.inputs.set(name, input);
         } else if (input.dims !== dims) {
             throw new TypeError(`A captured session was run with ${name} of dims ${dims}; it captured ${input.dims}. Create a new session for new dims.`);

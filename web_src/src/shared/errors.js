@@ -1,16 +1,48 @@
 // @ts-check
 /**
- * @file Every error class of the app, each with a stable `code` the UI switches on. Errors cross the
- * worker boundary as plain objects through `serializeError` / `deserializeError`, never as strings.
+ * @file Every error class of the app, and `ErrorCode`: the stable codes the UI switches on, each thrown
+ * through a class below or as a `KleinError` with that code. Errors cross the worker boundary as plain
+ * objects through `serializeError` / `deserializeError`, never as strings.
  * @module shared/errors
  */
+
+/** Every code a KleinError may carry; page/ui/error_view.js gives each one its advice. */
+export const ErrorCode = Object.freeze({
+    /** A bug or an unexpected exception: nothing the user did. */
+    INTERNAL: 'internal',
+    INPUT: 'input',
+    NO_WEBGPU: 'no-webgpu',
+    DEVICE_LOST: 'device-lost',
+    OUT_OF_MEMORY: 'out-of-memory',
+    QUOTA: 'quota',
+    NETWORK: 'network',
+    MODEL_FILE: 'model-file',
+    DEGENERATE_OUTPUT: 'degenerate-output',
+    CANCELLED: 'cancelled',
+    /** A model file is being downloaded by another tab (its OPFS handle is exclusive). */
+    BUSY: 'busy',
+    /** A graph needs a GPU feature the adapter lacks (shader-f16). */
+    UNSUPPORTED: 'unsupported',
+    /** The model runtime failed in a way not recognised as out-of-memory or device loss. */
+    RUNTIME: 'runtime',
+    /** The worker script failed to load or threw outside a request. */
+    WORKER_CRASHED: 'worker-crashed',
+    /** The page threw the worker away (after a lost device); its pending requests end with this. */
+    WORKER_RESTARTED: 'restarted',
+    /** The page and its worker come from different builds. */
+    VERSION_MISMATCH: 'version-mismatch',
+    /** generate() while a generation is in flight on the same client. */
+    ALREADY_RUNNING: 'already-running',
+});
+
+/** @typedef {(typeof ErrorCode)[keyof typeof ErrorCode]} ErrorCode */
 
 export class KleinError extends Error {
     /**
      * @param {string} message What went wrong and what the user can do about it.
-     * @param {{code?: string, detail?: any, cause?: unknown}} [options]
+     * @param {{code?: ErrorCode, detail?: any, cause?: unknown}} [options]
      */
-    constructor(message, { code = 'internal', detail = undefined, cause = undefined } = {}) {
+    constructor(message, { code = ErrorCode.INTERNAL, detail = undefined, cause = undefined } = {}) {
         super(message, cause === undefined ? undefined : { cause });
         this.name = 'KleinError';
         this.code = code;
@@ -22,7 +54,7 @@ export class KleinError extends Error {
 export class InputError extends KleinError {
     /** @param {string} message @param {any} [detail] */
     constructor(message, detail) {
-        super(message, { code: 'input', detail });
+        super(message, { code: ErrorCode.INPUT, detail });
         this.name = 'InputError';
     }
 }
@@ -31,7 +63,7 @@ export class InputError extends KleinError {
 export class NoWebGPUError extends KleinError {
     /** @param {string} message @param {any} [detail] */
     constructor(message, detail) {
-        super(message, { code: 'no-webgpu', detail });
+        super(message, { code: ErrorCode.NO_WEBGPU, detail });
         this.name = 'NoWebGPUError';
     }
 }
@@ -39,7 +71,7 @@ export class NoWebGPUError extends KleinError {
 export class DeviceLostError extends KleinError {
     /** @param {string} message @param {any} [detail] */
     constructor(message, detail) {
-        super(message, { code: 'device-lost', detail });
+        super(message, { code: ErrorCode.DEVICE_LOST, detail });
         this.name = 'DeviceLostError';
     }
 }
@@ -47,7 +79,7 @@ export class DeviceLostError extends KleinError {
 export class OutOfMemoryError extends KleinError {
     /** @param {string} message @param {any} [detail] */
     constructor(message, detail) {
-        super(message, { code: 'out-of-memory', detail });
+        super(message, { code: ErrorCode.OUT_OF_MEMORY, detail });
         this.name = 'OutOfMemoryError';
     }
 }
@@ -56,7 +88,7 @@ export class OutOfMemoryError extends KleinError {
 export class QuotaError extends KleinError {
     /** @param {string} message @param {any} [detail] */
     constructor(message, detail) {
-        super(message, { code: 'quota', detail });
+        super(message, { code: ErrorCode.QUOTA, detail });
         this.name = 'QuotaError';
     }
 }
@@ -65,7 +97,7 @@ export class QuotaError extends KleinError {
 export class NetworkError extends KleinError {
     /** @param {string} message @param {any} [detail] */
     constructor(message, detail) {
-        super(message, { code: 'network', detail });
+        super(message, { code: ErrorCode.NETWORK, detail });
         this.name = 'NetworkError';
     }
 }
@@ -74,7 +106,7 @@ export class NetworkError extends KleinError {
 export class ModelFileError extends KleinError {
     /** @param {string} message @param {any} [detail] */
     constructor(message, detail) {
-        super(message, { code: 'model-file', detail });
+        super(message, { code: ErrorCode.MODEL_FILE, detail });
         this.name = 'ModelFileError';
     }
 }
@@ -83,20 +115,20 @@ export class ModelFileError extends KleinError {
 export class DegenerateOutputError extends KleinError {
     /** @param {string} message @param {any} [detail] */
     constructor(message, detail) {
-        super(message, { code: 'degenerate-output', detail });
+        super(message, { code: ErrorCode.DEGENERATE_OUTPUT, detail });
         this.name = 'DegenerateOutputError';
     }
 }
 
 export class CancelledError extends KleinError {
     constructor(message = 'Cancelled.') {
-        super(message, { code: 'cancelled' });
+        super(message, { code: ErrorCode.CANCELLED });
         this.name = 'CancelledError';
     }
 }
 
-const CLASSES = Object.freeze({
-    KleinError,
+/** The classes constructed as (message, detail), by name: what deserializeError rebuilds. */
+const DETAIL_CLASSES = Object.freeze({
     InputError,
     NoWebGPUError,
     DeviceLostError,
@@ -105,13 +137,12 @@ const CLASSES = Object.freeze({
     NetworkError,
     ModelFileError,
     DegenerateOutputError,
-    CancelledError,
 });
 
 /**
  * @typedef {Object} SerializedError
  * @property {string} name
- * @property {string} code
+ * @property {ErrorCode} code
  * @property {string} message
  * @property {any} [detail]
  */
@@ -126,10 +157,15 @@ export function serializeError(err) {
         return { name: err.name, code: err.code, message: err.message, detail: err.detail };
     }
     if (err instanceof DOMException && err.name === 'AbortError') {
-        return { name: 'CancelledError', code: 'cancelled', message: 'Cancelled.' };
+        return { name: 'CancelledError', code: ErrorCode.CANCELLED, message: 'Cancelled.' };
     }
     const message = err instanceof Error ? err.message : String(err);
-    return { name: 'KleinError', code: 'internal', message, detail: err instanceof Error ? err.stack : undefined };
+    return {
+        name: 'KleinError',
+        code: ErrorCode.INTERNAL,
+        message,
+        detail: err instanceof Error ? err.stack : undefined,
+    };
 }
 
 /**
@@ -137,7 +173,10 @@ export function serializeError(err) {
  * @returns {KleinError}
  */
 export function deserializeError(obj) {
-    const Cls = /** @type {any} */ (CLASSES)[obj.name] ?? KleinError;
-    const err = Cls === KleinError ? new KleinError(obj.message, { code: obj.code, detail: obj.detail }) : obj.name === 'CancelledError' ? new CancelledError(obj.message) : new Cls(obj.message, obj.detail);
-    return err;
+    if (obj.name === 'CancelledError') return new CancelledError(obj.message);
+    if (Object.hasOwn(DETAIL_CLASSES, obj.name)) {
+        const Cls = DETAIL_CLASSES[/** @type {keyof typeof DETAIL_CLASSES} */ (obj.name)];
+        return new Cls(obj.message, obj.detail);
+    }
+    return new KleinError(obj.message, { code: obj.code, detail: obj.detail });
 }

@@ -15,7 +15,7 @@
  * @module store/backend
  */
 
-import { KleinError, QuotaError } from '../shared/errors.js';
+import { ErrorCode, KleinError, QuotaError } from '../shared/errors.js';
 
 /** Suffix of a file still being downloaded; only a complete, size-checked file loses it. */
 export const PARTIAL_SUFFIX = '.partial';
@@ -162,12 +162,12 @@ export class OpfsBackend {
         const fileHandle = await dir.getFileHandle(name + PARTIAL_SUFFIX, { create: true });
         let access;
         try {
-            access = await /** @type {any} */ (fileHandle).createSyncAccessHandle();
+            access = await fileHandle.createSyncAccessHandle();
         } catch (err) {
             // The handle is exclusive: another tab (or worker) is downloading this very file.
             if (err instanceof DOMException && err.name === 'NoModificationAllowedError') {
                 throw new KleinError(`${path} is being downloaded in another tab of this app. Close the other tab or wait for it, then try again.`, {
-                    code: 'busy',
+                    code: ErrorCode.BUSY,
                 });
             }
             throw err;
@@ -206,8 +206,8 @@ export class OpfsBackend {
         const [dir, name] = await this.locate(path, false);
         const partial = await dir.getFileHandle(name + PARTIAL_SUFFIX);
         await this.delete(path);
-        // FileSystemHandle.move (Chrome 110+ for OPFS): an atomic rename within the folder.
-        await /** @type {any} */ (partial).move(name);
+        // FileSystemHandle.move (Chrome 110+ for OPFS, not in TypeScript's DOM types): an atomic rename in the folder.
+        await /** @type {FileSystemFileHandle & {move(name: string): Promise<void>}} */ (partial).move(name);
     }
 
     /**
@@ -287,8 +287,12 @@ export async function clearAll() {
  */
 async function directorySize(dir) {
     let total = 0;
-    for await (const entry of /** @type {any} */ (dir).values()) {
-        total += entry.kind === 'file' ? (await entry.getFile()).size : await directorySize(entry);
+    for await (const entry of dir.values()) {
+        // `kind` tells the two handle types apart; TypeScript types values() as the common base.
+        total +=
+            entry.kind === 'file'
+                ? (await /** @type {FileSystemFileHandle} */ (entry).getFile()).size
+                : await directorySize(/** @type {FileSystemDirectoryHandle} */ (entry));
     }
     return total;
 }

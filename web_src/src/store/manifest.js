@@ -8,50 +8,14 @@
  */
 
 import { InputError, ModelFileError, NetworkError } from '../shared/errors.js';
+import { CHAT_TEMPLATE_FILE, COMPONENTS, TOKENIZER_FILES, VARIANTS, graphFiles } from '../shared/model_repo.js';
 
 export const MANIFEST_NAME = 'manifest.json';
 export const FORMAT = 'klein-web-model-repo';
 export const FORMAT_VERSION = 1;
 
-export const COMPONENTS = Object.freeze(['text_encoder', 'transformer', 'vae_decoder']);
-export const VARIANTS = Object.freeze(['q4', 'q4f16', 'fp32', 'fp16']);
-export const TOKENIZER_FILES = Object.freeze(['tokenizer/tokenizer.json', 'tokenizer/tokenizer_config.json']);
-export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
-
-/**
- * @typedef {Object} GraphEntry
- * @property {string} component             'text_encoder' | 'transformer' | 'vae_decoder'
- * @property {string} variant              'q4' | 'q4f16' | 'fp32' | 'fp16'
- * @property {string} path                 e.g. 'transformer/transformer_q4.onnx'
- * @property {string[]} externalData       Bare names, exactly the graph's TensorProto `location`s.
- * @property {string} precision            Human-readable.
- * @property {boolean} requiresF16         The WebGPU EP needs shader-f16 for some node.
- * @property {string[]} cpuNodesWithoutF16 Nodes to force onto the CPU when the adapter lacks shader-f16.
- * @property {number} attentionQueryBlocks Attention runs in this many query blocks (1 = one score matrix).
- * @property {number | null} attentionMaxTokens  The longest attention (image + text tokens) the converter sized
- *   this graph for; a transformer variant may have one graph per size class on the same weights. null: any size.
- * @property {number | null} attentionHeads  Heads of its attention score buffers (null: not recorded).
- */
-
-/**
- * @typedef {Object} Manifest
- * @property {string} modelBase
- * @property {string} source
- * @property {boolean} seedLayout  True when the repo had no manifest.json and the seed layout is assumed.
- * @property {Record<string, {size: number | null, sha256: string | null}>} files  size null: not known yet.
- * @property {GraphEntry[]} graphs
- * @property {any} raw  The manifest.json object as fetched (null for the seed layout), kept for offline use.
- */
-
-/**
- * Repo-relative paths of a graph and its external-data files (same folder).
- * @param {GraphEntry} graph
- * @returns {string[]}
- */
-export function graphFiles(graph) {
-    const folder = graph.path.slice(0, graph.path.lastIndexOf('/') + 1);
-    return [graph.path, ...graph.externalData.map((name) => folder + name)];
-}
+/** @typedef {import('../shared/model_repo.js').GraphEntry} GraphEntry */
+/** @typedef {import('../shared/model_repo.js').Manifest} Manifest */
 
 /**
  * `transformer`, `q4`, 2 -> the seed naming scheme (builder.manifest.graph_path / external_data_names).

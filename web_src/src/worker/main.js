@@ -30,7 +30,7 @@ import { WeightStore } from '../store/weights.js';
  * @returns {{mjs: string, wasm: string} | null}
  */
 function ortWasmUrls(scriptUrl) {
-    // @ts-ignore -- KLEIN_ORT_WASM is an esbuild --define, not a declared global.
+    // KLEIN_ORT_WASM is an esbuild --define (declared in build_defines.d.ts), not a runtime global.
     const names = typeof KLEIN_ORT_WASM === 'undefined' ? null : KLEIN_ORT_WASM;
     if (!names) return null;
     return { mjs: new URL(names.mjs, scriptUrl).href, wasm: new URL(names.wasm, scriptUrl).href };

@@ -5,11 +5,11 @@
  * @module page/ui/capabilities
  */
 
-import { firstSentence } from './error_view.js';
+import { formatBinaryBytes, formatBytes } from '../../shared/format.js';
 import { requireElement } from './dom.js';
-import { formatBinaryBytes, formatBytes } from './format.js';
+import { firstSentence } from './error_view.js';
 
-/** @typedef {import('../../protocol.js').Capabilities} Capabilities */
+/** @typedef {import('../../shared/types.js').Capabilities} Capabilities */
 
 /** About what the q4 model needs in browser storage (text encoder 2.48 + transformer 3.00 + VAE 0.10 GB). */
 const MODEL_BYTES = 5.6e9;

@@ -5,9 +5,9 @@
  * @module page/ui/error_view
  */
 
-import { KleinError } from '../../shared/errors.js';
+import { ErrorCode, KleinError } from '../../shared/errors.js';
+import { formatBytes } from '../../shared/format.js';
 import { requireElement } from './dom.js';
-import { formatBytes } from './format.js';
 
 /**
  * @typedef {Object} ErrorAdvice
@@ -41,25 +41,25 @@ function bytes(value) {
  * @returns {ErrorAdvice}
  */
 export function adviseError(error, context) {
-    const code = error instanceof KleinError ? error.code : 'internal';
+    const code = error instanceof KleinError ? error.code : ErrorCode.INTERNAL;
     const message = error instanceof Error ? error.message : String(error);
     const detail = error instanceof KleinError && error.detail && typeof error.detail === 'object' ? error.detail : {};
     switch (code) {
-        case 'input':
+        case ErrorCode.INPUT:
             return { title: 'Check the settings', message, action: '' };
-        case 'no-webgpu':
+        case ErrorCode.NO_WEBGPU:
             return {
                 title: 'WebGPU is not available',
                 message: context.advice ? firstSentence(message) : message,
                 action: context.advice ?? '',
             };
-        case 'device-lost':
+        case ErrorCode.DEVICE_LOST:
             return {
                 title: 'The GPU was reset',
                 message,
                 action: 'This happens when the driver restarts or another app claims the GPU. Click Generate to try again: the model reloads from this browser’s cache.',
             };
-        case 'out-of-memory': {
+        case ErrorCode.OUT_OF_MEMORY: {
             const size = context.width && context.height ? ` at ${context.width}×${context.height}` : '';
             return {
                 title: `Out of GPU memory${size}`,
@@ -67,13 +67,13 @@ export function adviseError(error, context) {
                 action: 'Choose a smaller size (512×512 needs the least), close other GPU-heavy tabs, then Generate again.',
             };
         }
-        case 'network':
+        case ErrorCode.NETWORK:
             return {
                 title: 'The download stopped',
                 message,
                 action: 'Check the connection and click Generate: the download resumes where it stopped, finished files are kept.',
             };
-        case 'quota': {
+        case ErrorCode.QUOTA: {
             // store/weights.js puts {needed, usage, quota} in the detail: lead with needed vs available.
             const needed = bytes(detail.needed);
             const quota = bytes(detail.quota);
@@ -88,37 +88,37 @@ export function adviseError(error, context) {
                 action: 'Free disk space (the browser lets a site use a share of it) or clear other sites’ data, then Generate again.',
             };
         }
-        case 'degenerate-output':
+        case ErrorCode.DEGENERATE_OUTPUT:
             return {
                 title: 'The model produced an unusable image',
                 message,
                 action: 'Nothing is shown rather than a black square. Try another seed or size; if it keeps happening on this GPU, please report it with the details under “This device”.',
             };
-        case 'model-file':
+        case ErrorCode.MODEL_FILE:
             return {
                 title: 'A model file is missing or damaged',
                 message,
                 action: 'Click “Clear cached model” below and Generate again to download a fresh copy.',
             };
-        case 'busy':
+        case ErrorCode.BUSY:
             return {
                 title: 'Another tab is downloading the model',
                 message,
                 action: 'Let that tab finish (or close it), then Generate again here: the files are shared.',
             };
-        case 'unsupported':
+        case ErrorCode.UNSUPPORTED:
             return {
                 title: 'This GPU lacks a feature the model needs',
                 message,
                 action: 'Check `chrome://gpu` (shader-f16), update the GPU driver, or use a model folder that has fp32 graphs.',
             };
-        case 'runtime':
+        case ErrorCode.RUNTIME:
             return {
                 title: 'The model runtime failed',
                 message,
                 action: 'Try again, or a smaller size; if it keeps happening, reload the page.',
             };
-        case 'worker-crashed':
+        case ErrorCode.WORKER_CRASHED:
             return { title: 'The inference worker stopped', message, action: '' };
         default:
             return {
@@ -155,7 +155,7 @@ export class ErrorView {
 
     /**
      * @param {ErrorAdvice} advice
-     * @param {string} code  Kept in `data-code` for automation and CSS.
+     * @param {ErrorCode} code  Kept in `data-code` for automation and CSS.
      * @param {{reveal?: boolean}} [options]  reveal: scroll the message into view (not at page load).
      */
     show(advice, code, { reveal = true } = {}) {

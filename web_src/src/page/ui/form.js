@@ -7,21 +7,11 @@
  */
 
 import { InputError } from '../../shared/errors.js';
+import { LIMITS } from '../../shared/limits.js';
 import { requireElement } from './dom.js';
 
 /** Values of the size `<select>` besides "custom". */
 export const SIZE_PRESETS = Object.freeze(['512x512', '768x768', '1024x1024']);
-
-export const LIMITS = Object.freeze({
-    minSide: 64,
-    maxSide: 2048,
-    // The VAE halves/doubles 3 times and latents are packed in 2x2 patches: 8 * 2 = 16 pixels per token.
-    multiple: 16,
-    minSteps: 1,
-    maxSteps: 50,
-    // torch.Generator('cpu').manual_seed masks to 32 bits; the worker rejects anything outside [0, 2^32).
-    seedEnd: 2 ** 32,
-});
 
 /**
  * What the form holds, already validated. `modelBase` is added by the caller.
@@ -93,21 +83,22 @@ function parseInteger(field, label, text, min, max, fix) {
  * @returns {number}
  */
 function parseSide(field, label, text) {
-    const { minSide, maxSide, multiple } = LIMITS;
+    const { sizeMin, sizeMax, sizeMultiple } = LIMITS;
     const value = parseInteger(
         field,
         label,
         text,
-        minSide,
-        maxSide,
-        `Use a multiple of ${multiple} between ${minSide} and ${maxSide} pixels.`,
+        sizeMin,
+        sizeMax,
+        `Use a multiple of ${sizeMultiple} between ${sizeMin} and ${sizeMax} pixels.`,
     );
-    if (value % multiple !== 0) {
-        const lower = Math.max(minSide, Math.floor(value / multiple) * multiple);
-        const upper = Math.min(maxSide, lower + multiple);
+    if (value % sizeMultiple !== 0) {
+        const lower = Math.max(sizeMin, Math.floor(value / sizeMultiple) * sizeMultiple);
+        const upper = Math.min(sizeMax, lower + sizeMultiple);
         reject(
             field,
-            `${label} ${value} is not a multiple of ${multiple} (the model works on ${multiple}-pixel patches). ` +
+            `${label} ${value} is not a multiple of ${sizeMultiple} ` +
+                `(the model works on ${sizeMultiple}-pixel patches). ` +
                 `Use ${lower} or ${upper}.`,
         );
     }
@@ -121,13 +112,13 @@ function parseSide(field, label, text) {
  */
 export function validateValues(raw) {
     const prompt = raw.prompt ?? '';
-    const seed = parseInteger('seed', 'Seed', raw.seed, 0, LIMITS.seedEnd - 1, 'Click the dice for a random seed.');
+    const seed = parseInteger('seed', 'Seed', raw.seed, 0, LIMITS.seedMax - 1, 'Click the dice for a random seed.');
     const steps = parseInteger(
         'steps',
         'Steps',
         raw.steps,
-        LIMITS.minSteps,
-        LIMITS.maxSteps,
+        LIMITS.stepsMin,
+        LIMITS.stepsMax,
         'klein is distilled for 4 steps; more rarely helps.',
     );
     const width = parseSide('width', 'Width', raw.width);
@@ -189,6 +180,18 @@ export function shareUrl(pageHref, values) {
     return url.toString();
 }
 
+/**
+ * @param {HTMLInputElement} input
+ * @param {number} min
+ * @param {number} max
+ * @param {number} step
+ */
+function setRange(input, min, max, step) {
+    input.min = String(min);
+    input.max = String(max);
+    input.step = String(step);
+}
+
 /** The form's elements and the small amount of behaviour that belongs to them. */
 export class FormView {
     /** @param {Document} doc */
@@ -206,6 +209,11 @@ export class FormView {
         this.cancel = requireElement(doc, 'cancel', HTMLButtonElement);
         this.running = false;
         this.blocked = false;
+        // The browser's own constraint hints (spinner steps, :invalid) follow the same contract as validation.
+        setRange(this.steps, LIMITS.stepsMin, LIMITS.stepsMax, 1);
+        for (const side of [this.width, this.height]) {
+            setRange(side, LIMITS.sizeMin, LIMITS.sizeMax, LIMITS.sizeMultiple);
+        }
 
         this.seedRandom.addEventListener('click', () => {
             this.seed.value = String(randomSeed());

@@ -10,8 +10,8 @@
  */
 
 import { STAGES } from '../../protocol.js';
+import { formatBytes, formatDuration, formatRate, formatSeconds } from '../../shared/format.js';
 import { requireElement } from './dom.js';
-import { formatBytes, formatDuration, formatRate, formatSeconds } from './format.js';
 
 /** @typedef {import('../../protocol.js').Event} WorkerEvent */
 /** @typedef {import('../../protocol.js').Stage} Stage */
@@ -22,6 +22,8 @@ const STAGE_TEXT = Object.freeze({
     download: 'Downloading the model',
     load: 'Loading the model',
     encode: 'Encoding the prompt',
+    latents: 'Preparing the latents',
+    timesteps: 'Preparing the timesteps',
     denoise: 'Denoising',
     decode: 'Decoding the image',
 });
@@ -45,7 +47,7 @@ export class ProgressView {
         this.etaAt = 0;
         /** @type {ReturnType<typeof setInterval> | null} */
         this.timer = null;
-        /** @type {import('../../protocol.js').DownloadProgress | null} latest download progress not drawn yet */
+        /** @type {import('../../shared/types.js').DownloadProgress | null} latest download progress not drawn yet */
         this.pendingProgress = null;
         /** @type {ReturnType<typeof setTimeout> | null} */
         this.progressTimer = null;
@@ -91,7 +93,7 @@ export class ProgressView {
 
     /**
      * Draws now if the last drawing is old enough, else once the interval has passed (latest wins).
-     * @param {import('../../protocol.js').DownloadProgress} progress
+     * @param {import('../../shared/types.js').DownloadProgress} progress
      */
     #queueProgress(progress) {
         this.pendingProgress = progress;

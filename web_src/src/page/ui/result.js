@@ -6,9 +6,9 @@
  * @module page/ui/result
  */
 
+import { formatDuration } from '../../shared/format.js';
 import { addTextChunks } from '../../shared/png_text.js';
 import { requireElement } from './dom.js';
-import { formatDuration } from './format.js';
 
 /** @typedef {import('../../protocol.js').GenerateResult} GenerateResult */
 /** @typedef {import('../../protocol.js').StageTimings} StageTimings */
@@ -16,11 +16,17 @@ import { formatDuration } from './format.js';
 /** Longest edge of a history thumbnail, in CSS pixels (x2 for sharp thumbnails on HiDPI screens). */
 const THUMB_EDGE = 192;
 
-/** Rows of the timings table, in pipeline order. */
+/**
+ * Rows of the timings table: the pipeline's stages in order (pipeline/generate.js), stage 2 in its two parts.
+ * @type {ReadonlyArray<readonly [keyof StageTimings, string]>}
+ */
 const TIMING_ROWS = Object.freeze([
+    ['check', 'Check inputs'],
     ['download', 'Download'],
     ['load', 'Load graphs'],
     ['encode', 'Encode prompt'],
+    ['latents', 'Prepare latents'],
+    ['timesteps', 'Prepare timesteps'],
     ['denoise', 'Denoise'],
     ['decode', 'Decode'],
 ]);
@@ -181,7 +187,7 @@ export class ResultView {
         table.append(cell('caption', 'Time per stage'));
         const body = document.createElement('tbody');
         for (const [key, label] of TIMING_ROWS) {
-            const ms = timings[/** @type {keyof StageTimings} */ (key)];
+            const ms = timings[key];
             const row = document.createElement('tr');
             const extra =
                 key === 'denoise' && result.params.steps > 0

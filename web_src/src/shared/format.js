@@ -1,13 +1,15 @@
 // @ts-check
 /**
- * @file Human-readable numbers for the page: bytes, durations, rates. Pure functions, no DOM.
- * @module page/ui/format
+ * @file Human-readable numbers: bytes, durations, rates. The one formatter of each kind, so a size reads
+ * the same in an error message from the worker and in the page's panels. Pure functions, no DOM.
+ * @module shared/format
  */
 
-const BYTE_UNITS = Object.freeze(['B', 'KB', 'MB', 'GB', 'TB']);
+const BYTE_UNITS = Object.freeze(['B', 'kB', 'MB', 'GB', 'TB']);
 
 /**
- * Decimal units (1 GB = 1e9 bytes), as browsers and the Hub show file sizes.
+ * Decimal SI units (1 kB = 1000 bytes, 1 GB = 1e9 bytes), as browsers and the Hub show file sizes; three
+ * significant digits (527 MB, 1.25 GB).
  * @param {number} bytes
  * @returns {string}
  */

@@ -1,15 +1,16 @@
 // @ts-check
-/** @file Node tests of pipeline/models.js's graph choice: variant per adapter, then the size class per image. @module tests/js/test_models */
+/** @file pipeline/graph_choice: variant per adapter, size class per image, sizes refused. @module tests/js/test_graph_choice */
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { chooseGraphs, sizeClass } from '../../web_src/src/pipeline/models.js';
+import { checkDecodeFits, chooseGraphs, sizeClass } from '../../web_src/src/pipeline/graph_choice.js';
+import { OutOfMemoryError } from '../../web_src/src/shared/errors.js';
 
 /**
  * A manifest like `convert --precision q4f16` writes for klein-4B: per transformer variant the main graph
  * (52 query blocks, every size) and its size-class graphs on the same weight files.
- * @returns {import('../../web_src/src/store/manifest.js').Manifest}
+ * @returns {import('../../web_src/src/shared/model_repo.js').Manifest}
  */
 function manifest() {
     /** @param {string} component @param {string} variant @param {string} path @param {number} blocks @param {number | null} maxTokens */
@@ -68,5 +69,22 @@ test('an adapter with smaller storage buffers gets a more-split graph; a size no
     assert.ok(sizeClass(m, main, tokens(512), 2 ** 31).path.endsWith('.qb1.onnx'));
     assert.ok(sizeClass(m, main, tokens(512), 128 * 2 ** 20).path.endsWith('.qb4.onnx'));
     // 2048^2 in 52 blocks needs ~500 MiB: refused on a 128 MiB adapter, with the sizes in the message.
-    assert.throws(() => sizeClass(m, main, tokens(2048), 128 * 2 ** 20), /needs a 527.2 MB attention buffer .* allows 134.2 MB/);
+    assert.throws(() => sizeClass(m, main, tokens(2048), 128 * 2 ** 20), /needs a 527 MB attention buffer .* allows 134 MB/);
+});
+
+test('a VAE decode whose attention buffer cannot fit is refused with the largest square that fits', () => {
+    const m = manifest();
+    const vae = chooseGraphs(m, { shaderF16: true }, undefined).choices.vae_decoder;
+    const unsplit = { ...vae, ep: /** @type {const} */ ('webgpu'), graph: { ...vae.graph, variant: 'fp16', attentionQueryBlocks: 1 } };
+    const gpu = { maxStorageBufferBindingSize: 128 * 2 ** 20 };
+    // 1024^2: 16384 latent tokens, a 16384 x 16384 fp16 score matrix = 512 MiB.
+    assert.throws(() => checkDecodeFits(unsplit, { width: 1024, height: 1024 }, gpu), (err) => {
+        assert.ok(err instanceof OutOfMemoryError);
+        assert.match(err.message, /needs a 537 MB attention buffer .* allows 134 MB .*\(at most about 720x720\)/);
+        assert.deepEqual(err.detail, { needed: 2 ** 29, limit: 2 ** 27, width: 1024, height: 1024 });
+        return true;
+    });
+    checkDecodeFits(unsplit, { width: 720, height: 720 }, gpu);
+    // Split into 32 query blocks, the same size needs 16 MiB.
+    checkDecodeFits({ ...unsplit, graph: { ...unsplit.graph, attentionQueryBlocks: 32 } }, { width: 1024, height: 1024 }, gpu);
 });

@@ -1,0 +1,193 @@
+// @ts-check
+/**
+ * @file Which graph runs each component on this adapter, and where: pure policy over the manifest and the
+ * adapter's facts, so node tests it without onnxruntime or a GPU (pipeline/models.js turns the choice into
+ * sessions). The rules:
+ * - text encoder and transformer: the variant `precision` forces, else the first the repository has of
+ *   q4f16, q4, fp32, fp16 with shader-f16 (q4, fp32, q4f16, fp16 without);
+ * - transformer: of that variant's size classes, the least-split graph sized for this image (sizeClass);
+ * - VAE: fp16 on WebGPU with shader-f16; else an fp32 graph on WebGPU; else fp16 on the wasm EP;
+ * - a graph needing shader-f16 the adapter lacks runs on WebGPU with its fp16 nodes forced onto the CPU
+ *   when the manifest names them, else wholly on the wasm EP (place);
+ * - a size whose attention buffers cannot fit is refused before anything is downloaded.
+ * @module pipeline/graph_choice
+ */
+
+import { InputError, ModelFileError, OutOfMemoryError } from '../shared/errors.js';
+import { formatBytes } from '../shared/format.js';
+import { LIMITS } from '../shared/limits.js';
+import { graphFiles } from '../shared/model_repo.js';
+
+/** @typedef {import('../shared/model_repo.js').Component} Component */
+/** @typedef {import('../shared/model_repo.js').GraphEntry} GraphEntry */
+/** @typedef {import('../shared/model_repo.js').Manifest} Manifest */
+
+/**
+ * @typedef {Object} Choice  Which graph runs a component, and where.
+ * @property {GraphEntry} graph
+ * @property {'webgpu' | 'wasm'} ep
+ * @property {string[]} forceCpuNodeNames
+ * @property {number} bytes   Graph + external data, from the manifest (0 when unknown).
+ * @property {string} identity  Path and sizes: changes when the repository is re-converted.
+ */
+
+/** Variant preference for the text encoder and the transformer; q4f16 only with shader-f16. */
+const PREFERENCE_F16 = Object.freeze(['q4f16', 'q4', 'fp32', 'fp16']);
+const PREFERENCE_F32 = Object.freeze(['q4', 'fp32', 'q4f16', 'fp16']);
+/** The VAE score buffer the CPU (wasm) path may hold. */
+const WASM_BUFFER_LIMIT = 1024 ** 3;
+
+/**
+ * Choose variant and EP per component for this adapter (see the module doc for the rules).
+ * @param {Manifest} manifest
+ * @param {{shaderF16: boolean, maxStorageBufferBindingSize?: number}} gpu
+ * @param {string | undefined} precision  A forced variant for the text encoder and the transformer.
+ * @param {number} [attentionTokens]  The transformer's joint attention length (image + text tokens) of this
+ *   generation: of a variant's graphs on the same weights, the least-split one sized for it runs.
+ * @returns {{choices: Record<Component, Choice>, notes: string[]}}
+ */
+export function chooseGraphs(manifest, { shaderF16, maxStorageBufferBindingSize }, precision, attentionTokens) {
+    /** @type {string[]} */
+    const notes = [];
+    /** @param {string} component */
+    const graphsOf = (component) => manifest.graphs.filter((g) => g.component === component);
+    /** @param {string} component @param {readonly string[]} order */
+    const pick = (component, order) => {
+        const graphs = graphsOf(component);
+        if (graphs.length === 0) {
+            throw new ModelFileError(
+                `The model repository ${manifest.modelBase} has no ${component} graph; check its manifest.json.`,
+            );
+        }
+        for (const variant of order) {
+            const graph = graphs.find((g) => g.variant === variant);
+            if (graph) return graph;
+        }
+        return graphs[0];
+    };
+    /** @type {Partial<Record<Component, Choice>>} */
+    const choices = {};
+    for (const component of /** @type {const} */ (['text_encoder', 'transformer'])) {
+        let graph;
+        if (precision) {
+            graph = graphsOf(component).find((g) => g.variant === precision);
+            if (!graph) {
+                const have =
+                    graphsOf(component)
+                        .map((g) => g.variant)
+                        .join(', ') || 'none';
+                throw new InputError(
+                    `\`precision\` ${JSON.stringify(precision)} is not available for the ${component} of this model ` +
+                        `(it has: ${have}); leave it empty for the best available.`,
+                    { precision },
+                );
+            }
+        } else {
+            graph = pick(component, shaderF16 ? PREFERENCE_F16 : PREFERENCE_F32);
+        }
+        if (attentionTokens !== undefined) {
+            graph = sizeClass(manifest, graph, attentionTokens, maxStorageBufferBindingSize);
+        }
+        choices[component] = place(graph, manifest, shaderF16, notes);
+    }
+    const vaeOrder = shaderF16 && precision !== 'fp32' ? ['fp16', 'fp32'] : ['fp32', 'fp16'];
+    choices.vae_decoder = place(pick('vae_decoder', vaeOrder), manifest, shaderF16, notes);
+    return { choices: /** @type {Record<Component, Choice>} */ (choices), notes };
+}
+
+/**
+ * Of the graphs of `graph`'s component and variant (one per size class, sharing the weight files), the one
+ * whose attention is split into the fewest query blocks while its score buffers stay within the budget the
+ * converter sized it for at `tokens`. Each query block costs kernels, so a small image runs much faster
+ * unsplit than in the blocks a 2048^2 image needs. Graphs without a recorded limit serve every size. An
+ * adapter whose storage buffers are smaller than the converter's budget gets a more-split graph; a size no
+ * graph can run within that limit is refused before anything is downloaded.
+ * @param {Manifest} manifest
+ * @param {GraphEntry} graph  The variant's main graph (listed first; it runs every size).
+ * @param {number} tokens
+ * @param {number} [bufferLimit]  The adapter's maxStorageBufferBindingSize (bytes).
+ * @returns {GraphEntry}
+ */
+export function sizeClass(manifest, graph, tokens, bufferLimit = Infinity) {
+    /** @param {GraphEntry} g */
+    const scoreBytes = (g) => (g.attentionHeads ?? 0) * Math.ceil(tokens / g.attentionQueryBlocks) * tokens * 4;
+    const siblings = manifest.graphs.filter((g) => g.component === graph.component && g.variant === graph.variant);
+    const fitting = siblings.filter(
+        (g) => (g.attentionMaxTokens === null || g.attentionMaxTokens >= tokens) && scoreBytes(g) <= bufferLimit,
+    );
+    fitting.sort((a, b) => a.attentionQueryBlocks - b.attentionQueryBlocks);
+    if (fitting.length > 0) return fitting[0];
+    const mostSplit = siblings.reduce((a, b) => (b.attentionQueryBlocks > a.attentionQueryBlocks ? b : a), graph);
+    if (mostSplit.attentionHeads !== null && scoreBytes(mostSplit) > bufferLimit) {
+        throw new OutOfMemoryError(
+            `At ${tokens} attention tokens (image + text) the transformer needs a ` +
+                `${formatBytes(scoreBytes(mostSplit))} attention buffer but this GPU allows ` +
+                `${formatBytes(bufferLimit)} per buffer. Choose a smaller size.`,
+            { needed: scoreBytes(mostSplit), limit: bufferLimit, tokens },
+        );
+    }
+    return mostSplit;
+}
+
+/**
+ * The EP for one graph: WebGPU, unless it needs shader-f16 the adapter lacks; then WebGPU with the
+ * fp16 nodes forced onto the CPU when the manifest names them, else the whole graph on the wasm EP.
+ * @param {GraphEntry} graph
+ * @param {Manifest} manifest
+ * @param {boolean} shaderF16
+ * @param {string[]} notes
+ * @returns {Choice}
+ */
+function place(graph, manifest, shaderF16, notes) {
+    const files = graphFiles(graph);
+    const bytes = files.reduce((sum, path) => sum + (manifest.files[path]?.size ?? 0), 0);
+    const identity = files.map((path) => `${path}:${manifest.files[path]?.size ?? '?'}`).join(',');
+    const name = `${graph.component} (${graph.variant})`;
+    if (!graph.requiresF16 || shaderF16) return { graph, ep: 'webgpu', forceCpuNodeNames: [], bytes, identity };
+    if (graph.cpuNodesWithoutF16.length > 0) {
+        notes.push(
+            `${name}: this GPU has no shader-f16, so ${graph.cpuNodesWithoutF16.length} fp16 node(s) run on the CPU; ` +
+                'the rest runs on WebGPU.',
+        );
+        return { graph, ep: 'webgpu', forceCpuNodeNames: [...graph.cpuNodesWithoutF16], bytes, identity };
+    }
+    notes.push(
+        `${name} runs on the CPU (wasm), which is slower: this GPU has no shader-f16 and the model has no fp32 ` +
+            'variant of it.',
+    );
+    return { graph, ep: 'wasm', forceCpuNodeNames: [], bytes, identity };
+}
+
+/**
+ * Refuse a size whose VAE decode cannot fit before anything is downloaded or run. The VAE mid-block
+ * attention materialises a [rows x tokens] score matrix (tokens = (H/8)(W/8); Softmax + MatMul in the
+ * graph, no fused kernel), which must fit one storage buffer on WebGPU and the 4 GB wasm32 heap on the
+ * CPU. The converter splits the queries into `attentionQueryBlocks` blocks (builder/repo/attention.py), so
+ * rows = ceil(tokens / blocks); an unsplit graph (the seed's) has rows = tokens (16384^2 x 2 B = 512 MiB
+ * at 1024^2 in fp16).
+ * @param {Choice} vae
+ * @param {{width: number, height: number}} size
+ * @param {{maxStorageBufferBindingSize: number}} gpu
+ */
+export function checkDecodeFits(vae, { width, height }, gpu) {
+    const bytesPerValue = vae.graph.variant === 'fp16' && vae.ep === 'webgpu' ? 2 : 4;
+    const limit = vae.ep === 'webgpu' ? gpu.maxStorageBufferBindingSize : WASM_BUFFER_LIMIT;
+    const blocks = vae.graph.attentionQueryBlocks ?? 1;
+    /** @param {number} w @param {number} h */
+    const scoreBytes = (w, h) => {
+        const tokens = (w / 8) * (h / 8);
+        return Math.ceil(tokens / blocks) * tokens * bytesPerValue;
+    };
+    const needed = scoreBytes(width, height);
+    if (needed <= limit) return;
+    // The largest square of a valid size whose score block fits.
+    const step = LIMITS.sizeMultiple;
+    let side = step;
+    while (scoreBytes(side + step, side + step) <= limit) side += step;
+    throw new OutOfMemoryError(
+        `At ${width}x${height} the VAE decoder needs a ${formatBytes(needed)} attention buffer but this ` +
+            `${vae.ep === 'webgpu' ? 'GPU allows' : 'CPU path allows'} ${formatBytes(limit)} per buffer. ` +
+            `Choose a smaller size (at most about ${side}x${side}).`,
+        { needed, limit, width, height },
+    );
+}

@@ -1,0 +1,49 @@
+// @ts-check
+/**
+ * @file The model repository as the app reads it: the `Manifest` and `GraphEntry` shapes (builder/repo/manifest.py's
+ * schema, camel-cased), its components and variants, and where a graph's and the tokenizer's files live.
+ * store/ fetches and downloads these files; pipeline/ chooses among the graphs.
+ * @module shared/model_repo
+ */
+
+export const COMPONENTS = Object.freeze(/** @type {const} */ (['text_encoder', 'transformer', 'vae_decoder']));
+export const VARIANTS = Object.freeze(['q4', 'q4f16', 'fp32', 'fp16']);
+export const TOKENIZER_FILES = Object.freeze(['tokenizer/tokenizer.json', 'tokenizer/tokenizer_config.json']);
+export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
+
+/** @typedef {(typeof COMPONENTS)[number]} Component */
+
+/**
+ * @typedef {Object} GraphEntry
+ * @property {string} component             'text_encoder' | 'transformer' | 'vae_decoder'
+ * @property {string} variant              'q4' | 'q4f16' | 'fp32' | 'fp16'
+ * @property {string} path                 e.g. 'transformer/transformer_q4.onnx'
+ * @property {string[]} externalData       Bare names, exactly the graph's TensorProto `location`s.
+ * @property {string} precision            Human-readable.
+ * @property {boolean} requiresF16         The WebGPU EP needs shader-f16 for some node.
+ * @property {string[]} cpuNodesWithoutF16 Nodes to force onto the CPU when the adapter lacks shader-f16.
+ * @property {number} attentionQueryBlocks Attention runs in this many query blocks (1 = one score matrix).
+ * @property {number | null} attentionMaxTokens  The longest attention (image + text tokens) the converter sized
+ *   this graph for; a transformer variant may have one graph per size class on the same weights. null: any size.
+ * @property {number | null} attentionHeads  Heads of its attention score buffers (null: not recorded).
+ */
+
+/**
+ * @typedef {Object} Manifest
+ * @property {string} modelBase
+ * @property {string} source
+ * @property {boolean} seedLayout  True when the repo had no manifest.json and the seed layout is assumed.
+ * @property {Record<string, {size: number | null, sha256: string | null}>} files  size null: not known yet.
+ * @property {GraphEntry[]} graphs
+ * @property {any} raw  The manifest.json object as fetched (null for the seed layout), kept for offline use.
+ */
+
+/**
+ * Repo-relative paths of a graph and its external-data files (same folder).
+ * @param {GraphEntry} graph
+ * @returns {string[]}
+ */
+export function graphFiles(graph) {
+    const folder = graph.path.slice(0, graph.path.lastIndexOf('/') + 1);
+    return [graph.path, ...graph.externalData.map((name) => folder + name)];
+}

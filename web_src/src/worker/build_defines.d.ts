@@ -1,0 +1,7 @@
+/**
+ * @file Names builder/site/bundle.py gives the worker bundle through esbuild's `--define` (absent in a plain
+ * esbuild bundle), declared so that tsc checks their use.
+ */
+
+/** The onnxruntime wasm files, relative to the worker script's folder. */
+declare const KLEIN_ORT_WASM: { mjs: string; wasm: string } | undefined;
