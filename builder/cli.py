@@ -208,6 +208,33 @@ def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, 
         sys.exit(2)
 
 
+@main.command("load-bench")
+@click.option("--models", "models_dir", type=click.Path(path_type=Path), required=True,
+              help="Model folder to serve (e.g. a full-size repo from `klein-web convert`).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
+@click.option("--precision", default=None, help="Force a transformer / text encoder variant; default: the app's choice.")
+@click.option("--sizes", default="512x512,1024x1024", show_default=True,
+              help="Comma-separated image sizes: the transformer's session is created for each.")
+@click.option("--gpu/--software", default=False, show_default=True,
+              help="Real GPU (Vulkan on Linux) or SwiftShader (no GPU needed).")
+@click.option("--browser", "browser_path", type=click.Path(path_type=Path), default=None)
+@click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=None,
+              help="Serve this already-built app as it is; default: build dist/ if stale.")
+@click.option("--f16-toggle/--no-f16-toggle", default=True, show_default=True,
+              help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16.")
+def load_bench(models_dir: Path, out_dir: Path, precision: str | None, sizes: str, gpu: bool,
+               browser_path: Path | None, dist_dir: Path | None, f16_toggle: bool) -> None:
+    """Every session of a model created and released in Chromium: load time and memory peaks, no image."""
+    from builder.check import load_bench as bench
+
+    try:
+        bench.main(out_dir, models_dir=models_dir, log=log, sizes=[s for s in sizes.split(",") if s],
+                   precision=precision, gpu=gpu, browser_path=browser_path, dist_dir=dist_dir, f16_toggle=f16_toggle)
+    except KleinWebError as exc:
+        click.echo(f"could not run: {exc}", err=True)
+        sys.exit(2)
+
+
 @main.command()
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
 @click.option("--scale", default="full", show_default=True, type=click.Choice(["full", "tiny"]),

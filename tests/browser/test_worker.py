@@ -350,3 +350,22 @@ def test_bad_or_too_large_sizes_are_refused_before_any_download(page: Any, dist_
     assert huge.type == "error" and huge.error is not None and huge.error["code"] == "out-of-memory", huge.error
     assert "smaller size" in huge.error["message"]
     assert not huge.of_type("progress"), "nothing may be downloaded for a run that cannot finish"
+
+
+def test_load_creates_and_releases_each_session_without_running_it(page: Any, dist_dir: Path,
+                                                                    live_server_factory: Any,
+                                                                    tiny_models: dict[str, Path]) -> None:
+    server = live_server_factory(dist_dir, models=tiny_models["fp32"])
+    client = WorkerClient(page, server.url("/"))
+    client.open()
+    params = {"modelBase": client.model_base, "width": 128, "height": 128}
+    bad = client.request("load", params={**params, "components": ["transformer", "evil"]})
+    assert bad.type == "error" and bad.error is not None and bad.error["code"] == "input", bad.error
+    assert "`components`" in bad.error["message"]
+
+    first = client.request("load", params={**params, "components": ["vae_decoder", "transformer"]}, timeout_s=120).ok()
+    assert first["downloadedBytes"] > 0 and set(first["graphs"]) == {"vae_decoder", "transformer"}
+    # Released after the request: loading again creates the session again (load time), from the store (0 bytes).
+    again = client.request("load", params={**params, "components": ["transformer"]}, timeout_s=120).ok()
+    assert again["downloadedBytes"] == 0 and again["graphs"]["transformer"]["loadMs"] > 0
+    assert again["graphs"]["transformer"]["path"] == first["graphs"]["transformer"]["path"]

@@ -7,7 +7,8 @@
  * Page -> worker (Request):
  *   {type: 'probe', id}                       -> result: Capabilities (shared/types.js)
  *   {type: 'generate', id, params}            -> progress* stage* step* -> result: GenerateResult
- *   {type: 'cancel', id, target}              -> result: {cancelled: boolean}   (target = generate id)
+ *   {type: 'load', id, params}                -> progress* stage* -> result: LoadResult
+ *   {type: 'cancel', id, target}              -> result: {cancelled: boolean}   (target = generate or load id)
  *   {type: 'clearCache', id}                  -> result: {freedBytes: number}
  *
  * Worker -> page (Event):
@@ -18,7 +19,9 @@
  *   {type: 'error', id, error: SerializedError}           (see shared/errors.js)
  *
  * Worker behaviour (worker/main.js):
- *   - generate and clearCache run one at a time, in arrival order: a generate sent while another runs is
+ *   - load creates and releases each session of one model without running it (pipeline/load_sessions.js): what
+ *     each costs to create, and whether the browser can hold it, on adapters too slow to run the pipeline.
+ *   - generate, load and clearCache run one at a time, in arrival order: a generate sent while another runs is
  *     queued (not refused), so "cancel, then generate" needs no waiting on the page.
  *   - cancel answers at once. A running generate stops before its next denoising step (or download chunk)
  *     and answers `error` with code 'cancelled'; its sessions are released (GPU memory freed; the next run
@@ -85,8 +88,28 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  */
 
 /**
+ * @typedef {Object} LoadParams
+ * @property {number} width     The image size the transformer's session is created for (its size class and dims).
+ * @property {number} height
+ * @property {string} modelBase
+ * @property {string} [precision]
+ * @property {string[]} [components]  Default: all three, in pipeline order.
+ */
+
+/**
+ * @typedef {Object} LoadResult
+ * @property {LoadParams} params
+ * @property {number} downloadedBytes  Fetched by this request (0 when the store held every file).
+ * @property {number} downloadMs
+ * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, bytes: number, path: string}>} graphs
+ *   Each session created (and released), with its creation time and the bytes of its files.
+ * @property {string[]} notes
+ */
+
+/**
  * @typedef {{type: 'probe', id: string}
  *   | {type: 'generate', id: string, params: GenerateParams}
+ *   | {type: 'load', id: string, params: LoadParams}
  *   | {type: 'cancel', id: string, target: string}
  *   | {type: 'clearCache', id: string}} Request
  */

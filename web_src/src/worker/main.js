@@ -4,7 +4,7 @@
  * (GPU, models, job queue), then answers each request of the page <-> worker protocol (protocol.js)
  * through a dispatch table, with exactly one `result` or `error` per request id.
  *
- * Concurrency: generate and clearCache are *exclusive jobs* and run one at a time in arrival order.
+ * Concurrency: generate, load and clearCache are *exclusive jobs* and run one at a time in arrival order.
  * A generate sent while another runs is queued, not refused, so "Cancel, then Generate" works without
  * the page having to wait for the cancelled job to wind down. probe and cancel answer at once.
  * Cancel aborts the job's AbortController: a running job stops before the next denoising step and
@@ -13,6 +13,7 @@
  */
 
 import { generate } from '../pipeline/generate.js';
+import { loadSessions } from '../pipeline/load_sessions.js';
 import { Models } from '../pipeline/models.js';
 import { PROTOCOL_VERSION } from '../protocol.js';
 import { Gpu, probe } from '../runtime/gpu.js';
@@ -119,6 +120,21 @@ export function startWorker(scope) {
                 }
             });
             return { result, transfer: [result.rgba.buffer] };
+        },
+
+        load: async (/** @type {{id: string, params: any}} */ request) => {
+            const result = await jobs.run(request.id, async (signal) => {
+                try {
+                    return await loadSessions(request.params, {
+                        models,
+                        signal,
+                        onEvent: (event) => post(/** @type {Event} */ ({ ...event, id: request.id })),
+                    });
+                } finally {
+                    await models.releaseAll();
+                }
+            });
+            return { result };
         },
 
         cancel: async (/** @type {{target: string}} */ request) => ({ result: { cancelled: jobs.cancel(String(request.target)) } }),

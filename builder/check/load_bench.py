@@ -1,0 +1,218 @@
+"""`klein-web load-bench`: can Chromium hold this model? Every session created and released, peaks measured.
+
+Running the full-size pipeline on a software adapter (SwiftShader, the WebGPU of a machine without a GPU) takes
+hours; creating its sessions takes minutes. So this drives the app's worker through its `load` request
+(web_src/src/pipeline/load_sessions.js), one session at a time, in a fresh browser profile:
+
+    1. store     every file the chosen graphs need, fetched from a local server into the browser's store
+                 (bytes, seconds, GB/s);
+    2. sessions  the text encoder, the transformer once per size (its size class and pinned dims, as an image of
+                 that size creates it), the VAE decoder: each created, then released before the next;
+
+and reports, per row, the session's creation time and the peaks while it was created: Chromium's renderer (the
+page and its worker, where onnxruntime's wasm heap lives) and GPU process (on a software adapter it holds the
+"GPU" buffers in CPU memory), the wasm heap, and GPU memory where nvidia-smi exists. A memory regression at real
+size shows here without a GPU. Results go to OUT/load-bench.json and OUT/load-bench.md.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder import __version__
+from builder.check import regress
+from builder.check.browser import check_browser, find_chromium
+from builder.check.browser_bench import WASM_HOOK_JS, WASM_SIZE_JS, ByteCounter, MemorySampler
+from builder.check.regress_page import BrowserSession, launched, probe_adapter
+from builder.errors import InputError, RegressionError
+from builder.pipeline.limits import parse_size
+from builder.repo import manifest
+from builder.repo.manifest import atomic_write_bytes
+from builder.site import bundle
+
+Log = Callable[[str], None]
+
+JSON_NAME = "load-bench.json"
+MARKDOWN_NAME = "load-bench.md"
+
+# Starts the app's worker in a page whose own UI script is blocked, so only this worker loads models.
+START_WORKER_JS = """(url) => { globalThis.__kleinWorker = new Worker(url, {type: 'module'}); return true; }"""
+# One protocol request; resolves with the final message (result or error) and the stages it announced.
+REQUEST_JS = """([type, fields]) => new Promise((resolve) => {
+    const worker = globalThis.__kleinWorker;
+    const id = `${type}-${Math.random().toString(36).slice(2)}`;
+    const stages = [];
+    const listen = (message) => {
+        const data = message.data;
+        if (!data || data.id !== id) return;
+        if (data.type === 'stage') stages.push(data.detail ? `${data.stage}:${data.detail}` : data.stage);
+        if (data.type !== 'result' && data.type !== 'error') return;
+        worker.removeEventListener('message', listen);
+        resolve({final: data, stages});
+    };
+    worker.addEventListener('message', listen);
+    worker.postMessage({type, id, ...fields});
+})"""
+
+
+@dataclass
+class LoadRow:
+    """One measured step: the store filling (`component` 'store') or one session created and released."""
+
+    component: str
+    size: str
+    graph: str
+    seconds: float
+    bytes: int
+    memory: dict[str, Any]
+    wasm_heap_gib: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class WorkerDriver:
+    """The app's worker in one page, spoken to through the page <-> worker protocol (web_src/src/protocol.js)."""
+
+    def __init__(self, context: Any, base_url: str) -> None:
+        self.page = context.new_page()
+        self.page.route("**/assets/page-*.js", lambda route: route.fulfill(status=200, body="",
+                                                                         content_type="text/javascript"))
+        self.page.goto(base_url + "/", wait_until="load")
+        worker_path = self.page.get_attribute('meta[name="klein-worker"]', "content")
+        if not worker_path:
+            raise RegressionError("the served index.html names no worker (<meta name=klein-worker>): rebuild the app")
+        self.page.evaluate(START_WORKER_JS, f"{base_url}/{worker_path}")
+        deadline = time.monotonic() + 30
+        while not self.page.workers:
+            if time.monotonic() > deadline:
+                raise RegressionError("the app's worker did not start within 30 s")
+            self.page.wait_for_timeout(100)
+        self.worker = self.page.workers[0]
+        # Before the first session, which creates onnxruntime's wasm heap.
+        self.worker.evaluate(WASM_HOOK_JS)
+
+    def request(self, kind: str, **fields: Any) -> dict[str, Any]:
+        reply = self.page.evaluate(REQUEST_JS, [kind, fields])
+        final = reply["final"]
+        if final["type"] == "error":
+            error = final.get("error") or {}
+            raise RegressionError(f"the worker refused `{kind}`: {error.get('code')}: {error.get('message')}")
+        return dict(final["result"])
+
+    def wasm_heap_gib(self) -> float | None:
+        size = int(self.worker.evaluate(WASM_SIZE_JS))
+        return size / 2**30 if size else None
+
+    def close(self) -> None:
+        self.page.close()
+
+
+def measure(driver: WorkerDriver, *, model_base: str, sizes: Sequence[str], precision: str | None,
+            counter: ByteCounter, sampler: MemorySampler, log: Log) -> list[LoadRow]:
+    rows: list[LoadRow] = []
+    base: dict[str, Any] = {"modelBase": model_base, **({"precision": precision} if precision else {})}
+
+    def load(size: str, components: list[str]) -> dict[str, Any]:
+        width, height = parse_size(size)
+        counter.bytes = 0
+        sampler.reset()
+        return driver.request("load", params={**base, "width": width, "height": height, "components": components})
+
+    # 1. The store: every file of the graphs chosen at the first size, no session.
+    started = time.perf_counter()
+    result = load(sizes[0], [])
+    rows.append(LoadRow(component="store", size=sizes[0], graph="all files", seconds=time.perf_counter() - started,
+                        bytes=counter.bytes, memory=sampler.figures(), wasm_heap_gib=driver.wasm_heap_gib()))
+    log(f"  store: {counter.bytes / 1e9:.2f} GB in {rows[-1].seconds:.1f} s")
+    for note in result.get("notes", []):
+        log(f"  note: {note}")
+
+    # 2. Each session on its own. Sizes beyond the first may choose other transformer graphs (size classes),
+    #    whose files the store fetches then (counted in that row's bytes).
+    plan = [("text_encoder", sizes[0])] + [("transformer", size) for size in sizes] + [("vae_decoder", sizes[-1])]
+    for component, size in plan:
+        result = load(size, [component])
+        graph = result["graphs"][component]
+        rows.append(LoadRow(component=component, size=size, graph=f"{graph['path']} ({graph['variant']}/{graph['ep']})",
+                            seconds=float(graph["loadMs"]) / 1000, bytes=int(graph["bytes"]),
+                            memory=sampler.figures(), wasm_heap_gib=driver.wasm_heap_gib()))
+        rss = rows[-1].memory["rss_gib"]
+        log(f"  {component} {size}: {rows[-1].seconds:.1f} s, {graph['bytes'] / 1e9:.2f} GB of files, renderer "
+            f"{rss.get('renderer', 0):.1f} GiB, GPU process {rss.get('gpu-process', 0):.1f} GiB peak")
+    return rows
+
+
+def markdown(environment: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    def num(value: Any, digits: int = 1) -> str:
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    lines = [f"{environment['adapter']} · {environment['browser']} · onnxruntime-web {environment['onnxruntime_web']} · "
+             f"{environment['date']}", "",
+             "| what | size | graph | seconds | GB | renderer peak GiB | GPU process peak GiB | wasm heap GiB | GPU GiB |",
+             "|" + "---|" * 9]
+    for r in rows:
+        rss = r["memory"]["rss_gib"]
+        lines.append(f"| {r['component']} | {r['size']} | {r['graph']} | {num(r['seconds'])} | {num(r['bytes'] / 1e9, 2)} | "
+                     f"{num(rss.get('renderer'))} | {num(rss.get('gpu-process'))} | {num(r['wasm_heap_gib'], 2)} | "
+                     f"{num(r['memory']['gpu_gib'])} |")
+    return lines
+
+
+def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("512x512", "1024x1024"),
+         precision: str | None = None, gpu: bool = False, browser_path: Path | None = None,
+         dist_dir: Path | None = None, f16_toggle: bool = True) -> list[dict[str, Any]]:
+    # 1. Check inputs before anything slow starts.
+    models_dir = regress.check_models(models_dir)
+    repo = manifest.load(models_dir)
+    if precision is not None and precision not in repo.variants("transformer"):
+        raise InputError(f"--precision {precision}: {models_dir} has no transformer of that variant "
+                         f"(it has {', '.join(repo.variants('transformer'))}).")
+    if not sizes:
+        raise InputError("--size: give at least one image size, e.g. --size 512x512.")
+    for size in sizes:
+        parse_size(size)
+    session = BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False, f16_toggle=f16_toggle)
+    session.version = check_browser(session.executable)
+
+    # 2. Serve the app and the models in a fresh profile (an empty store), sampling memory throughout.
+    dist_dir = regress.site(dist_dir, log=log)
+    counter, sampler = ByteCounter(), MemorySampler()
+    rows: list[dict[str, Any]] = []
+    sampler.start()
+    try:
+        with regress.serving(dist_dir, models_dir, log=log, middleware=counter.wrap) as base_url, \
+                tempfile.TemporaryDirectory(prefix="klein-load-profile-") as profile, \
+                launched(session, log=log, profile=Path(profile)):
+            session.adapter = probe_adapter(session, base_url)
+            driver = WorkerDriver(session.context, base_url)
+            try:
+                measured = measure(driver, model_base=f"{base_url}/models/", sizes=sizes, precision=precision,
+                                   counter=counter, sampler=sampler, log=log)
+            finally:
+                driver.close()
+            rows = [row.as_dict() for row in measured]
+    finally:
+        sampler.stop()
+    environment = {
+        "date": datetime.date.today().isoformat(), "klein_web": __version__,
+        "browser": f"{session.executable.name} {session.version}",
+        "adapter": " ".join(str(session.adapter.get(k, "")) for k in ("vendor", "architecture", "description")).strip(),
+        "onnxruntime_web": bundle.onnxruntime_web_version(), "models": str(models_dir), "precision": precision,
+    }
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = markdown(environment, rows)
+    atomic_write_bytes(out_dir / JSON_NAME, (json.dumps({"environment": environment, "rows": rows}, indent=1) + "\n")
+                       .encode("utf-8"))
+    atomic_write_bytes(out_dir / MARKDOWN_NAME, ("\n".join(table) + "\n").encode("utf-8"))
+    for line in table:
+        log(line)
+    return rows

@@ -1,0 +1,82 @@
+// @ts-check
+/**
+ * @file loadSessions(): stage 2 of generate() (Load models) on its own, one session at a time, each created and
+ * then released. It answers "can this browser hold this model, and what does each session cost to create?"
+ * without running the pipeline: on a software adapter a full-size image takes hours, while creating every
+ * session of the full-size model takes minutes. builder/check/load_bench.py drives it to catch memory
+ * regressions at real size on machines without a GPU.
+ *
+ * The transformer is created as generate() creates it for `width` x `height`: the graph of that size class,
+ * pinned to the same dims.
+ * @module pipeline/load_sessions
+ */
+
+import { COMPONENTS } from '../shared/model_repo.js';
+import { InputError } from '../shared/errors.js';
+import { checkInputs, PATCH } from './generate.js';
+import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
+
+/** @typedef {import('./models.js').Models} Models */
+/** @typedef {import('./models.js').Meter} Meter */
+/** @typedef {import('../shared/model_repo.js').Component} Component */
+/** @typedef {import('../protocol.js').LoadParams} LoadParams */
+/** @typedef {import('../protocol.js').LoadResult} LoadResult */
+
+/**
+ * @param {any} params
+ * @returns {LoadParams}
+ */
+export function checkLoadParams(params) {
+    // The size, model and precision rules are generate()'s; prompt, seed and steps do not apply here.
+    const { width, height, modelBase, precision } = checkInputs({ ...params, prompt: '', seed: 0, steps: 1 });
+    const components = params?.components ?? [...COMPONENTS];
+    if (!Array.isArray(components) || components.some((c) => !COMPONENTS.includes(c))) {
+        throw new InputError(
+            `\`components\` must be a list of ${COMPONENTS.join(', ')}, got ${JSON.stringify(components)}.`,
+            { components },
+        );
+    }
+    /** @type {LoadParams} */
+    const checked = { width, height, modelBase, components };
+    if (precision) checked.precision = precision;
+    return checked;
+}
+
+/**
+ * Download what the chosen graphs need (nothing when the store has it), then create and release each session
+ * of `components`, in order, so only one is alive at a time.
+ * @param {any} params  LoadParams, checked here.
+ * @param {{models: Models, signal: AbortSignal, onEvent: (event: any) => void}} options
+ * @returns {Promise<LoadResult>}
+ */
+export async function loadSessions(params, { models, signal, onEvent }) {
+    const checked = checkLoadParams(params);
+    const { width, height } = checked;
+    const imageSeqLen = (height / PATCH) * (width / PATCH);
+    onEvent({ type: 'stage', stage: 'download' });
+    const downloadStarted = performance.now();
+    const { notes, downloadedBytes } = await models.prepare(
+        { ...checked, attentionTokens: imageSeqLen + MAX_SEQUENCE_LENGTH },
+        { signal, onProgress: (progress) => onEvent({ type: 'progress', progress }) },
+    );
+    const downloadMs = performance.now() - downloadStarted;
+    // Sessions of earlier requests would be counted in this request's memory peaks.
+    await models.releaseAll();
+
+    /** @type {Meter} */
+    const meter = { loadMs: 0, runMs: 0, loadMsByComponent: {} };
+    /** @type {Partial<Record<Component, Record<string, number>>>} */
+    const dims = { transformer: { img_seq: imageSeqLen, txt_seq: MAX_SEQUENCE_LENGTH } };
+    for (const component of /** @type {Component[]} */ (checked.components)) {
+        signal.throwIfAborted();
+        onEvent({ type: 'stage', stage: 'load', detail: component });
+        await models.session(component, { meter, signal, dims: dims[component] });
+        await models.unload(component);
+    }
+    const described = models.describe(meter);
+    const choices = models.requireChoices();
+    const graphs = Object.fromEntries(
+        /** @type {Component[]} */ (checked.components).map((c) => [c, { ...described[c], bytes: choices[c].bytes, path: choices[c].graph.path }]),
+    );
+    return { params: checked, downloadedBytes, downloadMs, graphs, notes };
+}
