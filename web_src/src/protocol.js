@@ -82,7 +82,7 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  * @property {StageTimings} timings
  * @property {{tokens: number, droppedTokens: number}} prompt
  * @property {number[]} stepMs  Wall time of each denoising step.
- * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number}>} graphs  Which variant and EP ran
+ * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number}>} graphs  Which variant and EP ran
  *   each component, and how (`detail`: e.g. "attention unsplit, graph capture").
  * @property {string[]} notes   Things the user should know (e.g. "VAE ran on the CPU: no shader-f16").
  */
@@ -101,8 +101,9 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  * @property {LoadParams} params
  * @property {number} downloadedBytes  Fetched by this request (0 when the store held every file).
  * @property {number} downloadMs
- * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, bytes: number, path: string}>} graphs
- *   Each session created (and released), with its creation time and the bytes of its files.
+ * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number, bytes: number, path: string}>} graphs
+ *   Each session created (and released): its creation time, the part of it spent reading the files from the
+ *   store, and the bytes of its files.
  * @property {string[]} notes
  */
 

@@ -343,7 +343,7 @@ class StageClock {
 export async function generate(params, { models, signal, onEvent }) {
     const started = performance.now();
     /** @type {Meter} */
-    const meter = { loadMs: 0, runMs: 0, loadMsByComponent: {} };
+    const meter = { loadMs: 0, runMs: 0, loadMsByComponent: {}, readMsByComponent: {} };
     const clock = new StageClock({ meter, signal, onEvent });
     /** @type {RunContext} */
     const context = { models, meter, signal };

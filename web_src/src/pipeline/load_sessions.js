@@ -64,7 +64,7 @@ export async function loadSessions(params, { models, signal, onEvent }) {
     await models.releaseAll();
 
     /** @type {Meter} */
-    const meter = { loadMs: 0, runMs: 0, loadMsByComponent: {} };
+    const meter = { loadMs: 0, runMs: 0, loadMsByComponent: {}, readMsByComponent: {} };
     /** @type {Partial<Record<Component, Record<string, number>>>} */
     const dims = { transformer: { img_seq: imageSeqLen, txt_seq: MAX_SEQUENCE_LENGTH } };
     for (const component of /** @type {Component[]} */ (checked.components)) {

@@ -29,6 +29,8 @@ import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
  * @property {number} loadMs
  * @property {number} runMs
  * @property {Partial<Record<Component, number>>} loadMsByComponent  Session creation (incl. shader compilation) this job.
+ * @property {Partial<Record<Component, number>>} readMsByComponent  The part of it spent reading the graph's files from
+ *   the store (the rest is onnxruntime: parsing, optimising, uploading the weights).
  */
 
 /**
@@ -144,7 +146,7 @@ export class Models {
      * The variant and EP of each component, how it runs, and this job's session creation time, as the result
      * reports them.
      * @param {Meter} meter
-     * @returns {Record<string, {variant: string, ep: string, detail: string, loadMs: number}>}
+     * @returns {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number}>}
      */
     describe(meter) {
         const choices = this.requireChoices();
@@ -155,7 +157,8 @@ export class Models {
             const capture = this.captureState.get(/** @type {Component} */ (c));
             if (capture) how.push(capture);
             const loadMs = meter.loadMsByComponent[/** @type {Component} */ (c)] ?? 0;
-            return [c, { variant: choice.graph.variant, ep: choice.ep, detail: how.join(', '), loadMs }];
+            const readMs = meter.readMsByComponent[/** @type {Component} */ (c)] ?? 0;
+            return [c, { variant: choice.graph.variant, ep: choice.ep, detail: how.join(', '), loadMs, readMs }];
         }));
     }
 
@@ -271,10 +274,12 @@ export class Models {
             const device = choice.ep === 'webgpu' ? await this.gpu.getDevice() : undefined;
             const store = /** @type {WeightStore} */ (this.store);
             const [graphPath, ...dataPaths] = graphFiles(choice.graph);
+            const readStarted = performance.now();
             const graphBytes = await store.read(graphPath);
             // Exactly the external-data entries the graph stores, by bare name, as bytes from the store.
             const externalData = [];
             for (const [i, path] of dataPaths.entries()) externalData.push({ path: choice.graph.externalData[i], data: await store.read(path) });
+            meter.readMsByComponent[component] = (meter.readMsByComponent[component] ?? 0) + performance.now() - readStarted;
             session = await createSession(graphBytes, externalData, {
                 ep: choice.ep, device, forceCpuNodeNames: choice.forceCpuNodeNames, staticDims: dims,
             });
