@@ -59,6 +59,20 @@ export const PATCH = 16;
  */
 
 /**
+ * How the sessions of one run are created: every graph pinned to the dims it will run at (onnxruntime folds
+ * the shape arithmetic at creation), and the transformer, run once per step at the same dims, capturing its
+ * kernels. The text encoder always sees one prompt padded to MAX_SEQUENCE_LENGTH tokens.
+ * @param {number} imageSeqLen
+ * @returns {{text_encoder: import('./models.js').Pin, transformer: import('./models.js').Pin}}
+ */
+export function sessionPins(imageSeqLen) {
+    return {
+        text_encoder: { dims: { batch: 1, seq: MAX_SEQUENCE_LENGTH }, capture: false },
+        transformer: { dims: { img_seq: imageSeqLen, txt_seq: MAX_SEQUENCE_LENGTH }, capture: true },
+    };
+}
+
+/**
  * Reject bad parameters before any download or GPU work (never adjust them silently).
  * @param {any} params
  * @returns {GenerateParams}
@@ -158,8 +172,8 @@ async function loadModels(params, imageSeqLen, { models, meter, signal, clock, o
     const cached = models.cachedPrompt(params.prompt);
     /** @type {import('../shared/model_repo.js').Component[]} */
     const order = cached ? ['transformer', 'vae_decoder'] : ['text_encoder', 'transformer', 'vae_decoder'];
-    const transformer = { img_seq: imageSeqLen, txt_seq: MAX_SEQUENCE_LENGTH };
-    await clock.time('load', models.summary(), () => models.preload(order, { meter, signal, dims: { transformer } }));
+    const pins = sessionPins(imageSeqLen);
+    await clock.time('load', models.summary(), () => models.preload(order, { meter, signal, pins }));
     return { notes, cached };
 }
 
@@ -177,7 +191,7 @@ async function encodePrompt(prompt, cached, { models, meter, signal }) {
         PromptTokenizer.fromFiles(await models.tokenizerFiles()),
     );
     const encoded = tokenizer.encode(prompt, { maxLength: MAX_SEQUENCE_LENGTH });
-    const session = await models.session('text_encoder', { meter, signal });
+    const session = await models.session('text_encoder', { meter, signal, pin: sessionPins(0).text_encoder });
     const outputs = await models.run(
         session,
         {
@@ -229,8 +243,7 @@ async function denoise(prepared, embedding, schedule, { models, meter, signal, o
     const imageSeqLen = latentHeight * latentWidth;
     const textSeqLen = embedding.dims[1];
     const steps = schedule.modelTimesteps.length;
-    const dims = { img_seq: imageSeqLen, txt_seq: textSeqLen };
-    const transformer = await models.session('transformer', { meter, signal, dims });
+    const transformer = await models.session('transformer', { meter, signal, pin: sessionPins(imageSeqLen).transformer });
     /** @type {number[]} */
     const stepMs = [];
     const loopStart = performance.now();

@@ -6,14 +6,14 @@
  * session of the full-size model takes minutes. builder/check/load_bench.py drives it to catch memory
  * regressions at real size on machines without a GPU.
  *
- * The transformer is created as generate() creates it for `width` x `height`: the graph of that size class,
- * pinned to the same dims.
+ * Each session is created as generate() creates it for `width` x `height` (generate.js sessionPins): the
+ * transformer's graph of that size class, pinned to the same dims.
  * @module pipeline/load_sessions
  */
 
 import { COMPONENTS } from '../shared/model_repo.js';
 import { InputError } from '../shared/errors.js';
-import { checkInputs, PATCH } from './generate.js';
+import { checkInputs, PATCH, sessionPins } from './generate.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 
 /** @typedef {import('./models.js').Models} Models */
@@ -65,12 +65,12 @@ export async function loadSessions(params, { models, signal, onEvent }) {
 
     /** @type {Meter} */
     const meter = { loadMs: 0, runMs: 0, loadMsByComponent: {}, readMsByComponent: {} };
-    /** @type {Partial<Record<Component, Record<string, number>>>} */
-    const dims = { transformer: { img_seq: imageSeqLen, txt_seq: MAX_SEQUENCE_LENGTH } };
+    /** @type {Partial<Record<Component, import('./models.js').Pin>>} */
+    const pins = sessionPins(imageSeqLen);
     for (const component of /** @type {Component[]} */ (checked.components)) {
         signal.throwIfAborted();
         onEvent({ type: 'stage', stage: 'load', detail: component });
-        await models.session(component, { meter, signal, dims: dims[component] });
+        await models.session(component, { meter, signal, pin: pins[component] });
         await models.unload(component);
     }
     const described = models.describe(meter);

@@ -43,6 +43,12 @@ import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
  */
 
 /**
+ * @typedef {Object} Pin  How a session is created for the runs it will do (see runtime/ort.js SessionOptions).
+ * @property {Record<string, number>} dims  Symbolic input dims every run of it will have.
+ * @property {boolean} capture  Capture its kernels on WebGPU (a graph run many times at these dims).
+ */
+
+/**
  * @typedef {Object} HostInput  A CPU tensor the pipeline hands to a session.
  * @property {Float32Array | BigInt64Array} data
  * @property {number[]} dims
@@ -229,16 +235,16 @@ export class Models {
      * Stage 2 (Load models), its `load` part: create the sessions in `components` order while they all fit the
      * memory budget; the first is always loaded, later ones that do not fit are loaded when their stage comes.
      * @param {Component[]} components
-     * @param {{meter: Meter, signal?: AbortSignal, dims?: Partial<Record<Component, Record<string, number>>>}} options
-     *   `dims`: the static dims each session will run at (see session()).
+     * @param {{meter: Meter, signal?: AbortSignal, pins?: Partial<Record<Component, Pin>>}} options
+     *   `pins`: how each session will run (see session()).
      */
-    async preload(components, { meter, signal, dims = {} }) {
+    async preload(components, { meter, signal, pins = {} }) {
         const choices = this.requireChoices();
         let planned = 0;
         for (const [i, component] of components.entries()) {
             planned += choices[component].bytes;
             if (i > 0 && planned > this.budget) break;
-            await this.session(component, { meter, signal, dims: dims[component] });
+            await this.session(component, { meter, signal, pin: pins[component] });
         }
     }
 
@@ -246,15 +252,15 @@ export class Models {
      * The session of `component`, created if needed (after releasing least recently used sessions
      * until it fits the budget).
      * @param {Component} component
-     * @param {{meter: Meter, signal?: AbortSignal, dims?: Record<string, number>}} options  `dims`: symbolic
-     *   input dims every run of this session will have (the transformer's img_seq and txt_seq in a denoising
-     *   loop). Pinned, the session captures its kernels on WebGPU (runtime/ort.js); other dims need a new one.
+     * @param {{meter: Meter, signal?: AbortSignal, pin?: Pin}} options  `pin`: the symbolic input dims every
+     *   run of this session will have (the transformer's img_seq and txt_seq in a denoising loop), and whether it
+     *   captures its kernels on WebGPU (runtime/ort.js). A session pinned otherwise is created anew.
      * @returns {Promise<import('../runtime/ort.js').Session>}
      */
-    async session(component, { meter, signal, dims }) {
+    async session(component, { meter, signal, pin }) {
         const choice = this.requireChoices()[component];
         const existing = this.loaded.get(component);
-        const dimsKey = dims ? JSON.stringify(Object.entries(dims).sort()) : '';
+        const dimsKey = pin ? JSON.stringify([Object.entries(pin.dims).sort(), pin.capture]) : '';
         if (existing && existing.choice.ep === 'webgpu' && (existing.generation !== this.gpu.generation || this.gpu.lost)) {
             // Created on a device that has since been lost: its buffers are gone.
             await this.unload(component);
@@ -281,7 +287,8 @@ export class Models {
             for (const [i, path] of dataPaths.entries()) externalData.push({ path: choice.graph.externalData[i], data: await store.read(path) });
             meter.readMsByComponent[component] = (meter.readMsByComponent[component] ?? 0) + performance.now() - readStarted;
             session = await createSession(graphBytes, externalData, {
-                ep: choice.ep, device, forceCpuNodeNames: choice.forceCpuNodeNames, staticDims: dims,
+                ep: choice.ep, device, forceCpuNodeNames: choice.forceCpuNodeNames, staticDims: pin?.dims,
+                capture: pin?.capture ?? false,
             });
         } catch (err) {
             throw runtimeError(err, this.gpu, what);
