@@ -185,7 +185,7 @@ def check_source(src: Path) -> dict[str, object]:
     try:
         model_index = json.loads(index_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise ConversionError(f"SRC {src}: model_index.json is not readable JSON ({exc}).")
+        raise ConversionError(f"SRC {src}: model_index.json is not readable JSON ({exc}).") from exc
     missing = [name for name in SOURCE_FOLDERS if not (src / name).is_dir()]
     if missing:
         raise ConversionError(f"SRC {src} lacks the subfolder(s) {', '.join(missing)} of a Flux2KleinPipeline.")

@@ -174,7 +174,7 @@ def run_esbuild(tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path
         str(esbuild), entry, "--bundle", "--minify", "--sourcemap", "--charset=utf8", "--log-level=warning",
         f"--outdir={out_assets}", f"--entry-names={name}-[hash]", f"--metafile={meta}", *extra,
     ]
-    result = subprocess.run(cmd, cwd=web_src, env=tools.env(), capture_output=True, text=True)
+    result = subprocess.run(cmd, cwd=web_src, env=tools.env(), capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(f"esbuild failed on {web_src / entry}:\n{result.stderr.strip()[-4000:]}")
     outputs = json.loads(meta.read_text())["outputs"]
