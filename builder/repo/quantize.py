@@ -293,7 +293,7 @@ def _output_type(node: onnx.NodeProto, dtype: dict[str, int]) -> int:
     """Element type of `node`'s outputs after the rewrite (the ops the exporters emit)."""
     op = node.op_type
     if op == "Cast":
-        return next(a.i for a in node.attribute if a.name == "to")
+        return int(next(a.i for a in node.attribute if a.name == "to"))
     if op == "Constant" or op == "ConstantOfShape":
         value = next((a.t for a in node.attribute if a.name == "value"), None)
         return value.data_type if value is not None else TensorProto.FLOAT
