@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
-LINTED = ("builder", "tests", "scripts")
+LINTED = ("builder", "tests", "scripts", "setup.py")
 
 
 def run(*args: str, cwd: Path = ROOT, timeout: float = 600) -> subprocess.CompletedProcess[str]:

@@ -24,9 +24,9 @@ import psutil
 import pytest
 
 from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC
-from builder.errors import ServeError
+from builder.errors import BuildError, ServeError
 from builder.site.bundle import build
-from builder.site.server import create_app, serve_in_thread, watch_and_rebuild
+from builder.site.server import check_prebuilt, create_app, serve_in_thread, watch_and_rebuild
 
 ISOLATION = {
     "cross-origin-opener-policy": "same-origin",
@@ -278,6 +278,23 @@ def test_create_app_rejects_missing_folders(tmp_path: Path) -> None:
         create_app(tmp_path / "nope")
     with pytest.raises(ServeError, match=r"--models .*no such folder"):
         create_app(tmp_path, tmp_path / "no-models")
+
+
+def test_a_prebuilt_app_is_served_only_as_built(tmp_path: Path) -> None:
+    """Without web_src (an installed wheel), serve says what needs a checkout instead of failing in the bundler."""
+    with pytest.raises(ServeError, match="holds no built app"):
+        check_prebuilt(tmp_path, model_base=DEFAULT_MODEL_BASE, watch=False)
+    (tmp_path / ".klein-build.json").write_text(f'{{"model_base": "{DEFAULT_MODEL_BASE}"}}')
+    check_prebuilt(tmp_path, model_base=DEFAULT_MODEL_BASE, watch=False)
+    with pytest.raises(ServeError, match=r"https://example\.com/m/: .* was built for .*--models DIR"):
+        check_prebuilt(tmp_path, model_base="https://example.com/m/", watch=False)
+    with pytest.raises(ServeError, match="--watch"):
+        check_prebuilt(tmp_path, model_base=DEFAULT_MODEL_BASE, watch=True)
+
+
+def test_build_without_app_sources_names_the_cause(tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match=r"holds no app sources .*needs a checkout"):
+        build(tmp_path / "out", web_src=tmp_path / "web_src")
 
 
 # ---------------------------------------------------------------------------------------------- the real CLI
