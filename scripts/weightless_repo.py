@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from builder.repo import manifest  # noqa: E402
+from builder.repo import manifest
 
 WEIGHTS_JSON = "weights.json"
 EXACT_BIN = "exact.bin"
@@ -66,7 +66,7 @@ def strip(repo: Path, out: Path) -> None:
         for rel in graph.files()[1:]:
             weight_files[rel] = rel.rsplit("/", 1)[0]
     out.mkdir(parents=True, exist_ok=True)
-    for rel in sorted(set(repo_manifest.files) - set(weight_files)) + [manifest.MANIFEST_NAME]:
+    for rel in [*sorted(set(repo_manifest.files) - set(weight_files)), manifest.MANIFEST_NAME]:
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(repo / rel, out / rel)
 
@@ -144,7 +144,7 @@ def fill(structure: Path, out: Path, *, seed: int, workers: int) -> None:
         for job in jobs:
             job.result()
         # The weight files are new: their hashes go into the manifest (sizes are the original's).
-        hashes = dict(zip(described, pool.map(lambda rel: manifest.sha256_file(out / rel), described)))
+        hashes = dict(zip(described, pool.map(lambda rel: manifest.sha256_file(out / rel), described), strict=False))
     files = dict(source_manifest.files)
     for rel, digest in hashes.items():
         files[rel] = manifest.FileEntry(size=(out / rel).stat().st_size, sha256=digest)

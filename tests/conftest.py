@@ -77,7 +77,7 @@ def start_server(dist: Path, log_dir: Path, *, models: Path | None = None, extra
     cmd = [sys.executable, "-m", "builder", "serve", "--port", str(port), "--dist", str(dist), *extra]
     if models is not None:
         cmd += ["--models", str(models)]
-    handle = open(log_path, "wb")
+    handle = open(log_path, "wb")  # noqa: SIM115 - the server writes to it until the fixture stops it
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=handle, stderr=subprocess.STDOUT, env=env)
     server = LiveServer(process, port, log_path)

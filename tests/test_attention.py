@@ -142,7 +142,7 @@ def test_split_fp16_attention_with_casts_equals_unsplit(tmp_path: Path, tiny_mod
         np.testing.assert_allclose(split, outputs[-1], rtol=0, atol=1e-3 * np.abs(outputs[-1]).max())
 
 
-@pytest.mark.parametrize("h, w", [(4, 4), (3, 5), (32, 32)])
+@pytest.mark.parametrize(("h", "w"), [(4, 4), (3, 5), (32, 32)])
 def test_split_transformer_equals_unsplit(tiny_models: dict[str, Path], unsplit_graphs: dict[str, Any],
                                           h: int, w: int) -> None:
     feed = transformer_feed(h, w)
@@ -151,7 +151,7 @@ def test_split_transformer_equals_unsplit(tiny_models: dict[str, Path], unsplit_
     np.testing.assert_allclose(split, plain, rtol=0, atol=1e-5 * np.abs(plain).max())
 
 
-@pytest.mark.parametrize("h, w", [(1, 1), (3, 5), (16, 24)])  # (1, 1): 4 tokens, fewer than the 32 blocks
+@pytest.mark.parametrize(("h", "w"), [(1, 1), (3, 5), (16, 24)])  # (1, 1): 4 tokens, fewer than the 32 blocks
 def test_split_vae_equals_unsplit(tiny_models: dict[str, Path], unsplit_graphs: dict[str, Any], h: int, w: int) -> None:
     feed = vae_feed(h, w)
     split = session(tiny_models["fp32"] / repo.graph_path("vae_decoder", "fp32")).run(None, feed)[0]

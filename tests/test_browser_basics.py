@@ -59,7 +59,7 @@ def test_coi_service_worker_isolates_a_host_without_headers(dist_dir: Path, brow
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    log = open(tmp_path / "http.log", "wb")
+    log = open(tmp_path / "http.log", "wb")  # noqa: SIM115 - the server writes to it until it is stopped
     plain = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
                               "--directory", str(dist_dir)], stdout=log, stderr=subprocess.STDOUT)
     try:

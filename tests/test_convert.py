@@ -129,7 +129,7 @@ def test_text_encoder_fp32_matches_transformers(tiny_models: dict[str, Path], pr
     np.testing.assert_allclose(embeds, reference_embeds, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("h, w", [(4, 4), (3, 5)])
+@pytest.mark.parametrize(("h", "w"), [(4, 4), (3, 5)])
 def test_transformer_fp32_matches_diffusers(tiny_models: dict[str, Path], pipe: Any, reference_embeds: np.ndarray,
                                             h: int, w: int) -> None:
     feed = transformer_inputs(reference_embeds[:1], h=h, w=w, seed=h * 10 + w)
@@ -246,14 +246,14 @@ def load_structure(tiny_models: dict[str, Path], repo_name: str, component: str,
     return onnx.load(str(tiny_models[repo_name] / repo.graph_path(component, variant)), load_external_data=False)
 
 
-@pytest.mark.parametrize("repo_name, component, variant", GRAPHS)
+@pytest.mark.parametrize(("repo_name", "component", "variant"), GRAPHS)
 def test_graph_io_contract(tiny_models: dict[str, Path], repo_name: str, component: str, variant: str) -> None:
     model = load_structure(tiny_models, repo_name, component, variant)
     joint_dim = 96  # 3 x the tiny text encoder's hidden size
     for values, specs in ((model.graph.input, repo.CONTRACT[component][0]),
                           (model.graph.output, repo.CONTRACT[component][1])):
         assert [v.name for v in values] == [s.name for s in specs]
-        for value, spec in zip(values, specs):
+        for value, spec in zip(values, specs, strict=False):
             tensor_type = value.type.tensor_type
             assert tensor_type.elem_type == DTYPES[spec.dtype], value.name
             dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in tensor_type.shape.dim]
@@ -401,7 +401,7 @@ def test_convert_rejects_bad_input_before_writing(tiny_models: dict[str, Path], 
     def quiet(_msg: str) -> None:
         pass
 
-    with pytest.raises(ConversionError, match="model_index.json"):
+    with pytest.raises(ConversionError, match=r"model_index\.json"):
         convert(tmp_path, tmp_path / "out", log=quiet)
     with pytest.raises(ConversionError, match="--precision 'int8'"):
         convert(tiny_models["diffusers"], tmp_path / "out", precision="int8", log=quiet)

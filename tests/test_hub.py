@@ -88,7 +88,8 @@ def shim_dir(tmp_path: Path) -> Path:
 
 
 def run_fetch(endpoint: str, dest: Path, *, repo: str = REPO, revision: str = "main", shim: Path | None = None,
-              extra_env: dict[str, str] | None = None, background: bool = False) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
+              extra_env: dict[str, str] | None = None,
+              background: bool = False) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update({
         "HF_ENDPOINT": endpoint, "HF_HOME": str(dest.parent / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1",

@@ -56,7 +56,7 @@ def test_png_round_trip_keeps_pixels_and_text(tmp_path: Path) -> None:
 
 def test_read_png_rejects_garbage(tmp_path: Path) -> None:
     (tmp_path / "bad.png").write_bytes(b"<html>not a png</html>")
-    with pytest.raises(InputError, match="bad.png"):
+    with pytest.raises(InputError, match=r"bad\.png"):
         imaging.read_png(tmp_path / "bad.png")
 
 

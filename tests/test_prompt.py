@@ -105,7 +105,7 @@ def test_chat_template_jinja_file_is_used(model_dir: Path, tmp_path: Path, refer
 def test_missing_tokenizer_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "tokenizer").mkdir()
     (tmp_path / "tokenizer" / "tokenizer_config.json").write_text("{}")
-    with pytest.raises(ModelRepoError, match="tokenizer.json"):
+    with pytest.raises(ModelRepoError, match=r"tokenizer\.json"):
         load_tokenizer(tmp_path)
 
 

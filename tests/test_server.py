@@ -24,9 +24,9 @@ import psutil
 import pytest
 
 from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC
-from builder.errors import ServeError
+from builder.errors import BuildError, ServeError
 from builder.site.bundle import build
-from builder.site.server import create_app, serve_in_thread, watch_and_rebuild
+from builder.site.server import check_prebuilt, create_app, serve_in_thread, watch_and_rebuild
 
 ISOLATION = {
     "cross-origin-opener-policy": "same-origin",
@@ -102,7 +102,7 @@ def port_without_models(site: dict[str, Path]) -> Iterator[int]:
 # ---------------------------------------------------------------------------------------------- headers and types
 
 
-@pytest.mark.parametrize("path, media_type", [
+@pytest.mark.parametrize(("path", "media_type"), [
     ("/", "text/html; charset=utf-8"),
     ("/index.html", "text/html; charset=utf-8"),
     ("/coi-sw.js", "text/javascript; charset=utf-8"),
@@ -131,7 +131,7 @@ def test_isolation_headers_and_mime_types(port: int, site: dict[str, Path], path
     assert reply.body == (folder / relative).read_bytes()
 
 
-@pytest.mark.parametrize("method, path, status", [
+@pytest.mark.parametrize(("method", "path", "status"), [
     ("GET", "/missing.js", 404),
     ("POST", "/index.html", 405),
     ("PUT", "/models/manifest.json", 405),
@@ -168,7 +168,7 @@ def test_head_sends_headers_only(port: int, site: dict[str, Path]) -> None:
 DATA = "/models/transformer/transformer_q4.onnx_data"
 
 
-@pytest.mark.parametrize("range_header, start, end", [
+@pytest.mark.parametrize(("range_header", "start", "end"), [
     ("bytes=0-99", 0, 100),
     ("bytes=9990-20000", 9990, 10_000),  # end past the file: clipped
     ("bytes=-500", 9500, 10_000),  # suffix
@@ -274,10 +274,27 @@ def test_models_are_404_without_models_dir(port_without_models: int) -> None:
 
 
 def test_create_app_rejects_missing_folders(tmp_path: Path) -> None:
-    with pytest.raises(ServeError, match="--dist .*no such folder"):
+    with pytest.raises(ServeError, match=r"--dist .*no such folder"):
         create_app(tmp_path / "nope")
-    with pytest.raises(ServeError, match="--models .*no such folder"):
+    with pytest.raises(ServeError, match=r"--models .*no such folder"):
         create_app(tmp_path, tmp_path / "no-models")
+
+
+def test_a_prebuilt_app_is_served_only_as_built(tmp_path: Path) -> None:
+    """Without web_src (an installed wheel), serve says what needs a checkout instead of failing in the bundler."""
+    with pytest.raises(ServeError, match="holds no built app"):
+        check_prebuilt(tmp_path, model_base=DEFAULT_MODEL_BASE, watch=False)
+    (tmp_path / ".klein-build.json").write_text(f'{{"model_base": "{DEFAULT_MODEL_BASE}"}}')
+    check_prebuilt(tmp_path, model_base=DEFAULT_MODEL_BASE, watch=False)
+    with pytest.raises(ServeError, match=r"https://example\.com/m/: .* was built for .*--models DIR"):
+        check_prebuilt(tmp_path, model_base="https://example.com/m/", watch=False)
+    with pytest.raises(ServeError, match="--watch"):
+        check_prebuilt(tmp_path, model_base=DEFAULT_MODEL_BASE, watch=True)
+
+
+def test_build_without_app_sources_names_the_cause(tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match=r"holds no app sources .*needs a checkout"):
+        build(tmp_path / "out", web_src=tmp_path / "web_src")
 
 
 # ---------------------------------------------------------------------------------------------- the real CLI
@@ -286,7 +303,8 @@ def test_create_app_rejects_missing_folders(tmp_path: Path) -> None:
 def test_cli_missing_models_dir_fails_before_serving(dist_dir: Path, tmp_path: Path) -> None:
     missing = tmp_path / "not-here"
     result = subprocess.run([sys.executable, "-m", "builder", "serve", "--port", "1", "--dist", str(dist_dir),
-                             "--models", str(missing)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+                             "--models", str(missing)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60,
+                            check=False)
     assert result.returncode == 1
     assert f"--models {missing}: no such folder" in result.stderr
     assert "klein-web fetch" in result.stderr
@@ -298,7 +316,8 @@ def test_cli_busy_port_is_a_clear_error(dist_dir: Path) -> None:
         busy.listen()
         taken = busy.getsockname()[1]
         result = subprocess.run([sys.executable, "-m", "builder", "serve", "--port", str(taken), "--dist",
-                                 str(dist_dir)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+                                 str(dist_dir)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60,
+                                check=False)
     assert result.returncode == 1
     assert f"Cannot listen on 127.0.0.1:{taken}" in result.stderr and "--port" in result.stderr
 

@@ -185,7 +185,9 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
                 log(f"  {component} {label} {chain}: onnxruntime failed: {result['error']}")
                 continue
             weight_bytes = graph_bytes(graph)
-            modes = {label: (lambda m: m, "peak_bytes")}
+            modes: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], str]] = {
+                label: (lambda m: m, "peak_bytes")
+            }
             if capture:
                 modes[label + CAPTURE] = (lambda m: m.get("capture", {"error": "not run"}), "capture_peak_bytes")
             for name, (pick, peak_key) in modes.items():
@@ -219,7 +221,7 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
             if chain == full:
                 torch_full[str(s)] = measured
             else:
-                torch_times.setdefault(str(s), {})[tuple(chain)] = measured["median_ms"]
+                torch_times.setdefault(str(s), {})[tuple(chain or ())] = measured["median_ms"]
         del module
         release_torch(run.device)
     log(f"  {component}: PyTorch " + ", ".join(f"{size_text[s]} {torch_full[str(s)]['median_ms']:.1f} ms"

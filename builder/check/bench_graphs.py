@@ -45,12 +45,13 @@ def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, 
     from builder.repo.onnx_graph import DEFAULT_DATA_FILE_CAP
 
     if component == "text_encoder":
+        assert layers is not None, "a text-encoder chain has a layer count"
         causal_lm = build_text_encoder(scale, layers[0], device="cpu")
         exports = {"": lambda placement: export_text_chain(causal_lm, layers[0], placement=placement)}
     else:
         from builder.repo.export_vae import export_vae
 
-        module = (build_transformer(scale, layers, device="cpu") if component == "transformer"
+        module = (build_transformer(scale, layers or (), device="cpu") if component == "transformer"
                   else build_vae(scale, device="cpu"))
         exports = {"": exporter(component, module)}
         if component == "vae_decoder":
@@ -119,7 +120,7 @@ def graph_bytes(path: Path) -> int:
     model = onnx.load(str(path), load_external_data=False)
     files = {entry.value for tensor in model.graph.initializer for entry in tensor.external_data
              if entry.key == "location"}
-    return path.stat().st_size + sum((path.parent / name).stat().st_size for name in files)
+    return path.stat().st_size + sum((path.parent / str(name)).stat().st_size for name in files)
 
 
 def fast_path_fidelity(graphs: Mapping[str, Path], sizes: Sequence[int | None]) -> dict[tuple[str, str], float]:
@@ -135,5 +136,5 @@ def fast_path_fidelity(graphs: Mapping[str, Path], sizes: Sequence[int | None]) 
             paths = [Path(f"{graphs[v].with_suffix('')}-{size}.npy") for v in (fast, plain)]
             if all(p.is_file() for p in paths):
                 a, b = (np.load(p).astype(np.float64) for p in paths)
-                errors[(fast, str(size))] = float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+                errors[(fast, str(size))] = float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1e-30))
     return errors

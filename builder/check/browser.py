@@ -28,7 +28,7 @@ def find_chromium(explicit: Path | None = None) -> Path:
 
         with sync_playwright() as p:
             candidates.append(Path(p.chromium.executable_path))
-    except Exception:  # Playwright's browser registry is optional; the system browser is fine.
+    except Exception:  # noqa: BLE001 - Playwright's browser registry is optional; the system browser is fine.
         pass
     for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
         found = shutil.which(name)
@@ -63,7 +63,7 @@ def check_browser(executable: Path) -> str:
         result = subprocess.run([str(executable), "--version"], capture_output=True, text=True, timeout=60,
                                 check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RegressionError(f"--browser {executable} cannot be run ({first_line(exc)}).")
+        raise RegressionError(f"--browser {executable} cannot be run ({first_line(exc)}).") from exc
     lines = (result.stdout.strip() or result.stderr.strip()).splitlines()
     version = lines[0].strip() if lines else ""
     if not re.search(r"Chromium|Chrome|Edge", version):

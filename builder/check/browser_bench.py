@@ -231,7 +231,7 @@ def _hook_worker(page: Any, *, timeout_s: float = 30) -> Any:
     return worker
 
 
-def _generate(page: Any, worker: Any, *, prompt: str, seed: int, size: str, steps: int, timeout_s: float,
+def _generate(page: Any, *, prompt: str, seed: int, size: str, steps: int, timeout_s: float,
               log: Log) -> tuple[float, dict[str, Any]]:
     """Fill the form, click Generate, wait for the image; (seconds from the click, the #timings JSON)."""
     width, height = parse_size(size)
@@ -293,7 +293,7 @@ def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[st
         for index, size in enumerate(sizes):
             counter.bytes = 0
             sampler.reset()
-            seconds, info = _generate(page, worker, prompt=PROMPTS[0], seed=seed + index, size=size, steps=steps,
+            seconds, info = _generate(page, prompt=PROMPTS[0], seed=seed + index, size=size, steps=steps,
                                       timeout_s=timeout_s, log=log)
             record("cold" if index == 0 else "new size", size, seconds, info, worker, counter.bytes)
 
@@ -302,11 +302,11 @@ def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[st
     sampler.reset()
     started = time.perf_counter()
     with _ready_page(context, url) as (page, worker):
-        _seconds, info = _generate(page, worker, prompt=PROMPTS[0], seed=seed, size=sizes[-1], steps=steps,
+        _seconds, info = _generate(page, prompt=PROMPTS[0], seed=seed, size=sizes[-1], steps=steps,
                                    timeout_s=timeout_s, log=log)
         record("warm reload", sizes[-1], time.perf_counter() - started, info, worker, counter.bytes)
         sampler.reset()
-        seconds, info = _generate(page, worker, prompt=PROMPTS[1], seed=seed + 1, size=sizes[-1], steps=steps,
+        seconds, info = _generate(page, prompt=PROMPTS[1], seed=seed + 1, size=sizes[-1], steps=steps,
                                   timeout_s=timeout_s, log=log)
         record("hot", sizes[-1], seconds, info, worker, counter.bytes)
     return runs
@@ -355,10 +355,11 @@ def native_ratios(rows: list[dict[str, Any]], native_json: Path | None) -> dict[
 
 def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: dict[str, Any]) -> list[str]:
     lines = [
-        f"{environment['adapter']} · {environment['browser']} · onnxruntime-web {environment['onnxruntime_web']} · "
-        f"{environment['date']}", "",
-        "| variant | size | phase | to image s | image s | encode ms | first step ms | step ms | decode ms | "
-        "load s (TE / DiT / VAE) | fetched GB | store GB/s | GPU GiB | renderer GiB | GPU proc GiB | wasm GiB |",
+        (f"{environment['adapter']} · {environment['browser']} · onnxruntime-web {environment['onnxruntime_web']} · "
+         f"{environment['date']}"),
+        "",
+        ("| variant | size | phase | to image s | image s | encode ms | first step ms | step ms | decode ms | "
+         "load s (TE / DiT / VAE) | fetched GB | store GB/s | GPU GiB | renderer GiB | GPU proc GiB | wasm GiB |"),
         "|" + "---|" * 16,
     ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -18,7 +19,7 @@ class GpuMemorySampler:
 
             pynvml.nvmlInit()
             self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            self._used = lambda: pynvml.nvmlDeviceGetMemoryInfo(self._handle).used
+            self._used: Callable[[], int] = lambda: pynvml.nvmlDeviceGetMemoryInfo(self._handle).used
             self._base = self._used()
             self.peak_bytes = 0
             self._thread = threading.Thread(target=self._sample, daemon=True)

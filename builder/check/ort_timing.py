@@ -63,13 +63,13 @@ def webgpu_device() -> Any:
         import onnxruntime_ep_webgpu as webgpu_ep
     except ImportError:
         raise BenchError("onnxruntime-ep-webgpu is not installed: `pip install onnxruntime-ep-webgpu==0.4.0` "
-                         "(needs onnxruntime >= 1.24.4).")
+                         "(needs onnxruntime >= 1.24.4).") from None
     name = webgpu_ep.get_ep_name()
     if not any(d.ep_name == name for d in ort.get_ep_devices()):
         try:
             ort.register_execution_provider_library("webgpu", webgpu_ep.get_library_path())
-        except Exception as exc:  # noqa: BLE001 -- the plugin reports version mismatches here
-            raise BenchError(f"The WebGPU plugin EP did not load: {exc}")
+        except Exception as exc:  # the plugin reports version mismatches here
+            raise BenchError(f"The WebGPU plugin EP did not load: {exc}") from exc
     device = next((d for d in ort.get_ep_devices() if d.ep_name == name), None)
     if device is None:
         raise BenchError("The WebGPU plugin EP found no adapter. On Linux it needs the Vulkan loader "
@@ -138,7 +138,7 @@ def time_graph(spec: TimingSpec) -> dict[str, Any]:
     began = time.perf_counter()
     try:
         session = _session(spec.graph, spec.provider, session_options(spec.provider))
-    except Exception as exc:  # noqa: BLE001 -- onnxruntime and the EP raise plain exceptions
+    except Exception as exc:  # onnxruntime and the EP raise plain exceptions
         if spec.provider != "webgpu":
             raise
         notes.append(f"with CPU fallback ({str(exc).splitlines()[0][:160]})")
@@ -208,7 +208,7 @@ def time_captured(graph: str, feeds: Mapping[str, Any], expected: Sequence[Any],
         ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))], [value])
         binding.bind_ortvalue_input(name, value)
         keep.append(value)
-    for meta, array in zip(session.get_outputs(), expected):
+    for meta, array in zip(session.get_outputs(), expected, strict=False):
         value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), array.dtype, memory_info=memory)
         binding.bind_ortvalue_output(meta.name, value)
         keep.append(value)
@@ -228,7 +228,7 @@ def time_captured(graph: str, feeds: Mapping[str, Any], expected: Sequence[Any],
         outputs = step()
         samples.append((time.perf_counter() - start) * 1000)
     diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-               for a, b in zip([*first, *outputs], [*expected, *expected]))
+               for a, b in zip([*first, *outputs], [*expected, *expected], strict=False))
     scale = max(float(np.max(np.abs(b))) for b in expected)
     return {"median_ms": median_ms(samples), "samples_ms": samples, "first_run_ms": capture_ms,
             "max_abs_diff_vs_plain": diff, "max_abs_plain": scale}
@@ -241,7 +241,7 @@ def free_dimensions(graph: str, feeds: Mapping[str, Any]) -> dict[str, int]:
     dims: dict[str, int] = {}
     for value in onnx.load(graph, load_external_data=False).graph.input:
         if value.name in feeds:
-            for dim, size in zip(value.type.tensor_type.shape.dim, feeds[value.name].shape):
+            for dim, size in zip(value.type.tensor_type.shape.dim, feeds[value.name].shape, strict=False):
                 if dim.dim_param:
                     dims[dim.dim_param] = int(size)
     return dims

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE
+from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, has_web_src
 from builder.check.browser import check_browser, find_chromium
 from builder.check.regress_cases import Case, RegressOptions, cases_from_options
 from builder.check.regress_page import (
@@ -173,7 +173,8 @@ def site(dist_dir: Path | None, *, log: Log) -> Path:
                                   f"{dist_dir}` first, or leave --dist out to build dist/.")
         return Path(dist_dir)
     record = bundle.read_record(DEFAULT_DIST) or {}
-    bundle.build(DEFAULT_DIST, model_base=str(record.get("model_base") or DEFAULT_MODEL_BASE), log=log)
+    if has_web_src():  # else an installed wheel: its packaged app, as built
+        bundle.build(DEFAULT_DIST, model_base=str(record.get("model_base") or DEFAULT_MODEL_BASE), log=log)
     return DEFAULT_DIST
 
 

@@ -98,7 +98,7 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
         data: Any = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
-        raise InputError(f"--cases {path} is not valid {kind}: {exc}.")
+        raise InputError(f"--cases {path} is not valid {kind}: {exc}.") from exc
     entries = data.get("cases") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:
         raise InputError(f"--cases {path}: expected a non-empty list of cases under `cases` (JSON or [[cases]] TOML).")
@@ -151,7 +151,7 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
 def _typed(entry: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     value = entry[key]
     # bool is an int subclass: `seed = true` must not pass as seed 1.
-    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
         expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise InputError(f"{where}: `{key}` must be {expected}, got {value!r}.")
     return value

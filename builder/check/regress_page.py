@@ -94,7 +94,7 @@ def launched(session: BrowserSession, *, log: Log, profile: Path | None = None) 
                                                 headed=session.headed, gpu=session.gpu,
                                                 f16_toggle=session.f16_toggle)
         except PlaywrightError as exc:
-            raise RegressionError(f"could not launch {session.executable} as Chromium: {first_line(exc)}")
+            raise RegressionError(f"could not launch {session.executable} as Chromium: {first_line(exc)}") from exc
         session.launches += 1
         browser = session.context.browser
         session.version = browser.version if browser is not None else session.version

@@ -75,7 +75,7 @@ def generate(
     `variants` pins a variant per component (e.g. {"transformer": "q4"}); otherwise VARIANT_PREFERENCE picks.
     """
     # onnxruntime is imported here and in check/ort_timing.py (the bench's GPU timing), nowhere else in builder/.
-    import onnxruntime  # type: ignore[import-untyped]
+    import onnxruntime
 
     model_dir = Path(model_dir)
     seconds: dict[str, float] = {}

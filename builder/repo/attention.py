@@ -182,8 +182,12 @@ def chunk_attention(model: onnx.ModelProto, *, query_blocks: int) -> int:
     return len(sites)
 
 
+# (scores MatMul, [nodes between it and the Softmax], Softmax, [nodes after it], output MatMul)
+AttentionSite = tuple[onnx.NodeProto, list[onnx.NodeProto], onnx.NodeProto, list[onnx.NodeProto], onnx.NodeProto]
+
+
 def _match_site(softmax: onnx.NodeProto, producers: dict[str, onnx.NodeProto],
-                consumers: dict[str, list[onnx.NodeProto]], constants: set[str]) -> tuple | None:
+                consumers: dict[str, list[onnx.NodeProto]], constants: set[str]) -> AttentionSite | None:
     """(scores MatMul, [nodes between it and the Softmax], Softmax, [nodes after it], output MatMul) when
     `softmax` heads a plain attention site. Between the MatMuls only row-wise nodes are allowed: a scale
     by a constant (Mul, Div) and Casts (the fp16 graphs run the Softmax in fp32)."""
@@ -206,15 +210,16 @@ def _match_site(softmax: onnx.NodeProto, producers: dict[str, onnx.NodeProto],
     if users[0].op_type != "MatMul" or users[0].input[0] != node.output[0]:
         return None
     before: list[onnx.NodeProto] = []
-    node = producers.get(softmax.input[0])
-    while node is not None and node.op_type in ("Mul", "Div", "Cast") and len(consumers.get(node.output[0], [])) == 1:
-        if node.op_type != "Cast" and node.input[1] not in constants:  # only a constant scale commutes with slicing
+    producer = producers.get(softmax.input[0])
+    while (producer is not None and producer.op_type in ("Mul", "Div", "Cast")
+           and len(consumers.get(producer.output[0], [])) == 1):
+        if producer.op_type != "Cast" and producer.input[1] not in constants:  # only a constant scale commutes
             return None
-        before.insert(0, node)
-        node = producers.get(node.input[0])
-    if node is None or node.op_type != "MatMul" or len(consumers.get(node.output[0], [])) != 1:
+        before.insert(0, producer)
+        producer = producers.get(producer.input[0])
+    if producer is None or producer.op_type != "MatMul" or len(consumers.get(producer.output[0], [])) != 1:
         return None
-    return node, before, softmax, after, users[0]
+    return producer, before, softmax, after, users[0]
 
 
 def _blocked_site(graph: onnx.GraphProto, index: int, scores: onnx.NodeProto, before: list[onnx.NodeProto],

@@ -27,7 +27,7 @@ import numpy as np
 from builder.errors import ConversionError
 
 # safetensors dtype -> (numpy dtype of the stored bytes, itemsize)
-_STORED = {
+_STORED: dict[str, np.dtype[Any]] = {
     "F32": np.dtype("<f4"),
     "F16": np.dtype("<f2"),
     "BF16": np.dtype("<u2"),  # no numpy bfloat16: read as uint16, widened to float32 bit-exactly
@@ -87,7 +87,7 @@ class Checkpoint:
         raw = np.empty(tensor.length // stored.itemsize, dtype=stored)
         with open(tensor.path, "rb") as handle:
             handle.seek(tensor.start)
-            if handle.readinto(memoryview(raw).cast("B")) != tensor.length:
+            if handle.readinto(raw.data.cast("B")) != tensor.length:
                 raise ConversionError(f"{tensor.path} is truncated: {key} runs past the end of the file.")
         if tensor.dtype == "BF16":  # bf16 is the top half of a float32; widen in place (no third copy)
             wide = raw.astype(np.uint32)
@@ -172,18 +172,20 @@ def parameters_on_meta() -> Iterator[None]:
 
     original = nn.Module.register_parameter
 
-    def register(module: nn.Module, name: str, param: Any) -> None:
+    def register(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         original(module, name, param)
-        if param is not None:
-            stored = module._parameters[name]
+        stored = module._parameters[name]
+        if stored is not None:
             module._parameters[name] = nn.Parameter(stored.to("meta"), requires_grad=False)
 
-    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    # A patch for the duration of the block: mypy forbids assigning to a method, and reads the class attribute's
+    # type with an extra `self`.
+    nn.Module.register_parameter = register  # type: ignore[method-assign, assignment]
     try:
         with torch.no_grad():
             yield
     finally:
-        nn.Module.register_parameter = original  # type: ignore[method-assign]
+        nn.Module.register_parameter = original  # type: ignore[method-assign]  # restores the patch above
 
 
 def build_skeleton(factory: Callable[[], Any], checkpoint: Checkpoint) -> Any:
@@ -211,15 +213,15 @@ def build_skeleton(factory: Callable[[], Any], checkpoint: Checkpoint) -> Any:
             count += 1
             value = torch.tensor(count * 1e-6, dtype=torch.float32)
             placeholder = nn.Parameter(value.expand(shape), requires_grad=False)
-            placeholder.klein_load = functools.partial(checkpoint.read, key, shape=shape)  # type: ignore[attr-defined]
+            placeholder.klein_load = functools.partial(checkpoint.read, key, shape=shape)  # type: ignore[attr-defined]  # a mark read by weight_value
             owner._parameters[name] = placeholder
         persistent = [n for n in owner._buffers if n not in owner._non_persistent_buffers_set]
         for name in persistent:
             buffer = owner._buffers[name]
             if buffer is not None and prefix + name in checkpoint.tensors:
-                value = checkpoint.read(prefix + name, shape=tuple(buffer.shape))
-                owner._buffers[name] = torch.from_numpy(value).to(buffer.dtype, copy=True)
-                del value
+                loaded = checkpoint.read(prefix + name, shape=tuple(buffer.shape))
+                owner._buffers[name] = torch.from_numpy(loaded).to(buffer.dtype, copy=True)
+                del loaded
     return module.eval()
 
 
@@ -230,6 +232,8 @@ def weight_value(tensor: Any) -> np.ndarray:
 
     load = getattr(tensor, "klein_load", None)
     if load is not None:
-        return load()
+        loaded: np.ndarray = load()
+        return loaded
     tensor = tensor.detach()
-    return (tensor.to(torch.float32) if tensor.is_floating_point() else tensor).cpu().numpy()
+    copied: np.ndarray = (tensor.to(torch.float32) if tensor.is_floating_point() else tensor).cpu().numpy()
+    return copied

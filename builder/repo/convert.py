@@ -183,9 +183,9 @@ def check_source(src: Path) -> dict[str, object]:
             "FLUX.2 [klein] checkpoint in diffusers format, e.g. a snapshot of black-forest-labs/FLUX.2-klein-4B."
         )
     try:
-        model_index = json.loads(index_path.read_text(encoding="utf-8"))
+        model_index: dict[str, object] = json.loads(index_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise ConversionError(f"SRC {src}: model_index.json is not readable JSON ({exc}).")
+        raise ConversionError(f"SRC {src}: model_index.json is not readable JSON ({exc}).") from exc
     missing = [name for name in SOURCE_FOLDERS if not (src / name).is_dir()]
     if missing:
         raise ConversionError(f"SRC {src} lacks the subfolder(s) {', '.join(missing)} of a Flux2KleinPipeline.")

@@ -100,6 +100,9 @@ def download(repo: str, commit: str, remote_file: RemoteFile, dest: Path, progre
 def _transfer(repo: str, commit: str, remote_file: RemoteFile, partial: Path, start: int, progress: Progress) -> None:
     """Append the bytes from `start` on to `partial` (HTTP Range), raising network errors as they come."""
     from huggingface_hub import hf_hub_url
+
+    # huggingface_hub.utils exports build_hf_headers lazily: a plain import without `as` or __all__, which
+    # mypy's strict mode does not count as a re-export.
     from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
     request = urllib.request.Request(hf_hub_url(repo, remote_file.path, revision=commit))

@@ -11,6 +11,8 @@ arange(seq) (not derived from the mask), and a query attends to key j when j <= 
 
 from __future__ import annotations
 
+from typing import Any
+
 import onnx
 import torch
 from torch import nn
@@ -32,7 +34,7 @@ DYNAMIC_AXES = {
 class PromptEmbedder(nn.Module):
     """Qwen3ForCausalLM truncated to max(OUT_LAYERS) layers, returning the concatenated hidden states."""
 
-    def __init__(self, causal_lm: nn.Module, out_layers: tuple[int, ...] = OUT_LAYERS) -> None:
+    def __init__(self, causal_lm: Any, out_layers: tuple[int, ...] = OUT_LAYERS) -> None:
         super().__init__()
         model = causal_lm.model
         if len(model.layers) < max(out_layers):
@@ -61,7 +63,7 @@ class PromptEmbedder(nn.Module):
         return torch.cat(outputs, dim=-1)  # [B, L, 3 * D]
 
 
-def use_eager_attention(causal_lm: nn.Module) -> None:
+def use_eager_attention(causal_lm: Any) -> None:
     """Eager attention exports as MatMul + Softmax with our additive mask (SDPA with GQA does not export)."""
     if hasattr(causal_lm, "set_attn_implementation"):
         causal_lm.set_attn_implementation("eager")
@@ -69,7 +71,7 @@ def use_eager_attention(causal_lm: nn.Module) -> None:
         causal_lm.config._attn_implementation = "eager"
 
 
-def export_text_encoder(causal_lm: nn.Module, *, placement: Placement | None = None) -> onnx.ModelProto:
+def export_text_encoder(causal_lm: Any, *, placement: Placement | None = None) -> onnx.ModelProto:
     """ONNX graph of the prompt embedder, weights attached by `placement` (default fp32; see export_module)."""
     use_eager_attention(causal_lm)
     embedder = PromptEmbedder(causal_lm.eval()).eval()

@@ -42,6 +42,9 @@ FP32_MATMUL_SCOPES = ("/time_guidance_embed/", "_modulation", "/norm_out/")
 class Fp32PosEmbed(nn.Module):
     """Flux2PosEmbed computed in float32: per axis, angle = pos * theta^(-2j/dim), each pair repeated twice."""
 
+    axis_of_column: torch.Tensor
+    freqs: torch.Tensor
+
     def __init__(self, theta: float, axes_dim: list[int] | tuple[int, ...]) -> None:
         super().__init__()
         axis_of_column: list[int] = []
@@ -117,17 +120,19 @@ def export_friendly_rotary() -> Iterator[None]:
 class TransformerStep(nn.Module):
     """One call of Flux2Transformer2DModel exactly as Flux2KleinPipeline makes it (guidance=None)."""
 
-    def __init__(self, transformer: nn.Module) -> None:
+    def __init__(self, transformer: Any) -> None:  # a Flux2Transformer2DModel
         super().__init__()
         self.m = transformer
 
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, timestep: torch.Tensor,
                 img_ids: torch.Tensor, txt_ids: torch.Tensor) -> torch.Tensor:
-        return self.m(hidden_states=hidden_states, encoder_hidden_states=encoder_hidden_states, timestep=timestep,
-                      img_ids=img_ids, txt_ids=txt_ids, guidance=None, return_dict=False)[0]
+        noise: torch.Tensor = self.m(hidden_states=hidden_states, encoder_hidden_states=encoder_hidden_states,
+                                     timestep=timestep, img_ids=img_ids, txt_ids=txt_ids, guidance=None,
+                                     return_dict=False)[0]
+        return noise
 
 
-def prepare_for_export(transformer: nn.Module) -> TransformerStep:
+def prepare_for_export(transformer: Any) -> TransformerStep:
     """Apply the export substitutions in place (the module is discarded after export)."""
     config = transformer.config
     transformer.pos_embed = Fp32PosEmbed(config.rope_theta, list(config.axes_dims_rope))
@@ -135,7 +140,7 @@ def prepare_for_export(transformer: nn.Module) -> TransformerStep:
     return TransformerStep(transformer.eval())
 
 
-def export_transformer(transformer: nn.Module, *, query_blocks: int | None = None,
+def export_transformer(transformer: Any, *, query_blocks: int | None = None,
                        placement: Placement | None = None) -> onnx.ModelProto:
     """ONNX graph of one denoising step, weights attached by `placement` (default fp32; see export_module).
 

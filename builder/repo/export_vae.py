@@ -11,6 +11,8 @@ What runs, in Flux2KleinPipeline.__call__'s order (pipeline_flux2_klein.py, "# 8
 
 from __future__ import annotations
 
+from typing import Any
+
 import onnx
 import torch
 from torch import nn
@@ -28,7 +30,10 @@ DYNAMIC_AXES = {
 class LatentDecoder(nn.Module):
     """BN de-normalisation + unpatchify + vae.decode + postprocess, as one module."""
 
-    def __init__(self, vae: nn.Module) -> None:
+    bn_std: torch.Tensor
+    bn_mean: torch.Tensor
+
+    def __init__(self, vae: Any) -> None:  # an AutoencoderKLFlux2
         super().__init__()
         config = vae.config
         self.post_quant_conv = vae.post_quant_conv
@@ -51,11 +56,11 @@ class LatentDecoder(nn.Module):
         x = x.reshape(batch, self.latent_channels, height * ph, width * pw)
         if self.post_quant_conv is not None:
             x = self.post_quant_conv(x)
-        image = self.decoder(x)
+        image: torch.Tensor = self.decoder(x)
         return (image * 0.5 + 0.5).clamp(0, 1)
 
 
-def export_vae(vae: nn.Module, *, query_blocks: int | None = None) -> onnx.ModelProto:
+def export_vae(vae: Any, *, query_blocks: int | None = None) -> onnx.ModelProto:
     """fp32 ONNX graph of the latent decoder (weights in memory; the fp16 variant is derived from it).
 
     The mid-block attention is split into `query_blocks` blocks along the query axis (builder.repo.attention);

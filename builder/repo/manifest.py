@@ -194,7 +194,7 @@ def _from_json(data: dict[str, Any], where: Path) -> Manifest:
         files = {path: FileEntry(**entry) for path, entry in data["files"].items()}
         return Manifest(source=data["source"], converter=data["converter"], files=files, graphs=graphs)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ModelRepoError(f"{where} is malformed ({exc!r}); re-create it with `klein-web fetch` or `convert`.")
+        raise ModelRepoError(f"{where} is malformed ({exc!r}); re-create it with `klein-web fetch` or `convert`.") from exc
 
 
 def load(repo_dir: Path) -> Manifest:
@@ -209,7 +209,7 @@ def load(repo_dir: Path) -> Manifest:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelRepoError(f"{path} is not readable JSON ({exc}); re-create it with `klein-web fetch` or `convert`.")
+        raise ModelRepoError(f"{path} is not readable JSON ({exc}); re-create it with `klein-web fetch` or `convert`.") from exc
     return _from_json(data, path)
 
 

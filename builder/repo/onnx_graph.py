@@ -209,11 +209,11 @@ def apply_contract_shapes(model: onnx.ModelProto, component: str) -> None:
     for values, specs in ((model.graph.input, inputs), (model.graph.output, outputs)):
         if [v.name for v in values] != [s.name for s in specs]:
             raise ConversionError(f"The {component} graph's I/O {[v.name for v in values]} differs from the contract.")
-        for value, spec in zip(values, specs):
+        for value, spec in zip(values, specs, strict=False):
             dims = value.type.tensor_type.shape.dim
             if len(dims) != len(spec.shape):
                 raise ConversionError(f"{component} {value.name} has rank {len(dims)}, the contract says {spec.shape}.")
-            for dim, want in zip(dims, spec.shape):
+            for dim, want in zip(dims, spec.shape, strict=False):
                 if want == "joint_dim":
                     if not dim.HasField("dim_value"):
                         raise ConversionError(f"{component} {value.name}: the text width must be a fixed dim.")
@@ -259,7 +259,7 @@ def fold_constant_nodes(model: onnx.ModelProto) -> None:
         graph_inputs = [onnx.helper.make_tensor_value_info(name, 0, None) for name in inputs]
         single.graph.input.extend(graph_inputs)
         results = ReferenceEvaluator(single).run(None, inputs)
-        for name, result in zip(node.output, results):
+        for name, result in zip(node.output, results, strict=False):
             constants[name] = result
             folded.append(numpy_helper.from_array(np.asarray(result), name))
     outputs = {o.name for o in model.graph.output}

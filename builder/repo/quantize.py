@@ -120,7 +120,7 @@ def cast_fp16_embedding(model: onnx.ModelProto, *, gather_name: str, table_name:
     nodes = list(model.graph.node)
     index = nodes.index(gather)
     model.graph.ClearField("node")
-    model.graph.node.extend(nodes[: index + 1] + [cast] + nodes[index + 1 :])
+    model.graph.node.extend([*nodes[:index + 1], cast, *nodes[index + 1:]])
     return [gather_name, cast_name]
 
 
@@ -175,7 +175,7 @@ def to_q4f16(q4_model: onnx.ModelProto, *, fp32_scopes: tuple[str, ...] = Q4F16_
             # The weights are identical at every accuracy level; level 0 = compute in the input's type.
             kept = [a for a in node.attribute if a.name != "accuracy_level"]
             node.ClearField("attribute")
-            node.attribute.extend(kept + [helper.make_attribute("accuracy_level", 0)])
+            node.attribute.extend([*kept, helper.make_attribute("accuracy_level", 0)])
     scale_query_before_scores(q4_model)
     keep_fp32 = {n.name for n in q4_model.graph.node
                  if n.op_type in fp32_ops or any(scope in n.name for scope in fp32_scopes)}
@@ -268,7 +268,7 @@ def compute_in_fp16(model: onnx.ModelProto, *, keep_fp32: set[str]) -> None:
                 node.input[index] = as_type(name, TensorProto.FLOAT if index in fixed else want)
         new_nodes.append(node)
         for out in node.output:
-            dtype[out] = _output_type(node, dtype, want)
+            dtype[out] = _output_type(node, dtype)
 
     # Graph outputs stay fp32: rename an fp16 producer's output and Cast it back under the output's name.
     for output in graph.output:
@@ -289,11 +289,11 @@ def compute_in_fp16(model: onnx.ModelProto, *, keep_fp32: set[str]) -> None:
     sort_topologically(graph)
 
 
-def _output_type(node: onnx.NodeProto, dtype: dict[str, int], want: int) -> int:
+def _output_type(node: onnx.NodeProto, dtype: dict[str, int]) -> int:
     """Element type of `node`'s outputs after the rewrite (the ops the exporters emit)."""
     op = node.op_type
     if op == "Cast":
-        return next(a.i for a in node.attribute if a.name == "to")
+        return int(next(a.i for a in node.attribute if a.name == "to"))
     if op == "Constant" or op == "ConstantOfShape":
         value = next((a.t for a in node.attribute if a.name == "value"), None)
         return value.data_type if value is not None else TensorProto.FLOAT

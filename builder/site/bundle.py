@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import jinja2
 
-from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
+from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
 from builder.errors import BuildError
 from builder.site.node import NodeTools, ensure_node_modules, find_node, lock_hash
 
@@ -174,7 +174,7 @@ def run_esbuild(tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path
         str(esbuild), entry, "--bundle", "--minify", "--sourcemap", "--charset=utf8", "--log-level=warning",
         f"--outdir={out_assets}", f"--entry-names={name}-[hash]", f"--metafile={meta}", *extra,
     ]
-    result = subprocess.run(cmd, cwd=web_src, env=tools.env(), capture_output=True, text=True)
+    result = subprocess.run(cmd, cwd=web_src, env=tools.env(), capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(f"esbuild failed on {web_src / entry}:\n{result.stderr.strip()[-4000:]}")
     outputs = json.loads(meta.read_text())["outputs"]
@@ -275,6 +275,11 @@ def build(out_dir: Path, *, model_base: str = DEFAULT_MODEL_BASE, web_src: Path 
         raise BuildError(f"--out {out_dir} is a file; pass a folder (it is created if missing).")
     if out_dir == web_src or web_src in out_dir.parents:
         raise BuildError(f"--out {out_dir} is inside web_src ({web_src}); the build would read its own output.")
+    if not has_web_src(web_src):
+        raise BuildError(
+            f"{web_src} holds no app sources (no package.json): building needs a checkout of the repository. "
+            "An installed klein-web wheel carries the app already built: `klein-web serve` serves it."
+        )
     ensure_node_modules(web_src=web_src, log=log)
     stamp = input_stamp(web_src, model_base)
     record = read_record(out_dir)

@@ -31,7 +31,7 @@ from starlette.routing import Route
 from starlette.staticfiles import NotModifiedResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
+from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
 from builder.errors import KleinWebError, ModelRepoError, ServeError
 from builder.site.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_record
 from builder.site.chrome import LINUX_DESKTOP_CHROME_FLAGS
@@ -293,6 +293,20 @@ def watch_and_rebuild(dist_dir: Path, *, model_base: str, stop: threading.Event,
             log(f"rebuild failed (still serving the last good build): {exc}")
 
 
+def check_prebuilt(dist_dir: Path, *, model_base: str, watch: bool) -> None:
+    """Without web_src (an installed wheel) the app is served as built: say what cannot be done instead of failing
+    in the bundler."""
+    record = read_record(dist_dir)
+    if record is None:
+        raise ServeError(f"--dist {dist_dir} holds no built app, and this installation has no app sources to build "
+                         "one. Serve a folder made by `klein-web build`, or leave --dist out to serve the packaged app.")
+    if record.get("model_base") != model_base:
+        raise ServeError(f"--model-base {model_base}: {dist_dir} was built for {record.get('model_base')}, and "
+                         "rebuilding needs the app sources (a checkout). To load a local model, use --models DIR.")
+    if watch:
+        raise ServeError("--watch rebuilds the app from web_src/, which this installation does not have.")
+
+
 def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_dir: Path | None = None,
           model_base: str | None = None, open_browser: bool = False, watch: bool = False,
           log: Callable[[str], None] = lambda _message: None) -> None:
@@ -304,13 +318,16 @@ def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_d
     if model_base is None:
         # Keep the base of an existing build (e.g. one made with --model-base) rather than rebuilding it.
         model_base = str((read_record(Path(dist_dir)) or {}).get("model_base") or DEFAULT_MODEL_BASE)
-    try:
-        build(dist_dir, model_base=model_base, log=log)
-    except KleinWebError as exc:
-        if read_record(Path(dist_dir)) is None:
-            raise
-        # Mid-edit sources should not stop the server (nor --watch): say so loudly and serve the last good build.
-        log(f"warning: the build failed, serving the previous build of {dist_dir}:\n{exc}")
+    if not has_web_src():
+        check_prebuilt(Path(dist_dir), model_base=model_base, watch=watch)
+    else:
+        try:
+            build(dist_dir, model_base=model_base, log=log)
+        except KleinWebError as exc:
+            if read_record(Path(dist_dir)) is None:
+                raise
+            # Mid-edit sources should not stop the server (nor --watch): say so loudly and serve the last good build.
+            log(f"warning: the build failed, serving the previous build of {dist_dir}:\n{exc}")
     app = create_app(dist_dir, models_dir)
     sock = bind_socket(host, port)
     port = sock.getsockname()[1]

@@ -8,6 +8,7 @@ shared by the module; each test gets its own server port, hence its own origin a
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 import shutil
@@ -149,7 +150,7 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_
     after = server.output()[log_mark:]
     assert "manifest.json" in after, "the manifest is re-fetched on each run (stale-size check)"
     requested = [line for line in after.splitlines() if WEIGHT_FILE.search(line)]
-    assert requested == [], f"weight files requested after the reload:\n" + "\n".join(requested)
+    assert requested == [], "weight files requested after the reload:\n" + "\n".join(requested)
 
 
 def test_q4_against_reference(page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path],
@@ -318,7 +319,7 @@ def test_cancel_during_denoising(page: Any, dist_dir: Path, live_server_factory:
     assert len(steps) < 30
     late = [event for event in steps if event["at"] > cancel.sent_at]
     assert len(late) <= 1, f"{len(late)} steps ran after the cancel"
-    step_ms = max(b["elapsedMs"] - a["elapsedMs"] for a, b in zip(steps, steps[1:])) if len(steps) > 1 \
+    step_ms = max(b["elapsedMs"] - a["elapsedMs"] for a, b in itertools.pairwise(steps)) if len(steps) > 1 \
         else steps[0]["elapsedMs"]
     # Stops within one step (plus the session release and message latency).
     assert reply.answered_at - cancel.sent_at <= step_ms + 2000

@@ -1,0 +1,210 @@
+"""Which module of builder/ may import what, read from the source with `ast` (imports inside functions count).
+
+Data flows one way: the model repository (repo) is read by the reference pipeline (pipeline) and the
+server (site); the checks (check) drive all three; the command line (cli) calls everything.
+
+    layer        may import from builder
+    -----------  ---------------------------------------------------------------
+    root         builder/__init__.py, errors.py, memory.py: only each other
+    repo         root, repo               (+ tiny.py -> site.node: the Qwen3 tokenizer ships in web_src's node_modules)
+    pipeline     root, repo, pipeline
+    site         root, repo, site
+    check        root, repo, pipeline, site, check
+    cli          everything (cli.py, __main__.py); nothing imports cli but __main__.py
+
+Third-party libraries with a home:
+
+    torch, diffusers, transformers, onnx, onnxscript, safetensors, ml_dtypes
+                 the `convert` extra: the converter (repo: checkpoint, convert, export_*, onnx_graph, attention,
+                 quantize, tiny) and the bench that builds and exports torch models (check: bench*, ort_timing),
+                 so `serve`, `fetch`, `reference` and `regress` run without them
+    onnxruntime  the reference pipeline (pipeline/reference.py), the bench's timing (check/ort_timing.py) and
+                 the converter's q4 quantiser (repo/quantize.py: onnxruntime's MatMulNBits quantiser)
+    playwright   check only (site/chrome.py holds switches and launches nothing)
+    starlette, uvicorn, watchfiles   site only (the HTTP server)
+    huggingface_hub                  repo only (the Hub download)
+    click                            cli.py only
+    psutil, pynvml                   check only (memory of the browser and the GPU during a bench)
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "builder"
+
+ROOT_MODULES = {"builder", "builder.errors", "builder.memory"}
+LAYERS = ("repo", "pipeline", "site", "check")
+ALLOWED_LAYERS: dict[str, set[str]] = {
+    "root": {"root"},
+    "repo": {"root", "repo"},
+    "pipeline": {"root", "repo", "pipeline"},
+    "site": {"root", "repo", "site"},
+    "check": {"root", "repo", "pipeline", "site", "check"},
+    "cli": {"root", "repo", "pipeline", "site", "check", "cli"},
+}
+# (importer, imported module): the one crossing the table does not allow, and why it is needed.
+EXCEPTIONS = {
+    ("builder.repo.tiny", "builder.site.node"),  # the tiny model copies the Qwen3 tokenizer from node_modules
+}
+
+CONVERTER = {f"builder.repo.{name}" for name in (
+    "checkpoint", "convert", "export_text_encoder", "export_transformer", "export_vae", "onnx_graph", "attention",
+    "quantize", "tiny",
+)}
+BENCH = {f"builder.check.{name}" for name in (
+    "bench", "bench_graphs", "bench_models", "bench_report", "bench_stats", "ort_timing",
+)}
+CONVERT_EXTRA = ("torch", "diffusers", "transformers", "onnx", "onnxscript", "safetensors", "ml_dtypes")
+LIBRARY_HOMES: dict[str, set[str]] = {
+    **dict.fromkeys(CONVERT_EXTRA, CONVERTER | BENCH),
+    "onnxruntime": {"builder.pipeline.reference", "builder.check.ort_timing", "builder.repo.quantize"},
+    "onnxruntime_ep_webgpu": {"builder.check.ort_timing"},
+    "playwright": {"builder.check.*"},
+    "starlette": {"builder.site.*"},
+    "uvicorn": {"builder.site.*"},
+    "watchfiles": {"builder.site.*"},
+    "huggingface_hub": {"builder.repo.*"},
+    "click": {"builder.cli"},
+    "psutil": {"builder.check.*"},
+    "pynvml": {"builder.check.*"},
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module, e.g. builder.site.server
+    target: str  # what it imports, absolute, e.g. builder.repo.manifest or torch.nn
+    line: int
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(source: str, module: str, *, is_package: bool = False) -> Iterator[Import]:
+    """Every import in `source`, at any depth (functions, try blocks, TYPE_CHECKING), made absolute;
+    `importlib.import_module("x")` and `__import__("x")` with a literal name count too."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(module, alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                # `from builder import site` imports the subpackage builder.site; `from builder import WEB_SRC` a name.
+                candidate = f"{base}.{alias.name}"
+                yield Import(module, candidate if is_builder_module(candidate) else base, node.lineno)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                yield Import(module, node.args[0].value, node.lineno)
+
+
+def is_builder_module(name: str) -> bool:
+    relative = Path(*name.split("."))
+    return (PACKAGE.parent / relative).with_suffix(".py").is_file() or (PACKAGE.parent / relative).is_dir()
+
+
+def layer_of(module: str) -> str | None:
+    """root, repo, pipeline, site, check or cli for a builder module; None for anything else."""
+    if module in ROOT_MODULES:
+        return "root"
+    parts = module.split(".")
+    if parts[0] != "builder":
+        return None
+    if len(parts) >= 2 and parts[1] in LAYERS:
+        return parts[1]
+    if module in ("builder.cli", "builder.__main__"):
+        return "cli"
+    raise AssertionError(f"{module} belongs to no layer: add it to the table in {Path(__file__).name}")
+
+
+def matches(module: str, patterns: set[str]) -> bool:
+    return any(module == p or (p.endswith(".*") and module.startswith(p[:-1])) for p in patterns)
+
+
+def violations(found: Iterator[Import]) -> list[str]:
+    """Each import the rules above forbid, as `module:line imports target (why not)`."""
+    problems = []
+    for item in found:
+        where = f"{item.module}:{item.line} imports {item.target}"
+        top = item.target.split(".")[0]
+        if top == "builder":
+            importer, imported = layer_of(item.module), layer_of(item.target)
+            if imported == "cli" and item.module != "builder.__main__":
+                problems.append(f"{where} (nothing imports the command line)")
+            elif importer and imported and imported not in ALLOWED_LAYERS[importer] \
+                    and (item.module, item.target) not in EXCEPTIONS:
+                problems.append(f"{where} ({importer} may import only {sorted(ALLOWED_LAYERS[importer])})")
+        elif top in LIBRARY_HOMES and not matches(item.module, LIBRARY_HOMES[top]):
+            problems.append(f"{where} ({top} belongs in {sorted(LIBRARY_HOMES[top])})")
+    return problems
+
+
+def package_imports() -> Iterator[Import]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield from imports(path.read_text(encoding="utf-8"), module_name(path), is_package=path.name == "__init__.py")
+
+
+def test_builder_follows_the_layering() -> None:
+    problems = violations(package_imports())
+    assert not problems, "imports that break the layering (see the table in tests/test_layering.py):\n" + "\n".join(
+        problems)
+
+
+def test_every_module_is_seen() -> None:
+    modules = {module_name(path) for path in PACKAGE.rglob("*.py")}
+    assert {"builder.cli", "builder.site.server", "builder.repo.convert", "builder.pipeline.reference",
+            "builder.check.regress"} <= modules
+    for module in modules:
+        layer_of(module)  # raises for a module outside the table
+    # The scan does reach function bodies: the command line imports its implementations lazily.
+    assert any(item.target == "builder.site.server" for item in package_imports() if item.module == "builder.cli")
+
+
+def test_every_exception_is_still_needed() -> None:
+    found = {(item.module, item.target) for item in package_imports()}
+    assert found >= EXCEPTIONS, f"remove exceptions no module needs any more: {sorted(EXCEPTIONS - found)}"
+
+
+@pytest.mark.parametrize(("module", "source", "expected"), [
+    ("builder.site.server", "def f():\n    import torch.nn\n", "builder.site.server:2 imports torch.nn"),
+    ("builder.pipeline.prompt", "from builder.check import regress\n", "imports builder.check.regress"),
+    ("builder.site.bundle", "from ..check.browser import find_chromium\n", "imports builder.check.browser"),
+    ("builder.repo.hub", "from builder.pipeline.limits import parse_size\n", "imports builder.pipeline.limits"),
+    ("builder.errors", "import importlib\nimportlib.import_module('builder.site.bundle')\n",
+     "builder.errors:2 imports builder.site.bundle"),
+    ("builder.check.regress", "from builder import cli\n", "nothing imports the command line"),
+    ("builder.site.chrome", "try:\n    from playwright.sync_api import sync_playwright\nexcept ImportError:\n    pass\n",
+     "playwright belongs in"),
+    ("builder.pipeline.reference", "if True:\n    import diffusers\n", "diffusers belongs in"),
+])
+def test_the_checker_finds_a_violation(module: str, source: str, expected: str) -> None:
+    problems = violations(imports(source, module))
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+@pytest.mark.parametrize(("module", "source"), [
+    ("builder.check.regress", "from builder.site import server\nfrom builder.pipeline import limits\n"),
+    ("builder.pipeline.reference", "def f():\n    import onnxruntime\n"),
+    ("builder.repo.export_vae", "import torch\nfrom builder.repo.onnx_graph import export_module\n"),
+    ("builder.site.server", "from . import bundle\nfrom builder import WEB_SRC, __version__\n"),
+    ("builder.__main__", "from builder.cli import main\n"),
+])
+def test_the_checker_allows_what_the_table_allows(module: str, source: str) -> None:
+    assert violations(imports(source, module)) == []
