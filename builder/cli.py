@@ -258,3 +258,7 @@ def bench(out_dir: Path, scale: str, components: str, provider: str, warmup: int
         return
     benchmark.main(out_dir, log=log, scale=scale, components=[c for c in components.split(",") if c],
                    provider=provider, warmup=warmup, repeats=repeats, workdir=workdir)
+
+
+if __name__ == "__main__":
+    main()

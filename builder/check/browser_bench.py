@@ -250,6 +250,10 @@ def _generate(page: Any, *, prompt: str, seed: int, size: str, steps: int, timeo
     caption = page.text_content("#result-caption") or ""
     if f"Seed {seed} · {width}×{height}" not in caption:
         raise RegressionError(f"the image shown is not the one asked for (seed {seed}, {size}): {caption!r}")
+    # The image's alt text names the prompt the app generated it for: a stale prompt would time a cached encode.
+    alt = page.get_attribute("#result-image", "alt") or ""
+    if not alt.endswith(f": {prompt}"):
+        raise RegressionError(f"the image shown was generated for another prompt than {prompt!r}: {alt!r}")
     info = read_json_attribute(page, "#timings")
     if not isinstance(info, dict):
         raise RegressionError("the app finished without its #timings data")
