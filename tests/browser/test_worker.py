@@ -107,6 +107,7 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_
     server = live_server_factory(dist_dir, models=tiny_models["fp32"])
     client = WorkerClient(page, server.url("/"))
     client.open()
+    caps = client.request("probe").ok()
 
     cases = [(0, 64, 64), (42, 96, 64)]  # two seeds, a square and a non-square size
     for i, (seed, width, height) in enumerate(cases):
@@ -120,6 +121,9 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_
         assert load_ms > 0 and 0 <= transformer.pop("readMs") <= load_ms  # reading the store is part of it
         assert transformer == {"variant": "fp32", "ep": "webgpu", "detail": "attention unsplit, graph capture"}
         assert result["graphs"]["vae_decoder"]["ep"] == "webgpu"
+        # The shared device was given the adapter's limits, not WebGPU's defaults (onnxruntime sizes its tiles by them).
+        assert result["device"]["limits"]["maxStorageBufferBindingSize"] == caps["maxStorageBufferBindingSize"]
+        assert result["device"]["limits"]["maxComputeInvocationsPerWorkgroup"] >= 256
         assert [e["stage"] for e in reply.of_type("stage")] == ["check", "download", "load", "encode", "latents",
                                                                  "timesteps", "denoise", "decode"]
         assert [e["step"] for e in reply.of_type("step")] == [1, 2, 3, 4]

@@ -31,3 +31,21 @@ test('an adapter that never comes is reported as missing, after a bounded number
     await assert.rejects(requestAdapter(), (err) => err instanceof NoWebGPUError && /no GPU adapter/.test(err.message));
     assert.ok(state.calls >= 2 && state.calls <= 5, `tried ${state.calls} times`);
 });
+
+test('the device asks for every wanted feature the adapter has and every wanted limit at its maximum', async () => {
+    const { deviceDescriptor } = await import('../../web_src/src/runtime/gpu.js');
+    const adapter = {
+        features: new Set(['shader-f16', 'subgroups', 'texture-compression-bc']),
+        limits: { maxBufferSize: 4294967292, maxStorageBufferBindingSize: 2147483644, maxComputeWorkgroupStorageSize: 49152,
+            maxComputeInvocationsPerWorkgroup: 1024, maxTextureDimension2D: 16384 },
+    };
+    const { requiredFeatures, requiredLimits } = deviceDescriptor(adapter);
+    // Only features onnxruntime uses, and only those the adapter has (asking for another would fail).
+    assert.deepEqual(requiredFeatures, ['shader-f16', 'subgroups']);
+    assert.equal(requiredLimits.maxComputeWorkgroupStorageSize, 49152);
+    assert.equal(requiredLimits.maxComputeInvocationsPerWorkgroup, 1024);
+    assert.equal(requiredLimits.maxBufferSize, 4294967292);
+    // Limits onnxruntime does not use are left at their defaults; limits the adapter lacks are not asked for.
+    assert.ok(!('maxTextureDimension2D' in requiredLimits));
+    assert.ok(!('maxComputeWorkgroupSizeX' in requiredLimits));
+});

@@ -401,6 +401,7 @@ export async function generate(params, { models, signal, onEvent }) {
         stepMs,
         prompt: { tokens: embedding.tokens, droppedTokens: embedding.droppedTokens },
         graphs: models.describe(meter),
+        device: models.deviceGrant(),
         notes,
     };
 }

@@ -78,5 +78,5 @@ export async function loadSessions(params, { models, signal, onEvent }) {
     const graphs = Object.fromEntries(
         /** @type {Component[]} */ (checked.components).map((c) => [c, { ...described[c], bytes: choices[c].bytes, path: choices[c].graph.path }]),
     );
-    return { params: checked, downloadedBytes, downloadMs, graphs, notes };
+    return { params: checked, downloadedBytes, downloadMs, graphs, device: models.deviceGrant(), notes };
 }

@@ -168,6 +168,14 @@ export class Models {
         }));
     }
 
+    /**
+     * The features and limits the shared GPU device was given (null before a WebGPU session was created).
+     * @returns {import('../runtime/gpu.js').DeviceGrant | null}
+     */
+    deviceGrant() {
+        return this.gpu.grant;
+    }
+
     /** @returns {Record<Component, Choice>} */
     requireChoices() {
         if (!this.choices) throw new Error('Models.prepare() must run before sessions are used.');

@@ -13,8 +13,61 @@
 
 import { DeviceLostError, NoWebGPUError } from '../shared/errors.js';
 
-/** Features we ask for whenever the adapter has them (shader-f16 enables the fp16 graphs). */
+/**
+ * Features and limits we ask the device for, at whatever the adapter offers: the ones onnxruntime's WebGPU EP
+ * requests when it creates a device itself (webgpu_context.cc, GetRequiredDeviceFeatures and
+ * GetRequiredDeviceLimits, wasm build). A device handed to onnxruntime has only what its creator asked for,
+ * and its kernels size workgroups and shared memory from the device's limits: WebGPU's defaults (16 KiB of
+ * workgroup storage, 256 invocations) would mean smaller tiles than the GPU allows. shader-f16 enables the
+ * fp16 graphs; subgroups, onnxruntime's subgroup kernels.
+ */
 const WANTED_FEATURES = Object.freeze(['shader-f16', 'subgroups', 'timestamp-query']);
+const WANTED_LIMITS = Object.freeze([
+    'maxBindGroups',
+    'maxBufferSize',
+    'maxStorageBufferBindingSize',
+    'maxStorageBuffersPerShaderStage',
+    'maxComputeWorkgroupStorageSize',
+    'maxComputeInvocationsPerWorkgroup',
+    'maxComputeWorkgroupSizeX',
+    'maxComputeWorkgroupSizeY',
+    'maxComputeWorkgroupSizeZ',
+    'maxComputeWorkgroupsPerDimension',
+]);
+
+/**
+ * @typedef {Object} DeviceGrant  What the shared device was given (the timings panel shows it).
+ * @property {string[]} features
+ * @property {Record<string, number>} limits
+ */
+
+/**
+ * The requestDevice() descriptor for `adapter`: every wanted feature it has, every wanted limit at its maximum.
+ * @param {{features: {has: (name: string) => boolean}, limits: any}} adapter
+ * @returns {{requiredFeatures: GPUFeatureName[], requiredLimits: Record<string, number>}}
+ */
+export function deviceDescriptor(adapter) {
+    const requiredFeatures = /** @type {GPUFeatureName[]} */ (WANTED_FEATURES.filter((f) => adapter.features.has(f)));
+    /** @type {Record<string, number>} */
+    const requiredLimits = {};
+    for (const name of WANTED_LIMITS) {
+        const value = adapter.limits[name];
+        if (typeof value === 'number') requiredLimits[name] = value;
+    }
+    return { requiredFeatures, requiredLimits };
+}
+
+/**
+ * @param {GPUDevice} device
+ * @returns {DeviceGrant}
+ */
+function grantOf(device) {
+    const limits = /** @type {any} */ (device.limits);
+    return {
+        features: WANTED_FEATURES.filter((f) => device.features.has(f)),
+        limits: Object.fromEntries(WANTED_LIMITS.filter((n) => typeof limits[n] === 'number').map((n) => [n, limits[n]])),
+    };
+}
 
 /** requestAdapter() tries before "no adapter" is the answer, and the pause between them. */
 const ADAPTER_ATTEMPTS = 3;
@@ -156,6 +209,8 @@ export class Gpu {
         this.device = null;
         /** @type {GpuInfo | null} */
         this.info = null;
+        /** @type {DeviceGrant | null} What the current device was given. */
+        this.grant = null;
         /** Bumped for every new device: sessions created on an older generation are dead. */
         this.generation = 0;
         /** @type {string | null} Why the current device was lost (null while it is alive). */
@@ -176,23 +231,16 @@ export class Gpu {
         // A lost device is never revived: a fresh adapter is needed too (the old one is "consumed").
         const adapter = await requestAdapter();
         const info = summarizeAdapter(adapter);
-        const requiredFeatures = /** @type {GPUFeatureName[]} */ (WANTED_FEATURES.filter((f) => adapter.features.has(f)));
         let device;
         try {
-            device = await adapter.requestDevice({
-                requiredFeatures,
-                // The defaults (256 MiB / 128 MiB) are far below what a 3 GB transformer needs per buffer.
-                requiredLimits: {
-                    maxBufferSize: adapter.limits.maxBufferSize,
-                    maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
-                },
-            });
+            device = await adapter.requestDevice(deviceDescriptor(adapter));
         } catch (err) {
             throw new NoWebGPUError(`The GPU adapter refused to create a device (${String(err)}). Close other GPU-heavy tabs and reload.`);
         }
         this.adapter = adapter;
         this.info = info;
         this.device = device;
+        this.grant = grantOf(device);
         this.lostMessage = null;
         this.generation += 1;
         const generation = this.generation;

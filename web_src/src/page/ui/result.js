@@ -128,6 +128,27 @@ function cell(tag, text, className) {
     return element;
 }
 
+/**
+ * One line on the GPU device the sessions shared: the features that decide onnxruntime's kernel paths
+ * (shader-f16: fp16 kernels; subgroups: subgroup kernels) and the limits that size its workgroups.
+ * @param {{features: string[], limits: Record<string, number>} | null | undefined} device
+ * @returns {HTMLElement[]}
+ */
+function deviceLine(device) {
+    if (!device) return [];
+    const { limits } = device;
+    const parts = [
+        device.features.length > 0 ? `features ${device.features.join(', ')}` : 'no optional features',
+        `workgroup storage ${Math.round((limits.maxComputeWorkgroupStorageSize ?? 0) / 1024)} KiB`,
+        `${limits.maxComputeInvocationsPerWorkgroup ?? '?'} invocations per workgroup`,
+        `${limits.maxStorageBuffersPerShaderStage ?? '?'} storage buffers per stage`,
+    ];
+    const line = document.createElement('p');
+    line.className = 'device';
+    line.textContent = `GPU device: ${parts.join('; ')}.`;
+    return [line];
+}
+
 export class ResultView {
     /** @param {Document} doc */
     constructor(doc) {
@@ -181,6 +202,7 @@ export class ResultView {
             graphs,
             notes: result.notes ?? [],
             prompt: result.prompt,
+            device: result.device ?? null,
         });
 
         const table = document.createElement('table');
@@ -233,7 +255,7 @@ export class ResultView {
             graphBody.append(row);
         }
         graphTable.append(graphHead, graphBody);
-        this.timings.replaceChildren(table, graphTable);
+        this.timings.replaceChildren(table, graphTable, ...deviceLine(result.device));
     }
 
     /** @param {string[]} notes */
