@@ -160,6 +160,8 @@ export async function downloadFile(backend, url, path, { want = UNKNOWN, signal,
             const size = want.size ?? unsatisfiedRangeTotal(response.headers.get('content-range')) ?? partial?.size ?? null;
             if (size === plan.from || (size === null && want.sha256 !== null)) {
                 if (!hasher || hasher.bytes !== plan.from) hasher = await hashStoredPartial(backend, path, plan.from, signal);
+                // These bytes came from earlier responses, possibly from before a cut: a mismatch earns one fresh start.
+                resumed = true;
                 const done = await complete(plan.from);
                 if (done) return done;
             }
