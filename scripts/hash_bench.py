@@ -104,7 +104,7 @@ def server(worker_js: Path, total: int) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             if self.path == "/bench.js":
                 body, kind = worker_js.read_bytes(), "text/javascript"
             elif self.path == "/":
