@@ -243,6 +243,33 @@ test('a cut stream from a server without validators starts over from byte 0', as
     assert.deepEqual(backend.files.get('a.bin'), FILE);
 });
 
+test('a host that refuses a conditional request (a CORS preflight for If-Range) but is up gets a plain download', async () => {
+    const backend = new MemoryBackend();
+    await partialCopy(backend, 'a.bin', 400, V1);
+    /** @type {string[]} */
+    const seen = [];
+    globalThis.fetch = async (_url, init) => {
+        const headers = new Headers(init?.headers);
+        seen.push(`${init?.method ?? 'GET'} ${headers.get('if-range') ?? '-'}`);
+        if (headers.has('if-range')) throw new TypeError('Failed to fetch');
+        if (init?.method === 'HEAD') return new Response(null, { status: 200 });
+        return fileResponse(FILE, null, null, '"v1"', null);
+    };
+    await downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin', { want: WANT });
+    assert.deepEqual(seen, ['GET "v1"', 'HEAD -', 'GET -']);
+    assert.deepEqual(backend.files.get('a.bin'), FILE);
+});
+
+test('a resume that fails while the host does not answer at all keeps the partial copy for later', async () => {
+    const backend = new MemoryBackend();
+    await partialCopy(backend, 'a.bin', 400, V1);
+    globalThis.fetch = async () => {
+        throw new TypeError('Failed to fetch');
+    };
+    await assert.rejects(downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin', { want: WANT }), /failed/);
+    assert.deepEqual(backend.files.get('a.bin.partial'), FILE.slice(0, 400));
+});
+
 test('bytes that differ from the manifest hash are deleted with an IntegrityError', async () => {
     const backend = new MemoryBackend();
     serve({ file: OTHER });

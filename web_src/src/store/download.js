@@ -147,6 +147,13 @@ export async function downloadFile(backend, url, path, { want = UNKNOWN, signal,
             response = await fetch(url, { headers, signal, cache: 'no-store' });
         } catch (err) {
             if (signal?.aborted) throw signal.reason;
+            // If-Range makes a cross-origin request need a CORS preflight, which some hosts refuse: that fails
+            // like a dropped connection. A host that still answers a plain HEAD is up, so the download starts
+            // over without conditions instead of failing the same way on every retry.
+            if (plan.from > 0 && (await answers(url, signal))) {
+                plan = restart;
+                continue;
+            }
             if (cuts++ < MAX_RESUMES) {
                 await sleep(signal, 500 * cuts);
                 continue;
@@ -317,6 +324,22 @@ export async function serverIdentity(url, signal) {
     if (!response.ok) throw httpError(url, response.status);
     const length = response.headers.get('content-length');
     return fromResponse(response.headers, length === null ? null : Number(length));
+}
+
+/**
+ * Whether the server answers a HEAD for `url` at all (any HTTP status): it is reachable.
+ * @param {string} url
+ * @param {AbortSignal | undefined} signal
+ * @returns {Promise<boolean>}
+ */
+async function answers(url, signal) {
+    try {
+        await fetch(url, { method: 'HEAD', signal, cache: 'no-store' });
+        return true;
+    } catch (err) {
+        if (signal?.aborted) throw signal.reason;
+        return false;
+    }
 }
 
 /**
