@@ -28,7 +28,8 @@ import { graphFiles } from '../shared/model_repo.js';
  * @property {'webgpu' | 'wasm'} ep
  * @property {string[]} forceCpuNodeNames
  * @property {number} bytes   Graph + external data, from the manifest (0 when unknown).
- * @property {string} identity  Path and sizes: changes when the repository is re-converted.
+ * @property {string} identity  Paths, sizes and sha256s: changes when the repository is re-converted (sizes alone
+ *   often do not).
  */
 
 /** Variant preference for the text encoder and the transformer; q4f16 only with shader-f16. */
@@ -141,7 +142,7 @@ export function sizeClass(manifest, graph, tokens, bufferLimit = Infinity) {
 function place(graph, manifest, shaderF16, notes) {
     const files = graphFiles(graph);
     const bytes = files.reduce((sum, path) => sum + (manifest.files[path]?.size ?? 0), 0);
-    const identity = files.map((path) => `${path}:${manifest.files[path]?.size ?? '?'}`).join(',');
+    const identity = files.map((path) => `${path}:${manifest.files[path]?.size ?? '?'}:${manifest.files[path]?.sha256 ?? '?'}`).join(',');
     const name = `${graph.component} (${graph.variant})`;
     if (!graph.requiresF16 || shaderF16) return { graph, ep: 'webgpu', forceCpuNodeNames: [], bytes, identity };
     if (graph.cpuNodesWithoutF16.length > 0) {

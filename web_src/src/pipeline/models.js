@@ -121,13 +121,13 @@ export class Models {
         const { choices, notes } = chooseGraphs(manifest, info, precision, attentionTokens);
         checkDecodeFits(choices.vae_decoder, { width, height }, info);
         if (info.software) notes.push(`The GPU adapter is a software renderer (${info.adapter.architecture || info.adapter.description || 'fallback'}): it works, but very slowly.`);
-        // A re-converted repository (other sizes) invalidates the loaded sessions and derived objects.
+        // A re-converted repository (other sizes or hashes) invalidates the loaded sessions and derived objects.
         for (const [component, loaded] of this.loaded) {
             if (loaded.choice.identity !== choices[component].identity || loaded.choice.ep !== choices[component].ep) {
                 await this.unload(component);
             }
         }
-        const tokenizerIdentity = this.tokenizerPaths(manifest).map((p) => `${p}:${manifest.files[p]?.size}`).join(',');
+        const tokenizerIdentity = this.tokenizerPaths(manifest).map((p) => `${p}:${manifest.files[p]?.size}:${manifest.files[p]?.sha256}`).join(',');
         if (this.memos.get('identity') !== tokenizerIdentity) {
             this.memos.clear();
             this.memos.set('identity', tokenizerIdentity);
@@ -135,8 +135,22 @@ export class Models {
         this.manifest = manifest;
         this.choices = choices;
         const paths = [...Object.values(choices).flatMap((c) => graphFiles(c.graph)), ...this.tokenizerPaths(manifest)];
-        const files = paths.map((path) => ({ path, size: manifest.files[path]?.size ?? null }));
-        const { downloadedBytes } = await this.store.ensure(files, { signal, onProgress });
+        const files = paths.map((path) => ({ path, size: manifest.files[path]?.size ?? null, sha256: manifest.files[path]?.sha256 ?? null }));
+        const { downloadedBytes, fetched } = await this.store.ensure(files, { signal, onProgress });
+        // Files downloaded now replace other versions of them (equal sizes, so the identities above could not
+        // tell): sessions, the tokenizer and prompt embeddings made from the old bytes are stale.
+        const replaced = new Set(fetched);
+        for (const [component, loaded] of this.loaded) {
+            if (graphFiles(loaded.choice.graph).some((p) => replaced.has(p))) {
+                await this.unload(component);
+                if (component === 'text_encoder') this.prompts.clear();
+            }
+        }
+        if (this.tokenizerPaths(manifest).some((p) => replaced.has(p))) {
+            this.memos.clear();
+            this.memos.set('identity', tokenizerIdentity);
+            this.prompts.clear();
+        }
         return { notes, downloadedBytes };
     }
 

@@ -17,6 +17,8 @@ export const ErrorCode = Object.freeze({
     QUOTA: 'quota',
     NETWORK: 'network',
     MODEL_FILE: 'model-file',
+    /** A downloaded model file's SHA-256 differs from the manifest's: the bytes are not the model's. */
+    INTEGRITY: 'integrity',
     DEGENERATE_OUTPUT: 'degenerate-output',
     CANCELLED: 'cancelled',
     /** A model file is being downloaded by another tab (its OPFS handle is exclusive). */
@@ -111,6 +113,18 @@ export class ModelFileError extends KleinError {
     }
 }
 
+/**
+ * A downloaded file's SHA-256 is not the one the manifest lists: the server (or a proxy) sent other bytes
+ * of the same size, or the manifest is stale. The file is never kept.
+ */
+export class IntegrityError extends KleinError {
+    /** @param {string} message @param {any} [detail] */
+    constructor(message, detail) {
+        super(message, { code: ErrorCode.INTEGRITY, detail });
+        this.name = 'IntegrityError';
+    }
+}
+
 /** The pipeline produced NaN or a constant image: said out loud instead of showing a black square. */
 export class DegenerateOutputError extends KleinError {
     /** @param {string} message @param {any} [detail] */
@@ -136,6 +150,7 @@ const DETAIL_CLASSES = Object.freeze({
     QuotaError,
     NetworkError,
     ModelFileError,
+    IntegrityError,
     DegenerateOutputError,
 });
 

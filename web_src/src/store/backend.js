@@ -11,14 +11,22 @@
  * even a killed tab). `File` objects read back from OPFS are disk-backed.
  *
  * Layout: `<root>/<key>/<repo path>` for complete files, `<repo path>.partial` while downloading; the
- * key is derived from the model base URL so two model sources never mix.
+ * key is derived from the model base URL so two model sources never mix. Beside each file (complete or
+ * partial) `<name>.identity.json` records which version of it the bytes are (store/identity.js); a complete
+ * file's is written only after its bytes are complete and checked, and removed before they are.
  * @module store/backend
  */
 
 import { ErrorCode, KleinError, QuotaError } from '../shared/errors.js';
+import { parseIdentity } from './identity.js';
+
+/** @typedef {import('./identity.js').FileIdentity} FileIdentity */
 
 /** Suffix of a file still being downloaded; only a complete, size-checked file loses it. */
 export const PARTIAL_SUFFIX = '.partial';
+
+/** Suffix of the identity record beside a file (`x.onnx_data.identity.json`, `x.onnx_data.partial.identity.json`). */
+export const IDENTITY_SUFFIX = '.identity.json';
 
 /** Top-level OPFS directory holding every model source. */
 export const ROOT_DIR = 'klein-models';
@@ -199,15 +207,47 @@ export class OpfsBackend {
     }
 
     /**
-     * Turn a whole, verified `<path>.partial` into `<path>`.
+     * Turn a whole, verified `<path>.partial` into `<path>`, then record its identity. The old identity goes
+     * first: should the tab die in between, the file has none (unverified), never a stale one.
      * @param {string} path
+     * @param {FileIdentity} identity
      */
-    async commit(path) {
+    async commit(path, identity) {
         const [dir, name] = await this.locate(path, false);
         const partial = await dir.getFileHandle(name + PARTIAL_SUFFIX);
+        await this.delete(path + IDENTITY_SUFFIX);
         await this.delete(path);
         // FileSystemHandle.move (Chrome 110+ for OPFS, not in TypeScript's DOM types): an atomic rename in the folder.
         await /** @type {FileSystemFileHandle & {move(name: string): Promise<void>}} */ (partial).move(name);
+        await this.writeIdentity(path, identity);
+        await this.delete(path + PARTIAL_SUFFIX + IDENTITY_SUFFIX);
+    }
+
+    /**
+     * The identity recorded beside `path` (a complete file, or `<path>.partial`); null when none is.
+     * @param {string} path
+     * @returns {Promise<FileIdentity | null>}
+     */
+    async readIdentity(path) {
+        return parseIdentity(await this.readText(path + IDENTITY_SUFFIX));
+    }
+
+    /**
+     * @param {string} path
+     * @param {FileIdentity} identity
+     */
+    async writeIdentity(path, identity) {
+        await this.writeText(path + IDENTITY_SUFFIX, JSON.stringify(identity));
+    }
+
+    /**
+     * Remove a stored file and its identity (identity first, for the reason given at commit()).
+     * @param {string} path
+     * @returns {Promise<number>} Bytes freed.
+     */
+    async discard(path) {
+        await this.delete(path + IDENTITY_SUFFIX);
+        return this.delete(path);
     }
 
     /**

@@ -4,16 +4,20 @@
  * bytes, and `ensure()`, which downloads the missing ones (store/download.js) with overall progress.
  *
  * Rules it keeps (each one fixes a failure users of browser diffusion apps hit):
- * - a file counts as stored only when complete and of the expected size;
+ * - a file counts as stored only when complete and of the version wanted: each stored file carries the
+ *   identity it was downloaded for (store/identity.js), and a changed identity means a fresh download;
  * - the quota is checked before the first byte is fetched (QuotaError with the numbers);
- * - files already complete are never requested again, not even with HEAD.
+ * - with a manifest (sha256 per file), files already stored are never requested again, not even with HEAD;
+ *   without one, a HEAD per file asks the server which version it has (offline, the stored copy is used).
  * @module store/weights
  */
 
 import { ModelFileError, NetworkError, QuotaError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
 import { OpfsBackend, clearAll } from './backend.js';
-import { contentLength, downloadFile } from './download.js';
+import { downloadFile, serverIdentity } from './download.js';
+import { createSha256, hashBlob } from './hashing.js';
+import { compareIdentity, fromManifest } from './identity.js';
 import { fetchManifest, parseManifest } from './manifest.js';
 
 /** Progress events at most this often (the page re-renders on each). */
@@ -22,6 +26,8 @@ const PROGRESS_INTERVAL_MS = 100;
 const MANIFEST_COPY = '.manifest.json';
 
 /** @typedef {import('../shared/types.js').DownloadProgress} DownloadProgress */
+/** @typedef {import('./identity.js').FileIdentity} FileIdentity */
+/** @typedef {{path: string, size: number | null, sha256: string | null}} WantedFile  A manifest entry. */
 
 export class WeightStore {
     /**
@@ -72,14 +78,50 @@ export class WeightStore {
     }
 
     /**
-     * True when `path` is stored completely (with `size` bytes when the size is known).
-     * @param {string} path
-     * @param {number | null} size
-     * @returns {Promise<boolean>}
+     * The version of `file` to have: the manifest's size and sha256; without a sha256, what the server says
+     * (HEAD). Null when the server cannot be reached: the caller keeps a stored copy then.
+     * @param {WantedFile} file
+     * @param {AbortSignal | undefined} signal
+     * @returns {Promise<FileIdentity | null>}
      */
-    async has(path, size) {
-        const stored = await this.backend.size(path);
-        return stored !== null && (size === null || stored === size);
+    async wanted(file, signal) {
+        const manifest = fromManifest(file);
+        if (manifest.sha256 !== null) return manifest;
+        try {
+            const server = await serverIdentity(this.modelBase + file.path, signal);
+            return { ...server, size: file.size ?? server.size };
+        } catch (err) {
+            if (err instanceof NetworkError && !signal?.aborted) return null;
+            throw err;
+        }
+    }
+
+    /**
+     * Whether the stored copy of `path` (if any) is the version `want` describes; a copy that is not is
+     * removed. A copy without an identity (stored by an earlier version of the app) is unverified: with a
+     * manifest sha256 it is hashed once and kept when it matches (reading it back costs seconds, a new
+     * download of the same bytes minutes); without one nothing can vouch for it, so it is downloaded again.
+     * @param {string} path
+     * @param {FileIdentity | null} want  Null: the server is unreachable; any complete copy is kept.
+     * @param {AbortSignal | undefined} signal
+     * @returns {Promise<number | null>} The stored size when the copy is good, else null.
+     */
+    async check(path, want, signal) {
+        const size = await this.backend.size(path);
+        if (size === null) return null;
+        const stored = await this.backend.readIdentity(path);
+        if (want === null) return size;
+        let verdict = compareIdentity(want, stored);
+        if (verdict === 'unknown' && want.sha256 !== null && (want.size === null || want.size === size)) {
+            const hasher = await createSha256();
+            await hashBlob(await this.backend.read(path), hasher, { signal });
+            const sha256 = hasher.hex();
+            verdict = sha256 === want.sha256 ? 'same' : 'changed';
+            if (verdict === 'same') await this.backend.writeIdentity(path, { size, sha256, etag: null, lastModified: null });
+        }
+        if (verdict === 'same') return size;
+        await this.backend.discard(path);
+        return null;
     }
 
     /**
@@ -127,28 +169,34 @@ export class WeightStore {
     }
 
     /**
-     * Make every file in `files` complete in the store: sizes of missing files are learned first (HEAD,
-     * only for files without a manifest size), the quota is checked, then the missing ones download one
-     * after the other with throttled overall progress.
-     * @param {{path: string, size: number | null}[]} files
+     * Make every file in `files` complete in the store, as the version wanted: which stored copies are still
+     * good is decided first (store/identity.js; a HEAD per file only for files without a manifest sha256),
+     * the quota is checked, then the missing ones download one after the other with throttled overall
+     * progress, each hashed as it streams in.
+     * @param {WantedFile[]} files
      * @param {{signal?: AbortSignal, onProgress?: (progress: DownloadProgress) => void}} [options]
-     * @returns {Promise<{downloadedBytes: number, files: number}>}
+     * @returns {Promise<{downloadedBytes: number, files: number, fetched: string[]}>} `fetched`: the paths
+     *   downloaded (their previous bytes, if any were loaded, are stale).
      */
     async ensure(files, { signal, onProgress } = {}) {
-        /** @type {{path: string, size: number | null, have: number}[]} */
+        /** @type {{path: string, size: number | null, want: FileIdentity, have: number}[]} */
         const missing = [];
         let storedBytes = 0;
         for (const file of files) {
-            const stored = await this.backend.size(file.path);
-            if (stored !== null && (file.size === null || stored === file.size)) {
+            const want = await this.wanted(file, signal);
+            const stored = await this.check(file.path, want, signal);
+            if (stored !== null) {
                 storedBytes += stored;
-            } else {
-                // Seed layout only: the manifest normally has every size.
-                const size = file.size ?? (await contentLength(this.modelBase + file.path, signal));
-                missing.push({ path: file.path, size, have: await this.backend.partialSize(file.path) });
+                continue;
             }
+            if (want === null) {
+                throw new NetworkError(`Could not reach the model server for ${this.modelBase + file.path}. Check the connection and press Generate again.`, {
+                    url: this.modelBase + file.path,
+                });
+            }
+            missing.push({ path: file.path, size: want.size, want, have: await this.backend.partialSize(file.path) });
         }
-        if (missing.length === 0) return { downloadedBytes: 0, files: 0 };
+        if (missing.length === 0) return { downloadedBytes: 0, files: 0, fetched: [] };
 
         await this.checkQuota(missing);
         if (!this.persistRequested) {
@@ -181,8 +229,8 @@ export class WeightStore {
                 });
             };
             report(resumedFrom, file.size, true);
-            const size = await downloadFile(this.backend, this.modelBase + file.path, file.path, {
-                expectedSize: file.size,
+            const { size } = await downloadFile(this.backend, this.modelBase + file.path, file.path, {
+                want: file.want,
                 signal,
                 onProgress: (loaded, fileTotal) => report(loaded, fileTotal, false),
             });
@@ -190,7 +238,7 @@ export class WeightStore {
             report(size, size, true);
             doneBytes += size;
         }
-        return { downloadedBytes: downloaded, files: missing.length };
+        return { downloadedBytes: downloaded, files: missing.length, fetched: missing.map((f) => f.path) };
     }
 
     /**

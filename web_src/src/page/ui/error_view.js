@@ -100,6 +100,14 @@ export function adviseError(error, context) {
                 message,
                 action: 'Click “Clear cached model” below and Generate again to download a fresh copy.',
             };
+        case ErrorCode.INTEGRITY:
+            return {
+                title: 'A downloaded model file failed its checksum',
+                message,
+                action: 'The bad copy was deleted. Click Generate to download it again; if it fails again, the model server ' +
+                    'sends other bytes than its `manifest.json` lists (a stale manifest or a re-converted model): publish ' +
+                    'the model again with `klein-web fetch` or `klein-web convert`, or use another model URL.',
+            };
         case ErrorCode.BUSY:
             return {
                 title: 'Another tab is downloading the model',
