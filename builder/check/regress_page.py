@@ -200,9 +200,24 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
             page.close()
 
 
+# Sets a text control's value as typing would end (the native setter, then an `input` event).
+SET_VALUE_JS = """([selector, value]) => {
+    const element = document.querySelector(selector);
+    const setter = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(element), 'value').set;
+    setter.call(element, value);
+    element.dispatchEvent(new Event('input', {bubbles: true}));
+}"""
+
+
 def fill_form(page: Any, case: Case) -> None:
     """Type the case's prompt, seed, steps and size into the form, as a user would."""
     page.fill("#prompt", case.prompt)
+    if page.input_value("#prompt") != case.prompt:
+        # Seen in headless Chromium on a GPU machine: fill() on the prompt of a page that has made an image
+        # returned without changing it. The image would then be made for the previous prompt.
+        page.evaluate(SET_VALUE_JS, ["#prompt", case.prompt])
+        if page.input_value("#prompt") != case.prompt:
+            raise RegressionError(f"could not enter the prompt {case.prompt!r} into the form")
     _set_field(page, "#seed", str(case.seed))
     _set_field(page, "#steps", str(case.steps))
     presets = page.eval_on_selector_all("#size option", "options => options.map(o => o.value)")
