@@ -22,7 +22,7 @@ from fakehub import FakeHub, FakeRepo, serving
 
 from builder import REPO_ROOT
 from builder.errors import ModelRepoError
-from builder.repo import manifest
+from builder.repo import manifest, verify
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 REPO = "test/klein-seed"
@@ -123,7 +123,7 @@ def test_fetch_seed_layout_repo(seed_repo: Path, tmp_path: Path) -> None:
     assert fetched_files(dest) == sorted([*WANTED_SEED_FILES, "manifest.json"])
     assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
     fetched = manifest.load(dest)
-    manifest.verify(dest, fetched, check_sha256=True)
+    verify.check_files(dest, fetched, log=print)
     assert sorted(fetched.files) == WANTED_SEED_FILES
     assert fetched.source == f"{REPO}@{COMMIT}"
     # The seed layout: graphs and I/O as builder.repo.manifest describes the seed repo.
@@ -187,7 +187,7 @@ def test_dropped_connection_resumes_with_range(seed_repo: Path, tmp_path: Path) 
     size = (seed_repo / name).stat().st_size
     assert gets == [("GET", name, None), ("GET", name, f"bytes={size // 2}-")]
     assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
-    manifest.verify(dest, manifest.load(dest), check_sha256=True)
+    verify.check_files(dest, manifest.load(dest), log=print)
 
 
 def test_failed_download_resumes_on_a_second_run(seed_repo: Path, tmp_path: Path) -> None:
@@ -211,7 +211,7 @@ def test_failed_download_resumes_on_a_second_run(seed_repo: Path, tmp_path: Path
     assert ("GET", name, f"bytes={kept}-") in hub.requests
     assert not (dest / ".fetch").exists()
     assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
-    manifest.verify(dest, manifest.load(dest), check_sha256=True)
+    verify.check_files(dest, manifest.load(dest), log=print)
 
 
 def test_ctrl_c_keeps_partial_files_and_no_manifest(seed_repo: Path, tmp_path: Path) -> None:
@@ -241,7 +241,7 @@ def test_ctrl_c_keeps_partial_files_and_no_manifest(seed_repo: Path, tmp_path: P
     assert second.returncode == 0, second.stderr
     assert ("GET", name, f"bytes={kept}-") in hub.requests
     assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
-    manifest.verify(dest, manifest.load(dest), check_sha256=True)
+    verify.check_files(dest, manifest.load(dest), log=print)
 
 
 def test_fetch_tiny_q4_repo_without_manifest(tiny_models: dict[str, Path], tmp_path: Path) -> None:
@@ -254,7 +254,7 @@ def test_fetch_tiny_q4_repo_without_manifest(tiny_models: dict[str, Path], tmp_p
         result = run_fetch(endpoint, dest, repo="test/tiny-q4")
     assert result.returncode == 0, result.stderr
     fetched = manifest.load(dest)
-    manifest.verify(dest, fetched, check_sha256=True)
+    verify.check_files(dest, fetched, log=print)
     # Without a manifest only the seed layout's graphs are known: the main graph of each variant (the
     # transformer's per-size-class graphs, *.qb<N>.onnx, are an optimisation listed only by a manifest).
     main = [source_manifest.graph(c, v) for c, v in sorted({(g.component, g.variant) for g in source_manifest.graphs})]
@@ -283,10 +283,10 @@ def test_fetch_repo_with_manifest_uses_it(tiny_models: dict[str, Path], tmp_path
         result = run_fetch(endpoint, dest, repo="test/tiny-q4")
     assert result.returncode == 0, result.stderr
     source_manifest, fetched = manifest.load(source), manifest.load(dest)
-    manifest.verify(dest, fetched, check_sha256=True)
+    verify.check_files(dest, fetched, log=print)
     assert fetched.graphs == source_manifest.graphs
     assert sorted(fetched.files) == sorted(source_manifest.files)
     assert_same_files(source, dest, sorted(source_manifest.files))
     shutil.rmtree(dest / "tokenizer")
     with pytest.raises(ModelRepoError, match="missing"):
-        manifest.verify(dest, fetched)
+        verify.check_files(dest, fetched, check_sha256=False, log=print)
