@@ -25,8 +25,8 @@ import pytest
 
 from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC
 from builder.errors import ServeError
-from builder.site.bundle import build
 from builder.repo import manifest
+from builder.site.bundle import build
 from builder.site.server import create_app, serve_in_thread, watch_and_rebuild
 
 ISOLATION = {

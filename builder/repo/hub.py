@@ -36,6 +36,7 @@ from builder.repo.download import (
 from builder.repo.files import check_output_folder, clean_stale_staging, make_staging
 from builder.repo.sizes import gigabytes, megabytes
 
+
 def fetch(repo: str, *, revision: str, dest: Path, log: Callable[[str], None]) -> Path:
     """Download `repo` at `revision` into `dest` and write `dest/manifest.json`. Returns `dest`."""
     dest = Path(dest)

@@ -26,7 +26,7 @@ import re
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from builder.errors import ModelRepoError
 from builder.repo import paths
@@ -243,8 +243,12 @@ def _require(condition: bool, field_name: str, what: str) -> None:
         raise _Invalid(f"{field_name} {what}")
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_in(value: object, low: int, high: int) -> bool:
+    return _is_int(value) and low <= value <= high
 
 
 def _string(obj: dict[str, Any], key: str, where: str) -> str:
@@ -255,14 +259,15 @@ def _string(obj: dict[str, Any], key: str, where: str) -> str:
 def _tensors(value: object, where: str) -> list[TensorSpec]:
     _require(isinstance(value, list), where, "must be a list of {name, dtype, shape}")
     specs = []
-    for i, item in enumerate(value):  # type: ignore[arg-type]
+    items: list[Any] = value  # type: ignore[assignment]
+    for i, item in enumerate(items):
         at = f"{where}[{i}]"
         _require(isinstance(item, dict) and set(item) == {"name", "dtype", "shape"}, at,
                  "must be an object with exactly name, dtype and shape")
         name, dtype = _string(item, "name", at + "."), _string(item, "dtype", at + ".")
         shape = item["shape"]
         _require(isinstance(shape, list) and len(shape) <= 8 and all(
-            (_is_int(d) and 0 <= d < 2**31) or (isinstance(d, str) and 0 < len(d) <= 64) for d in shape),
+            _int_in(d, 0, 2**31 - 1) or (isinstance(d, str) and 0 < len(d) <= 64) for d in shape),
             at + ".shape", "must be a list of non-negative integers or dimension names")
         specs.append(TensorSpec(name=name, dtype=dtype, shape=list(shape)))
     return specs
@@ -272,9 +277,9 @@ def _count(g: dict[str, Any], key: str, where: str, *, nullable: bool) -> int | 
     value = g.get(key, None if nullable else 1)
     if value is None and nullable:
         return None
-    _require(_is_int(value) and 1 <= value < 2**31, where + key,
+    _require(_int_in(value, 1, 2**31 - 1), where + key,
              f"must be a positive integer{' or null' if nullable else ''}, got {value!r}")
-    return int(value)
+    return int(value)  # type: ignore[arg-type]
 
 
 def _graph(g: object, i: int) -> GraphEntry:
@@ -324,7 +329,7 @@ def _file(rel: object, entry: object) -> FileEntry:
              "must be an object {size, sha256}")
     assert isinstance(entry, dict)
     size = entry["size"]
-    _require(_is_int(size) and 0 <= size <= MAX_FILE_SIZE, where + ".size",
+    _require(_int_in(size, 0, MAX_FILE_SIZE), where + ".size",
              f"must be an integer from 0 to {MAX_FILE_SIZE}, got {size!r}")
     sha256 = entry.get("sha256")
     _require(sha256 is None or (isinstance(sha256, str) and SHA256.fullmatch(sha256) is not None),
@@ -339,7 +344,8 @@ def _from_json(data: object, where: Path | str) -> Manifest:
         assert isinstance(data, dict)
         _require(data.get("format") == FORMAT, "format", f"must be {FORMAT!r}, got {data.get('format')!r}")
         version = data.get("format_version")
-        _require(_is_int(version) and 1 <= version, "format_version", f"must be a positive integer, got {version!r}")
+        if not _is_int(version) or version < 1:
+            raise _Invalid(f"format_version must be a positive integer, got {version!r}")
         if version > FORMAT_VERSION:
             raise ModelRepoError(f"{where} is format version {version}; this klein-web reads up to {FORMAT_VERSION}. "
                                  "Upgrade klein-web.")
