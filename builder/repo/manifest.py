@@ -8,7 +8,8 @@ A model repository (on the Hub, or a local folder) looks like the seed repo
     vae_decoder/vae_decoder_fp16.onnx   (+ vae_decoder_fp16.onnx_data)
     tokenizer/                          (tokenizer.json, tokenizer_config.json, ...)
     scheduler/scheduler_config.json
-    manifest.json                       (written by `klein-web convert` and `klein-web fetch`)
+    manifest.json                       (written by `klein-web convert` and `klein-web fetch`; a folder without
+                                        one is described from its files by builder.repo.local)
 
 Graph files are named `{component}/{component}_{variant}.onnx`; their external-data files sit in the same
 folder and are named `{component}_{variant}.onnx_data`, `..._1`, ... The `location` stored in the graph is

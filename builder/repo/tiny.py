@@ -12,7 +12,7 @@ Output (`make_tiny(out)`):
     out/q4/          `klein-web convert --precision q4` of it   (model repo with manifest.json)
     out/fp32/        `klein-web convert --precision fp32` of it (model repo with manifest.json)
 
-The same seed gives byte-identical files.
+The same seed gives byte-identical files. Each folder carries MARKER: a re-run replaces only folders that have it.
 """
 
 from __future__ import annotations
