@@ -22,10 +22,10 @@ from urllib.parse import quote
 
 import psutil
 import pytest
+from stub_repo import write_stub_repo
 
 from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC
 from builder.errors import ServeError
-from builder.repo import manifest
 from builder.site.bundle import build
 from builder.site.server import create_app, serve_in_thread, watch_and_rebuild
 
@@ -318,16 +318,8 @@ def test_cli_serves_sparse_3gb_file_by_range_without_reading_it(
         handle.write(b"MIDDLE-MARK")
         handle.seek(size - 9)
         handle.write(b"END-MARK!")
-    # The rest of a model folder, small; the manifest records no hashes, so start-up checks sizes only and
-    # never reads the 3 GB.
-    graphs = manifest.seed_graphs()
-    rels = sorted({rel for g in graphs for rel in g.files()} | {*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG})
-    for rel in rels:
-        if not (models / rel).exists():
-            (models / rel).parent.mkdir(parents=True, exist_ok=True)
-            (models / rel).write_bytes(b"{}")
-    manifest.write(models, manifest.Manifest(source="test", converter="test", graphs=graphs, files={
-        rel: manifest.FileEntry(size=(models / rel).stat().st_size) for rel in rels}))
+    # The rest of a model folder, small; its manifest records no hashes, so start-up never reads the 3 GB.
+    write_stub_repo(models)
     server = live_server_factory(dist_dir, models=models)  # type: ignore[operator]
     process = psutil.Process(server.process.pid)
     rss_before = process.memory_info().rss
