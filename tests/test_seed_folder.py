@@ -86,3 +86,20 @@ def test_a_corrupt_file_in_a_manifest_folder_stops_serve(tiny_models: dict[str, 
     data.write_bytes(bytes(raw))
     result = CliRunner().invoke(main, ["serve", "--models", str(folder), "--dist", str(tmp_path), "--port", "0"])
     assert result.exit_code == 1 and "sha256" in result.output and str(data) in result.output
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_app_runs_from_a_served_seed_folder(tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path) -> None:
+    """The real app in Chromium loads a seed-layout folder through the served manifest, not from the Hub."""
+    from builder.check.regress_cases import RegressOptions
+
+    folder = tmp_path / "fp32-seed"
+    shutil.copytree(tiny_models["fp32"], folder)
+    (folder / manifest.MANIFEST_NAME).unlink()
+    report = tmp_path / "report"
+    options = RegressOptions(models_dir=folder, prompt="a red fox in the snow", size="64x64", reference_from_cpu=True,
+                             report_dir=report, dist_dir=dist_dir, precision="fp32")
+    assert regress.main(options, log=lambda _m: None) == 0
+    data = json.loads((report / "report.json").read_text())
+    assert data["verdict"] == "pass" and {graph["variant"] for graph in data["graphs"].values()} == {"fp32"}
