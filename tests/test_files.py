@@ -90,3 +90,18 @@ def test_convert_removes_what_a_killed_conversion_left(tiny_models: dict[str, Pa
     assert not stale.exists()
     assert any("removed" in line and ".repo.partial-" in line for line in lines)
     assert [p.name for p in tmp_path.iterdir()] == ["repo"]
+
+
+def test_an_unwritable_report_folder_stops_regress_before_the_browser(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from stub_repo import write_stub_repo
+
+    from builder.cli import main
+
+    models = write_stub_repo(tmp_path / "models")
+    (tmp_path / "a-file").write_text("x")
+    for report in (tmp_path / "a-file" / "report", Path("/proc/klein-report")):
+        result = CliRunner().invoke(main, ["regress", "--models", str(models), "--prompt", "a fox",
+                                           "--reference-from-cpu", "--browser", str(tmp_path / "no-chromium"),
+                                           "--report", str(report)])
+        assert result.exit_code == 2 and "--report" in result.output, result.output

@@ -71,12 +71,12 @@ def main(options: RegressOptions, *, log: Log) -> int:
         raise InputError(f"--timeout {options.timeout_s}: must be a positive number of seconds, e.g. 600.")
     cases = cases_from_options(options)
     models_dir, repo = check_models(options.models_dir, log=log)
+    # The report is the run's result: find out now, not after the browser ran, that it cannot be written.
+    report_dir = check_output_folder(Path(options.report_dir), what="--report", create=False)
     browser_path = Path(options.browser_path) if options.browser_path else None
     session = BrowserSession(executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed,
                              f16_toggle=options.f16_toggle)
     session.version = check_browser(session.executable)
-    # The report is the run's result: find out now, not after the browser ran, that it cannot be written.
-    report_dir = check_output_folder(Path(options.report_dir), what="--report")
 
     # 2. Reference files, before the browser, so an unreadable PNG stops the run early.
     references = {case.name: _read_reference(case.reference_png) for case in cases if case.reference_png is not None}

@@ -115,13 +115,22 @@ def check_output_file(path: Path, *, what: str = "--out") -> Path:
     return path
 
 
-def check_output_folder(folder: Path, *, what: str) -> Path:
-    """Before any slow work: `folder` exists (created if needed) and files can be written in it."""
+def check_output_folder(folder: Path, *, what: str, create: bool = True) -> Path:
+    """Before any slow work: files can be written in `folder`. create=False leaves a missing folder missing (it
+    is made when the first file is written) and tests its nearest existing parent instead."""
     folder = Path(folder)
     if folder.is_symlink() and not folder.is_dir():
         raise OutputError(f"{what} {folder} is a dangling symlink.")
-    ensure_folder(folder, what=what)
-    probe_writable(folder, what=what)
+    if create:
+        ensure_folder(folder, what=what)
+        probe_writable(folder, what=what)
+        return folder
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(f"{what}: {existing} is a file, not a folder; cannot write {folder}.")
+    probe_writable(existing, what=what)
     return folder
 
 

@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
 from builder.errors import KleinWebError, ModelRepoError, ServeError
-from builder.repo import local, manifest
+from builder.repo import local, manifest, paths
 from builder.site.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_record
 from builder.site.chrome import LINUX_DESKTOP_CHROME_FLAGS
 
@@ -92,10 +92,10 @@ def resolve_inside(root: Path, url_path: str) -> Path | None:
     decoded again, so `%252e%252e` stays a literal, non-existent name. Hidden names (`.git`, `.cache`,
     the build record) are not served either.
     """
-    if "\x00" in url_path or "\\" in url_path:
+    if paths.unsafe_reason(url_path) is not None:  # the containment rules every model file name follows
         return None
     parts = url_path.split("/")
-    if any(part in ("", ".", "..") or part.startswith(".") for part in parts):
+    if any(part.startswith(".") for part in parts):
         return None
     candidate = os.path.realpath(root.joinpath(*parts))
     # realpath follows symlinks, so a link inside root that points outside it is caught here too.
