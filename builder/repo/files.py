@@ -31,6 +31,14 @@ STAGING_KINDS = ("partial", "old")
 
 
 def current_umask() -> int:
+    """The process umask. Linux reports it in /proc; elsewhere it can only be read by setting it, which for an
+    instant changes it for every thread, so that is the fallback."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
