@@ -369,7 +369,7 @@ def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_d
     sock = bind_socket(host, port)
     bound_host, port = sock.getsockname()[:2]
     if not ipaddress.ip_address(bound_host).is_loopback:
-        log(f"warning: listening on {host}, reachable from other machines. Browsers only allow WebGPU and "
+        log(f"warning: listening on {bound_host}, reachable from other machines. Browsers only allow WebGPU and "
             "cross-origin isolation in a secure context: other machines need https (e.g. a reverse proxy), "
             "plain http works only on localhost.")
     url = browser_url(host, bound_host, port)
