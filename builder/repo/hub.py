@@ -1,9 +1,12 @@
 """`klein-web fetch`: download a web model repository from the Hugging Face Hub, resumably, and write its manifest.
 
+0. Check that DEST can be written (before the Hub is asked anything).
 1. Ask the Hub for the revision's commit and every file's size and hashes (`HfApi.model_info(files_metadata=True)`).
+   Each listed name must pass builder.repo.paths, so a hostile mirror cannot make us write outside DEST.
 2. Pick what the app needs: the repo's manifest.json when it has one, else the graphs found in the seed layout
    (`{component}/{component}_{variant}.onnx` + `.onnx_data*`), plus tokenizer/*, scheduler/* and the licence.
-3. Check free disk space for what is still missing, before downloading anything.
+3. Remove partial downloads no wanted file resumes (another revision's, left by a killed run), then check free
+   disk space for what is still missing, before downloading anything.
 4. Download file by file from `/{repo}/resolve/{commit}/{path}` into `DEST/.fetch/` partial files, resuming
    them with HTTP Range after a dropped connection, a Ctrl-C or a crash; log bytes, rate and ETA
    (builder.repo.download).
