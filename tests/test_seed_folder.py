@@ -103,3 +103,12 @@ def test_the_app_runs_from_a_served_seed_folder(tiny_models: dict[str, Path], di
     assert regress.main(options, log=lambda _m: None) == 0
     data = json.loads((report / "report.json").read_text())
     assert data["verdict"] == "pass" and {graph["variant"] for graph in data["graphs"].values()} == {"fp32"}
+
+
+def test_an_incomplete_folder_is_served_with_a_warning(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    folder = tmp_path / "q4"
+    shutil.copytree(tiny_models["q4"], folder)
+    (folder / "transformer" / "transformer_q4.onnx_data_1").unlink()  # still downloading
+    lines: list[str] = []
+    check_models_dir(folder, log=lines.append)
+    assert any(line.startswith("warning: 1 file(s)") and "transformer_q4.onnx_data_1" in line for line in lines)

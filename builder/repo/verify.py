@@ -154,6 +154,16 @@ def hashes(files: Iterable[Path], *, log: Log, cache: HashCache | None = None) -
     return result
 
 
+def complete_files(repo_dir: Path, manifest: Manifest) -> list[str]:
+    """The listed files that are present with the manifest's size (what a still-downloading folder already has)."""
+    complete = []
+    for rel, entry in sorted(manifest.files.items()):
+        full = repo_paths.inside(Path(repo_dir), rel, what="model file")
+        if full.is_file() and full.stat().st_size == entry.size:
+            complete.append(rel)
+    return complete
+
+
 def check_files(repo_dir: Path, manifest: Manifest, rels: list[str] | None = None, *, log: Log,
                 check_sha256: bool = True) -> None:
     """Every listed file exists with the manifest's size and sha256. Raises ModelRepoError naming the file."""

@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
 from builder.errors import KleinWebError, ModelRepoError, ServeError
-from builder.repo import local, manifest, paths
+from builder.repo import local, manifest, paths, verify
 from builder.site.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_record
 from builder.site.chrome import LINUX_DESKTOP_CHROME_FLAGS
 
@@ -219,10 +219,11 @@ def create_app(dist_dir: Path, models_dir: Path | None = None, *,
 
 
 def check_models_dir(models_dir: Path, *, log: Callable[[str], None]) -> manifest.Manifest:
-    """The folder's manifest (its own, or built from a seed-layout folder), every file's size and sha256 checked.
+    """The folder's manifest (its own, or built from a seed-layout folder), the files present checked by sha256.
 
     A folder that is neither layout, a malformed manifest or a corrupt file stops the server with the reason:
-    serving it would make the app fail later, or silently fall back to the Hub.
+    serving it would make the app fail later, give a silently different image, or fall back to the Hub. Missing
+    or short files only warn: the folder may still be downloading, and the app names them when it loads them.
     """
     if not models_dir.is_dir():
         raise ServeError(
@@ -230,7 +231,14 @@ def check_models_dir(models_dir: Path, *, log: Callable[[str], None]) -> manifes
             f"or make a tiny test model with `klein-web make-tiny OUT` and pass OUT/q4."
         )
     try:
-        loaded = local.open_and_check(models_dir, log=log)
+        loaded = local.open_folder(models_dir, log=log)
+        complete = verify.complete_files(models_dir, loaded)
+        incomplete = sorted(set(loaded.files) - set(complete))
+        if incomplete:
+            log(f"warning: {len(incomplete)} file(s) of {models_dir} are missing or have the wrong size (e.g. "
+                f"{incomplete[0]}); the app will report this when it loads them. Complete the folder with "
+                f"`klein-web fetch --dir {models_dir}`.")
+        verify.check_files(models_dir, loaded, complete, log=log)
     except ModelRepoError as exc:
         raise ServeError(f"--models {models_dir}: {exc}") from exc
     root = os.path.realpath(models_dir)
