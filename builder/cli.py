@@ -56,7 +56,8 @@ def build(out_dir: Path, model_base: str) -> None:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="TCP port (0: any free port).")
 @click.option("--models", "models_dir", type=click.Path(path_type=Path), default=None,
               help="Local model repository to mount at /models/ (the app then loads from it).")
 @click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=DEFAULT_DIST, show_default=True)

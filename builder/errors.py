@@ -37,3 +37,7 @@ class BenchError(KleinWebError):
 
 class RegressionError(KleinWebError):
     """A browser regression run could not be carried out (exit code 2)."""
+
+
+class OutputError(KleinWebError):
+    """A result cannot be written where asked (a folder, a device, a symlink, no permission)."""

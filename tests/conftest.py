@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +17,10 @@ from pathlib import Path
 import pytest
 
 from builder import REPO_ROOT
+
+# The sha256 cache (builder.repo.verify) of test runs stays out of the user's own cache folder; subprocesses
+# inherit it.
+os.environ.setdefault("KLEIN_WEB_CACHE_DIR", tempfile.mkdtemp(prefix="klein-web-test-cache-"))
 
 
 def find_free_port() -> int:

@@ -20,7 +20,9 @@ from onnx import TensorProto, numpy_helper
 
 from builder.errors import ConversionError
 from builder.repo import manifest as repo
+from builder.repo import verify
 from builder.repo.onnx_graph import ALLOWED_OPS, HARD_FILE_LIMIT, IR_VERSION, OPSET
+from builder.repo.tiny import MARKER
 
 PROMPTS = ["a red fox sitting in the snow", "x"]  # two lengths: different padding per row
 
@@ -358,11 +360,11 @@ def test_manifest_matches_repo(tiny_models: dict[str, Path], repo_name: str) -> 
     root = tiny_models[repo_name]
     manifest = repo.load(root)
     on_disk = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
-    assert on_disk == sorted([*manifest.files, repo.MANIFEST_NAME])
+    assert on_disk == sorted([*manifest.files, repo.MANIFEST_NAME, MARKER])
     for rel, entry in manifest.files.items():
         data = (root / rel).read_bytes()
         assert entry.size == len(data) and entry.sha256 == hashlib.sha256(data).hexdigest(), rel
-    repo.verify(root, manifest, check_sha256=True)
+    verify.check_files(root, manifest, log=print)
     graph_files = {f for g in manifest.graphs for f in g.files()}
     assert graph_files | set(repo.TOKENIZER_FILES) | {repo.SCHEDULER_CONFIG} == set(manifest.files)
     for rel in [*repo.TOKENIZER_FILES, repo.SCHEDULER_CONFIG]:
@@ -384,7 +386,7 @@ def test_convert_cli_reproduces_make_tiny_graphs(tiny_models: dict[str, Path], t
     result = CliRunner().invoke(main, ["convert", str(tiny_models["diffusers"]), str(out), "--precision", "fp32"])
     assert result.exit_code == 0, result.output
     manifest = repo.load(out)
-    repo.verify(out, manifest, check_sha256=True)
+    verify.check_files(out, manifest, log=print)
     for entry in manifest.graphs:
         # The default 1.8 GB cap puts each tiny graph's weights in one file; make-tiny's small caps split them.
         assert entry.external_data == repo.external_data_names(entry.component, entry.variant, 1)

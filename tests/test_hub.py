@@ -22,7 +22,7 @@ from fakehub import FakeHub, FakeRepo, serving
 
 from builder import REPO_ROOT
 from builder.errors import ModelRepoError
-from builder.repo import manifest
+from builder.repo import manifest, verify
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 REPO = "test/klein-seed"
@@ -124,7 +124,7 @@ def test_fetch_seed_layout_repo(seed_repo: Path, tmp_path: Path) -> None:
     assert fetched_files(dest) == sorted([*WANTED_SEED_FILES, "manifest.json"])
     assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
     fetched = manifest.load(dest)
-    manifest.verify(dest, fetched, check_sha256=True)
+    verify.check_files(dest, fetched, log=print)
     assert sorted(fetched.files) == WANTED_SEED_FILES
     assert fetched.source == f"{REPO}@{COMMIT}"
     # The seed layout: graphs and I/O as builder.repo.manifest describes the seed repo.
@@ -188,7 +188,7 @@ def test_dropped_connection_resumes_with_range(seed_repo: Path, tmp_path: Path) 
     size = (seed_repo / name).stat().st_size
     assert gets == [("GET", name, None), ("GET", name, f"bytes={size // 2}-")]
     assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
-    manifest.verify(dest, manifest.load(dest), check_sha256=True)
+    verify.check_files(dest, manifest.load(dest), log=print)
 
 
 def test_failed_download_resumes_on_a_second_run(seed_repo: Path, tmp_path: Path) -> None:
@@ -212,7 +212,7 @@ def test_failed_download_resumes_on_a_second_run(seed_repo: Path, tmp_path: Path
     assert ("GET", name, f"bytes={kept}-") in hub.requests
     assert not (dest / ".fetch").exists()
     assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
-    manifest.verify(dest, manifest.load(dest), check_sha256=True)
+    verify.check_files(dest, manifest.load(dest), log=print)
 
 
 def test_ctrl_c_keeps_partial_files_and_no_manifest(seed_repo: Path, tmp_path: Path) -> None:
@@ -242,7 +242,7 @@ def test_ctrl_c_keeps_partial_files_and_no_manifest(seed_repo: Path, tmp_path: P
     assert second.returncode == 0, second.stderr
     assert ("GET", name, f"bytes={kept}-") in hub.requests
     assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
-    manifest.verify(dest, manifest.load(dest), check_sha256=True)
+    verify.check_files(dest, manifest.load(dest), log=print)
 
 
 def test_fetch_tiny_q4_repo_without_manifest(tiny_models: dict[str, Path], tmp_path: Path) -> None:
@@ -255,7 +255,7 @@ def test_fetch_tiny_q4_repo_without_manifest(tiny_models: dict[str, Path], tmp_p
         result = run_fetch(endpoint, dest, repo="test/tiny-q4")
     assert result.returncode == 0, result.stderr
     fetched = manifest.load(dest)
-    manifest.verify(dest, fetched, check_sha256=True)
+    verify.check_files(dest, fetched, log=print)
     # Without a manifest only the seed layout's graphs are known: the main graph of each variant (the
     # transformer's per-size-class graphs, *.qb<N>.onnx, are an optimisation listed only by a manifest).
     main = [source_manifest.graph(c, v) for c, v in sorted({(g.component, g.variant) for g in source_manifest.graphs})]
@@ -284,10 +284,52 @@ def test_fetch_repo_with_manifest_uses_it(tiny_models: dict[str, Path], tmp_path
         result = run_fetch(endpoint, dest, repo="test/tiny-q4")
     assert result.returncode == 0, result.stderr
     source_manifest, fetched = manifest.load(source), manifest.load(dest)
-    manifest.verify(dest, fetched, check_sha256=True)
+    verify.check_files(dest, fetched, log=print)
     assert fetched.graphs == source_manifest.graphs
     assert sorted(fetched.files) == sorted(source_manifest.files)
     assert_same_files(source, dest, sorted(source_manifest.files))
     shutil.rmtree(dest / "tokenizer")
     with pytest.raises(ModelRepoError, match="missing"):
-        manifest.verify(dest, fetched)
+        verify.check_files(dest, fetched, check_sha256=False, log=print)
+
+
+class HostileHub(FakeHub):
+    """A mirror whose file list names a path outside the repo (a malicious HF_ENDPOINT)."""
+
+    evil: str = "tokenizer/../../../x"
+
+    async def model_info(self, request):  # type: ignore[no-untyped-def]
+        reply = await super().model_info(request)
+        data = json.loads(reply.body)
+        data["siblings"].append({"rfilename": self.evil, "size": 4, "blobId": "0" * 40})
+        from starlette.responses import JSONResponse
+
+        return JSONResponse(data)
+
+
+@pytest.mark.parametrize("evil", ["tokenizer/../../../x", "/etc/x", "tokenizer\\..\\x", "tokenizer//x",
+                                  "scheduler/./x"])
+def test_a_hostile_file_list_writes_nothing_outside_dir(seed_repo: Path, tmp_path: Path, evil: str) -> None:
+    hub = HostileHub({REPO: FakeRepo(seed_repo, COMMIT)})
+    hub.evil = evil
+    dest = tmp_path / "a" / "b" / "models"
+    with serving(hub) as endpoint:
+        result = run_fetch(endpoint, dest)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "refusing" in result.stderr and repr(evil) in result.stderr
+    outside = sorted(p for p in tmp_path.rglob("*") if p.is_file() and dest not in p.parents)
+    assert outside == [] and not hub.requests  # no byte was downloaded
+
+
+def test_stale_partials_of_another_revision_are_removed(seed_repo: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "models"
+    stale = dest / ".fetch" / "transformer" / "transformer_q4.onnx_data.0123456789abcdef.incomplete"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"x" * 5000)
+    left = dest / f".manifest.partial-{2**22 + 12345}-abcd"  # a killed run's manifest download (owner gone)
+    left.mkdir()
+    with serving(FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})) as endpoint:
+        result = run_fetch(endpoint, dest)
+    assert result.returncode == 0, result.stderr
+    assert not stale.exists() and not left.exists() and not (dest / ".fetch").exists()
+    assert "removed 1 stale partial download(s)" in result.stderr and str(left) in result.stderr

@@ -24,7 +24,9 @@ Third-party libraries with a home:
     starlette, uvicorn, watchfiles   site only (the HTTP server)
     huggingface_hub                  repo only (the Hub download)
     click                            cli.py only
-    psutil, pynvml                   check only (memory of the browser and the GPU during a bench)
+    psutil                           check (memory of the browser during a bench) and pipeline/capacity.py (the
+                                     memory a size needs, checked against what the machine has)
+    pynvml                           check only (GPU memory during a bench)
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ LIBRARY_HOMES: dict[str, set[str]] = {
     "watchfiles": {"builder.site.*"},
     "huggingface_hub": {"builder.repo.*"},
     "click": {"builder.cli"},
-    "psutil": {"builder.check.*"},
+    "psutil": {"builder.check.*", "builder.pipeline.capacity"},
     "pynvml": {"builder.check.*"},
 }
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from PIL import Image
+from stub_repo import write_stub_repo
 
 from builder import REPO_ROOT
 from builder.check.regress import main
@@ -236,8 +237,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def empty_model_repo(path: Path) -> Path:
-    manifest.write(path, manifest.Manifest(source="test", converter="test", files={}, graphs=[]))
-    return path
+    return write_stub_repo(path)
 
 
 def assert_one_line_reason(result: subprocess.CompletedProcess[str], *fragments: str) -> None:

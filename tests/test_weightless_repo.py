@@ -15,7 +15,7 @@ from onnx import numpy_helper
 
 from builder import REPO_ROOT
 from builder.pipeline import reference
-from builder.repo import manifest
+from builder.repo import manifest, verify
 
 SCRIPT = REPO_ROOT / "scripts" / "weightless_repo.py"
 
@@ -44,7 +44,7 @@ def test_strip_then_fill_gives_the_same_repo_with_redrawn_weights(tiny_models: d
     original, redrawn = manifest.load(source), manifest.load(refilled)
     assert sorted(original.files) == sorted(redrawn.files)
     assert all(original.files[rel].size == redrawn.files[rel].size for rel in original.files)
-    manifest.verify(refilled, redrawn, check_sha256=True)  # the new hashes describe the new files
+    verify.check_files(refilled, redrawn, log=print)  # the new hashes describe the new files
     assert any(original.files[rel].sha256 != redrawn.files[rel].sha256 for rel in described)
 
     graph = "transformer/transformer_q4.onnx"

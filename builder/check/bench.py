@@ -65,7 +65,7 @@ from builder.check.bench_report import environment, placement_text, table_labels
 from builder.check.bench_stats import extrapolate
 from builder.check.ort_timing import time_ort, webgpu_status
 from builder.errors import BenchError, InputError
-from builder.repo.manifest import atomic_write_bytes
+from builder.repo.files import atomic_write_bytes
 
 Log = Callable[[str], None]
 

@@ -14,7 +14,7 @@ from typing import Any
 from builder.check.bench_graphs import plain_label
 from builder.check.bench_stats import ratio
 from builder.check.ort_timing import onnxruntime_version
-from builder.repo.manifest import atomic_write_bytes
+from builder.repo.files import atomic_write_bytes
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:

@@ -51,7 +51,7 @@ from builder.check.regress_page import (
 from builder.errors import InputError, RegressionError
 from builder.pipeline.limits import parse_size
 from builder.repo import manifest
-from builder.repo.manifest import atomic_write_bytes
+from builder.repo.files import atomic_write_bytes
 from builder.site import bundle
 
 Log = Callable[[str], None]
@@ -394,8 +394,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
          browser_path: Path | None = None, native_json: Path | None = None, timeout_s: float = 1800.0,
          dist_dir: Path | None = None, f16_toggle: bool = True) -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
-    models_dir = regress.check_models(models_dir)
-    repo = manifest.load(models_dir)
+    models_dir, repo = regress.check_models(models_dir, log=log)
     for variant in precisions:
         if variant not in repo.variants("transformer"):
             raise InputError(f"--precision {variant}: {models_dir} has no transformer of that variant "
@@ -414,7 +413,8 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
     environment: dict[str, Any] = {}
     sampler.start()
     try:
-        with regress.serving(dist_dir, models_dir, log=log, middleware=counter.wrap) as base_url:
+        with regress.serving(dist_dir, models_dir, log=log, models_manifest=repo,
+                             middleware=counter.wrap) as base_url:
             # 3. One fresh profile per variant: its first image is a cold start.
             for variant in precisions:
                 with tempfile.TemporaryDirectory(prefix="klein-bench-profile-") as profile, \

@@ -33,8 +33,7 @@ from builder.check.browser_bench import WASM_HOOK_JS, WASM_SIZE_JS, ByteCounter,
 from builder.check.regress_page import BrowserSession, launched, probe_adapter
 from builder.errors import InputError, RegressionError
 from builder.pipeline.limits import parse_size
-from builder.repo import manifest
-from builder.repo.manifest import atomic_write_bytes
+from builder.repo.files import atomic_write_bytes
 from builder.site import bundle
 
 Log = Callable[[str], None]
@@ -176,8 +175,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
          precision: str | None = None, gpu: bool = False, browser_path: Path | None = None,
          dist_dir: Path | None = None, f16_toggle: bool = True) -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
-    models_dir = regress.check_models(models_dir)
-    repo = manifest.load(models_dir)
+    models_dir, repo = regress.check_models(models_dir, log=log)
     if precision is not None and precision not in repo.variants("transformer"):
         raise InputError(f"--precision {precision}: {models_dir} has no transformer of that variant "
                          f"(it has {', '.join(repo.variants('transformer'))}).")
@@ -194,7 +192,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
     rows: list[dict[str, Any]] = []
     sampler.start()
     try:
-        with regress.serving(dist_dir, models_dir, log=log, middleware=counter.wrap) as base_url, \
+        with regress.serving(dist_dir, models_dir, log=log, models_manifest=repo, middleware=counter.wrap) as base_url, \
                 tempfile.TemporaryDirectory(prefix="klein-load-profile-") as profile, \
                 launched(session, log=log, profile=Path(profile)):
             session.adapter = probe_adapter(session, base_url)

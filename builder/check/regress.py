@@ -57,7 +57,8 @@ from builder.check.regress_report import (
 )
 from builder.errors import InputError, KleinWebError, RegressionError
 from builder.pipeline import imaging
-from builder.repo import manifest
+from builder.repo import local, manifest
+from builder.repo.files import check_output_folder
 from builder.site import bundle
 
 Log = Callable[[str], None]
@@ -69,12 +70,13 @@ def main(options: RegressOptions, *, log: Log) -> int:
     if not options.timeout_s > 0:
         raise InputError(f"--timeout {options.timeout_s}: must be a positive number of seconds, e.g. 600.")
     cases = cases_from_options(options)
-    models_dir = check_models(options.models_dir)
+    models_dir, repo = check_models(options.models_dir, log=log)
+    # The report is the run's result: find out now, not after the browser ran, that it cannot be written.
+    report_dir = check_output_folder(Path(options.report_dir), what="--report", create=False)
     browser_path = Path(options.browser_path) if options.browser_path else None
     session = BrowserSession(executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed,
                              f16_toggle=options.f16_toggle)
     session.version = check_browser(session.executable)
-    report_dir = Path(options.report_dir)
 
     # 2. Reference files, before the browser, so an unreadable PNG stops the run early.
     references = {case.name: _read_reference(case.reference_png) for case in cases if case.reference_png is not None}
@@ -82,7 +84,7 @@ def main(options: RegressOptions, *, log: Log) -> int:
     # 3. + 4. + 5. Serve, launch once, run every case in the same browser.
     dist_dir = site(options.dist_dir, log=log)
     reports: list[CaseReport] = []
-    with serving(dist_dir, models_dir, log=log) as base_url, launched(session, log=log, profile=options.profile):
+    with serving(dist_dir, models_dir, log=log, models_manifest=repo) as base_url, launched(session, log=log, profile=options.profile):
         session.adapter = probe_adapter(session, base_url)
         for case in cases:
             reports.append(_run_one(session, case, references.get(case.name), models_dir=models_dir,
@@ -128,8 +130,9 @@ def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *
     return report
 
 
-def check_models(models_dir: Path | None) -> Path:
-    """The --models folder, or RegressionError saying how to get one; its manifest and file sizes verified."""
+def check_models(models_dir: Path | None, *, log: Log) -> tuple[Path, manifest.Manifest]:
+    """The --models folder and its manifest (its own, or built from a seed-layout folder's files), every file's
+    size and sha256 verified; RegressionError saying how to get one."""
     if models_dir is None:
         raise RegressionError("--models DIR is required: the model folder to serve (e.g. `klein-web fetch --dir DIR`).")
     models_dir = Path(models_dir)
@@ -138,9 +141,8 @@ def check_models(models_dir: Path | None) -> Path:
             f"--models {models_dir}: no such folder. Download one with `klein-web fetch --dir {models_dir}` "
             "or make a test model with `klein-web make-tiny`."
         )
-    # load/verify name the missing manifest or file (or the wrong size) and how to repair the folder.
-    manifest.verify(models_dir, manifest.load(models_dir))
-    return models_dir
+    # These name the malformed manifest or the missing, truncated or corrupt file and how to repair the folder.
+    return models_dir, local.open_and_check(models_dir, log=log)
 
 
 def _read_reference(png: Path) -> Reference:
@@ -179,14 +181,14 @@ def site(dist_dir: Path | None, *, log: Log) -> Path:
 
 
 @contextlib.contextmanager
-def serving(dist_dir: Path, models_dir: Path, *, log: Log,
+def serving(dist_dir: Path, models_dir: Path, *, log: Log, models_manifest: manifest.Manifest | None = None,
             middleware: Callable[[Any], Any] | None = None) -> Iterator[str]:
     """The real server app (builder.site.server) in a thread on a free loopback port; yields its URL.
 
     `middleware` wraps the ASGI app (the browser benchmark counts the model bytes sent through it)."""
     from builder.site import server
 
-    app = server.create_app(dist_dir, models_dir=models_dir)
+    app = server.create_app(dist_dir, models_dir=models_dir, models_manifest=models_manifest)
     with server.serve_in_thread(app if middleware is None else middleware(app)) as port:
         url = f"http://127.0.0.1:{port}"
         log(f"serving {dist_dir} and models {models_dir} at {url}")

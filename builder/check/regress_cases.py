@@ -161,6 +161,7 @@ def check_case(case: Case, *, where: str) -> Case:
     """`case`, or InputError / RegressionError naming `where` and the field that is wrong."""
     if not case.prompt or not case.prompt.strip():
         raise InputError(f"{where}: the prompt is empty; give --prompt TEXT (or `prompt` in the cases file).")
+    limits.check_prompt(case.prompt, name=f"{where}: the prompt")
     limits.check_seed(case.seed, name=f"{where}: seed")
     limits.check_steps(case.steps, name=f"{where}: steps")
     if case.precision is not None and case.precision not in manifest.VARIANTS:

@@ -21,7 +21,7 @@ import numpy as np
 
 from builder import __version__
 from builder.pipeline import imaging
-from builder.repo.manifest import atomic_write_bytes
+from builder.repo.files import atomic_write_bytes
 
 REPORT_NAME = "report.json"
 CANDIDATE_NAME = "candidate.png"

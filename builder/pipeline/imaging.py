@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image, PngImagePlugin
 
 from builder.errors import InputError
-from builder.repo.manifest import atomic_write_bytes
+from builder.repo.files import atomic_write_bytes
 
 SOFTWARE = "klein-web"
 

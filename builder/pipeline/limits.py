@@ -66,3 +66,18 @@ def parse_size(text: str, *, where: str = "--size") -> tuple[int, int]:
             f"(the VAE works on {SIZE_MULTIPLE}-pixel patches); try {nearest_side(width)}x{nearest_side(height)}."
         )
     return width, height
+
+
+def check_prompt(value: object, *, name: str = "the prompt") -> str:
+    """A prompt must be text that UTF-8 can carry: bytes a shell passed undecoded arrive as lone surrogates."""
+    if not isinstance(value, str):
+        raise InputError(f"{name} must be text, got {type(value).__name__}.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start]
+        raise InputError(
+            f"{name} is not valid UTF-8 text: character {exc.start} is {bad!r} (undecodable bytes or a lone "
+            "surrogate). Pass the prompt as UTF-8 text."
+        ) from None
+    return value

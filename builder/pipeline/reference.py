@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from builder.errors import InputError, ModelRepoError
+from builder.errors import ModelRepoError
 from builder.memory import peak_rss_bytes
-from builder.pipeline import imaging, limits, sampling
+from builder.pipeline import capacity, imaging, limits, sampling
 from builder.pipeline import prompt as prompt_module
-from builder.repo import manifest
+from builder.repo import local, manifest, verify
+from builder.repo.files import check_output_file
 
 # Which variant of each graph to run on the CPU, best first. fp32 is the exact one; q4 is what the seed
 # repo ships; fp16 VAE weights run on the CPU EP too, just slower.
@@ -86,10 +87,11 @@ def generate(
 
     # 2. Load models: the graph of each component, its files checked before any session exists
     with _stage("load", seconds, log):
-        repo = manifest.load(model_dir)
+        repo = local.open_folder(model_dir, log=log)
         graphs = {component: choose_graph(repo, component, (variants or {}).get(component)) for component in
                   manifest.COMPONENTS}
-        verify_repo(model_dir, repo, graphs)
+        capacity.check_size(graphs["transformer"], width, height)
+        verify_repo(model_dir, repo, graphs, log=log)
         check_scheduler_config(model_dir)
         log("reference: graphs " + ", ".join(f"{g.path}" for g in graphs.values()))
 
@@ -168,6 +170,8 @@ def generate_png(
     log: Callable[[str], None],
 ) -> ReferenceResult:
     """`generate()` and write the image to OUT as PNG with tEXt metadata (atomically)."""
+    # Before the pipeline: a folder, a device or an unwritable place must not cost a whole run.
+    check_output_file(Path(out), what="--out")
     result = generate(model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=steps, log=log)
     text = imaging.png_text(prompt=prompt, seed=seed, steps=steps, width=width, height=height, model=result.model)
     imaging.write_png(Path(out), result.image, text=text)
@@ -182,8 +186,7 @@ def generate_png(
 
 def check_inputs(*, prompt: str, seed: int, width: int, height: int, steps: int) -> None:
     """Reject bad parameters before any work starts (the limits of builder.pipeline.limits); never adjust them."""
-    if not isinstance(prompt, str):
-        raise InputError(f"`prompt` must be a string, got {type(prompt).__name__}.")
+    limits.check_prompt(prompt)
     limits.check_side(width, name="`width`")
     limits.check_side(height, name="`height`")
     limits.check_steps(steps)
@@ -204,13 +207,13 @@ def choose_graph(repo: manifest.Manifest, component: str, pinned: str | None) ->
     )
 
 
-def verify_repo(model_dir: Path, repo: manifest.Manifest, graphs: Mapping[str, manifest.GraphEntry]) -> None:
-    """Sizes of the graphs and external data we will load, so a truncated file fails here, not in onnxruntime."""
+def verify_repo(model_dir: Path, repo: manifest.Manifest, graphs: Mapping[str, manifest.GraphEntry], *,
+                log: Callable[[str], None]) -> None:
+    """Sizes and sha256 of every file we will read, so a corrupt file fails here, not as a different image."""
     paths = [path for graph in graphs.values() for path in graph.files()]
-    manifest.verify(model_dir, repo, paths=paths)
-    others = [*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG]
-    manifest.verify(model_dir, repo, paths=[p for p in others if p in repo.files])
-    for rel in others:
+    others = [*manifest.TOKENIZER_FILES, *manifest.OPTIONAL_TOKENIZER_FILES, manifest.SCHEDULER_CONFIG]
+    verify.check_files(model_dir, repo, paths + [p for p in others if p in repo.files], log=log)
+    for rel in (*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG):
         if not (model_dir / rel).is_file():
             raise ModelRepoError(f"Model file {model_dir / rel} is missing. Run `klein-web fetch` again to "
                                  "complete it.")

@@ -25,7 +25,6 @@ import dataclasses
 import gc
 import json
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,13 +37,19 @@ from builder import __version__
 from builder.errors import ConversionError
 from builder.memory import peak_rss_bytes, reset_peak_rss
 from builder.repo.attention import recorded_query_blocks
+from builder.repo.files import (
+    atomic_write_bytes,
+    clean_stale_staging,
+    ensure_folder,
+    make_staging,
+    probe_writable,
+    replace_folder,
+)
 from builder.repo.manifest import (
     CONTRACT,
     MANIFEST_NAME,
     GraphEntry,
     Manifest,
-    atomic_write_bytes,
-    describe_files,
     external_data_names,
     graph_path,
     write,
@@ -58,6 +63,7 @@ from builder.repo.onnx_graph import (
     verify_saved_graph,
 )
 from builder.repo.sizes import gigabytes
+from builder.repo.verify import describe_files
 
 PRECISIONS = ("q4", "q4f16", "fp32")
 COMPONENT_ORDER = ("text_encoder", "transformer", "vae_decoder")
@@ -139,9 +145,9 @@ def convert(
     check_precision(precision)
     check_destination(out)
 
-    # 2. Write each component's graphs into a staging folder beside OUT.
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
+    # 2. Write each component's graphs into a staging folder beside OUT (after removing ones a killed run left).
+    clean_stale_staging(out.parent, (out.name,), log=log)
+    stage = make_staging(out.parent, out.name)
     try:
         saved: list[SavedGraph] = []
         for component in COMPONENT_ORDER:
@@ -165,7 +171,6 @@ def convert(
             graphs=entries,
         )
         write(stage, manifest)
-        stage.chmod(0o755)  # mkdtemp makes it private; a model repo is meant to be served
         replace_folder(stage, out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
@@ -203,6 +208,8 @@ def check_precision(precision: str) -> None:
 
 def check_destination(out: Path) -> None:
     """OUT may be missing, empty, or an earlier model repo (replaced); never an unrelated folder."""
+    if out.is_symlink():
+        raise ConversionError(f"OUT {out} is a symlink; pass the real folder so the link is not replaced.")
     if out.exists() and not out.is_dir():
         raise ConversionError(f"OUT {out} is a file; pass a folder path for the model repo.")
     if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST_NAME).is_file():
@@ -210,6 +217,9 @@ def check_destination(out: Path) -> None:
             f"OUT {out} is a non-empty folder that is not a model repo (no {MANIFEST_NAME}); "
             "pass a new or empty folder so nothing unrelated is overwritten."
         )
+    # The staging folder goes beside OUT: find out now, not after the conversion, that it cannot be written.
+    ensure_folder(out.parent, what=f"OUT {out}")
+    probe_writable(out.parent, what=f"OUT {out}")
 
 
 def load_skeleton(src: Path, component: str, *, log: Callable[[str], None]) -> Any:
@@ -218,7 +228,17 @@ def load_skeleton(src: Path, component: str, *, log: Callable[[str], None]) -> A
 
     folder = src / SOURCE_FOLDER[component]
     log(f"{component}: reading {folder}")
-    checkpoint = Checkpoint(folder)
+    try:
+        return _skeleton(folder, component, Checkpoint(folder), build_skeleton)
+    except ConversionError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, OSError, OverflowError) as exc:
+        # A hand-edited config.json (`"num_layers": "x"`) fails deep inside transformers/diffusers.
+        raise ConversionError(f"{folder}: its config cannot build a {component} ({type(exc).__name__}: {exc}). "
+                              "Check config.json against the original checkpoint's.") from exc
+
+
+def _skeleton(folder: Path, component: str, checkpoint: Any, build_skeleton: Any) -> Any:
     if component == "text_encoder":
         from builder.repo.export_text_encoder import OUT_LAYERS
 
@@ -367,17 +387,6 @@ def copy_unchanged(src: Path, stage: Path) -> list[str]:
                 shutil.copyfile(path, stage / rel)
                 copied.append(rel)
     return copied
-
-
-def replace_folder(stage: Path, out: Path) -> None:
-    """Move the finished staging folder to OUT, replacing an earlier repo only once the new one is complete."""
-    if out.exists():
-        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
-        out.rename(old / "repo")
-        stage.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        stage.rename(out)
 
 
 def _save_component(model: onnx.ModelProto, stage: Path, component: str, variant: str, *,

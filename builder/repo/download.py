@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from builder.errors import FetchError
+from builder.repo import paths
 from builder.repo.sizes import gigabytes, megabytes
 
 PARTIAL_DIR = ".fetch"  # DEST/.fetch/<path>.<hash>.incomplete holds resumable partial downloads
@@ -45,6 +46,21 @@ def partial_path(dest: Path, remote_file: RemoteFile) -> Path:
     return dest / PARTIAL_DIR / f"{remote_file.path}.{remote_file.key}.incomplete"
 
 
+def clean_stale_partials(dest: Path, wanted: list[RemoteFile], *, log: Callable[[str], None]) -> None:
+    """Delete partial downloads no wanted file resumes (another revision's, a file the repo dropped)."""
+    partial_root = dest / PARTIAL_DIR
+    if partial_root.is_symlink() or not partial_root.is_dir():
+        return
+    keep = {partial_path(dest, remote_file) for remote_file in wanted}
+    stale = [p for p in partial_root.rglob("*") if (p.is_file() or p.is_symlink()) and p not in keep]
+    if stale:
+        size = sum(p.lstat().st_size for p in stale)
+        for path in stale:
+            path.unlink(missing_ok=True)
+        log(f"fetch: removed {len(stale)} stale partial download(s) ({megabytes(size)}) from {partial_root}")
+    remove_empty_partial_dir(dest)
+
+
 def have_bytes(dest: Path, remote_file: RemoteFile) -> int:
     """Bytes of this file already on disk: all of it when the final file has the right size, else the partial."""
     final = dest / remote_file.path
@@ -56,7 +72,7 @@ def have_bytes(dest: Path, remote_file: RemoteFile) -> int:
 
 def download(repo: str, commit: str, remote_file: RemoteFile, dest: Path, progress: Progress) -> str:
     """Make `dest/path` the verified remote file; returns its sha256. Resumes a partial file when there is one."""
-    final = dest / remote_file.path
+    final = paths.inside(dest, remote_file.path, what="file")
     if final.is_file() and final.stat().st_size == remote_file.size:
         digest = _verify(final, remote_file)
         if digest is not None:

@@ -1,9 +1,12 @@
 """`klein-web fetch`: download a web model repository from the Hugging Face Hub, resumably, and write its manifest.
 
+0. Check that DEST can be written (before the Hub is asked anything).
 1. Ask the Hub for the revision's commit and every file's size and hashes (`HfApi.model_info(files_metadata=True)`).
+   Each listed name must pass builder.repo.paths, so a hostile mirror cannot make us write outside DEST.
 2. Pick what the app needs: the repo's manifest.json when it has one, else the graphs found in the seed layout
    (`{component}/{component}_{variant}.onnx` + `.onnx_data*`), plus tokenizer/*, scheduler/* and the licence.
-3. Check free disk space for what is still missing, before downloading anything.
+3. Remove partial downloads no wanted file resumes (another revision's, left by a killed run), then check free
+   disk space for what is still missing, before downloading anything.
 4. Download file by file from `/{repo}/resolve/{commit}/{path}` into `DEST/.fetch/` partial files, resuming
    them with HTTP Range after a dropped connection, a Ctrl-C or a crash; log bytes, rate and ETA
    (builder.repo.download).
@@ -17,32 +20,34 @@ auth headers still come from huggingface_hub; the bytes travel over the standard
 
 from __future__ import annotations
 
-import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from builder import __version__
-from builder.errors import FetchError, KleinWebError
-from builder.repo import manifest
+from builder.errors import FetchError, KleinWebError, ModelRepoError
+from builder.repo import manifest, paths
 from builder.repo.download import (
     PARTIAL_DIR,
     Progress,
     RemoteFile,
+    clean_stale_partials,
     download,
     have_bytes,
     remove_empty_partial_dir,
 )
+from builder.repo.files import check_output_folder, clean_stale_staging, make_staging
 from builder.repo.sizes import gigabytes, megabytes
-
-EXTRA_FILES = ("LICENSE", "LICENSE.md", "LICENSE.txt", "NOTICE", "NOTICE.md", "NOTICE.txt")
 
 
 def fetch(repo: str, *, revision: str, dest: Path, log: Callable[[str], None]) -> Path:
     """Download `repo` at `revision` into `dest` and write `dest/manifest.json`. Returns `dest`."""
     dest = Path(dest)
     try:
+        # 0. The folder must be writable before anything is asked of the Hub.
+        check_output_folder(dest, what="--dir")
+        clean_stale_staging(dest, ("manifest",), log=log)
+
         # 1. Commit and file metadata
         commit, remote = _repo_files(repo, revision)
         log(f"fetch: {repo} @ {revision} = commit {commit[:12]}, {len(remote)} files in the repo")
@@ -52,7 +57,8 @@ def fetch(repo: str, *, revision: str, dest: Path, log: Callable[[str], None]) -
         graphs = repo_manifest.graphs if repo_manifest else _seed_layout_graphs(repo, remote)
         wanted = _wanted_files(repo, remote, graphs, repo_manifest)
 
-        # 3. Disk space for what is not there yet
+        # 3. Disk space for what is not there yet (after removing partial files no wanted file will resume)
+        clean_stale_partials(dest, wanted, log=log)
         missing_bytes = sum(f.size - have_bytes(dest, f) for f in wanted)
         _check_disk_space(dest, missing_bytes)
         total = sum(f.size for f in wanted)
@@ -60,7 +66,6 @@ def fetch(repo: str, *, revision: str, dest: Path, log: Callable[[str], None]) -
             f"into {dest}")
 
         # 4 + 5. Download and verify (the old manifest goes first: the folder is incomplete until step 6)
-        dest.mkdir(parents=True, exist_ok=True)
         (dest / manifest.MANIFEST_NAME).unlink(missing_ok=True)
         progress = Progress(total=total, log=log)
         sha256: dict[str, str] = {}
@@ -132,6 +137,11 @@ def _repo_files(repo: str, revision: str) -> tuple[str, dict[str, RemoteFile]]:
         raise FetchError(f"The Hub at {endpoint} returned no commit or file list for {repo!r} @ {revision!r}.")
     files = {}
     for sibling in info.siblings:
+        reason = paths.unsafe_reason(sibling.rfilename)
+        if reason is not None:
+            # A hostile mirror (or HF_ENDPOINT) must not make us write outside --dir.
+            raise FetchError(f"The Hub at {endpoint} lists a file {sibling.rfilename!r} in {repo!r} that {reason}; "
+                             "refusing to download from it. Check HF_ENDPOINT.")
         if sibling.size is None:
             raise FetchError(f"The Hub returned no size for {sibling.rfilename} in {repo!r}; cannot verify it.")
         files[sibling.rfilename] = RemoteFile(
@@ -150,60 +160,29 @@ def _repo_files(repo: str, revision: str) -> tuple[str, dict[str, RemoteFile]]:
 
 def _remote_manifest(repo: str, commit: str, remote: dict[str, RemoteFile], dest: Path) -> manifest.Manifest:
     """Download and parse the repo's own manifest.json (in a temp folder: it is not ours to claim completeness)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dest, prefix=".manifest-") as tmp:
-        download(repo, commit, remote[manifest.MANIFEST_NAME], Path(tmp), Progress(total=0, log=lambda _m: None))
+    tmp = make_staging(dest, "manifest")
+    try:
+        download(repo, commit, remote[manifest.MANIFEST_NAME], tmp, Progress(total=0, log=lambda _m: None))
         try:
-            return manifest.load(Path(tmp))
+            return manifest.load(tmp)
         except KleinWebError as exc:
             raise FetchError(f"The manifest.json of {repo!r} cannot be used: {exc}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _seed_layout_graphs(repo: str, remote: dict[str, RemoteFile]) -> list[manifest.GraphEntry]:
-    """Graphs present in a repo without manifest, described like builder.repo.manifest.seed_graphs()."""
-    seed = {(g.component, g.variant): g for g in manifest.seed_graphs()}
-    graphs = []
-    for component in manifest.COMPONENTS:
-        for variant in manifest.VARIANTS:
-            path = manifest.graph_path(component, variant)
-            if path not in remote:
-                continue
-            data = _external_data(component, variant, remote)
-            known = seed.get((component, variant))
-            graphs.append(manifest.GraphEntry(
-                component=component,
-                variant=variant,
-                path=path,
-                external_data=data,
-                precision=known.precision if known else variant,
-                inputs=manifest.CONTRACT[component][0],
-                outputs=manifest.CONTRACT[component][1],
-                requires_f16=known.requires_f16 if known else variant in ("fp16", "q4f16"),
-                cpu_nodes_without_f16=list(known.cpu_nodes_without_f16) if known else [],
-            ))
-        if not any(g.component == component for g in graphs):
-            raise FetchError(
-                f"{repo!r} has no {component} graph ({component}/{component}_<variant>.onnx): it is not a klein-web "
-                "model repository. The default is kny/FLUX.2-klein-4B-onnx-web."
-            )
-    return graphs
-
-
-def _external_data(component: str, variant: str, remote: dict[str, RemoteFile]) -> list[str]:
-    """`name.onnx_data`, `name.onnx_data_1`, ... as present in the repo, in order and without gaps."""
-    base = f"{component}_{variant}.onnx_data"
-    pattern = re.compile(rf"{re.escape(component)}/{re.escape(base)}(?:_(\d+))?")
-    indices = sorted(int(m.group(1) or 0) for path in remote if (m := pattern.fullmatch(path)))
-    if indices != list(range(len(indices))):
-        raise FetchError(f"The external-data files of {component}_{variant}.onnx on the Hub have gaps: {indices}.")
-    return manifest.external_data_names(component, variant, len(indices))
+    """Graphs present in a repo without manifest: the layout rules local seed-layout folders use too."""
+    try:
+        return manifest.seed_layout_graphs(set(remote), where=repr(repo))
+    except ModelRepoError as exc:
+        raise FetchError(f"{exc} The default is kny/FLUX.2-klein-4B-onnx-web.") from exc
 
 
 def _wanted_files(
     repo: str, remote: dict[str, RemoteFile], graphs: list[manifest.GraphEntry], repo_manifest: manifest.Manifest | None
 ) -> list[RemoteFile]:
-    paths = {path for graph in graphs for path in graph.files()}
-    paths |= {p for p in remote if p.startswith(("tokenizer/", "scheduler/")) or p in EXTRA_FILES}
+    paths = set(manifest.seed_layout_files(remote, graphs))
     if repo_manifest is not None:
         paths |= set(repo_manifest.files)
     missing = sorted(p for p in paths | {*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG} if p not in remote)

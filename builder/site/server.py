@@ -10,6 +10,7 @@ downloads resume.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import re
 import socket
@@ -33,11 +34,23 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
 from builder.errors import KleinWebError, ModelRepoError, ServeError
+from builder.repo import local, manifest, paths, verify
 from builder.site.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_record
 from builder.site.chrome import LINUX_DESKTOP_CHROME_FLAGS
 
 MODELS_PREFIX = "/models/"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# The page is never meant to be framed: no other site may overlay it (clickjacking). frame-ancestors only works
+# as a header (browsers ignore it in the page's meta CSP), so the server adds it to the build's policy.
+FRAME_ANCESTORS = "frame-ancestors 'none'"
+
+
+def with_frame_ancestors(csp: str | None) -> str:
+    """The build's CSP (if any) plus frame-ancestors, unless the policy already has one."""
+    directives = [d.strip() for d in (csp or "").split(";") if d.strip()]
+    if not any(d.split()[0].lower() == "frame-ancestors" for d in directives):
+        directives.append(FRAME_ANCESTORS)
+    return "; ".join(directives)
 
 # Exact types matter: browsers refuse module scripts that are not JavaScript, and
 # WebAssembly.instantiateStreaming needs application/wasm.
@@ -79,10 +92,10 @@ def resolve_inside(root: Path, url_path: str) -> Path | None:
     decoded again, so `%252e%252e` stays a literal, non-existent name. Hidden names (`.git`, `.cache`,
     the build record) are not served either.
     """
-    if "\x00" in url_path or "\\" in url_path:
+    if paths.unsafe_reason(url_path) is not None:  # the containment rules every model file name follows
         return None
     parts = url_path.split("/")
-    if any(part in ("", ".", "..") or part.startswith(".") for part in parts):
+    if any(part.startswith(".") for part in parts):
         return None
     candidate = os.path.realpath(root.joinpath(*parts))
     # realpath follows symlinks, so a link inside root that points outside it is caught here too.
@@ -140,9 +153,9 @@ class SiteHeaders:
                 for name, value in CROSS_ORIGIN_HEADERS.items():
                     headers[name] = value
                 headers["X-Content-Type-Options"] = "nosniff"
-                if self.csp:
-                    # The same policy as the page's meta tag: a worker takes its CSP from its own response.
-                    headers["Content-Security-Policy"] = self.csp
+                # The same policy as the page's meta tag (a worker takes its CSP from its own response), plus
+                # frame-ancestors, which only a header can carry.
+                headers["Content-Security-Policy"] = with_frame_ancestors(self.csp)
                 if message["status"] >= 400:
                     headers["Cache-Control"] = "no-store"  # never let a cache keep an error as a model file
                 elif path.startswith("/assets/"):
@@ -163,8 +176,14 @@ class SiteApp(Starlette):
         return SiteHeaders(super().build_middleware_stack(), csp=self.csp)
 
 
-def create_app(dist_dir: Path, models_dir: Path | None = None) -> Starlette:
-    """The app: dist_dir at `/`, models_dir (a model repository) at `/models/`; only GET and HEAD."""
+def create_app(dist_dir: Path, models_dir: Path | None = None, *,
+               models_manifest: manifest.Manifest | None = None) -> Starlette:
+    """The app: dist_dir at `/`, models_dir (a model repository) at `/models/`; only GET and HEAD.
+
+    `models_manifest`: the folder's manifest as `check_models_dir` opened it. A seed-layout folder has no
+    manifest.json; the app asks for `/models/manifest.json` (and would fall back to the seed layout with unknown
+    sizes on a 404), so the manifest built from its files is served at that path instead.
+    """
     dist_root = Path(os.path.realpath(dist_dir))
     if not dist_root.is_dir():
         raise ServeError(f"--dist {dist_dir}: no such folder. Build it first: klein-web build --out {dist_dir}")
@@ -176,9 +195,14 @@ def create_app(dist_dir: Path, models_dir: Path | None = None) -> Starlette:
         url_path = request.path_params["path"] or "index.html"
         return file_response(dist_root, url_path, request)
 
+    generated = (manifest.to_bytes(models_manifest) if models_manifest is not None and models_root is not None
+                 and not (models_root / manifest.MANIFEST_NAME).exists() else None)
+
     async def models(request: Request) -> Response:
         if models_root is None:
             raise HTTPException(status_code=404)  # no --models: the app falls back to its model base URL
+        if generated is not None and request.path_params["path"] == manifest.MANIFEST_NAME:
+            return Response(generated, media_type=MEDIA_TYPES[".json"])
         return file_response(models_root, request.path_params["path"], request)
 
     methods = ["GET", "HEAD"]
@@ -194,20 +218,29 @@ def create_app(dist_dir: Path, models_dir: Path | None = None) -> Starlette:
 # ---------------------------------------------------------------------------------------------- serve
 
 
-def check_models_dir(models_dir: Path, *, log: Callable[[str], None]) -> None:
-    """Fail on a missing folder; warn (not fail) on an incomplete repository, which the app reports itself."""
+def check_models_dir(models_dir: Path, *, log: Callable[[str], None]) -> manifest.Manifest:
+    """The folder's manifest (its own, or built from a seed-layout folder), the files present checked by sha256.
+
+    A folder that is neither layout, a malformed manifest or a corrupt file stops the server with the reason:
+    serving it would make the app fail later, give a silently different image, or fall back to the Hub. Missing
+    or short files only warn: the folder may still be downloading, and the app names them when it loads them.
+    """
     if not models_dir.is_dir():
         raise ServeError(
             f"--models {models_dir}: no such folder. Download the model with `klein-web fetch --dir {models_dir}` "
             f"or make a tiny test model with `klein-web make-tiny OUT` and pass OUT/q4."
         )
-    from builder.repo import manifest
-
     try:
-        loaded = manifest.load(models_dir)
-        manifest.verify(models_dir, loaded)
+        loaded = local.open_folder(models_dir, log=log)
+        complete = verify.complete_files(models_dir, loaded)
+        incomplete = sorted(set(loaded.files) - set(complete))
+        if incomplete:
+            log(f"warning: {len(incomplete)} file(s) of {models_dir} are missing or have the wrong size (e.g. "
+                f"{incomplete[0]}); the app will report this when it loads them. Complete the folder with "
+                f"`klein-web fetch --dir {models_dir}`.")
+        verify.check_files(models_dir, loaded, complete, log=log)
     except ModelRepoError as exc:
-        log(f"warning: {exc} The app will report this when it loads the model.")
+        raise ServeError(f"--models {models_dir}: {exc}") from exc
     root = os.path.realpath(models_dir)
     outside = [
         path for path in models_dir.rglob("*")
@@ -216,19 +249,31 @@ def check_models_dir(models_dir: Path, *, log: Callable[[str], None]) -> None:
     if outside:
         log(f"warning: {len(outside)} file(s) in {models_dir} are symlinks to outside it (e.g. {outside[0]}); they "
             "are not served (404). Copy the files in, e.g. download with `klein-web fetch --dir DIR`.")
+    return loaded
+
+
+def check_listen(host: str, port: int) -> None:
+    """--host and --port as a user can give them wrong, refused before any build or bind."""
+    if not host.strip():
+        raise ServeError("--host is empty; pass 127.0.0.1 (this machine only) or 0.0.0.0 (every interface).")
+    if isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ServeError(f"--port {port} is not a TCP port; pass one from 1 to 65535 (0: any free port), e.g. 8000.")
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
     """Bind before anything else so a busy port is a clear error, not a uvicorn traceback."""
+    check_listen(host, port)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except (OSError, OverflowError, UnicodeError) as exc:
         sock.close()
-        hint = f"pass another --port (e.g. --port {port + 1})" if exc.errno == errno.EADDRINUSE else "check --host"
-        raise ServeError(f"Cannot listen on {host}:{port}: {exc.strerror}; {hint}.") from exc
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        in_use = isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
+        hint = f"pass another --port (e.g. --port {port + 1})" if in_use else "check --host"
+        raise ServeError(f"Cannot listen on {host}:{port}: {reason}; {hint}.") from exc
     sock.set_inheritable(True)
     return sock
 
@@ -258,6 +303,23 @@ def serve_in_thread(app: ASGIApp, *, log_level: str = "warning") -> Iterator[int
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+def browser_url(host: str, bound_host: str, port: int) -> str:
+    """A URL a user can open: the loopback address for a wildcard bind (`0.0.0.0`, `::`, `0`), else the host."""
+    address = ipaddress.ip_address(bound_host)
+    if address.is_unspecified:
+        return f"http://{'[::1]' if address.version == 6 else '127.0.0.1'}:{port}/"
+    name = bound_host if _is_ip(host) else host  # a name as given; an address as the system spells it
+    return f"http://{'[' + name + ']' if ':' in name else name}:{port}/"
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def start_message(url: str, *, dist_dir: Path, models_dir: Path | None, model_base: str) -> str:
@@ -313,8 +375,8 @@ def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_d
     """Build dist if stale, then serve it until Ctrl+C. model_base None: the one dist was built with."""
     import uvicorn
 
-    if models_dir is not None:
-        check_models_dir(models_dir, log=log)
+    check_listen(host, port)
+    models_manifest = check_models_dir(models_dir, log=log) if models_dir is not None else None
     if model_base is None:
         # Keep the base of an existing build (e.g. one made with --model-base) rather than rebuilding it.
         model_base = str((read_record(Path(dist_dir)) or {}).get("model_base") or DEFAULT_MODEL_BASE)
@@ -328,15 +390,14 @@ def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_d
                 raise
             # Mid-edit sources should not stop the server (nor --watch): say so loudly and serve the last good build.
             log(f"warning: the build failed, serving the previous build of {dist_dir}:\n{exc}")
-    app = create_app(dist_dir, models_dir)
+    app = create_app(dist_dir, models_dir, models_manifest=models_manifest)
     sock = bind_socket(host, port)
-    port = sock.getsockname()[1]
-    if host not in LOOPBACK_HOSTS:
-        log(f"warning: listening on {host}, reachable from other machines. Browsers only allow WebGPU and "
+    bound_host, port = sock.getsockname()[:2]
+    if not ipaddress.ip_address(bound_host).is_loopback:
+        log(f"warning: listening on {bound_host}, reachable from other machines. Browsers only allow WebGPU and "
             "cross-origin isolation in a secure context: other machines need https (e.g. a reverse proxy), "
             "plain http works only on localhost.")
-    url_host = f"[{host}]" if ":" in host else host
-    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else url_host}:{port}/"
+    url = browser_url(host, bound_host, port)
     log(start_message(url, dist_dir=Path(dist_dir), models_dir=models_dir, model_base=model_base))
 
     # access_log on: each line names the path, which the tests read to prove no weight file was re-requested.
