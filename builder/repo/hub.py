@@ -160,10 +160,11 @@ def _remote_manifest(repo: str, commit: str, remote: dict[str, RemoteFile], dest
 
 
 def _seed_layout_graphs(repo: str, remote: dict[str, RemoteFile]) -> list[manifest.GraphEntry]:
-    """Graphs present in a repo without manifest, described like builder.repo.manifest.seed_graphs()."""
+    """Graphs present in a repo without manifest, described like builder.repo.manifest.seed_graphs(); the
+    optional components' graphs too, when the repo has them."""
     seed = {(g.component, g.variant): g for g in manifest.seed_graphs()}
     graphs = []
-    for component in manifest.COMPONENTS:
+    for component in (*manifest.COMPONENTS, *manifest.OPTIONAL_COMPONENTS):
         for variant in manifest.VARIANTS:
             path = manifest.graph_path(component, variant)
             if path not in remote:
@@ -181,7 +182,7 @@ def _seed_layout_graphs(repo: str, remote: dict[str, RemoteFile]) -> list[manife
                 requires_f16=known.requires_f16 if known else variant in ("fp16", "q4f16"),
                 cpu_nodes_without_f16=list(known.cpu_nodes_without_f16) if known else [],
             ))
-        if not any(g.component == component for g in graphs):
+        if component in manifest.COMPONENTS and not any(g.component == component for g in graphs):
             raise FetchError(
                 f"{repo!r} has no {component} graph ({component}/{component}_<variant>.onnx): it is not a klein-web "
                 "model repository. The default is kny/FLUX.2-klein-4B-onnx-web."

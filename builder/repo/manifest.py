@@ -35,7 +35,11 @@ MANIFEST_NAME = "manifest.json"
 FORMAT = "klein-web-model-repo"
 FORMAT_VERSION = 1
 
+# The components text-to-image runs: every repo has them.
 COMPONENTS = ("text_encoder", "transformer", "vae_decoder")
+# Components a repo may lack: the VAE encoder, which only editing with reference images needs. `klein-web convert`
+# writes it; the seed repo has none.
+OPTIONAL_COMPONENTS = ("vae_encoder",)
 VARIANTS = ("q4", "q4f16", "fp32", "fp16")
 
 # Files the app and the reference pipeline read besides the graphs.
@@ -75,6 +79,12 @@ CONTRACT: dict[str, tuple[list[TensorSpec], list[TensorSpec]]] = {
     "vae_decoder": (
         [TensorSpec("latents", "float32", ["batch", 128, "latent_h", "latent_w"])],
         [TensorSpec("image", "float32", ["batch", 3, "height", "width"])],
+    ),
+    # Not in the seed model card: an image in [0, 1] (sides multiples of 16) -> its BN-normalised latents, what
+    # Flux2KleinPipeline packs into reference-image tokens (builder.repo.export_vae_encoder).
+    "vae_encoder": (
+        [TensorSpec("image", "float32", ["batch", 3, "height", "width"])],
+        [TensorSpec("image_latents", "float32", ["batch", 128, "latent_h", "latent_w"])],
     ),
 }
 
@@ -181,6 +191,10 @@ def _from_json(data: dict[str, Any], where: Path) -> Manifest:
                 f"{where} is not a klein-web manifest of a version this tool reads "
                 f"(format={data.get('format')!r}, version={data.get('format_version')!r}); upgrade klein-web."
             )
+        unknown = sorted({str(g["component"]) for g in data["graphs"]} - {*COMPONENTS, *OPTIONAL_COMPONENTS})
+        if unknown:
+            raise ModelRepoError(f"{where} lists graphs of unknown component(s) {', '.join(unknown)}; "
+                                 "upgrade klein-web.")
         graphs = [
             GraphEntry(
                 **{
