@@ -57,7 +57,7 @@ class ImageEncoder(nn.Module):
         moments = self.encoder(x)
         if self.quant_conv is not None:
             moments = self.quant_conv(moments)
-        latents = DiagonalGaussianDistribution(moments).mode()
+        latents: torch.Tensor = DiagonalGaussianDistribution(moments).mode()
         # Flux2KleinPipeline._patchify_latents: [B, C, h*2, w*2] -> [B, C*4, h, w]
         batch, channels, height, width = latents.shape
         latents = latents.view(batch, channels, height // 2, 2, width // 2, 2)
