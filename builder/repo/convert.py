@@ -150,14 +150,19 @@ def convert(
     stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
     try:
         saved: list[SavedGraph] = []
-        for component in COMPONENT_ORDER:
+        module: Any = None
+        for index, component in enumerate(COMPONENT_ORDER):
             cap = (max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
                    if isinstance(max_data_file_bytes, Mapping) else max_data_file_bytes)
-            module = load_skeleton(src, component, log=log)
+            if module is None:
+                module = load_skeleton(src, component, log=log)
             graphs = write_graphs(exporter(component, module), component, precision, stage,
                                   max_data_file_bytes=cap, log=log)
-            del module
-            gc.collect()
+            # The VAE's decoder and encoder are exported from one skeleton: its buffers are read once.
+            following = COMPONENT_ORDER[index + 1] if index + 1 < len(COMPONENT_ORDER) else None
+            if following is None or SOURCE_FOLDER[following] != SOURCE_FOLDER[component]:
+                module = None
+                gc.collect()
             saved += graphs
             log(f"  {component} done at {time.monotonic() - start:.1f} s")
 
