@@ -92,15 +92,16 @@ def test_manifest_and_graphs_record_the_blocks(tiny_models: dict[str, Path]) -> 
     heads = TRANSFORMER_CONFIG["num_attention_heads"]
     expected = {"text_encoder": 1,
                 "transformer": query_blocks_for(heads=heads, tokens=max_attention_tokens("transformer")),
-                "vae_decoder": query_blocks_for(heads=1, tokens=max_attention_tokens("vae_decoder"))}
-    assert expected["transformer"] > 1 and expected["vae_decoder"] > 1
+                "vae_decoder": query_blocks_for(heads=1, tokens=max_attention_tokens("vae_decoder")),
+                "vae_encoder": query_blocks_for(heads=1, tokens=max_attention_tokens("vae_encoder"))}
+    assert expected["transformer"] > 1 and expected["vae_decoder"] > 1 and expected["vae_encoder"] > 1
     for name in ("q4", "fp32"):
         manifest = repo.load(tiny_models[name])
         for graph in manifest.graphs:
             model = onnx.load(str(tiny_models[name] / graph.path), load_external_data=False)
             assert recorded_query_blocks(model) == graph.attention_query_blocks
             softmaxes = sum(node.op_type == "Softmax" for node in model.graph.node)
-            sites = {"text_encoder": 27, "transformer": 2, "vae_decoder": 1}[graph.component]
+            sites = {"text_encoder": 27, "transformer": 2, "vae_decoder": 1, "vae_encoder": 1}[graph.component]
             assert softmaxes == sites * graph.attention_query_blocks
         # The main graph of each component (the one a client reading only graph() gets) runs every size.
         for component, blocks in expected.items():

@@ -238,8 +238,9 @@ def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(tiny_models: di
 # 3. The I/O contract and file rules, read from the saved graphs without their weights.
 
 GRAPHS = [("fp32", "text_encoder", "fp32"), ("fp32", "transformer", "fp32"), ("fp32", "vae_decoder", "fp32"),
-          ("q4", "text_encoder", "q4"), ("q4", "transformer", "q4"), ("q4", "vae_decoder", "fp16"),
-          ("q4", "vae_decoder", "fp32")]
+          ("fp32", "vae_encoder", "fp32"), ("q4", "text_encoder", "q4"), ("q4", "transformer", "q4"),
+          ("q4", "vae_decoder", "fp16"), ("q4", "vae_decoder", "fp32"), ("q4", "vae_encoder", "fp16"),
+          ("q4", "vae_encoder", "fp32")]
 
 DTYPES = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64}
 
@@ -288,7 +289,7 @@ def test_graph_io_contract(tiny_models: dict[str, Path], repo_name: str, compone
             locations.append(info["location"])
     entry = repo.load(tiny_models[repo_name]).graph(component, variant)
     assert list(dict.fromkeys(locations)) == entry.external_data
-    if component != "vae_decoder":  # the tiny caps split these like the real repo's .onnx_data + .onnx_data_1
+    if component in ("text_encoder", "transformer"):  # the tiny caps split these like the real repo's .onnx_data_1
         assert len(entry.external_data) >= 2
     for rel in entry.files():
         assert (tiny_models[repo_name] / rel).stat().st_size < HARD_FILE_LIMIT
@@ -344,9 +345,9 @@ def test_q4_graph_precisions(tiny_models: dict[str, Path]) -> None:
     # The fp32 repo needs no shader-f16 anywhere.
     fp32_manifest = repo.load(tiny_models["fp32"])
     assert sorted({(g.component, g.variant) for g in fp32_manifest.graphs}) == [
-        ("text_encoder", "fp32"), ("transformer", "fp32"), ("vae_decoder", "fp32")]
+        ("text_encoder", "fp32"), ("transformer", "fp32"), ("vae_decoder", "fp32"), ("vae_encoder", "fp32")]
     assert not any(g.requires_f16 for g in fp32_manifest.graphs)
-    for component in repo.COMPONENTS:
+    for component in (*repo.COMPONENTS, *repo.OPTIONAL_COMPONENTS):
         model = load_structure(tiny_models, "fp32", component, "fp32")
         assert all(t.data_type != TensorProto.FLOAT16 for t in model.graph.initializer)
 

@@ -57,8 +57,8 @@ EXCEPTIONS = {
 }
 
 CONVERTER = {f"builder.repo.{name}" for name in (
-    "checkpoint", "convert", "export_text_encoder", "export_transformer", "export_vae", "onnx_graph", "attention",
-    "quantize", "tiny",
+    "checkpoint", "convert", "export_text_encoder", "export_transformer", "export_vae", "export_vae_encoder",
+    "onnx_graph", "attention", "quantize", "tiny",
 )}
 BENCH = {f"builder.check.{name}" for name in (
     "bench", "bench_graphs", "bench_models", "bench_report", "bench_stats", "ort_timing",

@@ -46,9 +46,10 @@ def test_q4f16_repo_layout_and_manifest(q4f16_repo: Path) -> None:
     manifest = repo.load(q4f16_repo)
     verify.check_files(q4f16_repo, manifest, log=print)
     variants = {(g.component, g.variant): g for g in manifest.graphs}
-    # q4 and q4f16 side by side (adapters without shader-f16 run q4), plus both VAEs.
+    # q4 and q4f16 side by side (adapters without shader-f16 run q4), plus both VAE decoders and encoders.
     assert set(variants) == {("text_encoder", "q4"), ("text_encoder", "q4f16"), ("transformer", "q4"),
-                             ("transformer", "q4f16"), ("vae_decoder", "fp16"), ("vae_decoder", "fp32")}
+                             ("transformer", "q4f16"), ("vae_decoder", "fp16"), ("vae_decoder", "fp32"),
+                             ("vae_encoder", "fp16"), ("vae_encoder", "fp32")}
     for component in ("text_encoder", "transformer"):
         fast = variants[(component, "q4f16")]
         assert fast.requires_f16 and fast.cpu_nodes_without_f16 == [] and "fp16 activations" in fast.precision

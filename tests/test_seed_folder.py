@@ -44,7 +44,7 @@ def test_reference_runs_on_a_seed_folder_like_on_the_manifest_folder(tiny_models
 def test_regress_accepts_a_seed_folder(seed_folder: Path) -> None:
     folder, repo = regress.check_models(seed_folder, log=lambda _m: None)
     assert folder == seed_folder
-    assert {g.component for g in repo.graphs} == set(manifest.COMPONENTS)
+    assert {g.component for g in repo.graphs} == {*manifest.COMPONENTS, *manifest.OPTIONAL_COMPONENTS}
     assert "README.md" not in repo.files and "tokenizer/tokenizer.json" in repo.files
 
 

@@ -46,9 +46,9 @@ def max_attention_tokens(component: str, *, side: int = MAX_IMAGE_SIDE) -> int:
     """Attention sequence length at a side x side image: the size the chunking must fit."""
     if component == "transformer":
         return (side // 16) ** 2 + TEXT_TOKENS
-    if component == "vae_decoder":
+    if component in ("vae_decoder", "vae_encoder"):
         return (side // 8) ** 2
-    raise ValueError(f"component {component!r} has no chunked attention (only transformer and vae_decoder).")
+    raise ValueError(f"component {component!r} has no chunked attention (only transformer and the VAE).")
 
 
 def query_blocks_for(*, heads: int, tokens: int, bytes_per_value: int = 4,

@@ -4,6 +4,7 @@
     text_encoder/  (Qwen3ForCausalLM)   text_encoder/text_encoder_{q4|q4f16|fp32}.onnx + .onnx_data, .onnx_data_1, ...
     transformer/   (Flux2Transformer)   transformer/transformer_{q4|q4f16|fp32}.onnx   + data files
     vae/           (AutoencoderKLFlux2) vae_decoder/vae_decoder_fp16.onnx (q4, q4f16) and vae_decoder_fp32.onnx
+                                        vae_encoder/vae_encoder_fp16.onnx (q4, q4f16) and vae_encoder_fp32.onnx
 
 --precision q4f16 writes the q4 graphs too (same packed weights), so one repo serves adapters with and
 without shader-f16; the manifest marks the q4f16 graphs requires_f16.
@@ -66,9 +67,12 @@ from builder.repo.sizes import gigabytes
 from builder.repo.verify import describe_files
 
 PRECISIONS = ("q4", "q4f16", "fp32")
-COMPONENT_ORDER = ("text_encoder", "transformer", "vae_decoder")
+COMPONENT_ORDER = ("text_encoder", "transformer", "vae_decoder", "vae_encoder")
 # The SRC subfolder each component is converted from, and the folders copied unchanged.
-SOURCE_FOLDER = {"text_encoder": "text_encoder", "transformer": "transformer", "vae_decoder": "vae"}
+SOURCE_FOLDER = {"text_encoder": "text_encoder", "transformer": "transformer", "vae_decoder": "vae",
+                 "vae_encoder": "vae"}
+# The VAE's halves: small convolutional graphs kept in fp32 and fp16 instead of q4.
+VAE_COMPONENTS = ("vae_decoder", "vae_encoder")
 COPIED_FOLDERS = ("tokenizer", "scheduler")
 SOURCE_FOLDERS = (*SOURCE_FOLDER.values(), *COPIED_FOLDERS)
 
@@ -87,6 +91,8 @@ PRECISION_TEXT = {
     "scales; modulation, time embedding, norm statistics, softmax, RoPE fp32; fp32 I/O",
     ("vae_decoder", "fp16"): "fp16 weights and compute, fp32 I/O",
     ("vae_decoder", "fp32"): "fp32",
+    ("vae_encoder", "fp16"): "fp16 weights and compute; GroupNorm statistics and attention fp32; fp32 I/O",
+    ("vae_encoder", "fp32"): "fp32",
 }
 
 # Transformer q4: MatMulNBits with fp32 activations (the seed card gives no accuracy level for it);
@@ -150,14 +156,19 @@ def convert(
     stage = make_staging(out.parent, out.name)
     try:
         saved: list[SavedGraph] = []
-        for component in COMPONENT_ORDER:
+        module: Any = None
+        for index, component in enumerate(COMPONENT_ORDER):
             cap = (max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
                    if isinstance(max_data_file_bytes, Mapping) else max_data_file_bytes)
-            module = load_skeleton(src, component, log=log)
+            if module is None:
+                module = load_skeleton(src, component, log=log)
             graphs = write_graphs(exporter(component, module), component, precision, stage,
                                   max_data_file_bytes=cap, log=log)
-            del module
-            gc.collect()
+            # The VAE's decoder and encoder are exported from one skeleton: its buffers are read once.
+            following = COMPONENT_ORDER[index + 1] if index + 1 < len(COMPONENT_ORDER) else None
+            if following is None or SOURCE_FOLDER[following] != SOURCE_FOLDER[component]:
+                module = None
+                gc.collect()
             saved += graphs
             log(f"  {component} done at {time.monotonic() - start:.1f} s")
 
@@ -261,6 +272,10 @@ def exporter(component: str, module: Any) -> Export:
 
         # Unsplit: write_graphs writes one graph per size class from it (write_size_classes).
         return lambda placement: export_transformer(module, query_blocks=1, placement=placement)
+    if component == "vae_encoder":
+        from builder.repo.export_vae_encoder import export_vae_encoder
+
+        return lambda _placement: export_vae_encoder(module)
     from builder.repo.export_vae import export_vae
 
     return lambda _placement: export_vae(module)
@@ -290,12 +305,12 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
         start_rss = reset_peak_rss()
         return stage / graph_path(component, variant)
 
-    if component == "vae_decoder":
+    if component in VAE_COMPONENTS:
         # The seed's fp16 VAE, plus the small fp32 one for adapters without shader-f16 (the only one in fp32 repos).
-        log("vae_decoder: exporting (fp32)")
+        log(f"{component}: exporting (fp32)")
         fp32 = save("fp32", export(None))
         if precision != "fp32":
-            log("vae_decoder: fp16 variant")
+            log(f"{component}: fp16 variant")
             save("fp16", to_fp16(onnx.load(str(fp32))), requires_f16=True)
         return saved
     if precision == "fp32":

@@ -38,7 +38,11 @@ MAX_MANIFEST_BYTES = 16 << 20  # the real repo's manifest is about 20 kB
 FORMAT = "klein-web-model-repo"
 FORMAT_VERSION = 1
 
+# The components text-to-image runs: every repo has them.
 COMPONENTS = ("text_encoder", "transformer", "vae_decoder")
+# Components a repo may lack: the VAE encoder, which only editing with reference images needs. `klein-web convert`
+# writes it; the seed repo has none.
+OPTIONAL_COMPONENTS = ("vae_encoder",)
 VARIANTS = ("q4", "q4f16", "fp32", "fp16")
 
 # Files the app and the reference pipeline read besides the graphs.
@@ -78,6 +82,12 @@ CONTRACT: dict[str, tuple[list[TensorSpec], list[TensorSpec]]] = {
     "vae_decoder": (
         [TensorSpec("latents", "float32", ["batch", 128, "latent_h", "latent_w"])],
         [TensorSpec("image", "float32", ["batch", 3, "height", "width"])],
+    ),
+    # Not in the seed model card: an image in [0, 1] (sides multiples of 16) -> its BN-normalised latents, what
+    # Flux2KleinPipeline packs into reference-image tokens (builder.repo.export_vae_encoder).
+    "vae_encoder": (
+        [TensorSpec("image", "float32", ["batch", 3, "height", "width"])],
+        [TensorSpec("image_latents", "float32", ["batch", 128, "latent_h", "latent_w"])],
     ),
 }
 
@@ -180,12 +190,12 @@ def seed_graphs() -> list[GraphEntry]:
 def seed_layout_graphs(present: Collection[str], *, where: str) -> list[GraphEntry]:
     """The graphs a folder or repo without manifest.json holds in the seed layout (`present`: its file paths).
 
-    Every `{component}/{component}_{variant}.onnx` found, with its `.onnx_data`, `.onnx_data_1`, ... in order;
-    ModelRepoError when a component has no graph or its data files have gaps.
+    Every `{component}/{component}_{variant}.onnx` found (optional components too), with its `.onnx_data`,
+    `.onnx_data_1`, ... in order; ModelRepoError when a required component has no graph or data files have gaps.
     """
     seed = {(g.component, g.variant): g for g in seed_graphs()}
     graphs = []
-    for component in COMPONENTS:
+    for component in (*COMPONENTS, *OPTIONAL_COMPONENTS):
         for variant in VARIANTS:
             path = graph_path(component, variant)
             if path not in present:
@@ -208,7 +218,7 @@ def seed_layout_graphs(present: Collection[str], *, where: str) -> list[GraphEnt
                 requires_f16=known.requires_f16 if known else variant in ("fp16", "q4f16"),
                 cpu_nodes_without_f16=list(known.cpu_nodes_without_f16) if known else [],
             ))
-        if not any(g.component == component for g in graphs):
+        if component in COMPONENTS and not any(g.component == component for g in graphs):
             raise ModelRepoError(
                 f"{where} has no {component} graph ({component}/{component}_<variant>.onnx) and no {MANIFEST_NAME}: "
                 "it is not a klein-web model folder. Get one with `klein-web fetch --dir DIR`."
@@ -292,7 +302,8 @@ def _graph(g: object, i: int) -> GraphEntry:
     unknown = sorted(set(g) - GRAPH_KEYS - OPTIONAL_GRAPH_KEYS)
     _require(not unknown, f"graphs[{i}]", f"has unknown field(s) {', '.join(map(repr, unknown))}")
     component = g["component"]
-    _require(component in COMPONENTS, where + "component", f"must be one of {', '.join(COMPONENTS)}, got {component!r}")
+    known = (*COMPONENTS, *OPTIONAL_COMPONENTS)
+    _require(component in known, where + "component", f"must be one of {', '.join(known)}, got {component!r}")
     variant = g["variant"]
     _require(variant in VARIANTS, where + "variant", f"must be one of {', '.join(VARIANTS)}, got {variant!r}")
     path = _string(g, "path", where)

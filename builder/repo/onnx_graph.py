@@ -69,6 +69,11 @@ ALLOWED_OPS: dict[str, frozenset[tuple[str, str]]] = {
         {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Conv", "InstanceNormalization", "Resize", "Softmax",
                                                          "MatMul", "Gemm"}}
     ),
+    # Pad: each downsampling pads the right and bottom edges by one pixel before its stride-2 Conv.
+    "vae_encoder": frozenset(
+        {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Conv", "InstanceNormalization", "Pad", "Softmax",
+                                                         "MatMul", "Gemm"}}
+    ),
 }
 
 

@@ -144,6 +144,10 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_
         print(f"fp32 {width}x{height} seed {seed}: PSNR {psnr:.1f} dB vs CPU reference; timings {timings}")
         assert psnr >= FP32_PSNR_MIN
 
+    # The repo has VAE encoder graphs (editing); text-to-image never requests them.
+    time.sleep(0.5)  # let the access log flush
+    assert "vae_decoder/vae_decoder_fp32.onnx" in server.output() and "vae_encoder" not in server.output()
+
     # A second visit (new worker, nothing in memory) loads every weight from OPFS: no weight-file request.
     log_mark = len(server.output())
     client.reload()

@@ -6,7 +6,13 @@
  * @module shared/model_repo
  */
 
+/** The components text-to-image runs: every repository has them. */
 export const COMPONENTS = Object.freeze(/** @type {const} */ (['text_encoder', 'transformer', 'vae_decoder']));
+/**
+ * Components a repository may list besides those (builder/repo/manifest.py OPTIONAL_COMPONENTS): the VAE encoder,
+ * for editing with reference images. The manifest accepts their graphs; text-to-image never chooses or downloads them.
+ */
+export const OPTIONAL_COMPONENTS = Object.freeze(/** @type {const} */ (['vae_encoder']));
 export const VARIANTS = Object.freeze(['q4', 'q4f16', 'fp32', 'fp16']);
 export const TOKENIZER_FILES = Object.freeze(['tokenizer/tokenizer.json', 'tokenizer/tokenizer_config.json']);
 export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
@@ -15,7 +21,7 @@ export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
 
 /**
  * @typedef {Object} GraphEntry
- * @property {string} component             'text_encoder' | 'transformer' | 'vae_decoder'
+ * @property {string} component             'text_encoder' | 'transformer' | 'vae_decoder' | 'vae_encoder'
  * @property {string} variant              'q4' | 'q4f16' | 'fp32' | 'fp16'
  * @property {string} path                 e.g. 'transformer/transformer_q4.onnx'
  * @property {string[]} externalData       Bare names, exactly the graph's TensorProto `location`s.

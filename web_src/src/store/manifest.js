@@ -8,7 +8,7 @@
  */
 
 import { InputError, ModelFileError, NetworkError } from '../shared/errors.js';
-import { CHAT_TEMPLATE_FILE, COMPONENTS, TOKENIZER_FILES, VARIANTS, graphFiles } from '../shared/model_repo.js';
+import { CHAT_TEMPLATE_FILE, COMPONENTS, OPTIONAL_COMPONENTS, TOKENIZER_FILES, VARIANTS, graphFiles } from '../shared/model_repo.js';
 
 export const MANIFEST_NAME = 'manifest.json';
 export const FORMAT = 'klein-web-model-repo';
@@ -168,9 +168,10 @@ export function parseManifest(json, modelBase) {
         files[path] = { size: entry.size, sha256: typeof entry.sha256 === 'string' ? entry.sha256 : null };
     }
     if (!Array.isArray(json.graphs) || json.graphs.length === 0) bad('"graphs" must be a non-empty list');
+    const known = [...COMPONENTS, ...OPTIONAL_COMPONENTS];
     /** @type {GraphEntry[]} */
     const graphs = json.graphs.map((/** @type {any} */ g, /** @type {number} */ i) => {
-        if (!g || !COMPONENTS.includes(g.component)) bad(`graphs[${i}].component must be one of ${COMPONENTS.join(', ')}`);
+        if (!g || !known.includes(g.component)) bad(`graphs[${i}].component must be one of ${known.join(', ')}`);
         if (!VARIANTS.includes(g.variant)) bad(`graphs[${i}].variant must be one of ${VARIANTS.join(', ')}`);
         if (typeof g.path !== 'string' || !g.path.endsWith('.onnx')) bad(`graphs[${i}].path must name an .onnx file`);
         if (!Array.isArray(g.external_data) || g.external_data.some((/** @type {any} */ n) => typeof n !== 'string' || n.includes('/'))) {
