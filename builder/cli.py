@@ -223,14 +223,17 @@ def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, 
               help="Serve this already-built app as it is; default: build dist/ if stale.")
 @click.option("--f16-toggle/--no-f16-toggle", default=True, show_default=True,
               help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16.")
+@click.option("--repeat", default=0, show_default=True, type=int,
+              help="Create the transformer this many more times at the first size (memory that is not given back).")
 def load_bench(models_dir: Path, out_dir: Path, precision: str | None, sizes: str, gpu: bool,
-               browser_path: Path | None, dist_dir: Path | None, f16_toggle: bool) -> None:
+               browser_path: Path | None, dist_dir: Path | None, f16_toggle: bool, repeat: int) -> None:
     """Every session of a model created and released in Chromium: load time and memory peaks, no image."""
     from builder.check import load_bench as bench
 
     try:
         bench.main(out_dir, models_dir=models_dir, log=log, sizes=[s for s in sizes.split(",") if s],
-                   precision=precision, gpu=gpu, browser_path=browser_path, dist_dir=dist_dir, f16_toggle=f16_toggle)
+                   precision=precision, gpu=gpu, browser_path=browser_path, dist_dir=dist_dir, f16_toggle=f16_toggle,
+                   repeat=repeat)
     except KleinWebError as exc:
         click.echo(f"could not run: {exc}", err=True)
         sys.exit(2)

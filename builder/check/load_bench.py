@@ -116,7 +116,7 @@ class WorkerDriver:
 
 
 def measure(driver: WorkerDriver, *, model_base: str, sizes: Sequence[str], precision: str | None,
-            counter: ByteCounter, sampler: MemorySampler, log: Log) -> list[LoadRow]:
+            counter: ByteCounter, sampler: MemorySampler, log: Log, repeat: int = 0) -> list[LoadRow]:
     rows: list[LoadRow] = []
     base: dict[str, Any] = {"modelBase": model_base, **({"precision": precision} if precision else {})}
 
@@ -138,16 +138,20 @@ def measure(driver: WorkerDriver, *, model_base: str, sizes: Sequence[str], prec
 
     # 2. Each session on its own. Sizes beyond the first may choose other transformer graphs (size classes),
     #    whose files the store fetches then (counted in that row's bytes).
+    #    `repeat` more transformers at the first size follow, as a user switching sizes re-creates it: memory
+    #    that is not given back when a session is released shows as peaks that grow from row to row.
     plan = [("text_encoder", sizes[0])] + [("transformer", size) for size in sizes] + [("vae_decoder", sizes[-1])]
-    for component, size in plan:
+    plan += [("transformer", sizes[0])] * repeat
+    for index, (component, size) in enumerate(plan):
         result = load(size, [component])
         graph = result["graphs"][component]
-        rows.append(LoadRow(component=component, size=size, graph=f"{graph['path']} ({graph['variant']}/{graph['ep']})",
+        label = component if index < len(plan) - repeat else f"{component} (again)"
+        rows.append(LoadRow(component=label, size=size, graph=f"{graph['path']} ({graph['variant']}/{graph['ep']})",
                             seconds=float(graph["loadMs"]) / 1000, read_seconds=float(graph["readMs"]) / 1000,
                             bytes=int(graph["bytes"]),
                             memory=sampler.figures(), wasm_heap_gib=driver.wasm_heap_gib()))
         rss = rows[-1].memory["rss_gib"]
-        log(f"  {component} {size}: {rows[-1].seconds:.1f} s (reading the store {graph['readMs'] / 1000:.1f} s), "
+        log(f"  {label} {size}: {rows[-1].seconds:.1f} s (reading the store {graph['readMs'] / 1000:.1f} s), "
             f"{graph['bytes'] / 1e9:.2f} GB of files, renderer {rss.get('renderer', 0):.1f} GiB, "
             f"GPU process {rss.get('gpu-process', 0):.1f} GiB peak")
     return rows
@@ -173,7 +177,7 @@ def markdown(environment: dict[str, Any], rows: list[dict[str, Any]]) -> list[st
 
 def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("512x512", "1024x1024"),
          precision: str | None = None, gpu: bool = False, browser_path: Path | None = None,
-         dist_dir: Path | None = None, f16_toggle: bool = True) -> list[dict[str, Any]]:
+         dist_dir: Path | None = None, f16_toggle: bool = True, repeat: int = 0) -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
     models_dir, repo = regress.check_models(models_dir, log=log)
     if precision is not None and precision not in repo.variants("transformer"):
@@ -183,6 +187,8 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
         raise InputError("--size: give at least one image size, e.g. --size 512x512.")
     for size in sizes:
         parse_size(size)
+    if not 0 <= repeat <= 20:
+        raise InputError(f"--repeat {repeat}: give 0 to 20 more transformer sessions.")
     session = BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False, f16_toggle=f16_toggle)
     session.version = check_browser(session.executable)
 
@@ -199,7 +205,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
             driver = WorkerDriver(session.context, base_url)
             try:
                 measured = measure(driver, model_base=f"{base_url}/models/", sizes=sizes, precision=precision,
-                                   counter=counter, sampler=sampler, log=log)
+                                   counter=counter, sampler=sampler, log=log, repeat=repeat)
             finally:
                 driver.close()
             rows = [row.as_dict() for row in measured]

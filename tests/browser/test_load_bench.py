@@ -19,16 +19,18 @@ def test_load_bench_creates_every_session_and_reports_what_it_fetched(tmp_path: 
                                                                     dist_dir: Path, chromium_path: Path) -> None:
     repo_dir = tiny_models["q4"]
     rows = load_bench.main(tmp_path / "out", models_dir=repo_dir, log=lambda _msg: None,
-                           sizes=("256x256", "512x256"), dist_dir=dist_dir, browser_path=chromium_path)
+                           sizes=("256x256", "512x256"), dist_dir=dist_dir, browser_path=chromium_path, repeat=1)
 
     assert [(r["component"], r["size"]) for r in rows] == [
         ("store", "256x256"), ("text_encoder", "256x256"), ("transformer", "256x256"), ("transformer", "512x256"),
-        ("vae_decoder", "512x256")]
+        ("vae_decoder", "512x256"), ("transformer (again)", "256x256")]
     repo = manifest.load(repo_dir)
     store, *sessions = rows
     # The store row fetched the files of the graphs the app chose, and the tokenizer: at least every graph's bytes.
-    first_graphs = [r for r in sessions if r["component"] != "transformer" or r["size"] == "256x256"]
+    first_graphs = [r for r in sessions[:-1] if r["component"] != "transformer" or r["size"] == "256x256"]
     assert store["bytes"] >= sum(r["bytes"] for r in first_graphs)
+    # --repeat: the first size's transformer created once more (released in between, so created anew).
+    assert sessions[-1]["graph"] == sessions[1]["graph"] and sessions[-1]["seconds"] > 0
     for row in sessions:
         path = row["graph"].split(" ")[0]
         assert path in {g.path for g in repo.graphs}, row
