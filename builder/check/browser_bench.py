@@ -273,6 +273,26 @@ def _ready_page(context: Any, url: str) -> Iterator[tuple[Any, Any]]:
             page.close()
 
 
+# --- Shared by the browser benchmarks (browser-bench, load-bench) ----------------------------------------
+
+
+def check_variant(repo: manifest.Manifest, models_dir: Path, variant: str) -> None:
+    """InputError unless the repo has a transformer of `variant` (a --precision value)."""
+    if variant not in repo.variants("transformer"):
+        raise InputError(f"--precision {variant}: {models_dir} has no transformer of that variant "
+                         f"(it has {', '.join(repo.variants('transformer'))}).")
+
+
+def run_environment(session: BrowserSession, models_dir: Path) -> dict[str, Any]:
+    """What a benchmark record says about where it ran: date, versions, browser, adapter, model folder."""
+    return {
+        "date": datetime.date.today().isoformat(), "klein_web": __version__,
+        "browser": f"{session.executable.name} {session.version}",
+        "adapter": " ".join(str(session.adapter.get(k, "")) for k in ("vendor", "architecture", "description")).strip(),
+        "onnxruntime_web": bundle.onnxruntime_web_version(), "models": str(models_dir),
+    }
+
+
 # --- Entry point ----------------------------------------------------------------------------------------
 
 
@@ -396,9 +416,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
     # 1. Check inputs before anything slow starts.
     models_dir, repo = regress.check_models(models_dir, log=log)
     for variant in precisions:
-        if variant not in repo.variants("transformer"):
-            raise InputError(f"--precision {variant}: {models_dir} has no transformer of that variant "
-                             f"(it has {', '.join(repo.variants('transformer'))}).")
+        check_variant(repo, models_dir, variant)
     for size in sizes:
         parse_size(size)
     if native_json is not None and not Path(native_json).is_file():
@@ -423,15 +441,9 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
                     runs = run_variant(session.context, base_url, variant=variant, sizes=sizes, steps=steps,
                                        seed=seed, counter=counter, sampler=sampler, timeout_s=timeout_s, log=log)
                     rows += [run.row() for run in runs]
-                environment = {
-                    "date": datetime.date.today().isoformat(), "klein_web": __version__,
-                    "browser": f"{session.executable.name} {session.version}",
-                    "adapter": " ".join(str(session.adapter.get(k, "")) for k in ("vendor", "architecture",
-                                                                                  "description")).strip(),
-                    "adapter_features": session.adapter.get("features", []),
-                    "onnxruntime_web": bundle.onnxruntime_web_version(),
-                    "models": str(models_dir), "steps": steps, "f16_toggle": f16_toggle,
-                }
+                environment = {**run_environment(session, models_dir),
+                               "adapter_features": session.adapter.get("features", []), "steps": steps,
+                               "f16_toggle": f16_toggle}
                 _save(out_dir, environment, rows, native_ratios(rows, native_json))
     finally:
         sampler.stop()

@@ -17,7 +17,6 @@ size shows here without a GPU. Results go to OUT/load-bench.json and OUT/load-be
 
 from __future__ import annotations
 
-import datetime
 import json
 import tempfile
 import time
@@ -26,15 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder import __version__
 from builder.check import regress
 from builder.check.browser import check_browser, find_chromium
-from builder.check.browser_bench import WASM_HOOK_JS, WASM_SIZE_JS, ByteCounter, MemorySampler
+from builder.check.browser_bench import (
+    WASM_HOOK_JS,
+    WASM_SIZE_JS,
+    ByteCounter,
+    MemorySampler,
+    check_variant,
+    run_environment,
+)
 from builder.check.regress_page import BrowserSession, launched, probe_adapter
 from builder.errors import InputError, RegressionError
 from builder.pipeline.limits import parse_size
 from builder.repo.files import atomic_write_bytes
-from builder.site import bundle
 
 Log = Callable[[str], None]
 
@@ -180,9 +184,8 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
          dist_dir: Path | None = None, f16_toggle: bool = True, repeat: int = 0) -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
     models_dir, repo = regress.check_models(models_dir, log=log)
-    if precision is not None and precision not in repo.variants("transformer"):
-        raise InputError(f"--precision {precision}: {models_dir} has no transformer of that variant "
-                         f"(it has {', '.join(repo.variants('transformer'))}).")
+    if precision is not None:
+        check_variant(repo, models_dir, precision)
     if not sizes:
         raise InputError("--size: give at least one image size, e.g. --size 512x512.")
     for size in sizes:
@@ -211,12 +214,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
             rows = [row.as_dict() for row in measured]
     finally:
         sampler.stop()
-    environment = {
-        "date": datetime.date.today().isoformat(), "klein_web": __version__,
-        "browser": f"{session.executable.name} {session.version}",
-        "adapter": " ".join(str(session.adapter.get(k, "")) for k in ("vendor", "architecture", "description")).strip(),
-        "onnxruntime_web": bundle.onnxruntime_web_version(), "models": str(models_dir), "precision": precision,
-    }
+    environment = {**run_environment(session, models_dir), "precision": precision}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = markdown(environment, rows)

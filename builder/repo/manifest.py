@@ -393,22 +393,22 @@ def load(repo_dir: Path) -> Manifest:
         )
     try:
         raw = path.read_bytes()
-        if len(raw) > MAX_MANIFEST_BYTES:
-            raise ModelRepoError(f"{path} is {len(raw)} bytes, more than a manifest ever needs "
-                                 f"({MAX_MANIFEST_BYTES}); re-create it with `klein-web fetch` or `convert`.")
-        data = json.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ModelRepoError(f"{path} is not readable JSON ({exc}); re-create it with `klein-web fetch` or `convert`."
+    except OSError as exc:
+        raise ModelRepoError(f"{path} cannot be read ({exc}); re-create it with `klein-web fetch` or `convert`."
                              ) from None
-    return _from_json(data, path)
+    return parse(raw, path)
 
 
-def parse(text: bytes, where: str) -> Manifest:
-    """A manifest from bytes (one downloaded from a mirror), through the same checks as `load`."""
+def parse(text: bytes, where: Path | str) -> Manifest:
+    """A manifest from bytes (read from a folder, or served), through the one schema check."""
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise ModelRepoError(f"{where} is {len(text)} bytes, more than a manifest ever needs "
+                             f"({MAX_MANIFEST_BYTES}); re-create it with `klein-web fetch` or `convert`.")
     try:
         data = json.loads(text.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ModelRepoError(f"{where} is not readable JSON ({exc}).") from None
+        raise ModelRepoError(f"{where} is not readable JSON ({exc}); re-create it with `klein-web fetch` or "
+                             "`convert`.") from None
     return _from_json(data, where)
 
 

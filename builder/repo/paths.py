@@ -46,14 +46,6 @@ def check_relative(rel: object, *, what: str) -> str:
     return str(rel)
 
 
-def check_bare_name(name: object, *, what: str) -> str:
-    """A single path segment (an external-data file name, which sits beside its graph)."""
-    check_relative(name, what=what)
-    if "/" in str(name):
-        raise ModelRepoError(f"{what} {name!r} must be a bare file name (no `/`): it sits beside its graph.")
-    return str(name)
-
-
 def inside(root: Path, rel: str, *, what: str = "path") -> Path:
     """`root/rel` after checking `rel` and that the path, symlinks resolved, stays inside `root`."""
     check_relative(rel, what=what)

@@ -39,7 +39,6 @@ from builder.site.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_rec
 from builder.site.chrome import LINUX_DESKTOP_CHROME_FLAGS
 
 MODELS_PREFIX = "/models/"
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 # The page is never meant to be framed: no other site may overlay it (clickjacking). frame-ancestors only works
 # as a header (browsers ignore it in the page's meta CSP), so the server adds it to the build's policy.
 FRAME_ANCESTORS = "frame-ancestors 'none'"

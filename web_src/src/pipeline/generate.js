@@ -58,6 +58,9 @@ export const PATCH = 16;
  * @property {number} latentWidth
  */
 
+/** @type {import('./models.js').Pin} The text encoder's one shape: a prompt padded to MAX_SEQUENCE_LENGTH. */
+const TEXT_ENCODER_PIN = Object.freeze({ dims: Object.freeze({ batch: 1, seq: MAX_SEQUENCE_LENGTH }), capture: false });
+
 /**
  * How the sessions of one run are created: every graph pinned to the dims it will run at (onnxruntime folds
  * the shape arithmetic at creation), and the transformer, run once per step at the same dims, capturing its
@@ -67,7 +70,7 @@ export const PATCH = 16;
  */
 export function sessionPins(imageSeqLen) {
     return {
-        text_encoder: { dims: { batch: 1, seq: MAX_SEQUENCE_LENGTH }, capture: false },
+        text_encoder: TEXT_ENCODER_PIN,
         transformer: { dims: { img_seq: imageSeqLen, txt_seq: MAX_SEQUENCE_LENGTH }, capture: true },
     };
 }
@@ -191,7 +194,7 @@ async function encodePrompt(prompt, cached, { models, meter, signal }) {
         PromptTokenizer.fromFiles(await models.tokenizerFiles()),
     );
     const encoded = tokenizer.encode(prompt, { maxLength: MAX_SEQUENCE_LENGTH });
-    const session = await models.session('text_encoder', { meter, signal, pin: sessionPins(0).text_encoder });
+    const session = await models.session('text_encoder', { meter, signal, pin: TEXT_ENCODER_PIN });
     const outputs = await models.run(
         session,
         {

@@ -101,41 +101,39 @@ export function startWorker(scope) {
      */
     const post = (event, transfer = []) => scope.postMessage(event, transfer);
 
+    /**
+     * Run a pipeline function (generate, loadSessions) as an exclusive job, its events tagged with the request id.
+     * @template T
+     * @param {{id: string, params: any}} request
+     * @param {(params: any, options: {models: Models, signal: AbortSignal, onEvent: (event: any) => void}) => Promise<T>} run
+     * @returns {Promise<T>}
+     */
+    const pipelineJob = (request, run) =>
+        jobs.run(request.id, async (signal) => {
+            try {
+                return await run(request.params, {
+                    models,
+                    signal,
+                    onEvent: (event) => post(/** @type {Event} */ ({ ...event, id: request.id })),
+                });
+            } catch (err) {
+                // Cancelled or failed mid-run: give the GPU memory back; the next run reloads from the store.
+                if (signal.aborted) await models.releaseAll();
+                throw signal.aborted ? signal.reason : err;
+            }
+        });
+
     /** @type {Readonly<Record<string, (request: any) => Promise<{result: any, transfer?: Transferable[]}>>>} */
     const handlers = Object.freeze({
         probe: async () => ({ result: { ...(await probe({ threads })), protocolVersion: PROTOCOL_VERSION } }),
 
         generate: async (/** @type {{id: string, params: any}} */ request) => {
-            const result = await jobs.run(request.id, async (signal) => {
-                try {
-                    return await generate(request.params, {
-                        models,
-                        signal,
-                        onEvent: (event) => post(/** @type {Event} */ ({ ...event, id: request.id })),
-                    });
-                } catch (err) {
-                    // Cancelled or failed mid-run: give the GPU memory back; the next run reloads from the store.
-                    if (signal.aborted) await models.releaseAll();
-                    throw signal.aborted ? signal.reason : err;
-                }
-            });
+            const result = await pipelineJob(request, generate);
             return { result, transfer: [result.rgba.buffer] };
         },
 
-        load: async (/** @type {{id: string, params: any}} */ request) => {
-            const result = await jobs.run(request.id, async (signal) => {
-                try {
-                    return await loadSessions(request.params, {
-                        models,
-                        signal,
-                        onEvent: (event) => post(/** @type {Event} */ ({ ...event, id: request.id })),
-                    });
-                } finally {
-                    await models.releaseAll();
-                }
-            });
-            return { result };
-        },
+        // loadSessions releases each session it creates.
+        load: async (/** @type {{id: string, params: any}} */ request) => ({ result: await pipelineJob(request, loadSessions) }),
 
         cancel: async (/** @type {{target: string}} */ request) => ({ result: { cancelled: jobs.cancel(String(request.target)) } }),
 
