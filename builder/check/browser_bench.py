@@ -123,22 +123,26 @@ class MemorySampler:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_SECONDS):
+            self.sample()
+
+    def sample(self) -> None:
+        """One reading now (the thread takes one every SAMPLE_SECONDS; a step shorter than that takes its own)."""
         import psutil
 
         me = psutil.Process(os.getpid())
-        while not self._stop.wait(SAMPLE_SECONDS):
-            totals: dict[str, int] = {}
-            for child in me.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    if "chrom" not in child.name().lower():
-                        continue
-                    kind = process_kind(child.cmdline())
-                    totals[kind] = totals.get(kind, 0) + child.memory_info().rss
-            for kind, rss in totals.items():
-                self.peak_rss[kind] = max(self.peak_rss.get(kind, 0), rss)
-            used = gpu_memory_mib()
-            if used is not None:
-                self.peak_gpu_mib = max(self.peak_gpu_mib or 0.0, used)
+        totals: dict[str, int] = {}
+        for child in me.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "chrom" not in child.name().lower():
+                    continue
+                kind = process_kind(child.cmdline())
+                totals[kind] = totals.get(kind, 0) + child.memory_info().rss
+        for kind, rss in totals.items():
+            self.peak_rss[kind] = max(self.peak_rss.get(kind, 0), rss)
+        used = gpu_memory_mib()
+        if used is not None:
+            self.peak_gpu_mib = max(self.peak_gpu_mib or 0.0, used)
 
     def figures(self) -> dict[str, Any]:
         gpu = None

@@ -128,7 +128,10 @@ def measure(driver: WorkerDriver, *, model_base: str, sizes: Sequence[str], prec
         width, height = parse_size(size)
         counter.bytes = 0
         sampler.reset()
-        return driver.request("load", params={**base, "width": width, "height": height, "components": components})
+        result = driver.request("load", params={**base, "width": width, "height": height, "components": components})
+        # A session of a small model can come and go between two of the sampler's readings: take one now.
+        sampler.sample()
+        return result
 
     # 1. The store: every file of the graphs chosen at the first size, no session.
     started = time.perf_counter()
