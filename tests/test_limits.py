@@ -43,7 +43,23 @@ def test_python_and_js_limits_are_the_same_numbers() -> None:
     assert js["frozen"], "LIMITS must be Object.freeze'd"
     assert js["limits"] == python_limits()
     assert python_limits() == {"stepsMin": 1, "stepsMax": 50, "sizeMin": 64, "sizeMax": 2048, "sizeMultiple": 16,
-                               "seedMax": 2**32}
+                               "seedMax": 2**32, "referencesMax": 4, "imageSideMin": 64, "imageAspectMax": 8,
+                               "imageAreaMax": 1024**2, "imageFileBytesMax": 64 * 2**20,
+                               "imagePixelsMax": 8192**2}
+
+
+@pytest.mark.parametrize("size", [(512, 512), (1024, 1024), (1025, 1024), (4032, 3024), (3000, 375), (97, 1000),
+                                  (1500, 700), (64, 64), (12345, 1600)])
+def test_input_image_size_is_the_same_in_python_and_js(size: tuple[int, int]) -> None:
+    script = (f"import {{ inputImageSize }} from {json.dumps(LIMITS_JS.as_uri())};"
+              f"console.log(JSON.stringify(inputImageSize({size[0]}, {size[1]})));")
+    result = subprocess.run([str(find_node().node), "--input-type=module", "-e", script], capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    used = limits.input_image_size(*size)
+    assert json.loads(result.stdout) == {"width": used[0], "height": used[1],
+                                         "tokens": limits.input_image_tokens(*size)}
+    assert used[0] % 16 == 0 and used[1] % 16 == 0 and used[0] * used[1] <= max(1024**2, size[0] * size[1])
 
 
 def test_parse_size_accepts_wxh_and_rejects_non_multiples_of_16() -> None:

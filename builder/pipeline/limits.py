@@ -5,6 +5,7 @@ web_src/src/shared/limits.js holds the same numbers for the app; tests/test_limi
 
 from __future__ import annotations
 
+import math
 import re
 
 from builder.errors import InputError
@@ -15,6 +16,14 @@ SIZE_MIN = 64
 SIZE_MAX = 2048  # the main transformer graph's attention split covers up to 2048x2048 (repo/attention.py)
 SIZE_MULTIPLE = 16  # one latent token per 16x16 pixels (8x VAE downsampling, then 2x2 patches)
 SEED_MAX = 2**32  # seeds are in [0, SEED_MAX): the app seeds its MT19937 (torch's CPU generator) with 32 bits
+
+# Input images (editing and inpainting), as Flux2ImageProcessor.check_image_input and Flux2KleinPipeline take them.
+REFERENCES_MAX = 4  # reference images per request (inpainting's source image is not one of them)
+IMAGE_SIDE_MIN = 64  # check_image_input's min_side_length
+IMAGE_ASPECT_MAX = 8  # check_image_input's max_aspect_ratio (8:1 either way)
+IMAGE_AREA_MAX = 1024 * 1024  # larger images are resized (LANCZOS) to about this area before use
+IMAGE_FILE_BYTES_MAX = 64 * 2**20  # an input file larger than this is refused before decoding
+IMAGE_PIXELS_MAX = 8192 * 8192  # a decoded image larger than this is refused (decompression bombs)
 
 
 def nearest_side(value: int) -> int:
@@ -81,3 +90,39 @@ def check_prompt(value: object, *, name: str = "the prompt") -> str:
             "surrogate). Pass the prompt as UTF-8 text."
         ) from None
     return value
+
+
+def input_image_size(width: int, height: int) -> tuple[int, int]:
+    """The (width, height) an input image of WIDTHxHEIGHT pixels is used at: scaled down to IMAGE_AREA_MAX when
+    larger (Flux2ImageProcessor._resize_to_target_area: int() of the float64 products), then each side floored to
+    SIZE_MULTIPLE. web_src/src/shared/limits.js `inputImageSize` is its twin."""
+    if width * height > IMAGE_AREA_MAX:
+        scale = math.sqrt(IMAGE_AREA_MAX / (width * height))
+        width, height = int(width * scale), int(height * scale)
+    return width // SIZE_MULTIPLE * SIZE_MULTIPLE, height // SIZE_MULTIPLE * SIZE_MULTIPLE
+
+
+def input_image_tokens(width: int, height: int) -> int:
+    """Transformer tokens an input image of WIDTHxHEIGHT pixels adds to every step (one per 16x16 pixels)."""
+    used_width, used_height = input_image_size(width, height)
+    return (used_width // SIZE_MULTIPLE) * (used_height // SIZE_MULTIPLE)
+
+
+def check_image_dimensions(width: int, height: int, *, name: str) -> None:
+    """InputError unless an input image of WIDTHxHEIGHT is one diffusers accepts (check_image_input) and we can hold."""
+    if width * height > IMAGE_PIXELS_MAX:
+        raise InputError(f"{name} is {width}x{height} pixels, more than the {IMAGE_PIXELS_MAX // 2**20} megapixels "
+                         "an input image may have; scale it down first.")
+    if width < IMAGE_SIDE_MIN or height < IMAGE_SIDE_MIN:
+        raise InputError(f"{name} is {width}x{height}: both sides must be at least {IMAGE_SIDE_MIN} pixels.")
+    if max(width / height, height / width) > IMAGE_ASPECT_MAX:
+        raise InputError(f"{name} is {width}x{height}, an aspect ratio beyond {IMAGE_ASPECT_MAX}:1; crop it first.")
+
+
+def check_strength(value: object, *, name: str = "`strength`") -> float:
+    """Inpainting strength: how much of the noise schedule is run, in [0, 1] (Flux2KleinInpaintPipeline's check)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{name} must be a number from 0 to 1, got {value!r}; try 0.8.")
+    if not 0 <= value <= 1:
+        raise InputError(f"{name} {value} is outside 0..1; try 0.8.")
+    return float(value)

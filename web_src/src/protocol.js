@@ -18,6 +18,12 @@
  *   {type: 'result', id, result}
  *   {type: 'error', id, error: SerializedError}           (see shared/errors.js)
  *
+ * Modes of `generate` (GenerateParams): text-to-image (no images); editing (`images`: 1..4 references, the output
+ * follows the prompt and draws on them, Flux2KleinPipeline(image=[...])); inpainting (`mask` set: `images[0]` is
+ * the image to inpaint, white mask pixels are repainted, further images are its references, `strength` how much
+ * of the schedule runs, Flux2KleinInpaintPipeline). Images travel as the encoded files the user gave (PNG, JPEG,
+ * WebP); the worker decodes, checks, hashes and VAE-encodes them in the `images` stage.
+ *
  * Worker behaviour (worker/main.js):
  *   - load creates and releases each session of one model without running it (pipeline/load_sessions.js): what
  *     each costs to create, and whether the browser can hold it, on adapters too slow to run the pipeline.
@@ -32,14 +38,15 @@
  * @module protocol
  */
 
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 /**
  * Pipeline stages in order; `stage` events name one of these. pipeline/generate.js's numbered stages, with
  * stage 2 (Load models) in two parts: `download` (the store fetches missing files) and `load` (sessions).
+ * `images` ("Encode images": decode, check, resize and VAE-encode the input images) runs only when there are some.
  */
 export const STAGES = Object.freeze(
-    /** @type {const} */ (['check', 'download', 'load', 'encode', 'latents', 'timesteps', 'denoise', 'decode']),
+    /** @type {const} */ (['check', 'download', 'load', 'encode', 'images', 'latents', 'timesteps', 'denoise', 'decode']),
 );
 
 /** Graph variants `GenerateParams.precision` may force for the text encoder and the transformer. */
@@ -56,6 +63,32 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  * @property {number} height    Multiple of 16.
  * @property {string} modelBase Absolute URL of the model repository, ending in '/'.
  * @property {string} [precision] Force a graph variant ('q4', 'q4f16', 'fp32'); default: best available.
+ * @property {ImageInput[]} [images]  Editing: up to LIMITS.referencesMax reference images. Inpainting (with
+ *   `mask`): the image to inpaint first, then up to LIMITS.referencesMax references. In both modes width and
+ *   height are the output size; inpainting's must equal the used size of images[0] (shared/limits.js
+ *   inputImageSize).
+ * @property {ImageInput} [mask]  Inpainting mask: white repaints, black keeps (grey is thresholded at 50%, as
+ *   diffusers binarises); any size (resized to the image as diffusers does).
+ * @property {number} [strength]  Inpainting: the share of the schedule that runs, in [0, 1] (diffusers' default
+ *   0.8); ignored without a mask.
+ */
+
+/**
+ * @typedef {Object} ImageInput  One input image as the user gave it.
+ * @property {string} name       File name (or e.g. 'painted mask'), for messages and metadata.
+ * @property {ArrayBuffer} bytes  The encoded file (PNG, JPEG or WebP), at most LIMITS.imageFileBytesMax bytes.
+ */
+
+/**
+ * @typedef {Object} InputImageInfo  What the worker made of one input image (GenerateResult.inputs).
+ * @property {string} name
+ * @property {string} sha256     Of the encoded file's bytes (recorded in the PNG's metadata).
+ * @property {number} width      Decoded size.
+ * @property {number} height
+ * @property {number} usedWidth  The size it was used at (inputImageSize).
+ * @property {number} usedHeight
+ * @property {number} tokens     Transformer tokens it added to every step (0 for a mask).
+ * @property {boolean} cached    Its latents came from an earlier run's encoding in this session.
  */
 
 /**
@@ -65,6 +98,7 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  * @property {number} download
  * @property {number} load
  * @property {number} encode
+ * @property {number} images
  * @property {number} latents
  * @property {number} timesteps
  * @property {number} denoise
@@ -87,6 +121,10 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  * @property {{features: string[], limits: Record<string, number>} | null} device  The features and limits the shared
  *   GPU device was given (onnxruntime's kernels choose their paths from them); null when nothing ran on WebGPU.
  * @property {string[]} notes   Things the user should know (e.g. "VAE ran on the CPU: no shader-f16").
+ * @property {{mode: 'text' | 'edit' | 'inpaint', images: InputImageInfo[], mask: InputImageInfo | null,
+ *   strength: number | null, steps: number, referenceTokens: number}} inputs  The mode that ran; `steps`: the
+ *   denoising steps that ran (inpainting's strength runs the last ones); `referenceTokens`: tokens the images
+ *   added to every step.
  */
 
 /**

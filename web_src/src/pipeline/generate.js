@@ -316,6 +316,7 @@ class StageClock {
             download: 0,
             load: 0,
             encode: 0,
+            images: 0,
             latents: 0,
             timesteps: 0,
             denoise: 0,
@@ -406,5 +407,6 @@ export async function generate(params, { models, signal, onEvent }) {
         graphs: models.describe(meter),
         device: models.deviceGrant(),
         notes,
+        inputs: { mode: 'text', images: [], mask: null, strength: null, steps, referenceTokens: 0 },
     };
 }

@@ -22,6 +22,7 @@ const STAGE_TEXT = Object.freeze({
     download: 'Downloading the model',
     load: 'Loading the model',
     encode: 'Encoding the prompt',
+    images: 'Encoding the images',
     latents: 'Preparing the latents',
     timesteps: 'Preparing the timesteps',
     denoise: 'Denoising',
