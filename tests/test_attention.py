@@ -19,6 +19,7 @@ import torch
 from builder.repo import manifest as repo
 from builder.repo.attention import (
     MAX_ATTENTION_BUFFER_BYTES,
+    REFERENCE_TOKENS_MAX,
     chunk_attention,
     largest_score_bytes,
     max_attention_tokens,
@@ -121,9 +122,22 @@ def test_transformer_has_one_graph_per_size_class_on_shared_weights(tiny_models:
         limit = graph.attention_max_tokens
         assert largest_score_bytes(heads=heads, tokens=limit, query_blocks=graph.attention_query_blocks) <= MAX_ATTENTION_BUFFER_BYTES
         assert largest_score_bytes(heads=heads, tokens=limit + 1, query_blocks=graph.attention_query_blocks) > MAX_ATTENTION_BUFFER_BYTES
-    # klein-4B: unsplit up to 512^2, 4 blocks up to 1024^2, 17 up to 1536^2, 52 for 2048^2.
-    assert [blocks for blocks, _ in size_classes("transformer", heads=24)] == [52, 17, 4, 1]
-    assert size_classes("transformer", heads=24)[1][1] >= max_attention_tokens("transformer", side=1024)
+    # klein-4B: unsplit up to 512^2, 4 blocks up to 1024^2, 17 up to 1536^2, 52 for 2048^2, 79 for a 1024^2 edit
+    # with four 1024^2 references.
+    classes = size_classes("transformer", heads=24)
+    assert [blocks for blocks, _ in classes] == [79, 52, 17, 4, 1]
+    assert classes[2][1] >= max_attention_tokens("transformer", side=1024)
+    assert classes[0][1] >= max_attention_tokens("transformer") == 64 * 64 * 5 + 512
+
+
+def test_the_longest_attention_covers_the_editing_limits() -> None:
+    """builder.repo cannot import the pipeline's limits; this holds its copy of them equal."""
+    from builder.pipeline import limits
+
+    per_reference = limits.input_image_tokens(1024, 1024)
+    assert REFERENCE_TOKENS_MAX == limits.REFERENCES_MAX * per_reference == limits.REFERENCES_MAX * limits.IMAGE_AREA_MAX // 256
+    longest_edit = limits.input_image_tokens(1024, 1024) + REFERENCE_TOKENS_MAX + 512
+    assert max_attention_tokens("transformer") == max(longest_edit, max_attention_tokens("transformer", side=limits.SIZE_MAX))
 
 
 def test_split_fp16_attention_with_casts_equals_unsplit(tmp_path: Path, tiny_models: dict[str, Path]) -> None:

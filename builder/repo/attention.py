@@ -15,7 +15,8 @@ This is exact (softmax normalises each query row on its own; k and v are shared)
 allowed lists (Shape, Mul, Div, Slice, Concat on int64 shape values), and the block count is fixed at
 conversion time while the token count stays dynamic: block i covers rows [i*S//N, (i+1)*S//N), so the
 largest score buffer is heads * ceil(S/N) * S values. `query_blocks_for` picks N so that buffer stays
-under MAX_ATTENTION_BUFFER_BYTES at the largest supported image size (2048^2 px); the manifest records
+under MAX_ATTENTION_BUFFER_BYTES at the longest supported attention (a 2048^2 px image; for the transformer also
+a 1024^2 edit with four reference images); the manifest records
 N per graph (GraphEntry.attention_query_blocks) and the app computes the footprint from it.
 
 Blocks cost kernels, so the transformer gets one graph per size class (`size_classes`, written by
@@ -42,12 +43,20 @@ MAX_ATTENTION_BUFFER_BYTES = 512 * 1024 * 1024
 TEXT_TOKENS = 512
 
 
-def max_attention_tokens(component: str, *, side: int = MAX_IMAGE_SIDE) -> int:
-    """Attention sequence length at a side x side image: the size the chunking must fit."""
+# Editing adds the tokens of up to 4 reference images, each used at up to 1024^2 px (4096 tokens): the
+# numbers of builder.pipeline.limits REFERENCES_MAX and IMAGE_AREA_MAX, which tests/test_attention.py holds
+# equal (builder.repo does not import the pipeline). The longest transformer attention the converter sizes for is
+# a 1024^2 edit with four such references, or a 2048^2 text-to-image, whichever is longer.
+REFERENCE_TOKENS_MAX = 4 * (1024 // 16) ** 2
+MAX_TRANSFORMER_TOKENS = max((MAX_IMAGE_SIDE // 16) ** 2, (1024 // 16) ** 2 + REFERENCE_TOKENS_MAX) + TEXT_TOKENS
+
+
+def max_attention_tokens(component: str, *, side: int | None = None) -> int:
+    """Attention sequence length at a side x side image (default: the longest supported): what chunking must fit."""
     if component == "transformer":
-        return (side // 16) ** 2 + TEXT_TOKENS
+        return MAX_TRANSFORMER_TOKENS if side is None else (side // 16) ** 2 + TEXT_TOKENS
     if component in ("vae_decoder", "vae_encoder"):
-        return (side // 8) ** 2
+        return ((MAX_IMAGE_SIDE if side is None else side) // 8) ** 2
     raise ValueError(f"component {component!r} has no chunked attention (only transformer and the VAE).")
 
 
@@ -64,16 +73,18 @@ def query_blocks_for(*, heads: int, tokens: int, bytes_per_value: int = 4,
 
 
 # The transformer gets one graph per size class, all sharing the same weight files, each with its
-# attention split just enough for images up to that side: every block costs six kernels, and on an H200
-# (scripts/attention_kernels.py, 1536 tokens = 512^2 px) one layer's attention took 6.3 ms in 52 blocks,
-# 2.9 ms in 16, 1.6 ms in 4 and 1.4 ms unsplit. The app runs the least-split graph that fits its size.
+# attention split just enough for images up to that side (text-to-image), the last for the longest edit: every
+# block costs six kernels, and on an H200 (scripts/attention_kernels.py, 1536 tokens = 512^2 px) one layer's
+# attention took 6.3 ms in 52 blocks, 2.9 ms in 16, 1.6 ms in 4 and 1.4 ms unsplit. The app runs the least-split
+# graph that fits its token count (image + reference + text tokens).
 SIZE_CLASS_SIDES = (512, 1024, 1536, MAX_IMAGE_SIDE)
 
 
 def size_classes(component: str, *, heads: int, budget: int = MAX_ATTENTION_BUFFER_BYTES) -> list[tuple[int, int]]:
     """[(query blocks, longest attention in tokens whose score buffer fits `budget`)], most blocks first."""
-    blocks = sorted({query_blocks_for(heads=heads, tokens=max_attention_tokens(component, side=side), budget=budget)
-                     for side in SIZE_CLASS_SIDES}, reverse=True)
+    lengths = [max_attention_tokens(component, side=side) for side in SIZE_CLASS_SIDES]
+    lengths.append(max_attention_tokens(component))
+    blocks = sorted({query_blocks_for(heads=heads, tokens=tokens, budget=budget) for tokens in lengths}, reverse=True)
     return [(n, max_tokens_for(heads=heads, query_blocks=n, budget=budget)) for n in blocks]
 
 
