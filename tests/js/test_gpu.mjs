@@ -35,13 +35,15 @@ test('an adapter that never comes is reported as missing, after a bounded number
 test('the device asks for every wanted feature the adapter has and every wanted limit at its maximum', async () => {
     const { deviceDescriptor } = await import('../../web_src/src/runtime/gpu.js');
     const adapter = {
-        features: new Set(['shader-f16', 'subgroups', 'texture-compression-bc']),
+        features: new Set(['shader-f16', 'subgroups', 'texture-compression-bc', 'subgroup-size-control',
+            'chromium-experimental-subgroup-matrix']),
         limits: { maxBufferSize: 4294967292, maxStorageBufferBindingSize: 2147483644, maxComputeWorkgroupStorageSize: 49152,
             maxComputeInvocationsPerWorkgroup: 1024, maxTextureDimension2D: 16384 },
     };
     const { requiredFeatures, requiredLimits } = deviceDescriptor(adapter);
-    // Only features onnxruntime uses, and only those the adapter has (asking for another would fail).
-    assert.deepEqual(requiredFeatures, ['shader-f16', 'subgroups']);
+    // Only features onnxruntime uses (subgroup-matrix: its matrix-unit kernels), and only those the adapter has
+    // (asking for another would fail).
+    assert.deepEqual(requiredFeatures, ['shader-f16', 'subgroups', 'chromium-experimental-subgroup-matrix']);
     assert.equal(requiredLimits.maxComputeWorkgroupStorageSize, 49152);
     assert.equal(requiredLimits.maxComputeInvocationsPerWorkgroup, 1024);
     assert.equal(requiredLimits.maxBufferSize, 4294967292);
