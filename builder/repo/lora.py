@@ -22,11 +22,12 @@ not fit the layer.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,7 @@ def _read_safetensors(path: Path, where: str) -> tuple[dict[str, Any], dict[str,
     try:
         read_header(path)  # a clear "not a safetensors file" for pickles, zips and the like
     except ConversionError as exc:
-        raise ConversionError(f"{where}: {exc} Only .safetensors LoRA files are read (no pickles).") from None
+        raise ConversionError(f"--lora: {exc} Only .safetensors LoRA files are read (no pickles).") from None
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             metadata: dict[str, str] = dict(handle.metadata() or {})
@@ -156,7 +157,8 @@ def to_diffusers_layout(state: dict[str, Any], *, where: str,
     if any(".lora_down.weight" in key for key in state):
         fmt = "kohya"
         remaining = dict(state)  # the conversion pops what it converts and only warns about the rest
-        state = conversion._convert_kohya_flux2_lora_to_diffusers(remaining)
+        with _quiet_diffusers():  # its warning about the rest would come before the error below says the same
+            state = conversion._convert_kohya_flux2_lora_to_diffusers(remaining)
         if remaining:
             raise ConversionError(f"{where}: kohya keys that name no FLUX.2 transformer layer: {_few(remaining)}.")
     else:
@@ -184,6 +186,19 @@ def to_diffusers_layout(state: dict[str, Any], *, where: str,
         state = convert_unet_state_dict_to_peft(state)  # older diffusers names: `.lora.down.weight`, `to_q_lora.up`
         fmt = "diffusers (older names)"
     return fmt, state
+
+
+@contextlib.contextmanager
+def _quiet_diffusers() -> Iterator[None]:
+    import logging
+
+    logger = logging.getLogger("diffusers")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @dataclass(frozen=True)
@@ -306,7 +321,8 @@ def merge(transformer: Any, loras: Iterable[Lora]) -> int:
             if layer is None:
                 unknown.append(pair.module)
             elif not isinstance(layer, nn.Linear):
-                problems.append(f"{pair.module} is a {type(layer).__name__}, not a Linear layer")
+                raise ConversionError(f"--lora {lora.file}: {pair.module} is a {type(layer).__name__} of the "
+                                      "transformer, not a Linear layer; only Linear layers take a LoRA.")
             elif tuple(layer.weight.shape) != (pair.up.shape[0], pair.down.shape[1]):
                 problems.append(f"{pair.module}: the LoRA gives [{pair.up.shape[0]}, {pair.down.shape[1]}] "
                                 f"(lora_B {list(pair.up.shape)} @ lora_A {list(pair.down.shape)}), the layer's weight "
