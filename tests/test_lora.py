@@ -314,11 +314,12 @@ def bad_files(tmp_path: Path, shapes: dict[str, tuple[int, int]]) -> dict[str, t
     }
     files = {}
     for name, (content, word) in cases.items():
-        if isinstance(content, dict):
-            path = tmp_path / f"{name}.safetensors"
-            save_file(content, str(path))
-            content = path
-        files[name] = (content, word)
+        if isinstance(content, Path):
+            files[name] = (content, word)
+            continue
+        path = tmp_path / f"{name}.safetensors"
+        save_file(content, str(path))
+        files[name] = (path, word)
     return files
 
 
