@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from click.testing import CliRunner
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from builder.cli import main
 from builder.errors import ConversionError
@@ -34,8 +34,9 @@ PEFT_TARGETS = ("transformer_blocks.0.attn.to_q", "transformer_blocks.0.attn.to_
                 "single_transformer_blocks.0.attn.to_out", "x_embedder", "proj_out")
 # The merged output must equal diffusers' fused LoRA within this (max |diff| / max |expected|); torch vs torch.
 TORCH_TOLERANCE = 1e-5
-# The ONNX graph computes RoPE in fp32 where diffusers uses fp64 (README: fp32 graphs within 1e-4 relative).
-ONNX_TOLERANCE = 1e-4
+# The ONNX graph computes RoPE in fp32 where diffusers uses fp64 (README: fp32 graphs within 1e-4 relative in
+# general); at these inputs' few positions that costs about 2e-7.
+ONNX_TOLERANCE = 1e-5
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -187,6 +188,10 @@ MAKERS: dict[str, Callable[..., Path]] = {"peft": peft_lora, "kohya": kohya_lora
 # 1. The merge equals diffusers' fuse_lora, per format, in torch.
 
 
+# diffusers' fuse of several adapters warns about the second peft_config it injects; expected here.
+MULTIPLE_ADAPTERS = "ignore:Already found a `peft_config` attribute"
+
+
 @pytest.mark.parametrize(("kind", "scale"), [("peft", 0.75), ("kohya", 1.0), ("bfl", -0.5)])
 def test_merge_matches_diffusers_fuse_lora(tiny_models: dict[str, Path], shapes: dict[str, tuple[int, int]],
                                            feed: dict[str, np.ndarray], tmp_path: Path, kind: str,
@@ -215,6 +220,23 @@ def test_alpha_pattern_and_default_alpha(tiny_models: dict[str, Path], shapes: d
         assert relative <= TORCH_TOLERANCE
 
 
+def test_alpha_tensors_beside_peft_keys(tiny_models: dict[str, Path], shapes: dict[str, tuple[int, int]],
+                                       feed: dict[str, np.ndarray], tmp_path: Path) -> None:
+    """`transformer.<module>.alpha` tensors (diffusers' Flux2 loader refuses them) mean what a LoraConfig with
+    the same per-module alphas means: the oracle loads the same factors with the alphas as metadata."""
+    with_metadata = peft_lora(tmp_path / "metadata.safetensors", shapes, seed=9, alpha=3.0,
+                              alpha_pattern={f"^{name}": 1.0 + i for i, name in enumerate(PEFT_TARGETS)})
+    state = load_file(str(with_metadata))
+    state.update({f"transformer.{name}.alpha": torch.tensor(1.0 + i) for i, name in enumerate(PEFT_TARGETS)})
+    with_tensors = tmp_path / "tensors.safetensors"
+    save_file(state, str(with_tensors))
+    diff, relative = compare(ours(tiny_models, [(with_tensors, 0.9)], feed),
+                             diffusers_fused(tiny_models, [(with_metadata, 0.9)], feed))
+    print(f"alpha tensors: max |diff| {diff:.3g} ({relative:.3g} relative)")
+    assert relative <= TORCH_TOLERANCE
+
+
+@pytest.mark.filterwarnings(MULTIPLE_ADAPTERS)
 def test_two_loras_add_up(tiny_models: dict[str, Path], shapes: dict[str, tuple[int, int]],
                           feed: dict[str, np.ndarray], tmp_path: Path) -> None:
     first = peft_lora(tmp_path / "a.safetensors", shapes, seed=4)
@@ -229,6 +251,7 @@ def test_two_loras_add_up(tiny_models: dict[str, Path], shapes: dict[str, tuple[
 # 2. `klein-web convert --lora`: the fp32 ONNX transformer, the manifest.
 
 
+@pytest.mark.filterwarnings(MULTIPLE_ADAPTERS)
 def test_convert_with_loras_bakes_them_into_the_onnx_transformer(
         tiny_models: dict[str, Path], shapes: dict[str, tuple[int, int]], feed: dict[str, np.ndarray],
         tmp_path: Path) -> None:
@@ -256,7 +279,7 @@ def test_convert_with_loras_bakes_them_into_the_onnx_transformer(
     manifest = repo.load(out)
     assert [(e.file, e.scale) for e in manifest.loras] == [("style.safetensors", 0.8), ("kohya.safetensors", 1.0)]
     assert manifest.loras[0].sha256 == lora_module._sha256(first)
-    assert manifest.converter.endswith("--lora style.safetensors:0.8 --lora kohya.safetensors:1")
+    assert manifest.converter.endswith("--lora style.safetensors:0.8 --lora kohya.safetensors:1.0")
     # A repo converted without LoRAs keeps a manifest without the field.
     assert "loras" not in json.loads((tiny_models["fp32"] / repo.MANIFEST_NAME).read_text())
 
@@ -311,6 +334,9 @@ def bad_files(tmp_path: Path, shapes: dict[str, tuple[int, int]]) -> dict[str, t
                                 "lora_unet_double_blocks_0_img_mod_lin"),
         "lokr": ({"transformer.proj_out.lokr_w1": torch.zeros(2, 2)}, "LoKr"),
         "half-pair": ({"transformer.proj_out.lora_A.weight": torch.zeros(RANK, in_features)}, "lora_B"),
+        "stray-alpha": ({"transformer.proj_out.lora_A.weight": torch.zeros(RANK, in_features),
+                         "transformer.proj_out.lora_B.weight": torch.zeros(128, RANK),
+                         "transformer.x_embedder.alpha": torch.tensor(2.0)}, "x_embedder"),
     }
     files = {}
     for name, (content, word) in cases.items():

@@ -191,7 +191,7 @@ def convert(
         manifest = Manifest(
             source=f"{model_index.get('_class_name', 'diffusers pipeline')} ({src.resolve().name})",
             converter=f"klein-web {__version__} convert --precision {precision}"
-                      + "".join(f" --lora {entry.file}:{entry.scale:g}" for entry in merged),
+                      + "".join(f" --lora {entry.file}:{entry.scale!r}" for entry in merged),
             files=describe_files(stage, [name for graph in entries for name in graph.files()] + copied),
             graphs=entries,
             loras=merged,

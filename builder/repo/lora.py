@@ -8,8 +8,9 @@ Flux2KleinPipeline, with diffusers' own key conversions (kohya `lora_unet_*`, BF
     W += scale * (alpha / rank) * B @ A            (in float32; rsLoRA: alpha / sqrt(rank))
 
 which is what `pipe.load_lora_weights(path); pipe.fuse_lora(lora_scale=scale)` computes. alpha comes from the
-file's `lora_adapter_metadata` (a PEFT LoraConfig, as diffusers saves it); without it alpha = rank, as diffusers
-assumes. Kohya files carry alpha per module, and diffusers' conversion folds it into A and B.
+file's `lora_adapter_metadata` (a PEFT LoraConfig, as diffusers saves it) or from `transformer.<module>.alpha`
+tensors; without either alpha = rank, as diffusers assumes. Kohya files carry alpha per module, and diffusers'
+conversion folds it into A and B.
 
 The merge keeps the converter's streaming: a skeleton's placeholder (builder.repo.checkpoint) reads its base
 weight from the checkpoint when the graph needs it and adds the LoRA delta right then, so the checkpoint is still
@@ -103,9 +104,12 @@ def load(spec: LoraSpec, *, log: Callable[[str], None] = lambda _m: None) -> Lor
     if not path.is_file():
         raise ConversionError(f"{where}: no such file.")
     state, metadata = _read_safetensors(path, where)
-    fmt, state = to_diffusers_layout(state, where=where, log=log)
+    fmt, state, alphas = to_diffusers_layout(state, where=where, log=log)
     config = _adapter_config(metadata, where)
-    pairs = _pairs(state, config, scale=spec.scale, where=where)
+    if alphas and config.r is not None:
+        raise ConversionError(f"{where} has both alpha tensors and a LoRA config in its metadata; which alpha "
+                              "applies is ambiguous.")
+    pairs = _pairs(state, config, alphas, scale=spec.scale, where=where)
     return Lora(file=path.name, sha256=_sha256(path), scale=spec.scale, format=fmt, pairs=tuple(pairs))
 
 
@@ -135,10 +139,14 @@ def _few(keys: Iterable[str]) -> str:
     return shown + (f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else "")
 
 
-def to_diffusers_layout(state: dict[str, Any], *, where: str,
-                        log: Callable[[str], None] = lambda _m: None) -> tuple[str, dict[str, Any]]:
+def to_diffusers_layout(state: dict[str, Any], *, where: str, log: Callable[[str], None] = lambda _m: None
+                        ) -> tuple[str, dict[str, Any], dict[str, float]]:
     """The steps of `Flux2LoraLoaderMixin.lora_state_dict` / `load_lora_adapter`, refusing where diffusers would
-    drop keys silently or warn: (name of the format found, `transformer.<module>.lora_A/B.weight` state dict)."""
+    drop keys silently or warn: (name of the format found, `<module>.lora_A/B.weight` state dict, alphas).
+
+    One addition: `transformer.<module>.alpha` scalars beside diffusers/PEFT keys (some trainers write them; the
+    Flux2 loader refuses such files) are taken as that module's alpha, the meaning diffusers gives `network_alphas`.
+    """
     from diffusers.loaders import lora_conversion_utils as conversion
     from diffusers.utils import convert_unet_state_dict_to_peft
 
@@ -173,6 +181,13 @@ def to_diffusers_layout(state: dict[str, Any], *, where: str,
             except (ValueError, IndexError, RuntimeError) as exc:
                 raise ConversionError(f"{where}: keys of an unknown layout ({exc}).") from None
 
+    alphas: dict[str, float] = {}
+    for key in [key for key in state if key.startswith("transformer.") and key.endswith(".alpha")]:
+        value = state.pop(key)
+        if value.numel() != 1:
+            raise ConversionError(f"{where}: {key} has shape {list(value.shape)}; an alpha is one number.")
+        alphas[key.removeprefix("transformer.").removesuffix(".alpha")] = float(value.item())
+
     not_lora = [key for key in state if "lora" not in key]
     if not_lora:
         raise ConversionError(f"{where}: not a LoRA in a format diffusers loads for FLUX.2 (keys without lora_A/B "
@@ -185,7 +200,7 @@ def to_diffusers_layout(state: dict[str, Any], *, where: str,
     if not any("lora_A" in key or "lora_B" in key for key in state):
         state = convert_unet_state_dict_to_peft(state)  # older diffusers names: `.lora.down.weight`, `to_q_lora.up`
         fmt = "diffusers (older names)"
-    return fmt, state
+    return fmt, state, alphas
 
 
 @contextlib.contextmanager
@@ -259,7 +274,8 @@ def _adapter_config(metadata: dict[str, str], where: str) -> AdapterConfig:
                               ) from None
 
 
-def _pairs(state: dict[str, Any], config: AdapterConfig, *, scale: float, where: str) -> list[LoraPair]:
+def _pairs(state: dict[str, Any], config: AdapterConfig, alphas: dict[str, float], *, scale: float, where: str
+           ) -> list[LoraPair]:
     """Group `<module>.lora_A.weight` / `<module>.lora_B.weight` into one update per module."""
     import torch
 
@@ -284,11 +300,15 @@ def _pairs(state: dict[str, Any], config: AdapterConfig, *, scale: float, where:
         if down.ndim != 2 or up.ndim != 2 or up.shape[1] != down.shape[0]:
             raise ConversionError(f"{where}: {module}'s lora_A {list(down.shape)} and lora_B {list(up.shape)} are "
                                   "not the factors of one low-rank update.")
-        factor = scale * config.factor(module, int(down.shape[0]), where)
+        rank = int(down.shape[0])
+        factor = scale * (alphas[module] / rank if module in alphas else config.factor(module, rank, where))
         pairs.append(LoraPair(module=module, down=np.ascontiguousarray(down), up=np.ascontiguousarray(up),
                               factor=factor))
     if not pairs:
         raise ConversionError(f"{where} holds no LoRA weights for the transformer.")
+    stray = sorted(set(alphas) - set(halves))
+    if stray:
+        raise ConversionError(f"{where}: alpha for layer(s) without lora_A/lora_B: {_few(stray)}.")
     return pairs
 
 
