@@ -40,6 +40,7 @@ import onnx
 from builder import __version__
 from builder.errors import ConversionError
 from builder.memory import peak_rss_bytes, reset_peak_rss
+from builder.repo import lora
 from builder.repo.attention import recorded_query_blocks
 from builder.repo.files import (
     atomic_write_bytes,
@@ -141,11 +142,11 @@ def convert(
     precision: str = "q4",
     log: Callable[[str], None],
     max_data_file_bytes: int | Mapping[str, int] = DEFAULT_DATA_FILE_CAP,
-    loras: Sequence[Any] = (),
+    loras: Sequence[lora.LoraSpec] = (),
 ) -> Manifest:
     """Convert the diffusers pipeline folder SRC into a web model repo at OUT; returns its manifest.
 
-    `loras`: builder.repo.lora.LoraSpec items, merged into the transformer in order.
+    `loras` are merged into the transformer in order (builder.repo.lora).
 
     `max_data_file_bytes` caps each external-data file (one number, or per component; components missing
     from the mapping get the default 1.8 GB). Tests use small caps to get several files per graph.
@@ -159,7 +160,7 @@ def convert(
     check_destination(out)
     # LoRAs are read and matched against the transformer now, so a wrong one fails before any graph is built.
     prepared = prepare_loras(src, loras, log=log)
-    merged = [LoraEntry(file=lora.file, sha256=lora.sha256, scale=lora.scale) for lora in prepared.loras]
+    merged = [LoraEntry(file=item.file, sha256=item.sha256, scale=item.scale) for item in prepared.loras]
     prepared.loras.clear()  # their factors live on in the skeleton's weight loaders until its export
 
     # 2. Write each component's graphs into a staging folder beside OUT (after removing ones a killed run left).
@@ -209,7 +210,7 @@ def convert(
 class PreparedLoras:
     """The LoRAs read, and the transformer skeleton they were merged into (None without LoRAs)."""
 
-    loras: list[Any]  # builder.repo.lora.Lora
+    loras: list[lora.Lora]
     skeleton: Any = None
 
     def take_skeleton(self) -> Any:
@@ -217,13 +218,11 @@ class PreparedLoras:
         return skeleton
 
 
-def prepare_loras(src: Path, specs: Sequence[Any], *, log: Callable[[str], None]) -> PreparedLoras:
+def prepare_loras(src: Path, specs: Sequence[lora.LoraSpec], *, log: Callable[[str], None]) -> PreparedLoras:
     """Read each --lora file and merge it into a transformer skeleton (nothing is read from the checkpoint yet:
     the deltas are added as each base weight is streamed in during the export)."""
     if not specs:
         return PreparedLoras([])
-    from builder.repo import lora
-
     loras = []
     for spec in specs:
         loaded = lora.load(spec, log=log)
