@@ -121,7 +121,8 @@ def _read_safetensors(path: Path, where: str) -> tuple[dict[str, Any], dict[str,
     try:
         read_header(path)  # a clear "not a safetensors file" for pickles, zips and the like
     except ConversionError as exc:
-        raise ConversionError(f"--lora: {exc} Only .safetensors LoRA files are read (no pickles).") from None
+        hint = " Only .safetensors LoRA files are read (no pickles)." if "not a safetensors file" in str(exc) else ""
+        raise ConversionError(f"--lora: {exc}{hint}") from None
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             metadata: dict[str, str] = dict(handle.metadata() or {})
