@@ -78,11 +78,15 @@ def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_b
 @click.argument("src", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--precision", type=click.Choice(["q4", "fp32", "q4f16"]), default="q4", show_default=True)
-def convert(src: Path, out: Path, precision: str) -> None:
+@click.option("--lora", "loras", multiple=True, metavar="PATH[:SCALE]",
+              help="A transformer LoRA (.safetensors: diffusers/PEFT, kohya or BFL keys) merged into the weights, "
+                   "SCALE 1.0 unless given; repeat to add several, in order.")
+def convert(src: Path, out: Path, precision: str, loras: tuple[str, ...]) -> None:
     """Convert a diffusers FLUX.2 [klein] folder SRC into the ONNX web layout in OUT."""
     from builder.repo import convert as converter
+    from builder.repo.lora import parse_spec
 
-    converter.convert(src, out, precision=precision, log=log)
+    converter.convert(src, out, precision=precision, log=log, loras=[parse_spec(text) for text in loras])
     log(f"Done. Serve it with: klein-web serve --models {out}")
 
 

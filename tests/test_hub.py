@@ -293,6 +293,19 @@ def test_fetch_repo_with_manifest_uses_it(tiny_models: dict[str, Path], tmp_path
         verify.check_files(dest, fetched, check_sha256=False, log=print)
 
 
+def test_fetch_keeps_the_loras_a_manifest_lists(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    shutil.copytree(tiny_models["q4"], source)
+    original = manifest.load(source)
+    original.loras = [manifest.LoraEntry(file="style.safetensors", sha256="ab" * 32, scale=0.8)]
+    manifest.write(source, original)
+    hub = FakeHub({"test/tiny-lora": FakeRepo(source, COMMIT)})
+    with serving(hub) as endpoint:
+        result = run_fetch(endpoint, tmp_path / "models", repo="test/tiny-lora")
+    assert result.returncode == 0, result.stderr
+    assert manifest.load(tmp_path / "models").loras == original.loras
+
+
 class HostileHub(FakeHub):
     """A mirror whose file list names a path outside the repo (a malicious HF_ENDPOINT)."""
 

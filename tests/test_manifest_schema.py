@@ -52,6 +52,13 @@ def drop(key: str) -> Callable[[dict[str, Any]], None]:
     return lambda d: d.pop(key)
 
 
+LORA = {"file": "style.safetensors", "sha256": SHA, "scale": 0.8}
+
+
+def lora(key: str, value: object) -> Callable[[dict[str, Any]], None]:
+    return lambda d: d.__setitem__("loras", [{**LORA, key: value}])
+
+
 def tensor(key: str, value: object) -> Callable[[dict[str, Any]], None]:
     return lambda d: d["graphs"][1]["inputs"][0].__setitem__(key, value)
 
@@ -129,6 +136,19 @@ BAD: dict[str, tuple[bytes, str]] = {
     "file-key-empty-segment": (mutate(rename_file("scheduler//x")), "files key"),
     "file-key-nul": (mutate(rename_file("scheduler/x\x00")), "files key"),
     "tokenizer-unlisted": (mutate(lambda d: d["files"].pop("tokenizer/tokenizer.json")), "tokenizer.json"),
+    "loras-object": (mutate(lambda d: d.__setitem__("loras", LORA)), "loras"),
+    "loras-null": (mutate(lambda d: d.__setitem__("loras", None)), "loras"),
+    "lora-string": (mutate(lambda d: d.__setitem__("loras", ["style.safetensors"])), "loras[0]"),
+    "lora-extra-key": (mutate(lora("evil", 1)), "loras[0]"),
+    "lora-missing-scale": (mutate(lambda d: d.__setitem__("loras", [{"file": "a", "sha256": SHA}])), "loras[0]"),
+    "lora-file-path": (mutate(lora("file", "../a.safetensors")), "loras[0].file"),
+    "lora-file-empty": (mutate(lora("file", "")), "loras[0].file"),
+    "lora-file-number": (mutate(lora("file", 3)), "loras[0].file"),
+    "lora-sha-short": (mutate(lora("sha256", "ab")), "loras[0].sha256"),
+    "lora-scale-string": (mutate(lora("scale", "1")), "loras[0].scale"),
+    "lora-scale-bool": (mutate(lora("scale", True)), "loras[0].scale"),
+    "lora-scale-huge": (b'{"loras": [{"file": "a", "sha256": "' + SHA.encode() + b'", "scale": 1e999}], '
+                        + mutate(lambda _d: None)[1:], "loras[0].scale"),
 }
 
 
@@ -144,6 +164,17 @@ def test_the_valid_manifest_loads(tmp_path: Path) -> None:
     assert manifest.load(tmp_path).graph("transformer", "q4").external_data == [
         "transformer_q4.onnx_data", "transformer_q4.onnx_data_1"]
     assert len(BAD) >= 58
+
+
+def test_loras_round_trip_and_are_left_out_when_there_are_none(tmp_path: Path) -> None:
+    data = valid()
+    assert "loras" not in data  # a repo without LoRAs has the manifest it had before the field existed
+    data["loras"] = [LORA, {**LORA, "file": "b:c.safetensors", "scale": -2}]
+    (tmp_path / manifest.MANIFEST_NAME).write_bytes(json.dumps(data).encode())
+    loaded = manifest.load(tmp_path)
+    assert loaded.loras == [manifest.LoraEntry("style.safetensors", SHA, 0.8),
+                            manifest.LoraEntry("b:c.safetensors", SHA, -2.0)]
+    assert json.loads(manifest.to_bytes(loaded))["loras"] == [LORA, {**LORA, "file": "b:c.safetensors", "scale": -2.0}]
 
 
 @pytest.mark.parametrize("name", sorted(BAD))

@@ -18,6 +18,9 @@ about one output graph. The log prints each component's peak RSS next to its gra
 
 OUT is assembled in a temp folder beside it and swapped in at the end: a failed or interrupted
 conversion never leaves a half-written repo.
+
+--lora PATH[:SCALE] (repeatable) merges LoRA weights into the transformer before its export and quantisation
+(builder.repo.lora); the manifest lists them.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import gc
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,7 @@ import onnx
 from builder import __version__
 from builder.errors import ConversionError
 from builder.memory import peak_rss_bytes, reset_peak_rss
+from builder.repo import lora
 from builder.repo.attention import recorded_query_blocks
 from builder.repo.files import (
     atomic_write_bytes,
@@ -50,6 +54,7 @@ from builder.repo.manifest import (
     CONTRACT,
     MANIFEST_NAME,
     GraphEntry,
+    LoraEntry,
     Manifest,
     external_data_names,
     graph_path,
@@ -137,8 +142,11 @@ def convert(
     precision: str = "q4",
     log: Callable[[str], None],
     max_data_file_bytes: int | Mapping[str, int] = DEFAULT_DATA_FILE_CAP,
+    loras: Sequence[lora.LoraSpec] = (),
 ) -> Manifest:
     """Convert the diffusers pipeline folder SRC into a web model repo at OUT; returns its manifest.
+
+    `loras` are merged into the transformer in order (builder.repo.lora).
 
     `max_data_file_bytes` caps each external-data file (one number, or per component; components missing
     from the mapping get the default 1.8 GB). Tests use small caps to get several files per graph.
@@ -150,6 +158,10 @@ def convert(
     model_index = check_source(src)
     check_precision(precision)
     check_destination(out)
+    # LoRAs are read and matched against the transformer now, so a wrong one fails before any graph is built.
+    prepared = prepare_loras(src, loras, log=log)
+    merged = [LoraEntry(file=item.file, sha256=item.sha256, scale=item.scale) for item in prepared.loras]
+    prepared.loras.clear()  # their factors live on in the skeleton's weight loaders until its export
 
     # 2. Write each component's graphs into a staging folder beside OUT (after removing ones a killed run left).
     clean_stale_staging(out.parent, (out.name,), log=log)
@@ -160,6 +172,8 @@ def convert(
         for index, component in enumerate(COMPONENT_ORDER):
             cap = (max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
                    if isinstance(max_data_file_bytes, Mapping) else max_data_file_bytes)
+            if module is None:
+                module = prepared.take_skeleton() if component == "transformer" else None
             if module is None:
                 module = load_skeleton(src, component, log=log)
             graphs = write_graphs(exporter(component, module), component, precision, stage,
@@ -177,9 +191,11 @@ def convert(
         entries = [graph.entry() for graph in saved]
         manifest = Manifest(
             source=f"{model_index.get('_class_name', 'diffusers pipeline')} ({src.resolve().name})",
-            converter=f"klein-web {__version__} convert --precision {precision}",
+            converter=f"klein-web {__version__} convert --precision {precision}"
+                      + "".join(f" --lora {entry.file}:{entry.scale!r}" for entry in merged),
             files=describe_files(stage, [name for graph in entries for name in graph.files()] + copied),
             graphs=entries,
+            loras=merged,
         )
         write(stage, manifest)
         replace_folder(stage, out)
@@ -188,6 +204,35 @@ def convert(
         raise
     log(f"convert: wrote {out} ({precision}) in {time.monotonic() - start:.1f} s")
     return manifest
+
+
+@dataclass
+class PreparedLoras:
+    """The LoRAs read, and the transformer skeleton they were merged into (None without LoRAs)."""
+
+    loras: list[lora.Lora]
+    skeleton: Any = None
+
+    def take_skeleton(self) -> Any:
+        skeleton, self.skeleton = self.skeleton, None  # the converter drops each skeleton after its export
+        return skeleton
+
+
+def prepare_loras(src: Path, specs: Sequence[lora.LoraSpec], *, log: Callable[[str], None]) -> PreparedLoras:
+    """Read each --lora file and merge it into a transformer skeleton (nothing is read from the checkpoint yet:
+    the deltas are added as each base weight is streamed in during the export)."""
+    if not specs:
+        return PreparedLoras([])
+    loras = []
+    for spec in specs:
+        loaded = lora.load(spec, log=log)
+        log(f"LoRA {spec.path}: {loaded.format} format, {len(loaded.pairs)} layer(s), scale {spec.scale:g}, "
+            f"sha256 {loaded.sha256[:12]}")
+        loras.append(loaded)
+    skeleton = load_skeleton(src, "transformer", log=log)
+    count = lora.merge(skeleton, loras)
+    log(f"transformer: {len(loras)} LoRA(s) merged into {count} Linear layer(s)")
+    return PreparedLoras(loras, skeleton)
 
 
 def check_source(src: Path) -> dict[str, object]:

@@ -81,6 +81,7 @@ def fetch(repo: str, *, revision: str, dest: Path, log: Callable[[str], None]) -
             f"seed layout assumed by klein-web {__version__} fetch)",
             files=files,
             graphs=graphs,
+            loras=repo_manifest.loras if repo_manifest else [],
         )
         manifest.write(dest, result)
         remove_empty_partial_dir(dest)

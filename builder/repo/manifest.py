@@ -23,6 +23,7 @@ hold several variants of one component; the manifest lists each, and the app pic
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
@@ -140,6 +141,15 @@ class FileEntry:
     sha256: str | None = None
 
 
+@dataclass(frozen=True)
+class LoraEntry:
+    """A LoRA that `klein-web convert --lora` merged into the transformer's weights."""
+
+    file: str  # the LoRA file's bare name
+    sha256: str
+    scale: float
+
+
 @dataclass
 class Manifest:
     source: str
@@ -148,6 +158,9 @@ class Manifest:
     graphs: list[GraphEntry]
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
+    # The LoRAs baked into the weights, in the order they were added. Optional in manifest.json and left out when
+    # empty, so a repo without LoRAs has the same manifest as before the field existed.
+    loras: list[LoraEntry] = field(default_factory=list)
 
     def graph(self, component: str, variant: str) -> GraphEntry:
         for entry in self.graphs:
@@ -160,7 +173,10 @@ class Manifest:
         return [g.variant for g in self.graphs if g.component == component]
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not self.loras:
+            del data["loras"]
+        return data
 
 
 # The seed repo on the Hub ships no manifest.json; this is its layout, used by `fetch` and by the app.
@@ -349,6 +365,31 @@ def _file(rel: object, entry: object) -> FileEntry:
     return FileEntry(size=size, sha256=sha256)
 
 
+MAX_LORAS = 64
+
+
+def _loras(value: object) -> list[LoraEntry]:
+    _require(isinstance(value, list) and len(value) <= MAX_LORAS, "loras",
+             f"must be a list of at most {MAX_LORAS} {{file, sha256, scale}}")
+    entries = []
+    items: list[Any] = value  # type: ignore[assignment]
+    for i, item in enumerate(items):
+        at = f"loras[{i}]"
+        _require(isinstance(item, dict) and set(item) == {"file", "sha256", "scale"}, at,
+                 "must be an object with exactly file, sha256 and scale")
+        name = _string(item, "file", at + ".")
+        _require(0 < len(name) <= 255 and "/" not in name and "\\" not in name and "\x00" not in name, at + ".file",
+                 f"must be a bare file name, got {name!r}")
+        sha256 = item["sha256"]
+        _require(isinstance(sha256, str) and SHA256.fullmatch(sha256) is not None, at + ".sha256",
+                 f"must be 64 lowercase hex digits, got {sha256!r}")
+        scale = item["scale"]
+        _require(isinstance(scale, int | float) and not isinstance(scale, bool) and math.isfinite(scale),
+                 at + ".scale", f"must be a finite number, got {scale!r}")
+        entries.append(LoraEntry(file=name, sha256=sha256, scale=float(scale)))
+    return entries
+
+
 def _from_json(data: object, where: Path | str) -> Manifest:
     """The one schema check of manifest.json: any violation is a ModelRepoError naming the field."""
     try:
@@ -361,7 +402,7 @@ def _from_json(data: object, where: Path | str) -> Manifest:
         if version > FORMAT_VERSION:
             raise ModelRepoError(f"{where} is format version {version}; this klein-web reads up to {FORMAT_VERSION}. "
                                  "Upgrade klein-web.")
-        unknown = sorted(set(data) - {"format", "format_version", "source", "converter", "files", "graphs"})
+        unknown = sorted(set(data) - {"format", "format_version", "source", "converter", "files", "graphs", "loras"})
         _require(not unknown, "the top level", f"has unknown field(s) {', '.join(map(repr, unknown))}")
         source, converter = _string(data, "source", ""), _string(data, "converter", "")
         _require(isinstance(data.get("files"), dict) and bool(data["files"]), "files",
@@ -376,10 +417,11 @@ def _from_json(data: object, where: Path | str) -> Manifest:
             _require(any(g.component == component for g in graphs), "graphs", f"has no {component} graph")
         for rel in TOKENIZER_FILES:
             _require(rel in files, "files", f"does not list {rel}")
+        loras = _loras(data["loras"]) if "loras" in data else []
     except _Invalid as exc:
         raise ModelRepoError(f"{where} is malformed: {exc}. Re-create it with `klein-web fetch` or `klein-web "
                              "convert`.") from None
-    return Manifest(source=source, converter=converter, files=files, graphs=graphs)
+    return Manifest(source=source, converter=converter, files=files, graphs=graphs, loras=loras)
 
 
 def load(repo_dir: Path) -> Manifest:

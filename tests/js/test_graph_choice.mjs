@@ -26,7 +26,7 @@ function manifest() {
     }
     graphs.push(graph('vae_decoder', 'fp32', 'vae_decoder/vae_decoder_fp32.onnx', 32, null));
     const files = Object.fromEntries(graphs.flatMap((g) => [g.path, `${g.path.split('/')[0]}/${g.externalData[0]}`]).map((p) => [p, { size: 1, sha256: null }]));
-    return { modelBase: 'https://example.org/', source: '', seedLayout: false, files, graphs, raw: null };
+    return { modelBase: 'https://example.org/', source: '', seedLayout: false, files, graphs, loras: [], raw: null };
 }
 
 /** Joint attention tokens at side x side px: one per 16x16 patch plus the 512 text tokens. @param {number} side */

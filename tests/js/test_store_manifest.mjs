@@ -86,3 +86,13 @@ test('an unknown component is still refused', () => {
     json.graphs[4].component = 'vae_encoderr';
     assert.throws(() => parseManifest(json, 'https://example.org/repo/'), /component must be one of .*vae_encoder/);
 });
+
+test('the LoRAs a converted repo lists are read; a repo without them has none', () => {
+    assert.deepEqual(parseManifest(convertedManifestJson(), 'https://example.org/repo/').loras, []);
+    const json = convertedManifestJson();
+    json.loras = [{ file: 'style.safetensors', sha256: 'ab'.repeat(32), scale: 0.8 }];
+    assert.deepEqual(parseManifest(json, 'https://example.org/repo/').loras, json.loras);
+    for (const loras of [{}, [{ file: 'a', sha256: 'ab' }], [{ file: 'a', sha256: 'ab', scale: '1' }], ['a']]) {
+        assert.throws(() => parseManifest({ ...json, loras }, 'https://example.org/repo/'), /loras/);
+    }
+});

@@ -41,7 +41,15 @@ export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
  * @property {boolean} seedLayout  True when the repo had no manifest.json and the seed layout is assumed.
  * @property {Record<string, {size: number | null, sha256: string | null}>} files  size null: not known yet.
  * @property {GraphEntry[]} graphs
+ * @property {LoraEntry[]} loras  LoRAs `klein-web convert --lora` merged into the transformer's weights, in order.
  * @property {any} raw  The manifest.json object as fetched (null for the seed layout), kept for offline use.
+ */
+
+/**
+ * @typedef {Object} LoraEntry
+ * @property {string} file  The LoRA file's bare name.
+ * @property {string} sha256
+ * @property {number} scale
  */
 
 /**

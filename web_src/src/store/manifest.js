@@ -65,7 +65,7 @@ export function seedManifest(modelBase, { chatTemplate = false } = {}) {
     const files = {};
     const tokenizerFiles = chatTemplate ? [...TOKENIZER_FILES, CHAT_TEMPLATE_FILE] : TOKENIZER_FILES;
     for (const path of [...graphs.flatMap(graphFiles), ...tokenizerFiles]) files[path] = { size: null, sha256: null };
-    return { modelBase, source: modelBase, seedLayout: true, files, graphs, raw: null };
+    return { modelBase, source: modelBase, seedLayout: true, files, graphs, loras: [], raw: null };
 }
 
 /**
@@ -204,5 +204,15 @@ export function parseManifest(json, modelBase) {
         return entry;
     });
     for (const path of TOKENIZER_FILES) if (!(path in files)) bad(`${path} is not listed in "files"`);
-    return { modelBase, source: String(json.source ?? modelBase), seedLayout: false, files, graphs, raw: json };
+    // Optional (builder/repo/manifest.py `loras`): what the transformer's weights have merged in.
+    const loras = json.loras ?? [];
+    if (!Array.isArray(loras)) bad('"loras" must be a list of {file, sha256, scale}');
+    /** @type {import('../shared/model_repo.js').LoraEntry[]} */
+    const loraEntries = loras.map((/** @type {any} */ l, /** @type {number} */ i) => {
+        if (!l || typeof l.file !== 'string' || typeof l.sha256 !== 'string' || !Number.isFinite(l.scale)) {
+            bad(`loras[${i}] must be an object {file, sha256, scale}`);
+        }
+        return { file: l.file, sha256: l.sha256, scale: l.scale };
+    });
+    return { modelBase, source: String(json.source ?? modelBase), seedLayout: false, files, graphs, loras: loraEntries, raw: json };
 }
