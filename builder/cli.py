@@ -138,8 +138,13 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str, steps: int, ou
 @click.option("--models", "models_dir", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.models_dir)
 @click.option("--prompt", default=REGRESS_DEFAULTS.prompt)
 @click.option("--seed", default=REGRESS_DEFAULTS.seed, show_default=True, type=int)
-@click.option("--size", default=REGRESS_DEFAULTS.size, show_default=True)
+@click.option("--size", default=None, help=f"WIDTHxHEIGHT  [default: {REGRESS_DEFAULTS.size}; editing and inpainting: "
+              "the first image's]")
 @click.option("--steps", default=REGRESS_DEFAULTS.steps, show_default=True, type=int)
+@click.option("--image", "images", type=click.Path(path_type=Path), multiple=True,
+              help="Editing: a reference image (repeatable). With --mask: the image to inpaint, then references.")
+@click.option("--mask", type=click.Path(path_type=Path), default=None, help="Inpainting mask (white repaints).")
+@click.option("--strength", type=float, default=None, help="Inpainting strength in [0, 1]  [default: 0.8]")
 @click.option("--cases", "cases_file", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.cases_file,
               help="JSON or TOML file with several cases, run in one browser launch.")
 @click.option("--reference", "reference_png", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.reference_png)
@@ -159,14 +164,16 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str, steps: int, ou
               help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (--gpu only).")
 @click.option("--profile", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.profile,
               help="Browser profile folder to use and keep: its model store survives, so re-runs download nothing.")
-def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str, steps: int, cases_file: Path | None,
+def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str | None, steps: int,
+            images: tuple[Path, ...], mask: Path | None, strength: float | None, cases_file: Path | None,
             reference_png: Path | None, reference_from_cpu: bool, browser_path: Path | None, headed: bool, gpu: bool,
             report_dir: Path, psnr_min: float, timeout_s: float, dist_dir: Path | None, precision: str | None,
             f16_toggle: bool, profile: Path | None) -> None:
     """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run)."""
     from builder.check import regress as regression
 
-    options = RegressOptions(models_dir=models_dir, prompt=prompt, seed=seed, size=size, steps=steps,
+    options = RegressOptions(models_dir=models_dir, prompt=prompt, seed=seed, size=size or REGRESS_DEFAULTS.size,
+                             size_given=size is not None, images=images, mask=mask, strength=strength, steps=steps,
                              cases_file=cases_file, reference_png=reference_png, reference_from_cpu=reference_from_cpu,
                              browser_path=browser_path, headed=headed, gpu=gpu, report_dir=report_dir,
                              psnr_min=psnr_min, timeout_s=timeout_s, dist_dir=dist_dir, precision=precision,

@@ -362,3 +362,51 @@ def test_summary_shows_the_apps_stage_timings_in_the_order_it_reported_them(tmp_
     assert ("app timings: check 0.00s, load 2.50s, encode 0.30s, latents 0.00s, timesteps 0.00s, denoise 4.00s, "
             "decode 0.70s, total 7.50s, sessionRun 4.90s") in [line.strip() for line in lines]
     assert lines[-1] == f"overall: PASS (exit 0); report in {tmp_path}"
+
+
+def _png(path: Path, width: int, height: int, grey: bool = False) -> Path:
+    rng = np.random.default_rng(width * 1000 + height)
+    pixels = rng.integers(0, 256, (height, width) if grey else (height, width, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+def test_editing_and_inpainting_cases_take_images_mask_and_strength(tmp_path: Path) -> None:
+    _png(tmp_path / "a.png", 200, 150)
+    _png(tmp_path / "b.png", 1100, 1000)
+    _png(tmp_path / "m.png", 50, 40, grey=True)
+    cases_file = tmp_path / "cases.toml"
+    cases_file.write_text(
+        '[[cases]]\nname = "edit"\nimages = ["a.png", "b.png"]\n'
+        '[[cases]]\nname = "edit-sized"\nimages = ["a.png"]\nsize = "64x96"\n'
+        '[[cases]]\nname = "inpaint"\nimages = ["b.png", "a.png"]\nmask = "m.png"\nstrength = 0.5\n', encoding="utf-8")
+    edit, sized, inpaint = load_cases(cases_file, defaults=DEFAULTS)
+    # Without a size, editing takes the first image's used size: 200x150 floored to multiples of 16.
+    assert (edit.mode, edit.size, edit.images) == ("edit", "192x144", (tmp_path / "a.png", tmp_path / "b.png"))
+    assert (sized.mode, sized.size) == ("edit", "64x96")
+    # Inpainting always has its image's used size: 1100x1000 is scaled to about 1024^2, then floored.
+    assert (inpaint.mode, inpaint.size, inpaint.mask, inpaint.strength) == ("inpaint", "1072x976", tmp_path / "m.png", 0.5)
+    assert inpaint.parameters()["strength"] == 0.5 and edit.parameters()["images"][1].endswith("b.png")
+    assert "mode" not in load_cases(_cases(tmp_path, [{"name": "t"}]), defaults=DEFAULTS)[0].parameters()
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"images": ["a.png"], "strength": 0.5}, "`strength` is for inpainting"),
+    ({"images": ["a.png"], "mask": "m.png", "strength": 1.5}, "outside 0..1"),
+    ({"images": ["missing.png"]}, "missing.png does not exist"),
+    ({"images": ["a.png"] * 5}, "5 reference images; at most 4"),
+    ({"mask": "m.png"}, "a mask needs the image to inpaint"),
+    ({"images": ["a.png"], "mask": "m.png", "size": "512x512"}, "inpainting keeps the size.*192x144"),
+    ({"images": "a.png"}, "`images` must be list"),
+])
+def test_bad_editing_cases_say_what_to_fix(tmp_path: Path, entry: dict[str, Any], message: str) -> None:
+    _png(tmp_path / "a.png", 200, 150)
+    _png(tmp_path / "m.png", 50, 40, grey=True)
+    with pytest.raises(InputError, match=message):
+        load_cases(_cases(tmp_path, [{"name": "c", **entry}]), defaults=DEFAULTS)
+
+
+def _cases(tmp_path: Path, entries: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps({"cases": entries}), encoding="utf-8")
+    return path

@@ -14,7 +14,8 @@ from builder.pipeline import limits
 from builder.repo import manifest
 
 CASE_KEYS = frozenset({"name", "prompt", "seed", "size", "steps", "reference", "reference_from_cpu", "psnr_min",
-                       "precision"})
+                       "precision", "images", "mask", "strength"})
+DEFAULT_STRENGTH = 0.8  # Flux2KleinInpaintPipeline's default
 CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -40,6 +41,10 @@ class RegressOptions:
     precision: str | None = None  # force the app's graph variant (its ?precision=); None: the app's choice
     f16_toggle: bool = True  # Linux + NVIDIA, --gpu: the Dawn toggle that exposes shader-f16 (site/chrome.py)
     profile: Path | None = None  # browser profile to use and keep (its model store survives); None: a temp one
+    images: tuple[Path, ...] = ()  # editing: reference images; with `mask`: the image to inpaint, then references
+    mask: Path | None = None  # inpainting mask (white repaints)
+    strength: float | None = None  # inpainting strength; None: DEFAULT_STRENGTH
+    size_given: bool = True  # False: editing / inpainting take the size from the first image
 
 
 @dataclass(frozen=True)
@@ -57,14 +62,32 @@ class Case:
     reference_from_cpu: bool = False
     # Force the app's graph variant (its `?precision=`); None: the app picks the best its adapter runs.
     precision: str | None = None
+    # Editing: reference images. Inpainting (`mask` set): the image to inpaint, then its references.
+    images: tuple[Path, ...] = ()
+    mask: Path | None = None
+    strength: float | None = None  # inpainting only; None: DEFAULT_STRENGTH
 
     @property
     def size(self) -> str:
         return f"{self.width}x{self.height}"
 
+    @property
+    def mode(self) -> str:
+        return "inpaint" if self.mask is not None else "edit" if self.images else "text"
+
     def parameters(self) -> dict[str, Any]:
-        return {"prompt": self.prompt, "seed": self.seed, "width": self.width, "height": self.height,
-                "steps": self.steps, "psnr_min": self.psnr_min, "precision": self.precision}
+        parameters: dict[str, Any] = {"prompt": self.prompt, "seed": self.seed, "width": self.width,
+                                      "height": self.height, "steps": self.steps, "psnr_min": self.psnr_min,
+                                      "precision": self.precision}
+        if self.images:
+            parameters.update(mode=self.mode, images=[str(path) for path in self.images])
+        if self.mask is not None:
+            parameters.update(mask=str(self.mask), strength=self.strength_or_default)
+        return parameters
+
+    @property
+    def strength_or_default(self) -> float:
+        return DEFAULT_STRENGTH if self.strength is None else self.strength
 
     def page_path(self) -> str:
         return f"/?precision={self.precision}" if self.precision else "/"
@@ -78,17 +101,24 @@ def cases_from_options(options: RegressOptions) -> list[Case]:
                  reference_png=Path(options.reference_png) if options.reference_png else None,
                  reference_from_cpu=options.reference_from_cpu, precision=options.precision)
     if options.cases_file is not None:
+        if options.images or options.mask is not None or options.strength is not None:
+            raise InputError("--image, --mask and --strength describe one case; with --cases, put `images`, `mask` "
+                             "and `strength` into the cases file.")
         return load_cases(Path(options.cases_file), defaults=flags)
     if options.prompt is None:
         raise InputError("--prompt is required (the text to generate), or pass --cases FILE with several cases.")
-    return [check_case(flags, where="regress")]
+    flags = replace(flags, images=tuple(Path(p) for p in options.images),
+                    mask=Path(options.mask) if options.mask is not None else None, strength=options.strength)
+    return [check_case(with_input_size(flags, size_given=options.size_given), where="regress")]
 
 
 def load_cases(path: Path, *, defaults: Case) -> list[Case]:
     """Cases from a JSON or TOML file; every field a case leaves out comes from `defaults` (the flags).
 
     JSON: `{"cases": [{...}, ...]}` or a bare list. TOML: `[[cases]]` tables. Fields: name, prompt, seed,
-    size ("WxH"), steps, reference (PNG path, relative to the file), reference_from_cpu, psnr_min.
+    size ("WxH"), steps, reference (PNG path, relative to the file), reference_from_cpu, psnr_min, precision,
+    images (paths relative to the file: editing references; with `mask`, the image to inpaint first), mask,
+    strength (inpainting, default 0.8). An editing or inpainting case without `size` takes the first image's.
     """
     path = Path(path)
     if not path.is_file():
@@ -126,6 +156,15 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
             case = replace(case, psnr_min=float(_typed(entry, "psnr_min", (int, float), where)))
         if "precision" in entry:
             case = replace(case, precision=_typed(entry, "precision", str, where))
+        if "images" in entry:
+            listed = _typed(entry, "images", list, where)
+            if not all(isinstance(item, str) for item in listed):
+                raise InputError(f"{where}: `images` must be a list of image paths, got {listed!r}.")
+            case = replace(case, images=tuple(_relative(path, item) for item in listed))
+        if "mask" in entry:
+            case = replace(case, mask=_relative(path, _typed(entry, "mask", str, where)))
+        if "strength" in entry:
+            case = replace(case, strength=float(_typed(entry, "strength", (int, float), where)))
         # A case that names its own reference replaces the flags' choice rather than combining with it.
         if "reference" in entry:
             reference = Path(_typed(entry, "reference", str, where))
@@ -138,7 +177,8 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
         if not CASE_NAME.match(name):
             raise InputError(f"{where}: name {name!r} must be 1-64 letters, digits, '.', '_' or '-' "
                              "(it names a folder).")
-        cases.append(check_case(replace(case, name=name), where=f"{where} ({name})"))
+        case = with_input_size(replace(case, name=name), size_given="size" in entry)
+        cases.append(check_case(case, where=f"{where} ({name})"))
 
     names = [case.name for case in cases]
     duplicates = sorted({name for name in names if names.count(name) > 1})
@@ -146,6 +186,34 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
         raise InputError(f"--cases {path}: case names must be unique (each gets a report folder); "
                          f"repeated: {duplicates}.")
     return cases
+
+
+def _relative(cases_file: Path, name: str) -> Path:
+    given = Path(name)
+    return given if given.is_absolute() else cases_file.parent / given
+
+
+def with_input_size(case: Case, *, size_given: bool) -> Case:
+    """An editing case without a size takes its first image's used size (as Flux2KleinPipeline does); an inpainting
+    case always has its image's (Flux2KleinInpaintPipeline ignores the size it is given), so a different explicit
+    size is refused by check_case."""
+    if not case.images or (size_given and case.mask is None) or not case.images[0].is_file():
+        return case
+    width, height = limits.input_image_size(*_image_size(case.images[0]))
+    if case.mask is not None and size_given and (width, height) != (case.width, case.height):
+        raise InputError(f"inpainting keeps the size of the image to inpaint: {case.images[0]} is used at "
+                         f"{width}x{height}, but the case asks for {case.size}; leave the size out.")
+    return replace(case, width=width, height=height)
+
+
+def _image_size(path: Path) -> tuple[int, int]:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            return int(image.width), int(image.height)
+    except (OSError, UnidentifiedImageError) as exc:
+        raise InputError(f"{path} is not an image PIL can read ({exc}).") from exc
 
 
 def _typed(entry: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -166,6 +234,18 @@ def check_case(case: Case, *, where: str) -> Case:
     limits.check_steps(case.steps, name=f"{where}: steps")
     if case.precision is not None and case.precision not in manifest.VARIANTS:
         raise InputError(f"{where}: precision {case.precision!r} is not one of {', '.join(manifest.VARIANTS)}.")
+    for image in (*case.images, *([case.mask] if case.mask is not None else [])):
+        if not image.is_file():
+            raise InputError(f"{where}: input image {image} does not exist.")
+    references = len(case.images) - (1 if case.mask is not None else 0)
+    if references > limits.REFERENCES_MAX:
+        raise InputError(f"{where}: {references} reference images; at most {limits.REFERENCES_MAX} are supported.")
+    if case.mask is not None and not case.images:
+        raise InputError(f"{where}: a mask needs the image to inpaint: give it as the first of `images`.")
+    if case.strength is not None:
+        if case.mask is None:
+            raise InputError(f"{where}: `strength` is for inpainting; give a `mask` too, or leave it out.")
+        limits.check_strength(case.strength, name=f"{where}: strength")
     if not case.psnr_min > 0:
         raise InputError(f"{where}: psnr_min {case.psnr_min} must be a positive number of dB, e.g. 40.")
     if case.reference_png is not None and case.reference_from_cpu:
