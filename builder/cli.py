@@ -141,11 +141,12 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str | None, steps: 
 
     if strength is not None and mask is None:
         raise InputError("--strength only applies to inpainting; pass --mask too, or leave --strength out.")
+    # Without --size: editing and inpainting take the size from their images, text-to-image 512x512.
+    width: int | None = None
+    height: int | None = None
     if size is not None:
         width, height = limits.parse_size(size)
-    elif images or mask is not None:
-        width = height = None
-    else:
+    elif not images and mask is None:
         width, height = 512, 512
     ref.generate_png(model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=steps, out=out_png,
                      log=log, images=images, mask=mask,

@@ -151,6 +151,8 @@ def generate(
         plan = plan_inputs(files, mask_file, width=width, height=height, strength=strength)
         check_inputs(prompt=prompt, seed=seed, width=plan.width, height=plan.height, steps=steps)
         width, height = plan.width, plan.height
+        if plan.strength is not None:
+            sampling.strength_schedule(steps, plan.strength)  # a strength that leaves no step fails now, not later
         for info in plan.images:
             log(f"reference: input {info.name} {info.width}x{info.height} used at {info.used_width}x"
                 f"{info.used_height} ({info.tokens} tokens)")
