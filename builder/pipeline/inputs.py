@@ -78,7 +78,7 @@ def _role(index: int, inpainting: bool) -> str:
 
 def read_image(path: Path, *, role: str = "Input image") -> InputFile:
     """An input image: a readable PNG, JPEG or WebP file of a size diffusers accepts (check_image_input)."""
-    name = f"{role} {path}"
+    name = f"{role} ({path})"
     loaded = _decode(path, name)
     limits.check_image_dimensions(loaded.width, loaded.height, name=name)
     return loaded
@@ -86,7 +86,7 @@ def read_image(path: Path, *, role: str = "Input image") -> InputFile:
 
 def read_mask(path: Path) -> InputFile:
     """An inpainting mask: any size (it is resized to the image), white repaints, black keeps, and grey only."""
-    name = f"The mask {path}"
+    name = f"The mask ({path})"
     loaded = _decode(path, name, grey_check=True)
     if loaded.width < 1 or loaded.height < 1:
         raise InputError(f"{name} is empty ({loaded.width}x{loaded.height}).")
