@@ -74,7 +74,8 @@ def oracle(pipe: Any, **kwargs: Any) -> np.ndarray:
     """diffusers in float32, output_type="np", then numpy_to_pil's rounding."""
     images = pipe(prompt=PROMPT, num_inference_steps=STEPS, guidance_scale=1.0,
                   generator=torch.Generator("cpu").manual_seed(SEED), output_type="np", **kwargs).images
-    return np.round(images[0] * 255).astype(np.uint8)
+    pixels: np.ndarray = np.round(images[0] * 255).astype(np.uint8)
+    return pixels
 
 
 def load(path: Path) -> Any:
