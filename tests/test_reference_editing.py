@@ -62,12 +62,12 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def edit_pipe(tiny_models: dict[str, Path]) -> Any:
-    return diffusers.Flux2KleinPipeline.from_pretrained(str(tiny_models["diffusers"]), torch_dtype=torch.float32)
+    return diffusers.Flux2KleinPipeline.from_pretrained(str(tiny_models["diffusers"]), dtype=torch.float32)
 
 
 @pytest.fixture(scope="module")
 def inpaint_pipe(tiny_models: dict[str, Path]) -> Any:
-    return diffusers.Flux2KleinInpaintPipeline.from_pretrained(str(tiny_models["diffusers"]), torch_dtype=torch.float32)
+    return diffusers.Flux2KleinInpaintPipeline.from_pretrained(str(tiny_models["diffusers"]), dtype=torch.float32)
 
 
 def oracle(pipe: Any, **kwargs: Any) -> np.ndarray:
