@@ -206,9 +206,8 @@ def generate(
                             else np.zeros((1, 0, 128), dtype=np.float32))  # [1, R, 128]
         condition_ids = sampling.prepare_image_ids([(x.shape[2], x.shape[3]) for x in per_image])  # [R, 4]
         img_ids = np.concatenate([latent_ids, condition_ids], axis=0)
-        source_tokens = mask_tokens = None
-        if plan.mode == "inpaint":
-            assert mask_pixels is not None
+        source_tokens = mask_tokens = None  # inpainting only
+        if mask_pixels is not None:
             source_tokens = sampling.pack_latents(conditioning[0])  # the image to inpaint, [1, h*w, 128]
             mask_tokens = sampling.mask_latents(mask_pixels, latent_h, latent_w)  # [1, h*w, 1]
 
@@ -216,8 +215,7 @@ def generate(
     with _stage("timesteps", seconds, log):
         sigmas, timesteps = sampling.retrieve_timesteps(steps, latents.shape[1])
         t_start = 0
-        if plan.mode == "inpaint":
-            assert source_tokens is not None and plan.strength is not None
+        if source_tokens is not None and plan.strength is not None:
             t_start = sampling.strength_schedule(steps, plan.strength)
             # prepare_latents: the source noised to the first sigma that runs (scheduler begin_index = t_start)
             latents = sampling.scale_noise(source_tokens, sigmas[t_start], latents)
