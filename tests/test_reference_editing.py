@@ -341,6 +341,21 @@ def test_mask_preparation_is_the_mask_processor(inpaint_pipe: Any, tmp_path: Pat
     assert np.array_equal(ours, expected.numpy()[0, 0])
 
 
+def test_reading_is_load_image(tmp_path: Path) -> None:
+    """EXIF orientation applied, then RGB: a JPEG stored sideways and a half-transparent PNG."""
+    sideways = tmp_path / "sideways.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: rotate 90 degrees clockwise to display
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (64, 128, 3), dtype=np.uint8)).save(sideways, exif=exif)
+    alpha = tmp_path / "alpha.png"
+    rgba = np.random.default_rng(2).integers(0, 256, (70, 90, 4), dtype=np.uint8)
+    Image.fromarray(rgba, "RGBA").save(alpha)
+    for path, size in ((sideways, (64, 128)), (alpha, (90, 70))):
+        loaded = inputs.read_image(path)
+        assert (loaded.width, loaded.height) == size and loaded.image.mode == "RGB"
+        assert np.array_equal(np.asarray(loaded.image), np.asarray(load(path)))
+
+
 @pytest.mark.parametrize("mode", ["RGBA", "L", "P"])
 def test_image_preparation_is_the_image_processor(edit_pipe: Any, tmp_path: Path, mode: str) -> None:
     path = save_image(tmp_path / f"x-{mode}.png", 1030, 1030, seed=4, mode=mode)  # over 1024^2 and not 16s
@@ -394,6 +409,7 @@ def bad(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "pillow-bomb": png_header_only(root / "pillow-bomb.png", 20000, 10000),  # Pillow refuses
         "small": save_image(root / "small.png", 50, 64, seed=1),
         "thin": save_image(root / "thin.png", 640, 64, seed=1),  # 10:1
+        "wide": save_image(root / "wide.png", 2400, 320, seed=1),  # 7.5:1, used at 2400x320: wider than 2048
         "red-dot-mask": root / "red-dot-mask.png",
         "grey-mask": root / "grey-mask.png",
         "out-folder": root / "out",
@@ -427,6 +443,8 @@ BAD_CASES: dict[str, tuple[Any, str]] = {
                                 "leaves no denoising step"),
     "inpaint-other-size": (lambda b: [*image_args(b["good"]), "--mask", str(b["grey-mask"]), "--size", "64x64"],
                            "keeps the size of the image to inpaint"),
+    "edit-output-too-wide": (lambda b: image_args(b["wide"]), "pass --size for the output"),
+    "inpaint-output-too-wide": (lambda b: [*image_args(b["wide"]), "--mask", str(b["grey-mask"])], "crop it first"),
     "edit-size-not-16": (lambda b: [*image_args(b["good"]), "--size", "100x64"], "multiples of 16"),
 }
 

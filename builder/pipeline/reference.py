@@ -331,6 +331,9 @@ def plan_inputs(files: Sequence[inputs.InputFile], mask: inputs.InputFile | None
     if mask is None:
         # Flux2KleinPipeline: `height = height or image_height` for the first image, each side on its own.
         used = [limits.input_image_size(item.width, item.height) for item in files]
+        if (width is None or height is None) and not all(limits.side_allowed(side) for side in used[0]):
+            raise InputError(f"Reference image 1 ({files[0].name}) is used at {used[0][0]}x{used[0][1]}, beyond the "
+                             f"{limits.SIZE_MAX} pixels an output side may have; pass --size for the output.")
         return InputPlan("edit", width or used[0][0], height or used[0][1],
                          images=tuple(info(item, size) for item, size in zip(files, used, strict=True)),
                          encoder_runs=tuple((1, w, h) for w, h in used))
@@ -340,6 +343,9 @@ def plan_inputs(files: Sequence[inputs.InputFile], mask: inputs.InputFile | None
     if (width is not None and width != source_size[0]) or (height is not None and height != source_size[1]):
         raise InputError(f"Inpainting keeps the size of the image to inpaint: {files[0].name} is used at "
                          f"{source_size[0]}x{source_size[1]}, but --size {width}x{height} was asked; leave --size out.")
+    if not all(limits.side_allowed(side) for side in source_size):
+        raise InputError(f"The image to inpaint ({files[0].name}) is used at {source_size[0]}x{source_size[1]}, beyond "
+                         f"the {limits.SIZE_MAX} pixels an output side may have; crop it first.")
     references = files[1:]
     reference_size = inputs.inpaint_reference_size(references) if references else (0, 0)
     runs = [(1, *source_size)] + ([(len(references), *reference_size)] if references else [])
