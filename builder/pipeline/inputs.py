@@ -77,7 +77,11 @@ def _role(index: int, inpainting: bool) -> str:
 
 
 def read_image(path: Path, *, role: str = "Input image") -> InputFile:
-    """An input image: a readable PNG, JPEG or WebP file of a size diffusers accepts (check_image_input)."""
+    """An input image: a readable PNG, JPEG or WebP file of a size diffusers accepts (check_image_input).
+
+    The size checks apply to inpainting's images too, which Flux2KleinInpaintPipeline does not check: an image
+    it would take with odd results (a side under 64 pixels, 9:1) is refused, never used differently.
+    """
     name = f"{role} ({path})"
     loaded = _decode(path, name)
     limits.check_image_dimensions(loaded.width, loaded.height, name=name)
