@@ -135,6 +135,7 @@ def test_edit_with_two_references_of_different_sizes(tiny_models: dict[str, Path
     # 1100x1000 is over 1024^2: scaled to int(1100 s) x int(1000 s) = 1073x976, then cropped to 1072x976.
     assert (large.width, large.height, large.used_width, large.used_height) == (1100, 1000, 1072, 976)
     assert large.tokens == limits.input_image_tokens(1100, 1000) == 67 * 61
+    assert result.reference_tokens == 12 * 9 + 67 * 61
     assert list(result.stage_seconds) == ["check", "load", "encode", "images", "latents", "timesteps", "denoise",
                                           "decode"]
 

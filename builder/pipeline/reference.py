@@ -111,6 +111,11 @@ class ReferenceResult:
     strength: float | None = None  # inpaint only
     steps_run: int = 0  # denoising steps that ran (inpainting runs the last strength x steps of the schedule)
 
+    @property
+    def reference_tokens(self) -> int:
+        """Tokens the input images added to every denoising step."""
+        return sum(info.tokens for info in self.images)
+
 
 def generate(
     model_dir: Path,
