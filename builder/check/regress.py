@@ -155,13 +155,14 @@ def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -
     from builder.pipeline import reference  # onnxruntime + tokenizers: only loaded when a CPU reference is asked for
 
     variants = {component: graph["variant"] for component, graph in (app_graphs or {}).items()
-                if component in manifest.COMPONENTS and isinstance(graph, dict)
+                if component in (*manifest.COMPONENTS, *manifest.OPTIONAL_COMPONENTS) and isinstance(graph, dict)
                 and isinstance(graph.get("variant"), str)}
     log(f"[{case.name}] reference: running the pipeline on onnxruntime CPU "
         f"({', '.join(f'{c} {v}' for c, v in variants.items()) or 'default variants'}) ...")
     started = time.perf_counter()
     result = reference.generate(models_dir, prompt=case.prompt, seed=case.seed, width=case.width,
-                                height=case.height, steps=case.steps, log=log, variants=variants or None)
+                                height=case.height, steps=case.steps, log=log, variants=variants or None,
+                                images=case.images, mask=case.mask, strength=case.strength_or_default)
     return Reference(source="cpu", image=result.image, seconds=time.perf_counter() - started,
                      variants=dict(result.variants))
 
