@@ -201,6 +201,7 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
 
 
 # Sets a text control's value as typing would end (the native setter, then an `input` event).
+FORM_WAIT_MS = 30_000  # the page decodes and checks each image file it is given
 SET_VALUE_JS = """([selector, value]) => {
     const element = document.querySelector(selector);
     const setter = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(element), 'value').set;
@@ -220,6 +221,14 @@ def fill_form(page: Any, case: Case) -> None:
             raise RegressionError(f"could not enter the prompt {case.prompt!r} into the form")
     _set_field(page, "#seed", str(case.seed))
     _set_field(page, "#steps", str(case.steps))
+    fill_images(page, case)
+    if case.mode == "inpaint":
+        return  # inpainting's size is the image's: the form locks it
+    if case.mode == "edit":
+        if case.size == _shown_size(page):
+            return  # "match the first image" already set it
+        if page.is_checked("#match-size"):
+            page.uncheck("#match-size")
     presets = page.eval_on_selector_all("#size option", "options => options.map(o => o.value)")
     if case.size in presets:
         page.select_option("#size", case.size)
@@ -227,6 +236,41 @@ def fill_form(page: Any, case: Case) -> None:
         page.select_option("#size", "custom")
         page.fill("#width", str(case.width))
         page.fill("#height", str(case.height))
+
+
+def fill_images(page: Any, case: Case) -> None:
+    """Choose the case's mode and give the form its images as a user would: the file pickers' inputs, then wait
+    until the page has read them (each reference listed, the image to inpaint shown with its mask)."""
+    if case.mode == "text":
+        if page.query_selector("#mode-text") is not None:
+            page.check("#mode-text")  # after an editing case of the same run
+        return
+    page.check(f"#mode-{case.mode}")
+    references = list(case.images[1:] if case.mode == "inpaint" else case.images)
+    if case.mode == "inpaint":
+        page.set_input_files("#source-file", str(case.images[0]))
+        page.wait_for_function("() => !document.querySelector('#painter').hidden", timeout=FORM_WAIT_MS)
+        assert case.mask is not None
+        page.set_input_files("#mask-file", str(case.mask))
+        page.wait_for_function("() => /mask/i.test(document.querySelector('#mask-info').textContent)",
+                               timeout=FORM_WAIT_MS)
+        page.evaluate(SET_VALUE_JS, ["#strength", repr(case.strength_or_default)])
+        if float(page.input_value("#strength")) != case.strength_or_default:
+            raise RegressionError(f"the strength slider does not take {case.strength_or_default} (its step is "
+                                  f"{page.get_attribute('#strength', 'step')}); use a multiple of it")
+    if references:
+        page.set_input_files("#reference-files", [str(path) for path in references])
+        page.wait_for_function(f"() => document.querySelectorAll('#references li').length === {len(references)}",
+                               timeout=FORM_WAIT_MS)
+    problem = (page.text_content("#error") or "").strip() if page.query_selector("#error") else ""
+    if problem and page.is_visible("#error"):
+        raise RegressionError(f"the page refused the case's images: {problem}")
+
+
+def _shown_size(page: Any) -> str:
+    """The output size the form holds now, as WIDTHxHEIGHT."""
+    value = page.input_value("#size")
+    return value if value != "custom" else f"{page.input_value('#width')}x{page.input_value('#height')}"
 
 
 def _set_field(page: Any, selector: str, value: str) -> None:
