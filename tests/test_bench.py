@@ -15,6 +15,7 @@ import pytest
 
 from builder.check import bench, bench_graphs, bench_models, bench_report, bench_stats, ort_timing
 from builder.errors import BenchError, InputError
+from builder.repo.attention import size_classes
 
 
 def test_median_of_odd_and_even_samples_and_empty_is_an_error() -> None:
@@ -141,7 +142,8 @@ def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path) -> None:
         assert row["ort_ms"] > 0 and row["torch_ms"] > 0 and row["method"].startswith("full graph")
     # The transformer: the converter's main graph (most query blocks) and the app's graph at each size.
     scale = bench_models.tiny_scale()
-    main = "q4" + bench_graphs.blocks_label(5)
+    most_split = size_classes("transformer", heads=int(scale.transformer["num_attention_heads"]))[0][0]
+    main = "q4" + bench_graphs.blocks_label(most_split)
     for size in ("128x128", "256x256"):
         app = bench_graphs.app_choice(scale, int(size.split("x")[0]), "q4")
         assert app == "q4, attention unsplit"  # the tiny model's 2 heads fit 256^2 unsplit
