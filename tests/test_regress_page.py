@@ -40,6 +40,9 @@ class FormPage:
     def select_option(self, selector: str, value: str) -> None:
         self.values[selector] = value
 
+    def query_selector(self, _selector: str) -> None:
+        return None  # a page without the editing modes
+
 
 CASE = Case(name="c", prompt="a red fox", seed=7, width=512, height=512, steps=4, psnr_min=40.0)
 
