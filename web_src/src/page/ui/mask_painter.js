@@ -51,6 +51,7 @@ export class MaskPainter {
         this.softEdge = requireElement(doc, 'soft-edge', HTMLInputElement);
         this.softEdgeValue = requireElement(doc, 'soft-edge-value', HTMLOutputElement);
         this.maskInput = requireElement(doc, 'mask-file', HTMLInputElement);
+        this.maskInfo = requireElement(doc, 'mask-info', HTMLElement);
         this.onSourceChange = onSourceChange;
         /** @type {InputImage | null} */
         this.source = null;
@@ -70,7 +71,7 @@ export class MaskPainter {
         requireElement(doc, 'mask-download', HTMLButtonElement).addEventListener('click', () => this.#download());
         this.brushSize.addEventListener('input', () => this.#syncLabels());
         this.softEdge.addEventListener('input', () => {
-            this.loadedMask = null;
+            this.#setLoaded(null);
             this.#syncLabels();
         });
         this.canvas.addEventListener('pointerdown', (event) => this.#down(event));
@@ -109,7 +110,7 @@ export class MaskPainter {
         if (this.image.src) URL.revokeObjectURL(this.image.src);
         this.image.removeAttribute('src');
         this.source = null;
-        this.loadedMask = null;
+        this.#setLoaded(null);
         this.#show();
         this.onSourceChange();
     }
@@ -121,7 +122,7 @@ export class MaskPainter {
      */
     async loadMask(blob, name) {
         if (!this.source) throw new InputError('Load the image to inpaint before its mask.');
-        const checked = await checkImage(blob, name, `The mask (${name})`);
+        const checked = await checkImage(blob, name, `The mask (${name})`, { mask: true });
         const bitmap = await createImageBitmap(checked.blob);
         const { width, height } = this.canvas;
         const grey = scratch(width, height);
@@ -138,12 +139,12 @@ export class MaskPainter {
             data[i + 3] = Math.round(luma);
         }
         this.context.putImageData(pixels, 0, 0);
-        this.loadedMask = { blob, name };
+        this.#setLoaded({ blob, name });
     }
 
     clear() {
         this.context.clearRect(0, 0, this.canvas.width, this.canvas.height);
-        this.loadedMask = null;
+        this.#setLoaded(null);
     }
 
     /** Painted becomes kept and kept painted (`xor` with full coverage leaves 1 - alpha). */
@@ -154,7 +155,7 @@ export class MaskPainter {
         context.fillStyle = PAINT;
         context.fillRect(0, 0, this.canvas.width, this.canvas.height);
         context.restore();
-        this.loadedMask = null;
+        this.#setLoaded(null);
     }
 
     /** @returns {boolean} Nothing painted: inpainting would repaint nothing. */
@@ -180,6 +181,17 @@ export class MaskPainter {
         const grey = new Uint8Array(width * height);
         for (let i = 0; i < grey.length; i++) grey[i] = rgba[4 * i + 3];
         return { blob: await encodeGreyPng(grey, width, height), name: 'painted-mask.png' };
+    }
+
+    /**
+     * Whether the canvas shows a loaded file untouched (sent as given) or a painted mask (exported).
+     * @param {{blob: Blob, name: string} | null} loaded
+     */
+    #setLoaded(loaded) {
+        this.loadedMask = loaded;
+        this.maskInfo.textContent = loaded
+            ? `Mask: ${loaded.name}, sent as given (painting over it makes it a painted mask).`
+            : 'Mask: painted here, sent as a greyscale PNG of the image’s size.';
     }
 
     /** Saves the mask as it would be sent, to reuse it in a later run or another tool. */
@@ -266,6 +278,6 @@ export class MaskPainter {
             context.stroke();
         }
         context.restore();
-        this.loadedMask = null;
+        this.#setLoaded(null);
     }
 }
