@@ -285,16 +285,20 @@ def test_inpaint_mask_painter_exports_what_was_painted(page: Any, tmp_path: Path
     soft = save_mask(page, tmp_path, "soft.png")
     assert 0 < soft.max() and len(np.unique(soft)) > 4, "a soft edge has greys"
 
-    # A mask file replaces the painted one; any size will do (it is resized to the image).
+    # A mask file replaces the painted one; any size will do (it is resized to the image), colour will not.
+    coloured = tmp_path / "coloured.png"
+    Image.fromarray(np.full((64, 64, 3), (255, 0, 0), dtype=np.uint8)).save(coloured)
+    page.set_input_files("#mask-file", str(coloured))
+    assert "greyscale" in wait_error(page, "coloured.png")
     mask_file = tmp_path / "half.png"
-    half = np.zeros((30, 50), dtype=np.uint8)
-    half[:, 25:] = 255
+    half = np.zeros((64, 128), dtype=np.uint8)
+    half[:, 64:] = 255
     Image.fromarray(half).save(mask_file)
     page.set_input_files("#mask-file", str(mask_file))
     page.wait_for_function("() => document.querySelector('#mask-info').textContent.includes('half.png')",
                            polling=POLL_MS)
     loaded = save_mask(page, tmp_path, "loaded.png")
-    assert loaded.shape == (30, 50) and (loaded == half).all(), "an untouched mask file is sent as given"
+    assert loaded.shape == (64, 128) and (loaded == half).all(), "an untouched mask file is sent as given"
     # Painting over it makes it a painted mask, at the image's size, the file's right half still white.
     paint_stroke(page, (0.1, 0.1), (0.1, 0.1))
     repainted = save_mask(page, tmp_path, "repainted.png")

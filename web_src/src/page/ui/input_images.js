@@ -32,14 +32,12 @@ export function blobName(blob, fallback) {
 /**
  * Decodes and checks one file: readable as an image (decoding it is the only reliable type check), within the
  * file-size cap and the dimension rules. Throws InputError naming `label` (e.g. 'Reference 2 (cat.png)').
- * A mask is only held to the decoded-size cap: it may have any size and shape, being resized to its image.
  * @param {Blob} blob
  * @param {string} name
  * @param {string} label
- * @param {{mask?: boolean}} [options]
  * @returns {Promise<InputImage>}
  */
-export async function checkImage(blob, name, label, { mask = false } = {}) {
+export async function checkImage(blob, name, label) {
     if (blob.size > LIMITS.imageFileBytesMax) {
         throw new InputError(
             `${label} is ${formatBytes(blob.size)}, more than the ${formatBytes(LIMITS.imageFileBytesMax)} an input ` +
@@ -54,11 +52,7 @@ export async function checkImage(blob, name, label, { mask = false } = {}) {
     }
     const { width, height } = bitmap;
     bitmap.close();
-    const problem = mask
-        ? width * height > LIMITS.imagePixelsMax
-            ? imageDimensionsProblem(width, height, label)
-            : null
-        : imageDimensionsProblem(width, height, label);
+    const problem = imageDimensionsProblem(width, height, label);
     if (problem) throw new InputError(problem);
     return { blob, name, width, height, used: inputImageSize(width, height) };
 }

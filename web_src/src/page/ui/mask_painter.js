@@ -122,21 +122,32 @@ export class MaskPainter {
      */
     async loadMask(blob, name) {
         if (!this.source) throw new InputError('Load the image to inpaint before its mask.');
-        const checked = await checkImage(blob, name, `The mask (${name})`, { mask: true });
-        const bitmap = await createImageBitmap(checked.blob);
+        const checked = await checkImage(blob, name, `The mask (${name})`);
+        // Decoded as the worker decodes it, to refuse what it would refuse: a coloured mask (which pixels repaint
+        // would depend on a luma formula the user never sees).
+        const bitmap = await createImageBitmap(checked.blob, { colorSpaceConversion: 'none', premultiplyAlpha: 'none' });
+        const own = scratch(checked.width, checked.height);
+        own.drawImage(bitmap, 0, 0);
+        const file = own.getImageData(0, 0, checked.width, checked.height).data;
+        for (let i = 0; i < file.length; i += 4) {
+            if (file[i] !== file[i + 1] || file[i + 1] !== file[i + 2]) {
+                bitmap.close();
+                throw new InputError(`The mask (${name}) has coloured pixels; a mask must be greyscale (white repaints, black keeps).`);
+            }
+        }
+        // Brightness becomes coverage at the image's size.
         const { width, height } = this.canvas;
-        const grey = scratch(width, height);
-        grey.drawImage(bitmap, 0, 0, width, height);
+        const scaled = scratch(width, height);
+        scaled.drawImage(bitmap, 0, 0, width, height);
         bitmap.close();
-        const pixels = grey.getImageData(0, 0, width, height);
+        const pixels = scaled.getImageData(0, 0, width, height);
         const data = pixels.data;
         for (let i = 0; i < data.length; i += 4) {
-            // Luma of the mask file, times its own alpha (a transparent pixel keeps).
-            const luma = (0.299 * data[i] + 0.587 * data[i + 1] + 0.114 * data[i + 2]) * (data[i + 3] / 255);
+            const grey = data[i];
             data[i] = 255;
             data[i + 1] = 48;
             data[i + 2] = 96;
-            data[i + 3] = Math.round(luma);
+            data[i + 3] = grey;
         }
         this.context.putImageData(pixels, 0, 0);
         this.#setLoaded({ blob, name });
