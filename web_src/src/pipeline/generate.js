@@ -19,7 +19,7 @@ import { InputError, ModelFileError } from '../shared/errors.js';
 import { LIMITS } from '../shared/limits.js';
 import { assertFinite, checkImage, toRgba } from './image.js';
 import {
-    binaryMask, checkImageParams, decodeImage, imageLabel, inpaintPixels, inpaintReferencePixels, referencePixels,
+    binaryMask, checkGreyMask, checkImageParams, decodeImage, imageLabel, inpaintPixels, inpaintReferencePixels, referencePixels,
     referenceSizes, toPlanes,
 } from './input_images.js';
 import {
@@ -203,6 +203,7 @@ async function checkImages(params, signal) {
         used.unshift({ width, height });
         signal.throwIfAborted();
         decodedMask = await decodeImage(/** @type {import('../protocol.js').ImageInput} */ (mask), `The mask (${mask?.name})`);
+        checkGreyMask(decodedMask);
     }
     const tokens = used.reduce((sum, size) => sum + (size.width / PATCH) * (size.height / PATCH), 0);
     return { mode, images: decoded, used, mask: decodedMask, strength, tokens };

@@ -158,6 +158,22 @@ export async function decodeImage(input, label) {
     return { name: input.name, label, sha256: await sha256Hex(input.bytes), width, height, rgb };
 }
 
+/**
+ * Refuse a coloured mask: diffusers reduces it to luma (convert('L')), which would repaint what the user did not
+ * mean; greyscale files decode with equal R, G and B. The CPU reference (builder/pipeline/inputs.py) refuses it too.
+ * @param {DecodedImage} mask
+ */
+export function checkGreyMask(mask) {
+    const { rgb } = mask;
+    for (let p = 0; p < rgb.length; p += 3) {
+        if (rgb[p] !== rgb[p + 1] || rgb[p + 1] !== rgb[p + 2]) {
+            throw new InputError(`${mask.label} has coloured pixels; a mask must be greyscale (white repaints, black keeps).`, {
+                name: mask.name,
+            });
+        }
+    }
+}
+
 // Port of diffusers.pipelines.flux2.image_processor.Flux2ImageProcessor._resize_if_exceeds_area @ 0.42.1
 /**
  * An image larger than LIMITS.imageAreaMax scaled down to about that area (LANCZOS), else itself.
