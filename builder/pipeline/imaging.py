@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,9 +49,15 @@ def to_uint8(image: np.ndarray) -> np.ndarray:
     return np.round(hwc * np.float32(255)).astype(np.uint8)
 
 
-def png_text(*, prompt: str, seed: int, steps: int, width: int, height: int, model: str) -> dict[str, str]:
-    """The tEXt chunks klein-web writes (the web app's Download PNG uses the same keys)."""
-    return {
+def png_text(*, prompt: str, seed: int, steps: int, width: int, height: int, model: str, mode: str = "text",
+             images: Sequence[str] = (), mask: str | None = None, strength: float | None = None) -> dict[str, str]:
+    """The tEXt chunks klein-web writes (the web app's Download PNG uses the same keys).
+
+    Editing adds `mode` (`edit`) and `images`; inpainting `mode` (`inpaint`), `images` (the image to inpaint
+    first), `mask` and `strength` (repr of the float). Each image is one `input_line`. Text-to-image has none
+    of them.
+    """
+    text = {
         "prompt": prompt,
         "seed": str(seed),
         "steps": str(steps),
@@ -58,6 +65,25 @@ def png_text(*, prompt: str, seed: int, steps: int, width: int, height: int, mod
         "model": model,
         "software": SOFTWARE,
     }
+    if mode == "text":
+        return text
+    if mode not in ("edit", "inpaint"):
+        raise InputError(f"`mode` must be text, edit or inpaint, got {mode!r}.")
+    text["mode"] = mode
+    text["images"] = "\n".join(images)
+    if mode == "inpaint":
+        if mask is None or strength is None:
+            raise InputError("Inpainting metadata needs the mask and the strength.")
+        text["mask"] = mask
+        text["strength"] = repr(float(strength))
+    return text
+
+
+def input_line(sha256: str, width: int, height: int, name: str) -> str:
+    """`<sha256> <W>x<H> <name>`: one input image of the metadata, at the size it was used; control characters
+    in the name (a newline would split the line) become U+FFFD."""
+    clean = "".join("\ufffd" if ord(c) < 32 or ord(c) == 127 else c for c in name)
+    return f"{sha256} {width}x{height} {clean}"
 
 
 def write_png(path: Path, pixels: np.ndarray, *, text: dict[str, str] | None = None) -> Path:

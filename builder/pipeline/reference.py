@@ -1,10 +1,19 @@
-"""`klein-web reference`: the whole text-to-image pipeline on onnxruntime CPU, the browser app's reference.
+"""`klein-web reference`: the whole pipeline on onnxruntime CPU, the browser app's reference.
 
-`generate()` mirrors `Flux2KleinPipeline.__call__` (diffusers 0.42.1) stage by stage, with the stage names
-the worker's `pipeline/generate.js` uses, and runs the graphs of a model repository (the fetched seed repo
-or `klein-web convert` / `make-tiny` output) as its manifest describes them. The numerics outside the
-graphs (noise, schedule, Euler steps, ids, packing, uint8 rounding) come from builder.pipeline.sampling and
-builder.pipeline.imaging, which are bit-exact with diffusers + torch on CPU.
+`generate()` runs one of three modes, each mirroring a diffusers 0.42.1 pipeline stage by stage, with the stage
+names the worker's `pipeline/generate.js` uses:
+
+    text     no input images: Flux2KleinPipeline(prompt)
+    edit     `images` are references: Flux2KleinPipeline(prompt, image=[...]); their tokens follow the noise
+             tokens in every step, each image at its own time coordinate (10, 20, ...)
+    inpaint  `mask` given: Flux2KleinInpaintPipeline(prompt, image=images[0], mask_image=mask,
+             image_reference=images[1:], strength); the image to inpaint is also the first conditioning image
+
+It runs the graphs of a model repository (the fetched seed repo or `klein-web convert` / `make-tiny` output) as
+its manifest describes them; editing and inpainting also need the VAE encoder, which only converted repos have.
+The numerics outside the graphs (noise, schedule, Euler steps, ids, packing, masks, uint8 rounding) come from
+builder.pipeline.sampling and builder.pipeline.imaging, and the input images are prepared by
+builder.pipeline.inputs, all bit-exact with diffusers + torch + PIL on CPU.
 
 Only one onnxruntime session lives at a time: the real model is 5.6 GB, so each graph is loaded, run and
 released before the next one is created, like the browser does.
@@ -15,7 +24,7 @@ from __future__ import annotations
 import gc
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from builder.errors import ModelRepoError
+from builder.errors import InputError, ModelRepoError
 from builder.memory import peak_rss_bytes
-from builder.pipeline import capacity, imaging, limits, sampling
+from builder.pipeline import capacity, imaging, inputs, limits, sampling
 from builder.pipeline import prompt as prompt_module
 from builder.repo import local, manifest, verify
 from builder.repo.files import check_output_file
@@ -36,6 +45,7 @@ VARIANT_PREFERENCE: Mapping[str, tuple[str, ...]] = {
     "text_encoder": ("fp32", "q4", "q4f16"),
     "transformer": ("fp32", "q4", "q4f16"),
     "vae_decoder": ("fp32", "fp16"),
+    "vae_encoder": ("fp32", "fp16"),
 }
 
 # Scheduler settings Flux2KleinPipeline's schedule depends on (its scheduler_config.json); others change the math.
@@ -47,17 +57,59 @@ REQUIRED_SCHEDULER = {
 UNSUPPORTED_SCHEDULER_FLAGS = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
                                "stochastic_sampling")
 
+DEFAULT_STRENGTH = 0.8  # Flux2KleinInpaintPipeline's default
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """What the pipeline made of one input file (the protocol's InputImageInfo)."""
+
+    name: str
+    sha256: str
+    width: int  # decoded
+    height: int
+    used_width: int  # the size it was used at
+    used_height: int
+    tokens: int  # transformer tokens it added to every step (0 for the mask)
+
+    def metadata_line(self) -> str:
+        return imaging.input_line(self.sha256, self.used_width, self.used_height, self.name)
+
+
+@dataclass(frozen=True)
+class InputPlan:
+    """The mode of a request and the sizes of everything in it, known before any model work."""
+
+    mode: str  # text | edit | inpaint
+    width: int  # the output size
+    height: int
+    images: tuple[InputInfo, ...] = ()
+    mask: InputInfo | None = None
+    strength: float | None = None
+    encoder_runs: tuple[tuple[int, int, int], ...] = ()  # (batch, width, height) of each VAE encoder run
+
+    @property
+    def reference_tokens(self) -> int:
+        return sum(info.tokens for info in self.images)
+
 
 @dataclass(frozen=True)
 class ReferenceResult:
     image: np.ndarray  # uint8 [H, W, 3]
     image_float: np.ndarray  # float32 [1, 3, H, W] in [0, 1], the decoder output
-    stage_seconds: dict[str, float]  # check, load, encode, latents, timesteps, denoise, decode -> wall seconds
+    stage_seconds: dict[str, float]  # check, load, encode, [images,] latents, timesteps, denoise, decode -> seconds
     peak_rss_bytes: int | None  # peak resident memory of this process so far (None where unknown)
     prompt_tokens: int  # real tokens fed to the text encoder (<= 512)
     prompt_dropped: int  # tokens cut by truncation to 512
     variants: dict[str, str] = field(default_factory=dict)  # component -> variant that ran
     model: str = ""  # a one-line description for PNG metadata
+    mode: str = "text"  # text | edit | inpaint
+    width: int = 0  # the output size
+    height: int = 0
+    images: tuple[InputInfo, ...] = ()  # edit: the references; inpaint: the image to inpaint, then its references
+    mask: InputInfo | None = None
+    strength: float | None = None  # inpaint only
+    steps_run: int = 0  # denoising steps that ran (inpainting runs the last strength x steps of the schedule)
 
 
 def generate(
@@ -65,15 +117,22 @@ def generate(
     *,
     prompt: str,
     seed: int,
-    width: int,
-    height: int,
+    width: int | None = None,
+    height: int | None = None,
     steps: int,
     log: Callable[[str], None],
     variants: Mapping[str, str] | None = None,
+    images: Sequence[Path] = (),
+    mask: Path | None = None,
+    strength: float = DEFAULT_STRENGTH,
 ) -> ReferenceResult:
-    """Text -> image with onnxruntime on the CPU, exactly as Flux2KleinPipeline computes it.
+    """Text (+ images, + mask) -> image with onnxruntime on the CPU, exactly as the diffusers pipeline computes it.
 
-    `variants` pins a variant per component (e.g. {"transformer": "q4"}); otherwise VARIANT_PREFERENCE picks.
+    Without `images` and `mask` WIDTH and HEIGHT are required. With `images` (edit) they default to the first
+    image's used size. With `mask` (inpaint) `images[0]` is the image to inpaint, the output has its used size
+    (a different WIDTH/HEIGHT is refused), `images[1:]` are its references and `strength` in [0, 1] says how
+    much of the schedule runs. `variants` pins a variant per component (e.g. {"transformer": "q4"}); otherwise
+    VARIANT_PREFERENCE picks.
     """
     # onnxruntime is imported here and in check/ort_timing.py (the bench's GPU timing), nowhere else in builder/.
     import onnxruntime
@@ -81,16 +140,32 @@ def generate(
     model_dir = Path(model_dir)
     seconds: dict[str, float] = {}
 
-    # 1. Check inputs
+    # 1. Check inputs: the parameters, then every input file decoded and checked, before any model work
     with _stage("check", seconds, log):
-        check_inputs(prompt=prompt, seed=seed, width=width, height=height, steps=steps)
+        limits.check_prompt(prompt)
+        limits.check_steps(steps)
+        limits.check_seed(seed)
+        if mask is not None:
+            strength = limits.check_strength(strength)
+        files, mask_file = inputs.read_inputs(list(images), mask)
+        plan = plan_inputs(files, mask_file, width=width, height=height, strength=strength)
+        check_inputs(prompt=prompt, seed=seed, width=plan.width, height=plan.height, steps=steps)
+        width, height = plan.width, plan.height
+        if plan.strength is not None:
+            sampling.strength_schedule(steps, plan.strength)  # a strength that leaves no step fails now, not later
+        for info in plan.images:
+            log(f"reference: input {info.name} {info.width}x{info.height} used at {info.used_width}x"
+                f"{info.used_height} ({info.tokens} tokens)")
 
     # 2. Load models: the graph of each component, its files checked before any session exists
     with _stage("load", seconds, log):
         repo = local.open_folder(model_dir, log=log)
+        components = manifest.COMPONENTS + (("vae_encoder",) if plan.mode != "text" else ())
         graphs = {component: choose_graph(repo, component, (variants or {}).get(component)) for component in
-                  manifest.COMPONENTS}
-        capacity.check_size(graphs["transformer"], width, height)
+                  components}
+        capacity.check_size(graphs["transformer"], width, height, reference_tokens=plan.reference_tokens,
+                            encoder_runs=plan.encoder_runs,
+                            encoder_blocks=graphs["vae_encoder"].attention_query_blocks if plan.encoder_runs else 1)
         verify_repo(model_dir, repo, graphs, log=log)
         check_scheduler_config(model_dir)
         log("reference: graphs " + ", ".join(f"{g.path}" for g in graphs.values()))
@@ -107,33 +182,69 @@ def generate(
         prompt_embeds = np.ascontiguousarray(prompt_embeds, dtype=np.float32)  # [1, 512, joint_dim]
         text_ids = sampling.prepare_text_ids(prompt_embeds.shape[1])  # [512, 4]
 
-    # 4. Prepare latents
+    # 4. Encode images: prepared as the pipeline does (inputs), BN-normalised latents from the VAE encoder graph
+    conditioning: list[np.ndarray] = []  # [n, 128, h, w] per encoder run, in token order
+    mask_pixels: np.ndarray | None = None
+    if plan.mode != "text":
+        with _stage("images", seconds, log), _session(onnxruntime, model_dir, graphs["vae_encoder"]) as session:
+            for pixels in prepare_images(plan, files):
+                (encoded,) = session.run(["image_latents"], {"image": pixels})
+                conditioning.append(np.ascontiguousarray(encoded, dtype=np.float32))
+            if mask_file is not None:
+                mask_pixels = inputs.inpaint_mask(mask_file, width, height)
+
+    # 5. Prepare latents: noise first (the same draw as text-to-image), then the conditioning tokens after it
     with _stage("latents", seconds, log):
         latent_h, latent_w = height // limits.SIZE_MULTIPLE, width // limits.SIZE_MULTIPLE
         # Drawn in the patchified 128-channel space, float32, from a CPU generator (diffusers randn_tensor).
         noise = sampling.torch_randn((1, 128, latent_h, latent_w), seed)
         latents = sampling.pack_latents(noise)  # [1, 128, h, w] -> [1, h*w, 128]
         latent_ids = sampling.prepare_latent_ids(latent_h, latent_w)  # [h*w, 4]
+        # Each image of each run, in order, gets its own time coordinate (sampling.prepare_image_ids).
+        per_image = [latent[k : k + 1] for latent in conditioning for k in range(latent.shape[0])]
+        condition_tokens = (np.concatenate([sampling.pack_latents(x) for x in per_image], axis=1) if per_image
+                            else np.zeros((1, 0, 128), dtype=np.float32))  # [1, R, 128]
+        condition_ids = sampling.prepare_image_ids([(x.shape[2], x.shape[3]) for x in per_image])  # [R, 4]
+        img_ids = np.concatenate([latent_ids, condition_ids], axis=0)
+        source_tokens = mask_tokens = None
+        if plan.mode == "inpaint":
+            assert mask_pixels is not None
+            source_tokens = sampling.pack_latents(conditioning[0])  # the image to inpaint, [1, h*w, 128]
+            mask_tokens = sampling.mask_latents(mask_pixels, latent_h, latent_w)  # [1, h*w, 1]
 
-    # 5. Prepare timesteps
+    # 6. Prepare timesteps: mu from the noise tokens only; inpainting starts strength x steps from the end
     with _stage("timesteps", seconds, log):
         sigmas, timesteps = sampling.retrieve_timesteps(steps, latents.shape[1])
+        t_start = 0
+        if plan.mode == "inpaint":
+            assert source_tokens is not None and plan.strength is not None
+            t_start = sampling.strength_schedule(steps, plan.strength)
+            # prepare_latents: the source noised to the first sigma that runs (scheduler begin_index = t_start)
+            latents = sampling.scale_noise(source_tokens, sigmas[t_start], latents)
+        noise_tokens = sampling.pack_latents(noise)
+        sigmas, timesteps = sigmas[t_start:], timesteps[t_start:]
 
-    # 6. Denoising loop
+    # 7. Denoising loop: the transformer sees noise + conditioning tokens and predicts the noise tokens' velocity
     with _stage("denoise", seconds, log), _session(onnxruntime, model_dir, graphs["transformer"]) as session:
+        count = latents.shape[1]
         for i, t in enumerate(timesteps):
             step_start = time.perf_counter()
             (noise_pred,) = session.run(["noise_pred"], {
-                "hidden_states": latents,
+                "hidden_states": np.concatenate([latents, condition_tokens], axis=1) if per_image else latents,
                 "encoder_hidden_states": prompt_embeds,
                 "timestep": sampling.model_timestep(t),  # f32(t / 1000), as the pipeline passes it
-                "img_ids": latent_ids,
+                "img_ids": img_ids,
                 "txt_ids": text_ids,
             })
-            latents = sampling.euler_step(latents, noise_pred, sigmas[i], sigmas[i + 1])
-            log(f"reference: step {i + 1}/{steps} (t={float(t):.3f}) {time.perf_counter() - step_start:.2f} s")
+            latents = sampling.euler_step(latents, noise_pred[:, :count], sigmas[i], sigmas[i + 1])
+            if source_tokens is not None and mask_tokens is not None:
+                # Outside the mask the source, noised to the next step's sigma (none after the last step).
+                proper = (source_tokens if i == len(timesteps) - 1
+                          else sampling.scale_noise(source_tokens, sigmas[i + 1], noise_tokens))
+                latents = sampling.blend(proper, latents, mask_tokens)
+            log(f"reference: step {i + 1}/{len(timesteps)} (t={float(t):.3f}) {time.perf_counter() - step_start:.2f} s")
 
-    # 7. Decode: unpack the tokens, run the VAE (its graph folds in BN de-normalisation, unpatchify and
+    # 8. Decode: unpack the tokens, run the VAE (its graph folds in BN de-normalisation, unpatchify and
     # (x/2+0.5).clamp(0,1)), round to uint8
     with _stage("decode", seconds, log):
         latents_nchw = sampling.unpack_latents(latents, latent_h, latent_w)  # [1, h*w, 128] -> [1, 128, h, w]
@@ -155,6 +266,13 @@ def generate(
         prompt_dropped=tokens.dropped,
         variants=chosen,
         model=f"{repo.source} ({', '.join(f'{c} {v}' for c, v in chosen.items())})",
+        mode=plan.mode,
+        width=width,
+        height=height,
+        images=plan.images,
+        mask=plan.mask,
+        strength=plan.strength,
+        steps_run=len(timesteps),
     )
 
 
@@ -163,17 +281,25 @@ def generate_png(
     *,
     prompt: str,
     seed: int,
-    width: int,
-    height: int,
+    width: int | None,
+    height: int | None,
     steps: int,
     out: Path,
     log: Callable[[str], None],
+    images: Sequence[Path] = (),
+    mask: Path | None = None,
+    strength: float = DEFAULT_STRENGTH,
 ) -> ReferenceResult:
     """`generate()` and write the image to OUT as PNG with tEXt metadata (atomically)."""
     # Before the pipeline: a folder, a device or an unwritable place must not cost a whole run.
     check_output_file(Path(out), what="--out")
-    result = generate(model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=steps, log=log)
-    text = imaging.png_text(prompt=prompt, seed=seed, steps=steps, width=width, height=height, model=result.model)
+    result = generate(model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=steps, log=log,
+                      images=images, mask=mask, strength=strength)
+    text = imaging.png_text(
+        prompt=prompt, seed=seed, steps=steps, width=result.width, height=result.height, model=result.model,
+        mode=result.mode, images=[info.metadata_line() for info in result.images],
+        mask=result.mask.metadata_line() if result.mask else None, strength=result.strength,
+    )
     imaging.write_png(Path(out), result.image, text=text)
     log(f"reference: wrote {out}")
     return result
@@ -193,11 +319,60 @@ def check_inputs(*, prompt: str, seed: int, width: int, height: int, steps: int)
     limits.check_seed(seed)
 
 
+def plan_inputs(files: Sequence[inputs.InputFile], mask: inputs.InputFile | None, *, width: int | None,
+                height: int | None, strength: float) -> InputPlan:
+    """The mode, the output size and each input's used size and tokens, as the pipelines will use them."""
+    def info(item: inputs.InputFile, used: tuple[int, int], *, tokens: bool = True) -> InputInfo:
+        count = (used[0] // limits.SIZE_MULTIPLE) * (used[1] // limits.SIZE_MULTIPLE) if tokens else 0
+        return InputInfo(item.name, item.sha256, item.width, item.height, used[0], used[1], count)
+
+    if mask is None and not files:
+        if width is None or height is None:
+            raise InputError("Text-to-image needs the image size: pass --size WIDTHxHEIGHT (e.g. 512x512).")
+        return InputPlan("text", width, height)
+    if mask is None:
+        # Flux2KleinPipeline: `height = height or image_height` for the first image, each side on its own.
+        used = [limits.input_image_size(item.width, item.height) for item in files]
+        return InputPlan("edit", width or used[0][0], height or used[0][1],
+                         images=tuple(info(item, size) for item, size in zip(files, used, strict=True)),
+                         encoder_runs=tuple((1, w, h) for w, h in used))
+    # Flux2KleinInpaintPipeline ignores a height/width it is given and uses the image's; asking for another
+    # size is a mistake worth a message, not a silent change.
+    source_size = limits.input_image_size(files[0].width, files[0].height)
+    if (width is not None and width != source_size[0]) or (height is not None and height != source_size[1]):
+        raise InputError(f"Inpainting keeps the size of the image to inpaint: {files[0].name} is used at "
+                         f"{source_size[0]}x{source_size[1]}, but --size {width}x{height} was asked; leave --size out.")
+    references = files[1:]
+    reference_size = inputs.inpaint_reference_size(references) if references else (0, 0)
+    runs = [(1, *source_size)] + ([(len(references), *reference_size)] if references else [])
+    return InputPlan("inpaint", *source_size,
+                     images=(info(files[0], source_size), *(info(item, reference_size) for item in references)),
+                     mask=info(mask, source_size, tokens=False), strength=strength, encoder_runs=tuple(runs))
+
+
+def prepare_images(plan: InputPlan, files: Sequence[inputs.InputFile]) -> Iterator[np.ndarray]:
+    """The VAE encoder's input of each run of `plan.encoder_runs`, float32 [n, 3, H, W] in [0, 1]."""
+    if plan.mode == "edit":
+        # Flux2KleinPipeline encodes the images one by one, each at its own size.
+        for item in files:
+            yield inputs.edit_image(item)
+        return
+    yield inputs.inpaint_image(files[0])
+    if len(files) > 1:
+        # Flux2KleinInpaintPipeline encodes the references as one batch (inputs.inpaint_references).
+        yield inputs.inpaint_references(files[1:])
+
+
 def choose_graph(repo: manifest.Manifest, component: str, pinned: str | None) -> manifest.GraphEntry:
     """The manifest entry to run for `component`: the pinned variant, else the best available one."""
+    available = repo.variants(component)
+    if component == "vae_encoder" and not available:
+        raise ModelRepoError(
+            "Editing and inpainting need the VAE encoder, which this model repository lacks (the seed repo on the Hub "
+            "has none): use a repository converted by `klein-web convert`."
+        )
     if pinned is not None:
         return repo.graph(component, pinned)  # ModelRepoError listing what the repo has
-    available = repo.variants(component)
     for variant in VARIANT_PREFERENCE[component]:
         if variant in available:
             return repo.graph(component, variant)

@@ -9,6 +9,7 @@ semantics.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -319,3 +320,102 @@ def unpack_latents(tokens: np.ndarray, height: int, width: int) -> np.ndarray:
     if seq != height * width:
         raise InputError(f"`tokens` has {seq} tokens but the latent grid {height}x{width} needs {height * width}.")
     return np.ascontiguousarray(tokens.transpose(0, 2, 1).reshape(batch, channels, height, width))
+
+
+# Port of diffusers.pipelines.flux2.pipeline_flux2_klein.Flux2KleinPipeline._prepare_image_ids and
+# pipeline_flux2_klein_inpaint.Flux2KleinInpaintPipeline._prepare_image_ids (batch 1) @ 0.42.1
+def prepare_image_ids(sizes: Sequence[tuple[int, int]], *, scale: int = 10, start: int | None = None) -> np.ndarray:
+    """int64 [sum(h*w), 4]: for the k-th (latent_h, latent_w) in `sizes`, rows (start + scale*k, y, x, 0) in raster
+    order. `start` defaults to `scale`: the first conditioning image sits at t=10, the next at 20, ...
+
+    Both pipelines give every conditioning image its own time coordinate; the inpainting pipeline's source image
+    is the first of them (t=10) and its references follow (t=20, 30, ...), also when they come as one batch.
+    """
+    first = scale if start is None else start
+    blocks = []
+    for k, (height, width) in enumerate(sizes):
+        ids = prepare_latent_ids(height, width)
+        ids[:, 0] = first + scale * k
+        blocks.append(ids)
+    if not blocks:
+        return np.zeros((0, 4), dtype=np.int64)
+    return np.concatenate(blocks, axis=0)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Inpainting: strength, noising the source, the mask
+# --------------------------------------------------------------------------------------------------------------------
+
+
+# Port of diffusers.pipelines.flux2.pipeline_flux2_klein_inpaint.Flux2KleinInpaintPipeline.get_timesteps and the
+# "steps is < 1" check of its __call__ @ 0.42.1
+def strength_schedule(num_steps: int, strength: float) -> int:
+    """`t_start`: inpainting runs timesteps[t_start:] with sigmas[t_start:], num_steps - t_start steps.
+
+    In float64 as Python computes it, so 4 steps at strength 0.8 start at 0 (4 - 3.2000000000000002 truncates
+    to 0) and run all four; at 0.5 they run the last two.
+    """
+    init_timestep = min(num_steps * strength, num_steps)
+    t_start = int(max(num_steps - init_timestep, 0))
+    if num_steps - t_start < 1:
+        raise InputError(f"`strength` {strength} leaves no denoising step of {num_steps}: inpainting runs "
+                         f"strength x steps of them; raise the strength or the steps.")
+    return t_start
+
+
+# Port of diffusers.schedulers.scheduling_flow_match_euler_discrete.FlowMatchEulerDiscreteScheduler.scale_noise @ 0.42.1
+def scale_noise(sample: np.ndarray, sigma: np.float32 | float, noise: np.ndarray) -> np.ndarray:
+    """sigma * noise + (1 - sigma) * sample in float32, each operation rounded as torch's separate kernels do."""
+    s = np.float32(sigma)
+    return (s * noise.astype(np.float32) + (np.float32(1.0) - s) * sample.astype(np.float32)).astype(np.float32)
+
+
+# Port of diffusers.pipelines.flux2.pipeline_flux2_klein_inpaint.Flux2KleinInpaintPipeline.__call__ mask blend @ 0.42.1
+def blend(image_latents: np.ndarray, latents: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(1 - mask) * image_latents + mask * latents in float32: keep the source where the mask is 0."""
+    m = mask.astype(np.float32)
+    kept = (np.float32(1.0) - m) * image_latents.astype(np.float32)
+    return (kept + m * latents.astype(np.float32)).astype(np.float32)
+
+
+def _linear_taps(input_size: int, output_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Source indices and weights of one axis, as aten's compute_source_index_and_lambda gives them (float32)."""
+    index = np.arange(output_size)
+    if output_size == input_size:
+        return index, index, np.ones(output_size, np.float32), np.zeros(output_size, np.float32)
+    # area_pixel_compute_scale (no scale_factor given, align_corners False): float(input) / output
+    ratio = np.float32(np.float32(input_size) / np.float32(output_size))
+    # area_pixel_compute_source_index: ratio * (dst + 0.5) - 0.5, clamped below at 0
+    real = np.maximum(ratio * (index.astype(np.float32) + np.float32(0.5)) - np.float32(0.5), np.float32(0.0))
+    index0 = np.minimum(np.floor(real).astype(np.int64), input_size - 1)  # guard_index_and_lambda
+    lambda1 = np.minimum(np.maximum(real - index0.astype(np.float32), np.float32(0.0)), np.float32(1.0))
+    index1 = index0 + (index0 < input_size - 1)
+    return index0, index1, (np.float32(1.0) - lambda1).astype(np.float32), lambda1.astype(np.float32)
+
+
+# Port of torch.nn.functional.interpolate(mode="bilinear", align_corners=False) on CPU (aten UpSampleKernel.cpp
+# cpu_upsample_linear_channels_last, its scalar loop for one channel) @ torch 2.13, as
+# Flux2KleinInpaintPipeline.prepare_mask_latents uses it @ diffusers 0.42.1
+def mask_latents(mask: np.ndarray, latent_h: int, latent_w: int) -> np.ndarray:
+    """Binary pixel mask float32 [H, W] -> float32 [1, latent_h * latent_w, 1], one value per latent token.
+
+    Bilinear with half-pixel centres and no antialiasing: at the pipeline's exact 16x reduction each token is
+    the mean of the 2x2 pixels around its centre (weights 0.25 each), so on a 0/1 mask every product and sum is
+    exact and the result is bit-exact whichever of aten's kernels runs. For other reductions and fractional
+    values this is the kernel aten picks when output height + width <= 128 (bit-exact there); aten's generic
+    kernel (larger outputs) and upsampling can differ in the last bit.
+    """
+    source = np.asarray(mask, dtype=np.float32)
+    y0, y1, h0, h1 = _linear_taps(source.shape[0], latent_h)
+    x0, x1, w0, w1 = _linear_taps(source.shape[1], latent_w)
+    shape = (latent_h, latent_w)
+
+    def weight(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.broadcast_to((a[:, None] * b[None, :]).astype(np.float32), shape)
+
+    # i00*w00 + i01*w01 + i10*w10 + i11*w11 as GCC contracts it for AVX2: the first pair one FMA, then two more.
+    top, bottom = source[y0], source[y1]
+    out = _fma32(top[:, x0], weight(h0, w0), top[:, x1] * weight(h0, w1))
+    out = _fma32(bottom[:, x0], weight(h1, w0), out)
+    out = _fma32(bottom[:, x1], weight(h1, w1), out)
+    return np.ascontiguousarray(out.reshape(1, latent_h * latent_w, 1), dtype=np.float32)
