@@ -327,3 +327,181 @@ def test_screenshot_of_the_editing_ui(page: Any, tmp_path: Path) -> None:
         shutil.copyfile(shot, SCREENSHOT)
     overflow = page.evaluate("() => [document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
     assert overflow[0] <= overflow[1]
+
+
+# ---------- history's database: entries from before editing survive its upgrade ----------
+
+MAKE_V1_DB_JS = """
+async () => {
+    await new Promise((resolve, reject) => {
+        const gone = indexedDB.deleteDatabase('klein-web-history');
+        gone.onsuccess = resolve;
+        gone.onerror = () => reject(gone.error);
+    });
+    const db = await new Promise((resolve, reject) => {
+        const request = indexedDB.open('klein-web-history', 1);
+        request.onupgradeneeded = () => request.result.createObjectStore('generations', { keyPath: 'id', autoIncrement: true });
+        request.onsuccess = () => resolve(request.result);
+        request.onerror = () => reject(request.error);
+    });
+    const canvas = new OffscreenCanvas(8, 8);
+    canvas.getContext('2d').fillRect(0, 0, 8, 8);
+    const thumb = await canvas.convertToBlob({ type: 'image/jpeg' });
+    const transaction = db.transaction('generations', 'readwrite');
+    transaction.objectStore('generations').add({
+        createdAt: Date.now(), modelLabel: 'old', totalMs: 1000, thumb,
+        params: { prompt: 'an entry from before editing', seed: 77, steps: 4, width: 64, height: 64, modelBase: 'x' },
+    });
+    await new Promise((resolve) => (transaction.oncomplete = resolve));
+    db.close();
+}
+"""
+
+COUNT_STORES_JS = """
+async () => {
+    const db = await new Promise((resolve, reject) => {
+        const request = indexedDB.open('klein-web-history');
+        request.onsuccess = () => resolve(request.result);
+        request.onerror = () => reject(request.error);
+    });
+    const count = (name) => new Promise((resolve) => {
+        const request = db.transaction(name).objectStore(name).count();
+        request.onsuccess = () => resolve(request.result);
+    });
+    const counts = { version: db.version, generations: await count('generations'), inputs: await count('inputs') };
+    db.close();
+    return counts;
+}
+"""
+
+
+def test_history_from_before_editing_survives_the_upgrade(context: Any, server: LiveServer) -> None:
+    tab = context.new_page()
+    try:
+        tab.goto(server.url("/no-app-here"))  # the origin without the app, so nothing holds the database open
+        tab.evaluate(MAKE_V1_DB_JS)
+        tab.goto(server.url("/"))
+        tab.wait_for_selector("#history .history-item")
+        assert tab.evaluate(COUNT_STORES_JS) == {"version": 2, "generations": 1, "inputs": 0}
+        choose_mode(tab, "edit")
+        tab.click("#history .history-item")
+        tab.wait_for_function("() => document.querySelector('#mode-text').checked", polling=POLL_MS)
+        assert tab.input_value("#prompt") == "an entry from before editing"
+        assert tab.input_value("#seed") == "77"
+        tab.click("#clear-history")
+        tab.wait_for_selector("#history .empty")
+    finally:
+        tab.close()
+
+
+# ---------- end to end: the tiny model through the UI ----------
+
+
+def generate(page: Any) -> None:
+    page.click("#generate")
+    page.wait_for_function("() => ['done', 'error'].includes(document.body.dataset.state)",
+                           timeout=GENERATE_TIMEOUT_MS, polling=POLL_MS)
+    assert page.evaluate("() => document.body.dataset.state") == "done", page.inner_text("#error")
+
+
+def downloaded_png(page: Any, folder: Path) -> tuple[Path, dict[str, str]]:
+    with page.expect_download() as info:
+        page.click("#download")
+    path = folder / info.value.suggested_filename
+    info.value.save_as(path)
+    with Image.open(path) as image:
+        return path, {str(k): str(v) for k, v in image.text.items()}
+
+
+def sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_edit_and_inpaint_through_the_ui_with_history_and_png_metadata(
+    context: Any, server: LiveServer, tmp_path: Path
+) -> None:
+    tab = context.new_page()
+    tab.set_viewport_size({"width": 1280, "height": 900})
+    tab.on("pageerror", lambda error: print(f"[pageerror] {error}"))
+    tab.goto(server.url("/"))
+    tab.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
+                          polling=POLL_MS)
+    fox = write_png(tmp_path, "fox.png", 80, 64)
+    hat = write_png(tmp_path, "hat.png", 64, 96, colour=(30, 160, 90))
+    room = write_png(tmp_path, "room.png", 100, 64, colour=(90, 90, 200))
+
+    # Edit: two references; the output takes the first one's used size.
+    tab.fill("#prompt", "the fox wearing the hat")
+    tab.fill("#seed", "42")
+    choose_mode(tab, "edit")
+    tab.set_input_files("#reference-files", [str(fox), str(hat)])
+    wait_references(tab, 2)
+    assert (tab.input_value("#width"), tab.input_value("#height")) == ("80", "64")
+    generate(tab)
+    assert tab.is_visible('#stages li[data-stage="images"]')
+    assert tab.get_attribute('#stages li[data-stage="images"]', "data-status") == "done"
+    tab.wait_for_function("() => document.querySelector('#result-image').naturalWidth === 80", polling=POLL_MS)
+    assert tab.evaluate("() => document.querySelector('#result-image').naturalHeight") == 64
+    assert "Encode images" in tab.inner_text("#timings")
+    _, text = downloaded_png(tab, tmp_path)
+    assert text["mode"] == "edit"
+    assert text["images"] == (f"{sha256(fox.read_bytes())} 80x64 fox.png\n"
+                              f"{sha256(hat.read_bytes())} 64x96 hat.png")
+    assert "mask" not in text and "strength" not in text
+    assert text["prompt"] == "the fox wearing the hat" and text["seed"] == "42" and text["size"] == "80x64"
+
+    # Inpaint: the source, a painted mask, one of the references kept as an optional reference.
+    choose_mode(tab, "inpaint")
+    tab.click("#references li:nth-child(1) button")  # fox goes, hat stays
+    wait_references(tab, 1)
+    tab.set_input_files("#source-file", str(room))
+    tab.wait_for_selector("#painter:not([hidden])")
+    assert (tab.input_value("#width"), tab.input_value("#height")) == ("96", "64")
+    paint_stroke(tab, (0.2, 0.5), (0.8, 0.5))
+    mask = save_mask(tab, tmp_path, "mask.png")
+    mask_bytes = (tmp_path / "mask.png").read_bytes()
+    set_range(tab, "#strength", 0.5)
+    assert "Runs 2 of 4 steps" in tab.inner_text("#strength-steps")
+    generate(tab)
+    tab.wait_for_function("() => document.querySelector('#result-image').naturalWidth === 96", polling=POLL_MS)
+    _, text = downloaded_png(tab, tmp_path)
+    assert text["mode"] == "inpaint"
+    assert text["images"] == (f"{sha256(room.read_bytes())} 96x64 room.png\n"
+                              f"{sha256(hat.read_bytes())} 64x96 hat.png")
+    assert text["mask"] == f"{sha256(mask_bytes)} 96x64 painted-mask.png"
+    assert text["strength"] == "0.5"
+    assert mask.max() == 255
+
+    # History keeps the inputs: after a reload, each entry brings its mode, images, mask and strength back.
+    tab.reload()
+    tab.wait_for_function("() => document.querySelectorAll('#history .history-item').length === 2",
+                          polling=POLL_MS)
+    assert tab.evaluate(COUNT_STORES_JS)["inputs"] == 2
+    assert tab.is_checked("#mode-text") and not tab.is_visible("#editing")
+    items = tab.locator("#history .history-item")
+    assert "Inpaint, strength 0.5" in items.nth(0).inner_text()
+    assert "Edit, 2 images" in items.nth(1).inner_text()
+    items.nth(1).click()
+    wait_references(tab, 2)
+    assert tab.is_checked("#mode-edit")
+    assert "fox.png" in tab.inner_text("#references li:nth-child(1)")
+    assert "hat.png" in tab.inner_text("#references li:nth-child(2)")
+    assert tab.input_value("#prompt") == "the fox wearing the hat"
+    items.nth(0).click()
+    tab.wait_for_function("() => document.querySelector('#mode-inpaint').checked", polling=POLL_MS)
+    tab.wait_for_selector("#painter:not([hidden])")
+    assert "room.png" in tab.inner_text("#source-info")
+    wait_references(tab, 1)
+    assert tab.input_value("#strength") == "0.5"
+    assert "painted-mask.png" in tab.inner_text("#mask-info")
+    assert (save_mask(tab, tmp_path, "restored.png") == mask).all(), "the mask comes back as it was sent"
+
+    # Deleting an entry deletes its files too.
+    tab.hover("#history .history-entry:nth-child(1)")
+    tab.click("#history .history-entry:nth-child(1) .history-delete")
+    tab.wait_for_function("() => document.querySelectorAll('#history .history-item').length === 1",
+                          polling=POLL_MS)
+    assert tab.evaluate(COUNT_STORES_JS) == {"version": 2, "generations": 1, "inputs": 1}
+    tab.close()
