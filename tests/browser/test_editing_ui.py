@@ -320,6 +320,8 @@ def test_screenshot_of_the_editing_ui(page: Any, tmp_path: Path) -> None:
     page.set_input_files("#reference-files", [str(write_png(tmp_path, "cat.png", 1100, 1000)),
                                               str(write_png(tmp_path, "hat.png", 768, 512, colour=(40, 90, 200)))])
     wait_references(page, 2)
+    page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
+                           polling=POLL_MS)
     page.evaluate("() => window.scrollTo(0, 0)")
     shot = tmp_path / "editing-ui.png"
     page.locator("#app").screenshot(path=str(shot))
