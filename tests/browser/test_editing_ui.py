@@ -507,3 +507,28 @@ def test_edit_and_inpaint_through_the_ui_with_history_and_png_metadata(
                           polling=POLL_MS)
     assert tab.evaluate(COUNT_STORES_JS) == {"version": 2, "generations": 1, "inputs": 1}
     tab.close()
+
+
+def test_cancel_in_the_encode_images_stage(page: Any, tmp_path: Path) -> None:
+    page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
+                           polling=POLL_MS)
+    choose_mode(page, "edit")
+    # Four large references keep the VAE encoder busy long enough to cancel inside the stage.
+    page.set_input_files("#reference-files", [str(write_png(tmp_path, f"big{i}.png", 1024, 1024, colour=(60 * i, 90, 40)))
+                                              for i in range(4)])
+    wait_references(page, 4)
+    page.uncheck("#match-size")
+    page.select_option("#size", "custom")
+    page.fill("#width", "64")
+    page.fill("#height", "64")
+    page.click("#generate")
+    images_stage = '#stages li[data-stage="images"]'
+    page.wait_for_function("(s) => document.querySelector(s).dataset.status === 'active'", arg=images_stage,
+                           timeout=GENERATE_TIMEOUT_MS, polling=20)
+    assert page.is_visible(images_stage) and page.inner_text(images_stage) == "Encode images"
+    page.click("#cancel")
+    page.wait_for_function("() => document.body.dataset.state !== 'running'", timeout=GENERATE_TIMEOUT_MS,
+                           polling=POLL_MS)
+    assert page.evaluate("() => document.body.dataset.state") == "idle", page.inner_text("#error")
+    assert page.inner_text("#status").startswith("Cancelled")
+    assert page.is_enabled("#generate") and page.is_disabled("#cancel")
