@@ -263,7 +263,6 @@ def test_inpaint_mask_painter_exports_what_was_painted(page: Any, tmp_path: Path
     assert painted.shape == (120, 200), "the mask has the source's natural size"
     assert painted[60, 50] == 255 and painted[60, 60] == 255, "the stroke is white"
     assert painted[10, 190] == 0 and painted[110, 10] == 0, "the rest is black"
-    assert set(np.unique(painted)) - {0, 255} == set() or painted.mean() < 128
 
     page.click("#mask-invert")
     inverted = save_mask(page, tmp_path, "inverted.png")
@@ -283,7 +282,7 @@ def test_inpaint_mask_painter_exports_what_was_painted(page: Any, tmp_path: Path
     set_range(page, "#soft-edge", 4)
     assert page.inner_text("#soft-edge-value") == "4 px"
     soft = save_mask(page, tmp_path, "soft.png")
-    assert 0 < soft.max() and len(np.unique(soft)) > 4, "a soft edge has greys"
+    assert soft.max() > 0 and len(np.unique(soft)) > 4, "a soft edge has greys"
 
     # A mask file replaces the painted one; any size will do (it is resized to the image), colour will not.
     coloured = tmp_path / "coloured.png"
@@ -412,7 +411,7 @@ def downloaded_png(page: Any, folder: Path) -> tuple[Path, dict[str, str]]:
     path = folder / info.value.suggested_filename
     info.value.save_as(path)
     with Image.open(path) as image:
-        return path, {str(k): str(v) for k, v in image.text.items()}
+        return path, {str(k): str(v) for k, v in getattr(image, "text", {}).items()}
 
 
 def sha256(data: bytes) -> str:
@@ -476,6 +475,19 @@ def test_edit_and_inpaint_through_the_ui_with_history_and_png_metadata(
     assert text["strength"] == "0.5"
     assert mask.max() == 255
 
+    # A full storage: the run's entry is not stored at all (not without its files), and the page says why.
+    tab.evaluate("""() => {
+        const put = IDBObjectStore.prototype.put;
+        IDBObjectStore.prototype.put = function (...args) {
+            if (this.name === 'inputs') throw new DOMException('Quota exceeded (test).', 'QuotaExceededError');
+            return put.apply(this, args);
+        };
+    }""")
+    generate(tab)
+    assert "storage for the page is full" in wait_error(tab, "History is full")
+    assert tab.evaluate(COUNT_STORES_JS) == {"version": 2, "generations": 2, "inputs": 2}
+    assert tab.locator("#history .history-item").count() == 2
+
     # History keeps the inputs: after a reload, each entry brings its mode, images, mask and strength back.
     tab.reload()
     tab.wait_for_function("() => document.querySelectorAll('#history .history-item').length === 2",
@@ -513,8 +525,8 @@ def test_cancel_in_the_encode_images_stage(page: Any, tmp_path: Path) -> None:
     page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
                            polling=POLL_MS)
     choose_mode(page, "edit")
-    # Four large references keep the VAE encoder busy long enough to cancel inside the stage.
-    page.set_input_files("#reference-files", [str(write_png(tmp_path, f"big{i}.png", 1024, 1024, colour=(60 * i, 90, 40)))
+    # Four references keep the VAE encoder busy long enough to cancel inside the stage (checked between images).
+    page.set_input_files("#reference-files", [str(write_png(tmp_path, f"big{i}.png", 512, 512, colour=(60 * i, 90, 40)))
                                               for i in range(4)])
     wait_references(page, 4)
     page.uncheck("#match-size")

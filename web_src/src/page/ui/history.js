@@ -127,6 +127,12 @@ export class HistoryStore {
             await done;
             return id;
         } catch (err) {
+            // A request that threw leaves the transaction open: abort it, or the entry would commit without its files.
+            try {
+                transaction.abort();
+            } catch {
+                // already aborted (a failed request or commit) or finished
+            }
             const error = err instanceof DOMException || err instanceof Error ? err : transaction.error;
             if (error?.name === 'QuotaExceededError') {
                 throw new HistoryFullError(
