@@ -100,14 +100,23 @@ function main() {
                 return;
             }
             form.prompt.focus();
-            const what = entry.mode === 'edit' ? 'Settings and images' : entry.mode === 'inpaint' ? 'Settings, image and mask' : 'Settings';
+            const what =
+                entry.mode === 'edit'
+                    ? 'Settings and images'
+                    : entry.mode === 'inpaint'
+                      ? 'Settings, image and mask'
+                      : 'Settings';
             announce(toast, `${what} restored: seed ${params.seed}, ${params.width}×${params.height}.`);
         },
         onDelete: async (entry) => {
             if (entry.id === undefined || !historyStore) return;
-            await historyStore.delete(entry.id);
-            history.render(await historyStore.list());
-            announce(toast, 'Deleted from history.');
+            try {
+                await historyStore.delete(entry.id);
+                history.render(await historyStore.list());
+                announce(toast, 'Deleted from history.');
+            } catch (err) {
+                announce(toast, `Could not delete it: ${err instanceof Error ? err.message : String(err)}`);
+            }
         },
         onClear: async () => {
             await historyStore?.clear();
@@ -232,12 +241,15 @@ function main() {
     }
 
     let persistAsked = false;
+    /** Between the click and the running state (reading the files is async): a second click starts nothing. */
+    let starting = false;
     async function generate() {
-        if (form.running) return;
+        if (form.running || starting) return;
         /** @type {import('./ui/form.js').FormValues} */
         let values;
         /** @type {import('./ui/editing.js').Collected} */
         let inputs;
+        starting = true;
         try {
             values = form.read();
             inputs = await editing.collect();
@@ -246,6 +258,8 @@ function main() {
             if (!(err instanceof InputError)) throw err;
             errors.show(adviseError(err, {}), err.code);
             return;
+        } finally {
+            starting = false;
         }
         errors.clear();
         // Running from the click on, so automation waiting for done|error never sees the previous run's state.
@@ -291,8 +305,10 @@ function main() {
                 )
                 .then(async () => historyStore && history.render(await historyStore.list()))
                 .catch((err) => {
-                    if (err instanceof HistoryFullError) errors.show({ title: 'History is full', message: err.message, action: '' }, ErrorCode.QUOTA, { reveal: false });
-                    else announce(toast, `Not saved to history: ${err?.message ?? err}`);
+                    if (err instanceof HistoryFullError) {
+                        const advice = { title: 'History is full', message: err.message, action: '' };
+                        errors.show(advice, ErrorCode.QUOTA, { reveal: false });
+                    } else announce(toast, `Not saved to history: ${err?.message ?? err}`);
                 });
         } catch (err) {
             const code = err instanceof KleinError ? err.code : ErrorCode.INTERNAL;

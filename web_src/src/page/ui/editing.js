@@ -125,7 +125,9 @@ export class EditingView {
         const references = this.references.images.map(({ name, blob }) => ({ name, blob }));
         if (mode === 'edit') {
             if (references.length === 0) {
-                throw new InputError('Edit needs at least one reference image: drop, paste or choose one, or switch to Text to image.');
+                throw new InputError(
+                    'Edit needs at least one reference image: drop, paste or choose one, or switch to Text to image.',
+                );
             }
             const record = { mode, images: references, mask: null, strength: null };
             return { params: { images: await Promise.all(references.map(imageInput)) }, record };
@@ -227,7 +229,8 @@ export class EditingView {
             zone.classList.add('dropping');
         });
         zone.addEventListener('dragleave', (event) => {
-            if (!(event.relatedTarget instanceof Node && zone.contains(event.relatedTarget))) zone.classList.remove('dropping');
+            const inside = event.relatedTarget instanceof Node && zone.contains(event.relatedTarget);
+            if (!inside) zone.classList.remove('dropping');
         });
         zone.addEventListener('drop', (event) => {
             zone.classList.remove('dropping');
@@ -261,7 +264,8 @@ export class EditingView {
         const mode = this.mode;
         const source = this.painter.source;
         if (mode === 'inpaint' && source) {
-            this.form.lockSize(source.used, `Inpainting keeps the size of the image: ${source.used.width}x${source.used.height}.`);
+            const { width, height } = source.used;
+            this.form.lockSize(source.used, `Inpainting keeps the size of the image: ${width}x${height}.`);
             return;
         }
         this.form.lockSize(null, '');

@@ -30,7 +30,8 @@ function chunk(type, data) {
  * @returns {Promise<Uint8Array>}
  */
 async function zlib(bytes) {
-    const stream = new Blob([/** @type {Uint8Array<ArrayBuffer>} */ (bytes)]).stream().pipeThrough(new CompressionStream('deflate'));
+    const input = new Blob([/** @type {Uint8Array<ArrayBuffer>} */ (bytes)]).stream();
+    const stream = input.pipeThrough(new CompressionStream('deflate'));
     return new Uint8Array(await new Response(stream).arrayBuffer());
 }
 

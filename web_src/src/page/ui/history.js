@@ -245,7 +245,8 @@ export class HistoryView {
         prompt.textContent = params.prompt || '(empty prompt)';
         const meta = document.createElement('span');
         meta.className = 'history-meta';
-        meta.textContent = `${modeText(entry)}${params.width}×${params.height} · seed ${params.seed} · ${params.steps} step${params.steps === 1 ? '' : 's'}`;
+        const steps = `${params.steps} step${params.steps === 1 ? '' : 's'}`;
+        meta.textContent = `${modeText(entry)}${params.width}×${params.height} · seed ${params.seed} · ${steps}`;
         text.append(prompt, meta);
         button.append(image, text);
         button.addEventListener('click', () => this.onRestore(entry));

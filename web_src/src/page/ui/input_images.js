@@ -64,7 +64,8 @@ export async function checkImage(blob, name, label) {
  */
 export function describeCost(image) {
     const { width, height, used } = image;
-    const size = used.width === width && used.height === height ? `${width}x${height}` : `${width}x${height} -> ${used.width}x${used.height}`;
+    const resized = used.width !== width || used.height !== height;
+    const size = resized ? `${width}x${height} -> ${used.width}x${used.height}` : `${width}x${height}`;
     return `${size}, ${used.tokens.toLocaleString('en-US')} tokens`;
 }
 

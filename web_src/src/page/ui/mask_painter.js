@@ -132,7 +132,9 @@ export class MaskPainter {
         for (let i = 0; i < file.length; i += 4) {
             if (file[i] !== file[i + 1] || file[i + 1] !== file[i + 2]) {
                 bitmap.close();
-                throw new InputError(`The mask (${name}) has coloured pixels; a mask must be greyscale (white repaints, black keeps).`);
+                throw new InputError(
+                    `The mask (${name}) has coloured pixels; a mask must be greyscale (white repaints, black keeps).`,
+                );
             }
         }
         // Brightness becomes coverage at the image's size.

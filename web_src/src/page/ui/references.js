@@ -41,7 +41,8 @@ export class ReferencesView {
     async add(blobs, { replace = false, names = [] } = {}) {
         const start = replace ? 0 : this.images.length;
         if (start + blobs.length > LIMITS.referencesMax) {
-            const surplus = blobs.slice(Math.max(0, LIMITS.referencesMax - start)).map((b, i) => blobName(b, names[i] ?? 'pasted image'));
+            const taken = Math.max(0, LIMITS.referencesMax - start);
+            const surplus = blobs.slice(taken).map((b, i) => blobName(b, names[taken + i] ?? 'pasted image'));
             throw new InputError(
                 `At most ${LIMITS.referencesMax} reference images: ${start} ${start === 1 ? 'is' : 'are'} loaded, so ` +
                     `${surplus.join(', ')} ${surplus.length === 1 ? 'was' : 'were'} not added. Remove one first.`,
@@ -87,7 +88,8 @@ export class ReferencesView {
         this.addButton.disabled = this.images.length >= LIMITS.referencesMax;
         const total = this.totalTokens();
         this.tokens.textContent = this.images.length
-            ? `${this.images.length} of ${LIMITS.referencesMax} images: ${total.toLocaleString('en-US')} tokens added to every step.`
+            ? `${this.images.length} of ${LIMITS.referencesMax} images: ` +
+              `${total.toLocaleString('en-US')} tokens added to every step.`
             : `Drop, paste (Ctrl+V) or choose up to ${LIMITS.referencesMax} images (PNG, JPEG or WebP).`;
     }
 

@@ -178,7 +178,8 @@ function deviceLine(device) {
  */
 function captionMode(inputs) {
     if (!inputs || inputs.mode === 'text') return '';
-    if (inputs.mode === 'edit') return `Edit of ${inputs.images.length} image${inputs.images.length === 1 ? '' : 's'} · `;
+    const count = inputs.images.length;
+    if (inputs.mode === 'edit') return `Edit of ${count} image${count === 1 ? '' : 's'} · `;
     return `Inpaint, strength ${inputs.strength} · `;
 }
 
