@@ -608,11 +608,13 @@ export async function generate(params, { models, signal, onEvent }) {
         encodePrompt(prompt, cached, context),
     );
 
-    // 3b. Encode images
-    const conditioning = plan.mode === 'text'
-        ? null
-        : await clock.time('images', `${plan.images.length} image(s), ${plan.tokens} tokens`, () => encodeImages(plan, context));
-    const mask = plan.mask ? maskTokens(plan.mask, { width, height }) : null;
+    // 3b. Encode images (and inpainting's mask)
+    const { conditioning, mask } = plan.mode === 'text'
+        ? { conditioning: null, mask: null }
+        : await clock.time('images', `${plan.images.length} image(s), ${plan.tokens} tokens`, async () => ({
+            conditioning: await encodeImages(plan, context),
+            mask: plan.mask ? maskTokens(plan.mask, { width, height }) : null,
+        }));
 
     // 4. Prepare latents
     const textSeqLen = embedding.dims[1];
