@@ -235,10 +235,8 @@ def test_bad_requests_are_refused_before_any_download(page: Any, dist_dir: Path,
 def test_cancel_during_the_images_stage(page: Any, dist_dir: Path, live_server_factory: Any,
                                         tiny_models: dict[str, Path]) -> None:
     client = served(page, live_server_factory, dist_dir, tiny_models["fp32"])
-    images = [(f"big{i}.png", png(picture(1024, 1024, seed=10 + i))) for i in range(4)]
+    images = [(f"photo{i}.png", png(picture(384, 384, seed=10 + i))) for i in range(4)]
     generate_id = send(client, seed=0, width=64, height=64, images=images)
-    deadline_events = client.wait_for_event(generate_id, "stage", timeout_s=60)
-    assert deadline_events["stage"] == "check"
     # Wait for the images stage itself, then cancel while its encoder runs.
     start = time.monotonic()
     while not [e for e in client.events(generate_id) if e["type"] == "stage" and e["stage"] == "images"]:
@@ -248,5 +246,7 @@ def test_cancel_during_the_images_stage(page: Any, dist_dir: Path, live_server_f
     assert cancel.ok() == {"cancelled": True}
     reply = client.wait(generate_id, timeout_s=600)
     assert reply.type == "error" and reply.error is not None and reply.error["code"] == "cancelled", reply.error
+    # It stopped in the images stage: nothing after it ran.
     assert not reply.of_type("step")
     assert [e["stage"] for e in reply.of_type("stage")][-1] == "images"
+    print(f"cancel in the images stage: answered {reply.answered_at - cancel.sent_at:.0f} ms after the cancel")
