@@ -68,7 +68,9 @@ def test_editing_sampling_helpers_match_torch(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     out = json.loads((tmp_path / "out.json").read_text())
-    read = lambda name: np.frombuffer((tmp_path / f"{name}.bin").read_bytes(), np.float32)  # noqa: E731
+
+    def read(name: str) -> np.ndarray:
+        return np.frombuffer((tmp_path / f"{name}.bin").read_bytes(), np.float32)
 
     latent_list = [torch.zeros(1, channels, g["height"], g["width"]) for g in grids]
     expected_ids = Flux2KleinPipeline._prepare_image_ids(latent_list)[0].numpy()

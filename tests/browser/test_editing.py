@@ -75,9 +75,11 @@ def cpu_reference(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPat
     def make(*, seed: int, width: int, height: int, images: list[bytes], mask: bytes | None = None,
              strength: float | None = None, steps: int = STEPS) -> np.ndarray:
         extra: dict[str, Any] = {} if strength is None else {"strength": strength}
-        return reference.generate(tiny_models["fp32"], prompt=PROMPT, seed=seed, width=width, height=height,
-                                  steps=steps, log=lambda _msg: None, images=[stored(data) for data in images],
-                                  mask=None if mask is None else stored(mask), **extra).image
+        image: np.ndarray = reference.generate(
+            tiny_models["fp32"], prompt=PROMPT, seed=seed, width=width, height=height, steps=steps,
+            log=lambda _msg: None, images=[stored(data) for data in images],
+            mask=None if mask is None else stored(mask), **extra).image
+        return image
 
     return make
 
