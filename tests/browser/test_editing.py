@@ -93,7 +93,8 @@ def picture(width: int, height: int, seed: int) -> np.ndarray:
                                                                                           Image.Resampling.BICUBIC)
     pixels = np.asarray(coarse).astype(np.int16) + rng.integers(-20, 21, size=(height, width, 3))
     pixels[:, width // 3] = 255
-    return np.clip(pixels, 0, 255).astype(np.uint8)
+    clipped: np.ndarray = np.clip(pixels, 0, 255).astype(np.uint8)
+    return clipped
 
 
 def png(pixels: np.ndarray) -> bytes:
