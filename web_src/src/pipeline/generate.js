@@ -316,12 +316,14 @@ function imageJobs(plan) {
     if (plan.mode !== 'inpaint') return [];
     const [source, ...references] = plan.images;
     const batch = references.length > 1 ? 'batch crop' : 'crop';
+    /** @type {Pixels[] | null} */
+    let prepared = null;
     return [
         { image: source, how: `resize ${size(0)}`, pixels: () => inpaintPixels(source) },
         ...references.map((image, k) => ({
             image,
             how: `${batch} ${size(k + 1)}`,
-            pixels: () => inpaintReferencePixels(references)[k],
+            pixels: () => (prepared ??= inpaintReferencePixels(references))[k],
         })),
     ];
 }
