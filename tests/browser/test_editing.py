@@ -73,11 +73,13 @@ def cpu_reference(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPat
         return path
 
     def make(*, seed: int, width: int, height: int, images: list[bytes], mask: bytes | None = None,
-             strength: float | None = None) -> np.ndarray:
+             strength: float | None = None, steps: int = STEPS) -> np.ndarray:
         extra: dict[str, Any] = {} if strength is None else {"strength": strength}
-        return reference.generate(tiny_models["fp32"], prompt=PROMPT, seed=seed, width=width, height=height,
-                                  steps=STEPS, log=lambda _msg: None, images=[stored(data) for data in images],
-                                  mask=None if mask is None else stored(mask), **extra).image
+        image: np.ndarray = reference.generate(
+            tiny_models["fp32"], prompt=PROMPT, seed=seed, width=width, height=height, steps=steps,
+            log=lambda _msg: None, images=[stored(data) for data in images],
+            mask=None if mask is None else stored(mask), **extra).image
+        return image
 
     return make
 
@@ -91,7 +93,8 @@ def picture(width: int, height: int, seed: int) -> np.ndarray:
                                                                                           Image.Resampling.BICUBIC)
     pixels = np.asarray(coarse).astype(np.int16) + rng.integers(-20, 21, size=(height, width, 3))
     pixels[:, width // 3] = 255
-    return np.clip(pixels, 0, 255).astype(np.uint8)
+    clipped: np.ndarray = np.clip(pixels, 0, 255).astype(np.uint8)
+    return clipped
 
 
 def png(pixels: np.ndarray) -> bytes:
@@ -156,17 +159,19 @@ def test_one_reference_matches_diffusers_and_is_encoded_once(page: Any, dist_dir
 def test_two_references_of_different_sizes(page: Any, dist_dir: Path, live_server_factory: Any,
                                            tiny_models: dict[str, Path], cpu_reference: Any) -> None:
     client = served(page, live_server_factory, dist_dir, tiny_models["fp32"])
-    # 1100x1000 is above 1024^2 px: LANCZOS to 1073x975, cut to 1072x960; 200x150 is cut to 192x144.
+    # 1100x1000 is above 1024^2 px: LANCZOS to 1073x976, cut to 1072x976; 200x150 is cut to 192x144. On
+    # SwiftShader the big image's encoder takes about 10 minutes and each step with its 4020 tokens 3, so one step.
     big = png(picture(1100, 1000, seed=2))
     small = png(picture(200, 150, seed=3))
-    reply = generate(client, seed=5, width=80, height=64, images=[("big.png", big), ("small.png", small)])
+    reply = generate(client, seed=5, width=80, height=64, images=[("big.png", big), ("small.png", small)], steps=1,
+                     timeout_s=1800)
     inputs = reply.ok()["inputs"]
-    assert [(i["usedWidth"], i["usedHeight"], i["tokens"]) for i in inputs["images"]] == [(1072, 960, 4020),
+    assert [(i["usedWidth"], i["usedHeight"], i["tokens"]) for i in inputs["images"]] == [(1072, 976, 4087),
                                                                                             (192, 144, 108)]
-    assert inputs["referenceTokens"] == 4128
-    expected = cpu_reference(seed=5, width=80, height=64, images=[big, small])
+    assert inputs["referenceTokens"] == 4195
+    expected = cpu_reference(seed=5, width=80, height=64, images=[big, small], steps=1)
     psnr = imaging.psnr(reply.rgb(), expected)
-    swapped = imaging.psnr(expected, cpu_reference(seed=5, width=80, height=64, images=[small, big]))
+    swapped = imaging.psnr(expected, cpu_reference(seed=5, width=80, height=64, images=[small, big], steps=1))
     print(f"2 references: {psnr:.1f} dB vs the CPU reference (the reference with them swapped: {swapped:.1f} dB)")
     assert psnr >= PSNR_MIN and psnr >= swapped + OTHER_MARGIN
 
@@ -235,10 +240,8 @@ def test_bad_requests_are_refused_before_any_download(page: Any, dist_dir: Path,
 def test_cancel_during_the_images_stage(page: Any, dist_dir: Path, live_server_factory: Any,
                                         tiny_models: dict[str, Path]) -> None:
     client = served(page, live_server_factory, dist_dir, tiny_models["fp32"])
-    images = [(f"big{i}.png", png(picture(1024, 1024, seed=10 + i))) for i in range(4)]
+    images = [(f"photo{i}.png", png(picture(384, 384, seed=10 + i))) for i in range(4)]
     generate_id = send(client, seed=0, width=64, height=64, images=images)
-    deadline_events = client.wait_for_event(generate_id, "stage", timeout_s=60)
-    assert deadline_events["stage"] == "check"
     # Wait for the images stage itself, then cancel while its encoder runs.
     start = time.monotonic()
     while not [e for e in client.events(generate_id) if e["type"] == "stage" and e["stage"] == "images"]:
@@ -248,5 +251,7 @@ def test_cancel_during_the_images_stage(page: Any, dist_dir: Path, live_server_f
     assert cancel.ok() == {"cancelled": True}
     reply = client.wait(generate_id, timeout_s=600)
     assert reply.type == "error" and reply.error is not None and reply.error["code"] == "cancelled", reply.error
+    # It stopped in the images stage: nothing after it ran.
     assert not reply.of_type("step")
     assert [e["stage"] for e in reply.of_type("stage")][-1] == "images"
+    print(f"cancel in the images stage: answered {reply.answered_at - cancel.sent_at:.0f} ms after the cancel")

@@ -16,7 +16,7 @@
 
 import { PRECISIONS } from '../protocol.js';
 import { InputError, ModelFileError } from '../shared/errors.js';
-import { LIMITS } from '../shared/limits.js';
+import { LIMITS, inputImageSize } from '../shared/limits.js';
 import { assertFinite, checkImage, toRgba } from './image.js';
 import {
     binaryMask, checkGreyMask, checkImageParams, decodeImage, imageLabel, inpaintPixels, inpaintReferencePixels, referencePixels,
@@ -170,9 +170,8 @@ export function checkInputs(params) {
 }
 
 /**
- * Stage 1 for the input images: decode and check each (one at a time, so a big request holds one decoded file
- * at a time besides the RGB bytes kept), the used sizes and the tokens they add. Inpainting's output size is the
- * used size of the image to inpaint.
+ * Stage 1 for the input images: each decoded and checked in turn (cancellable between them), the size each is
+ * used at and the tokens they add. Inpainting's output size must be the used size of the image to inpaint.
  * @param {any} params  Checked by checkInputs.
  * @param {AbortSignal} signal
  * @returns {Promise<InputPlan>}
@@ -191,7 +190,7 @@ async function checkImages(params, signal) {
     let decodedMask = null;
     if (mode === 'inpaint') {
         const source = decoded[0];
-        const { width, height } = inpaintPixelsSize(source);
+        const { width, height } = inputImageSize(source.width, source.height);
         if (params.width !== width || params.height !== height) {
             throw new InputError(
                 `Inpainting keeps the size of the image to inpaint: ${source.label} is ${source.width}x${source.height} ` +
@@ -209,14 +208,6 @@ async function checkImages(params, signal) {
     return { mode, images: decoded, used, mask: decodedMask, strength, tokens };
 }
 
-/**
- * The size inpainting uses its image at (inpaintPixels' without resizing anything): inputImageSize.
- * @param {{width: number, height: number}} image
- * @returns {{width: number, height: number}}
- */
-function inpaintPixelsSize(image) {
-    return referenceSizes('edit', [image])[0];
-}
 
 /**
  * An output by its contract name, or a ModelFileError naming what the graph has instead.
@@ -325,12 +316,14 @@ function imageJobs(plan) {
     if (plan.mode !== 'inpaint') return [];
     const [source, ...references] = plan.images;
     const batch = references.length > 1 ? 'batch crop' : 'crop';
+    /** @type {Pixels[] | null} */
+    let prepared = null;
     return [
         { image: source, how: `resize ${size(0)}`, pixels: () => inpaintPixels(source) },
         ...references.map((image, k) => ({
             image,
             how: `${batch} ${size(k + 1)}`,
-            pixels: () => inpaintReferencePixels(references)[k],
+            pixels: () => (prepared ??= inpaintReferencePixels(references))[k],
         })),
     ];
 }
@@ -608,11 +601,13 @@ export async function generate(params, { models, signal, onEvent }) {
         encodePrompt(prompt, cached, context),
     );
 
-    // 3b. Encode images
-    const conditioning = plan.mode === 'text'
-        ? null
-        : await clock.time('images', `${plan.images.length} image(s), ${plan.tokens} tokens`, () => encodeImages(plan, context));
-    const mask = plan.mask ? maskTokens(plan.mask, { width, height }) : null;
+    // 3b. Encode images (and inpainting's mask)
+    const { conditioning, mask } = plan.mode === 'text'
+        ? { conditioning: null, mask: null }
+        : await clock.time('images', `${plan.images.length} image(s), ${plan.tokens} tokens`, async () => ({
+            conditioning: await encodeImages(plan, context),
+            mask: plan.mask ? maskTokens(plan.mask, { width, height }) : null,
+        }));
 
     // 4. Prepare latents
     const textSeqLen = embedding.dims[1];

@@ -207,7 +207,9 @@ export function blendMask(latents, proper, mask, channels) {
 /**
  * A [H, W] float32 plane resized bilinearly to [outH, outW] (no antialiasing), as Flux2KleinInpaintPipeline
  * .prepare_mask_latents brings the mask to one value per latent token: source coordinate
- * `scale * (dst + 0.5) - 0.5` clamped at 0, float32 weights.
+ * `scale * (dst + 0.5) - 0.5` clamped at 0, float32 weights. Bit-exact for the pipeline's use, a 0/1 mask shrunk
+ * 16x (weights of 1/2, every result a multiple of 1/4); on arbitrary values torch's compiled kernel may differ in
+ * the last bit (it may fuse multiply-adds).
  * @param {Float32Array} plane
  * @param {number} height
  * @param {number} width
