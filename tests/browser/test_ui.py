@@ -164,14 +164,17 @@ def test_generation_shows_image_timings_and_tokens(generated: Generated, tiny_mo
     assert "Local" in page.inner_text("#model-source"), "a served --models repo must be used and shown"
 
     report = json.loads(page.get_attribute("#timings", "data-json") or "null")
-    assert set(report["timings"]) == {"check", "download", "load", "encode", "latents", "timesteps", "denoise",
-                                      "decode", "total", "sessionRun"}
+    # StageTimings (protocol 2) has every stage, `images` included (0 in text to image, and not shown).
+    assert set(report["timings"]) == {"check", "download", "load", "encode", "images", "latents", "timesteps",
+                                      "denoise", "decode", "total", "sessionRun"}
+    assert report["timings"]["images"] == 0
     assert report["timings"]["total"] > 0
     assert report["graphs"]["transformer"]["ep"] == "webgpu"
     timings_text = page.inner_text("#timings")
     for label in ("Check inputs", "Download", "Prepare latents", "Prepare timesteps", "Denoise", "Decode", "Total",
                   "Transformer", "fp32", "graph capture"):
         assert label in timings_text
+    assert "Encode images" not in timings_text, "text to image has no images stage"
 
     tokens = report["prompt"]["tokens"]
     assert tokens > 0 and report["prompt"]["droppedTokens"] == 0
@@ -194,6 +197,8 @@ def test_download_png_carries_settings_and_the_image(
     assert text["steps"] == "4"
     assert text["size"] == "64x64"
     assert text["model"] == server.url("/models/")
+    # Edit and Inpaint add `mode`, `images`, `mask`, `strength`; text to image keeps exactly these.
+    assert set(text) == {"prompt", "seed", "steps", "size", "model", "model-source", "graphs", "Software"}
     # The PNG path (canvas -> toBlob -> text chunks) must not alter pixels: compare with the CPU reference.
     expected = reference.generate(
         tiny_models["fp32"], prompt=PROMPT, seed=SEED, width=64, height=64, steps=4, log=lambda _msg: None

@@ -22,7 +22,9 @@
  * follows the prompt and draws on them, Flux2KleinPipeline(image=[...])); inpainting (`mask` set: `images[0]` is
  * the image to inpaint, white mask pixels are repainted, further images are its references, `strength` how much
  * of the schedule runs, Flux2KleinInpaintPipeline). Images travel as the encoded files the user gave (PNG, JPEG,
- * WebP); the worker decodes, checks, hashes and VAE-encodes them in the `images` stage.
+ * WebP); the worker decodes, checks and hashes them in the `check` stage (so a request with an unusable image, or
+ * with more tokens than the model can hold, is refused before any download) and resizes and VAE-encodes them in
+ * the `images` stage.
  *
  * Worker behaviour (worker/main.js):
  *   - load creates and releases each session of one model without running it (pipeline/load_sessions.js): what
@@ -43,7 +45,8 @@ export const PROTOCOL_VERSION = 2;
 /**
  * Pipeline stages in order; `stage` events name one of these. pipeline/generate.js's numbered stages, with
  * stage 2 (Load models) in two parts: `download` (the store fetches missing files) and `load` (sessions).
- * `images` ("Encode images": decode, check, resize and VAE-encode the input images) runs only when there are some.
+ * `images` ("Encode images": resize and VAE-encode the input images, decoded and checked in `check`) runs only
+ * when there are some.
  */
 export const STAGES = Object.freeze(
     /** @type {const} */ (['check', 'download', 'load', 'encode', 'images', 'latents', 'timesteps', 'denoise', 'decode']),
@@ -133,7 +136,8 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  * @property {number} height
  * @property {string} modelBase
  * @property {string} [precision]
- * @property {string[]} [components]  Default: all three, in pipeline order.
+ * @property {string[]} [components]  Default: all three, in pipeline order; 'vae_encoder' may be named too (its
+ *   session created for a width x height input image).
  */
 
 /**

@@ -14,10 +14,11 @@ import { resolveModelSource } from './model_source.js';
 import { WorkerClient } from './worker_client.js';
 import { SUPPORT_NOTE, detectBrowser, webgpuAdvice } from './ui/browser_support.js';
 import { CapabilitiesView } from './ui/capabilities.js';
+import { EditingView } from './ui/editing.js';
 import { ErrorView, adviseError } from './ui/error_view.js';
 import { requireElement } from './ui/dom.js';
 import { FormView, randomSeed, shareUrl, valuesFromUrl } from './ui/form.js';
-import { HistoryStore, HistoryView } from './ui/history.js';
+import { HistoryFullError, HistoryStore, HistoryView } from './ui/history.js';
 import { ProgressView } from './ui/progress.js';
 import { ResultView, encodeImage } from './ui/result.js';
 
@@ -61,6 +62,17 @@ function main() {
     const progress = new ProgressView(document);
     const result = new ResultView(document);
     const errors = new ErrorView(document);
+    const errorBox = requireElement(document, 'error', HTMLElement);
+    const editing = new EditingView(document, form, {
+        onProblem: (err) => {
+            const code = err instanceof KleinError ? err.code : ErrorCode.INTERNAL;
+            errors.show(adviseError(err, {}), code);
+        },
+        // A file taken answers the message about the one refused before it (other errors stay).
+        onAdded: () => {
+            if (errorBox.dataset.code === ErrorCode.INPUT) errors.clear();
+        },
+    });
     const toast = requireElement(document, 'toast', HTMLElement);
     const sourceLabel = requireElement(document, 'model-source', HTMLElement);
     const copyLink = requireElement(document, 'copy-link', HTMLButtonElement);
@@ -71,7 +83,7 @@ function main() {
     /** @type {HistoryStore | null} */
     let historyStore = null;
     const history = new HistoryView(document, {
-        onRestore: (entry) => {
+        onRestore: async (entry) => {
             const { params } = entry;
             form.write({
                 prompt: params.prompt,
@@ -80,8 +92,31 @@ function main() {
                 width: String(params.width),
                 height: String(params.height),
             });
+            try {
+                const inputs = entry.id !== undefined && historyStore ? await historyStore.inputs(entry.id) : null;
+                await editing.restore(inputs, params);
+            } catch (err) {
+                errors.show(adviseError(err, {}), err instanceof KleinError ? err.code : ErrorCode.INTERNAL);
+                return;
+            }
             form.prompt.focus();
-            announce(toast, `Settings restored: seed ${params.seed}, ${params.width}×${params.height}.`);
+            const what =
+                entry.mode === 'edit'
+                    ? 'Settings and images'
+                    : entry.mode === 'inpaint'
+                      ? 'Settings, image and mask'
+                      : 'Settings';
+            announce(toast, `${what} restored: seed ${params.seed}, ${params.width}×${params.height}.`);
+        },
+        onDelete: async (entry) => {
+            if (entry.id === undefined || !historyStore) return;
+            try {
+                await historyStore.delete(entry.id);
+                history.render(await historyStore.list());
+                announce(toast, 'Deleted from history.');
+            } catch (err) {
+                announce(toast, `Could not delete it: ${err instanceof Error ? err.message : String(err)}`);
+            }
         },
         onClear: async () => {
             await historyStore?.clear();
@@ -206,31 +241,40 @@ function main() {
     }
 
     let persistAsked = false;
+    /** Between the click and the running state (reading the files is async): a second click starts nothing. */
+    let starting = false;
     async function generate() {
-        if (form.running) return;
+        if (form.running || starting) return;
         /** @type {import('./ui/form.js').FormValues} */
         let values;
+        /** @type {import('./ui/editing.js').Collected} */
+        let inputs;
+        starting = true;
         try {
             values = form.read();
+            inputs = await editing.collect();
         } catch (err) {
-            // Invalid settings: say why and start nothing (no message goes to the worker).
+            // Invalid settings or missing images: say why and start nothing (no message goes to the worker).
             if (!(err instanceof InputError)) throw err;
             errors.show(adviseError(err, {}), err.code);
             return;
+        } finally {
+            starting = false;
         }
         errors.clear();
         // Running from the click on, so automation waiting for done|error never sees the previous run's state.
         setState('running');
         form.setRunning(true);
         capabilities.setBusy(true);
-        progress.start();
+        progress.start({ images: inputs.record !== null });
         revealOutput();
         try {
             // A failed probe (not a "no WebGPU" answer) is retried: the client starts a fresh worker.
             const caps = await probe.catch(() => (probe = runProbe()));
             if (caps === null) throw new NoWebGPUError('WebGPU is not available in this browser.');
             const { base, label, precision } = await source;
-            const params = { ...values, modelBase: base, ...(precision ? { precision } : {}) };
+            const settings = { ...values, modelBase: base, ...(precision ? { precision } : {}) };
+            const params = { ...settings, ...inputs.params };
             // Ask once, from a user gesture, that the browser never evicts the cached model (a worker
             // cannot ask). Chrome grants it silently to sites the user engages with; a "no" is not an error.
             if (!persistAsked && navigator.storage?.persist) {
@@ -247,16 +291,25 @@ function main() {
                 (caps) => capabilities.render(caps),
                 () => {},
             );
+            // The settings without the image bytes: the files go to history as the Blobs the page holds.
             historyStore
-                ?.add({
-                    createdAt: Date.now(),
-                    params,
-                    modelLabel: label,
-                    totalMs: output.timings.total,
-                    thumb: encoded.thumb,
-                })
+                ?.add(
+                    {
+                        createdAt: Date.now(),
+                        params: settings,
+                        modelLabel: label,
+                        totalMs: output.timings.total,
+                        thumb: encoded.thumb,
+                    },
+                    inputs.record,
+                )
                 .then(async () => historyStore && history.render(await historyStore.list()))
-                .catch((err) => announce(toast, `Not saved to history: ${err?.message ?? err}`));
+                .catch((err) => {
+                    if (err instanceof HistoryFullError) {
+                        const advice = { title: 'History is full', message: err.message, action: '' };
+                        errors.show(advice, ErrorCode.QUOTA, { reveal: false });
+                    } else announce(toast, `Not saved to history: ${err?.message ?? err}`);
+                });
         } catch (err) {
             const code = err instanceof KleinError ? err.code : ErrorCode.INTERNAL;
             if (code === ErrorCode.CANCELLED) {

@@ -1,11 +1,14 @@
 // @ts-check
 /**
- * @file generate(): one text-to-image run, the browser's `Flux2KleinPipeline.__call__`. Its numbered stages
- * are those of builder/pipeline/reference.py's generate() (the CPU reference this is tested against), in diffusers'
- * order, with the same names; each stage is one call, timed under the key in brackets:
+ * @file generate(): one run of the browser's `Flux2KleinPipeline.__call__` (text-to-image, and editing with
+ * reference images) or `Flux2KleinInpaintPipeline.__call__` (inpainting). Its numbered stages are those of
+ * builder/pipeline/reference.py's generate() (the CPU reference this is tested against), in diffusers' order, with
+ * the same names; each stage is one call, timed under the key in brackets:
  *   1. Check inputs (check)        2. Load models (download, load)   3. Encode prompt (encode)
- *   4. Prepare latents (latents)   5. Prepare timesteps (timesteps)  6. Denoising loop (denoise)
- *   7. Decode (decode)
+ *   3b. Encode images (images)     4. Prepare latents (latents)      5. Prepare timesteps (timesteps)
+ *   6. Denoising loop (denoise)    7. Decode (decode)
+ * Input images are decoded and checked in stage 1, so a request whose images are unusable, or whose tokens no
+ * graph can hold, is refused before anything is downloaded; stage 3b resizes them and runs the VAE encoder.
  * A session that does not fit the memory budget beside the others is created when its stage needs it; that
  * time is reported under `load`, not under the stage.
  * @module pipeline/generate
@@ -13,11 +16,18 @@
 
 import { PRECISIONS } from '../protocol.js';
 import { InputError, ModelFileError } from '../shared/errors.js';
-import { LIMITS } from '../shared/limits.js';
+import { LIMITS, inputImageSize } from '../shared/limits.js';
 import { assertFinite, checkImage, toRgba } from './image.js';
-import { eulerStep, packLatents, prepareLatentIds, prepareTextIds, unpackLatents } from './latents.js';
+import {
+    binaryMask, checkGreyMask, checkImageParams, decodeImage, imageLabel, inpaintPixels, inpaintReferencePixels, referencePixels,
+    referenceSizes, toPlanes,
+} from './input_images.js';
+import {
+    blendMask, eulerStep, interpolateBilinear, packLatents, prepareImageIds, prepareLatentIds, prepareTextIds,
+    scaleNoise, unpackLatents,
+} from './latents.js';
 import { torchRandn } from './rng.js';
-import { retrieveTimesteps } from './schedule.js';
+import { inpaintStart, retrieveTimesteps } from './schedule.js';
 import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
 
 /** transformer.config.in_channels: 32 VAE latent channels x 2x2 patch. */
@@ -34,6 +44,9 @@ export const PATCH = 16;
 /** @typedef {import('./models.js').Meter} Meter */
 /** @typedef {import('./models.js').PromptEmbedding} PromptEmbedding */
 /** @typedef {import('./schedule.js').Schedule} Schedule */
+/** @typedef {import('./input_images.js').DecodedImage} DecodedImage */
+/** @typedef {import('./input_images.js').Pixels} Pixels */
+/** @typedef {import('../protocol.js').InputImageInfo} InputImageInfo */
 
 /**
  * @typedef {{type: 'progress', progress: import('../shared/types.js').DownloadProgress}
@@ -56,6 +69,25 @@ export const PATCH = 16;
  * @property {BigInt64Array} txtIds   [L, 4] rows (0, 0, 0, l).
  * @property {number} latentHeight
  * @property {number} latentWidth
+ * @property {Float32Array} noise    [1, H*W, C] the packed noise itself (inpainting re-noises the image with it).
+ */
+
+/**
+ * @typedef {Object} InputPlan  Stage 1's view of the input images.
+ * @property {'text' | 'edit' | 'inpaint'} mode
+ * @property {DecodedImage[]} images  In request order (inpainting: the image to inpaint first).
+ * @property {{width: number, height: number}[]} used  The size each is used at.
+ * @property {DecodedImage | null} mask
+ * @property {number | null} strength
+ * @property {number} tokens  Conditioning tokens the images add to every step.
+ */
+
+/**
+ * @typedef {Object} Conditioning  Stage 3b's output.
+ * @property {Float32Array} tokens  [1, n, C] the packed latents of every image, one after the other.
+ * @property {BigInt64Array} ids    [n, 4] their rows (10 * (k + 1), y, x, 0).
+ * @property {InputImageInfo[]} infos
+ * @property {Float32Array | null} inpaintLatents  Inpainting: the image to inpaint, packed [1, H*W, C].
  */
 
 /** @type {import('./models.js').Pin} The text encoder's one shape: a prompt padded to MAX_SEQUENCE_LENGTH. */
@@ -131,8 +163,51 @@ export function checkInputs(params) {
     /** @type {GenerateParams} */
     const checked = { prompt, seed, steps, width, height, modelBase };
     if (precision) checked.precision = precision;
+    // The image files stay out of the checked parameters (the result would carry them back); `inputs` names them.
+    const { mode, strength } = checkImageParams(params);
+    if (mode === 'inpaint') checked.strength = /** @type {number} */ (strength);
     return checked;
 }
+
+/**
+ * Stage 1 for the input images: each decoded and checked in turn (cancellable between them), the size each is
+ * used at and the tokens they add. Inpainting's output size must be the used size of the image to inpaint.
+ * @param {any} params  Checked by checkInputs.
+ * @param {AbortSignal} signal
+ * @returns {Promise<InputPlan>}
+ */
+async function checkImages(params, signal) {
+    const { mode, images, mask, strength } = checkImageParams(params);
+    if (mode === 'text') return { mode, images: [], used: [], mask: null, strength: null, tokens: 0 };
+    /** @type {DecodedImage[]} */
+    const decoded = [];
+    for (const [i, image] of images.entries()) {
+        signal.throwIfAborted();
+        decoded.push(await decodeImage(image, imageLabel(mode, i, image.name)));
+    }
+    const references = mode === 'inpaint' ? decoded.slice(1) : decoded;
+    const used = referenceSizes(mode, references);
+    let decodedMask = null;
+    if (mode === 'inpaint') {
+        const source = decoded[0];
+        const { width, height } = inputImageSize(source.width, source.height);
+        if (params.width !== width || params.height !== height) {
+            throw new InputError(
+                `Inpainting keeps the size of the image to inpaint: ${source.label} is ${source.width}x${source.height} ` +
+                    `and is used at ${width}x${height}, so \`width\` and \`height\` must be ${width} and ${height} ` +
+                    `(got ${params.width}x${params.height}).`,
+                { width: params.width, height: params.height, expected: { width, height } },
+            );
+        }
+        used.unshift({ width, height });
+        signal.throwIfAborted();
+        decodedMask = await decodeImage(/** @type {import('../protocol.js').ImageInput} */ (mask), `The mask (${mask?.name})`);
+        checkGreyMask(decodedMask);
+    }
+    const tokens = used.reduce((sum, size) => sum + (size.width / PATCH) * (size.height / PATCH), 0);
+    return { mode, images: decoded, used, mask: decodedMask, strength, tokens };
+}
+
 
 /**
  * An output by its contract name, or a ModelFileError naming what the graph has instead.
@@ -158,23 +233,32 @@ function output(outputs, name, graph) {
  * left out when an earlier run already encoded this prompt. The transformer's graph is chosen for this
  * attention length (graph_choice.sizeClass) and pinned to these dims, so it captures its kernels on the first
  * step and replays them.
+ * Input images add the VAE encoder (refused here, before any download, when the repository has none), created
+ * after the text encoder unless every image's latents are cached.
  * @param {GenerateParams} params
- * @param {number} imageSeqLen
+ * @param {number} imageSeqLen  Image tokens the transformer sees: the noise's and the input images'.
+ * @param {InputPlan} plan
  * @param {RunContext & {clock: StageClock, onEvent: (event: GenerateEvent) => void}} context
  * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined}>}  `cached`: the prompt's embedding
  *   from an earlier run.
  */
-async function loadModels(params, imageSeqLen, { models, meter, signal, clock, onEvent }) {
+async function loadModels(params, imageSeqLen, plan, { models, meter, signal, clock, onEvent }) {
     const { notes } = await clock.time('download', undefined, () =>
         models.prepare(
-            { ...params, attentionTokens: imageSeqLen + MAX_SEQUENCE_LENGTH },
+            { ...params, attentionTokens: imageSeqLen + MAX_SEQUENCE_LENGTH, encodeSizes: plan.used },
             { signal, onProgress: (progress) => onEvent({ type: 'progress', progress }) },
         ),
     );
-    // The cache is keyed by the text encoder chosen above.
+    // The caches are keyed by the encoders chosen above.
     const cached = models.cachedPrompt(params.prompt);
-    /** @type {import('../shared/model_repo.js').Component[]} */
-    const order = cached ? ['transformer', 'vae_decoder'] : ['text_encoder', 'transformer', 'vae_decoder'];
+    const encodeImages = imageJobs(plan).some((job) => !models.cachedImage(models.imageKey(job.image.sha256, job.how)));
+    /** @type {import('../shared/model_repo.js').AnyComponent[]} */
+    const order = [
+        ...(cached ? [] : /** @type {const} */ (['text_encoder'])),
+        ...(encodeImages ? /** @type {const} */ (['vae_encoder']) : []),
+        'transformer',
+        'vae_decoder',
+    ];
     const pins = sessionPins(imageSeqLen);
     await clock.time('load', models.summary(), () => models.preload(order, { meter, signal, pins }));
     return { notes, cached };
@@ -212,6 +296,109 @@ async function encodePrompt(prompt, cached, { models, meter, signal }) {
 }
 
 /**
+ * @typedef {Object} ImageJob  One input image to encode, and how its pixels are made.
+ * @property {DecodedImage} image
+ * @property {string} how  The preprocessing and the used size (part of the latents' cache key).
+ * @property {() => Pixels} pixels
+ */
+
+/**
+ * What stage 3b encodes, in token order: editing's references; inpainting's image to inpaint, then its
+ * references (several of them as one batch, see input_images.js inpaintReferencePixels).
+ * @param {InputPlan} plan
+ * @returns {ImageJob[]}
+ */
+function imageJobs(plan) {
+    const size = (/** @type {number} */ i) => `${plan.used[i].width}x${plan.used[i].height}`;
+    if (plan.mode === 'edit') {
+        return plan.images.map((image, i) => ({ image, how: `crop ${size(i)}`, pixels: () => referencePixels(image) }));
+    }
+    if (plan.mode !== 'inpaint') return [];
+    const [source, ...references] = plan.images;
+    const batch = references.length > 1 ? 'batch crop' : 'crop';
+    /** @type {Pixels[] | null} */
+    let prepared = null;
+    return [
+        { image: source, how: `resize ${size(0)}`, pixels: () => inpaintPixels(source) },
+        ...references.map((image, k) => ({
+            image,
+            how: `${batch} ${size(k + 1)}`,
+            pixels: () => (prepared ??= inpaintReferencePixels(references))[k],
+        })),
+    ];
+}
+
+/**
+ * Stage 3b: each input image's pixels as diffusers' image processor makes them, then the VAE encoder ->
+ * [1, 128, h, w] latents (cached per session by file hash and use), packed into tokens one image after the other.
+ * Cancellable between images.
+ * @param {InputPlan} plan
+ * @param {RunContext} context
+ * @returns {Promise<Conditioning>}
+ */
+async function encodeImages(plan, { models, meter, signal }) {
+    const jobs = imageJobs(plan);
+    /** @type {Float32Array[]} */
+    const packed = [];
+    /** @type {{height: number, width: number}[]} */
+    const grids = [];
+    /** @type {InputImageInfo[]} */
+    const infos = [];
+    for (const [i, { image, how, pixels }] of jobs.entries()) {
+        signal.throwIfAborted();
+        const { width, height } = plan.used[i];
+        const key = models.imageKey(image.sha256, how);
+        let latents = models.cachedImage(key);
+        const cached = latents !== undefined;
+        if (!latents) {
+            const made = pixels();
+            const session = await models.session('vae_encoder', { meter, signal });
+            const outputs = await models.run(
+                session,
+                { image: { data: toPlanes(made), dims: [1, 3, made.height, made.width] } },
+                { meter, what: `The VAE encoder (${image.label})` },
+            );
+            latents = output(outputs, 'image_latents', 'VAE encoder'); // [1, 128, h, w]
+            assertFinite(latents.data, `latents of ${image.label}`);
+            models.cacheImage(key, latents);
+        }
+        const grid = { height: height / PATCH, width: width / PATCH };
+        packed.push(packLatents(latents.data, LATENT_CHANNELS, grid.height, grid.width));
+        grids.push(grid);
+        infos.push({
+            name: image.name, sha256: image.sha256, width: image.width, height: image.height,
+            usedWidth: width, usedHeight: height, tokens: grid.height * grid.width, cached,
+        });
+    }
+    const tokens = new Float32Array(packed.reduce((sum, p) => sum + p.length, 0));
+    let offset = 0;
+    for (const p of packed) {
+        tokens.set(p, offset);
+        offset += p.length;
+    }
+    return { tokens, ids: prepareImageIds(grids), infos, inpaintLatents: plan.mode === 'inpaint' ? packed[0] : null };
+}
+
+/**
+ * Inpainting's mask as one weight per latent token (Flux2KleinInpaintPipeline.prepare_mask_latents): binarised at
+ * the output size, then bilinearly resized to the latent grid.
+ * @param {DecodedImage} mask
+ * @param {{width: number, height: number}} size  The output size.
+ * @returns {{tokens: Float32Array, info: InputImageInfo}}  `tokens`: [H/16 * W/16], packed [1, seq, 1].
+ */
+function maskTokens(mask, { width, height }) {
+    const binary = binaryMask(mask, width, height);
+    const tokens = interpolateBilinear(binary, height, width, height / PATCH, width / PATCH);
+    return {
+        tokens,
+        info: {
+            name: mask.name, sha256: mask.sha256, width: mask.width, height: mask.height,
+            usedWidth: width, usedHeight: height, tokens: 0, cached: false,
+        },
+    };
+}
+
+/**
  * Stage 4: noise drawn in the packed 128-channel space exactly as torch.randn on the CPU draws it, and the
  * position ids of the image and text tokens.
  * @param {number} seed
@@ -222,8 +409,10 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
     const latentHeight = height / PATCH;
     const latentWidth = width / PATCH;
     const noise = torchRandn(seed, [1, LATENT_CHANNELS, latentHeight, latentWidth]);
+    const packed = packLatents(noise, LATENT_CHANNELS, latentHeight, latentWidth); // [1, C, H, W] -> [1, H*W, C]
     return {
-        latents: packLatents(noise, LATENT_CHANNELS, latentHeight, latentWidth), // [1, C, H, W] -> [1, H*W, C]
+        latents: packed.slice(),
+        noise: packed,
         imgIds: prepareLatentIds(latentHeight, latentWidth), // [H*W, 4] rows (0, y, x, 0)
         txtIds: prepareTextIds(textSeqLen), // [L, 4] rows (0, 0, 0, l)
         latentHeight,
@@ -232,47 +421,77 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
 }
 
 /**
- * Stage 6: one transformer call per step (klein is guidance-distilled: no CFG), then a float32 Euler step,
- * x += (sigma_next - sigma) * v, as FlowMatchEulerDiscreteScheduler.step. Cancellable between steps.
+ * @typedef {Object} Inpainting  What inpainting adds to the denoising loop.
+ * @property {number} start  The first step that runs (schedule.js inpaintStart).
+ * @property {Float32Array} imageLatents  [1, H*W, C] the image to inpaint, packed.
+ * @property {Float32Array} mask  [H*W] token weights (1 repaints).
+ */
+
+/**
+ * Stage 6: one transformer call per step (klein is guidance-distilled: no CFG) on the noise tokens followed by
+ * the input images' tokens; the prediction for the noise tokens takes a float32 Euler step,
+ * x += (sigma_next - sigma) * v, as FlowMatchEulerDiscreteScheduler.step. Inpainting runs the steps from
+ * `start` on and, after each, puts the image (re-noised to the next sigma, clean after the last step) back where
+ * the mask keeps it. Cancellable between steps.
  * @param {Latents} prepared  Its `latents` are updated in place.
  * @param {PromptEmbedding} embedding
  * @param {Schedule} schedule
+ * @param {Conditioning | null} conditioning  The input images' tokens and ids.
+ * @param {Inpainting | null} inpainting
  * @param {RunContext & {onEvent: (event: GenerateEvent) => void}} context
  * @returns {Promise<{denoised: Float32Array, stepMs: number[]}>} The denoised tokens [1, H*W, C], and the wall
  *   time of each step (the first one records the graph capture).
  */
-async function denoise(prepared, embedding, schedule, { models, meter, signal, onEvent }) {
-    const { latents, imgIds, txtIds, latentHeight, latentWidth } = prepared;
-    const imageSeqLen = latentHeight * latentWidth;
+async function denoise(prepared, embedding, schedule, conditioning, inpainting, { models, meter, signal, onEvent }) {
+    const { imgIds, txtIds, latentHeight, latentWidth, noise } = prepared;
+    const noiseTokens = latentHeight * latentWidth;
+    const extraTokens = conditioning ? conditioning.ids.length / 4 : 0;
+    const imageSeqLen = noiseTokens + extraTokens;
+    // One buffer holds [noise tokens | image tokens]; the loop updates the noise part in place.
+    const hiddenStates = new Float32Array(imageSeqLen * LATENT_CHANNELS);
+    hiddenStates.set(prepared.latents);
+    if (conditioning) hiddenStates.set(conditioning.tokens, noiseTokens * LATENT_CHANNELS);
+    const latents = hiddenStates.subarray(0, noiseTokens * LATENT_CHANNELS);
+    const ids = new BigInt64Array(imageSeqLen * 4);
+    ids.set(imgIds);
+    if (conditioning) ids.set(conditioning.ids, noiseTokens * 4);
     const textSeqLen = embedding.dims[1];
-    const steps = schedule.modelTimesteps.length;
+    const total = schedule.modelTimesteps.length;
+    const start = inpainting ? inpainting.start : 0;
+    const steps = total - start;
     const transformer = await models.session('transformer', { meter, signal, pin: sessionPins(imageSeqLen).transformer });
     /** @type {number[]} */
     const stepMs = [];
     const loopStart = performance.now();
-    for (let i = 0; i < steps; i++) {
+    for (let i = start; i < total; i++) {
         signal.throwIfAborted();
         const stepStart = performance.now();
         const outputs = await models.run(
             transformer,
             {
-                hidden_states: { data: latents, dims: [1, imageSeqLen, LATENT_CHANNELS] },
+                hidden_states: { data: hiddenStates, dims: [1, imageSeqLen, LATENT_CHANNELS] },
                 encoder_hidden_states: { data: embedding.data, dims: embedding.dims },
                 // float32(t / 1000), which is not always sigma itself (see schedule.js).
                 timestep: { data: Float32Array.of(schedule.modelTimesteps[i]), dims: [1] },
-                img_ids: { data: imgIds, dims: [imageSeqLen, 4] },
+                img_ids: { data: ids, dims: [imageSeqLen, 4] },
                 txt_ids: { data: txtIds, dims: [textSeqLen, 4] },
             },
-            { meter, what: `Denoising step ${i + 1}` },
+            { meter, what: `Denoising step ${i - start + 1}` },
         );
-        const noisePred = output(outputs, 'noise_pred', 'transformer'); // [1, H*W, C]
-        eulerStep(latents, noisePred.data, schedule.sigmas[i], schedule.sigmas[i + 1]);
+        const noisePred = output(outputs, 'noise_pred', 'transformer'); // [1, imageSeqLen, C]
+        // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
+        eulerStep(latents, noisePred.data.subarray(0, latents.length), schedule.sigmas[i], schedule.sigmas[i + 1]);
+        if (inpainting) {
+            const proper = i < total - 1 ? scaleNoise(inpainting.imageLatents, schedule.sigmas[i + 1], noise) : inpainting.imageLatents;
+            blendMask(latents, proper, inpainting.mask, LATENT_CHANNELS);
+        }
         stepMs.push(performance.now() - stepStart);
+        const done = i - start + 1;
         const elapsedMs = performance.now() - loopStart;
-        onEvent({ type: 'step', step: i + 1, steps, elapsedMs, etaMs: (elapsedMs / (i + 1)) * (steps - i - 1) });
+        onEvent({ type: 'step', step: done, steps, elapsedMs, etaMs: (elapsedMs / done) * (steps - done) });
     }
     assertFinite(latents, 'denoised latents');
-    return { denoised: latents, stepMs };
+    return { denoised: latents.slice(), stepMs };
 }
 
 /**
@@ -366,28 +585,49 @@ export async function generate(params, { models, signal, onEvent }) {
     const context = { models, meter, signal };
 
     // 1. Check inputs
-    const checked = await clock.time('check', undefined, () => checkInputs(params));
+    const { checked, plan } = await clock.time('check', undefined, async () => ({
+        checked: checkInputs(params),
+        plan: await checkImages(params, signal),
+    }));
     const { prompt, seed, steps, width, height } = checked;
-    const imageSeqLen = (height / PATCH) * (width / PATCH);
+    const noiseTokens = (height / PATCH) * (width / PATCH);
+    const imageSeqLen = noiseTokens + plan.tokens;
 
     // 2. Load models
-    const { notes, cached } = await loadModels(checked, imageSeqLen, { ...context, clock, onEvent });
+    const { notes, cached } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
 
     // 3. Encode prompt
     const embedding = await clock.time('encode', cached ? 'cached' : undefined, () =>
         encodePrompt(prompt, cached, context),
     );
 
+    // 3b. Encode images (and inpainting's mask)
+    const { conditioning, mask } = plan.mode === 'text'
+        ? { conditioning: null, mask: null }
+        : await clock.time('images', `${plan.images.length} image(s), ${plan.tokens} tokens`, async () => ({
+            conditioning: await encodeImages(plan, context),
+            mask: plan.mask ? maskTokens(plan.mask, { width, height }) : null,
+        }));
+
     // 4. Prepare latents
     const textSeqLen = embedding.dims[1];
     const latents = await clock.time('latents', undefined, () => prepareLatents(seed, { width, height, textSeqLen }));
 
-    // 5. Prepare timesteps
-    const schedule = await clock.time('timesteps', undefined, () => retrieveTimesteps(steps, imageSeqLen));
+    // 5. Prepare timesteps (mu from the noise tokens alone); inpainting starts part-way, from the image noised to
+    // that step's sigma.
+    const { schedule, inpainting } = await clock.time('timesteps', undefined, () => {
+        const made = retrieveTimesteps(steps, noiseTokens);
+        if (plan.mode !== 'inpaint' || !conditioning?.inpaintLatents || !mask) return { schedule: made, inpainting: null };
+        const start = inpaintStart(steps, /** @type {number} */ (plan.strength));
+        latents.latents = scaleNoise(conditioning.inpaintLatents, made.sigmas[start], latents.noise);
+        return { schedule: made, inpainting: { start, imageLatents: conditioning.inpaintLatents, mask: mask.tokens } };
+    });
+    const runSteps = steps - (inpainting?.start ?? 0);
 
     // 6. Denoising loop
-    const { denoised, stepMs } = await clock.time('denoise', `${steps} steps, ${imageSeqLen} image tokens`, () =>
-        denoise(latents, embedding, schedule, { ...context, onEvent }),
+    const denoiseDetail = `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
+    const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
+        denoise(latents, embedding, schedule, conditioning, inpainting, { ...context, onEvent }),
     );
 
     // 7. Decode
@@ -407,6 +647,13 @@ export async function generate(params, { models, signal, onEvent }) {
         graphs: models.describe(meter),
         device: models.deviceGrant(),
         notes,
-        inputs: { mode: 'text', images: [], mask: null, strength: null, steps, referenceTokens: 0 },
+        inputs: {
+            mode: plan.mode,
+            images: conditioning?.infos ?? [],
+            mask: mask?.info ?? null,
+            strength: plan.strength,
+            steps: runSteps,
+            referenceTokens: plan.tokens,
+        },
     };
 }

@@ -6,7 +6,8 @@
  * - text encoder and transformer: the variant `precision` forces, else the first the repository has of
  *   q4f16, q4, fp32, fp16 with shader-f16 (q4, fp32, q4f16, fp16 without);
  * - transformer: of that variant's size classes, the least-split graph sized for this image (sizeClass);
- * - VAE: fp16 on WebGPU with shader-f16; else an fp32 graph on WebGPU; else fp16 on the wasm EP;
+ * - VAE decoder, and the VAE encoder when input images need it: fp16 on WebGPU with shader-f16; else an fp32 graph
+ *   on WebGPU; else fp16 on the wasm EP;
  * - a graph needing shader-f16 the adapter lacks runs on WebGPU with its fp16 nodes forced onto the CPU
  *   when the manifest names them, else wholly on the wasm EP (place);
  * - a size whose attention buffers cannot fit is refused before anything is downloaded.
@@ -19,6 +20,8 @@ import { LIMITS } from '../shared/limits.js';
 import { graphFiles } from '../shared/model_repo.js';
 
 /** @typedef {import('../shared/model_repo.js').Component} Component */
+/** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */
+/** @typedef {Record<Component, Choice> & {vae_encoder?: Choice}} Choices  The encoder only for input images. */
 /** @typedef {import('../shared/model_repo.js').GraphEntry} GraphEntry */
 /** @typedef {import('../shared/model_repo.js').Manifest} Manifest */
 
@@ -45,9 +48,11 @@ const WASM_BUFFER_LIMIT = 1024 ** 3;
  * @param {string | undefined} precision  A forced variant for the text encoder and the transformer.
  * @param {number} [attentionTokens]  The transformer's joint attention length (image + text tokens) of this
  *   generation: of a variant's graphs on the same weights, the least-split one sized for it runs.
- * @returns {{choices: Record<Component, Choice>, notes: string[]}}
+ * @param {{encoder?: boolean}} [options]  `encoder`: input images need the VAE encoder; a repository without one
+ *   is refused here, before anything is downloaded.
+ * @returns {{choices: Choices, notes: string[]}}
  */
-export function chooseGraphs(manifest, { shaderF16, maxStorageBufferBindingSize }, precision, attentionTokens) {
+export function chooseGraphs(manifest, { shaderF16, maxStorageBufferBindingSize }, precision, attentionTokens, { encoder = false } = {}) {
     /** @type {string[]} */
     const notes = [];
     /** @param {string} component */
@@ -93,7 +98,20 @@ export function chooseGraphs(manifest, { shaderF16, maxStorageBufferBindingSize 
     }
     const vaeOrder = shaderF16 && precision !== 'fp32' ? ['fp16', 'fp32'] : ['fp32', 'fp16'];
     choices.vae_decoder = place(pick('vae_decoder', vaeOrder), manifest, shaderF16, notes);
-    return { choices: /** @type {Record<Component, Choice>} */ (choices), notes };
+    /** @type {Choices} */
+    const chosen = /** @type {Record<Component, Choice>} */ (choices);
+    if (encoder) {
+        if (graphsOf('vae_encoder').length === 0) {
+            throw new ModelFileError(
+                `The model repository ${manifest.modelBase} has no VAE encoder (component vae_encoder), which editing ` +
+                    'and inpainting need to read input images: use a repository converted by `klein-web convert` ' +
+                    '(README, "Editing"), or generate without images.',
+                { component: 'vae_encoder' },
+            );
+        }
+        chosen.vae_encoder = place(pick('vae_encoder', vaeOrder), manifest, shaderF16, notes);
+    }
+    return { choices: chosen, notes };
 }
 
 /**
@@ -185,8 +203,9 @@ export function checkDecodeFits(vae, { width, height }, gpu) {
     const step = LIMITS.sizeMultiple;
     let side = step;
     while (scoreBytes(side + step, side + step) <= limit) side += step;
+    const what = vae.graph.component === 'vae_encoder' ? 'VAE encoder' : 'VAE decoder';
     throw new OutOfMemoryError(
-        `At ${width}x${height} the VAE decoder needs a ${formatBytes(needed)} attention buffer but this ` +
+        `At ${width}x${height} the ${what} needs a ${formatBytes(needed)} attention buffer but this ` +
             `${vae.ep === 'webgpu' ? 'GPU allows' : 'CPU path allows'} ${formatBytes(limit)} per buffer. ` +
             `Choose a smaller size (at most about ${side}x${side}).`,
         { needed, limit, width, height },

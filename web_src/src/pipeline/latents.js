@@ -137,3 +137,116 @@ export function eulerStep(latents, noisePred, sigma, sigmaNext) {
     for (let i = 0; i < latents.length; i++) latents[i] = f32(latents[i] + f32(dt * noisePred[i]));
     return latents;
 }
+
+// Port of diffusers.pipelines.flux2.pipeline_flux2_klein.Flux2KleinPipeline._prepare_image_ids @ 0.42.1
+/**
+ * `img_ids` of the conditioning images (references, and inpainting's image to inpaint first): image k's tokens
+ * get rows (10 * (k + 1), y, x, 0), raster order, image after image.
+ * @param {{height: number, width: number}[]} grids  Latent grid of each image, H/16 x W/16.
+ * @returns {BigInt64Array} [sum of h*w, 4] int64
+ */
+export function prepareImageIds(grids) {
+    const total = grids.reduce((sum, { height, width }) => sum + height * width, 0);
+    const ids = new BigInt64Array(total * 4);
+    let row = 0;
+    for (const [k, { height, width }] of grids.entries()) {
+        checkDims({ height, width });
+        const t = BigInt(10 * (k + 1));
+        for (let y = 0; y < height; y++) {
+            for (let x = 0; x < width; x++) {
+                ids[row * 4] = t;
+                ids[row * 4 + 1] = BigInt(y);
+                ids[row * 4 + 2] = BigInt(x);
+                row++;
+            }
+        }
+    }
+    return ids;
+}
+
+// Port of diffusers.schedulers.scheduling_flow_match_euler_discrete.FlowMatchEulerDiscreteScheduler.scale_noise @ 0.42.1
+/**
+ * The clean latents noised to `sigma`: `sigma * noise + (1.0 - sigma) * sample`, float32 with a rounding after
+ * every op, as torch computes it on float32 tensors.
+ * @param {Float32Array} sample  Image latents (packed or not: the op is elementwise).
+ * @param {number} sigma  A float32 sigma of the schedule.
+ * @param {Float32Array} noise  Same layout as `sample`.
+ * @returns {Float32Array}  A new array.
+ */
+export function scaleNoise(sample, sigma, noise) {
+    checkLength('noise', noise, sample.length);
+    const s = f32(sigma);
+    const keep = f32(1.0 - s);
+    const out = new Float32Array(sample.length);
+    for (let i = 0; i < out.length; i++) out[i] = f32(f32(s * noise[i]) + f32(keep * sample[i]));
+    return out;
+}
+
+// Port of diffusers.pipelines.flux2.pipeline_flux2_klein_inpaint.Flux2KleinInpaintPipeline.__call__ (mask blend) @ 0.42.1
+/**
+ * After each step, what the mask keeps goes back to the (re-noised) image: `latents = (1 - m) * proper + m * latents`
+ * per token, in place, float32 rounding after every op.
+ * @param {Float32Array} latents  [1, seq, C] packed tokens, updated in place.
+ * @param {Float32Array} proper  [1, seq, C] the image latents at this step's noise level.
+ * @param {Float32Array} mask  [seq] token weights (1 repaints).
+ * @param {number} channels  C
+ * @returns {Float32Array} `latents`
+ */
+export function blendMask(latents, proper, mask, channels) {
+    checkLength('proper', proper, latents.length);
+    checkLength('latents', latents, mask.length * channels);
+    for (let p = 0; p < mask.length; p++) {
+        const m = mask[p];
+        const keep = f32(1 - m);
+        for (let c = p * channels; c < (p + 1) * channels; c++) latents[c] = f32(f32(keep * proper[c]) + f32(m * latents[c]));
+    }
+    return latents;
+}
+
+// Port of torch.nn.functional.interpolate(mode='bilinear', align_corners=False) on CPU @ 2.x (upsample_bilinear2d)
+/**
+ * A [H, W] float32 plane resized bilinearly to [outH, outW] (no antialiasing), as Flux2KleinInpaintPipeline
+ * .prepare_mask_latents brings the mask to one value per latent token: source coordinate
+ * `scale * (dst + 0.5) - 0.5` clamped at 0, float32 weights. Bit-exact for the pipeline's use, a 0/1 mask shrunk
+ * 16x (weights of 1/2, every result a multiple of 1/4); on arbitrary values torch's compiled kernel may differ in
+ * the last bit (it may fuse multiply-adds).
+ * @param {Float32Array} plane
+ * @param {number} height
+ * @param {number} width
+ * @param {number} outHeight
+ * @param {number} outWidth
+ * @returns {Float32Array} [outH * outW]
+ */
+export function interpolateBilinear(plane, height, width, outHeight, outWidth) {
+    checkDims({ height, width, outHeight, outWidth });
+    checkLength('plane', plane, height * width);
+    /** @param {number} inSize @param {number} outSize */
+    const axis = (inSize, outSize) => {
+        const scale = f32(inSize / outSize);
+        const i0 = new Int32Array(outSize);
+        const i1 = new Int32Array(outSize);
+        const l0 = new Float32Array(outSize);
+        const l1 = new Float32Array(outSize);
+        for (let d = 0; d < outSize; d++) {
+            const src = Math.max(f32(f32(scale * f32(d + 0.5)) - 0.5), 0);
+            i0[d] = Math.trunc(src);
+            i1[d] = i0[d] + (i0[d] < inSize - 1 ? 1 : 0);
+            l1[d] = f32(src - i0[d]);
+            l0[d] = f32(1 - l1[d]);
+        }
+        return { i0, i1, l0, l1 };
+    };
+    const ys = axis(height, outHeight);
+    const xs = axis(width, outWidth);
+    const out = new Float32Array(outHeight * outWidth);
+    for (let y = 0; y < outHeight; y++) {
+        const r0 = ys.i0[y] * width;
+        const r1 = ys.i1[y] * width;
+        for (let x = 0; x < outWidth; x++) {
+            const top = f32(f32(xs.l0[x] * plane[r0 + xs.i0[x]]) + f32(xs.l1[x] * plane[r0 + xs.i1[x]]));
+            const bottom = f32(f32(xs.l0[x] * plane[r1 + xs.i0[x]]) + f32(xs.l1[x] * plane[r1 + xs.i1[x]]));
+            out[y * outWidth + x] = f32(f32(ys.l0[y] * top) + f32(ys.l1[y] * bottom));
+        }
+    }
+    return out;
+}

@@ -11,14 +11,14 @@
  * @module pipeline/load_sessions
  */
 
-import { COMPONENTS } from '../shared/model_repo.js';
+import { COMPONENTS, OPTIONAL_COMPONENTS } from '../shared/model_repo.js';
 import { InputError } from '../shared/errors.js';
 import { checkInputs, PATCH, sessionPins } from './generate.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 
 /** @typedef {import('./models.js').Models} Models */
 /** @typedef {import('./models.js').Meter} Meter */
-/** @typedef {import('../shared/model_repo.js').Component} Component */
+/** @typedef {import('../shared/model_repo.js').AnyComponent} Component */
 /** @typedef {import('../protocol.js').LoadParams} LoadParams */
 /** @typedef {import('../protocol.js').LoadResult} LoadResult */
 
@@ -30,9 +30,11 @@ export function checkLoadParams(params) {
     // The size, model and precision rules are generate()'s; prompt, seed and steps do not apply here.
     const { width, height, modelBase, precision } = checkInputs({ ...params, prompt: '', seed: 0, steps: 1 });
     const components = params?.components ?? [...COMPONENTS];
-    if (!Array.isArray(components) || components.some((c) => !COMPONENTS.includes(c))) {
+    /** @type {string[]} */
+    const known = [...COMPONENTS, ...OPTIONAL_COMPONENTS];
+    if (!Array.isArray(components) || components.some((c) => !known.includes(c))) {
         throw new InputError(
-            `\`components\` must be a list of ${COMPONENTS.join(', ')}, got ${JSON.stringify(components)}.`,
+            `\`components\` must be a list of ${known.join(', ')}, got ${JSON.stringify(components)}.`,
             { components },
         );
     }
@@ -55,8 +57,10 @@ export async function loadSessions(params, { models, signal, onEvent }) {
     const imageSeqLen = (height / PATCH) * (width / PATCH);
     onEvent({ type: 'stage', stage: 'download' });
     const downloadStarted = performance.now();
+    // The encoder, when asked for, is created for an input image of the same size.
+    const encodeSizes = /** @type {string[]} */ (checked.components).includes('vae_encoder') ? [{ width, height }] : [];
     const { notes, downloadedBytes } = await models.prepare(
-        { ...checked, attentionTokens: imageSeqLen + MAX_SEQUENCE_LENGTH },
+        { ...checked, attentionTokens: imageSeqLen + MAX_SEQUENCE_LENGTH, encodeSizes },
         { signal, onProgress: (progress) => onEvent({ type: 'progress', progress }) },
     );
     const downloadMs = performance.now() - downloadStarted;
@@ -74,9 +78,11 @@ export async function loadSessions(params, { models, signal, onEvent }) {
         await models.unload(component);
     }
     const described = models.describe(meter);
-    const choices = models.requireChoices();
     const graphs = Object.fromEntries(
-        /** @type {Component[]} */ (checked.components).map((c) => [c, { ...described[c], bytes: choices[c].bytes, path: choices[c].graph.path }]),
+        /** @type {Component[]} */ (checked.components).map((c) => {
+            const { bytes, graph } = models.requireChoice(c);
+            return [c, { ...described[c], bytes, path: graph.path }];
+        }),
     );
     return { params: checked, downloadedBytes, downloadMs, graphs, device: models.deviceGrant(), notes };
 }

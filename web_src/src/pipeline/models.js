@@ -19,6 +19,8 @@ import { WeightStore } from '../store/weights.js';
 import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
 
 /** @typedef {import('../shared/model_repo.js').Component} Component */
+/** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */
+/** @typedef {import('./graph_choice.js').Choices} Choices */
 /** @typedef {import('../shared/model_repo.js').Manifest} Manifest */
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
 /** @typedef {import('./graph_choice.js').Choice} Choice */
@@ -28,8 +30,8 @@ import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
  * @typedef {Object} Meter  Per-job time accounting, filled in by load and run.
  * @property {number} loadMs
  * @property {number} runMs
- * @property {Partial<Record<Component, number>>} loadMsByComponent  Session creation (incl. shader compilation) this job.
- * @property {Partial<Record<Component, number>>} readMsByComponent  The part of it spent reading the graph's files from
+ * @property {Partial<Record<AnyComponent, number>>} loadMsByComponent  Session creation (incl. shader compilation) this job.
+ * @property {Partial<Record<AnyComponent, number>>} readMsByComponent  The part of it spent reading the graph's files from
  *   the store (the rest is onnxruntime: parsing, optimising, uploading the weights).
  */
 
@@ -62,9 +64,18 @@ import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
  * @property {number} droppedTokens
  */
 
+/**
+ * @typedef {Object} ImageLatents  The VAE encoder's output for one input image.
+ * @property {Float32Array} data  [1, 128, H/16, W/16]
+ * @property {number[]} dims
+ */
+
 const GIB = 1024 ** 3;
 /** Prompt embeddings kept (15.7 MB each for klein-4B: [1, 512, 7680] float32). */
 const PROMPT_CACHE_ENTRIES = 4;
+/** Encoded input images kept (8 MiB each for a 1024^2 image: [1, 128, 64, 64] float32), enough for a request's
+ * four references and an image to inpaint. */
+const IMAGE_CACHE_ENTRIES = 6;
 
 /**
  * How many bytes of sessions may stay loaded at once. There is no WebGPU API for total GPU memory;
@@ -89,41 +100,50 @@ export class Models {
         this.store = null;
         /** @type {Manifest | null} */
         this.manifest = null;
-        /** @type {Record<Component, Choice> | null} */
+        /** @type {Choices | null} */
         this.choices = null;
-        /** @type {Map<Component, Loaded>} */
+        /** @type {Map<AnyComponent, Loaded>} */
         this.loaded = new Map();
         /** @type {Map<string, PromptEmbedding>} insertion order = LRU order */
         this.prompts = new Map();
+        /** @type {Map<string, ImageLatents>} insertion order = LRU order */
+        this.images = new Map();
         /** @type {Map<string, any>} derived objects (the tokenizer) of the current model */
         this.memos = new Map();
         this.budget = memoryBudget();
-        /** @type {Map<Component, string>} whether the last session of a component captured its kernels */
+        /** @type {Map<AnyComponent, string>} whether the last session of a component captured its kernels */
         this.captureState = new Map();
     }
 
     /**
      * Stage 2 (Load models), its `download` part: open the store of `modelBase`, read the manifest, choose the
-     * graphs for this adapter, and download the files that are not complete in the store yet.
-     * @param {{modelBase: string, precision?: string, width: number, height: number, attentionTokens?: number}} params
+     * graphs for this adapter, and download the files that are not complete in the store yet. With `encodeSizes`
+     * (the sizes input images are encoded at) the VAE encoder is chosen too, and each size checked to fit it.
+     * @param {{modelBase: string, precision?: string, width: number, height: number, attentionTokens?: number,
+     *   encodeSizes?: {width: number, height: number}[]}} params
      * @param {{signal?: AbortSignal, onProgress?: (p: import('../shared/types.js').DownloadProgress) => void}} options
      * @returns {Promise<{notes: string[], downloadedBytes: number}>}
      */
-    async prepare({ modelBase, precision, width, height, attentionTokens }, { signal, onProgress }) {
+    async prepare({ modelBase, precision, width, height, attentionTokens, encodeSizes = [] }, { signal, onProgress }) {
         if (!this.store || this.store.modelBase !== modelBase) {
             await this.releaseAll();
             this.prompts.clear();
+            this.images.clear();
             this.memos.clear();
             this.store = await WeightStore.open(modelBase);
         }
         const info = await this.gpu.getInfo();
         const manifest = await this.store.loadManifest({ signal });
-        const { choices, notes } = chooseGraphs(manifest, info, precision, attentionTokens);
+        const { choices, notes } = chooseGraphs(manifest, info, precision, attentionTokens, { encoder: encodeSizes.length > 0 });
         checkDecodeFits(choices.vae_decoder, { width, height }, info);
+        // The encoder's mid-block attention is the decoder's, at the input image's size.
+        if (choices.vae_encoder) for (const size of encodeSizes) checkDecodeFits(choices.vae_encoder, size, info);
         if (info.software) notes.push(`The GPU adapter is a software renderer (${info.adapter.architecture || info.adapter.description || 'fallback'}): it works, but very slowly.`);
         // A re-converted repository (other sizes or hashes) invalidates the loaded sessions and derived objects.
+        // A session of a component not chosen this time (the encoder of a text-to-image run) is released as well.
         for (const [component, loaded] of this.loaded) {
-            if (loaded.choice.identity !== choices[component].identity || loaded.choice.ep !== choices[component].ep) {
+            const choice = choices[component];
+            if (!choice || loaded.choice.identity !== choice.identity || loaded.choice.ep !== choice.ep) {
                 await this.unload(component);
             }
         }
@@ -144,6 +164,7 @@ export class Models {
             if (graphFiles(loaded.choice.graph).some((p) => replaced.has(p))) {
                 await this.unload(component);
                 if (component === 'text_encoder') this.prompts.clear();
+                if (component === 'vae_encoder') this.images.clear();
             }
         }
         if (this.tokenizerPaths(manifest).some((p) => replaced.has(p))) {
@@ -174,10 +195,10 @@ export class Models {
             const blocks = choice.graph.attentionQueryBlocks;
             const how = [];
             if (c !== 'text_encoder') how.push(blocks > 1 ? `attention in ${blocks} query blocks` : 'attention unsplit');
-            const capture = this.captureState.get(/** @type {Component} */ (c));
+            const capture = this.captureState.get(/** @type {AnyComponent} */ (c));
             if (capture) how.push(capture);
-            const loadMs = meter.loadMsByComponent[/** @type {Component} */ (c)] ?? 0;
-            const readMs = meter.readMsByComponent[/** @type {Component} */ (c)] ?? 0;
+            const loadMs = meter.loadMsByComponent[/** @type {AnyComponent} */ (c)] ?? 0;
+            const readMs = meter.readMsByComponent[/** @type {AnyComponent} */ (c)] ?? 0;
             return [c, { variant: choice.graph.variant, ep: choice.ep, detail: how.join(', '), loadMs, readMs }];
         }));
     }
@@ -190,10 +211,20 @@ export class Models {
         return this.gpu.grant;
     }
 
-    /** @returns {Record<Component, Choice>} */
+    /** @returns {Choices} */
     requireChoices() {
         if (!this.choices) throw new Error('Models.prepare() must run before sessions are used.');
         return this.choices;
+    }
+
+    /**
+     * @param {AnyComponent} component
+     * @returns {Choice}
+     */
+    requireChoice(component) {
+        const choice = this.requireChoices()[component];
+        if (!choice) throw new Error(`Models.prepare() did not choose a ${component} graph (no input images were announced).`);
+        return choice;
     }
 
     /**
@@ -254,17 +285,50 @@ export class Models {
     }
 
     /**
+     * The cache key of an input image's latents: the encoder's identity, the file's hash, and how it was made into
+     * pixels (`how`: the mode's preprocessing and the size it was used at).
+     * @param {string} sha256
+     * @param {string} how
+     * @returns {string}
+     */
+    imageKey(sha256, how) {
+        const choice = this.requireChoice('vae_encoder');
+        return `${/** @type {WeightStore} */ (this.store).modelBase}|${choice.identity}|${choice.ep}|${sha256}|${how}`;
+    }
+
+    /**
+     * @param {string} key  imageKey()
+     * @returns {ImageLatents | undefined}
+     */
+    cachedImage(key) {
+        const hit = this.images.get(key);
+        if (hit) {
+            this.images.delete(key);
+            this.images.set(key, hit);
+        }
+        return hit;
+    }
+
+    /**
+     * @param {string} key  imageKey()
+     * @param {ImageLatents} latents
+     */
+    cacheImage(key, latents) {
+        this.images.set(key, latents);
+        while (this.images.size > IMAGE_CACHE_ENTRIES) this.images.delete(/** @type {string} */ (this.images.keys().next().value));
+    }
+
+    /**
      * Stage 2 (Load models), its `load` part: create the sessions in `components` order while they all fit the
      * memory budget; the first is always loaded, later ones that do not fit are loaded when their stage comes.
-     * @param {Component[]} components
-     * @param {{meter: Meter, signal?: AbortSignal, pins?: Partial<Record<Component, Pin>>}} options
+     * @param {AnyComponent[]} components
+     * @param {{meter: Meter, signal?: AbortSignal, pins?: Partial<Record<AnyComponent, Pin>>}} options
      *   `pins`: how each session will run (see session()).
      */
     async preload(components, { meter, signal, pins = {} }) {
-        const choices = this.requireChoices();
         let planned = 0;
         for (const [i, component] of components.entries()) {
-            planned += choices[component].bytes;
+            planned += this.requireChoice(component).bytes;
             if (i > 0 && planned > this.budget) break;
             await this.session(component, { meter, signal, pin: pins[component] });
         }
@@ -273,14 +337,14 @@ export class Models {
     /**
      * The session of `component`, created if needed (after releasing least recently used sessions
      * until it fits the budget).
-     * @param {Component} component
+     * @param {AnyComponent} component
      * @param {{meter: Meter, signal?: AbortSignal, pin?: Pin}} options  `pin`: the symbolic input dims every
      *   run of this session will have (the transformer's img_seq and txt_seq in a denoising loop), and whether it
      *   captures its kernels on WebGPU (runtime/ort.js). A session pinned otherwise is created anew.
      * @returns {Promise<import('../runtime/ort.js').Session>}
      */
     async session(component, { meter, signal, pin }) {
-        const choice = this.requireChoices()[component];
+        const choice = this.requireChoice(component);
         const existing = this.loaded.get(component);
         const dimsKey = pin ? JSON.stringify([Object.entries(pin.dims).sort(), pin.capture]) : '';
         if (existing && existing.choice.ep === 'webgpu' && (existing.generation !== this.gpu.generation || this.gpu.lost)) {
@@ -329,7 +393,7 @@ export class Models {
     /**
      * Release least recently used sessions until `bytes` more fit in the budget.
      * @param {number} bytes
-     * @param {Component} keep
+     * @param {AnyComponent} keep
      */
     async makeRoom(bytes, keep) {
         const used = () => [...this.loaded.values()].reduce((sum, l) => sum + l.choice.bytes, 0);
@@ -367,7 +431,7 @@ export class Models {
         return outputs;
     }
 
-    /** @param {Component} component */
+    /** @param {AnyComponent} component */
     async unload(component) {
         const loaded = this.loaded.get(component);
         if (!loaded) return;
@@ -383,6 +447,7 @@ export class Models {
         this.manifest = null;
         this.choices = null;
         this.prompts.clear();
+        this.images.clear();
         this.memos.clear();
     }
 

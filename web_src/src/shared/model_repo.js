@@ -10,14 +10,15 @@
 export const COMPONENTS = Object.freeze(/** @type {const} */ (['text_encoder', 'transformer', 'vae_decoder']));
 /**
  * Components a repository may list besides those (builder/repo/manifest.py OPTIONAL_COMPONENTS): the VAE encoder,
- * for editing with reference images. The manifest accepts their graphs; text-to-image never chooses or downloads them.
+ * for editing and inpainting. The manifest accepts their graphs; text-to-image never chooses or downloads them.
  */
 export const OPTIONAL_COMPONENTS = Object.freeze(/** @type {const} */ (['vae_encoder']));
 export const VARIANTS = Object.freeze(['q4', 'q4f16', 'fp32', 'fp16']);
 export const TOKENIZER_FILES = Object.freeze(['tokenizer/tokenizer.json', 'tokenizer/tokenizer_config.json']);
 export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
 
-/** @typedef {(typeof COMPONENTS)[number]} Component */
+/** @typedef {(typeof COMPONENTS)[number]} Component  A component every repository has. */
+/** @typedef {Component | (typeof OPTIONAL_COMPONENTS)[number]} AnyComponent */
 
 /**
  * @typedef {Object} GraphEntry

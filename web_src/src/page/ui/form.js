@@ -316,6 +316,20 @@ export class FormView {
         this.generate.title = reason;
     }
 
+    /**
+     * Fixes the output size to `size` (Inpaint: the image's used size), or frees it again (null). The size
+     * controls are disabled meanwhile, with `reason` as their tooltip.
+     * @param {{width: number, height: number} | null} size
+     * @param {string} reason
+     */
+    lockSize(size, reason) {
+        if (size) this.write({ width: String(size.width), height: String(size.height) });
+        for (const control of [this.size, this.width, this.height]) {
+            control.disabled = size !== null;
+            control.title = size ? reason : '';
+        }
+    }
+
     /** Shows the width/height inputs only for "custom"; they start at the preset's size when opened. */
     #syncSize() {
         const custom = this.size.value === 'custom';

@@ -1,18 +1,25 @@
 // @ts-check
 /**
- * @file This browser's past generations: settings + a small JPEG thumbnail in IndexedDB (the last
- * HISTORY_LIMIT only), rendered as `#history`; clicking an entry restores its settings.
+ * @file This browser's past generations in IndexedDB (the last HISTORY_LIMIT only), rendered as `#history`;
+ * clicking an entry restores its settings, and for Edit and Inpaint its input images, mask and strength.
+ * Entries (settings + a small JPEG thumbnail) are listed often; the input files, which can be megabytes, sit in
+ * a second store under the entry's id, read only when the entry is restored. An entry and its files are added
+ * and removed in one transaction, so a full disk leaves no entry without its files, and eviction no orphans.
  * @module page/ui/history
  */
 
 import { requireElement } from './dom.js';
 
-/** Enough to find yesterday's image again; small thumbnails keep the whole store around 1-2 MB. */
+/** @typedef {import('./editing.js').RunInputs} RunInputs */
+
+/** Enough to find yesterday's image again; small thumbnails keep the entries around 1-2 MB. */
 export const HISTORY_LIMIT = 50;
 
 const DB_NAME = 'klein-web-history';
-const DB_VERSION = 1;
+/** 1: entries only. 2: the `inputs` store (entries of version 1 stay, as text-to-image entries). */
+const DB_VERSION = 2;
 const STORE = 'generations';
+const INPUTS = 'inputs';
 
 /**
  * @typedef {Object} HistoryEntry
@@ -22,7 +29,13 @@ const STORE = 'generations';
  * @property {string} modelLabel
  * @property {number} totalMs
  * @property {Blob} thumb
+ * @property {'text' | 'edit' | 'inpaint'} [mode]  Absent in entries from before editing (text to image).
+ * @property {number} [imageCount]  Input images of the run (its files are in the `inputs` store).
+ * @property {number | null} [strength]
  */
+
+/** The storage ran out: said as such, since "QuotaExceededError" means nothing to most people. */
+export class HistoryFullError extends Error {}
 
 /**
  * @template T
@@ -60,8 +73,11 @@ export class HistoryStore {
      */
     static async open(indexedDB) {
         const request = indexedDB.open(DB_NAME, DB_VERSION);
-        request.onupgradeneeded = () => {
-            request.result.createObjectStore(STORE, { keyPath: 'id', autoIncrement: true });
+        request.onupgradeneeded = (event) => {
+            const db = request.result;
+            // Each step upgrades from the version before it, so any older database arrives at this one intact.
+            if (event.oldVersion < 1) db.createObjectStore(STORE, { keyPath: 'id', autoIncrement: true });
+            if (event.oldVersion < 2) db.createObjectStore(INPUTS);
         };
         return new HistoryStore(await settle(request));
     }
@@ -74,35 +90,102 @@ export class HistoryStore {
     }
 
     /**
-     * Adds an entry and drops the oldest beyond HISTORY_LIMIT, in one transaction.
-     * @param {HistoryEntry} entry
+     * The input files of an entry, or null for a text-to-image one.
+     * @param {number} id
+     * @returns {Promise<RunInputs | null>}
      */
-    async add(entry) {
-        const transaction = this.db.transaction(STORE, 'readwrite');
-        const store = transaction.objectStore(STORE);
-        store.add(entry);
-        const keys = await settle(store.getAllKeys());
-        for (const key of keys.slice(0, Math.max(0, keys.length - HISTORY_LIMIT))) store.delete(key);
+    async inputs(id) {
+        const transaction = this.db.transaction(INPUTS, 'readonly');
+        const found = await settle(transaction.objectStore(INPUTS).get(id));
+        return /** @type {RunInputs | undefined} */ (found) ?? null;
+    }
+
+    /**
+     * Adds an entry with its input files and drops the oldest beyond HISTORY_LIMIT (files included), all in
+     * one transaction: on any failure nothing of it is stored. A full storage rejects with HistoryFullError.
+     * @param {HistoryEntry} entry
+     * @param {RunInputs | null} inputs
+     * @returns {Promise<number>}  The new entry's id.
+     */
+    async add(entry, inputs) {
+        const transaction = this.db.transaction([STORE, INPUTS], 'readwrite');
+        const done = committed(transaction);
+        done.catch(() => {}); // awaited below; a failed request rejects it before that
+        try {
+            const store = transaction.objectStore(STORE);
+            const files = transaction.objectStore(INPUTS);
+            const record = inputs
+                ? { ...entry, mode: inputs.mode, imageCount: inputs.images.length, strength: inputs.strength }
+                : entry;
+            const id = /** @type {number} */ (await settle(store.add(record)));
+            if (inputs) files.put(inputs, id);
+            const keys = await settle(store.getAllKeys());
+            for (const key of keys.slice(0, Math.max(0, keys.length - HISTORY_LIMIT))) {
+                store.delete(key);
+                files.delete(key);
+            }
+            await done;
+            return id;
+        } catch (err) {
+            // A request that threw leaves the transaction open: abort it, or the entry would commit without its files.
+            try {
+                transaction.abort();
+            } catch {
+                // already aborted (a failed request or commit) or finished
+            }
+            const error = err instanceof DOMException || err instanceof Error ? err : transaction.error;
+            if (error?.name === 'QuotaExceededError') {
+                throw new HistoryFullError(
+                    "Not saved to history: this browser's storage for the page is full (input images take the " +
+                        'most room). Clear the history, or delete older entries, to keep new ones.',
+                );
+            }
+            throw err;
+        }
+    }
+
+    /**
+     * Removes one entry and its files.
+     * @param {number} id
+     */
+    async delete(id) {
+        const transaction = this.db.transaction([STORE, INPUTS], 'readwrite');
+        transaction.objectStore(STORE).delete(id);
+        transaction.objectStore(INPUTS).delete(id);
         await committed(transaction);
     }
 
     async clear() {
-        const transaction = this.db.transaction(STORE, 'readwrite');
+        const transaction = this.db.transaction([STORE, INPUTS], 'readwrite');
         transaction.objectStore(STORE).clear();
+        transaction.objectStore(INPUTS).clear();
         await committed(transaction);
     }
+}
+
+/**
+ * "Edit, 2 images · " / "Inpaint, strength 0.8 · " before the size; nothing for text to image.
+ * @param {HistoryEntry} entry
+ * @returns {string}
+ */
+function modeText(entry) {
+    if (entry.mode === 'edit') return `Edit, ${entry.imageCount ?? 0} image${entry.imageCount === 1 ? '' : 's'} · `;
+    if (entry.mode === 'inpaint') return `Inpaint, strength ${entry.strength} · `;
+    return '';
 }
 
 export class HistoryView {
     /**
      * @param {Document} doc
-     * @param {{onRestore: (entry: HistoryEntry) => void, onClear: () => void}} handlers
+     * @param {{onRestore: (entry: HistoryEntry) => void, onDelete: (entry: HistoryEntry) => void,
+     *   onClear: () => void}} handlers
      */
-    constructor(doc, { onRestore, onClear }) {
+    constructor(doc, { onRestore, onDelete, onClear }) {
         this.list = requireElement(doc, 'history', HTMLElement);
         this.clearButton = requireElement(doc, 'clear-history', HTMLButtonElement);
         this.count = requireElement(doc, 'history-count', HTMLElement);
         this.onRestore = onRestore;
+        this.onDelete = onDelete;
         /** @type {string[]} thumbnail object URLs of the current render, revoked on the next */
         this.urls = [];
         this.clearButton.addEventListener('click', onClear);
@@ -162,11 +245,21 @@ export class HistoryView {
         prompt.textContent = params.prompt || '(empty prompt)';
         const meta = document.createElement('span');
         meta.className = 'history-meta';
-        meta.textContent = `${params.width}×${params.height} · seed ${params.seed} · ${params.steps} step${params.steps === 1 ? '' : 's'}`;
+        const steps = `${params.steps} step${params.steps === 1 ? '' : 's'}`;
+        meta.textContent = `${modeText(entry)}${params.width}×${params.height} · seed ${params.seed} · ${steps}`;
         text.append(prompt, meta);
         button.append(image, text);
         button.addEventListener('click', () => this.onRestore(entry));
-        item.append(button);
+        if (entry.mode && entry.mode !== 'text') button.dataset.mode = entry.mode;
+        const remove = document.createElement('button');
+        remove.type = 'button';
+        remove.className = 'history-delete';
+        remove.textContent = '×';
+        remove.title = 'Delete from history';
+        remove.setAttribute('aria-label', `Delete from history: ${params.prompt || '(empty prompt)'}, seed ${params.seed}`);
+        remove.addEventListener('click', () => this.onDelete(entry));
+        item.className = 'history-entry';
+        item.append(button, remove);
         return item;
     }
 }

@@ -55,8 +55,14 @@ export class ProgressView {
         this.progressDrawnAt = -Infinity;
     }
 
-    /** A job starts: reset everything and start the clock. */
-    start() {
+    /**
+     * A job starts: reset everything and start the clock. The "Encode images" stage is listed only for a
+     * request with input images (text to image never runs it).
+     * @param {{images?: boolean}} [options]
+     */
+    start({ images = false } = {}) {
+        const imagesStage = this.stages.querySelector('li[data-stage="images"]');
+        if (imagesStage instanceof HTMLElement) imagesStage.hidden = !images;
         this.startedAt = performance.now();
         this.etaMs = null;
         this.#setStage(null);

@@ -25,6 +25,7 @@ const TIMING_ROWS = Object.freeze([
     ['download', 'Download'],
     ['load', 'Load graphs'],
     ['encode', 'Encode prompt'],
+    ['images', 'Encode images'],
     ['latents', 'Prepare latents'],
     ['timesteps', 'Prepare timesteps'],
     ['denoise', 'Denoise'],
@@ -61,7 +62,28 @@ function canvasBlob(canvas, type, quality) {
 }
 
 /**
- * The worker's RGBA -> PNG (text chunks: prompt, seed, steps, size, model) + a JPEG thumbnail. Both
+ * The text chunks that say what an Edit or Inpaint run started from (none for text to image, whose PNGs keep
+ * exactly the keys they always had). Each input image is a line `<sha256> <usedW>x<usedH> <name>`, in request
+ * order, as the reference CLI writes them, so the file shows which images made it.
+ * @param {GenerateResult['inputs'] | undefined} inputs
+ * @returns {Record<string, string>}
+ */
+export function inputChunks(inputs) {
+    if (!inputs || inputs.mode === 'text') return {};
+    /** @param {import('../../protocol.js').InputImageInfo} image */
+    const line = (image) => `${image.sha256} ${image.usedWidth}x${image.usedHeight} ${image.name}`;
+    /** @type {Record<string, string>} */
+    const chunks = { mode: inputs.mode, images: inputs.images.map(line).join('\n') };
+    if (inputs.mode === 'inpaint') {
+        if (inputs.mask) chunks.mask = line(inputs.mask);
+        chunks.strength = String(inputs.strength);
+    }
+    return chunks;
+}
+
+/**
+ * The worker's RGBA -> PNG (text chunks: prompt, seed, steps, size, model, and the inputs of Edit and Inpaint)
+ * + a JPEG thumbnail. Both
  * encodings are the browser's own (`toBlob`, off the main thread), so the page never stalls.
  * @param {GenerateResult} result
  * @param {{modelLabel: string, version: string}} context
@@ -96,6 +118,7 @@ export async function encodeImage(result, { modelLabel, version }) {
         model: params.modelBase,
         'model-source': modelLabel,
         graphs: variants,
+        ...inputChunks(result.inputs),
         Software: `klein-web ${version} (FLUX.2 [klein] 4B, ONNX Runtime Web, WebGPU)`,
     });
 
@@ -149,6 +172,17 @@ function deviceLine(device) {
     return [line];
 }
 
+/**
+ * @param {GenerateResult['inputs'] | undefined} inputs
+ * @returns {string}  "Edit of 2 images · " / "Inpaint, strength 0.8 · " / '' (text to image).
+ */
+function captionMode(inputs) {
+    if (!inputs || inputs.mode === 'text') return '';
+    const count = inputs.images.length;
+    if (inputs.mode === 'edit') return `Edit of ${count} image${count === 1 ? '' : 's'} · `;
+    return `Inpaint, strength ${inputs.strength} · `;
+}
+
 export class ResultView {
     /** @param {Document} doc */
     constructor(doc) {
@@ -177,7 +211,7 @@ export class ResultView {
         this.image.height = result.height;
         this.image.alt = params.prompt ? `Generated image: ${params.prompt}` : 'Generated image (empty prompt)';
         this.image.hidden = false;
-        this.caption.textContent = `Seed ${params.seed} · ${result.width}×${result.height} · ${params.steps} step${params.steps === 1 ? '' : 's'} · ${formatDuration(result.timings.total)}`;
+        this.caption.textContent = `${captionMode(result.inputs)}Seed ${params.seed} · ${result.width}×${result.height} · ${params.steps} step${params.steps === 1 ? '' : 's'} · ${formatDuration(result.timings.total)}`;
         this.downloadButton.disabled = false;
         this.#renderTimings(result);
         this.#renderNotes(result.notes ?? []);
@@ -208,12 +242,16 @@ export class ResultView {
         const table = document.createElement('table');
         table.append(cell('caption', 'Time per stage'));
         const body = document.createElement('tbody');
+        const withImages = (result.inputs?.images.length ?? 0) > 0;
+        // Inpainting's strength runs only the last steps of the schedule.
+        const ranSteps = result.inputs?.steps ?? result.params.steps;
         for (const [key, label] of TIMING_ROWS) {
+            if (key === 'images' && !withImages) continue;
             const ms = timings[key];
             const row = document.createElement('tr');
             const extra =
-                key === 'denoise' && result.params.steps > 0
-                    ? ` (${formatDuration(ms / result.params.steps)}/step)`
+                key === 'denoise' && ranSteps > 0
+                    ? ` (${formatDuration(ms / ranSteps)}/step)`
                     : '';
             row.append(cell('th', label), cell('td', `${formatDuration(ms)}${extra}`, 'num'));
             body.append(row);

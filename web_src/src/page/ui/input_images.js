@@ -1,0 +1,86 @@
+// @ts-check
+/**
+ * @file Input images of Edit and Inpaint as the page holds them: the file as the user gave it (sent as is, so
+ * the worker hashes the very bytes the user has), its decoded size and the size the pipeline uses it at. Every
+ * image is checked here before it is shown, with the limits the worker checks again (shared/limits.js).
+ * @module page/ui/input_images
+ */
+
+import { InputError } from '../../shared/errors.js';
+import { formatBytes } from '../../shared/format.js';
+import { LIMITS, imageDimensionsProblem, inputImageSize } from '../../shared/limits.js';
+
+/**
+ * @typedef {Object} InputImage
+ * @property {Blob} blob      The file as given (a File from a picker, drop or paste; a Blob restored from history).
+ * @property {string} name
+ * @property {number} width   Decoded size.
+ * @property {number} height
+ * @property {{width: number, height: number, tokens: number}} used  inputImageSize(width, height).
+ */
+
+/**
+ * A name for an image without one: pasted screenshots often arrive as "image.png", or nameless.
+ * @param {Blob} blob
+ * @param {string} fallback
+ * @returns {string}
+ */
+export function blobName(blob, fallback) {
+    return blob instanceof File && blob.name ? blob.name : fallback;
+}
+
+/**
+ * Decodes and checks one file: readable as an image (decoding it is the only reliable type check), within the
+ * file-size cap and the dimension rules. Throws InputError naming `label` (e.g. 'Reference 2 (cat.png)').
+ * @param {Blob} blob
+ * @param {string} name
+ * @param {string} label
+ * @returns {Promise<InputImage>}
+ */
+export async function checkImage(blob, name, label) {
+    if (blob.size > LIMITS.imageFileBytesMax) {
+        throw new InputError(
+            `${label} is ${formatBytes(blob.size)}, more than the ${formatBytes(LIMITS.imageFileBytesMax)} an input ` +
+                'image file may be.',
+        );
+    }
+    let bitmap;
+    try {
+        bitmap = await createImageBitmap(blob);
+    } catch {
+        throw new InputError(`${label} is not an image this browser can read: use a PNG, JPEG or WebP file.`);
+    }
+    const { width, height } = bitmap;
+    bitmap.close();
+    const problem = imageDimensionsProblem(width, height, label);
+    if (problem) throw new InputError(problem);
+    return { blob, name, width, height, used: inputImageSize(width, height) };
+}
+
+/**
+ * "1100x1000 -> 1072x976, 4,087 tokens"; the arrow only when the image is resized or cropped.
+ * @param {InputImage} image
+ * @returns {string}
+ */
+export function describeCost(image) {
+    const { width, height, used } = image;
+    const resized = used.width !== width || used.height !== height;
+    const size = resized ? `${width}x${height} -> ${used.width}x${used.height}` : `${width}x${height}`;
+    return `${size}, ${used.tokens.toLocaleString('en-US')} tokens`;
+}
+
+/**
+ * The files an event carries (drop or paste): File entries only, images or not (a non-image is refused by
+ * checkImage with a message rather than silently ignored).
+ * @param {DataTransfer | null} transfer
+ * @returns {File[]}
+ */
+export function transferFiles(transfer) {
+    if (!transfer) return [];
+    if (transfer.files.length > 0) return [...transfer.files];
+    // Some sources (an image copied in the browser) fill only `items`.
+    return [...transfer.items]
+        .filter((item) => item.kind === 'file')
+        .map((item) => item.getAsFile())
+        .filter((file) => file !== null);
+}
