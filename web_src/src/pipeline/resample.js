@@ -3,6 +3,9 @@
  * @file Pillow's 8-bit image resizing and greyscale conversion, byte for byte, so the images the worker encodes
  * are the ones diffusers' image processors hand to the VAE: `Image.resize(size, LANCZOS)` on RGB and L images and
  * `Image.convert('L')` of an RGB image. Pure functions on interleaved bytes (RGB: 3 per pixel, L: 1).
+ * Known gap: Pillow 13.0.0 runs the two passes of a resize in the other order (vertical first) for some sizes
+ * (e.g. 100x75 -> 96x64); this port always runs horizontal first, as the Resample.c it follows does, and differs
+ * by a uint8 step or two on those sizes (tests/test_resample.py test_lanczos_pass_order_of_pillow_13).
  * @module pipeline/resample
  */
 
