@@ -3,9 +3,9 @@
  * @file Pillow's 8-bit image resizing and greyscale conversion, byte for byte, so the images the worker encodes
  * are the ones diffusers' image processors hand to the VAE: `Image.resize(size, LANCZOS)` on RGB and L images and
  * `Image.convert('L')` of an RGB image. Pure functions on interleaved bytes (RGB: 3 per pixel, L: 1).
- * Known gap: Pillow 13.0.0 runs the two passes of a resize in the other order (vertical first) for some sizes
- * (e.g. 100x75 -> 96x64); this port always runs horizontal first, as the Resample.c it follows does, and differs
- * by a uint8 step or two on those sizes (tests/test_resample.py test_lanczos_pass_order_of_pillow_13).
+ * Each pass rounds to 8 bits, so the order of the two passes matters: Pillow 13.0.0 runs the vertical one first
+ * when the height shrinks by more than twice as many pixels as the width (tests/test_resample.py holds both orders
+ * to Pillow's bytes).
  * @module pipeline/resample
  */
 
@@ -121,8 +121,9 @@ function checkPixels(pixels, width, height, channels) {
 // Port of Pillow src/libImaging/Resample.c ImagingResampleInner + _ImagingResample{Horizontal,Vertical}_8bpc @ 13.0.0
 /**
  * `Image.resize((outWidth, outHeight), Image.LANCZOS)` of an 8-bit image with 1 (L) or 3 (RGB) channels: a
- * horizontal pass over the rows the vertical pass reads, then the vertical pass; a pass whose size is unchanged
- * is skipped, and an unchanged size is a copy.
+ * horizontal pass over the rows the vertical pass reads, then the vertical pass (or the vertical pass first, when
+ * the height shrinks by more than twice as many pixels as the width); a pass whose size is unchanged is skipped,
+ * and an unchanged size is a copy.
  * @param {Uint8Array | Uint8ClampedArray} pixels  Interleaved, row-major.
  * @param {number} width
  * @param {number} height
@@ -136,48 +137,86 @@ export function resizeLanczos(pixels, width, height, outWidth, outHeight, channe
     checkPixels(new Uint8Array(outWidth * outHeight * channels), outWidth, outHeight, channels);
     const needHorizontal = outWidth !== width;
     const needVertical = outHeight !== height;
+    /** @type {Uint8Array} */
+    let src = Uint8Array.from(pixels);
+    if (!needHorizontal && !needVertical) return src;
     const vert = precomputeCoeffs(height, outHeight);
+    // Resample.c: "If height is being scaled down more than twice the amount the width is, run the vertical pass
+    // first, to make the horizontal pass faster".
+    const horizontalFirst = !(height - outHeight > 0 && height - outHeight > (width - outWidth) * 2);
+    if (!horizontalFirst) {
+        if (needVertical) src = verticalPass(src, width, outHeight, 0, vert, channels);
+        if (needHorizontal) src = horizontalPass(src, width, outWidth, 0, outHeight, precomputeCoeffs(width, outWidth), channels);
+        return src;
+    }
     // The source rows the vertical pass reads: the horizontal pass only makes those.
     const yFirst = vert.bounds[0];
     const yLast = vert.bounds[outHeight * 2 - 2] + vert.bounds[outHeight * 2 - 1];
-    let src = Uint8Array.from(pixels);
-    let srcWidth = width;
     let rowOffset = 0;
-    const half = 2 ** (PRECISION_BITS - 1);
     if (needHorizontal) {
-        const { bounds, kk, ksize } = precomputeCoeffs(width, outWidth);
-        const rows = yLast - yFirst;
-        const out = new Uint8Array(outWidth * rows * channels);
-        for (let yy = 0; yy < rows; yy++) {
-            const inRow = (yy + yFirst) * width * channels;
-            const outRow = yy * outWidth * channels;
-            for (let xx = 0; xx < outWidth; xx++) {
-                const xmin = bounds[xx * 2];
-                const count = bounds[xx * 2 + 1];
-                const k = xx * ksize;
-                for (let c = 0; c < channels; c++) {
-                    let ss = half;
-                    for (let x = 0; x < count; x++) ss += src[inRow + (x + xmin) * channels + c] * kk[k + x];
-                    out[outRow + xx * channels + c] = clip8(ss);
-                }
-            }
-        }
-        src = out;
-        srcWidth = outWidth;
+        src = horizontalPass(src, width, outWidth, yFirst, yLast - yFirst, precomputeCoeffs(width, outWidth), channels);
         // The vertical bounds now count from the first row made.
         rowOffset = yFirst;
     }
     if (!needVertical) return src;
-    const { bounds, kk, ksize } = vert;
-    const out = new Uint8Array(srcWidth * outHeight * channels);
-    const stride = srcWidth * channels;
+    return verticalPass(src, needHorizontal ? outWidth : width, outHeight, rowOffset, vert, channels);
+}
+
+/** Rounding half of the fixed-point one, added before the shift (Resample.c's `1 << (PRECISION_BITS - 1)`). */
+const HALF = 2 ** (PRECISION_BITS - 1);
+
+// Port of Pillow src/libImaging/Resample.c _ImagingResampleHorizontal_8bpc @ 13.0.0
+/**
+ * Rows `firstRow .. firstRow + rows` of `src` (width `width`) resampled to width `outWidth`.
+ * @param {Uint8Array} src
+ * @param {number} width
+ * @param {number} outWidth
+ * @param {number} firstRow
+ * @param {number} rows
+ * @param {{bounds: Int32Array | number[], kk: Int32Array | number[], ksize: number}} coeffs
+ * @param {number} channels
+ * @returns {Uint8Array}
+ */
+function horizontalPass(src, width, outWidth, firstRow, rows, { bounds, kk, ksize }, channels) {
+    const out = new Uint8Array(outWidth * rows * channels);
+    for (let yy = 0; yy < rows; yy++) {
+        const inRow = (yy + firstRow) * width * channels;
+        const outRow = yy * outWidth * channels;
+        for (let xx = 0; xx < outWidth; xx++) {
+            const xmin = bounds[xx * 2];
+            const count = bounds[xx * 2 + 1];
+            const k = xx * ksize;
+            for (let c = 0; c < channels; c++) {
+                let ss = HALF;
+                for (let x = 0; x < count; x++) ss += src[inRow + (x + xmin) * channels + c] * kk[k + x];
+                out[outRow + xx * channels + c] = clip8(ss);
+            }
+        }
+    }
+    return out;
+}
+
+// Port of Pillow src/libImaging/Resample.c _ImagingResampleVertical_8bpc @ 13.0.0
+/**
+ * `src` (width `width`, its first row being source row `rowOffset`) resampled to height `outHeight`.
+ * @param {Uint8Array} src
+ * @param {number} width
+ * @param {number} outHeight
+ * @param {number} rowOffset
+ * @param {{bounds: Int32Array | number[], kk: Int32Array | number[], ksize: number}} coeffs
+ * @param {number} channels
+ * @returns {Uint8Array}
+ */
+function verticalPass(src, width, outHeight, rowOffset, { bounds, kk, ksize }, channels) {
+    const stride = width * channels;
+    const out = new Uint8Array(stride * outHeight);
     for (let yy = 0; yy < outHeight; yy++) {
         const ymin = bounds[yy * 2] - rowOffset;
         const count = bounds[yy * 2 + 1];
         const k = yy * ksize;
         const outRow = yy * stride;
         for (let i = 0; i < stride; i++) {
-            let ss = half;
+            let ss = HALF;
             for (let y = 0; y < count; y++) ss += src[(y + ymin) * stride + i] * kk[k + y];
             out[outRow + i] = clip8(ss);
         }
