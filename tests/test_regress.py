@@ -410,3 +410,33 @@ def _cases(tmp_path: Path, entries: list[dict[str, Any]]) -> Path:
     path = tmp_path / "cases.json"
     path.write_text(json.dumps({"cases": entries}), encoding="utf-8")
     return path
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_editing_and_inpainting_cases_run_through_the_page(tiny_models: dict[str, Path], dist_dir: Path,
+                                                           tmp_path: Path) -> None:
+    """regress gives the page its images as a user does (file pickers, slider), and the CPU reference the same."""
+    _png(tmp_path / "ref.png", 90, 70)  # used at 80x64
+    _png(tmp_path / "room.png", 100, 75)  # inpainting resizes it to 96x64
+    mask = np.zeros((75, 100), dtype=np.uint8)
+    mask[20:60, 30:80] = 255
+    Image.fromarray(mask).save(tmp_path / "mask.png")
+    cases = tmp_path / "cases.toml"
+    cases.write_text(
+        '[[cases]]\nname = "edit"\nimages = ["ref.png"]\nreference_from_cpu = true\n'
+        '[[cases]]\nname = "inpaint"\nimages = ["room.png", "ref.png"]\nmask = "mask.png"\nstrength = 0.5\n'
+        'reference_from_cpu = true\n'
+        '[[cases]]\nname = "text"\nsize = "64x64"\nreference_from_cpu = true\n', encoding="utf-8")
+    report_dir = tmp_path / "report"
+    assert regress(tiny_models, dist_dir, report_dir, cases_file=cases, precision="fp32", psnr_min=60.0) == 0
+    run = json.loads((report_dir / "report.json").read_text())
+    assert [(c["case"], c["verdict"]) for c in run["cases"]] == [("edit", "pass"), ("inpaint", "pass"), ("text", "pass")]
+    edit = json.loads((report_dir / "edit" / "report.json").read_text())
+    inpaint = json.loads((report_dir / "inpaint" / "report.json").read_text())
+    assert read_pixels(report_dir / "edit" / "candidate.png").shape == (64, 80, 3)
+    assert read_pixels(report_dir / "inpaint" / "candidate.png").shape == (64, 96, 3)
+    # The app's PNG names the inputs it was given, and the timings show the images stage.
+    assert edit["download"]["png_text"]["mode"] == "edit" and "80x64 ref.png" in edit["download"]["png_text"]["images"]
+    assert inpaint["download"]["png_text"]["strength"] == "0.5"
+    assert inpaint["timings"]["images"] > 0

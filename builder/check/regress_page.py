@@ -243,17 +243,18 @@ def fill_images(page: Any, case: Case) -> None:
     until the page has read them (each reference listed, the image to inpaint shown with its mask)."""
     if case.mode == "text":
         if page.query_selector("#mode-text") is not None:
-            page.check("#mode-text")  # after an editing case of the same run
+            _choose_mode(page, "text")  # after an editing case of the same run
         return
-    page.check(f"#mode-{case.mode}")
+    _choose_mode(page, case.mode)
     references = list(case.images[1:] if case.mode == "inpaint" else case.images)
     if case.mode == "inpaint":
         page.set_input_files("#source-file", str(case.images[0]))
         page.wait_for_function("() => !document.querySelector('#painter').hidden", timeout=FORM_WAIT_MS)
         assert case.mask is not None
         page.set_input_files("#mask-file", str(case.mask))
-        page.wait_for_function("() => /mask/i.test(document.querySelector('#mask-info').textContent)",
-                               timeout=FORM_WAIT_MS)
+        # The painter names a loaded mask file ("Mask: NAME, sent as given") once it has read it.
+        page.wait_for_function("name => document.querySelector('#mask-info').textContent.includes(name)",
+                               arg=case.mask.name, timeout=FORM_WAIT_MS)
         page.evaluate(SET_VALUE_JS, ["#strength", repr(case.strength_or_default)])
         if float(page.input_value("#strength")) != case.strength_or_default:
             raise RegressionError(f"the strength slider does not take {case.strength_or_default} (its step is "
@@ -265,6 +266,13 @@ def fill_images(page: Any, case: Case) -> None:
     problem = (page.text_content("#error") or "").strip() if page.query_selector("#error") else ""
     if problem and page.is_visible("#error"):
         raise RegressionError(f"the page refused the case's images: {problem}")
+
+
+def _choose_mode(page: Any, mode: str) -> None:
+    """Click the mode's label, as a person does (the radio itself is drawn by its label)."""
+    page.click(f"label[for=mode-{mode}]")
+    if not page.is_checked(f"#mode-{mode}"):
+        raise RegressionError(f"the page did not switch to the {mode} mode")
 
 
 def _shown_size(page: Any) -> str:
