@@ -175,6 +175,9 @@ def test_generation_shows_image_timings_and_tokens(generated: Generated, tiny_mo
                   "Transformer", "fp32", "graph capture"):
         assert label in timings_text
     assert "Encode images" not in timings_text, "text to image has no images stage"
+    # The kernel paths: SwiftShader offers no subgroup-matrix, and the graphs' attention is never flash attention.
+    assert "GPU device:" in timings_text and "matrix units off" in timings_text
+    assert "no flash attention" in timings_text
 
     tokens = report["prompt"]["tokens"]
     assert tokens > 0 and report["prompt"]["droppedTokens"] == 0
