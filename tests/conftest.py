@@ -18,6 +18,9 @@ import pytest
 
 from builder import REPO_ROOT
 
+# The worker-level browser tests' `context` and `page` fixtures (one definition for the three modules using them).
+pytest_plugins = ("worker_page",)
+
 # The sha256 cache (builder.repo.verify) of test runs stays out of the user's own cache folder; subprocesses
 # inherit it.
 os.environ.setdefault("KLEIN_WEB_CACHE_DIR", tempfile.mkdtemp(prefix="klein-web-test-cache-"))

@@ -18,13 +18,12 @@ import io
 import json
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import Reply, WorkerClient, browser_context, new_page
+from helpers import Reply, WorkerClient
 
 from builder.pipeline import imaging, reference
 from builder.repo import manifest
@@ -48,19 +47,6 @@ SEND_JS = """([params, files]) => {
     if (files.mask) full.mask = { name: files.mask[0], bytes: bytes(files.mask[1]) };
     return window.kleinTest.send('generate', { params: full });
 }"""
-
-
-@pytest.fixture(scope="module")
-def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
-    with browser_context(tmp_path_factory.mktemp("chromium-profile"), chromium_path) as ctx:
-        yield ctx
-
-
-@pytest.fixture
-def page(context: Any) -> Iterator[Any]:
-    page = new_page(context)
-    yield page
-    page.close()
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WorkerClient, browser_context, new_page  # tests/browser is on sys.path
+from helpers import WorkerClient  # tests/browser is on sys.path
 
 from builder.pipeline import imaging, reference
 from builder.repo import manifest
@@ -112,19 +112,6 @@ class Recorder:
             await send(message)
 
         await self.target(scope, receive, relay)
-
-
-@pytest.fixture(scope="module")
-def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
-    with browser_context(tmp_path_factory.mktemp("chromium-profile"), chromium_path) as ctx:
-        yield ctx
-
-
-@pytest.fixture
-def page(context: Any) -> Iterator[Any]:
-    page = new_page(context)
-    yield page
-    page.close()
 
 
 @pytest.fixture

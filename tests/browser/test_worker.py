@@ -21,8 +21,6 @@ import pytest
 from helpers import (  # tests/browser is on sys.path (rootdir-relative import mode)
     Reply,
     WorkerClient,
-    browser_context,
-    new_page,
 )
 
 from builder.pipeline import imaging, reference
@@ -35,19 +33,6 @@ PROMPT = "a red fox in fresh snow, morning light"
 # fp32 graphs on WebGPU vs onnxruntime CPU: only float rounding differs, so the images are near-identical.
 FP32_PSNR_MIN = 40.0
 WEIGHT_FILE = re.compile(r"\.onnx(_data(_\d+)?)?\b")
-
-
-@pytest.fixture(scope="module")
-def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
-    with browser_context(tmp_path_factory.mktemp("chromium-profile"), chromium_path) as ctx:
-        yield ctx
-
-
-@pytest.fixture
-def page(context: Any) -> Iterator[Any]:
-    page = new_page(context)
-    yield page
-    page.close()
 
 
 @pytest.fixture(scope="module")

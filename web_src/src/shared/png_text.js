@@ -103,7 +103,7 @@ function checkKeyword(key) {
  * @param {Uint8Array} data
  * @returns {Uint8Array} length + type + data + CRC
  */
-function encodeChunk(type, data) {
+export function encodeChunk(type, data) {
     const out = new Uint8Array(12 + data.length);
     const view = new DataView(out.buffer);
     view.setUint32(0, data.length);

@@ -6,24 +6,9 @@
  * @module page/ui/grey_png
  */
 
-import { crc32 } from '../../shared/png_text.js';
+import { encodeChunk } from '../../shared/png_text.js';
 
 const SIGNATURE = [137, 80, 78, 71, 13, 10, 26, 10];
-
-/**
- * @param {string} type
- * @param {Uint8Array} data
- * @returns {Uint8Array}
- */
-function chunk(type, data) {
-    const out = new Uint8Array(12 + data.length);
-    const view = new DataView(out.buffer);
-    view.setUint32(0, data.length);
-    for (let i = 0; i < 4; i++) out[4 + i] = type.charCodeAt(i);
-    out.set(data, 8);
-    view.setUint32(8 + data.length, crc32(out.subarray(4, 8 + data.length)));
-    return out;
-}
 
 /**
  * @param {Uint8Array} bytes
@@ -53,9 +38,9 @@ export async function encodeGreyPng(grey, width, height) {
     for (let y = 0; y < height; y++) rows.set(grey.subarray(y * width, (y + 1) * width), y * (width + 1) + 1);
     const parts = [
         new Uint8Array(SIGNATURE),
-        chunk('IHDR', header),
-        chunk('IDAT', await zlib(rows)),
-        chunk('IEND', new Uint8Array(0)),
+        encodeChunk('IHDR', header),
+        encodeChunk('IDAT', await zlib(rows)),
+        encodeChunk('IEND', new Uint8Array(0)),
     ];
     return new Blob(/** @type {Uint8Array<ArrayBuffer>[]} */ (parts), { type: 'image/png' });
 }
