@@ -217,7 +217,8 @@ def test_failed_download_resumes_on_a_second_run(seed_repo: Path, tmp_path: Path
 
 def test_ctrl_c_keeps_partial_files_and_no_manifest(seed_repo: Path, tmp_path: Path) -> None:
     name = "transformer/transformer_q4.onnx_data"
-    hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, slow={name: 0.2})
+    # 1 s per 64 KiB: the download outlasts a loaded machine's polling, so the interrupt lands mid-file.
+    hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, slow={name: 1.0})
     dest = tmp_path / "models"
     with serving(hub) as endpoint:
         process = run_fetch(endpoint, dest, background=True)
