@@ -171,7 +171,7 @@ function deviceLine(device) {
         device.features.includes('chromium-experimental-subgroup-matrix')
             ? 'matrix units on (subgroup-matrix kernels)'
             : 'matrix units off (no subgroup-matrix: plain matrix kernels)',
-        'attention as MatMul + Softmax + MatMul (no flash attention: it runs only in onnxruntime\'s attention ops)',
+        'attention as MatMul + Softmax + MatMul (no flash attention: that runs only inside fused attention ops)',
     ];
     const line = document.createElement('p');
     line.className = 'device';
