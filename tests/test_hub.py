@@ -99,7 +99,12 @@ def run_fetch(endpoint: str, dest: Path, *, repo: str = REPO, revision: str = "m
         env["PYTHONPATH"] = os.pathsep.join([str(shim), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "builder", "fetch", "--repo", repo, "--revision", revision, "--dir", str(dest)]
     if background:
-        return subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # A shell's background job (a CI runner started with `&`) ignores SIGINT, and children inherit that: the
+        # fetch gets Python's Ctrl-C handling back before it starts, so the test can interrupt it.
+        restore_ctrl_c = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                          "sys.argv[0] = 'builder'; runpy.run_module('builder', run_name='__main__', alter_sys=True)")
+        return subprocess.Popen([sys.executable, "-c", restore_ctrl_c, *cmd[3:]], cwd=REPO_ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
