@@ -15,38 +15,30 @@
  */
 
 import { PRECISIONS } from '../protocol.js';
-import { InputError, ModelFileError } from '../shared/errors.js';
-import { LIMITS, inputImageSize } from '../shared/limits.js';
+import { InputError } from '../shared/errors.js';
+import { LIMITS } from '../shared/limits.js';
+import { checkInputImages, encodeImages, imageJobs, maskTokens } from './encode_images.js';
 import { assertFinite, checkImage, toRgba } from './image.js';
+import { checkImageParams } from './input_images.js';
 import {
-    binaryMask, checkGreyMask, checkImageParams, decodeImage, imageLabel, inpaintPixels, inpaintReferencePixels, referencePixels,
-    referenceSizes, toPlanes,
-} from './input_images.js';
-import {
-    blendMask, eulerStep, interpolateBilinear, packLatents, prepareImageIds, prepareLatentIds, prepareTextIds,
-    scaleNoise, unpackLatents,
+    LATENT_CHANNELS, PATCH, blendMask, eulerStep, packLatents, prepareLatentIds, prepareTextIds, scaleNoise,
+    unpackLatents,
 } from './latents.js';
+import { requireOutput } from './models.js';
 import { torchRandn } from './rng.js';
 import { inpaintStart, retrieveTimesteps } from './schedule.js';
 import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
-
-/** transformer.config.in_channels: 32 VAE latent channels x 2x2 patch. */
-export const LATENT_CHANNELS = 128;
-/** vae_scale_factor * 2: one latent token per 16x16 pixels. */
-export const PATCH = 16;
 
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
 /** @typedef {import('../protocol.js').GenerateResult} GenerateResult */
 /** @typedef {import('../protocol.js').Stage} Stage */
 /** @typedef {import('../protocol.js').StageTimings} StageTimings */
 /** @typedef {import('./models.js').Models} Models */
-/** @typedef {import('./models.js').HostTensor} HostTensor */
 /** @typedef {import('./models.js').Meter} Meter */
 /** @typedef {import('./models.js').PromptEmbedding} PromptEmbedding */
 /** @typedef {import('./schedule.js').Schedule} Schedule */
-/** @typedef {import('./input_images.js').DecodedImage} DecodedImage */
-/** @typedef {import('./input_images.js').Pixels} Pixels */
-/** @typedef {import('../protocol.js').InputImageInfo} InputImageInfo */
+/** @typedef {import('./encode_images.js').InputPlan} InputPlan */
+/** @typedef {import('./encode_images.js').Conditioning} Conditioning */
 
 /**
  * @typedef {{type: 'progress', progress: import('../shared/types.js').DownloadProgress}
@@ -70,24 +62,6 @@ export const PATCH = 16;
  * @property {number} latentHeight
  * @property {number} latentWidth
  * @property {Float32Array} noise    [1, H*W, C] the packed noise itself (inpainting re-noises the image with it).
- */
-
-/**
- * @typedef {Object} InputPlan  Stage 1's view of the input images.
- * @property {'text' | 'edit' | 'inpaint'} mode
- * @property {DecodedImage[]} images  In request order (inpainting: the image to inpaint first).
- * @property {{width: number, height: number}[]} used  The size each is used at.
- * @property {DecodedImage | null} mask
- * @property {number | null} strength
- * @property {number} tokens  Conditioning tokens the images add to every step.
- */
-
-/**
- * @typedef {Object} Conditioning  Stage 3b's output.
- * @property {Float32Array} tokens  [1, n, C] the packed latents of every image, one after the other.
- * @property {BigInt64Array} ids    [n, 4] their rows (10 * (k + 1), y, x, 0).
- * @property {InputImageInfo[]} infos
- * @property {Float32Array | null} inpaintLatents  Inpainting: the image to inpaint, packed [1, H*W, C].
  */
 
 /** @type {import('./models.js').Pin} The text encoder's one shape: a prompt padded to MAX_SEQUENCE_LENGTH. */
@@ -170,64 +144,6 @@ export function checkInputs(params) {
 }
 
 /**
- * Stage 1 for the input images: each decoded and checked in turn (cancellable between them), the size each is
- * used at and the tokens they add. Inpainting's output size must be the used size of the image to inpaint.
- * @param {any} params  Checked by checkInputs.
- * @param {AbortSignal} signal
- * @returns {Promise<InputPlan>}
- */
-async function checkImages(params, signal) {
-    const { mode, images, mask, strength } = checkImageParams(params);
-    if (mode === 'text') return { mode, images: [], used: [], mask: null, strength: null, tokens: 0 };
-    /** @type {DecodedImage[]} */
-    const decoded = [];
-    for (const [i, image] of images.entries()) {
-        signal.throwIfAborted();
-        decoded.push(await decodeImage(image, imageLabel(mode, i, image.name)));
-    }
-    const references = mode === 'inpaint' ? decoded.slice(1) : decoded;
-    const used = referenceSizes(mode, references);
-    let decodedMask = null;
-    if (mode === 'inpaint') {
-        const source = decoded[0];
-        const { width, height } = inputImageSize(source.width, source.height);
-        if (params.width !== width || params.height !== height) {
-            throw new InputError(
-                `Inpainting keeps the size of the image to inpaint: ${source.label} is ${source.width}x${source.height} ` +
-                    `and is used at ${width}x${height}, so \`width\` and \`height\` must be ${width} and ${height} ` +
-                    `(got ${params.width}x${params.height}).`,
-                { width: params.width, height: params.height, expected: { width, height } },
-            );
-        }
-        used.unshift({ width, height });
-        signal.throwIfAborted();
-        decodedMask = await decodeImage(/** @type {import('../protocol.js').ImageInput} */ (mask), `The mask (${mask?.name})`);
-        checkGreyMask(decodedMask);
-    }
-    const tokens = used.reduce((sum, size) => sum + (size.width / PATCH) * (size.height / PATCH), 0);
-    return { mode, images: decoded, used, mask: decodedMask, strength, tokens };
-}
-
-
-/**
- * An output by its contract name, or a ModelFileError naming what the graph has instead.
- * @param {Record<string, HostTensor>} outputs
- * @param {string} name
- * @param {string} graph
- * @returns {{data: Float32Array, dims: number[]}}
- */
-function output(outputs, name, graph) {
-    const tensor = outputs[name];
-    if (!tensor || !(tensor.data instanceof Float32Array)) {
-        throw new ModelFileError(
-            `The ${graph} graph has no float32 output \`${name}\` (it has: ${Object.keys(outputs).join(', ')}); ` +
-                'the model does not follow the klein-web contract.',
-        );
-    }
-    return { data: tensor.data, dims: tensor.dims };
-}
-
-/**
  * Stage 2: the model files the store lacks are downloaded (none on a second visit, timed as `download`), then
  * the sessions are created in order while they fit the memory budget together (`load`). The text encoder is
  * left out when an earlier run already encoded this prompt. The transformer's graph is chosen for this
@@ -287,115 +203,12 @@ async function encodePrompt(prompt, cached, { models, meter, signal }) {
         },
         { meter, what: 'The text encoder' },
     );
-    const embeds = output(outputs, 'prompt_embeds', 'text encoder'); // [1, 512, joint_dim]
+    const embeds = requireOutput(outputs, 'prompt_embeds', 'text encoder'); // [1, 512, joint_dim]
     assertFinite(embeds.data, 'prompt embeddings');
     /** @type {PromptEmbedding} */
     const embedding = { ...embeds, tokens: encoded.tokens, droppedTokens: encoded.droppedTokens };
     models.cachePrompt(prompt, embedding);
     return embedding;
-}
-
-/**
- * @typedef {Object} ImageJob  One input image to encode, and how its pixels are made.
- * @property {DecodedImage} image
- * @property {string} how  The preprocessing and the used size (part of the latents' cache key).
- * @property {() => Pixels} pixels
- */
-
-/**
- * What stage 3b encodes, in token order: editing's references; inpainting's image to inpaint, then its
- * references (several of them as one batch, see input_images.js inpaintReferencePixels).
- * @param {InputPlan} plan
- * @returns {ImageJob[]}
- */
-function imageJobs(plan) {
-    const size = (/** @type {number} */ i) => `${plan.used[i].width}x${plan.used[i].height}`;
-    if (plan.mode === 'edit') {
-        return plan.images.map((image, i) => ({ image, how: `crop ${size(i)}`, pixels: () => referencePixels(image) }));
-    }
-    if (plan.mode !== 'inpaint') return [];
-    const [source, ...references] = plan.images;
-    const batch = references.length > 1 ? 'batch crop' : 'crop';
-    /** @type {Pixels[] | null} */
-    let prepared = null;
-    return [
-        { image: source, how: `resize ${size(0)}`, pixels: () => inpaintPixels(source) },
-        ...references.map((image, k) => ({
-            image,
-            how: `${batch} ${size(k + 1)}`,
-            pixels: () => (prepared ??= inpaintReferencePixels(references))[k],
-        })),
-    ];
-}
-
-/**
- * Stage 3b: each input image's pixels as diffusers' image processor makes them, then the VAE encoder ->
- * [1, 128, h, w] latents (cached per session by file hash and use), packed into tokens one image after the other.
- * Cancellable between images.
- * @param {InputPlan} plan
- * @param {RunContext} context
- * @returns {Promise<Conditioning>}
- */
-async function encodeImages(plan, { models, meter, signal }) {
-    const jobs = imageJobs(plan);
-    /** @type {Float32Array[]} */
-    const packed = [];
-    /** @type {{height: number, width: number}[]} */
-    const grids = [];
-    /** @type {InputImageInfo[]} */
-    const infos = [];
-    for (const [i, { image, how, pixels }] of jobs.entries()) {
-        signal.throwIfAborted();
-        const { width, height } = plan.used[i];
-        const key = models.imageKey(image.sha256, how);
-        let latents = models.cachedImage(key);
-        const cached = latents !== undefined;
-        if (!latents) {
-            const made = pixels();
-            const session = await models.session('vae_encoder', { meter, signal });
-            const outputs = await models.run(
-                session,
-                { image: { data: toPlanes(made), dims: [1, 3, made.height, made.width] } },
-                { meter, what: `The VAE encoder (${image.label})` },
-            );
-            latents = output(outputs, 'image_latents', 'VAE encoder'); // [1, 128, h, w]
-            assertFinite(latents.data, `latents of ${image.label}`);
-            models.cacheImage(key, latents);
-        }
-        const grid = { height: height / PATCH, width: width / PATCH };
-        packed.push(packLatents(latents.data, LATENT_CHANNELS, grid.height, grid.width));
-        grids.push(grid);
-        infos.push({
-            name: image.name, sha256: image.sha256, width: image.width, height: image.height,
-            usedWidth: width, usedHeight: height, tokens: grid.height * grid.width, cached,
-        });
-    }
-    const tokens = new Float32Array(packed.reduce((sum, p) => sum + p.length, 0));
-    let offset = 0;
-    for (const p of packed) {
-        tokens.set(p, offset);
-        offset += p.length;
-    }
-    return { tokens, ids: prepareImageIds(grids), infos, inpaintLatents: plan.mode === 'inpaint' ? packed[0] : null };
-}
-
-/**
- * Inpainting's mask as one weight per latent token (Flux2KleinInpaintPipeline.prepare_mask_latents): binarised at
- * the output size, then bilinearly resized to the latent grid.
- * @param {DecodedImage} mask
- * @param {{width: number, height: number}} size  The output size.
- * @returns {{tokens: Float32Array, info: InputImageInfo}}  `tokens`: [H/16 * W/16], packed [1, seq, 1].
- */
-function maskTokens(mask, { width, height }) {
-    const binary = binaryMask(mask, width, height);
-    const tokens = interpolateBilinear(binary, height, width, height / PATCH, width / PATCH);
-    return {
-        tokens,
-        info: {
-            name: mask.name, sha256: mask.sha256, width: mask.width, height: mask.height,
-            usedWidth: width, usedHeight: height, tokens: 0, cached: false,
-        },
-    };
 }
 
 /**
@@ -478,7 +291,7 @@ async function denoise(prepared, embedding, schedule, conditioning, inpainting, 
             },
             { meter, what: `Denoising step ${i - start + 1}` },
         );
-        const noisePred = output(outputs, 'noise_pred', 'transformer'); // [1, imageSeqLen, C]
+        const noisePred = requireOutput(outputs, 'noise_pred', 'transformer'); // [1, imageSeqLen, C]
         // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
         eulerStep(latents, noisePred.data.subarray(0, latents.length), schedule.sigmas[i], schedule.sigmas[i + 1]);
         if (inpainting) {
@@ -512,7 +325,7 @@ async function decode(denoised, { width, height }, { models, meter, signal }) {
         { latents: { data: latents, dims: [1, LATENT_CHANNELS, latentHeight, latentWidth] } },
         { meter, what: 'The VAE decoder' },
     );
-    const decoded = output(outputs, 'image', 'VAE decoder'); // [1, 3, H, W] RGB in [0, 1]
+    const decoded = requireOutput(outputs, 'image', 'VAE decoder'); // [1, 3, H, W] RGB in [0, 1]
     checkImage(decoded.data);
     return toRgba(decoded.data, width, height);
 }
@@ -587,7 +400,7 @@ export async function generate(params, { models, signal, onEvent }) {
     // 1. Check inputs
     const { checked, plan } = await clock.time('check', undefined, async () => ({
         checked: checkInputs(params),
-        plan: await checkImages(params, signal),
+        plan: await checkInputImages(params, signal),
     }));
     const { prompt, seed, steps, width, height } = checked;
     const noiseTokens = (height / PATCH) * (width / PATCH);

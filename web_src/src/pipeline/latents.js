@@ -8,6 +8,11 @@
 
 import { InputError } from '../shared/errors.js';
 
+/** transformer.config.in_channels: 32 VAE latent channels x 2x2 patch. */
+export const LATENT_CHANNELS = 128;
+/** vae_scale_factor * 2: one latent token per 16x16 pixels. */
+export const PATCH = 16;
+
 const f32 = Math.fround;
 
 /**

@@ -13,7 +13,8 @@
 
 import { COMPONENTS, OPTIONAL_COMPONENTS } from '../shared/model_repo.js';
 import { InputError } from '../shared/errors.js';
-import { checkInputs, PATCH, sessionPins } from './generate.js';
+import { checkInputs, sessionPins } from './generate.js';
+import { PATCH } from './latents.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 
 /** @typedef {import('./models.js').Models} Models */

@@ -13,6 +13,7 @@
 
 import { runtimeError } from '../runtime/errors.js';
 import { createSession, float32, int64, release, run } from '../runtime/ort.js';
+import { ModelFileError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
 import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../shared/model_repo.js';
 import { WeightStore } from '../store/weights.js';
@@ -88,6 +89,24 @@ export function memoryBudget() {
     const { deviceMemory } = /** @type {Navigator & {deviceMemory?: number}} */ (navigator);
     const gib = typeof deviceMemory === 'number' && deviceMemory > 0 ? deviceMemory : 4;
     return (gib * GIB) / 2;
+}
+
+/**
+ * An output by its contract name, or a ModelFileError naming what the graph has instead.
+ * @param {Record<string, HostTensor>} outputs
+ * @param {string} name
+ * @param {string} graph
+ * @returns {{data: Float32Array, dims: number[]}}
+ */
+export function requireOutput(outputs, name, graph) {
+    const tensor = outputs[name];
+    if (!tensor || !(tensor.data instanceof Float32Array)) {
+        throw new ModelFileError(
+            `The ${graph} graph has no float32 output \`${name}\` (it has: ${Object.keys(outputs).join(', ')}); ` +
+                'the model does not follow the klein-web contract.',
+        );
+    }
+    return { data: tensor.data, dims: tensor.dims };
 }
 
 export class Models {
