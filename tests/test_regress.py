@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -306,6 +307,9 @@ def test_the_app_matches_the_cpu_reference(tiny_models: dict[str, Path], dist_di
     assert read_pixels(report_dir / "reference.png").shape == (64, 64, 3)
     # The app's Download PNG carries the generation parameters.
     assert data["download"]["png_text"].get("seed") == "42"
+    # Chromium's own log of the run is kept (where a crash shows its cause): its lines carry Chromium's prefix.
+    assert re.search(r"^\[\d+:\d+:\d{4}/\d{6}\.\d+:(INFO|WARNING|ERROR|VERBOSE\d):", (report_dir / "browser.log").read_text(),
+                     re.MULTILINE)
 
 
 @pytest.mark.browser

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +44,17 @@ def find_chromium(explicit: Path | None = None) -> Path:
 
 
 def launch_persistent(playwright: Any, user_data_dir: Path, *, executable: Path, headed: bool = False,
-                      gpu: bool = False, f16_toggle: bool = True, viewport: tuple[int, int] = (1280, 720)) -> Any:
-    """A persistent context: incognito storage cannot hold the model files (OPFS quota errors)."""
+                      gpu: bool = False, f16_toggle: bool = True, viewport: tuple[int, int] = (1280, 720),
+                      log_file: Path | None = None) -> Any:
+    """A persistent context: incognito storage cannot hold the model files (OPFS quota errors).
+
+    `log_file` keeps Chromium's own log (its FATAL lines say why a browser that went away did)."""
+    logging = ["--enable-logging", f"--log-file={log_file}"] if log_file is not None else []
     return playwright.chromium.launch_persistent_context(
         str(user_data_dir),
         executable_path=str(executable),
         headless=not headed,
-        args=launch_args(gpu=gpu, headed=headed, f16_toggle=f16_toggle),
+        args=launch_args(gpu=gpu, headed=headed, f16_toggle=f16_toggle) + logging,
         viewport={"width": viewport[0], "height": viewport[1]},
         accept_downloads=True,
     )
@@ -72,6 +77,44 @@ def check_browser(executable: Path) -> str:
             "Edge: WebGPU compute with these flags is Chromium-only."
         )
     return version
+
+
+# Chromium's log lines look like `[pid:tid:MMDD/HHMMSS.micros:FATAL:path/file.cc:123] message`.
+_FATAL = re.compile(r"^\[[^\]]*:FATAL:([^\]]+)\]\s*(.*)$", re.MULTILINE)
+# Debian/Ubuntu's fontconfig configuration and one font family: what a server image without fonts lacks.
+FONT_PACKAGES = "fontconfig fonts-dejavu-core"
+
+
+def exit_cause(log_text: str) -> str:
+    """Why Chromium went away, from its own log: the first FATAL line, with the fix where the cause is known."""
+    match = _FATAL.search(log_text)
+    if match is None:
+        return ("its log has no FATAL line: it was killed from outside (out of memory? check `dmesg`) or "
+                "crashed without a message")
+    where, message = match.group(1).strip(), match.group(2).strip()
+    cause = f"FATAL at {where}: {message or '(no message)'}"
+    if "SkFontMgr" in where or "fontconfig" in where.lower():
+        return (f"{cause}. Chromium found no fonts: this machine has no fontconfig configuration or no font. "
+                f"Install them (Debian/Ubuntu: apt-get install -y {FONT_PACKAGES}) and run again.")
+    if "GPU process isn't usable" in message:
+        return f"{cause}. The GPU process kept failing: check chrome://gpu on this machine, or run with --software."
+    return cause
+
+
+def font_problem(platform: str = sys.platform, environ: Mapping[str, str] | None = None,
+                 system_dir: Path = Path("/etc/fonts")) -> str | None:
+    """On Linux, what is missing for Chromium to find a font (it aborts when it needs one and has none), or None.
+
+    Only fontconfig's configuration is checked: without it fontconfig knows no font folder at all."""
+    if environ is None:
+        environ = os.environ
+    if not platform.startswith("linux") or environ.get("FONTCONFIG_FILE"):
+        return None
+    if any(Path(folder, "fonts.conf").is_file() for folder in (environ.get("FONTCONFIG_PATH"), system_dir) if folder):
+        return None
+    return (f"this machine has no fontconfig configuration ({system_dir / 'fonts.conf'}), so Chromium finds no font and "
+            f"aborts when a page or its own UI needs one; install them (Debian/Ubuntu: apt-get install -y "
+            f"{FONT_PACKAGES})")
 
 
 def first_line(exc: BaseException) -> str:

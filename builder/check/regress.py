@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, has_web_src
-from builder.check.browser import check_browser, find_chromium
+from builder.check.browser import check_browser, find_chromium, font_problem
 from builder.check.regress_cases import Case, RegressOptions, cases_from_options
 from builder.check.regress_page import (
     AppReportedDegenerate,
@@ -52,6 +52,7 @@ from builder.check.regress_report import (
     compare,
     summary_lines,
     worst_exit_code,
+    write_browser_log,
     write_case_report,
     write_run_report,
 )
@@ -77,6 +78,8 @@ def main(options: RegressOptions, *, log: Log) -> int:
     session = BrowserSession(executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed,
                              f16_toggle=options.f16_toggle)
     session.version = check_browser(session.executable)
+    if (fonts := font_problem()) is not None:
+        log(f"warning: {fonts}")
 
     # 2. Reference files, before the browser, so an unreadable PNG stops the run early.
     references = {case.name: _read_reference(case.reference_png) for case in cases if case.reference_png is not None}
@@ -95,6 +98,8 @@ def main(options: RegressOptions, *, log: Log) -> int:
     browser = session.describe()
     if not single:
         (report_dir / REPORT_NAME).unlink(missing_ok=True)  # the run's report.json is written after every case's
+    report_dir.mkdir(parents=True, exist_ok=True)
+    write_browser_log(report_dir, session.log)  # before any report.json, which each folder gets last
     for report in reports:
         write_case_report(report_dir if single else report_dir / report.name, report, browser=browser,
                           adapter=session.adapter)

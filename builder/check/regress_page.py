@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.check.browser import first_line, launch_persistent
+from builder.check.browser import exit_cause, first_line, launch_persistent
 from builder.check.regress_cases import Case
 from builder.check.regress_report import AppRun
 from builder.errors import RegressionError
@@ -73,6 +73,18 @@ class BrowserSession:
     version: str = ""
     adapter: dict[str, Any] = field(default_factory=dict)
     launches: int = 0
+    log_file: Path | None = None  # Chromium's own log while it runs (launched() keeps its text in `log`)
+    log: str = ""
+    exited: bool = False  # the browser went away before regress closed it
+
+    def read_log(self) -> str:
+        """Chromium's log so far (the whole file: FATAL lines come last, and it stays a few MB at most)."""
+        if self.log_file is not None and self.log_file.is_file():
+            self.log = self.log_file.read_text(encoding="utf-8", errors="replace")
+        return self.log
+
+    def exit_reason(self) -> str:
+        return f"Chromium exited during the run: {exit_cause(self.read_log())}"
 
     def describe(self) -> dict[str, Any]:
         return {"executable": str(self.executable), "version": self.version, "launches": self.launches,
@@ -89,19 +101,28 @@ def launched(session: BrowserSession, *, log: Log, profile: Path | None = None) 
     with sync_playwright() as playwright, contextlib.ExitStack() as stack:
         if profile is None:
             profile = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-profile-")))
+        session.log_file = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-log-"))) / "chromium.log"
+        stack.callback(session.read_log)  # runs before the folder goes, after the browser closed
         try:
             session.context = launch_persistent(playwright, Path(profile), executable=session.executable,
                                                 headed=session.headed, gpu=session.gpu,
-                                                f16_toggle=session.f16_toggle)
+                                                f16_toggle=session.f16_toggle, log_file=session.log_file)
         except PlaywrightError as exc:
             raise RegressionError(f"could not launch {session.executable} as Chromium: {first_line(exc)}") from exc
         session.launches += 1
+        closing = False
+
+        def on_close(_context: Any) -> None:
+            session.exited = not closing
+
+        session.context.on("close", on_close)
         browser = session.context.browser
         session.version = browser.version if browser is not None else session.version
         log(f"launched {session.executable} {session.version} ({'GPU' if session.gpu else 'SwiftShader'})")
         try:
             yield session
         finally:
+            closing = True
             with contextlib.suppress(PlaywrightError):
                 session.context.close()
 
@@ -152,12 +173,17 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
     """
     from playwright.sync_api import Error as PlaywrightError
 
-    page = session.context.new_page()
-    page.set_default_timeout(UI_ACTION_TIMEOUT_MS)
-    page.on("console", lambda message: run.console_errors.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: run.page_errors.append(str(error)))
+    if session.exited:
+        raise CaseCouldNotRun(session.exit_reason())
     started = time.perf_counter()
+    crashed: list[bool] = []
+    page = None
     try:
+        page = session.context.new_page()
+        page.set_default_timeout(UI_ACTION_TIMEOUT_MS)
+        page.on("console", lambda message: run.console_errors.append(message.text) if message.type == "error" else None)
+        page.on("pageerror", lambda error: run.page_errors.append(str(error)))
+        page.on("crash", lambda _page: crashed.append(True))
         page.goto(base_url + case.page_path(), wait_until="load")
         page.wait_for_selector("#generate")
         if page.evaluate("document.body.dataset.state") == "error":  # e.g. the app's own WebGPU check failed
@@ -193,11 +219,18 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
         run.png = Path(download.path()).read_bytes()
         run.image, run.png_text = imaging.read_png(Path(download.path()))
     except PlaywrightError as exc:
+        if session.exited or (session.context.browser is not None and not session.context.browser.is_connected()):
+            session.exited = True
+            raise CaseCouldNotRun(session.exit_reason()) from exc
+        if crashed:
+            raise CaseCouldNotRun("the page crashed (its renderer process died: out of memory, or a GPU driver fault); "
+                                  "Chromium's log is browser.log in the report folder") from exc
         raise CaseCouldNotRun(f"driving the page failed: {first_line(exc)}") from exc
     finally:
         run.seconds = time.perf_counter() - started
-        with contextlib.suppress(PlaywrightError):
-            page.close()
+        if page is not None:
+            with contextlib.suppress(PlaywrightError):
+                page.close()
 
 
 # Sets a text control's value as typing would end (the native setter, then an `input` event).

@@ -1,7 +1,8 @@
 """What `klein-web regress` concludes and writes: verdicts, image metrics, report folders and the summary.
 
 A report folder holds report.json, candidate.png (the browser's download, byte for byte), reference.png
-and diff.png (a heat map of |candidate - reference|). Each file is written to a temp file and renamed,
+and diff.png (a heat map of |candidate - reference|), and browser.log (Chromium's own log of the run, where a
+crash or a GPU problem shows its cause). Each file is written to a temp file and renamed,
 and report.json goes last, so a folder with a report.json is complete. With several cases each case
 gets a sub-folder and the top folder's report.json lists them all.
 """
@@ -27,6 +28,7 @@ REPORT_NAME = "report.json"
 CANDIDATE_NAME = "candidate.png"
 REFERENCE_NAME = "reference.png"
 DIFF_NAME = "diff.png"
+BROWSER_LOG_NAME = "browser.log"  # Chromium's own log of the whole run, in the top folder
 
 
 class Verdict(enum.IntEnum):
@@ -206,6 +208,11 @@ def write_case_report(folder: Path, report: CaseReport, *, browser: dict[str, An
     path = folder / REPORT_NAME
     _write_json(path, case_json(report, browser=browser, adapter=adapter))
     return path
+
+
+def write_browser_log(folder: Path, text: str) -> None:
+    """Chromium's own log of the run (browser.log): where a crash or a GPU problem shows its cause."""
+    _write_bytes(folder / BROWSER_LOG_NAME, text.encode("utf-8"))
 
 
 def worst_exit_code(reports: Iterable[CaseReport]) -> int:
