@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, has_web_src
-from builder.check.browser import check_browser, find_chromium, font_problem
+from builder.check.browser import check_browser, find_chromium
 from builder.check.regress_cases import Case, RegressOptions, cases_from_options
 from builder.check.regress_page import (
     AppReportedDegenerate,
@@ -78,8 +78,6 @@ def main(options: RegressOptions, *, log: Log) -> int:
     session = BrowserSession(executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed,
                              f16_toggle=options.f16_toggle)
     session.version = check_browser(session.executable)
-    if (fonts := font_problem()) is not None:
-        log(f"warning: {fonts}")
 
     # 2. Reference files, before the browser, so an unreadable PNG stops the run early.
     references = {case.name: _read_reference(case.reference_png) for case in cases if case.reference_png is not None}

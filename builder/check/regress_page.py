@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.check.browser import exit_cause, first_line, launch_persistent
+from builder.check.browser import exit_cause, first_line, font_problem, launch_persistent
 from builder.check.regress_cases import Case
 from builder.check.regress_report import AppRun
 from builder.errors import RegressionError
@@ -98,6 +98,8 @@ def launched(session: BrowserSession, *, log: Log, profile: Path | None = None) 
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
+    if (fonts := font_problem()) is not None:
+        log(f"warning: {fonts}")
     with sync_playwright() as playwright, contextlib.ExitStack() as stack:
         if profile is None:
             profile = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-profile-")))
