@@ -228,9 +228,11 @@ def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str | 
 @click.option("--timeout", "timeout_s", default=1800.0, show_default=True, type=float, help="Per image, seconds.")
 @click.option("--f16-toggle/--no-f16-toggle", default=True, show_default=True,
               help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (as a user adds it).")
+@click.option("--kernels", is_flag=True, default=False,
+              help="Also one profiled image per size (?profile=kernels): GPU time per kernel program, per component.")
 def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, steps: int, seed: int, gpu: bool,
                   browser_path: Path | None, native_json: Path | None, dist_dir: Path | None,
-                  timeout_s: float, f16_toggle: bool) -> None:
+                  timeout_s: float, f16_toggle: bool, kernels: bool) -> None:
     """The real app in Chromium, driven like a user: per-stage times cold / warm / hot, memory peaks."""
     from builder.check import browser_bench as bench
 
@@ -238,7 +240,7 @@ def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, 
         bench.main(out_dir, models_dir=models_dir, log=log, precisions=[p for p in precisions.split(",") if p],
                    sizes=[s for s in sizes.split(",") if s], steps=steps, seed=seed, gpu=gpu,
                    browser_path=browser_path, native_json=native_json, dist_dir=dist_dir, timeout_s=timeout_s,
-                   f16_toggle=f16_toggle)
+                   f16_toggle=f16_toggle, kernels=kernels)
     except KleinWebError as exc:
         click.echo(f"could not run: {exc}", err=True)
         sys.exit(2)

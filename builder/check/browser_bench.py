@@ -10,6 +10,9 @@ from a local server, and in it:
                  are created again (the browser's shader cache may help), "reload -> first image" timed;
     4. hot       one more image in the same page with another prompt: sessions loaded, the text encoder runs:
                  the seconds per image a user waits while the tab stays open.
+    5. profiled  with --kernels, one image per size in a page opened with ?profile=kernels: onnxruntime's profiler
+                 gives each component's GPU time per kernel program (which kernel path ran, and where the time
+                 goes). Its sessions do not capture, so its own timings run slower than `hot`'s.
 
 Alongside, a sampler records peak GPU memory (nvidia-smi, above its value before the browser started) and the
 peak resident memory of Chromium's renderer (the page and its worker) and GPU processes, and a hook in the
@@ -195,6 +198,7 @@ class ImageRun:
     graphs: dict[str, Any]
     memory: dict[str, Any]
     wasm_heap_bytes: int | None
+    kernels: dict[str, Any] | None = None  # the app's per-component kernel times (phase `profiled`)
 
     def row(self) -> dict[str, Any]:
         timings = self.timings
@@ -214,6 +218,7 @@ class ImageRun:
             "how": {c: f"{g.get('variant')}/{g.get('ep')}, {g.get('detail', '')}" for c, g in self.graphs.items()
                     if isinstance(g, dict)},
             "memory": self.memory, "wasm_heap_gib": None if self.wasm_heap_bytes is None else self.wasm_heap_bytes / 2**30,
+            **({"kernels": self.kernels} if self.kernels is not None else {}),
         }
 
     def image_seconds(self) -> float:
@@ -301,14 +306,15 @@ def run_environment(session: BrowserSession, models_dir: Path) -> dict[str, Any]
 
 
 def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[str], steps: int, seed: int,
-                counter: ByteCounter, sampler: MemorySampler, timeout_s: float, log: Log) -> list[ImageRun]:
+                counter: ByteCounter, sampler: MemorySampler, timeout_s: float, log: Log,
+                kernels: bool = False) -> list[ImageRun]:
     runs: list[ImageRun] = []
 
     def record(phase: str, size: str, seconds: float, info: dict[str, Any], worker: Any, fetched: int) -> None:
         run = ImageRun(phase=phase, variant=variant, size=size, seconds=seconds, bytes_fetched=fetched,
                        timings=info.get("timings") or {}, step_ms=list(info.get("stepMs") or []),
                        graphs=info.get("graphs") or {}, memory=sampler.figures(),
-                       wasm_heap_bytes=int(worker.evaluate(WASM_SIZE_JS)) or None)
+                       wasm_heap_bytes=int(worker.evaluate(WASM_SIZE_JS)) or None, kernels=info.get("kernels"))
         runs.append(run)
         row = run.row()
         log(f"  {variant} {size} {phase}: {run.seconds:.1f} s to the image (image itself {row['image_s']:.2f} s: "
@@ -337,6 +343,18 @@ def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[st
         seconds, info = _generate(page, prompt=PROMPTS[1], seed=seed + 1, size=sizes[-1], steps=steps,
                                   timeout_s=timeout_s, log=log)
         record("hot", sizes[-1], seconds, info, worker, counter.bytes)
+
+    if kernels:
+        with _ready_page(context, f"{url}&profile=kernels") as (page, worker):
+            for index, size in enumerate(sizes):
+                sampler.reset()
+                seconds, info = _generate(page, prompt=PROMPTS[index % 2], seed=seed + index, size=size, steps=steps,
+                                          timeout_s=timeout_s, log=log)
+                if not isinstance(info.get("kernels"), dict):
+                    raise RegressionError("the app ran with ?profile=kernels but reported no kernel times")
+                record("profiled", size, seconds, info, worker, counter.bytes)
+                for line in kernel_lines(runs[-1].row()):
+                    log("    " + line)
     return runs
 
 
@@ -381,6 +399,24 @@ def native_ratios(rows: list[dict[str, Any]], native_json: Path | None) -> dict[
     return ratios
 
 
+# Kernel programs listed per component in the report (the JSON keeps what the app reported).
+KERNELS_IN_REPORT = 12
+
+
+def kernel_lines(row: dict[str, Any]) -> list[str]:
+    """A profiled row's kernel times as markdown: per component, its GPU time per run, then its top programs."""
+    lines: list[str] = []
+    for component, times in (row.get("kernels") or {}).items():
+        lines += ["", (f"{row['variant']} {row['size']} {component}: GPU {times['gpuMs']:.1f} ms per run "
+                       f"({times['runs']} run(s); {times['runMs']:.1f} ms per run inside onnxruntime; "
+                       f"CPU-placed nodes {times['cpuNodeMs']:.1f} ms)"), "",
+                  "| op | program | calls | GPU ms | share |", "|---|---|---|---|---|"]
+        for kernel in times["kernels"][:KERNELS_IN_REPORT]:
+            lines.append(f"| {kernel['op']} | {kernel['program']} | {kernel['calls']:.0f} | {kernel['gpuMs']:.2f} | "
+                         f"{100 * kernel['share']:.1f}% |")
+    return lines
+
+
 def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: dict[str, Any]) -> list[str]:
     lines = [
         (f"{environment['adapter']} · {environment['browser']} · onnxruntime-web {environment['onnxruntime_web']} · "
@@ -410,13 +446,16 @@ def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: di
             lines.append(f"| {label} | {num(ratio['browser_ms'])} | {num(ratio['native_ms'])} | "
                          f"{num(ratio['torch_ms'])} | {num(ratio['browser_over_native'], 2)}x | "
                          f"{num(ratio['browser_over_torch'], 2)}x |")
+    for row in rows:
+        if row.get("kernels"):
+            lines += ["", f"## Kernels: {row['variant']} {row['size']} (profiled, uncaptured)", *kernel_lines(row)]
     return lines
 
 
 def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str] = ("q4f16", "q4"),
          sizes: Sequence[str] = ("512x512", "1024x1024"), steps: int = 4, seed: int = 0, gpu: bool = True,
          browser_path: Path | None = None, native_json: Path | None = None, timeout_s: float = 1800.0,
-         dist_dir: Path | None = None, f16_toggle: bool = True) -> list[dict[str, Any]]:
+         dist_dir: Path | None = None, f16_toggle: bool = True, kernels: bool = False) -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
     models_dir, repo = regress.check_models(models_dir, log=log)
     for variant in precisions:
@@ -443,7 +482,8 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
                         launched(session, log=log, profile=Path(profile)):
                     session.adapter = probe_adapter(session, base_url)
                     runs = run_variant(session.context, base_url, variant=variant, sizes=sizes, steps=steps,
-                                       seed=seed, counter=counter, sampler=sampler, timeout_s=timeout_s, log=log)
+                                       seed=seed, counter=counter, sampler=sampler, timeout_s=timeout_s, log=log,
+                                       kernels=kernels)
                     rows += [run.row() for run in runs]
                 environment = {**run_environment(session, models_dir),
                                "adapter_features": session.adapter.get("features", []), "steps": steps,

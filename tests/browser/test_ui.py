@@ -367,6 +367,29 @@ def test_precision_parameter_is_validated_and_forwarded(context: Any, server: Li
         page.close()
 
 
+def test_profile_parameter_shows_each_components_kernels(context: Any, server: LiveServer) -> None:
+    page = open_page(context, server.url("/?profile=flame"))
+    try:
+        page.wait_for_selector("#error:not(:empty)")
+        message = page.inner_text("#error")
+        assert "?profile=flame" in message and "?profile=kernels" in message, message
+        assert page.is_disabled("#generate")
+        page.goto(server.url("/?profile=kernels&prompt=a%20fox&size=64x64&steps=2"))
+        page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
+                               polling=POLL_MS)
+        page.click("#generate")
+        assert wait_state(page, "done", "error") == "done", page.inner_text("#error")
+        captions = page.eval_on_selector_all("#timings table.kernels caption", "cs => cs.map(c => c.textContent)")
+        assert len(captions) == 3 and all("GPU" in caption for caption in captions), captions
+        assert any("per run of 2" in caption for caption in captions), captions  # the transformer, once per step
+        rows = page.eval_on_selector_all("#timings table.kernels tbody tr", "rows => rows.length")
+        assert rows > 3
+        data = json.loads(page.get_attribute("#timings", "data-json") or "{}")
+        assert set(data["kernels"]) == {"text_encoder", "transformer", "vae_decoder"}
+    finally:
+        page.close()
+
+
 def test_cancel_during_denoising_returns_to_idle_within_a_step(generated: Generated) -> None:
     # The page that already generated: model cached, prompt encoded, so this run reaches denoising fast.
     page = generated.page

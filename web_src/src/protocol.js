@@ -74,6 +74,9 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  *   diffusers binarises); any size (resized to the image as diffusers does).
  * @property {number} [strength]  Inpainting: the share of the schedule that runs, in [0, 1] (diffusers' default
  *   0.8); ignored without a mask.
+ * @property {boolean} [profile]  Report where the GPU time went (GenerateResult.kernels): the run's sessions are
+ *   created anew with onnxruntime's profiler on and without graph capture (so the run is slower than usual), and
+ *   released after it.
  */
 
 /**
@@ -128,6 +131,8 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  *   strength: number | null, steps: number, referenceTokens: number}} inputs  The mode that ran; `steps`: the
  *   denoising steps that ran (inpainting's strength runs the last ones); `referenceTokens`: tokens the images
  *   added to every step.
+ * @property {Record<string, import('./shared/types.js').ComponentKernels>} [kernels]  With `profile`: per
+ *   component that ran, its GPU time per kernel program (pipeline/kernel_times.js makes it).
  */
 
 /**

@@ -272,9 +272,10 @@ function main() {
             // A failed probe (not a "no WebGPU" answer) is retried: the client starts a fresh worker.
             const caps = await probe.catch(() => (probe = runProbe()));
             if (caps === null) throw new NoWebGPUError('WebGPU is not available in this browser.');
-            const { base, label, precision } = await source;
+            const { base, label, precision, profile } = await source;
             const settings = { ...values, modelBase: base, ...(precision ? { precision } : {}) };
-            const params = { ...settings, ...inputs.params };
+            // A profiled run (?profile=kernels) is a way of looking, not a setting: history does not keep it.
+            const params = { ...settings, ...(profile ? { profile } : {}), ...inputs.params };
             // Ask once, from a user gesture, that the browser never evicts the cached model (a worker
             // cannot ask). Chrome grants it silently to sites the user engages with; a "no" is not an error.
             if (!persistAsked && navigator.storage?.persist) {

@@ -6,6 +6,7 @@
  *   3. the build's default (`<meta name="klein-model-base">`, the Hugging Face Hub repo).
  * `?precision=q4|q4f16|fp32` forces the graph variant of the text encoder and transformer (default: the
  * worker picks q4f16 when the GPU has shader-f16 and the repo has it, else q4, else fp32).
+ * `?profile=kernels` asks every run for its GPU kernels' times (slower: the profiled sessions do not capture).
  * @module page/model_source
  */
 
@@ -18,6 +19,7 @@ import { InputError } from '../shared/errors.js';
  * @property {'url' | 'local' | 'default'} kind
  * @property {string} label  Short text for the page ("Local: models/ on this server").
  * @property {string} [precision]  A forced graph variant from `?precision=`.
+ * @property {boolean} [profile]  `?profile=kernels`: each run reports where its GPU time went.
  */
 
 /**
@@ -31,6 +33,19 @@ function forcedPrecision(href) {
         throw new InputError(`?precision=${precision} is not a graph variant; use one of ${PRECISIONS.join(', ')}, or leave it out for the best one this GPU runs.`);
     }
     return precision;
+}
+
+/**
+ * @param {string} href
+ * @returns {boolean}
+ */
+function profiled(href) {
+    const profile = new URL(href).searchParams.get('profile');
+    if (profile === null || profile === '') return false;
+    if (profile !== 'kernels') {
+        throw new InputError(`?profile=${profile} is not a profile; use ?profile=kernels (each run's GPU time per kernel), or leave it out.`);
+    }
+    return true;
 }
 
 /**
@@ -79,7 +94,12 @@ function parseBase(text, pageHref) {
 export async function resolveModelSource({ href, defaultBase, fetch }) {
     const source = await resolveBase({ href, defaultBase, fetch });
     const precision = forcedPrecision(href);
-    return precision ? { ...source, precision, label: `${source.label} · ${precision}` } : source;
+    const profile = profiled(href);
+    return {
+        ...source,
+        ...(precision ? { precision, label: `${source.label} · ${precision}` } : {}),
+        ...(profile ? { profile } : {}),
+    };
 }
 
 /**

@@ -20,6 +20,7 @@ import { LIMITS } from '../shared/limits.js';
 import { checkInputImages, encodeImages, imageJobs, maskTokens } from './encode_images.js';
 import { assertFinite, checkImage, toRgba } from './image.js';
 import { checkImageParams } from './input_images.js';
+import { kernelTimes } from './kernel_times.js';
 import {
     LATENT_CHANNELS, PATCH, blendMask, eulerStep, packLatents, prepareLatentIds, prepareTextIds, scaleNoise,
     unpackLatents,
@@ -90,7 +91,7 @@ export function checkInputs(params) {
     if (!params || typeof params !== 'object') {
         throw new InputError(`\`params\` must be an object, got ${JSON.stringify(params)}.`);
     }
-    const { prompt, seed, steps, width, height, modelBase, precision } = params;
+    const { prompt, seed, steps, width, height, modelBase, precision, profile } = params;
     const { sizeMin, sizeMax, sizeMultiple, stepsMin, stepsMax, seedMax } = LIMITS;
     // diffusers accepts an empty prompt (it encodes the chat template alone), so we do too.
     if (typeof prompt !== 'string') {
@@ -134,9 +135,13 @@ export function checkInputs(params) {
             { precision },
         );
     }
+    if (profile !== undefined && typeof profile !== 'boolean') {
+        throw new InputError(`\`profile\` must be true or false, got ${JSON.stringify(profile)}.`, { profile });
+    }
     /** @type {GenerateParams} */
     const checked = { prompt, seed, steps, width, height, modelBase };
     if (precision) checked.precision = precision;
+    if (profile) checked.profile = true;
     // The image files stay out of the checked parameters (the result would carry them back); `inputs` names them.
     const { mode, strength } = checkImageParams(params);
     if (mode === 'inpaint') checked.strength = /** @type {number} */ (strength);
@@ -405,6 +410,7 @@ export async function generate(params, { models, signal, onEvent }) {
     const { prompt, seed, steps, width, height } = checked;
     const noiseTokens = (height / PATCH) * (width / PATCH);
     const imageSeqLen = noiseTokens + plan.tokens;
+    models.profiling = checked.profile === true;
 
     // 2. Load models
     const { notes, cached } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
@@ -449,6 +455,9 @@ export async function generate(params, { models, signal, onEvent }) {
     const { timings } = clock;
     timings.sessionRun = meter.runMs;
     timings.total = performance.now() - started;
+    const graphs = models.describe(meter);
+    // After the timings: ending the profiles and releasing the profiled sessions is not part of the run.
+    const kernels = checked.profile ? kernelTimes(await models.endProfiling()) : undefined;
     return {
         width,
         height,
@@ -457,7 +466,7 @@ export async function generate(params, { models, signal, onEvent }) {
         timings,
         stepMs,
         prompt: { tokens: embedding.tokens, droppedTokens: embedding.droppedTokens },
-        graphs: models.describe(meter),
+        graphs,
         device: models.deviceGrant(),
         notes,
         inputs: {
@@ -468,5 +477,6 @@ export async function generate(params, { models, signal, onEvent }) {
             steps: runSteps,
             referenceTokens: plan.tokens,
         },
+        ...(kernels ? { kernels } : {}),
     };
 }

@@ -12,7 +12,7 @@
  */
 
 import { runtimeError } from '../runtime/errors.js';
-import { createSession, float32, int64, release, run } from '../runtime/ort.js';
+import { createSession, float32, int64, profileEvents, release, run } from '../runtime/ort.js';
 import { ModelFileError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
 import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../shared/model_repo.js';
@@ -42,7 +42,8 @@ import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
  * @property {Choice} choice
  * @property {number} generation  Gpu.generation the session was created on.
  * @property {number} lastUsed
- * @property {string} dimsKey  The static dims it was created with ('' for none).
+ * @property {string} dimsKey  How it was created: its static dims, capture, profiling.
+ * @property {boolean} profiled  Created with onnxruntime's profiler on (Models.profiling).
  */
 
 /**
@@ -132,6 +133,8 @@ export class Models {
         this.budget = memoryBudget();
         /** @type {Map<AnyComponent, string>} whether the last session of a component captured its kernels */
         this.captureState = new Map();
+        /** Create sessions with onnxruntime's profiler on (a run asked for its kernels' GPU times: `profile`). */
+        this.profiling = false;
     }
 
     /**
@@ -365,12 +368,13 @@ export class Models {
     async session(component, { meter, signal, pin }) {
         const choice = this.requireChoice(component);
         const existing = this.loaded.get(component);
-        const dimsKey = pin ? JSON.stringify([Object.entries(pin.dims).sort(), pin.capture]) : '';
+        const dimsKey = JSON.stringify([pin ? Object.entries(pin.dims).sort() : null, pin?.capture ?? false, this.profiling]);
         if (existing && existing.choice.ep === 'webgpu' && (existing.generation !== this.gpu.generation || this.gpu.lost)) {
             // Created on a device that has since been lost: its buffers are gone.
             await this.unload(component);
         } else if (existing && existing.dimsKey !== dimsKey) {
-            // Pinned to other dims (another image size): its kernels were captured for those.
+            // Pinned to other dims (another image size): its kernels were captured for those. Or profiled (or not)
+            // otherwise than this run asks.
             await this.unload(component);
         } else if (existing) {
             existing.lastUsed = performance.now();
@@ -393,7 +397,7 @@ export class Models {
             meter.readMsByComponent[component] = (meter.readMsByComponent[component] ?? 0) + performance.now() - readStarted;
             session = await createSession(graphBytes, externalData, {
                 ep: choice.ep, device, forceCpuNodeNames: choice.forceCpuNodeNames, staticDims: pin?.dims,
-                capture: pin?.capture ?? false,
+                capture: pin?.capture ?? false, profile: this.profiling,
             });
         } catch (err) {
             throw runtimeError(err, this.gpu, what);
@@ -402,7 +406,9 @@ export class Models {
             meter.loadMs += elapsed;
             meter.loadMsByComponent[component] = (meter.loadMsByComponent[component] ?? 0) + elapsed;
         }
-        this.loaded.set(component, { session, choice, generation: this.gpu.generation, lastUsed: performance.now(), dimsKey });
+        this.loaded.set(component, {
+            session, choice, generation: this.gpu.generation, lastUsed: performance.now(), dimsKey, profiled: this.profiling,
+        });
         if (session.capture) this.captureState.set(component, 'graph capture');
         else if (session.captureRefused) this.captureState.set(component, `no graph capture (${session.captureRefused.slice(0, 160)})`);
         else this.captureState.delete(component);
@@ -448,6 +454,25 @@ export class Models {
         // Outputs read back from a device that died during the run cannot be trusted.
         if (this.gpu.lost) throw this.gpu.lostError();
         return outputs;
+    }
+
+    /**
+     * End the profiling of every profiled session and release it (a session's profiler runs once; the next run
+     * creates its sessions as it asks). A profiled session released earlier to make room took its events along.
+     * @returns {Promise<Partial<Record<AnyComponent, import('../shared/types.js').ProfileEvent[]>>>}
+     */
+    async endProfiling() {
+        /** @type {Partial<Record<AnyComponent, import('../shared/types.js').ProfileEvent[]>>} */
+        const events = {};
+        for (const [component, loaded] of [...this.loaded.entries()]) {
+            if (!loaded.profiled) continue;
+            try {
+                events[component] = await profileEvents(loaded.session);
+            } finally {
+                await this.unload(component);
+            }
+        }
+        return events;
     }
 
     /** @param {AnyComponent} component */

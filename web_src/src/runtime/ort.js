@@ -28,6 +28,8 @@ import * as ort from 'onnxruntime-web/webgpu';
  * @property {Record<string, number>} [staticDims]  Symbolic input dims to pin (ORT freeDimensionOverrides), for
  *   a graph always run at one shape. Pinned, onnxruntime folds the shape arithmetic into constants when it
  *   creates the session (the text encoder: 6,801 nodes, 1,900 after folding), so creating and running it do less.
+ * @property {boolean} [profile]  Turn onnxruntime's profiler on: every run records each kernel's GPU time (WebGPU
+ *   timestamp queries) until profileEvents() ends it. A profiled session never captures: replays record nothing.
  * @property {boolean} [capture]  With `staticDims`, on WebGPU: the session captures. Its first run records every
  *   kernel and later runs replay the recording without the EP's per-kernel host work (a 512^2 q4f16 step on an
  *   H200: 342 -> 269 ms; README "Speed"). Every run must then have exactly these dims. Worth it for a graph run
@@ -71,6 +73,21 @@ export function ortThreads() {
     return Math.max(1, Math.min(4, cores - 1));
 }
 
+/** @type {((line: string) => void) | null} Where the wasm module's prints go while profileEvents() reads them. */
+let printSink = null;
+
+/**
+ * The wasm module binds console.log as its print function when it starts (at the first session), so reading its
+ * prints later needs console.log routed through here from before that: to printSink while one is set, else on.
+ */
+function routeWasmPrints() {
+    if (/** @type {any} */ (console.log).klein) return;
+    const log = console.log.bind(console);
+    const routed = (/** @type {unknown[]} */ ...args) => (printSink ? printSink(args.map(String).join(' ')) : log(...args));
+    routed.klein = true;
+    console.log = routed;
+}
+
 /**
  * Point ORT at the wasm files the build copied next to the worker script, and set the thread count.
  * Call once, before the first session.
@@ -79,6 +96,7 @@ export function ortThreads() {
  *   embedded loader), which is what an unprocessed esbuild bundle needs.
  */
 export function configureOrt({ wasmPaths, threads = ortThreads() }) {
+    routeWasmPrints();
     if (wasmPaths) ort.env.wasm.wasmPaths = { mjs: wasmPaths.mjs, wasm: wasmPaths.wasm };
     ort.env.wasm.numThreads = threads;
     // The worker is already off the main thread; ORT's proxy worker would only add a copy.
@@ -94,7 +112,7 @@ export function configureOrt({ wasmPaths, threads = ortThreads() }) {
  * @param {SessionOptions} options
  * @returns {Promise<Session>}
  */
-export async function createSession(graphBytes, externalData, { ep, device, forceCpuNodeNames, staticDims, capture = false }) {
+export async function createSession(graphBytes, externalData, { ep, device, forceCpuNodeNames, staticDims, profile = false, capture = false }) {
     /** @type {import('onnxruntime-web').InferenceSession.SessionOptions} */
     const options = {
         externalData: externalData.map((file) => ({ path: file.path, data: file.data })),
@@ -116,11 +134,12 @@ export async function createSession(graphBytes, externalData, { ep, device, forc
         throw new TypeError(`createSession: ep must be 'webgpu' or 'wasm', got ${JSON.stringify(ep)}.`);
     }
     if (staticDims) options.freeDimensionOverrides = { ...staticDims };
+    if (profile) options.enableProfiling = true;
     const names = (/** @type {import('onnxruntime-web').InferenceSession} */ inner) => ({
         inputNames: [...inner.inputNames],
         outputNames: [...inner.outputNames],
     });
-    if (capture && ep === 'webgpu' && device && staticDims) {
+    if (capture && !profile && ep === 'webgpu' && device && staticDims) {
         try {
             const inner = await ort.InferenceSession.create(graphBytes, {
                 ...options,
@@ -192,6 +211,39 @@ export async function run(session, feeds) {
     }
     return host;
 }
+
+/**
+ * End a profiled session's profiling and return its events (Chrome trace events: `cat` 'Session', 'Node' with
+ * the CPU-side time of each kernel, 'Api' with each WebGPU program's GPU time). onnxruntime-web has no API that
+ * returns them: its wasm module prints the trace to console.log, one event per line, which this reads while it
+ * prints (and keeps off the console).
+ * @param {Session} session
+ * @returns {Promise<ProfileEvent[]>}
+ */
+export async function profileEvents(session) {
+    /** @type {string[]} */
+    const lines = [];
+    printSink = (line) => lines.push(line);
+    try {
+        await session.inner.endProfiling();
+    } finally {
+        printSink = null;
+    }
+    /** @type {ProfileEvent[]} */
+    const events = [];
+    for (const line of lines) {
+        const text = line.trim().replace(/^\[/, '').replace(/[,\]]+$/, '').trim();
+        if (!text.startsWith('{')) continue;
+        try {
+            events.push(JSON.parse(text));
+        } catch {
+            // not an event line
+        }
+    }
+    return events;
+}
+
+/** @typedef {import('../shared/types.js').ProfileEvent} ProfileEvent */
 
 /**
  * Free the session's GPU buffers (the wasm heap itself never shrinks).

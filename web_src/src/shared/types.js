@@ -38,5 +38,31 @@
  * @property {number} threads
  */
 
+/**
+ * @typedef {Object} ProfileEvent  One event of onnxruntime's Chrome-trace profile (runtime/ort.js profileEvents).
+ * @property {string} cat   'Session' (model_run, ...), 'Node' (a node's CPU side) or 'Api' (a WebGPU program's GPU time)
+ * @property {string} name  For 'Api': `<node>&<op>&<program>`.
+ * @property {number} dur   Microseconds.
+ * @property {Record<string, any>} [args]  For 'Node': op_name, provider, shapes.
+ */
+
+/**
+ * @typedef {Object} KernelTime  One kernel program's share of a component's GPU time (pipeline/kernel_times.js).
+ * @property {string} op        The node's op type (MatMulNBits, MatMul, Softmax, ...); 'other' for the summed rest.
+ * @property {string} program   The WebGPU program that ran it (the kernel path); for 'other', how many programs.
+ * @property {number} calls     Dispatches per run.
+ * @property {number} gpuMs     GPU milliseconds per run.
+ * @property {number} share     Of the component's GPU time, 0..1.
+ */
+
+/**
+ * @typedef {Object} ComponentKernels  Where one component's GPU time went in a profiled run.
+ * @property {number} runs          Session runs profiled (the denoising steps for the transformer).
+ * @property {number} runMs         Mean wall time of one run inside onnxruntime (its 'model_run' events).
+ * @property {number} gpuMs         GPU time of one run: the sum of its programs' times.
+ * @property {number} cpuNodeMs     Time of one run's nodes placed on the CPU (wasm).
+ * @property {KernelTime[]} kernels Most GPU time first.
+ */
+
 // Makes this file a module, so that other modules can import the types above.
 export {};

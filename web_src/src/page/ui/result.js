@@ -179,6 +179,41 @@ function deviceLine(device) {
     return [line];
 }
 
+/** Kernel rows shown per component (the result's data-json holds them all). */
+const KERNEL_ROWS_SHOWN = 12;
+
+/**
+ * A profiled run's GPU time per kernel program (`?profile=kernels`), one table per component: the programs are
+ * onnxruntime's kernel paths (MatMulNBitsWideTile or a subgroup-matrix one; MatMul + Softmax for attention).
+ * @param {GenerateResult['kernels']} kernels
+ * @returns {HTMLElement[]}
+ */
+function kernelTables(kernels) {
+    if (!kernels) return [];
+    return Object.entries(kernels).map(([component, times]) => {
+        const table = document.createElement('table');
+        table.className = 'kernels';
+        const name = /** @type {Record<string, string>} */ (COMPONENT_NAMES)[component] ?? component;
+        const runs = times.runs === 1 ? 'one run' : `per run of ${times.runs}`;
+        table.append(cell('caption', `${name}: GPU ${formatDuration(times.gpuMs)} ${runs} (of ${formatDuration(times.runMs)} in the run; CPU-placed nodes ${formatDuration(times.cpuNodeMs)})`));
+        const head = document.createElement('tr');
+        head.append(cell('th', 'Op'), cell('th', 'Program'), cell('th', 'Calls'), cell('th', 'GPU'), cell('th', 'Share'));
+        const thead = document.createElement('thead');
+        thead.append(head);
+        const body = document.createElement('tbody');
+        for (const kernel of times.kernels.slice(0, KERNEL_ROWS_SHOWN)) {
+            const row = document.createElement('tr');
+            row.append(
+                cell('th', kernel.op), cell('td', kernel.program), cell('td', String(Math.round(kernel.calls)), 'num'),
+                cell('td', formatDuration(kernel.gpuMs), 'num'), cell('td', `${(100 * kernel.share).toFixed(1)}%`, 'num'),
+            );
+            body.append(row);
+        }
+        table.append(thead, body);
+        return table;
+    });
+}
+
 /**
  * @param {GenerateResult['inputs'] | undefined} inputs
  * @returns {string}  "Edit of 2 images · " / "Inpaint, strength 0.8 · " / '' (text to image).
@@ -244,6 +279,7 @@ export class ResultView {
             notes: result.notes ?? [],
             prompt: result.prompt,
             device: result.device ?? null,
+            ...(result.kernels ? { kernels: result.kernels } : {}),
         });
 
         const table = document.createElement('table');
@@ -300,7 +336,7 @@ export class ResultView {
             graphBody.append(row);
         }
         graphTable.append(graphHead, graphBody);
-        this.timings.replaceChildren(table, graphTable, ...deviceLine(result.device));
+        this.timings.replaceChildren(table, graphTable, ...deviceLine(result.device), ...kernelTables(result.kernels));
     }
 
     /** @param {string[]} notes */

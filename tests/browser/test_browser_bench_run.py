@@ -1,0 +1,36 @@
+"""`klein-web browser-bench --kernels` end to end, in headless Chromium on SwiftShader, on the tiny q4 model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from builder.check import browser_bench
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_browser_bench_times_each_phase_and_profiles_the_kernels(tmp_path: Path, tiny_models: dict[str, Path],
+                                                                 dist_dir: Path, chromium_path: Path) -> None:
+    out = tmp_path / "out"
+    messages: list[str] = []
+    rows = browser_bench.main(out, models_dir=tiny_models["q4"], log=messages.append, precisions=("q4",),
+                              sizes=("64x64",), steps=2, gpu=False, browser_path=chromium_path, dist_dir=dist_dir,
+                              timeout_s=600, kernels=True)
+    assert [r["phase"] for r in rows] == ["cold", "warm reload", "hot", "profiled"]
+    cold, warm, hot, profiled = rows
+    assert cold["bytes_fetched"] > 0 and warm["bytes_fetched"] == 0 and hot["step_ms"] > 0
+    # Only the profiled image carries kernel times; its transformer was profiled once per step, uncaptured.
+    assert all("kernels" not in r for r in (cold, warm, hot))
+    transformer = profiled["kernels"]["transformer"]
+    assert transformer["runs"] == 2 and transformer["gpuMs"] > 0
+    assert "graph capture" in hot["how"]["transformer"] and "graph capture" not in profiled["how"]["transformer"]
+    assert any(k["op"] == "MatMulNBits" and k["program"].startswith("MatMulNBits") for k in transformer["kernels"])
+    # The report carries them: JSON as the app reported them, markdown as one table per component.
+    saved = json.loads((out / browser_bench.JSON_NAME).read_text())
+    assert saved["rows"][-1]["kernels"] == profiled["kernels"]
+    report = (out / browser_bench.MARKDOWN_NAME).read_text()
+    assert "## Kernels: q4 64x64" in report and "| MatMulNBits | MatMulNBits" in report
+    assert report.count("| op | program | calls | GPU ms | share |") == 3  # text encoder, transformer, VAE decoder

@@ -1,0 +1,69 @@
+"""A profiled run (GenerateParams.profile, the page's ?profile=kernels): where each component's GPU time went, per
+kernel program, from onnxruntime's own profiler, on the tiny q4 model in headless Chromium (SwiftShader)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from helpers import WorkerClient
+
+pytestmark = pytest.mark.browser
+
+PROMPT = "a red fox in the snow"
+
+
+def op_counts(graph: Path) -> Counter[str]:
+    return Counter(node.op_type for node in onnx.load(graph, load_external_data=False).graph.node)
+
+
+def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
+        page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]) -> None:
+    repo = tiny_models["q4"]
+    client = WorkerClient(page, live_server_factory(dist_dir, models=repo).url("/"))
+    client.open()
+    plain = client.generate(prompt=PROMPT, seed=3, width=64, height=64)
+    assert "graph capture" in plain.ok()["graphs"]["transformer"]["detail"]
+    assert "kernels" not in plain.ok()
+
+    profiled_reply = client.generate(prompt="a blue fox in the snow", seed=3, width=64, height=64, profile=True)
+    profiled = profiled_reply.ok()
+    kernels = profiled["kernels"]
+    # Every component that ran is profiled; the transformer once per denoising step, and uncaptured (a captured
+    # replay records no kernels).
+    assert set(kernels) == {"text_encoder", "transformer", "vae_decoder"}
+    assert kernels["transformer"]["runs"] == 4 and kernels["text_encoder"]["runs"] == 1
+    assert "graph capture" not in profiled["graphs"]["transformer"]["detail"]
+    for component, times in kernels.items():
+        assert times["gpuMs"] > 0 and times["runMs"] > 0, component
+        assert sum(k["share"] for k in times["kernels"]) == pytest.approx(1, abs=1e-6), component
+        assert sum(k["gpuMs"] for k in times["kernels"]) == pytest.approx(times["gpuMs"], rel=1e-6), component
+        assert [k["gpuMs"] for k in times["kernels"][:-1]] == sorted((k["gpuMs"] for k in times["kernels"][:-1]),
+                                                                     reverse=True), component
+    # Each MatMulNBits node of the graph is one dispatch per step, under the program onnxruntime chose for it.
+    transformer_graph = repo / "transformer" / "transformer_q4.onnx"
+    matmul_nbits = [k for k in kernels["transformer"]["kernels"] if k["op"] == "MatMulNBits"]
+    assert matmul_nbits and all(k["program"].startswith("MatMulNBits") for k in matmul_nbits)
+    assert sum(k["calls"] for k in matmul_nbits) == op_counts(transformer_graph)["MatMulNBits"]
+    # The text encoder's fp16 token embedding is placed on the CPU on this adapter (no shader-f16): it shows there.
+    assert kernels["text_encoder"]["cpuNodeMs"] > 0
+
+    # The profiler only watches: the same request without it makes the same image, captured again.
+    again = client.generate(prompt="a blue fox in the snow", seed=3, width=64, height=64)
+    assert "graph capture" in again.ok()["graphs"]["transformer"]["detail"]
+    assert np.array_equal(again.rgb(), profiled_reply.rgb())
+
+
+def test_profile_must_be_a_boolean(page: Any, dist_dir: Path, live_server_factory: Any,
+                                   tiny_models: dict[str, Path]) -> None:
+    client = WorkerClient(page, live_server_factory(dist_dir, models=tiny_models["q4"]).url("/"))
+    client.open()
+    reply = client.request("generate", params={"prompt": "x", "seed": 0, "width": 64, "height": 64, "steps": 4,
+                                               "modelBase": client.model_base, "profile": "yes"})
+    assert reply.type == "error" and reply.error is not None
+    error = reply.error
+    assert error["code"] == "input" and "`profile` must be true or false" in error["message"]
