@@ -408,8 +408,9 @@ def kernel_lines(row: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     for component, times in (row.get("kernels") or {}).items():
         lines += ["", (f"{row['variant']} {row['size']} {component}: GPU {times['gpuMs']:.1f} ms per run "
-                       f"({times['runs']} run(s); {times['runMs']:.1f} ms per run inside onnxruntime; "
-                       f"CPU-placed nodes {times['cpuNodeMs']:.1f} ms)"), "",
+                       f"({times['runs']} run(s); {times['runMs']:.1f} ms per run inside onnxruntime, of which "
+                       f"{times['hostMs']:.1f} ms preparing the GPU nodes and {times['cpuNodeMs']:.1f} ms in "
+                       "CPU-placed nodes)"), "",
                   "| op | program | calls | GPU ms | share |", "|---|---|---|---|---|"]
         for kernel in times["kernels"][:KERNELS_IN_REPORT]:
             lines.append(f"| {kernel['op']} | {kernel['program']} | {kernel['calls']:.0f} | {kernel['gpuMs']:.2f} | "

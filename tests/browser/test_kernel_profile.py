@@ -39,7 +39,9 @@ def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
     assert kernels["transformer"]["runs"] == 4 and kernels["text_encoder"]["runs"] == 1
     assert "graph capture" not in profiled["graphs"]["transformer"]["detail"]
     for component, times in kernels.items():
-        assert times["gpuMs"] > 0 and times["runMs"] > 0, component
+        assert times["gpuMs"] > 0 and times["runMs"] > 0 and times["hostMs"] > 0, component
+        # The nodes' CPU sides run inside the session's run: together they cannot exceed it.
+        assert times["hostMs"] + times["cpuNodeMs"] <= times["runMs"], component
         assert sum(k["share"] for k in times["kernels"]) == pytest.approx(1, abs=1e-6), component
         assert sum(k["gpuMs"] for k in times["kernels"]) == pytest.approx(times["gpuMs"], rel=1e-6), component
         assert [k["gpuMs"] for k in times["kernels"][:-1]] == sorted((k["gpuMs"] for k in times["kernels"][:-1]),

@@ -31,6 +31,7 @@ export function kernelTimes(eventsByComponent) {
         const byProgram = new Map();
         let gpuUs = 0;
         let cpuNodeUs = 0;
+        let hostUs = 0;
         for (const event of events) {
             if (event.cat === 'Api') {
                 const [, op = '?', program = op] = String(event.name).split('&');
@@ -42,6 +43,8 @@ export function kernelTimes(eventsByComponent) {
                 gpuUs += event.dur;
             } else if (event.cat === 'Node' && event.args?.provider === 'CPUExecutionProvider') {
                 cpuNodeUs += event.dur;
+            } else if (event.cat === 'Node') {
+                hostUs += event.dur; // the EP's CPU side of a GPU node: binding, uniforms, dispatch recording
             }
         }
         const sorted = [...byProgram.values()].sort((a, b) => b.us - a.us);
@@ -58,6 +61,7 @@ export function kernelTimes(eventsByComponent) {
             runMs: runDurations.reduce((sum, us) => sum + us, 0) / runs / 1000,
             gpuMs: gpuUs / runs / 1000,
             cpuNodeMs: cpuNodeUs / runs / 1000,
+            hostMs: hostUs / runs / 1000,
             kernels: listed.map((e) => ({
                 op: e.op, program: e.program, calls: e.calls / runs, gpuMs: e.us / runs / 1000,
                 share: gpuUs > 0 ? e.us / gpuUs : 0,

@@ -61,6 +61,8 @@
  * @property {number} runMs         Mean wall time of one run inside onnxruntime (its 'model_run' events).
  * @property {number} gpuMs         GPU time of one run: the sum of its programs' times.
  * @property {number} cpuNodeMs     Time of one run's nodes placed on the CPU (wasm).
+ * @property {number} hostMs        The CPU side of one run's GPU nodes (the EP preparing and recording each
+ *   dispatch); runMs well above gpuMs + hostMs + cpuNodeMs is time outside the nodes (waiting, copies).
  * @property {KernelTime[]} kernels Most GPU time first.
  */
 

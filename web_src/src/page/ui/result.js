@@ -195,7 +195,7 @@ function kernelTables(kernels) {
         table.className = 'kernels';
         const name = /** @type {Record<string, string>} */ (COMPONENT_NAMES)[component] ?? component;
         const runs = times.runs === 1 ? 'one run' : `per run of ${times.runs}`;
-        table.append(cell('caption', `${name}: GPU ${formatDuration(times.gpuMs)} ${runs} (of ${formatDuration(times.runMs)} in the run; CPU-placed nodes ${formatDuration(times.cpuNodeMs)})`));
+        table.append(cell('caption', `${name}: GPU ${formatDuration(times.gpuMs)} ${runs} (of ${formatDuration(times.runMs)} in the run; dispatching it ${formatDuration(times.hostMs)}; CPU-placed nodes ${formatDuration(times.cpuNodeMs)})`));
         const head = document.createElement('tr');
         head.append(cell('th', 'Op'), cell('th', 'Program'), cell('th', 'Calls'), cell('th', 'GPU'), cell('th', 'Share'));
         const thead = document.createElement('thead');
