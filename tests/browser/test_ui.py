@@ -344,18 +344,23 @@ def test_invalid_size_shows_message_and_starts_no_work(context: Any, server: Liv
         page.close()
 
 
+def assert_refused_then_open(page: Any, server: LiveServer, good_url: str, *said: str) -> None:
+    """The page refused its address's parameter (its message names `said`, Generate blocked); then open `good_url`
+    and wait until the page is ready."""
+    page.wait_for_selector("#error:not(:empty)")
+    message = page.inner_text("#error")
+    assert all(fragment in message for fragment in said), message
+    assert page.is_disabled("#generate")
+    page.goto(server.url(good_url))
+    page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')", polling=POLL_MS)
+
+
 def test_precision_parameter_is_validated_and_forwarded(context: Any, server: LiveServer) -> None:
     page = open_page(context, server.url("/?precision=q8"))
     try:
-        # Not a variant at all: refused by the page, Generate blocked.
-        page.wait_for_selector("#error:not(:empty)")
-        message = page.inner_text("#error")
-        assert "precision=q8" in message and "q4f16" in message, message
-        assert page.is_disabled("#generate")
-        # A real variant the served (fp32) repo does not have: the worker refuses it before any download.
-        page.goto(server.url("/?precision=q4f16&prompt=x&size=64x64"))
-        page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
-                               polling=POLL_MS)
+        # Not a variant at all: refused by the page. Then a real variant the served (fp32) repo does not have: the
+        # worker refuses it before any download.
+        assert_refused_then_open(page, server, "/?precision=q4f16&prompt=x&size=64x64", "precision=q8", "q4f16")
         assert "q4f16" in page.inner_text("#model-source")
         before = len(weight_requests(server))
         page.click("#generate")
@@ -370,13 +375,8 @@ def test_precision_parameter_is_validated_and_forwarded(context: Any, server: Li
 def test_profile_parameter_shows_each_components_kernels(context: Any, server: LiveServer) -> None:
     page = open_page(context, server.url("/?profile=flame"))
     try:
-        page.wait_for_selector("#error:not(:empty)")
-        message = page.inner_text("#error")
-        assert "?profile=flame" in message and "?profile=kernels" in message, message
-        assert page.is_disabled("#generate")
-        page.goto(server.url("/?profile=kernels&prompt=a%20fox&size=64x64&steps=2"))
-        page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
-                               polling=POLL_MS)
+        assert_refused_then_open(page, server, "/?profile=kernels&prompt=a%20fox&size=64x64&steps=2",
+                                 "?profile=flame", "?profile=kernels")
         page.click("#generate")
         assert wait_state(page, "done", "error") == "done", page.inner_text("#error")
         captions = page.eval_on_selector_all("#timings table.kernels caption", "cs => cs.map(c => c.textContent)")
