@@ -57,7 +57,7 @@ EXCEPTIONS = {
 }
 
 CONVERTER = {f"builder.repo.{name}" for name in (
-    "checkpoint", "convert", "export_text_encoder", "export_transformer", "export_vae", "export_vae_encoder",
+    "checkpoint", "convert", "export_text_encoder", "export_transformer", "export_vae", "export_vae_encoder", "fused_ops",
     "onnx_graph", "attention", "quantize", "lora", "tiny",
 )}
 BENCH = {f"builder.check.{name}" for name in (

@@ -20,7 +20,7 @@ from builder.pipeline.reference import generate
 from builder.repo import manifest as repo
 from builder.repo import verify
 from builder.repo.onnx_graph import ALLOWED_OPS, IR_VERSION, MS_DOMAIN, check_no_float64
-from builder.repo.quantize import residual_adds
+from builder.repo.quantize import residual_adds, value_types
 from builder.repo.tiny import TINY_DATA_FILE_CAPS
 
 PROMPTS = ("a red fox sitting in the snow", "x", "an astronaut riding a horse on the moon, 35mm photo")
@@ -173,3 +173,37 @@ def test_q4f16_accumulates_the_residual_stream_in_fp32() -> None:
     assert np.isfinite(y).all(), "the residual Add saturated in fp16"
     branch = ((x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True)) @ weight
     np.testing.assert_allclose(y, x + branch, rtol=0, atol=np.abs(x).max() * 1e-6 + np.abs(branch).max() * 0.2)
+
+
+@pytest.mark.parametrize("variant", ["fp32", "q4", "q4f16"])
+def test_every_rms_norm_and_rotary_embedding_is_one_op(q4f16_repo: Path, tiny_models: dict[str, Path],
+                                                       variant: str) -> None:
+    """RMSNorm exports as one SimplifiedLayerNormalization and RoPE as one RotaryEmbedding per use, the
+    single-stream projection and every SwiGLU are cut by one Split: none of the kernels they replace is left
+    (on WebGPU each was a dispatch over the whole activation). In q4f16 both fused ops run in fp32."""
+    import json
+
+    root = {"fp32": tiny_models["fp32"], "q4": tiny_models["q4"], "q4f16": q4f16_repo}[variant]
+    config = json.loads((tiny_models["diffusers"] / "transformer" / "config.json").read_text())
+    double, single = config["num_layers"], config["num_single_layers"]
+    text_layers = 27  # PromptEmbedder runs layers 1..27
+    expected = {
+        "transformer": {"SimplifiedLayerNormalization": 4 * double + 2 * single,  # q, k (+ text q, k)
+                        "RotaryEmbedding": 2 * (double + single), "Split": single + 2 * double},
+        "text_encoder": {"SimplifiedLayerNormalization": 4 * text_layers, "RotaryEmbedding": 2 * text_layers},
+    }
+    for component, counts in expected.items():
+        graph_variant = "fp32" if variant == "fp32" else variant
+        model = onnx.load(str(root / repo.graph_path(component, graph_variant)), load_external_data=False)
+        ops = [n.op_type for n in model.graph.node]
+        assert {op: ops.count(op) for op in counts} == counts, component
+        assert "Pow" not in ops and "ReduceMean" not in ops and "Neg" not in ops, component
+        fused = [n for n in model.graph.node if n.op_type in ("SimplifiedLayerNormalization", "RotaryEmbedding")]
+        types = value_types(model)
+        assert all(types[n.input[0]] == types[n.output[0]] == TensorProto.FLOAT for n in fused), component
+        rotary = [n for n in fused if n.op_type == "RotaryEmbedding"]
+        interleaved = {next(a.i for a in n.attribute if a.name == "interleaved") for n in rotary}
+        assert interleaved == ({1} if component == "transformer" else {0}), component
+    # The single-stream blocks' Split gives q, k, v, gate and up at once.
+    transformer = onnx.load(str(root / repo.graph_path("transformer", variant)), load_external_data=False)
+    assert sorted(len(n.output) for n in transformer.graph.node if n.op_type == "Split") == [2] * 2 * double + [5] * single

@@ -7,16 +7,22 @@ Graph contract (builder.repo.manifest.CONTRACT["text_encoder"]):
 `hidden_states[k]` in transformers is the residual stream after decoder layer k (1-based), so only the
 first 27 layers run; the final RMSNorm and lm_head are dropped. As in transformers: position ids are
 arange(seq) (not derived from the mask), and a query attends to key j when j <= query AND mask[j] == 1.
+
+Every Qwen3RMSNorm exports as one SimplifiedLayerNormalization and each rotary embedding as one
+RotaryEmbedding (builder.repo.fused_ops), with the same maths.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import onnx
 import torch
 from torch import nn
 
+from builder.repo.fused_ops import rms_norm, rotate
 from builder.repo.onnx_graph import Placement, export_module
 
 # Flux2KleinPipeline.__call__ default `text_encoder_out_layers`.
@@ -49,7 +55,10 @@ class PromptEmbedder(nn.Module):
         hidden = self.embed_tokens(input_ids)  # [B, L, D]
         seq = torch.arange(input_ids.shape[1], dtype=torch.int64)
         position_ids = seq.unsqueeze(0)  # [1, L]
-        position_embeddings = self.rotary_emb(hidden, position_ids)
+        # transformers' tables [1, L, D] repeat each pair's value in both halves; RotaryEmbedding takes one per
+        # pair, [L, D/2], computed once here for every layer.
+        position_embeddings = tuple(table[0, :, : table.shape[-1] // 2]
+                                    for table in self.rotary_emb(hidden, position_ids))
         # Causal AND key-padding mask, as an additive float mask for eager attention: [B, 1, L(query), L(key)].
         causal = seq[None, :] <= seq[:, None]
         allowed = causal[None, None, :, :] & attention_mask.bool()[:, None, None, :]
@@ -61,6 +70,47 @@ class PromptEmbedder(nn.Module):
             if index in self.out_layers:
                 outputs.append(hidden)
         return torch.cat(outputs, dim=-1)  # [B, L, 3 * D]
+
+
+class ExportQwen3RMSNorm(nn.Module):
+    """Qwen3RMSNorm as one fused op (builder.repo.fused_ops.RMSNormOp; the export runs in float32, so the
+    module's casts to float32 and back are no-ops)."""
+
+    def __init__(self, norm: Any) -> None:
+        super().__init__()
+        self.weight = norm.weight
+        self.eps = float(norm.variance_epsilon)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+def replace_rms_norms(module: nn.Module) -> None:
+    for name, child in module.named_children():
+        if type(child).__name__ == "Qwen3RMSNorm":
+            setattr(module, name, ExportQwen3RMSNorm(child))
+        else:
+            replace_rms_norms(child)
+
+
+def apply_rotary_pos_emb_export(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                                _unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' apply_rotary_pos_emb (rotate-half pairs) for q, k [B, heads, L, D] and PromptEmbedder's
+    half-width tables [L, D/2], as one RotaryEmbedding each."""
+    return (rotate(q, cos, sin, heads=0, interleaved=False), rotate(k, cos, sin, heads=0, interleaved=False))
+
+
+@contextlib.contextmanager
+def export_friendly_rotary() -> Iterator[None]:
+    """Swap transformers' Qwen3 apply_rotary_pos_emb for the one-op version while tracing, then restore it."""
+    import transformers.models.qwen3.modeling_qwen3 as qwen3
+
+    original = qwen3.apply_rotary_pos_emb
+    qwen3.apply_rotary_pos_emb = apply_rotary_pos_emb_export
+    try:
+        yield
+    finally:
+        qwen3.apply_rotary_pos_emb = original
 
 
 def use_eager_attention(causal_lm: Any) -> None:
@@ -75,11 +125,14 @@ def export_text_encoder(causal_lm: Any, *, placement: Placement | None = None) -
     """ONNX graph of the prompt embedder, weights attached by `placement` (default fp32; see export_module)."""
     use_eager_attention(causal_lm)
     embedder = PromptEmbedder(causal_lm.eval()).eval()
+    replace_rms_norms(embedder)  # the embedder is exported once and discarded; causal_lm's layers are changed too
     # Example: 2 prompts of 7 tokens, the second right-padded, so the mask path is traced with real zeros.
     input_ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 0, 0, 0, 0]], dtype=torch.int64)
     attention_mask = (input_ids != 0).to(torch.int64)
-    return export_module(embedder, (input_ids, attention_mask), component="text_encoder", input_names=INPUT_NAMES,
-                         output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES, placement=placement)
+    with export_friendly_rotary():
+        return export_module(embedder, (input_ids, attention_mask), component="text_encoder",
+                             input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES,
+                             placement=placement)
 
 
 def embedding_table_name(model: onnx.ModelProto) -> tuple[str, str]:

@@ -5,11 +5,16 @@ Graph contract (builder.repo.manifest.CONTRACT["transformer"]):
     (= scheduler timestep / 1000; the model multiplies by 1000 inside), img_ids [img_seq, 4] int64,
     txt_ids [txt_seq, 4] int64  ->  noise_pred [1, img_seq, 128]
 
-Three export-only substitutions keep the graph WebGPU-friendly without changing the maths:
-  * RoPE tables in float32 (diffusers uses float64 on CPU; WebGPU has no f64; difference ~2e-5),
-  * rotary application as x*cos + swap_pairs(x)*signed_sin (a Gather instead of shape-dependent reshapes
-    that the TorchScript tracer would freeze to the example's token count),
-  * torch.nn.RMSNorm written out as x * rsqrt(mean(x^2) + eps) * w (no ONNX symbolic for aten::rms_norm).
+Export-only substitutions make the graph fast on onnxruntime's WebGPU EP without changing the maths; each
+turns a chain of small kernels into one (on an H200 the glue between the matrix kernels was a quarter of a step):
+  * RoPE tables in float32 (diffusers uses float64 on CPU; WebGPU has no f64; difference ~2e-5), one angle
+    per rotated pair ([S, head_dim / 2]),
+  * rotary application as one com.microsoft.RotaryEmbedding (interleaved pairs, float32) instead of the
+    gather / multiply / add / cast chain the tracer writes for diffusers' apply_rotary_emb,
+  * torch.nn.RMSNorm as one SimplifiedLayerNormalization (onnxruntime's RMSNorm op, float32 statistics)
+    instead of pow / mean / add / sqrt / div / mul / mul (aten::rms_norm has no ONNX symbolic anyway),
+  * the single-stream blocks' fused projection and every SwiGLU cut with one Split instead of the tracer's
+    chains of shape-computed Slices (q, k, v, gate and up straight out of one Split per block).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import onnx
 import torch
 from torch import nn
 
+from builder.repo.fused_ops import rms_norm, rotate
 from builder.repo.onnx_graph import Placement, export_module
 
 INPUT_NAMES = ("hidden_states", "encoder_hidden_states", "timestep", "img_ids", "txt_ids")
@@ -40,7 +46,11 @@ FP32_MATMUL_SCOPES = ("/time_guidance_embed/", "_modulation", "/norm_out/")
 
 
 class Fp32PosEmbed(nn.Module):
-    """Flux2PosEmbed computed in float32: per axis, angle = pos * theta^(-2j/dim), each pair repeated twice."""
+    """Flux2PosEmbed computed in float32, one column per rotated pair: angle = pos * theta^(-2j/dim) per axis.
+
+    diffusers repeats each pair's cos/sin twice (repeat_interleave_real=True) to multiply whole vectors;
+    RotaryEmbedding takes one value per pair, so the table stays half as wide.
+    """
 
     axis_of_column: torch.Tensor
     freqs: torch.Tensor
@@ -51,14 +61,13 @@ class Fp32PosEmbed(nn.Module):
         freqs: list[float] = []
         for axis, dim in enumerate(axes_dim):
             # Frequencies are computed in float64 once, here, then rounded to float32 like diffusers' table.
-            base = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-            freqs += base.repeat_interleave(2).tolist()  # repeat_interleave_real=True: [f0, f0, f1, f1, ...]
-            axis_of_column += [axis] * dim
+            freqs += (1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))).tolist()
+            axis_of_column += [axis] * (dim // 2)
         self.register_buffer("axis_of_column", torch.tensor(axis_of_column, dtype=torch.int64), persistent=False)
         self.register_buffer("freqs", torch.tensor(freqs, dtype=torch.float64).float(), persistent=False)
 
     def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # ids [S, n_axes] int64 -> positions per rotary column [S, head_dim] (Gather on the axis index).
+        # ids [S, n_axes] int64 -> positions per rotated pair [S, head_dim / 2] (Gather on the axis index).
         pos = torch.index_select(ids, 1, self.axis_of_column).float()
         angles = pos * self.freqs  # float32 on purpose: WebGPU has no fp64
         return angles.cos(), angles.sin()
@@ -67,33 +76,29 @@ class Fp32PosEmbed(nn.Module):
 def apply_rotary_emb_export(
     x: torch.Tensor, freqs_cis: tuple[torch.Tensor, torch.Tensor], **_kwargs: Any
 ) -> torch.Tensor:
-    """diffusers.models.embeddings.apply_rotary_emb (use_real, interleaved pairs, sequence_dim=1), reshape-free.
+    """diffusers.models.embeddings.apply_rotary_emb (use_real, interleaved pairs, sequence_dim=1) as one op.
 
-    out[2k] = x[2k] cos - x[2k+1] sin and out[2k+1] = x[2k+1] cos + x[2k] sin, written as
-    x * cos + x[perm] * (sign * sin) with perm swapping each pair and sign = (-1, +1, -1, ...). Negating a
-    factor is exact, so this equals diffusers' (-x_odd) * sin bit for bit.
+    x [B, S, H, D] float32 (the export runs in float32: no Cast, which the q4f16 rewrite would turn into an
+    fp16 round trip between the norm and the rotation) -> [B, S, H, D], with Fp32PosEmbed's tables [S, D/2].
     """
-    cos, sin = freqs_cis  # [S, D]
-    dim = int(cos.shape[-1])
-    perm = torch.tensor([k + 1 if k % 2 == 0 else k - 1 for k in range(dim)], dtype=torch.int64)
-    sign = torch.tensor([-1.0 if k % 2 == 0 else 1.0 for k in range(dim)], dtype=torch.float32)
-    swapped = torch.index_select(x, -1, perm)
-    # x: [B, S, H, D]; tables broadcast over batch and heads.
-    return x.float() * cos[None, :, None, :] + swapped.float() * (sin * sign)[None, :, None, :]
+    cos, sin = freqs_cis
+    heads = int(x.shape[2])
+    rotated = rotate(x.flatten(2), cos, sin, heads=heads, interleaved=True)
+    return rotated.reshape(*rotated.shape[:-1], heads, -1)
 
 
 class ExportRMSNorm(nn.Module):
-    """torch.nn.RMSNorm(dim, eps, elementwise_affine=True) as plain ops: x * rsqrt(mean(x^2) + eps) * w."""
+    """torch.nn.RMSNorm(dim, eps, elementwise_affine=True) as one fused op (builder.repo.fused_ops.RMSNormOp)."""
 
     def __init__(self, norm: nn.RMSNorm) -> None:
         super().__init__()
+        if norm.weight is None:
+            raise ValueError("RMSNorm without a weight: FLUX.2 [klein] has none (elementwise_affine=True).")
         self.weight = norm.weight
         self.eps = norm.eps if norm.eps is not None else torch.finfo(torch.float32).eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        variance = x.pow(2).mean(-1, keepdim=True)
-        out = x * torch.rsqrt(variance + self.eps)
-        return out * self.weight if self.weight is not None else out
+        return rms_norm(x, self.weight, float(self.eps))
 
 
 def replace_rms_norms(module: nn.Module) -> None:
@@ -104,17 +109,51 @@ def replace_rms_norms(module: nn.Module) -> None:
             replace_rms_norms(child)
 
 
+def swiglu_export(_self: Any, x: torch.Tensor) -> torch.Tensor:
+    """diffusers' Flux2SwiGLU.forward with one Split (sizes fixed at export) instead of two traced Slices."""
+    half = int(x.shape[-1]) // 2
+    gate, up = torch.split(x, [half, half], dim=-1)
+    return torch.nn.functional.silu(gate) * up
+
+
+class ParallelSelfAttnExport:
+    """diffusers' Flux2ParallelSelfAttnProcessor (the single-stream blocks) with the fused projection cut by one
+    Split into q, k, v, gate and up (the original splits qkv from mlp, then chunks each: seven Slices)."""
+
+    def __call__(self, attn: Any, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                 image_rotary_emb: Any = None) -> torch.Tensor:
+        from diffusers.models.attention_dispatch import dispatch_attention_fn
+
+        inner, mlp = attn.inner_dim, attn.mlp_hidden_dim
+        if attn.mlp_mult_factor != 2:
+            raise ValueError(f"Single-stream block with mlp_mult_factor {attn.mlp_mult_factor}: SwiGLU needs 2.")
+        query, key, value, gate, up = torch.split(attn.to_qkv_mlp_proj(hidden_states),
+                                                  [inner, inner, inner, mlp, mlp], dim=-1)
+        query, key, value = (t.reshape(*t.shape[:-1], -1, attn.head_dim) for t in (query, key, value))
+        query, key = attn.norm_q(query), attn.norm_k(key)
+        if image_rotary_emb is not None:
+            query = apply_rotary_emb_export(query, image_rotary_emb)
+            key = apply_rotary_emb_export(key, image_rotary_emb)
+        hidden_states = dispatch_attention_fn(query, key, value, attn_mask=attention_mask)
+        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        mlp_hidden_states = attn.mlp_act_fn.gate_fn(gate) * up
+        out: torch.Tensor = attn.to_out(torch.cat([hidden_states, mlp_hidden_states], dim=-1))
+        return out
+
+
 @contextlib.contextmanager
 def export_friendly_rotary() -> Iterator[None]:
-    """Swap diffusers' apply_rotary_emb for the reshape-free version while tracing, then restore it."""
+    """Swap diffusers' apply_rotary_emb and Flux2SwiGLU.forward for the export versions while tracing, then
+    restore them."""
     import diffusers.models.transformers.transformer_flux2 as flux2
 
-    original = flux2.apply_rotary_emb
+    original_rotary, original_swiglu = flux2.apply_rotary_emb, flux2.Flux2SwiGLU.forward
     flux2.apply_rotary_emb = apply_rotary_emb_export
+    flux2.Flux2SwiGLU.forward = swiglu_export
     try:
         yield
     finally:
-        flux2.apply_rotary_emb = original
+        flux2.apply_rotary_emb, flux2.Flux2SwiGLU.forward = original_rotary, original_swiglu
 
 
 class TransformerStep(nn.Module):
@@ -137,6 +176,8 @@ def prepare_for_export(transformer: Any) -> TransformerStep:
     config = transformer.config
     transformer.pos_embed = Fp32PosEmbed(config.rope_theta, list(config.axes_dims_rope))
     replace_rms_norms(transformer)
+    for block in transformer.single_transformer_blocks:
+        block.attn.processor = ParallelSelfAttnExport()
     return TransformerStep(transformer.eval())
 
 

@@ -48,7 +48,8 @@ DATA_ALIGNMENT = 64
 # The ops each graph may contain: the seed model card's lists plus the few basic ones this exporter emits
 # (Sub: split sizes of the joint attention; Equal/ConstantOfShape: the dynamic Expand of grouped-query
 # attention). The float ops all have kernels in onnxruntime-web 1.30's native WebGPU EP
-# (onnxruntime/core/providers/webgpu/webgpu_execution_provider.cc); the int64 shape/mask ops (Range,
+# (onnxruntime/core/providers/webgpu/webgpu_execution_provider.cc; MatMulNBits, RotaryEmbedding and
+# SimplifiedLayerNormalization in contrib_ops/webgpu); the int64 shape/mask ops (Range,
 # ConstantOfShape, And, ...) are placed on the CPU by onnxruntime, which is expected and cheap.
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Neg", "Pow", "Sqrt", "Reciprocal", "Sigmoid", "Cast", "Clip"}
 _SHAPE_OPS = {"Constant", "Shape", "Reshape", "Concat", "Gather", "Slice", "Split", "Squeeze", "Unsqueeze",
@@ -56,14 +57,14 @@ _SHAPE_OPS = {"Constant", "Shape", "Reshape", "Concat", "Gather", "Slice", "Spli
 ALLOWED_OPS: dict[str, frozenset[tuple[str, str]]] = {
     "transformer": frozenset(
         {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Cos", "Sin", "Gemm", "LayerNormalization", "MatMul",
-                                                         "ReduceMean", "Softmax"}}
-        | {(MS_DOMAIN, "MatMulNBits")}
+                                                         "ReduceMean", "Softmax", "SimplifiedLayerNormalization"}}
+        | {(MS_DOMAIN, "MatMulNBits"), (MS_DOMAIN, "RotaryEmbedding")}
     ),
     "text_encoder": frozenset(
         {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Cos", "Sin", "Gemm", "MatMul", "ReduceMean", "Softmax",
                                                          "GatherND", "Range", "Where", "LessOrEqual", "And", "Max",
-                                                         "Equal", "ConstantOfShape"}}
-        | {(MS_DOMAIN, "MatMulNBits")}
+                                                         "Equal", "ConstantOfShape", "SimplifiedLayerNormalization"}}
+        | {(MS_DOMAIN, "MatMulNBits"), (MS_DOMAIN, "RotaryEmbedding")}
     ),
     "vae_decoder": frozenset(
         {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Conv", "InstanceNormalization", "Resize", "Softmax",
@@ -75,6 +76,36 @@ ALLOWED_OPS: dict[str, frozenset[tuple[str, str]]] = {
                                                          "MatMul", "Gemm"}}
     ),
 }
+
+
+# The exporter's C++ side warns, once per node, that it cannot infer an op it does not know; Flux's
+# RotaryEmbedding output is left untyped on purpose (builder.repo.fused_ops says why), so for a user this is
+# one unactionable line per attention layer.
+_UNTYPED_OP_WARNING = "type is missing, so it may result in wrong shape inference"
+
+
+@contextlib.contextmanager
+def without_untyped_op_warnings() -> Any:
+    """Hold the process's stderr in a file while the exporter runs and pass every line on afterwards except
+    the untyped-op warnings (they come from C++, past Python's warnings filters)."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            for line in held.read().decode(errors="replace").splitlines(keepends=True):
+                if _UNTYPED_OP_WARNING not in line:
+                    sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 def export_module(
@@ -101,7 +132,8 @@ def export_module(
     """
     import torch
 
-    with tempfile.TemporaryDirectory(prefix="klein-export-") as tmp, warnings.catch_warnings():
+    with tempfile.TemporaryDirectory(prefix="klein-export-") as tmp, warnings.catch_warnings(), \
+            without_untyped_op_warnings():
         # TracerWarnings flag Python-side constants (head_dim, rotary tables) that are constant by design, and
         # the TorchScript exporter announces its own deprecation; neither is actionable for a user.
         warnings.simplefilter("ignore")
@@ -418,6 +450,30 @@ def _raw_bytes(tensor: TensorProto) -> bytes:
     fresh = numpy_helper.from_array(array, tensor.name)
     tensor.CopyFrom(fresh)
     return tensor.raw_data
+
+
+def register_onnxruntime_schemas() -> None:
+    """Teach the onnx checker onnxruntime's SimplifiedLayerNormalization (its RMSNorm, the transformer's q/k
+    norms): onnxruntime defines it in the default domain, where the onnx package knows no such op. The signature
+    is onnxruntime's (contrib_ops/contrib_defs.cc). Registering twice is a no-op."""
+    from onnx import defs
+
+    if defs.has("SimplifiedLayerNormalization"):
+        return
+    param = defs.OpSchema.FormalParameter
+    floats = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)"]
+    defs.register_schema(defs.OpSchema(
+        "SimplifiedLayerNormalization", "", 1,
+        inputs=[param("X", "T"), param("scale", "V")],
+        outputs=[param("Y", "V"), param("inv_std_var", "U", param_option=defs.OpSchema.FormalParameterOption.Optional)],
+        type_constraints=[("T", floats, ""), ("U", ["tensor(float)", "tensor(double)"], ""), ("V", floats, "")],
+        attributes=[defs.OpSchema.Attribute("axis", defs.OpSchema.AttrType.INT, "", required=False),
+                    defs.OpSchema.Attribute("epsilon", defs.OpSchema.AttrType.FLOAT, "", required=False),
+                    defs.OpSchema.Attribute("stash_type", defs.OpSchema.AttrType.INT, "", required=False)],
+    ))
+
+
+register_onnxruntime_schemas()
 
 
 def verify_saved_graph(path: Path, component: str) -> None:

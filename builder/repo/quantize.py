@@ -148,14 +148,16 @@ def to_fp16(model: onnx.ModelProto, *, fp32_ops: tuple[str, ...] = VAE_FP32_OPS,
     return model
 
 
-# Ops that stay fp32 in a q4f16 graph (inputs cast up, outputs cast down): norm statistics (x^2 overflows
-# fp16 once |x| > 256), softmax, RoPE angles (positions up to 4096 rad need fp32), plus onnxruntime's
-# own list of ops without fp16 kernels.
-Q4F16_FP32_OPS = ("LayerNormalization", "Softmax", "Pow", "ReduceMean", "Sqrt", "Reciprocal", "Sin", "Cos")
+# Ops that stay fp32 in a q4f16 graph (inputs cast up, outputs cast down): norms (x^2 overflows fp16 once
+# |x| > 256; SimplifiedLayerNormalization is the RMSNorm), softmax, RoPE (angles of positions up to 4096 rad
+# need fp32, and the rotation runs on the fp32 norm output it follows), plus onnxruntime's own list of ops
+# without fp16 kernels.
+Q4F16_FP32_OPS = ("LayerNormalization", "SimplifiedLayerNormalization", "RotaryEmbedding", "Softmax", "Pow",
+                  "ReduceMean", "Sqrt", "Reciprocal", "Sin", "Cos")
 
-# Node-name scopes that stay fp32 in a q4f16 graph: every normalisation (RMSNorm is decomposed into
-# Pow/ReduceMean/Add/Sqrt/Div/Mul, and its eps add must stay fp32 too), the RoPE tables, the time
-# embedding and the AdaLN modulation (tiny, shared by every block, precision-sensitive), the output norm.
+# Node-name scopes that stay fp32 in a q4f16 graph: every normalisation and what its module computes around
+# it, the RoPE tables, the time embedding and the AdaLN modulation (tiny, shared by every block,
+# precision-sensitive), the output norm.
 Q4F16_FP32_SCOPES = ("norm", "/pos_embed", "/time_guidance_embed/", "_modulation", "/rotary_emb/")
 
 
@@ -198,8 +200,10 @@ def residual_adds(graph: onnx.GraphProto) -> set[str]:
 
 
 # Ops whose output has the type of their first input and that only move or select values: they run in
-# whichever float type their data arrives in (no Cast is inserted before them).
-_PASS_THROUGH = {"Reshape", "Transpose", "Slice", "Gather", "Split", "Squeeze", "Unsqueeze", "Expand", "Concat"}
+# whichever float type their data arrives in (no Cast is inserted before them). Shape reads no values at
+# all (its int64 output is typed by _output_type), so it never needs a Cast either.
+_PASS_THROUGH = {"Reshape", "Transpose", "Slice", "Gather", "Split", "Squeeze", "Unsqueeze", "Expand", "Concat",
+                 "Shape"}
 _FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16}
 # Inputs that are parameters rather than data, float32 whatever the data's type (ONNX types them so).
 _FP32_PARAMETER_INPUTS = {"Resize": (1, 2)}  # roi, scales
@@ -287,6 +291,17 @@ def compute_in_fp16(model: onnx.ModelProto, *, keep_fp32: set[str]) -> None:
     graph.node.extend(new_nodes)
     del graph.value_info[:]
     sort_topologically(graph)
+
+
+def value_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every tensor of a rewritten graph, by the same forward pass compute_in_fp16 makes
+    (onnx shape inference cannot type the outputs of onnxruntime's ops, nor anything after them)."""
+    dtype: dict[str, int] = {v.name: v.type.tensor_type.elem_type for v in model.graph.input}
+    dtype.update({t.name: t.data_type for t in model.graph.initializer})
+    for node in model.graph.node:
+        for out in node.output:
+            dtype[out] = _output_type(node, dtype)
+    return dtype
 
 
 def _output_type(node: onnx.NodeProto, dtype: dict[str, int]) -> int:
