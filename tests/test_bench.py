@@ -128,7 +128,8 @@ def test_bad_options_name_the_option_and_write_nothing(tmp_path, option, value, 
 def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path) -> None:
     """No WebGPU adapter here: the bench says so, then times ORT's CPU EP and torch on the CPU end to end."""
     messages: list[str] = []
-    rows = bench.main(tmp_path / "out", log=messages.append, scale="tiny", components=["vae_decoder", "transformer"],
+    rows = bench.main(tmp_path / "out", log=messages.append, scale="tiny",
+                      components=["text_encoder", "vae_decoder", "transformer"],
                       provider="auto", warmup=0, repeats=2, workdir=tmp_path)
     if ort_timing.webgpu_status() is not None:
         assert any("no WebGPU EP" in m and "smoke test" in m for m in messages)
@@ -136,6 +137,9 @@ def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path) -> None:
     assert data["rows"] == json.loads(json.dumps(rows, default=str))
     assert not any(key.startswith("error") for key in data["raw"]), data["raw"]
     by_key = {(r["component"], r["size"], r["variant"]): r for r in rows}
+    # The text encoder: exported as the converter does (its fused ops too) and timed against transformers.
+    text_rows = [r for r in rows if r["component"] == "text_encoder"]
+    assert text_rows and all(r["ort_ms"] > 0 and r["torch_ms"] > 0 for r in text_rows), text_rows
     # The VAE: both graphs of the repo, timed whole; the transformer: the q4 graph at both sizes, extrapolated.
     for variant in ("fp16", "fp32"):
         row = by_key[("vae_decoder", "128x128", variant)]

@@ -72,23 +72,9 @@ def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, 
 
 def export_text_chain(causal_lm: Any, layers: int, *, placement: Any = None) -> Any:
     """builder.repo.export_text_encoder.export_text_encoder for a k-layer chain (hidden states k/3, 2k/3, k)."""
-    import torch
+    from builder.repo.export_text_encoder import export_text_encoder
 
-    from builder.repo.export_text_encoder import (
-        DYNAMIC_AXES,
-        INPUT_NAMES,
-        OUTPUT_NAMES,
-        PromptEmbedder,
-        use_eager_attention,
-    )
-    from builder.repo.onnx_graph import export_module
-
-    use_eager_attention(causal_lm)
-    embedder = PromptEmbedder(causal_lm.eval(), out_layers(layers)).eval()
-    input_ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 0, 0, 0, 0]], dtype=torch.int64)
-    return export_module(embedder, (input_ids, (input_ids != 0).to(torch.int64)), component="text_encoder",
-                         input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES,
-                         placement=placement)
+    return export_text_encoder(causal_lm, placement=placement, out_layers=out_layers(layers))
 
 
 def timed_transformers(scale: Scale, sizes: Sequence[int | None], graphs: Mapping[str, Path]) -> set[str]:

@@ -55,10 +55,7 @@ class PromptEmbedder(nn.Module):
         hidden = self.embed_tokens(input_ids)  # [B, L, D]
         seq = torch.arange(input_ids.shape[1], dtype=torch.int64)
         position_ids = seq.unsqueeze(0)  # [1, L]
-        # transformers' tables [1, L, D] repeat each pair's value in both halves; RotaryEmbedding takes one per
-        # pair, [L, D/2], computed once here for every layer.
-        position_embeddings = tuple(table[0, :, : table.shape[-1] // 2]
-                                    for table in self.rotary_emb(hidden, position_ids))
+        position_embeddings = self.rotary_emb(hidden, position_ids)
         # Causal AND key-padding mask, as an additive float mask for eager attention: [B, 1, L(query), L(key)].
         causal = seq[None, :] <= seq[:, None]
         allowed = causal[None, None, :, :] & attention_mask.bool()[:, None, None, :]
@@ -85,32 +82,38 @@ class ExportQwen3RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-def replace_rms_norms(module: nn.Module) -> None:
-    for name, child in module.named_children():
-        if type(child).__name__ == "Qwen3RMSNorm":
-            setattr(module, name, ExportQwen3RMSNorm(child))
-        else:
-            replace_rms_norms(child)
-
-
 def apply_rotary_pos_emb_export(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                                 _unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """transformers' apply_rotary_pos_emb (rotate-half pairs) for q, k [B, heads, L, D] and PromptEmbedder's
-    half-width tables [L, D/2], as one RotaryEmbedding each."""
+    """transformers' apply_rotary_pos_emb (rotate-half pairs) for q, k [B, heads, L, D], as one RotaryEmbedding
+    each. transformers' tables [1, L, D] hold each pair's value in both halves; RotaryEmbedding takes one per
+    pair, [L, D/2] (the slices are the same in every layer, and onnxruntime merges them)."""
+    half = int(cos.shape[-1]) // 2
+    cos, sin = cos[0, :, :half], sin[0, :, :half]
     return (rotate(q, cos, sin, heads=0, interleaved=False), rotate(k, cos, sin, heads=0, interleaved=False))
 
 
 @contextlib.contextmanager
-def export_friendly_rotary() -> Iterator[None]:
-    """Swap transformers' Qwen3 apply_rotary_pos_emb for the one-op version while tracing, then restore it."""
+def fused_ops(module: nn.Module) -> Iterator[None]:
+    """While tracing `module`: its Qwen3RMSNorms as ExportQwen3RMSNorm and transformers' Qwen3
+    apply_rotary_pos_emb as the one-op version. Both are restored afterwards: the caller's model is unchanged
+    (the bench times the same model in PyTorch after exporting it)."""
     import transformers.models.qwen3.modeling_qwen3 as qwen3
 
+    swapped: list[tuple[nn.Module, str, nn.Module]] = []
+    for parent in module.modules():
+        for name, child in parent.named_children():
+            if type(child).__name__ == "Qwen3RMSNorm":
+                swapped.append((parent, name, child))
     original = qwen3.apply_rotary_pos_emb
+    for parent, name, child in swapped:
+        setattr(parent, name, ExportQwen3RMSNorm(child))
     qwen3.apply_rotary_pos_emb = apply_rotary_pos_emb_export
     try:
         yield
     finally:
         qwen3.apply_rotary_pos_emb = original
+        for parent, name, child in swapped:
+            setattr(parent, name, child)
 
 
 def use_eager_attention(causal_lm: Any) -> None:
@@ -121,15 +124,16 @@ def use_eager_attention(causal_lm: Any) -> None:
         causal_lm.config._attn_implementation = "eager"
 
 
-def export_text_encoder(causal_lm: Any, *, placement: Placement | None = None) -> onnx.ModelProto:
-    """ONNX graph of the prompt embedder, weights attached by `placement` (default fp32; see export_module)."""
+def export_text_encoder(causal_lm: Any, *, placement: Placement | None = None,
+                        out_layers: tuple[int, ...] = OUT_LAYERS) -> onnx.ModelProto:
+    """ONNX graph of the prompt embedder, weights attached by `placement` (default fp32; see export_module).
+    `out_layers`: the hidden states it concatenates (the bench exports shorter chains)."""
     use_eager_attention(causal_lm)
-    embedder = PromptEmbedder(causal_lm.eval()).eval()
-    replace_rms_norms(embedder)  # the embedder is exported once and discarded; causal_lm's layers are changed too
+    embedder = PromptEmbedder(causal_lm.eval(), out_layers).eval()
     # Example: 2 prompts of 7 tokens, the second right-padded, so the mask path is traced with real zeros.
     input_ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 0, 0, 0, 0]], dtype=torch.int64)
     attention_mask = (input_ids != 0).to(torch.int64)
-    with export_friendly_rotary():
+    with fused_ops(embedder):
         return export_module(embedder, (input_ids, attention_mask), component="text_encoder",
                              input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES,
                              placement=placement)
