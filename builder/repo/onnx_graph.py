@@ -48,8 +48,8 @@ DATA_ALIGNMENT = 64
 # The ops each graph may contain: the seed model card's lists plus the few basic ones this exporter emits
 # (Sub: split sizes of the joint attention; Equal/ConstantOfShape: the dynamic Expand of grouped-query
 # attention). The float ops all have kernels in onnxruntime-web 1.30's native WebGPU EP
-# (onnxruntime/core/providers/webgpu/webgpu_execution_provider.cc; MatMulNBits, RotaryEmbedding and
-# SimplifiedLayerNormalization in contrib_ops/webgpu); the int64 shape/mask ops (Range,
+# (onnxruntime/core/providers/webgpu/webgpu_execution_provider.cc, nn/layer_norm.cc for
+# SimplifiedLayerNormalization; MatMulNBits and RotaryEmbedding in contrib_ops/webgpu); the int64 shape/mask ops (Range,
 # ConstantOfShape, And, ...) are placed on the CPU by onnxruntime, which is expected and cheap.
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Neg", "Pow", "Sqrt", "Reciprocal", "Sigmoid", "Cast", "Clip"}
 _SHAPE_OPS = {"Constant", "Shape", "Reshape", "Concat", "Gather", "Slice", "Split", "Squeeze", "Unsqueeze",
