@@ -60,9 +60,13 @@ def test_a_run_row_separates_the_first_step_from_the_steady_ones() -> None:
 def test_native_ratios_pair_each_hot_figure_with_the_graph_the_app_ran(tmp_path: Path) -> None:
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps({"rows": [
-        {"component": "transformer", "size": "512x512", "variant": "q4f16, 52 blocks, plain", "ort_ms": 248, "torch_ms": 36},
-        {"component": "transformer", "size": "512x512", "variant": "q4f16, unsplit, graph capture (the app)",
-         "ort_ms": 154, "torch_ms": 36},
+        # Rows as builder.check.bench writes them: the app's graph is the one marked app_path.
+        {"component": "transformer", "size": "512x512", "variant": "q4f16, attention in 79 query blocks",
+         "ort_ms": 248, "torch_ms": 36},
+        {"component": "transformer", "size": "512x512", "variant": "q4f16, attention unsplit, graph capture",
+         "ort_ms": 154, "torch_ms": 36, "app_path": True},
+        {"component": "transformer", "size": "512x512", "variant": "q4f16, attention in 4 query blocks, graph capture",
+         "ort_ms": 160, "torch_ms": 36},
         {"component": "text_encoder", "size": "512 tokens", "variant": "q4f16", "ort_ms": 70, "torch_ms": 23},
         {"component": "vae_decoder", "size": "512x512", "variant": "fp16", "ort_ms": 149, "torch_ms": 22},
     ]}))

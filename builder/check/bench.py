@@ -256,7 +256,7 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
         if (label, key) in fidelity:
             row["rel_err_vs_plain"] = fidelity[(label, key)]
         if component == "transformer" and label == app_choice(scale, size, label.split(",")[0]) + CAPTURE:
-            row["app_path"] = True
+            row["app_path"] = True  # browser_bench pairs its hot step with this row
             row["method"] = "**what the app runs at this size**; " + row.get("method", "")
         run.rows.append(row)
 

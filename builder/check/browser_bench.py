@@ -360,14 +360,15 @@ def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[st
 
 def _native_row(native_rows: list[dict[str, Any]], component: str, size: str | None,
                 variant: str) -> dict[str, Any] | None:
-    """The `klein-web bench` row of the graph the browser ran: for the transformer, the app's own row."""
+    """The `klein-web bench` row of the graph the browser ran: for the transformer, the row bench marks as the
+    app's own (`app_path`: the size class and graph capture the app uses at that size)."""
     for native in native_rows:
         label = str(native.get("variant", ""))
         if native.get("component") != component or (size is not None and native.get("size") != size):
             continue
         if label.split(",")[0].split(" ")[0] != variant:
             continue
-        if component == "transformer" and "(the app)" not in label:
+        if component == "transformer" and not native.get("app_path"):
             continue
         return native
     return None
