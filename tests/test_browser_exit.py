@@ -82,3 +82,65 @@ def test_a_browser_killed_mid_run_fails_every_later_case_with_the_reason(chromiu
                 run_case(session, case, AppRun(), base_url="http://127.0.0.1:9", timeout_s=10, log=lambda _l: None)
         assert session.exited
     assert "--user-data-dir" not in session.log and session.log  # Chromium's own log was kept
+
+
+def _renderers(browser_pid: int) -> list[int]:
+    """The renderer processes below Chromium's browser process (its zygote's children)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [browser_pid]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            todo.append(pid)
+            try:
+                if b"--type=renderer" in (Path("/proc") / str(pid) / "cmdline").read_bytes():
+                    found.append(pid)
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the renderer processes through /proc")
+def test_a_renderer_that_dies_mid_case_is_named_a_page_crash(chromium_path: Path, tmp_path: Path) -> None:
+    """The page's renderer is killed while the case waits for the app (a page that never shows it): the case
+    says the page crashed and where Chromium's log is, and the browser itself stays usable."""
+    import functools
+    import http.server
+    import threading
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<!doctype html><title>never ready</title><p>no app here")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    session = BrowserSession(executable=chromium_path, gpu=False, headed=False)
+    case = Case(name="c", prompt="a fox", seed=1, width=64, height=64, steps=1, psnr_min=40.0)
+    profile = tmp_path / "profile"
+    killed: list[int] = []
+
+    def kill_renderers() -> None:
+        time.sleep(2.0)
+        for pid in _renderers(_browser_pid(profile)):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    try:
+        with launched(session, log=lambda _line: None, profile=profile):
+            threading.Thread(target=kill_renderers, daemon=True).start()
+            with pytest.raises(CaseCouldNotRun, match=r"the page crashed .*browser\.log in the report folder"):
+                run_case(session, case, AppRun(), base_url=f"http://127.0.0.1:{server.server_address[1]}",
+                         timeout_s=30, log=lambda _l: None)
+            assert killed and not session.exited  # a renderer died, not the browser
+            page = session.context.new_page()  # and the browser still opens pages
+            page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+            assert page.title() == "never ready"
+    finally:
+        server.shutdown()
