@@ -93,7 +93,7 @@ def apply_rotary_pos_emb_export(q: torch.Tensor, k: torch.Tensor, cos: torch.Ten
 
 
 @contextlib.contextmanager
-def fused_ops(module: nn.Module) -> Iterator[None]:
+def fused_ops_while_tracing(module: nn.Module) -> Iterator[None]:
     """While tracing `module`: its Qwen3RMSNorms as ExportQwen3RMSNorm and transformers' Qwen3
     apply_rotary_pos_emb as the one-op version. Both are restored afterwards: the caller's model is unchanged
     (the bench times the same model in PyTorch after exporting it)."""
@@ -133,7 +133,7 @@ def export_text_encoder(causal_lm: Any, *, placement: Placement | None = None,
     # Example: 2 prompts of 7 tokens, the second right-padded, so the mask path is traced with real zeros.
     input_ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 0, 0, 0, 0]], dtype=torch.int64)
     attention_mask = (input_ids != 0).to(torch.int64)
-    with fused_ops(embedder):
+    with fused_ops_while_tracing(embedder):
         return export_module(embedder, (input_ids, attention_mask), component="text_encoder",
                              input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES,
                              placement=placement)

@@ -142,7 +142,7 @@ class ParallelSelfAttnExport:
 
 
 @contextlib.contextmanager
-def export_friendly_rotary() -> Iterator[None]:
+def fused_ops_while_tracing() -> Iterator[None]:
     """Swap diffusers' apply_rotary_emb and Flux2SwiGLU.forward for the export versions while tracing, then
     restore them."""
     import diffusers.models.transformers.transformer_flux2 as flux2
@@ -204,7 +204,7 @@ def export_transformer(transformer: Any, *, query_blocks: int | None = None,
         torch.zeros(img_seq, 4, dtype=torch.int64),
         torch.zeros(txt_seq, 4, dtype=torch.int64),
     )
-    with export_friendly_rotary():
+    with fused_ops_while_tracing():
         model = export_module(step, args, component="transformer", input_names=INPUT_NAMES,
                               output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES, placement=placement)
     apply_query_blocks(model, query_blocks=query_blocks, expected_sites=sites)
