@@ -14,7 +14,7 @@ into, both of which onnxruntime-web 1.30 runs on WebGPU and on the CPU:
 Measured on an H200 (docs/gpu-runs/2026-12-01-h200-fused/): a 512^2 step went from 182 to 162 ms. The norm
 kernel is the one weak spot: onnxruntime's WebGPU LayerNorm program splits a row across a 64-thread workgroup,
 so a 128-wide q/k-norm row is left to one thread (9.6 ms of norms per step, where the decomposed chain took
-about 6.5 ms); the casts and rotary glue the fusion removes outweigh that.
+about 7 ms); the casts and rotary glue the fusion removes outweigh that.
 
 Their forward passes compute the same products and sums, in the same order, as the diffusers and
 transformers code they replace, so the traced values are unchanged.
