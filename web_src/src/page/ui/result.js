@@ -172,7 +172,7 @@ function deviceLine(device) {
         device.features.includes('chromium-experimental-subgroup-matrix')
             ? 'matrix units on (subgroup-matrix kernels)'
             : 'matrix units off (no subgroup-matrix: plain matrix kernels)',
-        'attention as MatMul + Softmax + MatMul (no flash attention: onnxruntime has it only inside its fused attention ops, 2-4.5x slower on an H200)',
+        'attention as MatMul + Softmax + MatMul (no flash attention: it exists only inside fused attention ops, 2-4.5x slower on an H200)',
     ];
     const line = document.createElement('p');
     line.className = 'device';
