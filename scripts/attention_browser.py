@@ -36,15 +36,16 @@ from builder.check.browser import find_chromium, launch_persistent  # noqa: E402
 ORT_FILES = ("ort.webgpu.bundle.min.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
 
 PAGE = """<!doctype html><meta charset="utf-8"><title>attention probe</title>
+<script type="importmap">{"imports": {"onnxruntime-web/webgpu": "./ort/ort.webgpu.bundle.min.mjs"}}</script>
 <script type="module">
-// onnxruntime's wasm module binds console.log as its print function at start: route it from before that, so the
-// profiler's trace (one event per line) can be read back.
-let sink = null;
-const log = console.log.bind(console);
-console.log = (...args) => (sink ? sink(args.map(String).join(' ')) : log(...args));
-const ort = await import('./ort/ort.webgpu.bundle.min.mjs');
-const { deviceDescriptor } = await import('./src/runtime/gpu.js');
-const { kernelTimes } = await import('./src/pipeline/kernel_times.js');
+// The app's own runtime module: its sessions and its profiler plumbing (the wasm module's prints read back).
+// This page is not the app: it also takes onnxruntime's Tensor class directly, for the fp16 inputs.
+import * as ort from 'onnxruntime-web/webgpu';
+import { configureOrt, createSession, profileEvents, release, run } from './src/runtime/ort.js';
+import { deviceDescriptor } from './src/runtime/gpu.js';
+import { kernelTimes } from './src/pipeline/kernel_times.js';
+
+configureOrt({ wasmPaths: null, threads: 1 });
 
 async function bytes(path) {
     return new Uint8Array(await (await fetch(path)).arrayBuffer());
@@ -53,8 +54,6 @@ async function bytes(path) {
 window.probe = async ({ cases, ep }) => {
     const adapter = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
     const device = await adapter.requestDevice(deviceDescriptor(adapter));
-    ort.env.wasm.numThreads = 1;
-    ort.env.logLevel = 'error';
     const result = { features: [...device.features].sort(), cases: {} };
     const reference = {};
     for (const c of cases) {
@@ -64,27 +63,16 @@ window.probe = async ({ cases, ep }) => {
             const data = c.dtype === 'float16' ? new Uint16Array(raw) : new Float32Array(raw);
             feeds[name] = new ort.Tensor(c.dtype, data, [1, c.tokens, c.hidden]);
         }
-        const session = await ort.InferenceSession.create(await bytes(`models/${c.file}`), {
-            executionProviders: [ep === 'webgpu' ? { name: 'webgpu', device } : 'wasm'], enableProfiling: true,
-            logSeverityLevel: 3,
-        });
+        const session = await createSession(await bytes(`models/${c.file}`), [], { ep, device, profile: true });
         let output = null;
-        for (let i = 0; i < c.runs; i++) output = (await session.run(feeds)).out;
-        const lines = [];
-        sink = (line) => lines.push(line);
-        try {
-            await session.endProfiling();
-        } finally {
-            sink = null;
-        }
-        const events = lines.map((l) => l.trim().replace(/^\\[/, '').replace(/[,\\]]+$/, '').trim())
-            .filter((t) => t.startsWith('{')).flatMap((t) => { try { return [JSON.parse(t)]; } catch { return []; } });
-        const values = Float32Array.from(await output.getData());
+        for (let i = 0; i < c.runs; i++) output = (await run(session, feeds)).out;
+        const events = await profileEvents(session);
+        await release(session);
+        const values = Float32Array.from(output.data);
         if (!reference[c.tokens]) reference[c.tokens] = values;
         let maxDiff = 0;
         for (let i = 0; i < values.length; i++) maxDiff = Math.max(maxDiff, Math.abs(values[i] - reference[c.tokens][i]));
         result.cases[c.label] = { ...kernelTimes({ [c.label]: events })[c.label], maxDiffVsFirst: maxDiff };
-        await session.release();
     }
     return result;
 };
