@@ -156,7 +156,7 @@ def test_q4f16_accumulates_the_residual_stream_in_fp32() -> None:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(MS_DOMAIN, 1)])
     model.ir_version = IR_VERSION
-    quantize_matmul(model.graph, model.graph.node[1], weight, accuracy_level=None)  # as q4_placement does
+    quantize_matmul(model.graph, model.graph.node[1], weight, accuracy_level=4)  # as convert's q4 graphs are
     fast = to_q4f16(model)
 
     x = (rng.normal(0, 1, (1, 8, width)) * 1e5).astype(np.float32)  # past fp16's largest finite value

@@ -87,8 +87,8 @@ Export = Callable[[Placement | None], onnx.ModelProto]
 PRECISION_TEXT = {
     ("text_encoder", "q4"): "q4 MatMulNBits (block 32, symmetric, accuracy_level 4); token embedding fp16",
     ("text_encoder", "fp32"): "fp32",
-    ("transformer", "q4"): "q4 MatMulNBits (block 32, symmetric); modulation and time-embedding MatMuls, norms, "
-    "biases fp32",
+    ("transformer", "q4"): "q4 MatMulNBits (block 32, symmetric, accuracy_level 4); modulation and time-embedding "
+    "MatMuls, norms, biases fp32",
     ("transformer", "fp32"): "fp32",
     ("text_encoder", "q4f16"): "q4 MatMulNBits (block 32, symmetric, accuracy_level 0) with fp16 activations and "
     "scales; token embedding fp16; norm statistics, softmax, RoPE fp32; fp32 I/O",
@@ -100,9 +100,12 @@ PRECISION_TEXT = {
     ("vae_encoder", "fp32"): "fp32",
 }
 
-# Transformer q4: MatMulNBits with fp32 activations (the seed card gives no accuracy level for it);
-# text encoder q4: accuracy_level 4 (int8 activations), as the seed card states.
-TEXT_ENCODER_ACCURACY_LEVEL = 4
+# Both q4 graphs: accuracy_level 4, as the seed card states for the text encoder. The q4 graphs are what
+# adapters without shader-f16 run, and there onnxruntime's WebGPU EP runs level 4 as int8 dot products (DP4A,
+# given the `subgroups` feature): on an H200 in Chrome a 512^2 transformer step took 286 ms against 514 ms with
+# the fp32 kernel, at 54 dB PSNR against the CPU image of the level-0 graph
+# (docs/gpu-runs/2026-12-01-h200-q4-dp4a/). The q4f16 variants reset it to 0 (quantize.to_q4f16).
+Q4_ACCURACY_LEVEL = 4
 
 
 @dataclass(frozen=True)
@@ -369,7 +372,7 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
         from builder.repo.export_text_encoder import embedding_table_name
         from builder.repo.quantize import cast_fp16_embedding, q4_placement
 
-        model = export(q4_placement(accuracy_level=TEXT_ENCODER_ACCURACY_LEVEL,
+        model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL,
                                     fp16_tables=lambda graph: [embedding_table_name(graph)[1]]))
         gather_name, table_name = embedding_table_name(model)
         flags = {"requires_f16": True,
@@ -379,7 +382,7 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
         from builder.repo.export_transformer import q4_excluded_nodes
         from builder.repo.quantize import q4_placement
 
-        model = export(q4_placement(accuracy_level=None, exclude=q4_excluded_nodes))
+        model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, exclude=q4_excluded_nodes))
     q4 = save("q4", model, **flags)
     del model
     if precision == "q4f16":

@@ -25,8 +25,9 @@ def q4_placement(*, accuracy_level: int | None, exclude: Callable[[onnx.ModelPro
 
     Every MatMul whose weight is constant becomes com.microsoft.MatMulNBits (4 bits, block 32, symmetric),
     except the nodes `exclude(graph)` names (they stay fp32). Tables named by `fp16_tables(graph)` are
-    stored in fp16. `accuracy_level` 4 lets the kernel quantise activations to int8 (the seed's text
-    encoder); None leaves the attribute out (fp32 activations). Only the packed weights are ever kept:
+    stored in fp16. `accuracy_level` 4 lets the kernel quantise activations to int8 (convert's q4 graphs:
+    DP4A kernels on WebGPU adapters without shader-f16); None leaves the attribute out (fp32 activations).
+    Only the packed weights are ever kept:
     the float32 matrix is dropped as soon as its node is rewritten.
     """
 

@@ -178,6 +178,10 @@ def test_generation_shows_image_timings_and_tokens(generated: Generated, tiny_mo
     # The kernel paths: SwiftShader offers no subgroup-matrix, and the graphs' attention is never flash attention.
     assert "GPU device:" in timings_text and "matrix units off" in timings_text
     assert "no flash attention" in timings_text
+    # No shader-f16 on SwiftShader: the line says how the q4 graphs' MatMulNBits run on this device.
+    dp4a = "subgroups" in report["device"]["features"]
+    assert ("q4 weights as int8 dot products (DP4A kernels)" in timings_text) == dp4a
+    assert ("q4 weights on fp32 kernels (no subgroups: no DP4A)" in timings_text) == (not dp4a)
 
     tokens = report["prompt"]["tokens"]
     assert tokens > 0 and report["prompt"]["droppedTokens"] == 0

@@ -163,9 +163,9 @@ def test_q4_against_reference(page: Any, dist_dir: Path, live_server_factory: An
     assert any("shader-f16" in note for note in reply.ok()["notes"])
     psnr = imaging.psnr(reply.rgb(), reference_rgb("q4", seed=0, width=64, height=64, variants=variants_of(reply)))
     print(f"q4 64x64 seed 0: PSNR {psnr:.1f} dB vs CPU reference (same variants)")
-    # MatMulNBits with accuracy_level 4 quantises activations to int8 on the WebGPU EP but not on the CPU EP
-    # (onnxruntime-web notes section 4: ~0.3% relative), so q4 may be looser than fp32. Measured on the tiny
-    # model: 70 dB; the bound keeps 25 dB of headroom for that difference and still fails on a wrong image.
+    # Both q4 graphs run MatMulNBits at accuracy_level 4: int8 activations on the CPU and on WebGPU, quantised
+    # in different blocks (onnxruntime-web notes section 4: ~0.3% relative), so q4 is looser than fp32. Measured
+    # on the tiny model: 54 dB; the bound keeps 9 dB of headroom and still fails on a wrong image.
     assert psnr >= 45.0
 
 

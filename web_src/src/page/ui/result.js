@@ -157,7 +157,9 @@ function cell(tag, text, className) {
  * kernels, 2.7x faster steps on an H200), the limits that size its workgroups, and how attention runs: the graphs
  * compute it as MatMul + Softmax + MatMul in query blocks, so onnxruntime's flash attention, which lives inside its
  * MultiHeadAttention and GroupQueryAttention ops, never runs: in Chrome on an H200 that op took its flash path and
- * was 2.1x (512^2) to 4.5x (1024^2) slower than the decomposed form (scripts/attention_browser.py).
+ * was 2.1x (512^2) to 4.5x (1024^2) slower than the decomposed form (scripts/attention_browser.py). Without
+ * shader-f16 the q4 graphs run, whose accuracy_level 4 MatMulNBits onnxruntime runs as int8 dot products (DP4A)
+ * when the device has subgroups (not on Apple GPUs): 1.8x faster steps than its fp32 kernel on an H200.
  * @param {{features: string[], limits: Record<string, number>} | null | undefined} device
  * @returns {HTMLElement[]}
  */
@@ -174,6 +176,11 @@ function deviceLine(device) {
             : 'matrix units off (no subgroup-matrix: plain matrix kernels)',
         'attention as MatMul + Softmax + MatMul (no flash attention: it exists only inside fused attention ops, 2-4.5x slower on an H200)',
     ];
+    if (!device.features.includes('shader-f16')) {
+        parts.push(device.features.includes('subgroups')
+            ? 'q4 weights as int8 dot products (DP4A kernels)'
+            : 'q4 weights on fp32 kernels (no subgroups: no DP4A)');
+    }
     const line = document.createElement('p');
     line.className = 'device';
     line.textContent = `GPU device: ${parts.join('; ')}.`;
