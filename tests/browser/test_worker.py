@@ -197,7 +197,7 @@ def test_fp16_graphs_without_shader_f16_run_on_wasm_with_a_note(page: Any, dist_
     assert len(wasm_notes) == 2 and all("shader-f16" in note for note in wasm_notes), result["notes"]
     psnr = imaging.psnr(reply.rgb(), reference_rgb("q4", seed=0, width=64, height=64, variants=variants_of(reply)))
     print(f"q4 text encoder + fp16 VAE on wasm: PSNR {psnr:.1f} dB vs CPU reference (same variants)")
-    assert psnr >= 45.0  # measured 66 dB; same reasoning as the q4 test
+    assert psnr >= 45.0  # measured 54 dB; same reasoning as the q4 test
 
 
 OPFS_LISTING_JS = """async () => {

@@ -19,7 +19,8 @@ import { DeviceLostError, NoWebGPUError } from '../shared/errors.js';
  * GetRequiredDeviceLimits), plus chromium-experimental-subgroup-matrix. A device handed to onnxruntime has only
  * what its creator asked for, and its kernels size workgroups and shared memory from the device's limits:
  * WebGPU's defaults (16 KiB of workgroup storage, 256 invocations) would mean smaller tiles than the GPU allows.
- * shader-f16 enables the fp16 graphs; subgroups, onnxruntime's subgroup kernels; subgroup-matrix, its
+ * shader-f16 enables the fp16 graphs; subgroups, onnxruntime's subgroup kernels (among them the DP4A int8
+ * MatMulNBits the q4 graphs run on without shader-f16: 286 vs 514 ms per 512^2 step on an H200); subgroup-matrix, its
  * matrix-unit kernels, which onnxruntime-web's own device creation leaves out but its kernels use when the device
  * has it: on an H200 (Chromium 156, q4f16, docs/gpu-runs/2026-12-01-h200-subgroup-matrix/) a 512^2 step took
  * 181 ms with it and 484 ms without, 1024^2 698 vs 1595 ms, at the same 41.8 dB against the CPU reference
