@@ -94,18 +94,26 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_
     client.open()
     caps = client.request("probe").ok()
 
-    cases = [(0, 64, 64), (42, 96, 64)]  # two seeds, a square and a non-square size
+    # A square and a non-square size, then the non-square size again with another seed: its sessions are kept,
+    # and their captured kernels replay (the VAE decoder's for the first time, the transformer's from step 1).
+    cases = [(0, 64, 64), (42, 96, 64), (7, 96, 64)]
     for i, (seed, width, height) in enumerate(cases):
         reply = client.generate(prompt=PROMPT, seed=seed, width=width, height=height)
         result = reply.ok()
         # The tiny transformer's 2 heads fit these sizes unsplit; pinned to the size, it captures its kernels
         # (steps 2-4 replay them), and the image still matches the reference.
         transformer = dict(result["graphs"]["transformer"])
-        # Pinned to each new size, the transformer session is created anew in both cases: its load time is reported.
+        # Pinned to each new size, the transformer session is created anew (its load time is reported); at the
+        # same size it is reused.
         load_ms = transformer.pop("loadMs")
-        assert load_ms > 0 and 0 <= transformer.pop("readMs") <= load_ms  # reading the store is part of it
+        read_ms = transformer.pop("readMs")
+        new_size = (width, height) != cases[i - 1][1:] if i > 0 else True
+        assert (load_ms > 0) == new_size and 0 <= read_ms <= load_ms  # reading the store is part of it
+        assert (result["graphs"]["vae_decoder"]["loadMs"] > 0) == new_size
         assert transformer == {"variant": "fp32", "ep": "webgpu", "detail": "attention unsplit, graph capture"}
+        # The VAE decoder, pinned to the image's latent size, captures too; the image is still the reference's.
         assert result["graphs"]["vae_decoder"]["ep"] == "webgpu"
+        assert result["graphs"]["vae_decoder"]["detail"].endswith(", graph capture"), result["graphs"]["vae_decoder"]
         # The shared device was given the adapter's limits, not WebGPU's defaults (onnxruntime sizes its tiles by them).
         assert result["device"]["limits"]["maxStorageBufferBindingSize"] == caps["maxStorageBufferBindingSize"]
         assert result["device"]["limits"]["maxComputeInvocationsPerWorkgroup"] >= 256

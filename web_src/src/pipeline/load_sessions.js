@@ -71,7 +71,7 @@ export async function loadSessions(params, { models, signal, onEvent }) {
     /** @type {Meter} */
     const meter = { loadMs: 0, runMs: 0, loadMsByComponent: {}, readMsByComponent: {} };
     /** @type {Partial<Record<Component, import('./models.js').Pin>>} */
-    const pins = sessionPins(imageSeqLen);
+    const pins = sessionPins(imageSeqLen, { width, height });
     for (const component of /** @type {Component[]} */ (checked.components)) {
         signal.throwIfAborted();
         onEvent({ type: 'stage', stage: 'load', detail: component });
