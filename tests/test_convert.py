@@ -16,6 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from graph_helpers import at_accuracy_level
 from onnx import TensorProto, numpy_helper
 
 from builder.errors import ConversionError
@@ -214,17 +215,6 @@ def dequantized_fp32_graph(tiny_models: dict[str, Path], component: str) -> byte
     return fp32.SerializeToString()
 
 
-def at_accuracy_level_0(tiny_models: dict[str, Path], component: str) -> bytes:
-    """The saved q4 graph with every MatMulNBits at accuracy_level 0: fp32 activations, no int8 step."""
-    model = onnx.load(str(tiny_models["q4"] / repo.graph_path(component, "q4")))
-    for node in model.graph.node:
-        if node.op_type == "MatMulNBits":
-            for attribute in node.attribute:
-                if attribute.name == "accuracy_level":
-                    attribute.i = 0
-    return model.SerializeToString()
-
-
 def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(tiny_models: dict[str, Path], prompt_inputs: Any,
                                                                  reference_embeds: np.ndarray) -> None:
     ids, mask = prompt_inputs
@@ -240,8 +230,8 @@ def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(tiny_models: di
         session = ort.InferenceSession(dequantized_fp32_graph(tiny_models, component),
                                        providers=["CPUExecutionProvider"])
         expected = session.run(None, feed)[0]
-        graphs = {"level 0": at_accuracy_level_0(tiny_models, component),
-                  "as saved": str(tiny_models["q4"] / repo.graph_path(component, "q4"))}
+        saved = tiny_models["q4"] / repo.graph_path(component, "q4")
+        graphs = {"level 0": at_accuracy_level(saved, 0), "as saved": str(saved)}
         for label, graph in graphs.items():
             actual = ort.InferenceSession(graph, providers=["CPUExecutionProvider"]).run(None, feed)[0]
             error = relative_error(actual, expected)

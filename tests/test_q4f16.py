@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from graph_helpers import at_accuracy_level
 from onnx import TensorProto
 
 from builder.pipeline.imaging import psnr
@@ -26,9 +27,11 @@ from builder.repo.tiny import TINY_DATA_FILE_CAPS
 PROMPTS = ("a red fox sitting in the snow", "x", "an astronaut riding a horse on the moon, 35mm photo")
 
 # Measured on make-tiny seed 0, steps 4, seed 1 (PSNR in dB, uint8 images):
-#   64x64:   q4f16 vs fp32 34.3, q4 vs fp32 34.3, q4f16 vs q4 61.3-61.9
-#   128x128: q4f16 vs fp32 38.4, q4 vs fp32 38.4, q4f16 vs q4 59.5-59.7
-# i.e. q4f16 adds ~1/1000 of q4's own quantisation error. Bounds leave a few dB of margin.
+#   64x64:   q4f16 vs fp32 34.3, q4 vs fp32 34.3, q4f16 vs q4 55.1-56.6
+#   128x128: q4f16 vs fp32 38.4, q4 vs fp32 38.4, q4f16 vs q4 56.1-56.5
+# i.e. q4f16 adds a small fraction of q4's own quantisation error. (The q4 graphs run accuracy_level 4, int8
+# activations; while the q4 transformer ran at level 0, q4f16 vs q4 was 59.5-61.9 dB.) Bounds leave a few dB
+# of margin.
 Q4F16_VS_Q4_MIN_DB = 50.0
 Q4F16_VS_FP32_MIN_DB = 32.0
 
@@ -93,28 +96,28 @@ def test_q4f16_embeds_and_step_close_to_q4(q4f16_repo: Path) -> None:
     ids = rng.integers(0, 151000, size=(1, 512)).astype(np.int64)
     mask = np.zeros((1, 512), dtype=np.int64)
     mask[:, :40] = 1
-    embeds = {}
-    for variant in ("q4", "q4f16"):
-        session = ort.InferenceSession(str(q4f16_repo / repo.graph_path("text_encoder", variant)),
-                                       providers=["CPUExecutionProvider"])
-        embeds[variant] = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-    error = np.abs(embeds["q4f16"] - embeds["q4"]).max() / np.abs(embeds["q4"]).max()
-    # Measured 1.4e-2: the q4 text encoder runs accuracy_level 4 (int8 activations), so this is mostly q4's
-    # own activation rounding; q4f16 computes the same packed weights on fp16 activations.
-    assert error < 3e-2, error
+    # q4f16 computes the q4 graph's packed weights on fp16 activations: it is checked against that graph at
+    # accuracy_level 0 (fp32 activations), not as saved (level 4: int8 activations, a rounding of its own).
+    def plain_and_fast(component: str) -> dict[str, ort.InferenceSession]:
+        return {"q4": ort.InferenceSession(at_accuracy_level(q4f16_repo / repo.graph_path(component, "q4"), 0),
+                                           providers=["CPUExecutionProvider"]),
+                "q4f16": ort.InferenceSession(str(q4f16_repo / repo.graph_path(component, "q4f16")),
+                                              providers=["CPUExecutionProvider"])}
+
+    embeds = {variant: session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+              for variant, session in plain_and_fast("text_encoder").items()}
+    embeds_error = np.abs(embeds["q4f16"] - embeds["q4"]).max() / np.abs(embeds["q4"]).max()
+    assert embeds_error < 3e-3, embeds_error  # measured 7.7e-4
 
     h = w = 16
     feed = {"hidden_states": rng.standard_normal((1, h * w, 128)).astype(np.float32),
             "encoder_hidden_states": embeds["q4"], "timestep": np.array([0.9], dtype=np.float32),
             "img_ids": np.array([(0, i, j, 0) for i in range(h) for j in range(w)], dtype=np.int64),
             "txt_ids": np.array([(0, 0, 0, k) for k in range(512)], dtype=np.int64)}
-    steps = {}
-    for variant in ("q4", "q4f16"):
-        session = ort.InferenceSession(str(q4f16_repo / repo.graph_path("transformer", variant)),
-                                       providers=["CPUExecutionProvider"])
-        steps[variant] = session.run(None, feed)[0]
+    steps = {variant: session.run(None, feed)[0] for variant, session in plain_and_fast("transformer").items()}
     error = np.abs(steps["q4f16"] - steps["q4"]).max() / np.abs(steps["q4"]).max()
-    assert np.isfinite(steps["q4f16"]).all() and error < 3e-3, error  # measured 7.4e-4
+    print(f"q4f16 vs q4 at accuracy_level 0: text encoder {embeds_error:.3g}, transformer step {error:.3g}")
+    assert np.isfinite(steps["q4f16"]).all() and error < 3e-3, error  # measured 6.4e-4
 
 
 @pytest.mark.parametrize("size", [64, 128])
@@ -127,8 +130,10 @@ def test_q4f16_images_hold_psnr(q4f16_repo: Path, tiny_models: dict[str, Path], 
 
     for prompt in PROMPTS:
         fast = image(q4f16_repo, "q4f16", prompt)
-        assert psnr(fast, image(q4f16_repo, "q4", prompt)) >= Q4F16_VS_Q4_MIN_DB, prompt
-        assert psnr(fast, image(tiny_models["fp32"], None, prompt)) >= Q4F16_VS_FP32_MIN_DB, prompt
+        against_q4, against_fp32 = psnr(fast, image(q4f16_repo, "q4", prompt)), psnr(fast, image(tiny_models["fp32"], None, prompt))
+        print(f"{size}x{size} {prompt!r}: q4f16 vs q4 {against_q4:.1f} dB, vs fp32 {against_fp32:.1f} dB")
+        assert against_q4 >= Q4F16_VS_Q4_MIN_DB, prompt
+        assert against_fp32 >= Q4F16_VS_FP32_MIN_DB, prompt
 
 
 def test_q4f16_accumulates_the_residual_stream_in_fp32() -> None:
