@@ -250,20 +250,26 @@ function main() {
         /** @type {import('./ui/editing.js').Collected} */
         let inputs;
         starting = true;
+        // Running from the click on (reading the images below is async), so automation waiting for done|error
+        // never sees the previous run's state.
+        const before = /** @type {PageState} */ (document.body.dataset.state ?? 'idle');
+        setState('running');
         try {
             values = form.read();
             inputs = await editing.collect();
         } catch (err) {
+            if (!(err instanceof InputError)) {
+                setState('error');
+                throw err;
+            }
             // Invalid settings or missing images: say why and start nothing (no message goes to the worker).
-            if (!(err instanceof InputError)) throw err;
+            setState(before);
             errors.show(adviseError(err, {}), err.code);
             return;
         } finally {
             starting = false;
         }
         errors.clear();
-        // Running from the click on, so automation waiting for done|error never sees the previous run's state.
-        setState('running');
         form.setRunning(true);
         capabilities.setBusy(true);
         progress.start({ images: inputs.record !== null });
