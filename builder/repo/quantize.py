@@ -19,15 +19,14 @@ from builder.repo.onnx_graph import MS_DOMAIN, Placement, add_initializer
 Q4_BLOCK_SIZE = 32
 
 
-def q4_placement(*, accuracy_level: int | None, exclude: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
+def q4_placement(*, accuracy_level: int, exclude: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
                  fp16_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: ()) -> Placement:
     """Weights for a q4 graph, quantised one at a time as they are attached (builder.repo.onnx_graph.attach_weights).
 
     Every MatMul whose weight is constant becomes com.microsoft.MatMulNBits (4 bits, block 32, symmetric),
     except the nodes `exclude(graph)` names (they stay fp32). Tables named by `fp16_tables(graph)` are
     stored in fp16. `accuracy_level` 4 lets the kernel quantise activations to int8 (convert's q4 graphs:
-    DP4A kernels on WebGPU adapters without shader-f16); None leaves the attribute out (fp32 activations).
-    Only the packed weights are ever kept:
+    DP4A kernels on WebGPU adapters without shader-f16); 0 keeps them fp32. Only the packed weights are ever kept:
     the float32 matrix is dropped as soon as its node is rewritten.
     """
 
@@ -60,7 +59,7 @@ def q4_placement(*, accuracy_level: int | None, exclude: Callable[[onnx.ModelPro
 
 
 def quantize_matmul(graph: onnx.GraphProto, node: onnx.NodeProto, weight: np.ndarray, *,
-                    accuracy_level: int | None) -> None:
+                    accuracy_level: int) -> None:
     """Rewrite MatMul `node` (A @ weight) in place as MatMulNBits, with onnxruntime's own quantizer.
 
     The quantizer runs on a one-node model holding just this weight, so the packed layout is exactly what
@@ -173,18 +172,23 @@ def to_q4f16(q4_model: onnx.ModelProto, *, fp32_scopes: tuple[str, ...] = Q4F16_
     q * d^-1/4, k * d^-1/4 scaling before QK^T (see scale_query_before_scores), so the fp16 scores cannot
     overflow before the fp32 Softmax.
     """
-    for node in q4_model.graph.node:
-        if node.op_type == "MatMulNBits":
-            # The weights are identical at every accuracy level; level 0 = compute in the input's type.
-            kept = [a for a in node.attribute if a.name != "accuracy_level"]
-            node.ClearField("attribute")
-            node.attribute.extend([*kept, helper.make_attribute("accuracy_level", 0)])
+    set_accuracy_level(q4_model, 0)
     scale_query_before_scores(q4_model)
     keep_fp32 = {n.name for n in q4_model.graph.node
                  if n.op_type in fp32_ops or any(scope in n.name for scope in fp32_scopes)}
     keep_fp32 |= residual_adds(q4_model.graph)
     compute_in_fp16(q4_model, keep_fp32=keep_fp32)
     return q4_model
+
+
+def set_accuracy_level(model: onnx.ModelProto, level: int) -> None:
+    """Every MatMulNBits of `model` at accuracy_level `level`, in place. The packed weights are the same at
+    every level: 0 computes in the input's type, 4 quantises the activations to int8 per block."""
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits":
+            kept = [a for a in node.attribute if a.name != "accuracy_level"]
+            node.ClearField("attribute")
+            node.attribute.extend([*kept, helper.make_attribute("accuracy_level", level)])
 
 
 def residual_adds(graph: onnx.GraphProto) -> set[str]:

@@ -107,7 +107,7 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_
         # same size it is reused.
         load_ms = transformer.pop("loadMs")
         read_ms = transformer.pop("readMs")
-        new_size = (width, height) != cases[i - 1][1:] if i > 0 else True
+        new_size = i == 0 or (width, height) != cases[i - 1][1:]
         assert (load_ms > 0) == new_size and 0 <= read_ms <= load_ms  # reading the store is part of it
         assert (result["graphs"]["vae_decoder"]["loadMs"] > 0) == new_size
         assert transformer == {"variant": "fp32", "ep": "webgpu", "detail": "attention unsplit, graph capture"}
