@@ -88,3 +88,40 @@ test('a VAE decode whose attention buffer cannot fit is refused with the largest
     // Split into 32 query blocks, the same size needs 16 MiB.
     checkDecodeFits({ ...unsplit, graph: { ...unsplit.graph, attentionQueryBlocks: 32 } }, { width: 1024, height: 1024 }, gpu);
 });
+
+test('the variant follows the features the device has: DP4A q4 beats q4f16 without matrix units', async () => {
+    const { variantOrder } = await import('../../web_src/src/pipeline/graph_choice.js');
+    const nvidia = { vendor: 'nvidia' };
+    const first = (/** @type {any} */ gpu) => variantOrder(gpu)[0];
+    assert.equal(first({ shaderF16: true, subgroups: true, subgroupMatrix: true, adapter: nvidia }), 'q4f16');
+    assert.equal(first({ shaderF16: true, subgroups: true, subgroupMatrix: false, adapter: nvidia }), 'q4');
+    assert.equal(first({ shaderF16: true, subgroups: false, adapter: nvidia }), 'q4f16');
+    // Apple GPUs get no DP4A kernels from onnxruntime: q4 would run on fp32 kernels there.
+    assert.equal(first({ shaderF16: true, subgroups: true, adapter: { vendor: 'apple' } }), 'q4f16');
+    assert.equal(first({ shaderF16: false, subgroups: true, adapter: nvidia }), 'q4');
+    assert.equal(first({ shaderF16: false }), 'q4');
+
+    const m = manifest();
+    const pick = (/** @type {any} */ gpu) => chooseGraphs(m, gpu, undefined, tokens(512)).choices.transformer.graph.variant;
+    assert.equal(pick({ shaderF16: true, subgroups: true, subgroupMatrix: true, adapter: nvidia }), 'q4f16');
+    assert.equal(pick({ shaderF16: true, subgroups: true, subgroupMatrix: false, adapter: nvidia }), 'q4');
+    // A forced precision wins over the table.
+    assert.equal(chooseGraphs(m, { shaderF16: true, subgroupMatrix: true }, 'q4', tokens(512)).choices.transformer.graph.variant, 'q4');
+});
+
+test('a stored variant is kept over a faster one not downloaded, with a note saying how to get the faster one', () => {
+    const m = manifest();
+    const gpu = { shaderF16: true, subgroups: true, subgroupMatrix: false, adapter: { vendor: 'nvidia' } };
+    const q4f16 = m.graphs.filter((g) => g.variant === 'q4f16' && g.component === 'transformer');
+    const storedQ4f16 = new Set(q4f16.flatMap((g) => [g.path, `transformer/${g.externalData[0]}`]));
+    const kept = chooseGraphs(m, gpu, undefined, tokens(512), { stored: storedQ4f16 });
+    assert.equal(kept.choices.transformer.graph.path, 'transformer/transformer_q4f16.qb1.onnx');
+    assert.ok(kept.notes.some((n) => /q4 graphs would run faster .* choose precision q4 to download it/.test(n)), kept.notes.join('\n'));
+    // Nothing stored (a first visit): the fastest variant, no note.
+    const fresh = chooseGraphs(m, gpu, undefined, tokens(512), { stored: new Set() });
+    assert.equal(fresh.choices.transformer.graph.variant, 'q4');
+    assert.ok(!fresh.notes.some((n) => /would run faster/.test(n)));
+    // The fastest one stored as well: it runs.
+    const both = new Set([...storedQ4f16, ...m.graphs.filter((g) => g.component === 'transformer').flatMap((g) => [g.path, `transformer/${g.externalData[0]}`])]);
+    assert.equal(chooseGraphs(m, gpu, undefined, tokens(512), { stored: both }).choices.transformer.graph.variant, 'q4');
+});

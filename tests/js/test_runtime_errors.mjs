@@ -40,3 +40,51 @@ test('app errors pass through, and a lost device explains any failure', () => {
     );
     assert.equal(runtimeError(new Error('Non-zero status code'), lost, 'x'), lostError);
 });
+
+/**
+ * A stand-in Gpu with a grant of `features`.
+ * @param {string[]} features
+ * @param {{lost?: boolean, used?: boolean}} [state]
+ */
+function gpuWith(features, { lost = false, used = false } = {}) {
+    return /** @type {import('../../web_src/src/runtime/gpu.js').Gpu} */ (/** @type {unknown} */ ({
+        lost, used, lostMessage: lost ? 'unknown: device lost' : null, grant: { features, limits: {}, off: [] },
+        lostError: () => new DeviceLostError('lost'),
+    }));
+}
+
+/** What Chromium 150 on an H200 answered at the text encoder's first run. */
+const CHROMIUM_150 =
+    'Failed to create a WebGPU compute pipeline: [Invalid ShaderModule "SubgroupMatrixMatMulNBits"] is invalid due to a previous error.';
+
+test('a shader or pipeline failure blames the optional feature it names, else the most experimental one', async () => {
+    const { GpuFeatureError } = await import('../../web_src/src/shared/errors.js');
+    const all = ['shader-f16', 'subgroups', 'timestamp-query', 'chromium-experimental-subgroup-matrix'];
+    const blamed = (/** @type {string} */ message, /** @type {string[]} */ features) => {
+        const err = runtimeError(new Error(message), gpuWith(features), 'The text encoder');
+        return err instanceof GpuFeatureError ? err.detail.feature : null;
+    };
+    assert.equal(blamed(CHROMIUM_150, all), 'chromium-experimental-subgroup-matrix');
+    assert.equal(blamed('Failed to create a WebGPU compute pipeline: [Invalid ShaderModule "DP4AMatMulNBits"]', all), 'subgroups');
+    assert.equal(blamed('Error while parsing WGSL: enable f16; is not allowed', ['shader-f16', 'subgroups']), 'shader-f16');
+    // A program that names no feature: the most experimental the device has goes first.
+    assert.equal(blamed('Failed to create a WebGPU compute pipeline: [Invalid ShaderModule "Transpose"]', all),
+        'chromium-experimental-subgroup-matrix');
+    assert.equal(blamed('Failed to create a WebGPU compute pipeline: [Invalid ShaderModule "Transpose"]', ['shader-f16', 'subgroups']), 'subgroups');
+    // A device without optional features has nothing to give up: an ordinary runtime error, message kept.
+    const plain = runtimeError(new Error(CHROMIUM_150), gpuWith(['timestamp-query']), 'The text encoder');
+    assert.equal(plain.code, ErrorCode.RUNTIME);
+    assert.ok(!(plain instanceof GpuFeatureError) && plain.message.includes('SubgroupMatrixMatMulNBits'));
+    // Other failures are not a feature's.
+    assert.equal(blamed('Failed to allocate a buffer of size 4294967296', all), null);
+    assert.equal(blamed('Non-zero status code returned while running MatMul node', all), null);
+});
+
+test('a device lost before its first run blames the matrix units only; after a run it is a device loss', async () => {
+    const { GpuFeatureError } = await import('../../web_src/src/shared/errors.js');
+    const matrix = ['shader-f16', 'subgroups', 'chromium-experimental-subgroup-matrix'];
+    const first = runtimeError(new Error('x'), gpuWith(matrix, { lost: true }), 'Denoising step 1');
+    assert.ok(first instanceof GpuFeatureError && first.detail.feature === 'chromium-experimental-subgroup-matrix');
+    assert.equal(runtimeError(new Error('x'), gpuWith(matrix, { lost: true, used: true }), 'x').code, ErrorCode.DEVICE_LOST);
+    assert.equal(runtimeError(new Error('x'), gpuWith(['shader-f16', 'subgroups'], { lost: true }), 'x').code, ErrorCode.DEVICE_LOST);
+});

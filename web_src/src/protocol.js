@@ -124,8 +124,9 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  * @property {number[]} stepMs  Wall time of each denoising step.
  * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number}>} graphs  Which variant and EP ran
  *   each component, and how (`detail`: e.g. "attention unsplit, graph capture").
- * @property {{features: string[], limits: Record<string, number>} | null} device  The features and limits the shared
- *   GPU device was given (onnxruntime's kernels choose their paths from them); null when nothing ran on WebGPU.
+ * @property {import('./shared/types.js').DeviceGrant | null} device  The features and limits the shared GPU device
+ *   was given (onnxruntime's kernels choose their paths from them), and the optional features it was made without
+ *   because they failed in this browser; null when nothing ran on WebGPU.
  * @property {string[]} notes   Things the user should know (e.g. "VAE ran on the CPU: no shader-f16").
  * @property {{mode: 'text' | 'edit' | 'inpaint', images: InputImageInfo[], mask: InputImageInfo | null,
  *   strength: number | null, steps: number, referenceTokens: number}} inputs  The mode that ran; `steps`: the
@@ -153,7 +154,7 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number, bytes: number, path: string}>} graphs
  *   Each session created (and released): its creation time, the part of it spent reading the files from the
  *   store, and the bytes of its files.
- * @property {{features: string[], limits: Record<string, number>} | null} device  As in GenerateResult.
+ * @property {import('./shared/types.js').DeviceGrant | null} device  As in GenerateResult.
  * @property {string[]} notes
  */
 

@@ -3,8 +3,9 @@
  * @file Which graph runs each component on this adapter, and where: pure policy over the manifest and the
  * adapter's facts, so node tests it without onnxruntime or a GPU (pipeline/models.js turns the choice into
  * sessions). The rules:
- * - text encoder and transformer: the variant `precision` forces, else the first the repository has of
- *   q4f16, q4, fp32, fp16 with shader-f16 (q4, fp32, q4f16, fp16 without);
+ * - text encoder and transformer: the variant `precision` forces, else the first the repository has in the order
+ *   of variantOrder() for the device's features (the fastest kernels first), preferring a stored variant to
+ *   one not downloaded yet;
  * - transformer: of that variant's size classes, the least-split graph sized for this image (sizeClass);
  * - VAE decoder, and the VAE encoder when input images need it: fp16 on WebGPU with shader-f16; else an fp32 graph
  *   on WebGPU; else fp16 on the wasm EP;
@@ -35,26 +36,51 @@ import { graphFiles } from '../shared/model_repo.js';
  *   often do not).
  */
 
-/** Variant preference for the text encoder and the transformer; q4f16 only with shader-f16. */
-const PREFERENCE_F16 = Object.freeze(['q4f16', 'q4', 'fp32', 'fp16']);
-const PREFERENCE_F32 = Object.freeze(['q4', 'fp32', 'q4f16', 'fp16']);
+/**
+ * @typedef {Object} GpuFeatures  The device features that decide which variant runs fastest.
+ * @property {boolean} shaderF16
+ * @property {boolean} [subgroups]
+ * @property {boolean} [subgroupMatrix]  chromium-experimental-subgroup-matrix
+ * @property {{vendor: string}} [adapter]
+ */
+
+/**
+ * Variant preference for the text encoder and the transformer, fastest first, by the kernels onnxruntime runs
+ * each variant's 4-bit layers on (measured per feature set: docs/machines.md):
+ * - shader-f16 with matrix units (subgroup-matrix): q4f16's fp16 matrix-unit kernels;
+ * - shader-f16 and subgroups without matrix units: q4, whose layers run as int8 dot products (DP4A, given
+ *   subgroups, not on Apple GPUs), beat q4f16's plain fp16 kernels;
+ * - shader-f16 alone: q4f16;
+ * - no shader-f16: q4 (q4f16 and fp16 would need their fp16 nodes on the CPU).
+ * @param {GpuFeatures} gpu
+ * @returns {readonly string[]}
+ */
+export function variantOrder({ shaderF16, subgroups = false, subgroupMatrix = false, adapter }) {
+    if (!shaderF16) return Object.freeze(['q4', 'fp32', 'q4f16', 'fp16']);
+    const dp4a = subgroups && !/apple/i.test(adapter?.vendor ?? '');
+    if (dp4a && !subgroupMatrix) return Object.freeze(['q4', 'q4f16', 'fp32', 'fp16']);
+    return Object.freeze(['q4f16', 'q4', 'fp32', 'fp16']);
+}
 /** The VAE score buffer the CPU (wasm) path may hold. */
 const WASM_BUFFER_LIMIT = 1024 ** 3;
 
 /**
  * Choose variant and EP per component for this adapter (see the module doc for the rules).
  * @param {Manifest} manifest
- * @param {{shaderF16: boolean, maxStorageBufferBindingSize?: number}} gpu
+ * @param {GpuFeatures & {maxStorageBufferBindingSize?: number}} gpu
  * @param {string | undefined} precision  A forced variant for the text encoder and the transformer.
  * @param {number} [attentionTokens]  The transformer's joint attention length (image + text tokens) of this
  *   generation: of a variant's graphs on the same weights, the least-split one sized for it runs.
- * @param {{encoder?: boolean}} [options]  `encoder`: input images need the VAE encoder; a repository without one
- *   is refused here, before anything is downloaded.
+ * @param {{encoder?: boolean, stored?: ReadonlySet<string>}} [options]  `encoder`: input images need the VAE
+ *   encoder; a repository without one is refused here, before anything is downloaded. `stored`: the repository
+ *   paths the store holds complete.
  * @returns {{choices: Choices, notes: string[]}}
  */
-export function chooseGraphs(manifest, { shaderF16, maxStorageBufferBindingSize }, precision, attentionTokens, { encoder = false } = {}) {
+export function chooseGraphs(manifest, gpu, precision, attentionTokens, { encoder = false, stored } = {}) {
+    const { shaderF16, maxStorageBufferBindingSize } = gpu;
     /** @type {string[]} */
     const notes = [];
+    const order = variantOrder(gpu);
     /** @param {string} component */
     const graphsOf = (component) => manifest.graphs.filter((g) => g.component === component);
     /** @param {string} component @param {readonly string[]} order */
@@ -89,7 +115,15 @@ export function chooseGraphs(manifest, { shaderF16, maxStorageBufferBindingSize 
                 );
             }
         } else {
-            graph = pick(component, shaderF16 ? PREFERENCE_F16 : PREFERENCE_F32);
+            graph = pick(component, order);
+            const kept = stored ? storedInstead(graph, graphsOf(component), order, stored) : null;
+            if (kept) {
+                notes.push(
+                    `${component}: the ${graph.variant} graphs would run faster on this GPU, but ${kept.variant} is the one ` +
+                        `stored; choose precision ${graph.variant} to download it (${formatBytes(graphBytes(graph, manifest))}).`,
+                );
+                graph = kept;
+            }
         }
         if (attentionTokens !== undefined) {
             graph = sizeClass(manifest, graph, attentionTokens, maxStorageBufferBindingSize);
@@ -112,6 +146,35 @@ export function chooseGraphs(manifest, { shaderF16, maxStorageBufferBindingSize 
         chosen.vae_encoder = place(pick('vae_encoder', vaeOrder), manifest, shaderF16, notes);
     }
     return { choices: chosen, notes };
+}
+
+/**
+ * A graph to run instead of `best` because it is stored and `best` is not, so that a change of features (one
+ * given up after it failed) does not download gigabytes of other graphs: the first stored one in `order`, or
+ * null when `best` is stored or no other is.
+ * @param {GraphEntry} best
+ * @param {GraphEntry[]} graphs  The component's graphs.
+ * @param {readonly string[]} order
+ * @param {ReadonlySet<string>} stored
+ * @returns {GraphEntry | null}
+ */
+function storedInstead(best, graphs, order, stored) {
+    const isStored = (/** @type {GraphEntry} */ g) => graphFiles(g).every((path) => stored.has(path));
+    if (isStored(best)) return null;
+    for (const variant of order) {
+        const graph = graphs.find((g) => g.variant === variant);
+        if (graph && graph !== best && isStored(graph)) return graph;
+    }
+    return null;
+}
+
+/**
+ * @param {GraphEntry} graph
+ * @param {Manifest} manifest
+ * @returns {number} The bytes of its graph and weight files.
+ */
+function graphBytes(graph, manifest) {
+    return graphFiles(graph).reduce((sum, path) => sum + (manifest.files[path]?.size ?? 0), 0);
 }
 
 /**
@@ -159,7 +222,7 @@ export function sizeClass(manifest, graph, tokens, bufferLimit = Infinity) {
  */
 function place(graph, manifest, shaderF16, notes) {
     const files = graphFiles(graph);
-    const bytes = files.reduce((sum, path) => sum + (manifest.files[path]?.size ?? 0), 0);
+    const bytes = graphBytes(graph, manifest);
     const identity = files.map((path) => `${path}:${manifest.files[path]?.size ?? '?'}:${manifest.files[path]?.sha256 ?? '?'}`).join(',');
     const name = `${graph.component} (${graph.variant})`;
     if (!graph.requiresF16 || shaderF16) return { graph, ep: 'webgpu', forceCpuNodeNames: [], bytes, identity };

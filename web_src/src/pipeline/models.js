@@ -156,7 +156,16 @@ export class Models {
         }
         const info = await this.gpu.getInfo();
         const manifest = await this.store.loadManifest({ signal });
-        const { choices, notes } = chooseGraphs(manifest, info, precision, attentionTokens, { encoder: encodeSizes.length > 0 });
+        // Which graphs are already stored: a slower variant that is stored beats a faster one still to download.
+        const stored = await this.store.completePaths(manifest.graphs.flatMap((g) => graphFiles(g)));
+        const { choices, notes } = chooseGraphs(manifest, info, precision, attentionTokens, { encoder: encodeSizes.length > 0, stored });
+        for (const { feature, reason, remembered } of this.gpu.grant?.off ?? []) {
+            notes.push(
+                `The GPU runs without ${feature}: ${remembered ? 'in an earlier visit, ' : ''}it failed in this browser ` +
+                    `(${reason.slice(0, 200)}), so slower kernels run instead.` +
+                    (remembered ? ' A browser update tries it again.' : ' This is remembered for this browser version.'),
+            );
+        }
         checkDecodeFits(choices.vae_decoder, { width, height }, info);
         // The encoder's mid-block attention is the decoder's, at the input image's size.
         if (choices.vae_encoder) for (const size of encodeSizes) checkDecodeFits(choices.vae_encoder, size, info);
@@ -452,7 +461,8 @@ export class Models {
             meter.runMs += performance.now() - started;
         }
         // Outputs read back from a device that died during the run cannot be trusted.
-        if (this.gpu.lost) throw this.gpu.lostError();
+        if (this.gpu.lost) throw runtimeError(new Error(this.gpu.lostMessage ?? 'device lost'), this.gpu, what);
+        if (session.ep === 'webgpu') this.gpu.used = true;
         return outputs;
     }
 

@@ -5,7 +5,8 @@
  * @module runtime/errors
  */
 
-import { DeviceLostError, ErrorCode, KleinError, OutOfMemoryError } from '../shared/errors.js';
+import { DeviceLostError, ErrorCode, GpuFeatureError, KleinError, OutOfMemoryError } from '../shared/errors.js';
+import { OPTIONAL_FEATURES } from './gpu.js';
 
 /** @typedef {import('./gpu.js').Gpu} Gpu */
 
@@ -13,6 +14,33 @@ const DEVICE_LOST = /device (is |was |has been )?lost|GPUDevice.*(lost|destroyed
 const OUT_OF_MEMORY =
     /out of memory|\boom\b|failed to allocate|allocation failed|array buffer allocation|cannot allocate|exceeds? the (max|limit)/i;
 const NEEDS_F16 = /requires f16/i;
+/** A shader or pipeline the browser would not build: what a feature it implements wrongly produces. */
+const PIPELINE_FAILURE =
+    /failed to create a webgpu compute pipeline|invalid shader ?module|shader ?module[^.]*(invalid|error)|error while parsing wgsl|shader compilation/i;
+/** Which optional feature a failing program uses, from the program's name in the message (onnxruntime names its
+ * programs after their kernel: SubgroupMatrixMatMulNBits, DP4AMatMulNBits, ...). */
+const FEATURE_HINTS = Object.freeze([
+    /** @type {const} */ ([/subgroup_?matrix|subgroup-matrix/i, 'chromium-experimental-subgroup-matrix']),
+    /** @type {const} */ ([/subgroup|dp4a/i, 'subgroups']),
+    /** @type {const} */ ([/\bf16\b|fp16|shader-f16/i, 'shader-f16']),
+]);
+/** The feature a device lost before its first run is blamed on: the experimental one, and only that (a loss
+ * from running out of memory must not strip the device of the features that make it fast). */
+const EXPERIMENTAL_FEATURE = 'chromium-experimental-subgroup-matrix';
+
+/**
+ * The optional feature to give up for a shader or pipeline failure: the one the message names, if the device has
+ * it, else the most experimental one it has; null when it has none (then no feature is to blame).
+ * @param {string} message
+ * @param {readonly string[]} granted  The device's features.
+ * @returns {string | null}
+ */
+export function featureAtFault(message, granted) {
+    const optional = OPTIONAL_FEATURES.filter((f) => granted.includes(f));
+    if (optional.length === 0) return null;
+    const named = FEATURE_HINTS.find(([pattern]) => pattern.test(message))?.[1];
+    return named && optional.includes(named) ? named : optional[0];
+}
 
 /**
  * Map a runtime failure to the error the user can act on.
@@ -23,8 +51,26 @@ const NEEDS_F16 = /requires f16/i;
  */
 export function runtimeError(err, gpu, what) {
     if (err instanceof KleinError) return err;
-    if (gpu.lost) return gpu.lostError();
     const message = err instanceof Error ? err.message : String(err);
+    const granted = gpu.grant?.features ?? [];
+    if (PIPELINE_FAILURE.test(message)) {
+        const feature = featureAtFault(message, granted);
+        if (feature) {
+            return new GpuFeatureError(
+                `${what} failed: the browser could not build a GPU program that uses ${feature} (${message}).`,
+                { feature, cause: message },
+            );
+        }
+    }
+    if (gpu.lost) {
+        if (!gpu.used && granted.includes(EXPERIMENTAL_FEATURE)) {
+            return new GpuFeatureError(
+                `${what} failed: the GPU device was lost before its first run finished (${gpu.lostMessage}).`,
+                { feature: EXPERIMENTAL_FEATURE, cause: `device lost before its first run: ${gpu.lostMessage}` },
+            );
+        }
+        return gpu.lostError();
+    }
     if (DEVICE_LOST.test(message)) {
         return new DeviceLostError(
             `${what} failed because the GPU device was lost (${message}). Press Generate again to reload.`,

@@ -20,13 +20,25 @@ import { DeviceLostError, NoWebGPUError } from '../shared/errors.js';
  * what its creator asked for, and its kernels size workgroups and shared memory from the device's limits:
  * WebGPU's defaults (16 KiB of workgroup storage, 256 invocations) would mean smaller tiles than the GPU allows.
  * shader-f16 enables the fp16 graphs; subgroups, onnxruntime's subgroup kernels (among them the DP4A int8
- * MatMulNBits the q4 graphs run on without shader-f16: 286 vs 514 ms per 512^2 step on an H200); subgroup-matrix, its
- * matrix-unit kernels, which onnxruntime-web's own device creation leaves out but its kernels use when the device
- * has it: on an H200 (Chromium 156, q4f16, docs/gpu-runs/2026-12-01-h200-subgroup-matrix/) a 512^2 step took
- * 181 ms with it and 484 ms without, 1024^2 698 vs 1595 ms, at the same 41.8 dB against the CPU reference
- * (subgroup-size-control alone changed nothing: 485 ms).
+ * MatMulNBits the q4 graphs run on); subgroup-matrix, its matrix-unit kernels, which onnxruntime-web's own device
+ * creation leaves out but its kernels use when the device has it. docs/machines.md has what each is worth.
  */
 const WANTED_FEATURES = Object.freeze(['shader-f16', 'subgroups', 'timestamp-query', 'chromium-experimental-subgroup-matrix']);
+
+/**
+ * The features the app can do without, most experimental first: the order in which they are given up when one
+ * fails at its first use and the failure names none of them (Gpu.dropFeature). Each only changes which kernels
+ * and graphs run. timestamp-query is left out: only a profiled run uses it.
+ */
+export const OPTIONAL_FEATURES = Object.freeze(['chromium-experimental-subgroup-matrix', 'subgroups', 'shader-f16']);
+
+/** The WGSL extension each optional feature's shaders enable (`enable f16;`): what a `gpu-fault` breaks. */
+const WGSL_EXTENSIONS = Object.freeze({
+    'chromium-experimental-subgroup-matrix': 'chromium_experimental_subgroup_matrix',
+    subgroups: 'subgroups',
+    'shader-f16': 'f16',
+});
+
 const WANTED_LIMITS = Object.freeze([
     'maxBindGroups',
     'maxBufferSize',
@@ -40,19 +52,19 @@ const WANTED_LIMITS = Object.freeze([
     'maxComputeWorkgroupsPerDimension',
 ]);
 
-/**
- * @typedef {Object} DeviceGrant  What the shared device was given (the timings panel shows it).
- * @property {string[]} features
- * @property {Record<string, number>} limits
- */
+/** @typedef {import('../shared/types.js').FeatureOff} FeatureOff */
+/** @typedef {import('../shared/types.js').DeviceGrant} DeviceGrant */
+/** @typedef {import('../shared/types.js').FeatureMemory} FeatureMemory */
 
 /**
- * The requestDevice() descriptor for `adapter`: every wanted feature it has, every wanted limit at its maximum.
+ * The requestDevice() descriptor for `adapter`: every wanted feature it has except those turned `off`, every
+ * wanted limit at its maximum.
  * @param {{features: {has: (name: string) => boolean}, limits: any}} adapter
+ * @param {ReadonlySet<string>} [off]  Features that failed in this browser (Gpu.off).
  * @returns {{requiredFeatures: GPUFeatureName[], requiredLimits: Record<string, number>}}
  */
-export function deviceDescriptor(adapter) {
-    const requiredFeatures = /** @type {GPUFeatureName[]} */ (WANTED_FEATURES.filter((f) => adapter.features.has(f)));
+export function deviceDescriptor(adapter, off = new Set()) {
+    const requiredFeatures = /** @type {GPUFeatureName[]} */ (WANTED_FEATURES.filter((f) => adapter.features.has(f) && !off.has(f)));
     /** @type {Record<string, number>} */
     const requiredLimits = {};
     for (const name of WANTED_LIMITS) {
@@ -64,14 +76,32 @@ export function deviceDescriptor(adapter) {
 
 /**
  * @param {GPUDevice} device
+ * @param {FeatureOff[]} off
  * @returns {DeviceGrant}
  */
-function grantOf(device) {
+function grantOf(device, off) {
     const limits = /** @type {any} */ (device.limits);
     return {
         features: WANTED_FEATURES.filter((f) => device.features.has(f)),
         limits: Object.fromEntries(WANTED_LIMITS.filter((n) => typeof limits[n] === 'number').map((n) => [n, limits[n]])),
+        off,
     };
+}
+
+/**
+ * Make every shader that enables `feature`'s WGSL extension fail to compile on `device`, as in a browser whose
+ * implementation of the feature is broken (Chromium 150's subgroup-matrix shaders): the worker's `?gpu-fault=`
+ * parameter, with which the tests and GPU runs exercise the fallback on adapters where the feature works.
+ * onnxruntime creates every shader module through the GPUDevice it was handed, so wrapping this one is enough.
+ * @param {GPUDevice} device
+ * @param {string} feature  One of OPTIONAL_FEATURES.
+ */
+function breakShadersOf(device, feature) {
+    const extension = WGSL_EXTENSIONS[/** @type {keyof typeof WGSL_EXTENSIONS} */ (feature)];
+    const enables = new RegExp(`^\\s*enable\\s[^;]*\\b${extension}\\b`, 'm');
+    const create = device.createShaderModule.bind(device);
+    device.createShaderModule = (descriptor) =>
+        create(enables.test(descriptor.code) ? { ...descriptor, code: `${descriptor.code}\nfn gpu_fault() { gpu_fault_injected(); }\n` } : descriptor);
 }
 
 /** requestAdapter() tries before "no adapter" is the answer, and the pause between them. */
@@ -95,6 +125,8 @@ const HOW_TO_GET_WEBGPU =
  * @property {AdapterSummary} adapter
  * @property {boolean} software
  * @property {boolean} shaderF16
+ * @property {boolean} subgroups
+ * @property {boolean} subgroupMatrix  chromium-experimental-subgroup-matrix: onnxruntime's matrix-unit kernels.
  * @property {number} maxBufferSize
  * @property {number} maxStorageBufferBindingSize
  */
@@ -152,14 +184,19 @@ export async function requestAdapter() {
 
 /**
  * @param {GPUAdapter} adapter
+ * @param {ReadonlySet<string>} [off]  Features the device is created without: the graphs are chosen as if the
+ *   adapter lacked them.
  * @returns {GpuInfo}
  */
-export function summarizeAdapter(adapter) {
+export function summarizeAdapter(adapter, off = new Set()) {
     const summary = describeAdapter(adapter);
+    const has = (/** @type {string} */ feature) => adapter.features.has(feature) && !off.has(feature);
     return {
         adapter: summary,
         software: isSoftwareAdapter(summary),
-        shaderF16: adapter.features.has('shader-f16'),
+        shaderF16: has('shader-f16'),
+        subgroups: has('subgroups'),
+        subgroupMatrix: has('chromium-experimental-subgroup-matrix'),
         maxBufferSize: Number(adapter.limits.maxBufferSize),
         maxStorageBufferBindingSize: Number(adapter.limits.maxStorageBufferBindingSize),
     };
@@ -179,6 +216,8 @@ export async function probe({ threads }) {
         adapter: /** @type {AdapterSummary | null} */ (null),
         software: false,
         shaderF16: false,
+        subgroups: false,
+        subgroupMatrix: false,
         maxBufferSize: 0,
         maxStorageBufferBindingSize: 0,
         storage,
@@ -204,10 +243,31 @@ async function storageState() {
 }
 
 /**
- * Owns the adapter and the shared GPUDevice. Created once by the worker entry and passed down.
+ * The key features that failed are remembered under: the browser's user agent, which carries its version (a
+ * browser update tries the feature again), and the adapter's name (so does another GPU).
+ * @param {AdapterSummary} adapter
+ * @returns {string}
+ */
+export function browserKey(adapter) {
+    const agent = typeof navigator !== 'undefined' ? navigator.userAgent : '';
+    return `${agent} | ${adapter.vendor}/${adapter.architecture}/${adapter.description}`;
+}
+
+/**
+ * Owns the adapter and the shared GPUDevice, and which optional features the device is created without. Created
+ * once by the worker entry and passed down.
+ *
+ * An optional feature that fails at its first use is given up (dropFeature): the device is destroyed, the next
+ * getDevice() creates one without it and the caller runs its request again. Once a request succeeds without it,
+ * remember() keeps that for this browser version (FeatureMemory); if the request fails anyway the feature was
+ * not the cause and restore() turns it back on.
  */
 export class Gpu {
-    constructor() {
+    /**
+     * @param {{memory?: FeatureMemory | null, fault?: string | null}} [options]  `fault`: an optional feature
+     *   whose shaders are made to fail (breakShadersOf), for tests and GPU runs of the fallback.
+     */
+    constructor({ memory = null, fault = null } = {}) {
         /** @type {GPUAdapter | null} */
         this.adapter = null;
         /** @type {GPUDevice | null} */
@@ -220,6 +280,14 @@ export class Gpu {
         this.generation = 0;
         /** @type {string | null} Why the current device was lost (null while it is alive). */
         this.lostMessage = null;
+        /** Whether a run has finished on the current device (a loss before that may be a feature's fault). */
+        this.used = false;
+        /** @type {Map<string, {reason: string, remembered: boolean}>} Optional features the device is made without. */
+        this.off = new Map();
+        this.memory = memory;
+        this.fault = fault;
+        /** @type {string | null} The browserKey() whose remembered features are in `off`. */
+        this.memoryKey = null;
     }
 
     /** @returns {boolean} */
@@ -228,25 +296,30 @@ export class Gpu {
     }
 
     /**
-     * The shared device, created on first use and again after a loss.
+     * The shared device, created on first use and again after a loss or a dropped feature.
      * @returns {Promise<GPUDevice>}
      */
     async getDevice() {
         if (this.device && !this.lost) return this.device;
         // A lost device is never revived: a fresh adapter is needed too (the old one is "consumed").
         const adapter = await requestAdapter();
-        const info = summarizeAdapter(adapter);
+        await this.recall(describeAdapter(adapter));
+        const off = new Set(this.off.keys());
+        const info = summarizeAdapter(adapter, off);
         let device;
         try {
-            device = await adapter.requestDevice(deviceDescriptor(adapter));
+            device = await adapter.requestDevice(deviceDescriptor(adapter, off));
         } catch (err) {
             throw new NoWebGPUError(`The GPU adapter refused to create a device (${String(err)}). Close other GPU-heavy tabs and reload.`);
         }
+        if (this.fault && device.features.has(this.fault)) breakShadersOf(device, this.fault);
         this.adapter = adapter;
         this.info = info;
         this.device = device;
-        this.grant = grantOf(device);
+        const offered = [...this.off].filter(([feature]) => adapter.features.has(feature));
+        this.grant = grantOf(device, offered.map(([feature, { reason, remembered }]) => ({ feature, reason, remembered })));
         this.lostMessage = null;
+        this.used = false;
         this.generation += 1;
         const generation = this.generation;
         device.lost.then((lostInfo) => {
@@ -256,6 +329,57 @@ export class Gpu {
             }
         });
         return device;
+    }
+
+    /**
+     * Turn off what earlier visits of this browser version found broken on this adapter (once per adapter).
+     * @param {AdapterSummary} adapter
+     */
+    async recall(adapter) {
+        const key = browserKey(adapter);
+        if (!this.memory || this.memoryKey === key) return;
+        this.memoryKey = key;
+        const remembered = await this.memory.recall(key).catch(() => ({}));
+        for (const [feature, reason] of Object.entries(remembered)) {
+            if (OPTIONAL_FEATURES.includes(feature) && !this.off.has(feature)) this.off.set(feature, { reason, remembered: true });
+        }
+    }
+
+    /**
+     * Give up an optional feature that failed: the current device is destroyed (release its sessions first) and
+     * the next getDevice() creates one without it.
+     * @param {string} feature
+     * @param {string} reason
+     */
+    dropFeature(feature, reason) {
+        this.off.set(feature, { reason, remembered: false });
+        const device = this.device;
+        this.device = null;
+        device?.destroy();
+    }
+
+    /**
+     * A request succeeded without `features`: keep them off for this browser version on this adapter.
+     * @param {string[]} features
+     */
+    async remember(features) {
+        if (!this.memory || !this.memoryKey || features.length === 0) return;
+        /** @type {Record<string, string>} */
+        const off = {};
+        for (const feature of features) off[feature] = this.off.get(feature)?.reason ?? '';
+        await this.memory.remember(this.memoryKey, off).catch(() => {});
+    }
+
+    /**
+     * A request failed even without `features`: they were not the cause, so the next device has them again.
+     * @param {string[]} features
+     */
+    restore(features) {
+        if (features.length === 0) return;
+        for (const feature of features) this.off.delete(feature);
+        const device = this.device;
+        this.device = null;
+        device?.destroy();
     }
 
     /**

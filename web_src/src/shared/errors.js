@@ -134,6 +134,19 @@ export class DegenerateOutputError extends KleinError {
     }
 }
 
+/**
+ * An optional GPU feature failed at its first use (its shaders did not compile, its pipelines could not be
+ * created, or the device was lost before anything ran on it). The worker drops `detail.feature` from the shared
+ * device and runs the request again without it; the page sees this error only if that cannot happen.
+ */
+export class GpuFeatureError extends KleinError {
+    /** @param {string} message @param {{feature: string, cause: string}} detail */
+    constructor(message, detail) {
+        super(message, { code: ErrorCode.RUNTIME, detail });
+        this.name = 'GpuFeatureError';
+    }
+}
+
 export class CancelledError extends KleinError {
     constructor(message = 'Cancelled.') {
         super(message, { code: ErrorCode.CANCELLED });

@@ -31,11 +31,34 @@
  * @property {AdapterSummary | null} adapter
  * @property {boolean} software       SwiftShader / fallback adapter: works, but very slowly.
  * @property {boolean} shaderF16
+ * @property {boolean} subgroups
+ * @property {boolean} subgroupMatrix  chromium-experimental-subgroup-matrix (onnxruntime's matrix-unit kernels).
  * @property {number} maxBufferSize
  * @property {number} maxStorageBufferBindingSize
  * @property {{usage: number, quota: number, persisted: boolean}} storage
  * @property {boolean} crossOriginIsolated
  * @property {number} threads
+ */
+
+/**
+ * @typedef {Object} FeatureOff  An optional GPU feature the device is created without, and why.
+ * @property {string} feature
+ * @property {string} reason  The failure it caused (onnxruntime's or the browser's message).
+ * @property {boolean} remembered  Turned off by an earlier visit of this browser version (FeatureMemory).
+ */
+
+/**
+ * @typedef {Object} DeviceGrant  What the shared GPU device was given (runtime/gpu.js; the timings panel shows it).
+ * @property {string[]} features
+ * @property {Record<string, number>} limits
+ * @property {FeatureOff[]} off  Optional features the adapter offers that the device was created without.
+ */
+
+/**
+ * @typedef {Object} FeatureMemory  Where the optional GPU features that failed in a browser version are kept
+ *   across visits (store/feature_memory.js implements it; runtime/gpu.js uses it; the worker entry wires them).
+ * @property {(key: string) => Promise<Record<string, string>>} recall  feature -> why it was turned off.
+ * @property {(key: string, off: Record<string, string>) => Promise<void>} remember  Adds to what `key` has.
  */
 
 /**

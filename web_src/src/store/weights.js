@@ -125,6 +125,16 @@ export class WeightStore {
     }
 
     /**
+     * Which of `paths` are stored complete (whether each is the manifest's version is checked when it is used).
+     * @param {string[]} paths
+     * @returns {Promise<Set<string>>}
+     */
+    async completePaths(paths) {
+        const sizes = await Promise.all(paths.map((path) => this.backend.size(path)));
+        return new Set(paths.filter((_, i) => sizes[i] !== null));
+    }
+
+    /**
      * A stored file's bytes (the form onnxruntime-web uses without another copy).
      * @param {string} path
      * @returns {Promise<Uint8Array>}

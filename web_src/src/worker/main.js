@@ -9,6 +9,10 @@
  * the page having to wait for the cancelled job to wind down. probe and cancel answer at once.
  * Cancel aborts the job's AbortController: a running job stops before the next denoising step and
  * releases its sessions (gives the GPU memory back); a queued job is answered `cancelled` immediately.
+ *
+ * An optional GPU feature that fails at its first use (runtime/errors.js GpuFeatureError) never ends a job: the
+ * job runs again on a device without it (runtime/gpu.js Gpu.dropFeature), and once it succeeds the browser
+ * version is remembered to lack the feature (store/feature_memory.js).
  * @module worker/main
  */
 
@@ -16,9 +20,10 @@ import { generate } from '../pipeline/generate.js';
 import { loadSessions } from '../pipeline/load_sessions.js';
 import { Models } from '../pipeline/models.js';
 import { PROTOCOL_VERSION } from '../protocol.js';
-import { Gpu, probe } from '../runtime/gpu.js';
+import { Gpu, OPTIONAL_FEATURES, probe } from '../runtime/gpu.js';
 import { configureOrt, ortThreads } from '../runtime/ort.js';
-import { CancelledError, InputError, serializeError } from '../shared/errors.js';
+import { CancelledError, GpuFeatureError, InputError, serializeError } from '../shared/errors.js';
+import { featureMemory } from '../store/feature_memory.js';
 import { WeightStore } from '../store/weights.js';
 
 /** @typedef {import('../protocol.js').Request} Request */
@@ -35,6 +40,22 @@ function ortWasmUrls(scriptUrl) {
     const names = typeof KLEIN_ORT_WASM === 'undefined' ? null : KLEIN_ORT_WASM;
     if (!names) return null;
     return { mjs: new URL(names.mjs, scriptUrl).href, wasm: new URL(names.wasm, scriptUrl).href };
+}
+
+/**
+ * The optional GPU feature the worker's URL asks to break (`?gpu-fault=subgroups`): its shaders then fail to
+ * compile, as in a browser that implements it wrongly, so tests and GPU runs can exercise the fallback.
+ * @param {string} scriptUrl
+ * @returns {string | null}
+ */
+function injectedFault(scriptUrl) {
+    const fault = new URL(scriptUrl).searchParams.get('gpu-fault');
+    if (fault === null) return null;
+    if (!OPTIONAL_FEATURES.includes(fault)) {
+        console.warn(`gpu-fault=${fault} ignored: it must be one of ${OPTIONAL_FEATURES.join(', ')}.`);
+        return null;
+    }
+    return fault;
 }
 
 /**
@@ -91,7 +112,7 @@ class JobQueue {
 export function startWorker(scope) {
     const threads = ortThreads();
     configureOrt({ wasmPaths: ortWasmUrls(scope.location.href), threads });
-    const gpu = new Gpu();
+    const gpu = new Gpu({ memory: featureMemory, fault: injectedFault(scope.location.href) });
     const models = new Models({ gpu });
     const jobs = new JobQueue();
 
@@ -110,16 +131,29 @@ export function startWorker(scope) {
      */
     const pipelineJob = (request, run) =>
         jobs.run(request.id, async (signal) => {
-            try {
-                return await run(request.params, {
-                    models,
-                    signal,
-                    onEvent: (event) => post(/** @type {Event} */ ({ ...event, id: request.id })),
-                });
-            } catch (err) {
-                // Cancelled or failed mid-run: give the GPU memory back; the next run reloads from the store.
-                if (signal.aborted) await models.releaseAll();
-                throw signal.aborted ? signal.reason : err;
+            const onEvent = (/** @type {any} */ event) => post(/** @type {Event} */ ({ ...event, id: request.id }));
+            /** @type {string[]} Features given up during this job. */
+            const dropped = [];
+            for (;;) {
+                try {
+                    const result = await run(request.params, { models, signal, onEvent });
+                    await gpu.remember(dropped);
+                    return result;
+                } catch (err) {
+                    if (err instanceof GpuFeatureError && !signal.aborted) {
+                        // Each retry gives up one more feature the device has, so this ends.
+                        await models.releaseAll();
+                        gpu.dropFeature(err.detail.feature, err.detail.cause);
+                        dropped.push(err.detail.feature);
+                        onEvent({ type: 'stage', stage: 'load', detail: `again without ${err.detail.feature}, which failed in this browser` });
+                        continue;
+                    }
+                    // Cancelled or failed mid-run: give the GPU memory back; the next run reloads from the store.
+                    if (signal.aborted || dropped.length > 0) await models.releaseAll();
+                    // Failing without the features as well, they were not the cause: the next job has them again.
+                    if (!signal.aborted) gpu.restore(dropped);
+                    throw signal.aborted ? signal.reason : err;
+                }
             }
         });
 

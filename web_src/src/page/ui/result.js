@@ -153,19 +153,20 @@ function cell(tag, text, className) {
 
 /**
  * One line on the GPU device the sessions shared: the features that decide onnxruntime's kernel paths
- * (shader-f16: fp16 kernels; subgroups: subgroup kernels; chromium-experimental-subgroup-matrix: its matrix-unit
- * kernels, 2.7x faster steps on an H200), the limits that size its workgroups, and how attention runs: the graphs
- * compute it as MatMul + Softmax + MatMul in query blocks, so onnxruntime's flash attention, which lives inside its
- * MultiHeadAttention and GroupQueryAttention ops, never runs: in Chrome on an H200 that op took its flash path and
- * was 2.1x (512^2) to 4.5x (1024^2) slower than the decomposed form (scripts/attention_browser.py). Without
- * shader-f16 the q4 graphs run, whose accuracy_level 4 MatMulNBits onnxruntime runs as int8 dot products (DP4A)
- * when the device has subgroups (not on Apple GPUs): 1.8x faster steps than its fp32 kernel on an H200.
- * @param {{features: string[], limits: Record<string, number>} | null | undefined} device
+ * (shader-f16: fp16 kernels; subgroups: subgroup kernels, among them the int8 (DP4A) kernels of the q4 graphs;
+ * chromium-experimental-subgroup-matrix: its matrix-unit kernels), the limits that size its workgroups, how
+ * attention runs (MatMul + Softmax + MatMul in query blocks: onnxruntime's flash attention lives only inside its
+ * fused attention ops, which measured slower in Chrome), and each optional feature the device was made without
+ * because it failed in this browser. docs/machines.md has what each path is worth.
+ * @param {import('../../protocol.js').GenerateResult['device'] | undefined} device
+ * @param {string | undefined} transformerVariant  The transformer graph that ran (q4 weights: DP4A or not).
  * @returns {HTMLElement[]}
  */
-function deviceLine(device) {
+function deviceLine(device, transformerVariant) {
     if (!device) return [];
     const { limits } = device;
+    const off = device.off ?? [];
+    const matrixOff = off.find((o) => o.feature === 'chromium-experimental-subgroup-matrix');
     const parts = [
         device.features.length > 0 ? `features ${device.features.join(', ')}` : 'no optional features',
         `workgroup storage ${Math.round((limits.maxComputeWorkgroupStorageSize ?? 0) / 1024)} KiB`,
@@ -173,13 +174,18 @@ function deviceLine(device) {
         `${limits.maxStorageBuffersPerShaderStage ?? '?'} storage buffers per stage`,
         device.features.includes('chromium-experimental-subgroup-matrix')
             ? 'matrix units on (subgroup-matrix kernels)'
-            : 'matrix units off (no subgroup-matrix: plain matrix kernels)',
-        'attention as MatMul + Softmax + MatMul (no flash attention: it exists only inside fused attention ops, 2-4.5x slower on an H200)',
+            : matrixOff
+              ? 'matrix units off (subgroup-matrix failed in this browser: plain matrix kernels)'
+              : 'matrix units off (no subgroup-matrix: plain matrix kernels)',
+        'attention as MatMul + Softmax + MatMul (no flash attention: it exists only inside fused attention ops, slower in Chrome)',
     ];
-    if (!device.features.includes('shader-f16')) {
+    if (transformerVariant === 'q4') {
         parts.push(device.features.includes('subgroups')
             ? 'q4 weights as int8 dot products (DP4A kernels)'
             : 'q4 weights on fp32 kernels (no subgroups: no DP4A)');
+    }
+    for (const { feature, reason, remembered } of off) {
+        parts.push(`${feature} off: it failed in this browser${remembered ? ' on an earlier visit' : ''} (${reason.slice(0, 160)})`);
     }
     const line = document.createElement('p');
     line.className = 'device';
@@ -344,7 +350,7 @@ export class ResultView {
             graphBody.append(row);
         }
         graphTable.append(graphHead, graphBody);
-        this.timings.replaceChildren(table, graphTable, ...deviceLine(result.device), ...kernelTables(result.kernels));
+        this.timings.replaceChildren(table, graphTable, ...deviceLine(result.device, result.graphs?.transformer?.variant), ...kernelTables(result.kernels));
     }
 
     /** @param {string[]} notes */
