@@ -108,9 +108,11 @@ class Reply:
 class WorkerClient:
     """Talks to the inference worker of the app served at `base_url`, in one Playwright page."""
 
-    def __init__(self, page: Any, base_url: str) -> None:
+    def __init__(self, page: Any, base_url: str, *, worker_query: str = "") -> None:
+        """`worker_query`: appended to the worker script's URL (e.g. "gpu-fault=subgroups", runtime/gpu.js)."""
         self.page = page
         self.base_url = base_url.rstrip("/") + "/"
+        self.worker_query = worker_query
 
     def open(self) -> None:
         """Load the app page (its own UI script blocked, so only our worker runs) and start a worker."""
@@ -124,7 +126,8 @@ class WorkerClient:
     def start_worker(self) -> None:
         worker_path = self.page.get_attribute('meta[name="klein-worker"]', "content")
         assert worker_path, "index.html has no <meta name=klein-worker>"
-        self.page.evaluate(INSTALL_CLIENT_JS, self.base_url + worker_path)
+        query = f"?{self.worker_query}" if self.worker_query else ""
+        self.page.evaluate(INSTALL_CLIENT_JS, self.base_url + worker_path + query)
         assert self.page.evaluate("crossOriginIsolated"), "the page is not cross-origin isolated (COOP/COEP missing)"
 
     @property
