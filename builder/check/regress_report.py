@@ -149,6 +149,8 @@ def case_json(report: CaseReport, *, browser: dict[str, Any], adapter: dict[str,
         "timings": report.app.timings,
         "graphs": report.app.result_info.get("graphs"),
         "notes": report.app.result_info.get("notes"),
+        # The shared GPU device's features, and the optional ones it was made without because they failed.
+        "device": report.app.result_info.get("device"),
         "prompt_tokens": report.app.result_info.get("prompt"),
         "capabilities": report.app.capabilities,
         "adapter": adapter,
