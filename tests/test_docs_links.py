@@ -70,3 +70,14 @@ def test_relative_links_resolve(page: Path) -> None:
         if anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             broken.append(f"{target}: {dest.name} has no heading with the anchor #{anchor}")
     assert not broken, f"{page.relative_to(ROOT)}: broken links:\n  " + "\n  ".join(broken)
+
+
+def test_the_readme_and_commands_page_list_every_command() -> None:
+    from builder.cli import main
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands_page = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    missing = [name for name in main.commands if f"`klein-web {name}" not in readme]
+    assert not missing, f"commands the README's table does not list: {missing}"
+    missing = [name for name in main.commands if f"\n## {name}\n" not in commands_page]
+    assert not missing, f"commands docs/commands.md has no section for: {missing}"
