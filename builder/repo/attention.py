@@ -74,9 +74,9 @@ def query_blocks_for(*, heads: int, tokens: int, bytes_per_value: int = 4,
 
 # The transformer gets one graph per size class, all sharing the same weight files, each with its
 # attention split just enough for images up to that side (text-to-image), the last for the longest edit: every
-# block costs six kernels, and on an H200 (scripts/attention_kernels.py, 1536 tokens = 512^2 px) one layer's
-# attention took 6.3 ms in 52 blocks, 2.9 ms in 16, 1.6 ms in 4 and 1.4 ms unsplit. The app runs the least-split
-# graph that fits its token count (image + reference + text tokens).
+# block costs six kernels, so fewer blocks run faster (per-layer times from scripts/attention_kernels.py in
+# docs/performance.md). The app runs the least-split graph that fits its token count (image + reference + text
+# tokens).
 SIZE_CLASS_SIDES = (512, 1024, 1536, MAX_IMAGE_SIDE)
 
 

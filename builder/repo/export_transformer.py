@@ -6,7 +6,8 @@ Graph contract (builder.repo.manifest.CONTRACT["transformer"]):
     txt_ids [txt_seq, 4] int64  ->  noise_pred [1, img_seq, 128]
 
 Export-only substitutions make the graph fast on onnxruntime's WebGPU EP without changing the maths; each
-turns a chain of small kernels into one (on an H200 the glue between the matrix kernels was a quarter of a step):
+turns a chain of small kernels into one (the glue between the matrix kernels is a large share of a step; figures
+in docs/performance.md):
   * RoPE tables in float32 (diffusers uses float64 on CPU; WebGPU has no f64; difference ~2e-5), one angle
     per rotated pair ([S, head_dim / 2]),
   * rotary application as one com.microsoft.RotaryEmbedding (interleaved pairs, float32) instead of the

@@ -2,19 +2,19 @@
 
 The TorchScript tracer writes RMSNorm as pow / mean / add / sqrt / div / mul / mul and rotary embeddings as
 gathers or slices, negations, multiplications and additions; on onnxruntime's WebGPU EP each of those is a
-kernel over the whole activation (with the q4f16 graph's fp32 islands, a Cast on either side). On an H200
-that glue was a quarter of a transformer step. These functions export as the ops onnxruntime fuses them
-into, both of which onnxruntime-web 1.30 runs on WebGPU and on the CPU:
+kernel over the whole activation (with the q4f16 graph's fp32 islands, a Cast on either side), and that glue is
+a large share of a transformer step. These functions export as the ops onnxruntime fuses them into, both of
+which onnxruntime-web 1.30 runs on WebGPU and on the CPU:
 
   RMSNormOp        -> SimplifiedLayerNormalization (default domain, float32 statistics: stash_type 1;
                       WebGPU: core/providers/webgpu/nn/layer_norm.cc)
   RotaryEmbedding  -> com.microsoft.RotaryEmbedding, interleaved (Flux) or rotate-half (Qwen3) pairs
                       (WebGPU: contrib_ops/webgpu/bert/rotary_embedding.cc)
 
-Measured on an H200 (docs/gpu-runs/2026-12-01-h200-fused/): a 512^2 step went from 182 to 162 ms. The norm
-kernel is the one weak spot: onnxruntime's WebGPU LayerNorm program splits a row across a 64-thread workgroup,
-so a 128-wide q/k-norm row is left to one thread (9.6 ms of norms per step, where the decomposed chain took
-about 7 ms); the casts and rotary glue the fusion removes outweigh that.
+The fused graphs step faster (figures in docs/performance.md). The norm kernel is the one weak spot:
+onnxruntime's WebGPU LayerNorm program splits a row across a 64-thread workgroup, so a 128-wide q/k-norm row is
+left to one thread and the fused norm costs more than the decomposed chain; the casts and rotary glue the fusion
+removes outweigh that.
 
 Their forward passes compute the same products and sums, in the same order, as the diffusers and
 transformers code they replace, so the traced values are unchanged.

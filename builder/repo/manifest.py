@@ -159,7 +159,7 @@ class Manifest:
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
     # The LoRAs baked into the weights, in the order they were added. Optional in manifest.json and left out when
-    # empty, so a repo without LoRAs has the same manifest as before the field existed.
+    # empty, so a manifest without LoRAs stays readable by a reader that does not know the key.
     loras: list[LoraEntry] = field(default_factory=list)
 
     def graph(self, component: str, variant: str) -> GraphEntry:

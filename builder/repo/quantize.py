@@ -125,10 +125,10 @@ def cast_fp16_embedding(model: onnx.ModelProto, *, gather_name: str, table_name:
 
 
 # What of the fp16 VAE stays fp32. The attention (scores, softmax and the weighted sum, which adds up one value
-# per latent pixel): in fp16 its error grows with the image; on an H200 the all-fp16 VAE decoded 1024x1024 at
-# 39.6 dB against the CPU (tiny model; 36.3 dB at full size), with the attention in fp32 at 53.1 dB, as at
-# 256x256. The GroupNorm statistics (InstanceNormalization): a variance of activations past |x| = 256 overflows
-# fp16, the reason the q4f16 graphs keep their norms in fp32 too.
+# per latent pixel): in fp16 its error grows with the image, and an all-fp16 VAE fails against the CPU at
+# 1024x1024 where this one matches it as at 256x256 (figures in docs/performance.md). The GroupNorm statistics
+# (InstanceNormalization): a variance of activations past |x| = 256 overflows fp16, the reason the q4f16 graphs
+# keep their norms in fp32 too.
 VAE_FP32_OPS = ("InstanceNormalization", "Softmax")
 VAE_FP32_SCOPES = ("/query_blocks/",)
 
@@ -167,8 +167,8 @@ def to_q4f16(q4_model: onnx.ModelProto, *, fp32_scopes: tuple[str, ...] = Q4F16_
 
     Takes a q4 graph (consumed: its fp32 scales become fp16 in place) and returns the rewritten graph:
     every MatMulNBits runs with accuracy_level 0 on fp16 inputs (the kernel the WebGPU EP runs fastest
-    with shader-f16: 123 vs 21 TFLOP/s for fp32 activations on an H200), everything else in fp16 except
-    `fp32_ops` and the nodes whose name contains one of `fp32_scopes`. The attention keeps the exporter's
+    with shader-f16, several times its throughput on fp32 activations; see docs/performance.md), everything else
+    in fp16 except `fp32_ops` and the nodes whose name contains one of `fp32_scopes`. The attention keeps the exporter's
     q * d^-1/4, k * d^-1/4 scaling before QK^T (see scale_query_before_scores), so the fp16 scores cannot
     overflow before the fp32 Softmax.
     """

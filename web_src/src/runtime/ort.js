@@ -31,8 +31,8 @@ import * as ort from 'onnxruntime-web/webgpu';
  * @property {boolean} [profile]  Turn onnxruntime's profiler on: every run records each kernel's GPU time (WebGPU
  *   timestamp queries) until profileEvents() ends it. A profiled session never captures: replays record nothing.
  * @property {boolean} [capture]  With `staticDims`, on WebGPU: the session captures. Its first run records every
- *   kernel and later runs replay the recording without the EP's per-kernel host work (a 512^2 q4f16 step on an
- *   H200: 342 -> 269 ms; README "Speed"). Every run must then have exactly these dims. Worth it for a graph run
+ *   kernel and later runs replay the recording without the EP's per-kernel host work (the time it saves:
+ *   docs/performance.md). Every run must then have exactly these dims. Worth it for a graph run
  *   many times (the denoising loop), not for one run once per prompt.
  */
 
