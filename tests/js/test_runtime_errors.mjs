@@ -88,3 +88,16 @@ test('a device lost before its first run blames the matrix units only; after a r
     assert.equal(runtimeError(new Error('x'), gpuWith(matrix, { lost: true, used: true }), 'x').code, ErrorCode.DEVICE_LOST);
     assert.equal(runtimeError(new Error('x'), gpuWith(['shader-f16', 'subgroups'], { lost: true }), 'x').code, ErrorCode.DEVICE_LOST);
 });
+
+test('the reason kept for a dropped feature is the browser\'s sentence, not onnxruntime\'s build path', async () => {
+    const { failureSummary } = await import('../../web_src/src/runtime/errors.js');
+    // Chromium 150 on an H200 (docs/gpu-runs/2026-12-03-h200-chromium150/), as onnxruntime-web 1.30 words it.
+    const raw = 'failed to call OrtRun(). ERROR_CODE: 1, ERROR_MESSAGE: /mnt/azure_nvme_temp/_work/1/s/onnxruntime/core/' +
+        'providers/webgpu/buffer_manager.cc:562 WGPUBuffer onnxruntime::webgpu::BufferManager::Create(size_t, wgpu::BufferUsage, ' +
+        `bool, bool) const [ONNXRuntimeError] : 1 : FAIL : ${CHROMIUM_150}\n - While validating compute stage ([Invalid ` +
+        'ShaderModule "SubgroupMatrixMatMulNBits"], entryPoint: "main").\n\n';
+    assert.equal(failureSummary(raw), CHROMIUM_150);
+    const err = runtimeError(new Error(raw), gpuWith(['shader-f16', 'subgroups', 'chromium-experimental-subgroup-matrix']), 'x');
+    assert.equal(err.detail.cause, CHROMIUM_150);
+    assert.equal(failureSummary('plain message'), 'plain message');
+});

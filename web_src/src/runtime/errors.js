@@ -29,6 +29,17 @@ const FEATURE_HINTS = Object.freeze([
 const EXPERIMENTAL_FEATURE = 'chromium-experimental-subgroup-matrix';
 
 /**
+ * The part of an onnxruntime failure a person reads: the browser's own sentence, without onnxruntime's build
+ * path and call prefix ("failed to call OrtRun(). ... [ONNXRuntimeError] : 1 : FAIL : Failed to create ...").
+ * @param {string} message
+ * @returns {string}
+ */
+export function failureSummary(message) {
+    const tail = message.replace(/^[\s\S]*\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*/, '');
+    return tail.split('\n')[0].trim() || message.trim();
+}
+
+/**
  * The optional feature to give up for a shader or pipeline failure: the one the message names, if the device has
  * it, else the most experimental one it has; null when it has none (then no feature is to blame).
  * @param {string} message
@@ -58,7 +69,7 @@ export function runtimeError(err, gpu, what) {
         if (feature) {
             return new GpuFeatureError(
                 `${what} failed: the browser could not build a GPU program that uses ${feature} (${message}).`,
-                { feature, cause: message },
+                { feature, cause: failureSummary(message) },
             );
         }
     }
