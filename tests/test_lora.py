@@ -34,7 +34,7 @@ PEFT_TARGETS = ("transformer_blocks.0.attn.to_q", "transformer_blocks.0.attn.to_
                 "single_transformer_blocks.0.attn.to_out", "x_embedder", "proj_out")
 # The merged output must equal diffusers' fused LoRA within this (max |diff| / max |expected|); torch vs torch.
 TORCH_TOLERANCE = 1e-5
-# The ONNX graph computes RoPE in fp32 where diffusers uses fp64 (README: fp32 graphs within 1e-4 relative in
+# The ONNX graph computes RoPE in fp32 where diffusers uses fp64 (docs/converting.md: fp32 graphs within 1e-4 relative in
 # general); at these inputs' few positions that costs about 2e-7.
 ONNX_TOLERANCE = 1e-5
 

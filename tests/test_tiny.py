@@ -61,7 +61,7 @@ def test_make_tiny_is_deterministic_and_fast(tiny_models: dict[str, Path], tmp_p
         first, second = file_hashes(tiny_models[name]), file_hashes(path)
         assert first and first == second, name  # every file, sha256-identical
     assert any("make-tiny: done" in m for m in messages)  # progress is reported through `log`
-    # About 30 s on 2 cores (README); other tests share the 2 cores in CI, so allow some slack.
+    # About 30 s on 2 cores (docs/converting.md); other tests share the 2 cores in CI, so allow some slack.
     assert seconds < 120
 
 

@@ -102,9 +102,8 @@ PRECISION_TEXT = {
 
 # Both q4 graphs: accuracy_level 4, as the seed card states for the text encoder. The q4 graphs are what
 # adapters without shader-f16 run, and there onnxruntime's WebGPU EP runs level 4 as int8 dot products (DP4A,
-# given the `subgroups` feature): on an H200 in Chrome a 512^2 transformer step took 286 ms against 514 ms with
-# the fp32 kernel, at 54 dB PSNR against the CPU image of the level-0 graph
-# (docs/gpu-runs/2026-12-01-h200-q4-dp4a/). The q4f16 variants reset it to 0 (quantize.to_q4f16).
+# given the `subgroups` feature), much faster than its fp32 kernel at the same fidelity (docs/performance.md,
+# docs/machines.md). The q4f16 variants reset it to 0 (quantize.to_q4f16).
 Q4_ACCURACY_LEVEL = 4
 
 

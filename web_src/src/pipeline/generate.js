@@ -80,7 +80,7 @@ function transformerPin(imageSeqLen) {
 /**
  * The VAE decoder, run once per image at the image's latent size: pinned and capturing, so every later image
  * of that size replays its kernels. Uncaptured, onnxruntime's per-node host work (buffers of over 160 MB are
- * created anew on each run) took about 0.9 s of a 1.5 s decode at 1024^2 on an H200, beside 0.6 s of GPU time.
+ * created anew on each run) takes longer than the GPU work at 1024^2 (docs/performance.md).
  * @param {{width: number, height: number}} size
  * @returns {import('./models.js').Pin}
  */

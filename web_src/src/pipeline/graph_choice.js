@@ -139,7 +139,7 @@ export function chooseGraphs(manifest, gpu, precision, attentionTokens, { encode
             throw new ModelFileError(
                 `The model repository ${manifest.modelBase} has no VAE encoder (component vae_encoder), which editing ` +
                     'and inpainting need to read input images: use a repository converted by `klein-web convert` ' +
-                    '(README, "Editing"), or generate without images.',
+                    '(docs/editing.md), or generate without images.',
                 { component: 'vae_encoder' },
             );
         }

@@ -17,7 +17,7 @@ const MODEL_BYTES = 5.6e9;
 const LARGE_BUFFER = 2 ** 30;
 /**
  * Dawn hides shader-f16 on NVIDIA + Vulkan (every NVIDIA GPU under Linux) unless this toggle is on; with it the
- * q4f16 graphs run instead of the q4 ones (int8 activations; 1.8x slower per step on an H200).
+ * q4f16 graphs run instead of the q4 ones (int8 activations, slower per step: docs/machines.md).
  */
 export const NVIDIA_F16_FLAG = '--enable-dawn-features=vulkan_enable_f16_on_nvidia';
 
