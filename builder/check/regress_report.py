@@ -151,6 +151,7 @@ def case_json(report: CaseReport, *, browser: dict[str, Any], adapter: dict[str,
         "notes": report.app.result_info.get("notes"),
         # The shared GPU device's features, and the optional ones it was made without because they failed.
         "device": report.app.result_info.get("device"),
+        "memory": report.app.result_info.get("memory"),
         "prompt_tokens": report.app.result_info.get("prompt"),
         "capabilities": report.app.capabilities,
         "adapter": adapter,

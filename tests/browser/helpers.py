@@ -152,11 +152,14 @@ class WorkerClient:
         return self.wait(self.send(kind, **fields), timeout_s=timeout_s)
 
     def generate(self, *, prompt: str, seed: int, width: int, height: int, steps: int = 4,
-                 precision: str | None = None, profile: bool = False, timeout_s: float = 300) -> Reply:
+                 precision: str | None = None, profile: bool = False, memory: str | None = None,
+                 timeout_s: float = 300) -> Reply:
         params: dict[str, Any] = {"prompt": prompt, "seed": seed, "width": width, "height": height, "steps": steps,
                                   "modelBase": self.model_base}
         if precision:
             params["precision"] = precision
+        if memory:
+            params["memory"] = memory
         if profile:
             params["profile"] = True
         return self.request("generate", params=params, timeout_s=timeout_s)

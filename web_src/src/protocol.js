@@ -55,6 +55,9 @@ export const STAGES = Object.freeze(
 /** Graph variants `GenerateParams.precision` may force for the text encoder and the transformer. */
 export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
 
+/** Memory modes `GenerateParams.memory` may ask for (pipeline/memory_mode.js); absent: the worker chooses. */
+export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
+
 /** @typedef {(typeof STAGES)[number]} Stage */
 
 /**
@@ -74,6 +77,9 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  *   diffusers binarises); any size (resized to the image as diffusers does).
  * @property {number} [strength]  Inpainting: the share of the schedule that runs, in [0, 1] (diffusers' default
  *   0.8); ignored without a mask.
+ * @property {'fast' | 'lean'} [memory]  How many model sessions stay on the GPU (pipeline/memory_mode.js): `fast`
+ *   keeps them loaded between stages and images, `lean` holds one at a time; absent: the worker chooses from what
+ *   the browser tells about the machine, and runs lean after a fast run ran out of memory.
  * @property {boolean} [profile]  Report where the GPU time went (GenerateResult.kernels): the run's sessions are
  *   created anew with onnxruntime's profiler on and without graph capture (so the run is slower than usual), and
  *   released after it.
@@ -127,6 +133,7 @@ export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
  * @property {import('./shared/types.js').DeviceGrant | null} device  The features and limits the shared GPU device
  *   was given (onnxruntime's kernels choose their paths from them), and the optional features it was made without
  *   because they failed in this browser; null when nothing ran on WebGPU.
+ * @property {{mode: 'fast' | 'lean', why: string}} memory  The memory mode the run used, and why.
  * @property {string[]} notes   Things the user should know (e.g. "VAE ran on the CPU: no shader-f16").
  * @property {{mode: 'text' | 'edit' | 'inpaint', images: InputImageInfo[], mask: InputImageInfo | null,
  *   strength: number | null, steps: number, referenceTokens: number}} inputs  The mode that ran; `steps`: the

@@ -18,6 +18,7 @@ import { EditingView } from './ui/editing.js';
 import { ErrorView, adviseError } from './ui/error_view.js';
 import { requireElement } from './ui/dom.js';
 import { FormView, randomSeed, shareUrl, valuesFromUrl } from './ui/form.js';
+import { MemorySetting } from './ui/memory_setting.js';
 import { HistoryFullError, HistoryStore, HistoryView } from './ui/history.js';
 import { ProgressView } from './ui/progress.js';
 import { ResultView, encodeImage } from './ui/result.js';
@@ -52,6 +53,15 @@ function announce(toast, text) {
     toast.dataset.timer = String(setTimeout(() => (toast.textContent = ''), 4000));
 }
 
+/** @returns {Storage | null} localStorage, or null where the browser refuses it (blocked site data). */
+function storageOrNull() {
+    try {
+        return globalThis.localStorage ?? null;
+    } catch {
+        return null;
+    }
+}
+
 function main() {
     const version = meta('klein-version');
     const client = new WorkerClient(new URL(meta('klein-worker'), location.href));
@@ -59,6 +69,7 @@ function main() {
     const advice = webgpuAdvice(browser);
 
     const form = new FormView(document);
+    const memory = new MemorySetting(document, { storage: storageOrNull(), href: location.href });
     const progress = new ProgressView(document);
     const result = new ResultView(document);
     const errors = new ErrorView(document);
@@ -148,8 +159,9 @@ function main() {
     // 1. Settings from a share link; a fresh random seed otherwise.
     const fromUrl = valuesFromUrl(location.search);
     form.write({ seed: String(randomSeed()), ...fromUrl.values });
-    if (fromUrl.problems.length) {
-        errors.show(adviseError(new InputError(fromUrl.problems.join(' ')), {}), ErrorCode.INPUT, { reveal: false });
+    const problems = [...fromUrl.problems, ...(memory.urlError ? [memory.urlError.message] : [])];
+    if (problems.length) {
+        errors.show(adviseError(new InputError(problems.join(' ')), {}), ErrorCode.INPUT, { reveal: false });
     }
 
     // 2. Where the model comes from (shown in the header), decided once.
@@ -279,7 +291,8 @@ function main() {
             const caps = await probe.catch(() => (probe = runProbe()));
             if (caps === null) throw new NoWebGPUError('WebGPU is not available in this browser.');
             const { base, label, precision, profile } = await source;
-            const settings = { ...values, modelBase: base, ...(precision ? { precision } : {}) };
+            const mode = memory.value();
+            const settings = { ...values, modelBase: base, ...(precision ? { precision } : {}), ...(mode ? { memory: mode } : {}) };
             // A profiled run (?profile=kernels) is a way of looking, not a setting: history does not keep it.
             const params = { ...settings, ...(profile ? { profile } : {}), ...inputs.params };
             // Ask once, from a user gesture, that the browser never evicts the cached model (a worker

@@ -14,7 +14,7 @@
  * @module pipeline/generate
  */
 
-import { PRECISIONS } from '../protocol.js';
+import { MEMORY_MODES, PRECISIONS } from '../protocol.js';
 import { InputError } from '../shared/errors.js';
 import { LIMITS } from '../shared/limits.js';
 import { checkInputImages, encodeImages, imageJobs, maskTokens } from './encode_images.js';
@@ -109,7 +109,7 @@ export function checkInputs(params) {
     if (!params || typeof params !== 'object') {
         throw new InputError(`\`params\` must be an object, got ${JSON.stringify(params)}.`);
     }
-    const { prompt, seed, steps, width, height, modelBase, precision, profile } = params;
+    const { prompt, seed, steps, width, height, modelBase, precision, profile, memory } = params;
     const { sizeMin, sizeMax, sizeMultiple, stepsMin, stepsMax, seedMax } = LIMITS;
     // diffusers accepts an empty prompt (it encodes the chat template alone), so we do too.
     if (typeof prompt !== 'string') {
@@ -156,10 +156,17 @@ export function checkInputs(params) {
     if (profile !== undefined && typeof profile !== 'boolean') {
         throw new InputError(`\`profile\` must be true or false, got ${JSON.stringify(profile)}.`, { profile });
     }
+    if (memory !== undefined && !MEMORY_MODES.includes(memory)) {
+        throw new InputError(
+            `\`memory\` must be one of ${MEMORY_MODES.join(', ')} (or absent to let the app choose), got ${JSON.stringify(memory)}.`,
+            { memory },
+        );
+    }
     /** @type {GenerateParams} */
     const checked = { prompt, seed, steps, width, height, modelBase };
     if (precision) checked.precision = precision;
     if (profile) checked.profile = true;
+    if (memory !== undefined) checked.memory = memory;
     // The image files stay out of the checked parameters (the result would carry them back); `inputs` names them.
     const { mode, strength } = checkImageParams(params);
     if (mode === 'inpaint') checked.strength = /** @type {number} */ (strength);
@@ -476,6 +483,7 @@ export async function generate(params, { models, signal, onEvent }) {
     const graphs = models.describe(meter);
     // After the timings: ending the profiles and releasing the profiled sessions is not part of the run.
     const kernels = checked.profile ? kernelTimes(await models.endProfiling()) : undefined;
+    await models.finishRun();
     return {
         width,
         height,
@@ -486,6 +494,7 @@ export async function generate(params, { models, signal, onEvent }) {
         prompt: { tokens: embedding.tokens, droppedTokens: embedding.droppedTokens },
         graphs,
         device: models.deviceGrant(),
+        memory: models.memory,
         notes,
         inputs: {
             mode: plan.mode,

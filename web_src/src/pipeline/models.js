@@ -5,9 +5,10 @@
  * store, creates sessions one at a time from stored bytes, and decides which sessions stay loaded. The only
  * pipeline module that touches the runtime and the store.
  *
- * Memory policy: a session stays loaded while everything loaded fits a budget derived from the
- * device's memory; when the next stage needs room, the least recently used sessions are released
- * first (the text encoder usually, since prompt embeddings are cached per prompt).
+ * Memory policy (pipeline/memory_mode.js): in fast mode a session stays loaded while everything loaded fits a
+ * budget derived from the device's memory; when the next stage needs room, the least recently used sessions are
+ * released first (the text encoder usually, since prompt embeddings are cached per prompt). In lean mode the
+ * budget is zero: one session at a time, and none after the image (finishRun).
  * @module pipeline/models
  */
 
@@ -18,6 +19,7 @@ import { formatBytes } from '../shared/format.js';
 import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../shared/model_repo.js';
 import { WeightStore } from '../store/weights.js';
 import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
+import { chooseMemoryMode } from './memory_mode.js';
 
 /** @typedef {import('../shared/model_repo.js').Component} Component */
 /** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */
@@ -130,7 +132,12 @@ export class Models {
         this.images = new Map();
         /** @type {Map<string, any>} derived objects (the tokenizer) of the current model */
         this.memos = new Map();
-        this.budget = memoryBudget();
+        /** The fast mode's budget. */
+        this.fastBudget = memoryBudget();
+        /** @type {import('./memory_mode.js').MemoryChoice} The current request's memory mode. */
+        this.memory = { mode: 'fast', why: '' };
+        /** @type {string | null} Why this worker runs lean from now on: a fast run ran out of memory. */
+        this.leanAfterFailure = null;
         /** @type {Map<AnyComponent, string>} whether the last session of a component captured its kernels */
         this.captureState = new Map();
         /** Create sessions with onnxruntime's profiler on (a run asked for its kernels' GPU times: `profile`). */
@@ -142,11 +149,11 @@ export class Models {
      * graphs for this adapter, and download the files that are not complete in the store yet. With `encodeSizes`
      * (the sizes input images are encoded at) the VAE encoder is chosen too, and each size checked to fit it.
      * @param {{modelBase: string, precision?: string, width: number, height: number, attentionTokens?: number,
-     *   encodeSizes?: {width: number, height: number}[]}} params
+     *   encodeSizes?: {width: number, height: number}[], memory?: string}} params  `memory`: the request's mode.
      * @param {{signal?: AbortSignal, onProgress?: (p: import('../shared/types.js').DownloadProgress) => void}} options
      * @returns {Promise<{notes: string[], downloadedBytes: number}>}
      */
-    async prepare({ modelBase, precision, width, height, attentionTokens, encodeSizes = [] }, { signal, onProgress }) {
+    async prepare({ modelBase, precision, width, height, attentionTokens, encodeSizes = [], memory }, { signal, onProgress }) {
         if (!this.store || this.store.modelBase !== modelBase) {
             await this.releaseAll();
             this.prompts.clear();
@@ -169,6 +176,8 @@ export class Models {
         checkDecodeFits(choices.vae_decoder, { width, height }, info);
         // The encoder's mid-block attention is the decoder's, at the input image's size.
         if (choices.vae_encoder) for (const size of encodeSizes) checkDecodeFits(choices.vae_encoder, size, info);
+        this.memory = this.chooseMemory(memory, info);
+        if (this.memory.mode === 'lean' && memory === undefined) notes.push(`The app runs in ${this.memory.why}: one model part at a time, reloaded for each image.`);
         if (info.software) notes.push(`The GPU adapter is a software renderer (${info.adapter.architecture || info.adapter.description || 'fallback'}): it works, but very slowly.`);
         // A re-converted repository (other sizes or hashes) invalidates the loaded sessions and derived objects.
         // A session of a component not chosen this time (the encoder of a text-to-image run) is released as well.
@@ -204,6 +213,29 @@ export class Models {
             this.prompts.clear();
         }
         return { notes, downloadedBytes };
+    }
+
+    /**
+     * The memory mode of a request: the one it asks for, else lean once a fast run of this worker ran out of
+     * memory, else the one the machine's facts suggest.
+     * @param {string | undefined} requested
+     * @param {import('../runtime/gpu.js').GpuInfo} info
+     * @returns {import('./memory_mode.js').MemoryChoice}
+     */
+    chooseMemory(requested, info) {
+        if (requested === undefined && this.leanAfterFailure) return { mode: 'lean', why: `lean mode: ${this.leanAfterFailure}` };
+        const { deviceMemory } = /** @type {Navigator & {deviceMemory?: number}} */ (navigator);
+        return chooseMemoryMode({ requested, deviceMemory, maxBufferSize: info.maxBufferSize, software: info.software });
+    }
+
+    /** How many bytes of sessions may stay loaded at once: none beside the one in use in lean mode. */
+    get budget() {
+        return this.memory.mode === 'lean' ? 0 : this.fastBudget;
+    }
+
+    /** The image is done: in lean mode nothing stays on the GPU between images. */
+    async finishRun() {
+        if (this.memory.mode === 'lean') await this.releaseAll();
     }
 
     /**

@@ -89,7 +89,9 @@ export function runtimeError(err, gpu, what) {
     }
     if (OUT_OF_MEMORY.test(message)) {
         return new OutOfMemoryError(
-            `${what} ran out of memory (${message}). Try a smaller image size, close other tabs, or reload the page.`,
+            `${what} ran out of memory (${failureSummary(message)}). Choose the lean memory mode or a smaller ` +
+                'image size, close other GPU-heavy tabs, or reload the page.',
+            { runtime: true },
         );
     }
     if (NEEDS_F16.test(message)) {

@@ -10,9 +10,10 @@
  * Cancel aborts the job's AbortController: a running job stops before the next denoising step and
  * releases its sessions (gives the GPU memory back); a queued job is answered `cancelled` immediately.
  *
- * An optional GPU feature that fails at its first use (runtime/errors.js GpuFeatureError) never ends a job: the
- * job runs again on a device without it (runtime/gpu.js Gpu.dropFeature), and once it succeeds the browser
- * version is remembered to lack the feature (store/feature_memory.js).
+ * Some failures run the job again another way (worker/recovery.js): an optional GPU feature that fails at its first
+ * use (runtime/errors.js GpuFeatureError) runs it on a device without that feature (runtime/gpu.js
+ * Gpu.dropFeature), and once it succeeds the browser version is remembered to lack the feature
+ * (store/feature_memory.js); a fast-mode run that runs out of memory runs once more in lean memory mode.
  * @module worker/main
  */
 
@@ -22,9 +23,10 @@ import { Models } from '../pipeline/models.js';
 import { PROTOCOL_VERSION } from '../protocol.js';
 import { Gpu, OPTIONAL_FEATURES, probe } from '../runtime/gpu.js';
 import { configureOrt, ortThreads } from '../runtime/ort.js';
-import { CancelledError, GpuFeatureError, InputError, serializeError } from '../shared/errors.js';
+import { CancelledError, InputError, serializeError } from '../shared/errors.js';
 import { featureMemory } from '../store/feature_memory.js';
 import { WeightStore } from '../store/weights.js';
+import { recoveryFor } from './recovery.js';
 
 /** @typedef {import('../protocol.js').Request} Request */
 /** @typedef {import('../protocol.js').Event} Event */
@@ -134,18 +136,30 @@ export function startWorker(scope) {
             const onEvent = (/** @type {any} */ event) => post(/** @type {Event} */ ({ ...event, id: request.id }));
             /** @type {string[]} Features given up during this job. */
             const dropped = [];
+            let leanTried = false;
             for (;;) {
                 try {
                     const result = await run(request.params, { models, signal, onEvent });
                     await gpu.remember(dropped);
                     return result;
                 } catch (err) {
-                    if (err instanceof GpuFeatureError && !signal.aborted) {
+                    const recovery = recoveryFor(err, {
+                        aborted: signal.aborted, memoryMode: models.memory.mode, askedMemory: request.params?.memory, leanTried,
+                    });
+                    if (recovery?.kind === 'drop-feature') {
                         // Each retry gives up one more feature the device has, so this ends.
                         await models.releaseAll();
-                        gpu.dropFeature(err.detail.feature, err.detail.cause);
-                        dropped.push(err.detail.feature);
-                        onEvent({ type: 'stage', stage: 'load', detail: `again without ${err.detail.feature}, which failed in this browser` });
+                        gpu.dropFeature(recovery.feature, recovery.reason);
+                        dropped.push(recovery.feature);
+                        onEvent({ type: 'stage', stage: 'load', detail: `again without ${recovery.feature}, which failed in this browser` });
+                        continue;
+                    }
+                    if (recovery?.kind === 'lean') {
+                        // This worker runs lean from now on: the machine could not hold the fast mode's sessions.
+                        leanTried = true;
+                        await models.releaseAll();
+                        models.leanAfterFailure = recovery.reason;
+                        onEvent({ type: 'stage', stage: 'load', detail: `again in lean memory mode: ${recovery.reason}` });
                         continue;
                     }
                     // Cancelled or failed mid-run: give the GPU memory back; the next run reloads from the store.

@@ -193,6 +193,19 @@ function deviceLine(device, transformerVariant) {
     return [line];
 }
 
+/**
+ * The memory mode the run used and why (pipeline/memory_mode.js).
+ * @param {GenerateResult['memory'] | undefined} memory
+ * @returns {HTMLElement[]}
+ */
+function memoryLine(memory) {
+    if (!memory) return [];
+    const line = document.createElement('p');
+    line.className = 'memory-mode';
+    line.textContent = `Memory: ${memory.why}.`;
+    return [line];
+}
+
 /** Kernel rows shown per component (the result's data-json holds them all). */
 const KERNEL_ROWS_SHOWN = 12;
 
@@ -293,6 +306,7 @@ export class ResultView {
             notes: result.notes ?? [],
             prompt: result.prompt,
             device: result.device ?? null,
+            memory: result.memory ?? null,
             ...(result.kernels ? { kernels: result.kernels } : {}),
         });
 
@@ -350,7 +364,7 @@ export class ResultView {
             graphBody.append(row);
         }
         graphTable.append(graphHead, graphBody);
-        this.timings.replaceChildren(table, graphTable, ...deviceLine(result.device, result.graphs?.transformer?.variant), ...kernelTables(result.kernels));
+        this.timings.replaceChildren(table, graphTable, ...deviceLine(result.device, result.graphs?.transformer?.variant), ...memoryLine(result.memory), ...kernelTables(result.kernels));
     }
 
     /** @param {string[]} notes */

@@ -1,0 +1,43 @@
+// @ts-check
+/**
+ * @file How many sessions stay on the GPU at once: the memory mode. Pure policy, so node tests it.
+ * - `fast`: the sessions stay loaded while they fit a budget of half the machine's memory as the browser reports
+ *   it (`navigator.deviceMemory`); a hot image with a new seed loads nothing.
+ * - `lean`: one session at a time: each is released before the next stage loads its own, and all of them when
+ *   the image is done, so the GPU holds one graph's weights and activations at most and nothing between images.
+ *   Prompt embeddings and encoded input images stay cached (CPU memory), so a repeated prompt skips the text
+ *   encoder. It costs a session creation per stage per image (docs/machines.md).
+ * The user's choice (the page's Memory field, `?memory=`) wins; otherwise the mode follows what the browser tells
+ * about the machine, and a fast run that runs out of GPU memory or loses its device is run again in lean mode.
+ * @module pipeline/memory_mode
+ */
+
+/** Below this (GiB, as navigator.deviceMemory reports: Chrome rounds down to a power of two and caps at 8) the
+ * machine is too small to keep several multi-GB sessions beside the browser. */
+const SMALL_MACHINE_GIB = 8;
+/** An adapter whose largest buffer is under this is a small or mobile GPU (or Safari's 1-2 GiB limit on a
+ * unified-memory Mac, where GPU memory is the machine's memory). */
+const SMALL_ADAPTER_BYTES = 2 ** 31;
+
+/**
+ * @typedef {Object} MemoryChoice
+ * @property {'fast' | 'lean'} mode
+ * @property {string} why  One sentence for the timings panel.
+ */
+
+/**
+ * @param {{requested?: string, deviceMemory?: number, maxBufferSize?: number, software?: boolean}} facts
+ *   `requested`: the request's `memory`; `deviceMemory`: navigator.deviceMemory (GiB, undefined where the browser
+ *   does not say); `maxBufferSize`: the adapter's limit.
+ * @returns {MemoryChoice}
+ */
+export function chooseMemoryMode({ requested, deviceMemory, maxBufferSize, software = false }) {
+    if (requested === 'fast' || requested === 'lean') return { mode: requested, why: `${requested} mode, as asked` };
+    if (typeof deviceMemory === 'number' && deviceMemory > 0 && deviceMemory < SMALL_MACHINE_GIB) {
+        return { mode: 'lean', why: `lean mode: the browser reports ${deviceMemory} GB of memory` };
+    }
+    if (typeof maxBufferSize === 'number' && maxBufferSize > 0 && maxBufferSize < SMALL_ADAPTER_BYTES && !software) {
+        return { mode: 'lean', why: `lean mode: the GPU's largest buffer is ${(maxBufferSize / 2 ** 30).toFixed(1)} GiB (a small or shared-memory GPU)` };
+    }
+    return { mode: 'fast', why: 'fast mode: sessions stay loaded while they fit (the machine reports enough memory)' };
+}
