@@ -230,9 +230,11 @@ def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str | 
               help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (as a user adds it).")
 @click.option("--kernels", is_flag=True, default=False,
               help="Also one profiled image per size (?profile=kernels): GPU time per kernel program, per component.")
+@click.option("--memory", "memory_mode", type=click.Choice(["auto", "fast", "lean"]), default="auto", show_default=True,
+              help="The app's memory mode (its ?memory=): lean holds one session at a time.")
 def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, steps: int, seed: int, gpu: bool,
                   browser_path: Path | None, native_json: Path | None, dist_dir: Path | None,
-                  timeout_s: float, f16_toggle: bool, kernels: bool) -> None:
+                  timeout_s: float, f16_toggle: bool, kernels: bool, memory_mode: str) -> None:
     """The real app in Chromium, driven like a user: per-stage times cold / warm / hot, memory peaks."""
     from builder.check import browser_bench as bench
 
@@ -240,7 +242,7 @@ def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, 
         bench.main(out_dir, models_dir=models_dir, log=log, precisions=[p for p in precisions.split(",") if p],
                    sizes=[s for s in sizes.split(",") if s], steps=steps, seed=seed, gpu=gpu,
                    browser_path=browser_path, native_json=native_json, dist_dir=dist_dir, timeout_s=timeout_s,
-                   f16_toggle=f16_toggle, kernels=kernels)
+                   f16_toggle=f16_toggle, kernels=kernels, memory_mode=memory_mode)
     except KleinWebError as exc:
         click.echo(f"could not run: {exc}", err=True)
         sys.exit(2)

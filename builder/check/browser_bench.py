@@ -199,6 +199,7 @@ class ImageRun:
     memory: dict[str, Any]
     wasm_heap_bytes: int | None
     kernels: dict[str, Any] | None = None  # the app's per-component kernel times (phase `profiled`)
+    memory_mode: str = ""  # the app's memory mode for the run (pipeline/memory_mode.js): fast or lean
 
     def row(self) -> dict[str, Any]:
         timings = self.timings
@@ -217,7 +218,8 @@ class ImageRun:
             "variants": {c: str(g.get("variant")) for c, g in self.graphs.items() if isinstance(g, dict)},
             "how": {c: f"{g.get('variant')}/{g.get('ep')}, {g.get('detail', '')}" for c, g in self.graphs.items()
                     if isinstance(g, dict)},
-            "memory": self.memory, "wasm_heap_gib": None if self.wasm_heap_bytes is None else self.wasm_heap_bytes / 2**30,
+            "memory": self.memory, "memory_mode": self.memory_mode,
+            "wasm_heap_gib": None if self.wasm_heap_bytes is None else self.wasm_heap_bytes / 2**30,
             **({"kernels": self.kernels} if self.kernels is not None else {}),
         }
 
@@ -307,14 +309,15 @@ def run_environment(session: BrowserSession, models_dir: Path) -> dict[str, Any]
 
 def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[str], steps: int, seed: int,
                 counter: ByteCounter, sampler: MemorySampler, timeout_s: float, log: Log,
-                kernels: bool = False) -> list[ImageRun]:
+                kernels: bool = False, memory_mode: str = "auto") -> list[ImageRun]:
     runs: list[ImageRun] = []
 
     def record(phase: str, size: str, seconds: float, info: dict[str, Any], worker: Any, fetched: int) -> None:
         run = ImageRun(phase=phase, variant=variant, size=size, seconds=seconds, bytes_fetched=fetched,
                        timings=info.get("timings") or {}, step_ms=list(info.get("stepMs") or []),
                        graphs=info.get("graphs") or {}, memory=sampler.figures(),
-                       wasm_heap_bytes=int(worker.evaluate(WASM_SIZE_JS)) or None, kernels=info.get("kernels"))
+                       wasm_heap_bytes=int(worker.evaluate(WASM_SIZE_JS)) or None, kernels=info.get("kernels"),
+                       memory_mode=str((info.get("memory") or {}).get("mode", "")))
         runs.append(run)
         row = run.row()
         log(f"  {variant} {size} {phase}: {run.seconds:.1f} s to the image (image itself {row['image_s']:.2f} s: "
@@ -322,7 +325,7 @@ def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[st
             f"{row['first_step_ms'] or 0:.0f}), decode {row['decode_ms'] or 0:.0f} ms), fetched "
             f"{fetched / 1e9:.2f} GB, load " + ", ".join(f"{c} {s:.1f}s" for c, s in row["load_s"].items()))
 
-    url = f"{base_url}/?precision={variant}"
+    url = f"{base_url}/?precision={variant}&memory={memory_mode}"
     with _ready_page(context, url) as (page, worker):
         for index, size in enumerate(sizes):
             counter.bytes = 0
@@ -436,7 +439,8 @@ def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: di
         loads = " / ".join(num(r["load_s"].get(c), 1) for c in manifest.COMPONENTS)
         rss = r["memory"]["rss_gib"]
         lines.append(
-            f"| {r['variant']} | {r['size']} | {r['phase']} | {num(r['seconds'], 1)} | {num(r['image_s'], 2)} | "
+            f"| {r['variant']}{' lean' if r.get('memory_mode') == 'lean' else ''} | {r['size']} | {r['phase']} | "
+            f"{num(r['seconds'], 1)} | {num(r['image_s'], 2)} | "
             f"{num(r['encode_ms'])} | {num(r['first_step_ms'])} | {num(r['step_ms'])} | {num(r['decode_ms'])} | "
             f"{loads} | {num(r['bytes_fetched'] / 1e9, 2)} | {num(r['store_gb_per_s'], 2)} | "
             f"{num(r['memory']['gpu_gib'], 1)} | {num(rss.get('renderer'), 1)} | {num(rss.get('gpu-process'), 1)} | "
@@ -457,7 +461,8 @@ def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: di
 def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str] = ("q4f16", "q4"),
          sizes: Sequence[str] = ("512x512", "1024x1024"), steps: int = 4, seed: int = 0, gpu: bool = True,
          browser_path: Path | None = None, native_json: Path | None = None, timeout_s: float = 1800.0,
-         dist_dir: Path | None = None, f16_toggle: bool = True, kernels: bool = False) -> list[dict[str, Any]]:
+         dist_dir: Path | None = None, f16_toggle: bool = True, kernels: bool = False,
+         memory_mode: str = "auto") -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
     models_dir, repo = regress.check_models(models_dir, log=log)
     for variant in precisions:
@@ -485,7 +490,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
                     session.adapter = probe_adapter(session, base_url)
                     runs = run_variant(session.context, base_url, variant=variant, sizes=sizes, steps=steps,
                                        seed=seed, counter=counter, sampler=sampler, timeout_s=timeout_s, log=log,
-                                       kernels=kernels)
+                                       kernels=kernels, memory_mode=memory_mode)
                     rows += [run.row() for run in runs]
                 environment = {**run_environment(session, models_dir),
                                "adapter_features": session.adapter.get("features", []), "steps": steps,
