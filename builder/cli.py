@@ -82,7 +82,12 @@ def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_b
               help="A transformer LoRA (.safetensors: diffusers/PEFT, kohya or BFL keys) merged into the weights, "
                    "SCALE 1.0 unless given; repeat to add several, in order.")
 def convert(src: Path, out: Path, precision: str, loras: tuple[str, ...]) -> None:
-    """Convert a diffusers FLUX.2 [klein] folder SRC into the ONNX web layout in OUT."""
+    """Convert a diffusers FLUX.2 [klein] folder SRC into the ONNX web layout in OUT.
+
+    OUT is replaced only by a finished, checked repository. Refused with one line, OUT left as it was: a LoRA
+    holding NaN or infinite values (factors, alpha, lora_alpha), a scale or merge that makes a weight non-finite
+    or beyond float16's 65504, and malformed LoRA files (docs/refusals.md).
+    """
     from builder.repo import convert as converter
     from builder.repo.lora import parse_spec
 
