@@ -43,7 +43,6 @@ from builder.errors import ConversionError
 from builder.memory import peak_rss_bytes, reset_peak_rss
 from builder.repo import lora
 from builder.repo.attention import recorded_query_blocks
-from builder.repo.finite_weights import check_finite_graph
 from builder.repo.files import (
     atomic_write_bytes,
     clean_stale_staging,
@@ -52,6 +51,7 @@ from builder.repo.files import (
     probe_writable,
     replace_folder,
 )
+from builder.repo.finite_weights import check_finite_graph
 from builder.repo.manifest import (
     CONTRACT,
     MANIFEST_NAME,

@@ -32,7 +32,7 @@ def non_finite_tensors(path: Path) -> list[str]:
         if tensor.data_location == TensorProto.EXTERNAL:
             info = {entry.key: entry.value for entry in tensor.external_data}
             count = int(info.get("length", "0")) // np.dtype(dtype).itemsize
-            values = np.memmap(path.parent / info["location"], dtype=dtype, mode="r",
+            values: np.ndarray = np.memmap(path.parent / info["location"], dtype=dtype, mode="r",
                                offset=int(info.get("offset", "0")), shape=(count,))
         else:
             values = onnx.numpy_helper.to_array(tensor).reshape(-1)

@@ -287,7 +287,7 @@ def _adapter_config(metadata: dict[str, str], where: str) -> AdapterConfig:
         if not math.isfinite(value):
             raise ConversionError(f"{where}: its {METADATA_KEY} gives {name} = {value}; an alpha must be a finite "
                                   "number. Fix the file's metadata or use another file.")
-    if adapter.r is not None and adapter.r <= 0 or any(v <= 0 for v in (adapter.rank_pattern or {}).values()):
+    if (adapter.r is not None and adapter.r <= 0) or any(v <= 0 for v in (adapter.rank_pattern or {}).values()):
         raise ConversionError(f"{where}: its {METADATA_KEY} gives a rank (r) that is not positive; "
                               "fix the file's metadata or use another file.")
     return adapter
