@@ -113,11 +113,17 @@ def make_tiny(out: Path, seed: int, full_size: bool) -> None:
 @main.command()
 @click.option("--repo", default=DEFAULT_REPO, show_default=True)
 @click.option("--revision", default="main", show_default=True)
-@click.option("--dir", "dest", type=click.Path(path_type=Path), default=Path("models/klein-4b"), show_default=True)
-def fetch(repo: str, revision: str, dest: Path) -> None:
-    """Download the web model repository (resumable) and write its manifest."""
-    from builder.repo import hub
+@click.option("--dir", "dest_text", default="models/klein-4b", show_default=True,
+              help="A new or empty folder, or a model repository fetched before (it is updated).")
+def fetch(repo: str, revision: str, dest_text: str) -> None:
+    """Download the web model repository (resumable) and write its manifest.
 
+    Refused before anything is written: an empty --dir, and a --dir that is a file or a non-empty folder other
+    than a model repository (fetch's marker .klein-web-fetch, a klein-web manifest.json, or the seed layout).
+    """
+    from builder.repo import fetch_dest, hub
+
+    dest = fetch_dest.check_path_text(dest_text)
     hub.fetch(repo, revision=revision, dest=dest, log=log)
     click.echo(f"Model ready. Next: klein-web serve --models {dest}")
 
