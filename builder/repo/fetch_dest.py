@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from builder.errors import FetchError, KleinWebError
-from builder.repo import local, manifest
+from builder.repo import manifest
 from builder.repo.download import PARTIAL_DIR
 from builder.repo.files import atomic_write_bytes
 
@@ -38,17 +38,29 @@ def why_not_ours(dest: Path) -> str | None:
         return None
     if not dest.is_dir():
         return "a file, not a folder"
-    if not any(dest.iterdir()) or (dest / MARKER).is_file():
-        return None
+    try:
+        if not any(dest.iterdir()) or (dest / MARKER).is_file():
+            return None
+    except OSError as exc:
+        return f"a folder that cannot be read ({exc.strerror})"
     if (dest / manifest.MANIFEST_NAME).is_file():
         try:
             manifest.load(dest)
             return None
         except KleinWebError:
             return f"a folder whose {manifest.MANIFEST_NAME} is not a klein-web model manifest"
-    if local.has_seed_layout(dest) or only_fetch_leftovers(dest):
-        return None
+    try:
+        if seed_layout(dest) or only_fetch_leftovers(dest):
+            return None
+    except OSError as exc:
+        return f"a folder that cannot be read ({exc.strerror})"
     return "a non-empty folder that is not a model repository"
+
+
+def seed_layout(dest: Path) -> bool:
+    """Every component's graph is where the seed repo (and `hf download` of it) puts it."""
+    return all(any((dest / manifest.graph_path(component, variant)).is_file() for variant in manifest.VARIANTS)
+               for component in manifest.COMPONENTS)
 
 
 def only_fetch_leftovers(dest: Path) -> bool:
