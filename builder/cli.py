@@ -188,7 +188,8 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str | None, steps: 
 @click.option("--headed", is_flag=True)
 @click.option("--gpu/--software", default=REGRESS_DEFAULTS.gpu, help="Real GPU (Vulkan) or SwiftShader.")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.report_dir,
-              show_default=True)
+              show_default=True, help="A new or empty folder, or an earlier report (its files are replaced); any "
+              "other non-empty folder is refused.")
 @click.option("--psnr-min", default=REGRESS_DEFAULTS.psnr_min, show_default=True, type=float)
 @click.option("--timeout", "timeout_s", default=REGRESS_DEFAULTS.timeout_s, show_default=True, type=float)
 @click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.dist_dir,
@@ -204,7 +205,12 @@ def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str | 
             reference_png: Path | None, reference_from_cpu: bool, browser_path: Path | None, headed: bool, gpu: bool,
             report_dir: Path, psnr_min: float, timeout_s: float, dist_dir: Path | None, precision: str | None,
             f16_toggle: bool, profile: Path | None) -> None:
-    """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run)."""
+    """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run).
+
+    Refused before the browser starts (exit 2, one line): a --report folder that holds files and is no earlier
+    report, and a case named like one of the run's own files (report.json, browser.log, candidate.png,
+    reference.png, diff.png), in any letter case.
+    """
     from builder.check import regress as regression
 
     options = RegressOptions(models_dir=models_dir, prompt=prompt, seed=seed, size=size or REGRESS_DEFAULTS.size,

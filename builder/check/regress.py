@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, has_web_src
+from builder.check import report_folder
 from builder.check.browser import check_browser, find_chromium
 from builder.check.regress_cases import Case, RegressOptions, cases_from_options
 from builder.check.regress_page import (
@@ -74,6 +75,7 @@ def main(options: RegressOptions, *, log: Log) -> int:
     models_dir, repo = check_models(options.models_dir, log=log)
     # The report is the run's result: find out now, not after the browser ran, that it cannot be written.
     report_dir = check_output_folder(Path(options.report_dir), what="--report", create=False)
+    report_folder.check_report_folder(report_dir)
     browser_path = Path(options.browser_path) if options.browser_path else None
     session = BrowserSession(executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed,
                              f16_toggle=options.f16_toggle)
@@ -97,6 +99,7 @@ def main(options: RegressOptions, *, log: Log) -> int:
     if not single:
         (report_dir / REPORT_NAME).unlink(missing_ok=True)  # the run's report.json is written after every case's
     report_dir.mkdir(parents=True, exist_ok=True)
+    report_folder.mark(report_dir)
     write_browser_log(report_dir, session.log)  # before any report.json, which each folder gets last
     for report in reports:
         write_case_report(report_dir if single else report_dir / report.name, report, browser=browser,

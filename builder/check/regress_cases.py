@@ -177,6 +177,7 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
         if not CASE_NAME.match(name):
             raise InputError(f"{where}: name {name!r} must be 1-64 letters, digits, '.', '_' or '-' "
                              "(it names a folder).")
+        check_not_a_run_file(name, where=where)
         case = with_input_size(replace(case, name=name), size_given="size" in entry)
         cases.append(check_case(case, where=f"{where} ({name})"))
 
@@ -186,6 +187,16 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
         raise InputError(f"--cases {path}: case names must be unique (each gets a report folder); "
                          f"repeated: {duplicates}.")
     return cases
+
+
+def check_not_a_run_file(name: str, *, where: str) -> None:
+    """Each case gets a report folder of its name, beside the run's own files: the two must not collide."""
+    from builder.check.report_folder import RUN_FILES, colliding_name
+
+    own = colliding_name(name)
+    if own is not None:
+        raise InputError(f"{where}: name {name!r} is the run's own {own} in the report folder (each case gets a "
+                         f"folder of its name); rename the case. Reserved: {', '.join(RUN_FILES)}.")
 
 
 def _relative(cases_file: Path, name: str) -> Path:
