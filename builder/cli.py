@@ -250,7 +250,12 @@ def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str | 
 def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, steps: int, seed: int, gpu: bool,
                   browser_path: Path | None, native_json: Path | None, dist_dir: Path | None,
                   timeout_s: float, f16_toggle: bool, kernels: bool) -> None:
-    """The real app in Chromium, driven like a user: per-stage times cold / warm / hot, memory peaks."""
+    """The real app in Chromium, driven like a user: per-stage times cold / warm / hot, memory peaks.
+
+    Refused before anything is launched (exit 2, one line): an --out that cannot be written or is a file, a
+    browser-bench.json there that no earlier run wrote, a browser-bench.md without one, either name a folder or a
+    symlink; a --native file that is no bench.json.
+    """
     from builder.check import browser_bench as bench
 
     try:
@@ -281,7 +286,11 @@ def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, 
               help="Create the transformer this many more times at the first size (memory that is not given back).")
 def load_bench(models_dir: Path, out_dir: Path, precision: str | None, sizes: str, gpu: bool,
                browser_path: Path | None, dist_dir: Path | None, f16_toggle: bool, repeat: int) -> None:
-    """Every session of a model created and released in Chromium: load time and memory peaks, no image."""
+    """Every session of a model created and released in Chromium: load time and memory peaks, no image.
+
+    Refused before anything is launched (exit 2, one line): an --out that cannot be written or is a file, a
+    load-bench.json there that no earlier run wrote, a load-bench.md without one, either name a folder or a symlink.
+    """
     from builder.check import load_bench as bench
 
     try:

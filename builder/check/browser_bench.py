@@ -40,6 +40,7 @@ from typing import Any
 
 from builder import __version__
 from builder.check import regress
+from builder.check.bench_output import check_out
 from builder.check.browser import check_browser, find_chromium
 from builder.check.regress_cases import Case
 from builder.check.regress_page import (
@@ -374,12 +375,26 @@ def _native_row(native_rows: list[dict[str, Any]], component: str, size: str | N
     return None
 
 
+def read_native(path: Path) -> list[dict[str, Any]]:
+    """The rows of a `klein-web bench` bench.json (InputError when it is missing or not one)."""
+    if not path.is_file():
+        raise InputError(f"--native {path}: no such file (it is the bench.json `klein-web bench` writes).")
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputError(f"--native {path} is not readable JSON ({type(exc).__name__}); pass the bench.json "
+                         "`klein-web bench` writes.") from None
+    rows = data.get("rows", []) if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise InputError(f"--native {path} has no list of result rows; pass the bench.json `klein-web bench` writes.")
+    return rows
+
+
 def native_ratios(rows: list[dict[str, Any]], native_json: Path | None) -> dict[str, Any]:
     """Browser / native EP and browser / PyTorch for the step, text encoder and VAE, from a bench.json."""
     if native_json is None:
         return {}
-    data = json.loads(Path(native_json).read_text())
-    native_rows = data.get("rows", []) if isinstance(data, dict) else data
+    native_rows = read_native(Path(native_json))
     ratios: dict[str, Any] = {}
     for row in rows:
         if row["phase"] != "hot":
@@ -464,8 +479,9 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
         check_variant(repo, models_dir, variant)
     for size in sizes:
         parse_size(size)
-    if native_json is not None and not Path(native_json).is_file():
-        raise InputError(f"--native {native_json}: no such file (it is the bench.json `klein-web bench` writes).")
+    if native_json is not None:
+        read_native(Path(native_json))
+    out_dir = check_out(out_dir, json_name=JSON_NAME, markdown_name=MARKDOWN_NAME)
     session = BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False, f16_toggle=f16_toggle)
     session.version = check_browser(session.executable)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.check import regress
+from builder.check.bench_output import check_out
 from builder.check.browser import check_browser, find_chromium
 from builder.check.browser_bench import (
     WASM_HOOK_JS,
@@ -195,6 +196,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
         parse_size(size)
     if not 0 <= repeat <= 20:
         raise InputError(f"--repeat {repeat}: give 0 to 20 more transformer sessions.")
+    out_dir = check_out(out_dir, json_name=JSON_NAME, markdown_name=MARKDOWN_NAME)
     session = BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False, f16_toggle=f16_toggle)
     session.version = check_browser(session.executable)
 
