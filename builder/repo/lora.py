@@ -126,7 +126,8 @@ def _read_safetensors(path: Path, where: str) -> tuple[dict[str, Any], dict[str,
     try:
         read_header(path)  # a clear "not a safetensors file" for pickles, zips and the like
     except ConversionError as exc:
-        hint = " Only .safetensors LoRA files are read (no pickles)." if "not a safetensors file" in str(exc) else ""
+        hint = (" Only .safetensors LoRA files are read (no pickles)." if "not a safetensors file" in str(exc)
+                else " Use an intact copy of the file (download or save it again).")
         raise ConversionError(f"--lora: {exc}{hint}") from None
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
@@ -137,6 +138,10 @@ def _read_safetensors(path: Path, where: str) -> tuple[dict[str, Any], dict[str,
     if not state:
         raise ConversionError(f"{where} holds no tensors.")
     return state, metadata
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def _few(keys: Iterable[str]) -> str:
@@ -171,8 +176,12 @@ def to_diffusers_layout(state: dict[str, Any], *, where: str, log: Callable[[str
     if any(".lora_down.weight" in key for key in state):
         fmt = "kohya"
         remaining = dict(state)  # the conversion pops what it converts and only warns about the rest
-        with _quiet_diffusers():  # its warning about the rest would come before the error below says the same
-            state = conversion._convert_kohya_flux2_lora_to_diffusers(remaining)
+        try:
+            with _quiet_diffusers():  # its warning about the rest would come before the error below says the same
+                state = conversion._convert_kohya_flux2_lora_to_diffusers(remaining)
+        except (ValueError, IndexError, RuntimeError, KeyError, TypeError) as exc:
+            raise ConversionError(f"{where}: kohya factors that do not fit a FLUX.2 layer (a fused qkv's lora_up "
+                                  f"rows must split in three equal parts): {_first_line(exc)}.") from None
         if remaining:
             raise ConversionError(f"{where}: kohya keys that name no FLUX.2 transformer layer: {_few(remaining)}.")
     else:
@@ -184,8 +193,8 @@ def to_diffusers_layout(state: dict[str, Any], *, where: str, log: Callable[[str
             fmt = "BFL / ai-toolkit" if fmt == "diffusers/PEFT" else fmt
             try:
                 state = conversion._convert_non_diffusers_flux2_lora_to_diffusers(state)
-            except (ValueError, IndexError, RuntimeError) as exc:
-                raise ConversionError(f"{where}: keys of an unknown layout ({exc}).") from None
+            except (ValueError, IndexError, RuntimeError, KeyError, TypeError) as exc:
+                raise ConversionError(f"{where}: keys of an unknown layout ({_first_line(exc)}).") from None
 
     alphas: dict[str, float] = {}
     for key in [key for key in state if key.startswith("transformer.") and key.endswith(".alpha")]:
@@ -281,6 +290,13 @@ def _adapter_config(metadata: dict[str, str], where: str) -> AdapterConfig:
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise ConversionError(f"{where}: its {METADATA_KEY} is not a LoRA config ({type(exc).__name__}: {exc})."
                               ) from None
+    for field_name, patterns in (("rank_pattern", adapter.rank_pattern), ("alpha_pattern", adapter.alpha_pattern)):
+        for pattern in patterns or {}:
+            try:
+                re.compile(rf"(.*\.)?({pattern})$")
+            except (re.error, RecursionError, OverflowError) as exc:
+                raise ConversionError(f"{where}: its {METADATA_KEY} has the {field_name} key {pattern!r}, which is "
+                                      f"not a regular expression ({exc}); fix the file's metadata.") from None
     alphas = {"lora_alpha": adapter.lora_alpha} if adapter.lora_alpha is not None else {}
     alphas.update({f"alpha_pattern[{k!r}]": v for k, v in (adapter.alpha_pattern or {}).items()})
     for name, value in alphas.items():
