@@ -13,7 +13,6 @@ import struct
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 from click.testing import CliRunner
 from safetensors.torch import save_file
