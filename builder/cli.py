@@ -208,8 +208,11 @@ def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str | 
     """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run).
 
     Refused before the browser starts (exit 2, one line): a --report folder that holds files and is no earlier
-    report, and a case named like one of the run's own files (report.json, browser.log, candidate.png,
-    reference.png, diff.png), in any letter case.
+    report; a case named like one of the run's own files (report.json, browser.log, candidate.png,
+    reference.png, diff.png), in any letter case; an input image or mask `reference` refuses (beyond 64
+    megapixels, Pillow's bomb limit, not PNG/JPEG/WebP, truncated); a --reference PNG Pillow will not decode; a
+    cases file that is not valid or nests too deeply. An edit or inpaint case without a size runs at its first
+    image's upright size (EXIF orientation applied), as `reference` and the app use it.
     """
     from builder.check import regress as regression
 

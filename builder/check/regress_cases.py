@@ -129,6 +129,11 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
     except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
         raise InputError(f"--cases {path} is not valid {kind}: {exc}.") from exc
+    except RecursionError:
+        raise InputError(f"--cases {path} nests its values too deeply to be a cases file; a cases file is a list of "
+                         "flat tables.") from None
+    except OSError as exc:
+        raise InputError(f"--cases {path} cannot be read ({exc.strerror}).") from None
     entries = data.get("cases") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:
         raise InputError(f"--cases {path}: expected a non-empty list of cases under `cases` (JSON or [[cases]] TOML).")
@@ -210,21 +215,20 @@ def with_input_size(case: Case, *, size_given: bool) -> Case:
     size is refused by check_case."""
     if not case.images or (size_given and case.mask is None) or not case.images[0].is_file():
         return case
-    width, height = limits.input_image_size(*_image_size(case.images[0]))
+    width, height = limits.input_image_size(*_upright_size(case.images[0], inpainting=case.mask is not None))
     if case.mask is not None and size_given and (width, height) != (case.width, case.height):
         raise InputError(f"inpainting keeps the size of the image to inpaint: {case.images[0]} is used at "
                          f"{width}x{height}, but the case asks for {case.size}; leave the size out.")
     return replace(case, width=width, height=height)
 
 
-def _image_size(path: Path) -> tuple[int, int]:
-    from PIL import Image, UnidentifiedImageError
+def _upright_size(path: Path, *, inpainting: bool) -> tuple[int, int]:
+    """The first image's size as `reference` and the app see it: decoded with its EXIF orientation applied, through
+    the same checks (format, truncation, decompression bombs, size limits)."""
+    from builder.pipeline import inputs
 
-    try:
-        with Image.open(path) as image:
-            return int(image.width), int(image.height)
-    except (OSError, UnidentifiedImageError) as exc:
-        raise InputError(f"{path} is not an image PIL can read ({exc}).") from exc
+    loaded = inputs.read_image(path, role="The image to inpaint" if inpainting else "Reference image 1")
+    return loaded.width, loaded.height
 
 
 def _typed(entry: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -274,4 +278,11 @@ def check_case(case: Case, *, where: str) -> Case:
             f"{where}: reference image {case.reference_png} does not exist. Make it with `klein-web reference "
             "MODEL_DIR --prompt ... --out PNG`, or use --reference-from-cpu."
         )
+    if case.images:  # decoded as `reference` decodes them, so a file it refuses stops the run before the browser
+        from builder.pipeline import inputs
+
+        try:
+            inputs.read_inputs(case.images, case.mask)
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
     return case
