@@ -257,7 +257,8 @@ def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, 
 
     Refused before anything is launched (exit 2, one line): an --out that cannot be written or is a file, a
     browser-bench.json there that no earlier run wrote, a browser-bench.md without one, either name a folder or a
-    symlink; a --native file that is no bench.json.
+    symlink; a --native file that is no bench.json; an empty --precision or --sizes, a size that is no WxH,
+    --steps outside 1..50, --seed outside [0, 2^32), a --timeout that is not a positive number.
     """
     from builder.check import browser_bench as bench
 
@@ -292,7 +293,8 @@ def load_bench(models_dir: Path, out_dir: Path, precision: str | None, sizes: st
     """Every session of a model created and released in Chromium: load time and memory peaks, no image.
 
     Refused before anything is launched (exit 2, one line): an --out that cannot be written or is a file, a
-    load-bench.json there that no earlier run wrote, a load-bench.md without one, either name a folder or a symlink.
+    load-bench.json there that no earlier run wrote, a load-bench.md without one, either name a folder or a symlink;
+    an empty --precision or --sizes, a size that is no WxH.
     """
     from builder.check import load_bench as bench
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import math
 import os
 import shutil
 import statistics
@@ -53,6 +54,7 @@ from builder.check.regress_page import (
     wait_settled,
 )
 from builder.errors import InputError, RegressionError
+from builder.pipeline import limits
 from builder.pipeline.limits import parse_size
 from builder.repo import manifest
 from builder.repo.files import atomic_write_bytes
@@ -286,6 +288,21 @@ def _ready_page(context: Any, url: str) -> Iterator[tuple[Any, Any]]:
 # --- Shared by the browser benchmarks (browser-bench, load-bench) ----------------------------------------
 
 
+def check_run_arguments(*, precisions: Sequence[str], sizes: Sequence[str], steps: int, seed: int,
+                        timeout_s: float) -> None:
+    """InputError for an argument the run would only trip over with the browser running."""
+    if not precisions:
+        raise InputError("--precision is empty; give one or more transformer variants, e.g. --precision q4f16,q4.")
+    if not sizes:
+        raise InputError("--sizes is empty; give one or more image sizes, e.g. --sizes 512x512,1024x1024.")
+    for size in sizes:
+        parse_size(size, where="--sizes")
+    limits.check_steps(steps, name="--steps")
+    limits.check_seed(seed, name="--seed")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise InputError(f"--timeout {timeout_s:g}: give a positive number of seconds per image, e.g. 1800.")
+
+
 def check_variant(repo: manifest.Manifest, models_dir: Path, variant: str) -> None:
     """InputError unless the repo has a transformer of `variant` (a --precision value)."""
     if variant not in repo.variants("transformer"):
@@ -474,11 +491,10 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
          browser_path: Path | None = None, native_json: Path | None = None, timeout_s: float = 1800.0,
          dist_dir: Path | None = None, f16_toggle: bool = True, kernels: bool = False) -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
+    check_run_arguments(precisions=precisions, sizes=sizes, steps=steps, seed=seed, timeout_s=timeout_s)
     models_dir, repo = regress.check_models(models_dir, log=log)
     for variant in precisions:
         check_variant(repo, models_dir, variant)
-    for size in sizes:
-        parse_size(size)
     if native_json is not None:
         read_native(Path(native_json))
     out_dir = check_out(out_dir, json_name=JSON_NAME, markdown_name=MARKDOWN_NAME)
