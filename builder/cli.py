@@ -67,7 +67,11 @@ def build(out_dir: Path, model_base: str) -> None:
 @click.option("--watch", is_flag=True, help="Rebuild when web_src/ changes.")
 def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_base: str | None, open_browser: bool,
           watch: bool) -> None:
-    """Build if stale, then serve the app with the headers WebGPU + threads need."""
+    """Build if stale, then serve the app with the headers WebGPU + threads need.
+
+    A --models folder without manifest.json gets one built from its files, rebuilt whenever a file there changes
+    (size, times, inode); a folder no longer complete is answered with 503 and the reason.
+    """
     from builder.site import server
 
     server.serve(dist_dir, host=host, port=port, models_dir=models_dir, model_base=model_base,
