@@ -70,7 +70,9 @@ def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_b
     """Build if stale, then serve the app with the headers WebGPU + threads need.
 
     A --models folder without manifest.json gets one built from its files, rebuilt whenever a file there changes
-    (size, times, inode); a folder no longer complete is answered with 503 and the reason.
+    (size, times, inode); a folder no longer complete is answered with 503 and the reason. A connection that sends
+    no complete request head within 10 s is closed; connections are capped below the open-file limit (the oldest
+    waiting one makes room), each condition logged once.
     """
     from builder.site import server
 

@@ -410,7 +410,12 @@ def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_d
     log(start_message(url, dist_dir=Path(dist_dir), models_dir=models_dir, model_base=model_base))
 
     # access_log on: each line names the path, which the tests read to prove no weight file was re-requested.
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info", access_log=True, timeout_graceful_shutdown=3))
+    # The h11 protocol with a request-head deadline and a connection cap (builder.site.connection_guard).
+    from builder.site.connection_guard import BACKLOG, Guard, GuardedServer
+
+    guard = Guard(log)
+    server = GuardedServer(uvicorn.Config(app, log_level="info", access_log=True, timeout_graceful_shutdown=3,
+                                          http=guard.protocol_class(), backlog=BACKLOG), guard=guard)
     stop = threading.Event()
     threads: list[threading.Thread] = []
     if watch:
