@@ -45,7 +45,7 @@ SHOWN_KEYS = 4
 TEXT_ENCODER_PREFIXES = ("lora_te", "text_encoder", "te_", "te1_", "te2_")
 METADATA_KEY = "lora_adapter_metadata"  # diffusers.loaders.lora_base.LORA_ADAPTER_METADATA_KEY
 # The largest magnitude a merged weight may have: float16's largest finite number. The q4f16 graphs multiply in
-# float16, so a larger weight overflows there; real FLUX.2 weights are below 100.
+# float16, so a larger weight overflows there.
 MAX_WEIGHT = 65504.0
 
 
