@@ -100,3 +100,16 @@ def test_a_case_named_like_a_run_file_is_refused_before_the_browser(setup: dict[
     print(reason)
     assert repr(name) in reason and "rename the case" in reason
     assert not setup["started"].exists() and not (tmp_path / "report").exists()
+
+
+@pytest.mark.parametrize("names", [("fox", "fox"), ("Fox", "fox"), ("CASE-1", "case-1")])
+def test_case_names_that_differ_only_in_letter_case_are_refused(setup: dict[str, Path], tmp_path: Path,
+                                                                names: tuple[str, str]) -> None:
+    """On a file system that ignores letter case (macOS, Windows) the two cases would share one report folder."""
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps({"cases": [{"name": name, "prompt": "a"} for name in names]}))
+    reason = one_reason(run_regress("--models", str(setup["models"]), "--cases", str(cases), "--size", "64x64",
+                                    "--reference-from-cpu", "--browser", str(setup["browser"]), "--report",
+                                    str(tmp_path / "report")))
+    assert "must be unique" in reason and all(repr(name) in reason for name in names)
+    assert not setup["started"].exists()

@@ -186,11 +186,12 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
         case = with_input_size(replace(case, name=name), size_given="size" in entry)
         cases.append(check_case(case, where=f"{where} ({name})"))
 
-    names = [case.name for case in cases]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
+    # Compared without letter case: on a file system that ignores it, `Fox` and `fox` would share one folder.
+    folded = [case.name.casefold() for case in cases]
+    duplicates = sorted({case.name for case in cases if folded.count(case.name.casefold()) > 1})
     if duplicates:
-        raise InputError(f"--cases {path}: case names must be unique (each gets a report folder); "
-                         f"repeated: {duplicates}.")
+        raise InputError(f"--cases {path}: case names must be unique, letter case aside (each gets a report "
+                         f"folder); repeated: {duplicates}.")
     return cases
 
 
