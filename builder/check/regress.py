@@ -4,7 +4,7 @@ One run, in numbered stages (`main`):
 
     1. Check inputs: the cases (one from the flags, or several from a JSON/TOML file: check/regress_cases.py;
        their input images decoded as `reference` decodes them), the model folder, the --report folder and each
-       --reference PNG (read now), before anything slow starts.
+       --reference PNG (read at this stage), before anything slow starts.
     2. Check the browser.
     3. Build dist/ if stale (or take --dist as it is) and serve it plus the model folder on a free loopback
        port (in a thread).
