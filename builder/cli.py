@@ -67,7 +67,13 @@ def build(out_dir: Path, model_base: str) -> None:
 @click.option("--watch", is_flag=True, help="Rebuild when web_src/ changes.")
 def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_base: str | None, open_browser: bool,
           watch: bool) -> None:
-    """Build if stale, then serve the app with the headers WebGPU + threads need."""
+    """Build if stale, then serve the app with the headers WebGPU + threads need.
+
+    A --models folder without manifest.json gets one built from its files, rebuilt whenever a file there changes
+    (size, times, inode); a folder no longer complete is answered with 503 and the reason. A connection that sends
+    no complete request head within 10 s is closed; connections are capped below the open-file limit (the oldest
+    waiting one makes room), each condition logged once.
+    """
     from builder.site import server
 
     server.serve(dist_dir, host=host, port=port, models_dir=models_dir, model_base=model_base,
@@ -82,7 +88,12 @@ def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_b
               help="A transformer LoRA (.safetensors: diffusers/PEFT, kohya or BFL keys) merged into the weights, "
                    "SCALE 1.0 unless given; repeat to add several, in order.")
 def convert(src: Path, out: Path, precision: str, loras: tuple[str, ...]) -> None:
-    """Convert a diffusers FLUX.2 [klein] folder SRC into the ONNX web layout in OUT."""
+    """Convert a diffusers FLUX.2 [klein] folder SRC into the ONNX web layout in OUT.
+
+    OUT is replaced only by a finished, checked repository. Refused with one line, OUT left as it was: a LoRA
+    holding NaN or infinite values (factors, alpha, lora_alpha), a scale or merge that makes a weight non-finite
+    or beyond float16's 65504, and malformed LoRA files (docs/refusals.md).
+    """
     from builder.repo import convert as converter
     from builder.repo.lora import parse_spec
 
@@ -108,11 +119,17 @@ def make_tiny(out: Path, seed: int, full_size: bool) -> None:
 @main.command()
 @click.option("--repo", default=DEFAULT_REPO, show_default=True)
 @click.option("--revision", default="main", show_default=True)
-@click.option("--dir", "dest", type=click.Path(path_type=Path), default=Path("models/klein-4b"), show_default=True)
-def fetch(repo: str, revision: str, dest: Path) -> None:
-    """Download the web model repository (resumable) and write its manifest."""
-    from builder.repo import hub
+@click.option("--dir", "dest_text", default="models/klein-4b", show_default=True,
+              help="A new or empty folder, or a model repository fetched before (it is updated).")
+def fetch(repo: str, revision: str, dest_text: str) -> None:
+    """Download the web model repository (resumable) and write its manifest.
 
+    Refused before anything is written: an empty --dir, and a --dir that is a file or a non-empty folder other
+    than a model repository (fetch's marker .klein-web-fetch, a klein-web manifest.json, or the seed layout).
+    """
+    from builder.repo import fetch_dest, hub
+
+    dest = fetch_dest.check_path_text(dest_text)
     hub.fetch(repo, revision=revision, dest=dest, log=log)
     click.echo(f"Model ready. Next: klein-web serve --models {dest}")
 
@@ -177,7 +194,8 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str | None, steps: 
 @click.option("--headed", is_flag=True)
 @click.option("--gpu/--software", default=REGRESS_DEFAULTS.gpu, help="Real GPU (Vulkan) or SwiftShader.")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.report_dir,
-              show_default=True)
+              show_default=True, help="A new or empty folder, or an earlier report (its files are replaced); any "
+              "other non-empty folder is refused.")
 @click.option("--psnr-min", default=REGRESS_DEFAULTS.psnr_min, show_default=True, type=float)
 @click.option("--timeout", "timeout_s", default=REGRESS_DEFAULTS.timeout_s, show_default=True, type=float)
 @click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.dist_dir,
@@ -193,7 +211,15 @@ def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str | 
             reference_png: Path | None, reference_from_cpu: bool, browser_path: Path | None, headed: bool, gpu: bool,
             report_dir: Path, psnr_min: float, timeout_s: float, dist_dir: Path | None, precision: str | None,
             f16_toggle: bool, profile: Path | None) -> None:
-    """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run)."""
+    """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run).
+
+    Refused before the browser starts (exit 2, one line): a --report folder that holds files and is no earlier
+    report; a case named like one of the run's own files (report.json, browser.log, candidate.png,
+    reference.png, diff.png), in any letter case; an input image or mask `reference` refuses (beyond 64
+    megapixels, Pillow's bomb limit, not PNG/JPEG/WebP, truncated); a --reference PNG Pillow will not decode; a
+    cases file that is not valid or nests too deeply. An edit or inpaint case without a size runs at its first
+    image's upright size (EXIF orientation applied), as `reference` and the app use it.
+    """
     from builder.check import regress as regression
 
     options = RegressOptions(models_dir=models_dir, prompt=prompt, seed=seed, size=size or REGRESS_DEFAULTS.size,
@@ -235,7 +261,13 @@ def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str | 
 def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, steps: int, seed: int, gpu: bool,
                   browser_path: Path | None, native_json: Path | None, dist_dir: Path | None,
                   timeout_s: float, f16_toggle: bool, kernels: bool, memory_mode: str) -> None:
-    """The real app in Chromium, driven like a user: per-stage times cold / warm / hot, memory peaks."""
+    """The real app in Chromium, driven like a user: per-stage times cold / warm / hot, memory peaks.
+
+    Refused before anything is launched (exit 2, one line): an --out that cannot be written or is a file, a
+    browser-bench.json there that no earlier run wrote, a browser-bench.md without one, either name a folder or a
+    symlink; a --native file that is no bench.json; an empty --precision or --sizes, a size that is no WxH,
+    --steps outside 1..50, --seed outside [0, 2^32), a --timeout that is not a positive number.
+    """
     from builder.check import browser_bench as bench
 
     try:
@@ -266,7 +298,12 @@ def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, 
               help="Create the transformer this many more times at the first size (memory that is not given back).")
 def load_bench(models_dir: Path, out_dir: Path, precision: str | None, sizes: str, gpu: bool,
                browser_path: Path | None, dist_dir: Path | None, f16_toggle: bool, repeat: int) -> None:
-    """Every session of a model created and released in Chromium: load time and memory peaks, no image."""
+    """Every session of a model created and released in Chromium: load time and memory peaks, no image.
+
+    Refused before anything is launched (exit 2, one line): an --out that cannot be written or is a file, a
+    load-bench.json there that no earlier run wrote, a load-bench.md without one, either name a folder or a symlink;
+    an empty --precision or --sizes, a size that is no WxH.
+    """
     from builder.check import load_bench as bench
 
     try:

@@ -56,7 +56,8 @@ CASES: dict[str, tuple[Callable[[dict[str, Path]], list[str | bytes]], str]] = {
     "out-is-a-symlink": (lambda p: reference(str(p["root"] / "link.png")), "symlink"),
     "out-in-immutable-folder": (lambda p: reference(str(p["immutable"] / "x.png")), "cannot write"),
     "fetch-dir-is-a-file": (lambda p: fetch(str(p["root"] / "a-file")), "not a folder"),
-    "fetch-dir-proc": (lambda _p: fetch("/proc"), "cannot write"),
+    "fetch-dir-proc": (lambda _p: fetch("/proc"), "not a model repository"),
+    "fetch-dir-empty": (lambda _p: fetch(""), "--dir is empty"),
     "fetch-dir-under-proc": (lambda _p: fetch("/proc/klein"), "/proc/klein"),
     "fetch-dir-immutable": (lambda p: fetch(str(p["immutable"])), "cannot write"),
     "serve-port-too-big": (lambda _p: ["serve", "--port", "70000"], "70000"),
@@ -107,3 +108,43 @@ def test_a_config_with_a_wrong_type_is_a_conversion_error(tiny_models: dict[str,
 ])
 def test_the_printed_url_can_be_opened(host: str, bound: str, url: str) -> None:
     assert browser_url(host, bound, 8000) == url
+
+
+# browser-bench / load-bench arguments the run would only trip over with Chromium running: refused before it starts.
+BENCH_ARGUMENTS = [
+    ("browser-bench", ["--timeout", "-1"], "--timeout -1"),
+    ("browser-bench", ["--timeout", "nan"], "--timeout nan"),
+    ("browser-bench", ["--timeout", "0"], "--timeout 0"),
+    ("browser-bench", ["--sizes", ""], "--sizes is empty"),
+    ("browser-bench", ["--sizes", ","], "--sizes is empty"),
+    ("browser-bench", ["--sizes", "big"], "--sizes must look like 512x512"),
+    ("browser-bench", ["--precision", ""], "--precision is empty"),
+    ("browser-bench", ["--steps", "0"], "--steps 0"),
+    ("browser-bench", ["--steps", "51"], "--steps 51"),
+    ("browser-bench", ["--seed", "-1"], "--seed -1"),
+    ("browser-bench", ["--seed", str(2**32)], f"--seed {2**32}"),
+    ("load-bench", ["--sizes", ""], "--sizes is empty"),
+    ("load-bench", ["--precision", ""], "--precision is empty"),
+    ("load-bench", ["--precision", " "], "--precision is empty"),
+]
+
+
+@pytest.mark.parametrize(("command", "args", "expected"), BENCH_ARGUMENTS)
+def test_bench_arguments_are_refused_before_chromium(tmp_path: Path, command: str, args: list[str],
+                                                     expected: str) -> None:
+    from stub_repo import write_stub_repo
+
+    started = tmp_path / "browser-started"
+    browser = tmp_path / "chromium"
+    browser.write_text(f"#!/bin/sh\ntouch {started}\necho 'Chromium 140.0'\nsleep 30\n")
+    browser.chmod(0o755)
+    models = write_stub_repo(tmp_path / "models")
+    common = ["--models", str(models), "--browser", str(browser), "--out", str(tmp_path / "out")]
+    if command == "browser-bench" and "--precision" not in args:
+        common += ["--precision", "q4"]  # the stub repo's one transformer variant
+    result = run_cli(command, *common, *args)
+    output = (result.stdout + result.stderr).decode("utf-8", "replace")
+    lines = [line for line in output.splitlines() if line.startswith(("could not run:", "Error:"))]
+    assert result.returncode != 0 and len(lines) == 1 and expected in lines[0], output
+    assert "Traceback" not in output
+    assert not started.exists() and not (tmp_path / "out").exists()

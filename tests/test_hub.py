@@ -125,8 +125,9 @@ def test_fetch_seed_layout_repo(seed_repo: Path, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert f"klein-web serve --models {dest}" in result.stdout
     assert "ETA" in result.stderr and "MB/s" in result.stderr  # progress with rate and ETA
-    # Exactly what the app needs (no README, samples or validation notes), byte for byte, plus the manifest.
-    assert fetched_files(dest) == sorted([*WANTED_SEED_FILES, "manifest.json"])
+    # Exactly what the app needs (no README, samples or validation notes), byte for byte, plus the manifest
+    # and fetch's marker.
+    assert fetched_files(dest) == sorted([*WANTED_SEED_FILES, "manifest.json", ".klein-web-fetch"])
     assert_same_files(seed_repo, dest, WANTED_SEED_FILES)
     fetched = manifest.load(dest)
     verify.check_files(dest, fetched, log=print)

@@ -16,7 +16,7 @@ Third-party libraries with a home:
 
     torch, diffusers, transformers, onnx, onnxscript, safetensors, ml_dtypes
                  the `convert` extra: the converter (repo: checkpoint, convert, export_*, onnx_graph, attention,
-                 quantize, lora, tiny) and the bench that builds and exports torch models (check: bench*, ort_timing),
+                 quantize, lora, finite_weights, tiny) and the bench that builds and exports torch models (check: bench*, ort_timing),
                  so `serve`, `fetch`, `reference` and `regress` run without them
     onnxruntime  the reference pipeline (pipeline/reference.py), the bench's timing (check/ort_timing.py) and
                  the converter's q4 quantiser (repo/quantize.py: onnxruntime's MatMulNBits quantiser)
@@ -58,7 +58,7 @@ EXCEPTIONS = {
 
 CONVERTER = {f"builder.repo.{name}" for name in (
     "checkpoint", "convert", "export_text_encoder", "export_transformer", "export_vae", "export_vae_encoder", "fused_ops",
-    "onnx_graph", "attention", "quantize", "lora", "tiny",
+    "onnx_graph", "attention", "quantize", "lora", "finite_weights", "tiny",
 )}
 BENCH = {f"builder.check.{name}" for name in (
     "bench", "bench_graphs", "bench_models", "bench_report", "bench_stats", "ort_timing",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import math
 import os
 import shutil
 import statistics
@@ -40,6 +41,7 @@ from typing import Any
 
 from builder import __version__
 from builder.check import regress
+from builder.check.bench_output import check_out
 from builder.check.browser import check_browser, find_chromium
 from builder.check.regress_cases import Case
 from builder.check.regress_page import (
@@ -52,6 +54,7 @@ from builder.check.regress_page import (
     wait_settled,
 )
 from builder.errors import InputError, RegressionError
+from builder.pipeline import limits
 from builder.pipeline.limits import parse_size
 from builder.repo import manifest
 from builder.repo.files import atomic_write_bytes
@@ -287,6 +290,21 @@ def _ready_page(context: Any, url: str) -> Iterator[tuple[Any, Any]]:
 # --- Shared by the browser benchmarks (browser-bench, load-bench) ----------------------------------------
 
 
+def check_run_arguments(*, precisions: Sequence[str], sizes: Sequence[str], steps: int, seed: int,
+                        timeout_s: float) -> None:
+    """InputError for an argument the run would only trip over with the browser running."""
+    if not precisions:
+        raise InputError("--precision is empty; give one or more transformer variants, e.g. --precision q4f16,q4.")
+    if not sizes:
+        raise InputError("--sizes is empty; give one or more image sizes, e.g. --sizes 512x512,1024x1024.")
+    for size in sizes:
+        parse_size(size, where="--sizes")
+    limits.check_steps(steps, name="--steps")
+    limits.check_seed(seed, name="--seed")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise InputError(f"--timeout {timeout_s:g}: give a positive number of seconds per image, e.g. 1800.")
+
+
 def check_variant(repo: manifest.Manifest, models_dir: Path, variant: str) -> None:
     """InputError unless the repo has a transformer of `variant` (a --precision value)."""
     if variant not in repo.variants("transformer"):
@@ -377,12 +395,26 @@ def _native_row(native_rows: list[dict[str, Any]], component: str, size: str | N
     return None
 
 
+def read_native(path: Path) -> list[dict[str, Any]]:
+    """The rows of a `klein-web bench` bench.json (InputError when it is missing or not one)."""
+    if not path.is_file():
+        raise InputError(f"--native {path}: no such file (it is the bench.json `klein-web bench` writes).")
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputError(f"--native {path} is not readable JSON ({type(exc).__name__}); pass the bench.json "
+                         "`klein-web bench` writes.") from None
+    rows = data.get("rows", []) if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise InputError(f"--native {path} has no list of result rows; pass the bench.json `klein-web bench` writes.")
+    return rows
+
+
 def native_ratios(rows: list[dict[str, Any]], native_json: Path | None) -> dict[str, Any]:
     """Browser / native EP and browser / PyTorch for the step, text encoder and VAE, from a bench.json."""
     if native_json is None:
         return {}
-    data = json.loads(Path(native_json).read_text())
-    native_rows = data.get("rows", []) if isinstance(data, dict) else data
+    native_rows = read_native(Path(native_json))
     ratios: dict[str, Any] = {}
     for row in rows:
         if row["phase"] != "hot":
@@ -464,13 +496,13 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
          dist_dir: Path | None = None, f16_toggle: bool = True, kernels: bool = False,
          memory_mode: str = "auto") -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
+    check_run_arguments(precisions=precisions, sizes=sizes, steps=steps, seed=seed, timeout_s=timeout_s)
     models_dir, repo = regress.check_models(models_dir, log=log)
     for variant in precisions:
         check_variant(repo, models_dir, variant)
-    for size in sizes:
-        parse_size(size)
-    if native_json is not None and not Path(native_json).is_file():
-        raise InputError(f"--native {native_json}: no such file (it is the bench.json `klein-web bench` writes).")
+    if native_json is not None:
+        read_native(Path(native_json))
+    out_dir = check_out(out_dir, json_name=JSON_NAME, markdown_name=MARKDOWN_NAME)
     session = BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False, f16_toggle=f16_toggle)
     session.version = check_browser(session.executable)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.check import regress
+from builder.check.bench_output import check_out
 from builder.check.browser import check_browser, find_chromium
 from builder.check.browser_bench import (
     WASM_HOOK_JS,
@@ -188,13 +189,17 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
     # 1. Check inputs before anything slow starts.
     models_dir, repo = regress.check_models(models_dir, log=log)
     if precision is not None:
+        if not precision.strip():
+            raise InputError("--precision is empty; give a transformer variant (e.g. q4), or leave it out for the "
+                             "app's choice.")
         check_variant(repo, models_dir, precision)
     if not sizes:
-        raise InputError("--size: give at least one image size, e.g. --size 512x512.")
+        raise InputError("--sizes is empty; give one or more image sizes, e.g. --sizes 512x512.")
     for size in sizes:
-        parse_size(size)
+        parse_size(size, where="--sizes")
     if not 0 <= repeat <= 20:
         raise InputError(f"--repeat {repeat}: give 0 to 20 more transformer sessions.")
+    out_dir = check_out(out_dir, json_name=JSON_NAME, markdown_name=MARKDOWN_NAME)
     session = BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False, f16_toggle=f16_toggle)
     session.version = check_browser(session.executable)
 

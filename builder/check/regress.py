@@ -2,9 +2,10 @@
 
 One run, in numbered stages (`main`):
 
-    1. Check inputs: the cases (one from the flags, or several from a JSON/TOML file: check/regress_cases.py),
-       the model folder, each reference PNG and the browser, before anything slow starts.
-    2. Read each --reference PNG.
+    1. Check inputs: the cases (one from the flags, or several from a JSON/TOML file: check/regress_cases.py;
+       their input images decoded as `reference` decodes them), the model folder, the --report folder and each
+       --reference PNG (read at this stage), before anything slow starts.
+    2. Check the browser.
     3. Build dist/ if stale (or take --dist as it is) and serve it plus the model folder on a free loopback
        port (in a thread).
     4. Launch Chromium once (a persistent profile, --profile or a temp dir: the model store needs real
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, has_web_src
+from builder.check import report_folder
 from builder.check.browser import check_browser, find_chromium
 from builder.check.regress_cases import Case, RegressOptions, cases_from_options
 from builder.check.regress_page import (
@@ -74,13 +76,15 @@ def main(options: RegressOptions, *, log: Log) -> int:
     models_dir, repo = check_models(options.models_dir, log=log)
     # The report is the run's result: find out now, not after the browser ran, that it cannot be written.
     report_dir = check_output_folder(Path(options.report_dir), what="--report", create=False)
+    report_folder.check_report_folder(report_dir)
+    # Reference files, before the browser is even asked its version, so an unreadable PNG stops the run early.
+    references = {case.name: _read_reference(case.reference_png) for case in cases if case.reference_png is not None}
+
+    # 2. The browser.
     browser_path = Path(options.browser_path) if options.browser_path else None
     session = BrowserSession(executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed,
                              f16_toggle=options.f16_toggle)
     session.version = check_browser(session.executable)
-
-    # 2. Reference files, before the browser, so an unreadable PNG stops the run early.
-    references = {case.name: _read_reference(case.reference_png) for case in cases if case.reference_png is not None}
 
     # 3. + 4. + 5. Serve, launch once, run every case in the same browser.
     dist_dir = site(options.dist_dir, log=log)
@@ -97,6 +101,7 @@ def main(options: RegressOptions, *, log: Log) -> int:
     if not single:
         (report_dir / REPORT_NAME).unlink(missing_ok=True)  # the run's report.json is written after every case's
     report_dir.mkdir(parents=True, exist_ok=True)
+    report_folder.mark(report_dir)
     write_browser_log(report_dir, session.log)  # before any report.json, which each folder gets last
     for report in reports:
         write_case_report(report_dir if single else report_dir / report.name, report, browser=browser,

@@ -129,6 +129,11 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
     except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
         raise InputError(f"--cases {path} is not valid {kind}: {exc}.") from exc
+    except RecursionError:
+        raise InputError(f"--cases {path} nests its values too deeply to be a cases file; a cases file is a list of "
+                         "flat tables.") from None
+    except OSError as exc:
+        raise InputError(f"--cases {path} cannot be read ({exc.strerror}).") from None
     entries = data.get("cases") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:
         raise InputError(f"--cases {path}: expected a non-empty list of cases under `cases` (JSON or [[cases]] TOML).")
@@ -177,15 +182,27 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
         if not CASE_NAME.match(name):
             raise InputError(f"{where}: name {name!r} must be 1-64 letters, digits, '.', '_' or '-' "
                              "(it names a folder).")
+        check_not_a_run_file(name, where=where)
         case = with_input_size(replace(case, name=name), size_given="size" in entry)
         cases.append(check_case(case, where=f"{where} ({name})"))
 
-    names = [case.name for case in cases]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
+    # Compared without letter case: on a file system that ignores it, `Fox` and `fox` would share one folder.
+    folded = [case.name.casefold() for case in cases]
+    duplicates = sorted({case.name for case in cases if folded.count(case.name.casefold()) > 1})
     if duplicates:
-        raise InputError(f"--cases {path}: case names must be unique (each gets a report folder); "
-                         f"repeated: {duplicates}.")
+        raise InputError(f"--cases {path}: case names must be unique, letter case aside (each gets a report "
+                         f"folder); repeated: {duplicates}.")
     return cases
+
+
+def check_not_a_run_file(name: str, *, where: str) -> None:
+    """Each case gets a report folder of its name, beside the run's own files: the two must not collide."""
+    from builder.check.report_folder import RUN_FILES, colliding_name
+
+    own = colliding_name(name)
+    if own is not None:
+        raise InputError(f"{where}: name {name!r} is the run's own {own} in the report folder (each case gets a "
+                         f"folder of its name); rename the case. Reserved: {', '.join(RUN_FILES)}.")
 
 
 def _relative(cases_file: Path, name: str) -> Path:
@@ -199,21 +216,20 @@ def with_input_size(case: Case, *, size_given: bool) -> Case:
     size is refused by check_case."""
     if not case.images or (size_given and case.mask is None) or not case.images[0].is_file():
         return case
-    width, height = limits.input_image_size(*_image_size(case.images[0]))
+    width, height = limits.input_image_size(*_upright_size(case.images[0], inpainting=case.mask is not None))
     if case.mask is not None and size_given and (width, height) != (case.width, case.height):
         raise InputError(f"inpainting keeps the size of the image to inpaint: {case.images[0]} is used at "
                          f"{width}x{height}, but the case asks for {case.size}; leave the size out.")
     return replace(case, width=width, height=height)
 
 
-def _image_size(path: Path) -> tuple[int, int]:
-    from PIL import Image, UnidentifiedImageError
+def _upright_size(path: Path, *, inpainting: bool) -> tuple[int, int]:
+    """The first image's size as `reference` and the app see it: decoded with its EXIF orientation applied, through
+    the same checks (format, truncation, decompression bombs, size limits)."""
+    from builder.pipeline import inputs
 
-    try:
-        with Image.open(path) as image:
-            return int(image.width), int(image.height)
-    except (OSError, UnidentifiedImageError) as exc:
-        raise InputError(f"{path} is not an image PIL can read ({exc}).") from exc
+    loaded = inputs.read_image(path, role="The image to inpaint" if inpainting else "Reference image 1")
+    return loaded.width, loaded.height
 
 
 def _typed(entry: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -263,4 +279,11 @@ def check_case(case: Case, *, where: str) -> Case:
             f"{where}: reference image {case.reference_png} does not exist. Make it with `klein-web reference "
             "MODEL_DIR --prompt ... --out PNG`, or use --reference-from-cpu."
         )
+    if case.images:  # decoded as `reference` decodes them, so a file it refuses stops the run before the browser
+        from builder.pipeline import inputs
+
+        try:
+            inputs.read_inputs(case.images, case.mask)
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
     return case

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,11 +107,16 @@ def write_png(path: Path, pixels: np.ndarray, *, text: dict[str, str] | None = N
 def read_png(path: Path) -> tuple[np.ndarray, dict[str, str]]:
     """(uint8 [H, W, 3], text chunks) of a PNG file."""
     try:
-        with Image.open(path) as image:
-            image.load()
-            text = {str(k): str(v) for k, v in getattr(image, "text", {}).items()}
-            pixels = np.asarray(image.convert("RGB"), dtype=np.uint8).copy()
-    except (OSError, ValueError) as exc:
+        with warnings.catch_warnings():  # a header beyond Pillow's bomb limit fails here instead of being decoded
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                image.load()
+                text = {str(k): str(v) for k, v in getattr(image, "text", {}).items()}
+                pixels = np.asarray(image.convert("RGB"), dtype=np.uint8).copy()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise InputError(f"{path} declares more pixels than Pillow decodes safely ({Image.MAX_IMAGE_PIXELS}); "
+                         "pass a PNG of the image size compared.") from None
+    except (OSError, ValueError, SyntaxError, EOFError) as exc:
         raise InputError(f"{path} is not a readable PNG image ({exc}).") from exc
     return pixels, text
 

@@ -127,6 +127,21 @@ def weight_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors"))
 
 
+def _entry_problem(info: object) -> str | None:
+    """What is wrong with one tensor entry of a safetensors header, or None."""
+    if not isinstance(info, dict):
+        return f"is a JSON {type(info).__name__}, not an object"
+    if not isinstance(info.get("dtype"), str):
+        return "has no dtype string"
+    shape, offsets = info.get("shape"), info.get("data_offsets")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        return "has no shape of non-negative integers"
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int and o >= 0 for o in offsets)
+            or offsets[0] > offsets[1]):
+        return "has no data_offsets [begin, end] of integers"
+    return None
+
+
 def read_header(path: Path) -> dict[str, StoredTensor]:
     """Parse one safetensors header; every tensor's byte range is checked against the file size."""
     size = path.stat().st_size
@@ -142,11 +157,19 @@ def read_header(path: Path) -> dict[str, StoredTensor]:
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ConversionError(f"{path} has an unreadable safetensors header ({exc}).") from None
     data_start = 8 + header_len
+    if not isinstance(header, dict):
+        raise ConversionError(f"{path} is damaged: its safetensors header is a JSON {type(header).__name__}, not an "
+                              "object of tensors.")
     tensors: dict[str, StoredTensor] = {}
     for key, info in header.items():
         if key == "__metadata__":
+            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+                raise ConversionError(f"{path} is damaged: its __metadata__ is not a map of strings.")
             continue
-        dtype, shape, (begin, end) = info["dtype"], tuple(int(d) for d in info["shape"]), info["data_offsets"]
+        problem = _entry_problem(info)
+        if problem is not None:
+            raise ConversionError(f"{path} is damaged: the header entry of {key} {problem}.")
+        dtype, shape, (begin, end) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
         if dtype not in _STORED:
             raise ConversionError(f"{path}: {key} has dtype {dtype}, which the converter does not read.")
         count = int(np.prod(shape, dtype=np.int64))

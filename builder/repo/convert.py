@@ -17,7 +17,8 @@ from the safetensors files one tensor at a time, each stored or quantised as it 
 about one output graph. The log prints each component's peak RSS next to its graph size.
 
 OUT is assembled in a temp folder beside it and swapped in at the end: a failed or interrupted
-conversion never leaves a half-written repo.
+conversion never leaves a half-written repo. With --lora every merged weight is checked to be finite as it is
+made, and the transformer graphs written are read back and checked again, before anything at OUT is replaced.
 
 --lora PATH[:SCALE] (repeatable) merges LoRA weights into the transformer before its export and quantisation
 (builder.repo.lora); the manifest lists them.
@@ -50,6 +51,7 @@ from builder.repo.files import (
     probe_writable,
     replace_folder,
 )
+from builder.repo.finite_weights import check_finite_graph
 from builder.repo.manifest import (
     CONTRACT,
     MANIFEST_NAME,
@@ -180,6 +182,10 @@ def convert(
                 module = load_skeleton(src, component, log=log)
             graphs = write_graphs(exporter(component, module), component, precision, stage,
                                   max_data_file_bytes=cap, log=log)
+            if component == "transformer" and merged:
+                # The merged weights as stored, before anything at OUT is replaced (size classes share them).
+                for graph in {graph.variant: graph for graph in graphs}.values():
+                    check_finite_graph(stage / graph.entry().path, what="--lora")
             # The VAE's decoder and encoder are exported from one skeleton: its buffers are read once.
             following = COMPONENT_ORDER[index + 1] if index + 1 < len(COMPONENT_ORDER) else None
             if following is None or SOURCE_FOLDER[following] != SOURCE_FOLDER[component]:

@@ -1,6 +1,7 @@
 """`klein-web fetch`: download a web model repository from the Hugging Face Hub, resumably, and write its manifest.
 
-0. Check that DEST can be written (before the Hub is asked anything).
+0. Check that DEST can be written and holds nothing but a model repository (builder.repo.fetch_dest), before the
+   Hub is asked anything.
 1. Ask the Hub for the revision's commit and every file's size and hashes (`HfApi.model_info(files_metadata=True)`).
    Each listed name must pass builder.repo.paths, so a hostile mirror cannot make us write outside DEST.
 2. Pick what the app needs: the repo's manifest.json when it has one, else the graphs found in the seed layout
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from builder import __version__
 from builder.errors import FetchError, KleinWebError, ModelRepoError
-from builder.repo import manifest, paths
+from builder.repo import fetch_dest, manifest, paths
 from builder.repo.download import (
     PARTIAL_DIR,
     Progress,
@@ -44,7 +45,8 @@ def fetch(repo: str, *, revision: str, dest: Path, log: Callable[[str], None]) -
     """Download `repo` at `revision` into `dest` and write `dest/manifest.json`. Returns `dest`."""
     dest = Path(dest)
     try:
-        # 0. The folder must be writable before anything is asked of the Hub.
+        # 0. The folder must be ours (or new) and writable before anything is asked of the Hub.
+        fetch_dest.check_destination(dest)
         check_output_folder(dest, what="--dir")
         clean_stale_staging(dest, ("manifest",), log=log)
 
@@ -58,6 +60,7 @@ def fetch(repo: str, *, revision: str, dest: Path, log: Callable[[str], None]) -
         wanted = _wanted_files(repo, remote, graphs, repo_manifest)
 
         # 3. Disk space for what is not there yet (after removing partial files no wanted file will resume)
+        fetch_dest.mark(dest)
         clean_stale_partials(dest, wanted, log=log)
         missing_bytes = sum(f.size - have_bytes(dest, f) for f in wanted)
         _check_disk_space(dest, missing_bytes)

@@ -18,7 +18,8 @@ never held in memory; only the LoRA factors are (a few hundred MB at most).
 
 Anything diffusers would load differently or not at all is refused with one line: a file that is not safetensors,
 text-encoder weights, LoKr / DoRA / LoRA biases, keys naming no Linear of the transformer, factors whose shapes do
-not fit the layer.
+not fit the layer. So is anything that would make a broken model: a NaN or infinite factor, alpha or scale, and an
+update or merged weight that is not finite or beyond MAX_WEIGHT (the q4f16 graphs compute in float16).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ SHOWN_KEYS = 4
 # `text_encoder.`, PEFT `text_encoders.`); klein's text encoder is exported as it is.
 TEXT_ENCODER_PREFIXES = ("lora_te", "text_encoder", "te_", "te1_", "te2_")
 METADATA_KEY = "lora_adapter_metadata"  # diffusers.loaders.lora_base.LORA_ADAPTER_METADATA_KEY
+# The largest magnitude a merged weight may have: float16's largest finite number. The q4f16 graphs multiply in
+# float16, so a larger weight overflows there.
+MAX_WEIGHT = 65504.0
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,8 @@ class LoraPair:
 
     def delta(self) -> np.ndarray:
         product: np.ndarray = self.up @ self.down
-        product *= np.float32(self.factor)
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is found and refused by check_finite
+            product *= np.float32(self.factor)
         return product
 
 
@@ -121,7 +126,8 @@ def _read_safetensors(path: Path, where: str) -> tuple[dict[str, Any], dict[str,
     try:
         read_header(path)  # a clear "not a safetensors file" for pickles, zips and the like
     except ConversionError as exc:
-        hint = " Only .safetensors LoRA files are read (no pickles)." if "not a safetensors file" in str(exc) else ""
+        hint = (" Only .safetensors LoRA files are read (no pickles)." if "not a safetensors file" in str(exc)
+                else " Use an intact copy of the file (download or save it again).")
         raise ConversionError(f"--lora: {exc}{hint}") from None
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
@@ -132,6 +138,10 @@ def _read_safetensors(path: Path, where: str) -> tuple[dict[str, Any], dict[str,
     if not state:
         raise ConversionError(f"{where} holds no tensors.")
     return state, metadata
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def _few(keys: Iterable[str]) -> str:
@@ -166,8 +176,12 @@ def to_diffusers_layout(state: dict[str, Any], *, where: str, log: Callable[[str
     if any(".lora_down.weight" in key for key in state):
         fmt = "kohya"
         remaining = dict(state)  # the conversion pops what it converts and only warns about the rest
-        with _quiet_diffusers():  # its warning about the rest would come before the error below says the same
-            state = conversion._convert_kohya_flux2_lora_to_diffusers(remaining)
+        try:
+            with _quiet_diffusers():  # its warning about the rest would come before the error below says the same
+                state = conversion._convert_kohya_flux2_lora_to_diffusers(remaining)
+        except (ValueError, IndexError, RuntimeError, KeyError, TypeError) as exc:
+            raise ConversionError(f"{where}: kohya factors that do not fit a FLUX.2 layer (a fused qkv's lora_up "
+                                  f"rows must split in three equal parts): {_first_line(exc)}.") from None
         if remaining:
             raise ConversionError(f"{where}: kohya keys that name no FLUX.2 transformer layer: {_few(remaining)}.")
     else:
@@ -179,15 +193,18 @@ def to_diffusers_layout(state: dict[str, Any], *, where: str, log: Callable[[str
             fmt = "BFL / ai-toolkit" if fmt == "diffusers/PEFT" else fmt
             try:
                 state = conversion._convert_non_diffusers_flux2_lora_to_diffusers(state)
-            except (ValueError, IndexError, RuntimeError) as exc:
-                raise ConversionError(f"{where}: keys of an unknown layout ({exc}).") from None
+            except (ValueError, IndexError, RuntimeError, KeyError, TypeError) as exc:
+                raise ConversionError(f"{where}: keys of an unknown layout ({_first_line(exc)}).") from None
 
     alphas: dict[str, float] = {}
     for key in [key for key in state if key.startswith("transformer.") and key.endswith(".alpha")]:
         value = state.pop(key)
         if value.numel() != 1:
             raise ConversionError(f"{where}: {key} has shape {list(value.shape)}; an alpha is one number.")
-        alphas[key.removeprefix("transformer.").removesuffix(".alpha")] = float(value.item())
+        alpha = float(value.item())
+        if not math.isfinite(alpha):
+            raise ConversionError(f"{where}: {key} is {alpha}; an alpha must be a finite number.")
+        alphas[key.removeprefix("transformer.").removesuffix(".alpha")] = alpha
 
     not_lora = [key for key in state if "lora" not in key]
     if not_lora:
@@ -263,16 +280,33 @@ def _adapter_config(metadata: dict[str, str], where: str) -> AdapterConfig:
     if config.get("lora_bias"):
         raise ConversionError(f"{where} trains LoRA biases (lora_bias); only weight updates are supported.")
     try:
-        return AdapterConfig(
+        adapter = AdapterConfig(
             r=int(config["r"]),
             lora_alpha=float(config["lora_alpha"]) if config.get("lora_alpha") is not None else None,
             rank_pattern={str(k): int(v) for k, v in (config.get("rank_pattern") or {}).items()},
             alpha_pattern={str(k): float(v) for k, v in (config.get("alpha_pattern") or {}).items()},
             use_rslora=bool(config.get("use_rslora", False)),
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise ConversionError(f"{where}: its {METADATA_KEY} is not a LoRA config ({type(exc).__name__}: {exc})."
                               ) from None
+    for field_name, patterns in (("rank_pattern", adapter.rank_pattern), ("alpha_pattern", adapter.alpha_pattern)):
+        for pattern in patterns or {}:
+            try:
+                re.compile(rf"(.*\.)?({pattern})$")
+            except (re.error, RecursionError, OverflowError) as exc:
+                raise ConversionError(f"{where}: its {METADATA_KEY} has the {field_name} key {pattern!r}, which is "
+                                      f"not a regular expression ({exc}); fix the file's metadata.") from None
+    alphas = {"lora_alpha": adapter.lora_alpha} if adapter.lora_alpha is not None else {}
+    alphas.update({f"alpha_pattern[{k!r}]": v for k, v in (adapter.alpha_pattern or {}).items()})
+    for name, value in alphas.items():
+        if not math.isfinite(value):
+            raise ConversionError(f"{where}: its {METADATA_KEY} gives {name} = {value}; an alpha must be a finite "
+                                  "number. Fix the file's metadata or use another file.")
+    if (adapter.r is not None and adapter.r <= 0) or any(v <= 0 for v in (adapter.rank_pattern or {}).values()):
+        raise ConversionError(f"{where}: its {METADATA_KEY} gives a rank (r) that is not positive; "
+                              "fix the file's metadata or use another file.")
+    return adapter
 
 
 def _pairs(state: dict[str, Any], config: AdapterConfig, alphas: dict[str, float], *, scale: float, where: str
@@ -301,16 +335,35 @@ def _pairs(state: dict[str, Any], config: AdapterConfig, alphas: dict[str, float
         if down.ndim != 2 or up.ndim != 2 or up.shape[1] != down.shape[0]:
             raise ConversionError(f"{where}: {module}'s lora_A {list(down.shape)} and lora_B {list(up.shape)} are "
                                   "not the factors of one low-rank update.")
+        for half_name, array in (("lora_A", down), ("lora_B", up)):
+            check_finite(array, f"{where}: {module}.{half_name}.weight",
+                         "use a LoRA whose weights are all numbers (its training may have diverged).")
         rank = int(down.shape[0])
         factor = scale * (alphas[module] / rank if module in alphas else config.factor(module, rank, where))
-        pairs.append(LoraPair(module=module, down=np.ascontiguousarray(down), up=np.ascontiguousarray(up),
-                              factor=factor))
+        if not math.isfinite(factor):
+            raise ConversionError(f"{where}: {module}'s scale (--lora scale {scale:g} times alpha / rank) is {factor:g}"
+                                  ", not a usable number; give a smaller scale or fix the file's alpha.")
+        pair = LoraPair(module=module, down=np.ascontiguousarray(down), up=np.ascontiguousarray(up), factor=factor)
+        check_finite(pair.delta(), f"{where}: {module}'s update (scale {scale:g})",
+                     "give a smaller --lora scale or use another file.")
+        pairs.append(pair)
     if not pairs:
         raise ConversionError(f"{where} holds no LoRA weights for the transformer.")
     stray = sorted(set(alphas) - set(halves))
     if stray:
         raise ConversionError(f"{where}: alpha for layer(s) without lora_A/lora_B: {_few(stray)}.")
     return pairs
+
+
+def check_finite(array: np.ndarray, what: str, advice: str) -> None:
+    """ConversionError unless every value of `array` is finite and at most MAX_WEIGHT in magnitude."""
+    bad = int(np.count_nonzero(~np.isfinite(array)))
+    if bad:
+        raise ConversionError(f"{what} holds {bad} NaN or infinite value(s); {advice}")
+    peak = float(np.max(np.abs(array))) if array.size else 0.0
+    if peak > MAX_WEIGHT:
+        raise ConversionError(f"{what} reaches {peak:.3g}, beyond the {MAX_WEIGHT:g} a weight may have (float16's "
+                              f"range); {advice}")
 
 
 def _sha256(path: Path) -> str:
@@ -359,18 +412,27 @@ def merge(transformer: Any, loras: Iterable[Lora]) -> int:
     for lora in loras:
         for pair in lora.pairs:
             targets.setdefault(pair.module, []).append(pair)
+    in_memory: dict[str, np.ndarray] = {}
     for name, pairs in targets.items():
         weight = modules[name].weight
         load = getattr(weight, "klein_load", None)
-        if load is not None:  # a skeleton's placeholder: add the deltas when the base weight is read
+        if load is not None:  # a skeleton's placeholder: add the deltas (checked then) when the base weight is read
             weight.klein_load = _merged_loader(load, tuple(pairs))
             continue
         with torch.no_grad():
             merged = weight.detach().to(torch.float32).numpy().copy()
-            for pair in pairs:
-                merged += pair.delta()
+        for pair in pairs:
+            merged += pair.delta()
+        check_finite(merged, f"--lora: the merged weight of {name}", MERGED_ADVICE)
+        in_memory[name] = merged
+    with torch.no_grad():  # every merged weight is checked before the first one is written
+        for name, merged in in_memory.items():
+            weight = modules[name].weight
             weight.copy_(torch.from_numpy(merged).to(weight.dtype))
     return len(targets)
+
+
+MERGED_ADVICE = "give the LoRA(s) a smaller scale, or use other files."
 
 
 def _merged_loader(load: Callable[[], np.ndarray], pairs: tuple[LoraPair, ...]) -> Callable[[], np.ndarray]:
@@ -378,6 +440,7 @@ def _merged_loader(load: Callable[[], np.ndarray], pairs: tuple[LoraPair, ...]) 
         weight = load().astype(np.float32, copy=False)
         for pair in pairs:
             weight += pair.delta()
+        check_finite(weight, f"--lora: the merged weight of {pairs[0].module}", MERGED_ADVICE)
         return weight
 
     return merged

@@ -1,11 +1,11 @@
 """Checking model files against their manifest: sizes always, sha256 through a cache so repeat runs are fast.
 
-A file's sha256 is remembered in a small JSON cache keyed by its real path, size, mtime_ns and inode; any write to
-the file changes its mtime, so a changed file is hashed again. The cache lives in the user's cache folder
-(`$KLEIN_WEB_CACHE_DIR/sha256.json`, else `$XDG_CACHE_HOME/klein-web/sha256.json`, default `~/.cache/...`), not in
-the model folder, which may be read-only or served. It is only a shortcut: every entry is type-checked when read, a
-cache that does not parse is ignored (and rewritten), and it is written atomically, so concurrent runs can at worst
-lose entries.
+A file's sha256 is remembered in a small JSON cache keyed by its real path, size, mtime_ns, ctime_ns and inode; any
+write to the file changes its ctime (which, unlike the mtime, cannot be set back), so a changed file is hashed again.
+The cache lives in the user's cache folder (`$KLEIN_WEB_CACHE_DIR/sha256.json`, else
+`$XDG_CACHE_HOME/klein-web/sha256.json`, default `~/.cache/...`), not in the model folder, which may be read-only
+or served. It is only a shortcut: every entry is type-checked when read, a cache that does not parse is ignored (and
+rewritten), and it is written atomically, so concurrent runs can at worst lose entries.
 """
 
 from __future__ import annotations
@@ -43,13 +43,16 @@ def cache_path() -> Path:
     return Path(base) / "klein-web" / "sha256.json"
 
 
+STAMP_KEYS = ("size", "mtime_ns", "ctime_ns", "ino")
+
+
 def _stamp(path: Path) -> dict[str, int]:
     st = os.stat(path)
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
 
 
 class HashCache:
-    """realpath -> {size, mtime_ns, ino, sha256}; an entry counts only while all three stamps still match."""
+    """realpath -> {size, mtime_ns, ctime_ns, ino, sha256}; an entry counts only while every stamp still matches."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or cache_path()
@@ -64,7 +67,7 @@ class HashCache:
         for key, entry in data["files"].items():
             if (isinstance(key, str) and isinstance(entry, dict)
                     and all(isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool)
-                            for k in ("size", "mtime_ns", "ino"))
+                            for k in STAMP_KEYS)
                     and isinstance(entry.get("sha256"), str) and SHA256.fullmatch(entry["sha256"])):
                 self.entries[key] = entry
 

@@ -24,6 +24,7 @@ from email.utils import parsedate
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -37,6 +38,7 @@ from builder.errors import KleinWebError, ModelRepoError, ServeError
 from builder.repo import local, manifest, paths, verify
 from builder.site.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_record
 from builder.site.chrome import LINUX_DESKTOP_CHROME_FLAGS
+from builder.site.served_manifest import ServedManifest
 
 MODELS_PREFIX = "/models/"
 # The page is never meant to be framed: no other site may overlay it (clickjacking). frame-ancestors only works
@@ -176,12 +178,14 @@ class SiteApp(Starlette):
 
 
 def create_app(dist_dir: Path, models_dir: Path | None = None, *,
-               models_manifest: manifest.Manifest | None = None) -> Starlette:
+               models_manifest: manifest.Manifest | None = None,
+               log: Callable[[str], None] = lambda _message: None) -> Starlette:
     """The app: dist_dir at `/`, models_dir (a model repository) at `/models/`; only GET and HEAD.
 
     `models_manifest`: the folder's manifest as `check_models_dir` opened it. A seed-layout folder has no
     manifest.json; the app asks for `/models/manifest.json` (and would fall back to the seed layout with unknown
-    sizes on a 404), so the manifest built from its files is served at that path instead.
+    sizes on a 404), so the manifest built from its files is served at that path instead, rebuilt whenever the
+    files change (builder.site.served_manifest).
     """
     dist_root = Path(os.path.realpath(dist_dir))
     if not dist_root.is_dir():
@@ -194,14 +198,20 @@ def create_app(dist_dir: Path, models_dir: Path | None = None, *,
         url_path = request.path_params["path"] or "index.html"
         return file_response(dist_root, url_path, request)
 
-    generated = (manifest.to_bytes(models_manifest) if models_manifest is not None and models_root is not None
-                 and not (models_root / manifest.MANIFEST_NAME).exists() else None)
+    generated = (ServedManifest(models_root, models_manifest, log=log) if models_manifest is not None
+                 and models_root is not None and not (models_root / manifest.MANIFEST_NAME).exists() else None)
 
     async def models(request: Request) -> Response:
         if models_root is None:
             raise HTTPException(status_code=404)  # no --models: the app falls back to its model base URL
-        if generated is not None and request.path_params["path"] == manifest.MANIFEST_NAME:
-            return Response(generated, media_type=MEDIA_TYPES[".json"])
+        if (generated is not None and request.path_params["path"] == manifest.MANIFEST_NAME
+                and not (models_root / manifest.MANIFEST_NAME).exists()):
+            try:
+                body = await run_in_threadpool(generated.current)
+            except ModelRepoError as exc:
+                log(f"models: {exc}")
+                return Response(f"{exc}\n", status_code=503, media_type=MEDIA_TYPES[".txt"])
+            return Response(body, media_type=MEDIA_TYPES[".json"])
         return file_response(models_root, request.path_params["path"], request)
 
     methods = ["GET", "HEAD"]
@@ -389,7 +399,7 @@ def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_d
                 raise
             # Mid-edit sources should not stop the server (nor --watch): say so loudly and serve the last good build.
             log(f"warning: the build failed, serving the previous build of {dist_dir}:\n{exc}")
-    app = create_app(dist_dir, models_dir, models_manifest=models_manifest)
+    app = create_app(dist_dir, models_dir, models_manifest=models_manifest, log=log)
     sock = bind_socket(host, port)
     bound_host, port = sock.getsockname()[:2]
     if not ipaddress.ip_address(bound_host).is_loopback:
@@ -400,7 +410,12 @@ def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_d
     log(start_message(url, dist_dir=Path(dist_dir), models_dir=models_dir, model_base=model_base))
 
     # access_log on: each line names the path, which the tests read to prove no weight file was re-requested.
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info", access_log=True, timeout_graceful_shutdown=3))
+    # The h11 protocol with a request-head deadline and a connection cap (builder.site.connection_guard).
+    from builder.site.connection_guard import BACKLOG, Guard, GuardedServer
+
+    guard = Guard(log)
+    server = GuardedServer(uvicorn.Config(app, log_level="info", access_log=True, timeout_graceful_shutdown=3,
+                                          http=guard.protocol_class(), backlog=BACKLOG), guard=guard)
     stop = threading.Event()
     threads: list[threading.Thread] = []
     if watch:
