@@ -125,7 +125,7 @@ class WorkerClient:
         worker_path = self.page.get_attribute('meta[name="klein-worker"]', "content")
         assert worker_path, "index.html has no <meta name=klein-worker>"
         self.page.evaluate(INSTALL_CLIENT_JS, self.base_url + worker_path)
-        assert self.page.evaluate("crossOriginIsolated"), "the page is not cross-origin isolated (COOP/COEP missing)"
+        assert self.page.evaluate("() => crossOriginIsolated"), "the page is not cross-origin isolated (COOP/COEP missing)"
 
     @property
     def model_base(self) -> str:
