@@ -125,6 +125,7 @@ def test_bad_options_name_the_option_and_write_nothing(tmp_path, option, value, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # builds, exports and times every component in torch and onnxruntime
 def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path) -> None:
     """No WebGPU adapter here: the bench says so, then times ORT's CPU EP and torch on the CPU end to end."""
     messages: list[str] = []
