@@ -36,11 +36,12 @@ if [ ! -x "$VENV/bin/python" ]; then
   rm -rf "$VENV"
   "$PY" -m venv "$VENV"
 fi
+VENV=$(cd "$VENV" && pwd)
 VPY="$VENV/bin/python"
 # The venv's own interpreter and packages only: nothing of an activated virtualenv or a PYTHONPATH leaks in.
 unset PYTHONPATH PYTHONHOME
-export VIRTUAL_ENV="$PWD/$VENV"
-export PATH="$VIRTUAL_ENV/bin:$PATH"
+export VIRTUAL_ENV="$VENV"
+export PATH="$VENV/bin:$PATH"
 
 echo "== installing Python packages (pinned by constraints-test.txt)"
 "$VPY" -m pip install -q -c constraints-test.txt torch==2.13.0

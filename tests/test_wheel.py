@@ -80,9 +80,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     src = base / "src"
     src.mkdir()
     copy_sources(src)
-    # --no-isolation: this environment already has the build requirements (setuptools, jinja2, node).
+    # --no-isolation: this environment already has the build requirements (setuptools, jinja2, node), wherever
+    # this interpreter finds them (a PYTHONPATH included); the checkout is not on the path, the copy is the cwd.
+    build_env = {**clean_env, "PYTHONPATH": os.pathsep.join(dependency_paths())}
     built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(base / "dist")],
-                           cwd=src, env=clean_env, capture_output=True, text=True, timeout=600, check=False)
+                           cwd=src, env=build_env, capture_output=True, text=True, timeout=600, check=False)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (wheel,) = (base / "dist").glob("klein_web-*.whl")
 
