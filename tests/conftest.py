@@ -72,6 +72,17 @@ def find_free_port() -> int:
 
 
 @pytest.fixture(scope="session")
+def node_modules() -> Path:
+    """web_src/node_modules installed from package-lock.json (npm ci on a fresh clone; two small reads after).
+
+    Requested by every test that reads it or links it into a copy of web_src, so none depends on an earlier
+    test (or an earlier run) having installed it."""
+    from builder.site.node import ensure_node_modules
+
+    return ensure_node_modules(log=lambda _msg: None)
+
+
+@pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """make-tiny output: {'diffusers': ..., 'q4': ..., 'fp32': ...}, built once per test session."""
     from builder.repo.tiny import make_tiny

@@ -132,7 +132,8 @@ def tiny_mul_model() -> tuple[bytes, list[float]]:
     return model.SerializeToString(), [x * w for x, w in zip([1, -1, 0.5, 2], weights, strict=True)]
 
 
-def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser_context: object) -> None:
+def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser_context: object,
+                                                         node_modules: Path) -> None:
     import shutil
 
     from builder import WEB_SRC, __version__

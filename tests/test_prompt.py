@@ -46,7 +46,7 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def model_dir(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> Path:
     """A model folder holding only tokenizer/, as a fetched repo has it."""
     root = tmp_path_factory.mktemp("tok")
     (root / "tokenizer").mkdir()

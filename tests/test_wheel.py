@@ -74,7 +74,7 @@ def venv_site_packages(python: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+def installed(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> Installed:
     base = tmp_path_factory.mktemp("wheel")
     clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     src = base / "src"
