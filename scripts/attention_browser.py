@@ -156,7 +156,7 @@ def main() -> None:
                 page = context.new_page()
                 page.on("console", lambda m: print("  [page]", m.text[:300]) if m.type == "error" else None)
                 page.goto(url)
-                page.wait_for_function("window.ready === true", timeout=60_000)
+                page.wait_for_function("() => window.ready === true", timeout=60_000)
                 result = page.evaluate("(request) => window.probe(request)", {"cases": cases, "ep": args.ep})
                 context.close()
         finally:

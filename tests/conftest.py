@@ -26,10 +26,60 @@ pytest_plugins = ("worker_page",)
 os.environ.setdefault("KLEIN_WEB_CACHE_DIR", tempfile.mkdtemp(prefix="klein-web-test-cache-"))
 
 
+# The lanes (docs/development-testing.md). `pytest` alone runs the fast lane: plain Python and node tests. The
+# full lane (`pytest --full`, or KLEIN_TEST_FULL=1; scripts/test.sh passes --full) adds every test that runs
+# Chromium, needs make-tiny's torch-built model, or is marked slow.
+FULL_LANE_FIXTURES = frozenset({"tiny_models", "chromium_path"})
+FULL_LANE_MARKERS = frozenset({"browser", "slow"})
+FULL_LANE_ENV = "KLEIN_TEST_FULL"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true", default=False,
+                     help=f"run the whole suite: browser, slow and make-tiny tests too (or set {FULL_LANE_ENV}=1)")
+
+
+def full_lane(config: pytest.Config) -> bool:
+    return bool(config.getoption("--full")) or os.environ.get(FULL_LANE_ENV, "") not in ("", "0")
+
+
+def needs_full_lane(item: pytest.Item) -> list[str]:
+    """Why `item` belongs to the full lane only: its markers and the heavy fixtures it requests (directly or
+    through other fixtures); empty for a fast-lane test."""
+    reasons = sorted(FULL_LANE_MARKERS & {mark.name for mark in item.iter_markers()})
+    reasons += sorted(FULL_LANE_FIXTURES & set(getattr(item, "fixturenames", ())))
+    return reasons
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if full_lane(config):
+        return
+    for item in items:
+        reasons = needs_full_lane(item)
+        if reasons:
+            item.add_marker(pytest.mark.skip(reason=f"full lane ({', '.join(reasons)}): pytest --full"))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return ("lane: full" if full_lane(config) else
+            "lane: fast (no Chromium, no make-tiny model, nothing marked slow); the whole suite: pytest --full")
+
+
 def find_free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def node_modules() -> Path:
+    """web_src/node_modules installed from package-lock.json (npm ci on a fresh clone; two small reads after).
+
+    Requested by every test that reads it or links it into a copy of web_src, so none depends on an earlier
+    test (or an earlier run) having installed it."""
+    from builder.site.node import ensure_node_modules
+
+    return ensure_node_modules(log=lambda _msg: None)
 
 
 @pytest.fixture(scope="session")

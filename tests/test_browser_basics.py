@@ -76,10 +76,12 @@ def test_coi_service_worker_isolates_a_host_without_headers(dist_dir: Path, brow
         assert headers.get("Cross-Origin-Embedder-Policy") is None  # the premise: this host sends none
         page = browser_context.new_page()  # type: ignore[attr-defined]
         page.goto(url, wait_until="load")
-        page.wait_for_function("self.crossOriginIsolated === true", timeout=20_000)
-        controlled = page.evaluate("navigator.serviceWorker.controller && navigator.serviceWorker.controller.scriptURL")
+        # A function, not an expression: Playwright evaluates an expression again on every poll, which the page's CSP
+        # (no unsafe-eval) refuses once the first poll is over; a function is evaluated once.
+        page.wait_for_function("() => self.crossOriginIsolated === true", timeout=20_000)
+        controlled = page.evaluate("() => navigator.serviceWorker.controller && navigator.serviceWorker.controller.scriptURL")
         assert controlled == url + "coi-sw.js"
-        assert page.evaluate("sessionStorage.getItem('klein-coi-reloaded')") == "1"  # reloaded exactly once
+        assert page.evaluate("() => sessionStorage.getItem('klein-coi-reloaded')") == "1"  # reloaded exactly once
     finally:
         plain.terminate()
         plain.wait(10)
@@ -130,7 +132,8 @@ def tiny_mul_model() -> tuple[bytes, list[float]]:
     return model.SerializeToString(), [x * w for x, w in zip([1, -1, 0.5, 2], weights, strict=True)]
 
 
-def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser_context: object) -> None:
+def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser_context: object,
+                                                         node_modules: Path) -> None:
     import shutil
 
     from builder import WEB_SRC, __version__

@@ -55,7 +55,7 @@ def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
 
 
 @pytest.fixture
-def web_src_copy(tmp_path: Path) -> Path:
+def web_src_copy(tmp_path: Path, node_modules: Path) -> Path:
     """A private copy of web_src (node_modules linked, not copied) that a test may edit freely."""
     copy = tmp_path / "web_src"
     shutil.copytree(WEB_SRC, copy, ignore=shutil.ignore_patterns("node_modules"))
@@ -275,7 +275,7 @@ def test_lock_stamp_wins_over_hidden_lockfile(tmp_path: Path) -> None:
     assert installed_matches_lock(tmp_path) is True
 
 
-def test_real_node_modules_is_in_step_and_lock_has_no_download_urls() -> None:
+def test_real_node_modules_is_in_step_and_lock_has_no_download_urls(node_modules: Path) -> None:
     assert installed_matches_lock(WEB_SRC)
     lock = json.loads((WEB_SRC / "package-lock.json").read_text())
     assert all("resolved" not in entry for entry in lock["packages"].values()), "lock file records download URLs"

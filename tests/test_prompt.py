@@ -11,7 +11,7 @@ import pytest
 
 from builder import WEB_SRC
 from builder.errors import ModelRepoError
-from builder.pipeline.prompt import load_tokenizer
+from builder.pipeline.prompt import PromptTokenizer, load_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
@@ -46,13 +46,19 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def model_dir(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> Path:
     """A model folder holding only tokenizer/, as a fetched repo has it."""
     root = tmp_path_factory.mktemp("tok")
     (root / "tokenizer").mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(QWEN3_DIR / name, root / "tokenizer" / name)
     return root
+
+
+@pytest.fixture(scope="module")
+def prompt_tokenizer(model_dir: Path) -> PromptTokenizer:
+    """One load for the many prompts (reading tokenizer.json is most of a test's time), as the reference loads one."""
+    return load_tokenizer(model_dir)
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +77,9 @@ def transformers_encode(tokenizer: object, prompt: str) -> tuple[str, list[int],
 
 
 @pytest.mark.parametrize("prompt", PROMPTS, ids=lambda p: repr(p[:24]))
-def test_tokens_match_transformers(model_dir: Path, reference_tokenizer: object, prompt: str) -> None:
+def test_tokens_match_transformers(prompt_tokenizer: PromptTokenizer, reference_tokenizer: object, prompt: str) -> None:
     text, ids, mask, full_length = transformers_encode(reference_tokenizer, prompt)
-    tokens = load_tokenizer(model_dir).encode(prompt)
+    tokens = prompt_tokenizer.encode(prompt)
     assert tokens.text == text
     assert tokens.input_ids.dtype == np.int64 and tokens.input_ids.shape == (1, 512)
     assert tokens.attention_mask.dtype == np.int64 and tokens.attention_mask.shape == (1, 512)

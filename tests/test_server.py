@@ -388,7 +388,7 @@ def test_cli_keeps_the_model_base_dist_was_built_with(live_server_factory: objec
     assert '<meta name="klein-model-base" content="https://models.example.org/k/">' in page
 
 
-def test_watch_rebuilds_on_change(tmp_path: Path) -> None:
+def test_watch_rebuilds_on_change(tmp_path: Path, node_modules: Path) -> None:
     web_src, dist = tmp_path / "web_src", tmp_path / "dist"
     shutil.copytree(WEB_SRC, web_src, ignore=shutil.ignore_patterns("node_modules"))
     (web_src / "node_modules").symlink_to(WEB_SRC / "node_modules", target_is_directory=True)

@@ -65,7 +65,8 @@ def test_make_tiny_is_deterministic_and_fast(tiny_models: dict[str, Path], tmp_p
     assert seconds < 120
 
 
-def test_a_different_seed_gives_different_weights() -> None:
+@pytest.mark.slow  # builds three tiny pipelines in torch
+def test_a_different_seed_gives_different_weights(node_modules: Path) -> None:
     first = tiny.build_tiny_pipeline(seed=0, tokenizer_dir=tiny.QWEN3_TOKENIZER_DIR)
     second = tiny.build_tiny_pipeline(seed=1, tokenizer_dir=tiny.QWEN3_TOKENIZER_DIR)
     w0 = first.transformer.proj_out.weight

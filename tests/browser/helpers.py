@@ -128,7 +128,7 @@ class WorkerClient:
         assert worker_path, "index.html has no <meta name=klein-worker>"
         query = f"?{self.worker_query}" if self.worker_query else ""
         self.page.evaluate(INSTALL_CLIENT_JS, self.base_url + worker_path + query)
-        assert self.page.evaluate("crossOriginIsolated"), "the page is not cross-origin isolated (COOP/COEP missing)"
+        assert self.page.evaluate("() => crossOriginIsolated"), "the page is not cross-origin isolated (COOP/COEP missing)"
 
     @property
     def model_base(self) -> str:
