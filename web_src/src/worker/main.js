@@ -14,6 +14,9 @@
  * use (runtime/errors.js GpuFeatureError) runs it on a device without that feature (runtime/gpu.js
  * Gpu.dropFeature), and once it succeeds the browser version is remembered to lack the feature
  * (store/feature_memory.js); a fast-mode run that runs out of memory runs once more in lean memory mode.
+ *
+ * Tabs share the model store (store/store_lock.js): generate and load hold it shared, clearCache exclusively (refused
+ * with code 'busy' while a job of any tab uses it), and a clear in another tab makes this worker forget the store.
  * @module worker/main
  */
 
@@ -25,6 +28,7 @@ import { Gpu, OPTIONAL_FEATURES, probe } from '../runtime/gpu.js';
 import { configureOrt, ortThreads } from '../runtime/ort.js';
 import { CancelledError, InputError, serializeError } from '../shared/errors.js';
 import { featureMemory } from '../store/feature_memory.js';
+import { clearingStore, onStoreCleared, whileUsingStore } from '../store/store_lock.js';
 import { WeightStore } from '../store/weights.js';
 import { recoveryFor } from './recovery.js';
 
@@ -139,7 +143,8 @@ export function startWorker(scope) {
             let leanTried = false;
             for (;;) {
                 try {
-                    const result = await run(request.params, { models, signal, onEvent });
+                    // Shared with other tabs' jobs; a clear in another tab waits for none and is refused meanwhile.
+                    const result = await whileUsingStore(() => run(request.params, { models, signal, onEvent }));
                     await gpu.remember(dropped);
                     return result;
                 } catch (err) {
@@ -186,12 +191,19 @@ export function startWorker(scope) {
         cancel: async (/** @type {{target: string}} */ request) => ({ result: { cancelled: jobs.cancel(String(request.target)) } }),
 
         clearCache: async (/** @type {{id: string}} */ request) => {
-            const freedBytes = await jobs.run(request.id, async () => {
-                await models.reset();
-                return WeightStore.clear();
-            });
+            const freedBytes = await jobs.run(request.id, () =>
+                clearingStore(async () => {
+                    await models.reset();
+                    return WeightStore.clear();
+                }),
+            );
             return { result: { freedBytes } };
         },
+    });
+
+    // Another tab cleared the store: forget it (after any job of ours), so the next job downloads the model again.
+    onStoreCleared(() => {
+        jobs.run(`store-cleared-${Date.now()}`, () => models.reset()).catch(() => {});
     });
 
     scope.onmessage = async (/** @type {MessageEvent} */ message) => {
