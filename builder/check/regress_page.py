@@ -288,9 +288,8 @@ def _wait_read(page: Any, what: str, arg: object = None) -> None:
     """Wait until the page has read the files it was given (READ_OR_REFUSED_JS), or has refused one: then the
     case could not run, in the page's own words, at once (not after FORM_WAIT_MS); other cases still run."""
     page.wait_for_function(READ_OR_REFUSED_JS, arg=[what, arg], timeout=FORM_WAIT_MS)
-    problem = (page.text_content("#error") or "").strip() if page.query_selector("#error") else ""
-    if problem and page.is_visible("#error"):
-        raise CaseCouldNotRun(f"the page refused the case's images: {' '.join(problem.split())}")
+    if page.query_selector("#error") is not None and page.is_visible("#error"):
+        raise CaseCouldNotRun(f"the page refused the case's images: {app_error(page)[1]}")
 
 
 def fill_images(page: Any, case: Case) -> None:
