@@ -99,8 +99,10 @@ def _filter(raw: bytes, up: bytes, kind: int, bpp: int) -> bytes:
     return bytes([kind]) + bytes(out)
 
 
-def exif(orientation: int, *, big_endian: bool = False) -> bytes:
-    """A TIFF header with IFD0 holding only Orientation (SHORT)."""
+def exif(orientation: int, *, big_endian: bool = False, long: bool = False) -> bytes:
+    """A TIFF header with IFD0 holding only Orientation (SHORT, or LONG when `long`)."""
+    if long:
+        return b"II*\x00" + struct.pack("<IH", 8, 1) + struct.pack("<HHII", 0x0112, 4, 1, orientation) + b"\0\0\0\0"
     if big_endian:
         return b"MM\x00*" + struct.pack(">IH", 8, 1) + struct.pack(">HHIHH", 0x0112, 3, 1, orientation, 0) + b"\0\0\0\0"
     return b"II*\x00" + struct.pack("<IH", 8, 1) + struct.pack("<HHIHH", 0x0112, 3, 1, orientation, 0) + b"\0\0\0\0"
@@ -117,6 +119,17 @@ def alpha_plane(width: int = W, height: int = H) -> np.ndarray:
     """0 on the left quarter (fully transparent), then rising to 255."""
     y, x = np.mgrid[0:height, 0:width]
     return np.clip((x - width // 4) * 255 // (width - width // 4 - 1), 0, 255).astype(np.uint8)
+
+
+def _exif_bytes(orientation: int) -> bytes:
+    data = Image.Exif()
+    data[0x0112] = orientation
+    return data.tobytes()
+
+
+def _xmp(orientation: int) -> bytes:
+    return (b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF><rdf:Description tiff:Orientation="'
+            + str(orientation).encode() + b'"/></rdf:RDF></x:xmpmeta>')
 
 
 def pillow(image: Image.Image, fmt: str, **options: object) -> bytes:
@@ -174,6 +187,16 @@ def build() -> dict[str, bytes | tuple[bytes, str]]:
     raw_profile = ("\nexif\n" + f"{len(exif(5)):8d}\n" + exif(5).hex() + "\n").encode()
     files["png_raw_profile5.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
                                         before=[_chunk(b"zTXt", b"Raw profile type exif\x00\x00" + zlib.compress(raw_profile))])
+    for value in (2, 4, 7):
+        files[f"png_exif{value}.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
+                                            before=[_chunk(b"eXIf", exif(value))])
+    files["png_exif8_long.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
+                                      before=[_chunk(b"eXIf", exif(8, long=True))])
+    files["png_exif9_ignored.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
+                                         before=[_chunk(b"eXIf", exif(9))])
+    # indices past a short palette (Pillow reads them as black)
+    files["png_palette_short.png"] = png((grey >> 4).reshape(H, -1), width=W, height=H, bits=4, colour=3,
+                                         palette=palette[: 5 * 3])
     files["png_trailing_bytes.png"] = files["png_rgb8.png"] + b"not part of the image"
     # JPEG
     image = Image.fromarray(rgb)
@@ -183,6 +206,8 @@ def build() -> dict[str, bytes | tuple[bytes, str]]:
     exif6 = Image.Exif()
     exif6[0x0112] = 6
     files["jpeg_exif6.jpg"] = pillow(image, "JPEG", quality=85, exif=exif6.tobytes())
+    files["jpeg_exif3_xmp6.jpg"] = pillow(image, "JPEG", quality=85, exif=_exif_bytes(3), xmp=_xmp(6))
+    files["jpeg_xmp5.jpg"] = pillow(image, "JPEG", quality=85, xmp=_xmp(5))
     # WebP
     files["webp_lossy.webp"] = pillow(image, "WEBP", quality=80)
     files["webp_lossless_alpha.webp"] = pillow(Image.fromarray(rgba, "RGBA"), "WEBP", lossless=True, exact=True)
@@ -190,6 +215,8 @@ def build() -> dict[str, bytes | tuple[bytes, str]]:
     exif8 = Image.Exif()
     exif8[0x0112] = 8
     files["webp_exif8.webp"] = pillow(image, "WEBP", lossless=True, exif=exif8.tobytes())
+    files["webp_lossy_exif6.webp"] = pillow(image, "WEBP", quality=80, exif=_exif_bytes(6))
+    files["webp_xmp7.webp"] = pillow(image, "WEBP", lossless=True, xmp=_xmp(7))
     # masks: read as masks (grey or not, any size)
     mask_grey = np.zeros((48, 40), np.uint8)
     mask_grey[10:30, 8:32] = 255
