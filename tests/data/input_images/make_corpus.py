@@ -117,7 +117,7 @@ def gradient(channels: int, *, width: int = W, height: int = H, peak: int = 255)
 
 def alpha_plane(width: int = W, height: int = H) -> np.ndarray:
     """0 on the left quarter (fully transparent), then rising to 255."""
-    y, x = np.mgrid[0:height, 0:width]
+    x = np.mgrid[0:height, 0:width][1]
     return np.clip((x - width // 4) * 255 // (width - width // 4 - 1), 0, 255).astype(np.uint8)
 
 
