@@ -88,3 +88,13 @@ def test_worker_reads_each_file_as_the_cpu_reference(client: WorkerClient, case:
     diff = int(np.abs(got.astype(np.int16) - expected.astype(np.int16)).max())
     lossy = path.suffix in (".jpg", ".webp") and "lossless" not in path.name
     assert diff <= (LOSSY_TOLERANCE if lossy else 0), f"{path.name}: max |worker - CPU| = {diff}"
+
+
+def test_a_bad_decode_request_is_refused_in_one_line(client: WorkerClient) -> None:
+    data = base64.b64encode((CORPUS / "png_rgb8.png").read_bytes()).decode()
+    wrong_role = client.wait(str(client.page.evaluate(DECODE_JS, ["a.png", data, "picture"])), timeout_s=60)
+    assert wrong_role.type == "error" and wrong_role.error is not None
+    assert wrong_role.error["code"] == "input" and "`role` must be 'image' or 'mask'" in wrong_role.error["message"]
+    no_image = client.request("decode", params={"role": "image"})
+    assert no_image.type == "error" and no_image.error is not None
+    assert "`image` must be {name: string, bytes: ArrayBuffer}" in no_image.error["message"]
