@@ -424,7 +424,7 @@ def image_args(*paths: Path) -> list[str]:
 BAD_CASES: dict[str, tuple[Any, str]] = {
     "folder": (lambda b: image_args(b["folder"]), "is not a file"),
     "missing": (lambda b: image_args(b["missing"]), "does not exist"),
-    "not-an-image": (lambda b: image_args(b["text"]), "is not a PNG, JPEG or WebP image"),
+    "not-an-image": (lambda b: image_args(b["text"]), "is not a PNG, JPEG or WebP file; save it as PNG."),
     "truncated": (lambda b: image_args(b["truncated"]), "cannot be decoded"),
     "too-many-bytes": (lambda b: image_args(b["huge"]), "MiB an input image may have"),
     "decompression-bomb": (lambda b: image_args(b["bomb"]), "megapixels"),

@@ -273,6 +273,25 @@ def fill_form(page: Any, case: Case) -> None:
         page.fill("#height", str(case.height))
 
 
+# True once the page has read what it was given (`what`: the image to inpaint shown, the mask file named, `arg`
+# references listed), or once it shows an error (it refused a file).
+READ_OR_REFUSED_JS = """([what, arg]) => {
+    const error = document.querySelector('#error');
+    if (error && error.getClientRects().length > 0 && error.textContent.trim() !== '') return true;
+    if (what === 'source') return !document.querySelector('#painter').hidden;
+    if (what === 'mask') return document.querySelector('#mask-info').textContent.includes(arg);
+    return document.querySelectorAll('#references li').length === arg;
+}"""
+
+
+def _wait_read(page: Any, what: str, arg: object = None) -> None:
+    """Wait until the page has read the files it was given (READ_OR_REFUSED_JS), or has refused one: then the
+    case could not run, in the page's own words, at once (not after FORM_WAIT_MS); other cases still run."""
+    page.wait_for_function(READ_OR_REFUSED_JS, arg=[what, arg], timeout=FORM_WAIT_MS)
+    if page.query_selector("#error") is not None and page.is_visible("#error"):
+        raise CaseCouldNotRun(f"the page refused the case's images: {app_error(page)[1]}")
+
+
 def fill_images(page: Any, case: Case) -> None:
     """Choose the case's mode and give the form its images as a user would: the file pickers' inputs, then wait
     until the page has read them (each reference listed, the image to inpaint shown with its mask)."""
@@ -284,23 +303,18 @@ def fill_images(page: Any, case: Case) -> None:
     references = list(case.images[1:] if case.mode == "inpaint" else case.images)
     if case.mode == "inpaint":
         page.set_input_files("#source-file", str(case.images[0]))
-        page.wait_for_function("() => !document.querySelector('#painter').hidden", timeout=FORM_WAIT_MS)
+        _wait_read(page, "source")
         assert case.mask is not None
         page.set_input_files("#mask-file", str(case.mask))
         # The painter names a loaded mask file ("Mask: NAME, sent as given") once it has read it.
-        page.wait_for_function("name => document.querySelector('#mask-info').textContent.includes(name)",
-                               arg=case.mask.name, timeout=FORM_WAIT_MS)
+        _wait_read(page, "mask", case.mask.name)
         page.evaluate(SET_VALUE_JS, ["#strength", repr(case.strength_or_default)])
         if float(page.input_value("#strength")) != case.strength_or_default:
             raise RegressionError(f"the strength slider does not take {case.strength_or_default} (its step is "
                                   f"{page.get_attribute('#strength', 'step')}); use a multiple of it")
     if references:
         page.set_input_files("#reference-files", [str(path) for path in references])
-        page.wait_for_function(f"() => document.querySelectorAll('#references li').length === {len(references)}",
-                               timeout=FORM_WAIT_MS)
-    problem = (page.text_content("#error") or "").strip() if page.query_selector("#error") else ""
-    if problem and page.is_visible("#error"):
-        raise RegressionError(f"the page refused the case's images: {problem}")
+        _wait_read(page, "references", len(references))
 
 
 def _choose_mode(page: Any, mode: str) -> None:

@@ -1,9 +1,13 @@
 """Input images of editing and inpainting: files read and checked, then prepared exactly as diffusers 0.42.1 does.
 
 Reading mirrors `diffusers.utils.load_image(path)`, the way diffusers turns a file into the PIL image its pipelines
-take: the EXIF orientation applied (`ImageOps.exif_transpose`), then `convert("RGB")`. Browsers decode with the
-orientation applied too. Every check a file can fail runs here, before any model is touched, and ends in one
-InputError line naming the file.
+take: the EXIF orientation applied (`ImageOps.exif_transpose`), then `convert("RGB")`. The web app's worker reads
+every file to the same pixels (web_src/src/shared/decode_image.js; docs/editing.md "How input files are read"
+is the contract both follow, tests/browser/test_decoding.py holds them to it over tests/data/input_images/).
+A file whose diffusers reading would not be what the user sees, or that the browser cannot read to the same
+pixels, is refused with one of REFUSALS on both sides: a format other than PNG, JPEG or WebP, an animated file,
+a 16-bit greyscale PNG (Pillow's convert clips it to white), a CMYK JPEG, a damaged file. Every check a file
+can fail runs here, before any model is touched, and ends in one InputError line naming the file.
 
 Preparation repeats the PIL calls of the pipelines in their order, so the pixels are bit for bit diffusers':
 
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps
 
 from builder.errors import InputError
 from builder.pipeline import limits
@@ -40,6 +44,49 @@ from builder.pipeline import limits
 # What a browser's createImageBitmap decodes everywhere (the protocol's ImageInput), and nothing Pillow would hand
 # to an external program or a rarely used decoder.
 ACCEPTED_FORMATS = ("PNG", "JPEG", "WEBP")
+
+# Why a file is refused, after its name; word for word the worker's (web_src/src/shared/decode_image.js REFUSALS).
+REFUSALS = {
+    "format": "is not a PNG, JPEG or WebP file; save it as PNG.",
+    "animated": "is animated; save the frame to use as a PNG.",
+    "grey16": "is a 16-bit greyscale PNG, which diffusers reads clipped to white; save it as 8-bit greyscale.",
+    "cmyk": "is a CMYK JPEG; save it as RGB.",
+    "damaged": "cannot be decoded: the file is damaged or incomplete; save it again.",
+}
+
+# File signatures (what the worker sniffs too): the formats read, and the ones named in a refusal.
+_SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"\xff\xd8\xff", "JPEG"),
+)
+
+
+def sniff_format(data: bytes) -> str | None:
+    """PNG, JPEG or WEBP from the file's first bytes, else None (whatever the name or Pillow's plugins say)."""
+    for signature, fmt in _SIGNATURES:
+        if data.startswith(signature):
+            return fmt
+    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WEBP"
+    return None
+
+
+def _animated(data: bytes, fmt: str) -> bool:
+    """An APNG of more than one frame (acTL before the image data), or a WebP with VP8X's animation flag."""
+    if fmt == "PNG":
+        at = 8
+        while at + 8 <= len(data):
+            length = int.from_bytes(data[at:at + 4], "big")
+            kind = data[at + 4:at + 8]
+            if kind == b"acTL" and length >= 4 and at + 12 <= len(data):
+                return int.from_bytes(data[at + 8:at + 12], "big") > 1
+            if kind in (b"IDAT", b"IEND"):
+                return False
+            at += 12 + length
+        return False
+    if fmt == "WEBP":
+        return data[12:16] == b"VP8X" and len(data) > 20 and bool(data[20] & 0x02)
+    return False
 
 
 @dataclass(frozen=True)
@@ -99,28 +146,36 @@ def read_mask(path: Path) -> InputFile:
 
 def _decode(path: Path, name: str, *, grey_check: bool = False) -> InputFile:
     data = _read_bytes(path, name)
+    fmt = sniff_format(data)
+    if fmt is None:
+        raise InputError(f"{name} {REFUSALS['format']}")
+    if _animated(data, fmt):
+        raise InputError(f"{name} {REFUSALS['animated']}")
     try:
         # A header claiming more pixels than Pillow's bomb limit must fail here, not be decoded: its warning becomes
         # an error for this call only, and our own (lower) limit is checked from the header before load().
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            opened = Image.open(io.BytesIO(data), formats=list(ACCEPTED_FORMATS))
+            warnings.filterwarnings("ignore", "Palette images with Transparency", UserWarning)
+            opened = Image.open(io.BytesIO(data), formats=[fmt])
             width, height = opened.size
             if width * height > limits.IMAGE_PIXELS_MAX:
                 limits.check_image_dimensions(width, height, name=name)  # the megapixel message
+            if opened.mode in ("I;16", "I;16B", "I"):
+                raise InputError(f"{name} {REFUSALS['grey16']}")
+            if opened.mode == "CMYK":
+                raise InputError(f"{name} {REFUSALS['cmyk']}")
             opened.load()  # decode now: a truncated or corrupt file fails here, not halfway through the pipeline
             upright = ImageOps.exif_transpose(opened)
             rgb = upright.convert("RGB")
     except InputError:
         raise
-    except UnidentifiedImageError:
-        raise InputError(f"{name} is not a PNG, JPEG or WebP image.") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise InputError(f"{name} declares more than the {limits.IMAGE_PIXELS_MAX // 2**20} megapixels an input "
                          "image may have; scale it down first.") from None
-    except Exception as exc:  # Pillow's decoders raise OSError, SyntaxError, ValueError, EOFError, ... on bad data
-        raise InputError(f"{name} cannot be decoded ({exc}); is the file complete?") from exc
-    # Greyscale files (L, LA, 1, I;16) are grey after convert("RGB"); an RGB or palette mask must be too: a
+    except Exception as exc:  # Pillow raises UnidentifiedImageError, OSError, SyntaxError, ValueError, ... on bad data
+        raise InputError(f"{name} {REFUSALS['damaged']}") from exc
+    # Greyscale files (L, LA, 1, 16-bit LA) are grey after convert("RGB"); an RGB or palette mask must be too: a
     # coloured one would be reduced to luma by diffusers' convert("L") and repaint what the user did not mean.
     if grey_check:
         pixels = np.asarray(rgb)

@@ -19,7 +19,7 @@ import numpy as np
 from builder.check.browser import launch_persistent
 
 # Installed into the page: one Worker plus a pending-request table, like page/worker_client.js. Events are kept
-# per request id (with the time they arrived, for the cancel test); the RGBA result is returned base64-encoded
+# per request id (with the time they arrived, for the cancel test); an RGBA or RGB result is returned base64-encoded
 # because Playwright does not carry typed arrays across evaluate().
 INSTALL_CLIENT_JS = r"""
 async (workerUrl) => {
@@ -42,6 +42,7 @@ async (workerUrl) => {
         else if (event.type === 'result' || event.type === 'error') {
             let result = event.result;
             if (result && result.rgba) result = { ...result, rgba: toBase64(new Uint8Array(result.rgba.buffer)) };
+            if (result && result.rgb) result = { ...result, rgb: toBase64(new Uint8Array(result.rgb.buffer)) };
             entry.final = { type: event.type, result, error: event.error, at };
             entry.resolve();
         } else {

@@ -190,6 +190,37 @@ def test_inpainting_with_a_mask_of_another_size(page: Any, dist_dir: Path, live_
     assert psnr >= PSNR_MIN and psnr >= other + OTHER_MARGIN
 
 
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "input_images"
+
+
+def test_inpainting_reads_a_transparent_mask_and_a_rotated_webp_as_the_cpu_reference(
+        page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], cpu_reference: Any) -> None:
+    """The decoding contract end to end (tests/browser/test_decoding.py checks the decoded pixels): an LA mask whose
+    transparent pixels are white repaints them, as diffusers reads it, and a WebP with EXIF orientation 6 is used
+    upright (80x64, not 64x80). The reference with the mask read as a canvas would read it (transparent = black)
+    must be far off."""
+    from PIL import Image
+
+    client = served(page, live_server_factory, dist_dir, tiny_models["fp32"])
+    room = png(picture(100, 75, seed=4))
+    mask = (CORPUS / "mask_la_transparent_white.png").read_bytes()
+    rotated = (CORPUS / "webp_lossy_exif6.webp").read_bytes()
+    reply = generate(client, seed=5, width=96, height=64, images=[("room.png", room), ("rotated.webp", rotated)],
+                     mask=("mask.png", mask), strength=0.5)
+    result = reply.ok()
+    assert [(i["usedWidth"], i["usedHeight"]) for i in result["inputs"]["images"]] == [(96, 64), (80, 64)]
+    expected = cpu_reference(seed=5, width=96, height=64, images=[room, rotated], mask=mask, strength=0.5)
+    psnr = imaging.psnr(reply.rgb(), expected)
+    with Image.open(io.BytesIO(mask)) as opened:
+        la = np.asarray(opened.convert("LA"))
+    premultiplied = np.where(la[..., 1] == 0, 0, la[..., 0]).astype(np.uint8)
+    other = imaging.psnr(expected, cpu_reference(seed=5, width=96, height=64, images=[room, rotated],
+                                                 mask=png(premultiplied), strength=0.5))
+    print(f"transparent mask, rotated WebP: {psnr:.1f} dB vs the CPU reference (transparent read as black: "
+          f"{other:.1f} dB)")
+    assert psnr >= PSNR_MIN and psnr >= other + OTHER_MARGIN
+
+
 def without_encoder(repo: Path, out: Path) -> Path:
     """A copy of a repo without its vae_encoder, like the seed repository."""
     shutil.copytree(repo, out)

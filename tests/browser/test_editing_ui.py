@@ -222,7 +222,7 @@ def test_refused_files_say_why_and_add_nothing(page: Any, tmp_path: Path) -> Non
     notes.write_text("not an image")
     page.set_input_files("#reference-files", str(notes))
     message = wait_error(page, "notes.txt")
-    assert "not an image" in message, message
+    assert "is not a PNG, JPEG or WebP file" in message, message
     wait_references(page, 0)
 
     # A batch with one bad file adds none of it.
@@ -239,6 +239,60 @@ def test_refused_files_say_why_and_add_nothing(page: Any, tmp_path: Path) -> Non
     message = wait_error(page, "fifth.png")
     assert "At most 4" in message, message
     wait_references(page, 4)
+
+
+CORPUS = REPO_ROOT / "tests" / "data" / "input_images"
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("refuse.gif", "is not a PNG, JPEG or WebP file; save it as PNG."),
+    ("refuse.bmp", "is not a PNG, JPEG or WebP file; save it as PNG."),
+    ("refuse_truncated.png", "cannot be decoded: the file is damaged or incomplete; save it again."),
+    ("refuse_animated.webp", "is animated; save the frame to use as a PNG."),
+])
+def test_the_page_refuses_what_the_cli_refuses_in_its_words(page: Any, name: str, reason: str) -> None:
+    """The page reads files by the worker's and the CLI's contract (tests/browser/test_decoding.py holds the two to
+    it): a GIF, a BMP, a damaged or an animated file is refused when added, not at Generate."""
+    from builder.errors import InputError
+    from builder.pipeline import inputs
+
+    with pytest.raises(InputError) as cli:
+        inputs.read_image(CORPUS / name)
+    assert str(cli.value).endswith(reason)
+    choose_mode(page, "edit")
+    page.set_input_files("#reference-files", str(CORPUS / name))
+    message = wait_error(page, name)
+    assert f"Reference 1 ({name}) {reason}" in message, message
+    wait_references(page, 0)
+
+
+def test_a_mask_is_read_as_the_worker_reads_it(page: Any, tmp_path: Path) -> None:
+    """A mask whose transparent pixels are white is white (repaint) for diffusers: the painter shows it painted."""
+    choose_mode(page, "inpaint")
+    page.set_input_files("#source-file", str(write_png(tmp_path, "room.png", 80, 96)))
+    page.wait_for_function("() => !document.querySelector('#painter').hidden", polling=POLL_MS)
+    page.set_input_files("#mask-file", str(CORPUS / "mask_la_transparent_white.png"))
+    page.wait_for_function("() => document.querySelector('#mask-info').textContent.includes('transparent_white')",
+                           polling=POLL_MS)
+    # The corner (0, 0) of the mask is transparent white: painted, as the worker and the CLI read it.
+    corner = page.evaluate("() => document.querySelector('#mask-canvas').getContext('2d').getImageData(1, 1, 1, 1).data[3]")
+    assert corner == 255, corner
+    page.set_input_files("#mask-file", str(CORPUS / "refuse_mask_grey16.png"))
+    message = wait_error(page, "refuse_mask_grey16.png")
+    assert "is a 16-bit greyscale PNG, which diffusers reads clipped to white" in message, message
+
+
+def test_a_file_deleted_after_it_was_added_is_named_with_what_to_do(page: Any, tmp_path: Path) -> None:
+    choose_mode(page, "edit")
+    page.fill("#prompt", "a fox")
+    gone = write_png(tmp_path, "gone.png", 64, 64)
+    page.set_input_files("#reference-files", str(gone))
+    wait_references(page, 1)
+    gone.unlink()
+    page.click("#generate")
+    message = wait_error(page, "gone.png")
+    assert "Reference 1 (gone.png) can no longer be read" in message, message
+    assert "add it again" in message, message
 
 
 def test_inpaint_mask_painter_exports_what_was_painted(page: Any, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@
  *   {type: 'load', id, params}                -> progress* stage* -> result: LoadResult
  *   {type: 'cancel', id, target}              -> result: {cancelled: boolean}   (target = generate or load id)
  *   {type: 'clearCache', id}                  -> result: {freedBytes: number}
+ *   {type: 'decode', id, params: DecodeParams} -> result: DecodeResult
  *
  * Worker -> page (Event):
  *   {type: 'progress', id, progress: DownloadProgress}   bytes of the model download (shared/types.js)
@@ -35,6 +36,8 @@
  *     and answers `error` with code 'cancelled'; its sessions are released (GPU memory freed; the next run
  *     reloads them from the local store). A queued generate is answered 'cancelled' immediately.
  *     `{cancelled: false}` means no running or queued request had that id.
+ *   - decode answers at once (no job, no model): one input file read exactly as `generate` reads it (the
+ *     decoding contract of docs/editing.md), for the tests that hold the worker to the CPU reference.
  *   - the probe result also carries `protocolVersion` (= PROTOCOL_VERSION).
  *   - every error code is one of shared/errors.js `ErrorCode`.
  * @module protocol
@@ -89,6 +92,21 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @typedef {Object} ImageInput  One input image as the user gave it.
  * @property {string} name       File name (or e.g. 'painted mask'), for messages and metadata.
  * @property {ArrayBuffer} bytes  The encoded file (PNG, JPEG or WebP), at most LIMITS.imageFileBytesMax bytes.
+ */
+
+/**
+ * @typedef {Object} DecodeParams
+ * @property {ImageInput} image
+ * @property {'image' | 'mask'} role  An image (editing reference or image to inpaint: its size is checked) or a
+ *   mask (any size, greyscale only).
+ */
+
+/**
+ * @typedef {Object} DecodeResult  The decoded, upright pixels, before any resizing.
+ * @property {number} width
+ * @property {number} height
+ * @property {Uint8Array} rgb  width*height*3 bytes.
+ * @property {string} sha256  Of the file's bytes.
  */
 
 /**
@@ -170,7 +188,8 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  *   | {type: 'generate', id: string, params: GenerateParams}
  *   | {type: 'load', id: string, params: LoadParams}
  *   | {type: 'cancel', id: string, target: string}
- *   | {type: 'clearCache', id: string}} Request
+ *   | {type: 'clearCache', id: string}
+ *   | {type: 'decode', id: string, params: DecodeParams}} Request
  */
 
 /**

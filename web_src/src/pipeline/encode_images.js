@@ -73,7 +73,7 @@ export async function checkInputImages(params, signal) {
         }
         used.unshift({ width, height });
         signal.throwIfAborted();
-        decodedMask = await decodeImage(/** @type {import('../protocol.js').ImageInput} */ (mask), `The mask (${mask?.name})`);
+        decodedMask = await decodeImage(/** @type {import('../protocol.js').ImageInput} */ (mask), `The mask (${mask?.name})`, { mask: true });
         checkGreyMask(decodedMask);
     }
     const tokens = used.reduce((sum, size) => sum + (size.width / PATCH) * (size.height / PATCH), 0);

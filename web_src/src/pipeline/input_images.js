@@ -1,15 +1,17 @@
 // @ts-check
 /**
  * @file The input images of editing and inpainting, from the files the user gave to the pixels the VAE encoder
- * sees, as diffusers' image processors make them from PIL images (`Image.open(file).convert('RGB')`):
+ * sees, as diffusers' image processors make them from what `load_image(file)` reads:
  * - checkImageParams: the request's `images` / `mask` / `strength` fields, before anything is decoded;
- * - decodeImage: file bytes -> RGB bytes, its size checked (shared/limits.js) and its SHA-256;
+ * - decodeImage: file bytes -> RGB bytes (shared/decode_image.js: the pixels the CPU reference reads), its size
+ *   checked (shared/limits.js) and its SHA-256; decodeRequest: the same for the protocol's `decode` request;
  * - referencePixels / inpaintPixels / inpaintReferencePixels / maskTokens: each mode's resizing and cropping,
  *   Pillow-exact (pipeline/resample.js);
  * - toPlanes: RGB bytes -> the encoder's [1, 3, H, W] float32 in [0, 1].
  * @module pipeline/input_images
  */
 
+import { ImageRefusal, ImageTooLarge, decodeImageFile } from '../shared/decode_image.js';
 import { InputError } from '../shared/errors.js';
 import { LIMITS, imageDimensionsProblem, inputImageSize } from '../shared/limits.js';
 import { crop, resizeLanczos, rgbToL } from './resample.js';
@@ -116,46 +118,47 @@ async function sha256Hex(bytes) {
 }
 
 /**
- * Decode one input file to RGB bytes with the browser's decoders, then check its size.
- * Opaque pixels come out exactly as PIL decodes them: no colour management (`colorSpaceConversion: 'none'`, PIL
- * ignores ICC profiles and gamma chunks too) and no premultiplication on the way in. Translucent pixels differ:
- * the canvas stores them premultiplied, so getImageData gives back their colour rounded through that (and black
- * for fully transparent ones), where PIL's convert('RGB') keeps the stored colour; the alpha itself is dropped
- * in both.
+ * Decode one input file to upright RGB bytes as the CPU reference reads it (shared/decode_image.js, the contract
+ * of docs/editing.md), then check its size. A refused file is one InputError: the label and the reason.
  * @param {import('../protocol.js').ImageInput} input
  * @param {string} label
+ * @param {{mask?: boolean}} [options]  A mask: any size of at least one pixel.
  * @returns {Promise<DecodedImage>}
  */
-export async function decodeImage(input, label) {
-    /** @type {ImageBitmap} */
-    let bitmap;
+export async function decodeImage(input, label, { mask = false } = {}) {
+    /** @type {import('../shared/decode_image.js').Rgb} */
+    let decoded;
     try {
-        bitmap = await createImageBitmap(new Blob([input.bytes]), { colorSpaceConversion: 'none', premultiplyAlpha: 'none' });
+        decoded = await decodeImageFile(input.bytes);
     } catch (err) {
-        throw new InputError(
-            `${label} could not be decoded: it is not a PNG, JPEG or WebP image, or the file is damaged ` +
-                `(${err instanceof Error ? err.message : String(err)}).`,
-            { name: input.name },
-        );
+        if (err instanceof ImageTooLarge) {
+            const { width, height } = err;
+            throw new InputError(imageDimensionsProblem(width, height, label) ?? label, { name: input.name, width, height });
+        }
+        if (!(err instanceof ImageRefusal)) throw err;
+        throw new InputError(`${label} ${err.message}`, { name: input.name, reason: err.reason, decoder: err.detail });
     }
-    const { width, height } = bitmap;
-    const problem = imageDimensionsProblem(width, height, label);
-    if (problem) {
-        bitmap.close();
-        throw new InputError(problem, { name: input.name, width, height });
-    }
-    const canvas = new OffscreenCanvas(width, height);
-    const context = /** @type {OffscreenCanvasRenderingContext2D} */ (canvas.getContext('2d', { willReadFrequently: true }));
-    context.drawImage(bitmap, 0, 0);
-    bitmap.close();
-    const rgba = context.getImageData(0, 0, width, height).data;
-    const rgb = new Uint8Array(width * height * 3);
-    for (let p = 0, q = 0; p < rgb.length; p += 3, q += 4) {
-        rgb[p] = rgba[q];
-        rgb[p + 1] = rgba[q + 1];
-        rgb[p + 2] = rgba[q + 2];
-    }
+    const { width, height, rgb } = decoded;
+    // A mask may have any size (it is resized to the image), within the pixel limit.
+    const problem = mask && width * height <= LIMITS.imagePixelsMax ? null : imageDimensionsProblem(width, height, label);
+    if (problem) throw new InputError(problem, { name: input.name, width, height });
     return { name: input.name, label, sha256: await sha256Hex(input.bytes), width, height, rgb };
+}
+
+/**
+ * One input file as `generate` reads it, for the protocol's `decode` request: an image (`role` 'image') or a mask
+ * (`role` 'mask', greyscale only), decoded and checked, its RGB bytes returned.
+ * @param {any} params  {image: ImageInput, role: 'image' | 'mask'}
+ * @returns {Promise<import('../protocol.js').DecodeResult>}
+ */
+export async function decodeRequest(params) {
+    const role = params?.role;
+    if (role !== 'image' && role !== 'mask') throw new InputError(`\`role\` must be 'image' or 'mask', got ${JSON.stringify(role)}.`);
+    const input = checkImageInput(params?.image, '`image`');
+    const label = role === 'mask' ? `The mask (${input.name})` : `The image (${input.name})`;
+    const image = await decodeImage(input, label, { mask: role === 'mask' });
+    if (role === 'mask') checkGreyMask(image);
+    return { width: image.width, height: image.height, rgb: image.rgb, sha256: image.sha256 };
 }
 
 /**

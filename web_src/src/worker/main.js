@@ -21,6 +21,7 @@
  */
 
 import { generate } from '../pipeline/generate.js';
+import { decodeRequest } from '../pipeline/input_images.js';
 import { loadSessions } from '../pipeline/load_sessions.js';
 import { Models } from '../pipeline/models.js';
 import { PROTOCOL_VERSION } from '../protocol.js';
@@ -187,6 +188,11 @@ export function startWorker(scope) {
 
         // loadSessions releases each session it creates.
         load: async (/** @type {{id: string, params: any}} */ request) => ({ result: await pipelineJob(request, loadSessions) }),
+
+        decode: async (/** @type {{params: any}} */ request) => {
+            const result = await decodeRequest(request.params);
+            return { result, transfer: [result.rgb.buffer] };
+        },
 
         cancel: async (/** @type {{target: string}} */ request) => ({ result: { cancelled: jobs.cancel(String(request.target)) } }),
 

@@ -11,7 +11,7 @@
 
 import { InputError } from '../../shared/errors.js';
 import { LIMITS } from '../../shared/limits.js';
-import { blobName, transferFiles } from './input_images.js';
+import { blobName, readBlob, transferFiles } from './input_images.js';
 import { MaskPainter } from './mask_painter.js';
 import { ReferencesView } from './references.js';
 import { requireElement } from './dom.js';
@@ -50,10 +50,11 @@ export function stepsRun(steps, strength) {
 /**
  * A copy of the file's bytes for the request: the page keeps the Blob (history, the next run).
  * @param {{name: string, blob: Blob}} input
+ * @param {string} label  How a message names it, e.g. 'Reference 2 (cat.png)'.
  * @returns {Promise<ImageInput>}
  */
-async function imageInput({ name, blob }) {
-    return { name, bytes: await blob.arrayBuffer() };
+async function imageInput({ name, blob }, label) {
+    return { name, bytes: await readBlob(blob, label) };
 }
 
 export class EditingView {
@@ -130,7 +131,8 @@ export class EditingView {
                 );
             }
             const record = { mode, images: references, mask: null, strength: null };
-            return { params: { images: await Promise.all(references.map(imageInput)) }, record };
+            const images = await Promise.all(references.map((r, i) => imageInput(r, `Reference ${i + 1} (${r.name})`)));
+            return { params: { images }, record };
         }
         const source = this.painter.source;
         if (!source) throw new InputError('Inpaint needs the image to repaint: drop, paste or choose one.');
@@ -141,7 +143,13 @@ export class EditingView {
         const images = [{ name: source.name, blob: source.blob }, ...references];
         const strength = Number(this.strength.value);
         const record = { mode, images, mask, strength };
-        const params = { images: await Promise.all(images.map(imageInput)), mask: await imageInput(mask), strength };
+        const params = {
+            images: await Promise.all(images.map((image, i) => imageInput(image, i === 0
+                ? `The image to inpaint (${image.name})`
+                : `Reference ${i} (${image.name})`))),
+            mask: await imageInput(mask, `The mask (${mask.name})`),
+            strength,
+        };
         return { params, record };
     }
 

@@ -6,6 +6,7 @@
  * @module page/ui/input_images
  */
 
+import { ImageRefusal, ImageTooLarge, decodeImageFile } from '../../shared/decode_image.js';
 import { InputError } from '../../shared/errors.js';
 import { formatBytes } from '../../shared/format.js';
 import { LIMITS, imageDimensionsProblem, inputImageSize } from '../../shared/limits.js';
@@ -30,31 +31,66 @@ export function blobName(blob, fallback) {
 }
 
 /**
- * Decodes and checks one file: readable as an image (decoding it is the only reliable type check), within the
- * file-size cap and the dimension rules. Throws InputError naming `label` (e.g. 'Reference 2 (cat.png)').
+ * The bytes of a file the user added. A File is read from disk when it is used, so one moved, deleted or changed
+ * since it was added cannot be read (the browser says only "NotReadableError"): say which and what to do.
  * @param {Blob} blob
+ * @param {string} label  e.g. 'Reference 2 (cat.png)'
+ * @returns {Promise<ArrayBuffer>}
+ */
+export async function readBlob(blob, label) {
+    try {
+        return await blob.arrayBuffer();
+    } catch (err) {
+        throw new InputError(
+            `${label} can no longer be read: the file was moved, deleted or changed on disk after it was added ` +
+                `(${err instanceof Error ? err.name : String(err)}). Remove it and add it again.`,
+        );
+    }
+}
+
+/**
+ * Decodes and checks one file exactly as the worker will (shared/decode_image.js: the same pixels, the same
+ * refusals), within the file-size cap and the dimension rules. Throws InputError naming `label`
+ * (e.g. 'Reference 2 (cat.png)').
+ * @param {Blob} blob
+ * @param {string} name
+ * @param {string} label
  * @param {string} name
  * @param {string} label
  * @returns {Promise<InputImage>}
  */
 export async function checkImage(blob, name, label) {
+    return (await decodeChecked(blob, name, label)).image;
+}
+
+/**
+ * checkImage, with the decoded pixels (what the worker will see).
+ * @param {Blob} blob
+ * @param {string} name
+ * @param {string} label
+ * @param {{mask?: boolean}} [options]  A mask: any size (it is resized to the image), within the pixel limit.
+ * @returns {Promise<{image: InputImage, pixels: import('../../shared/decode_image.js').Rgb}>}
+ */
+export async function decodeChecked(blob, name, label, { mask = false } = {}) {
     if (blob.size > LIMITS.imageFileBytesMax) {
         throw new InputError(
             `${label} is ${formatBytes(blob.size)}, more than the ${formatBytes(LIMITS.imageFileBytesMax)} an input ` +
                 'image file may be.',
         );
     }
-    let bitmap;
+    const bytes = await readBlob(blob, label);
+    let pixels;
     try {
-        bitmap = await createImageBitmap(blob);
-    } catch {
-        throw new InputError(`${label} is not an image this browser can read: use a PNG, JPEG or WebP file.`);
+        pixels = await decodeImageFile(bytes);
+    } catch (err) {
+        if (err instanceof ImageTooLarge) throw new InputError(imageDimensionsProblem(err.width, err.height, label) ?? label);
+        if (err instanceof ImageRefusal) throw new InputError(`${label} ${err.message}`);
+        throw err;
     }
-    const { width, height } = bitmap;
-    bitmap.close();
-    const problem = imageDimensionsProblem(width, height, label);
+    const { width, height } = pixels;
+    const problem = mask && width * height <= LIMITS.imagePixelsMax ? null : imageDimensionsProblem(width, height, label);
     if (problem) throw new InputError(problem);
-    return { blob, name, width, height, used: inputImageSize(width, height) };
+    return { image: { blob, name, width, height, used: inputImageSize(width, height) }, pixels };
 }
 
 /**

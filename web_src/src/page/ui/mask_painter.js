@@ -10,7 +10,7 @@
 
 import { InputError } from '../../shared/errors.js';
 import { encodeGreyPng } from './grey_png.js';
-import { checkImage, describeCost } from './input_images.js';
+import { checkImage, decodeChecked, describeCost } from './input_images.js';
 import { requireElement } from './dom.js';
 
 /** @typedef {import('./input_images.js').InputImage} InputImage */
@@ -122,34 +122,32 @@ export class MaskPainter {
      */
     async loadMask(blob, name) {
         if (!this.source) throw new InputError('Load the image to inpaint before its mask.');
-        const checked = await checkImage(blob, name, `The mask (${name})`);
-        // Decoded as the worker decodes it, to refuse what it would refuse: a coloured mask (which pixels repaint
-        // would depend on a luma formula the user never sees).
-        const bitmap = await createImageBitmap(checked.blob, { colorSpaceConversion: 'none', premultiplyAlpha: 'none' });
+        // Decoded as the worker decodes it, to refuse what it would refuse, a coloured mask among them (which
+        // pixels repaint would depend on a luma formula the user never sees).
+        const label = `The mask (${name})`;
+        const { image: checked, pixels: file } = await decodeChecked(blob, name, label, { mask: true });
         const own = scratch(checked.width, checked.height);
-        own.drawImage(bitmap, 0, 0);
-        const file = own.getImageData(0, 0, checked.width, checked.height).data;
-        for (let i = 0; i < file.length; i += 4) {
-            if (file[i] !== file[i + 1] || file[i + 1] !== file[i + 2]) {
-                bitmap.close();
-                throw new InputError(
-                    `The mask (${name}) has coloured pixels; a mask must be greyscale (white repaints, black keeps).`,
-                );
+        const grey = own.createImageData(checked.width, checked.height);
+        for (let p = 0, q = 0; p < file.rgb.length; p += 3, q += 4) {
+            if (file.rgb[p] !== file.rgb[p + 1] || file.rgb[p + 1] !== file.rgb[p + 2]) {
+                throw new InputError(`${label} has coloured pixels; a mask must be greyscale (white repaints, black keeps).`);
             }
+            grey.data[q] = grey.data[q + 1] = grey.data[q + 2] = file.rgb[p];
+            grey.data[q + 3] = 255;
         }
+        own.putImageData(grey, 0, 0);
         // Brightness becomes coverage at the image's size.
         const { width, height } = this.canvas;
         const scaled = scratch(width, height);
-        scaled.drawImage(bitmap, 0, 0, width, height);
-        bitmap.close();
+        scaled.drawImage(own.canvas, 0, 0, width, height);
         const pixels = scaled.getImageData(0, 0, width, height);
         const data = pixels.data;
         for (let i = 0; i < data.length; i += 4) {
-            const grey = data[i];
+            const level = data[i];
             data[i] = 255;
             data[i + 1] = 48;
             data[i + 2] = 96;
-            data[i + 3] = grey;
+            data[i + 3] = level;
         }
         this.context.putImageData(pixels, 0, 0);
         this.#setLoaded({ blob, name });
