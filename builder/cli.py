@@ -148,7 +148,8 @@ def fetch(repo: str, revision: str, dest_text: str) -> None:
 @click.option("--mask", type=click.Path(path_type=Path), default=None,
               help="Inpainting mask: white repaints, black keeps; any size.")
 @click.option("--strength", type=float, default=None,
-              help="Inpainting: the share of the schedule that runs, 0..1 [default: 0.8]; only with --mask.")
+              help=f"Inpainting: the share of the schedule that runs, 0..1 [default: {limits.STRENGTH_DEFAULT}]; "
+                   "only with --mask.")
 @click.option("--out", "out_png", type=click.Path(path_type=Path), required=True)
 def reference(model_dir: Path, prompt: str, seed: int, size: str | None, steps: int, images: tuple[Path, ...],
               mask: Path | None, strength: float | None, out_png: Path) -> None:
@@ -185,7 +186,8 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str | None, steps: 
 @click.option("--image", "images", type=click.Path(path_type=Path), multiple=True,
               help="Editing: a reference image (repeatable). With --mask: the image to inpaint, then references.")
 @click.option("--mask", type=click.Path(path_type=Path), default=None, help="Inpainting mask (white repaints).")
-@click.option("--strength", type=float, default=None, help="Inpainting strength in [0, 1]  [default: 0.8]")
+@click.option("--strength", type=float, default=None,
+              help=f"Inpainting strength in [0, 1]  [default: {limits.STRENGTH_DEFAULT}]")
 @click.option("--cases", "cases_file", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.cases_file,
               help="JSON or TOML file with several cases, run in one browser launch.")
 @click.option("--reference", "reference_png", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.reference_png)

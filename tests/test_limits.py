@@ -28,9 +28,9 @@ def camel_case(name: str) -> str:
     return first + "".join(word.title() for word in rest)
 
 
-def python_limits() -> dict[str, int]:
+def python_limits() -> dict[str, int | float]:
     return {camel_case(name): value for name, value in vars(limits).items()
-            if name.isupper() and isinstance(value, int)}
+            if name.isupper() and isinstance(value, int | float) and not isinstance(value, bool)}
 
 
 def test_python_and_js_limits_are_the_same_numbers() -> None:
@@ -45,7 +45,7 @@ def test_python_and_js_limits_are_the_same_numbers() -> None:
     assert python_limits() == {"stepsMin": 1, "stepsMax": 50, "sizeMin": 64, "sizeMax": 2048, "sizeMultiple": 16,
                                "seedMax": 2**32, "referencesMax": 4, "imageSideMin": 64, "imageAspectMax": 8,
                                "imageAreaMax": 1024**2, "imageFileBytesMax": 64 * 2**20,
-                               "imagePixelsMax": 8192**2}
+                               "imagePixelsMax": 8192**2, "strengthDefault": 0.8}
 
 
 @pytest.mark.parametrize("size", [(512, 512), (1024, 1024), (1025, 1024), (4032, 3024), (3000, 375), (97, 1000),

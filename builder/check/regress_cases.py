@@ -15,7 +15,7 @@ from builder.repo import manifest
 
 CASE_KEYS = frozenset({"name", "prompt", "seed", "size", "steps", "reference", "reference_from_cpu", "psnr_min",
                        "precision", "images", "mask", "strength"})
-DEFAULT_STRENGTH = 0.8  # Flux2KleinInpaintPipeline's default
+DEFAULT_STRENGTH = limits.STRENGTH_DEFAULT
 CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 

@@ -24,6 +24,7 @@ IMAGE_ASPECT_MAX = 8  # check_image_input's max_aspect_ratio (8:1 either way)
 IMAGE_AREA_MAX = 1024 * 1024  # larger images are resized (LANCZOS) to about this area before use
 IMAGE_FILE_BYTES_MAX = 64 * 2**20  # an input file larger than this is refused before decoding
 IMAGE_PIXELS_MAX = 8192 * 8192  # a decoded image larger than this is refused (decompression bombs)
+STRENGTH_DEFAULT = 0.8  # inpainting's share of the schedule when none is given (Flux2KleinInpaintPipeline's default)
 
 
 def nearest_side(value: int) -> int:

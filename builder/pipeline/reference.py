@@ -57,7 +57,7 @@ REQUIRED_SCHEDULER = {
 UNSUPPORTED_SCHEDULER_FLAGS = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
                                "stochastic_sampling")
 
-DEFAULT_STRENGTH = 0.8  # Flux2KleinInpaintPipeline's default
+DEFAULT_STRENGTH = limits.STRENGTH_DEFAULT
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import { crop, resizeLanczos, rgbToL } from './resample.js';
 
 const f32 = Math.fround;
 
-/** diffusers' inpainting strength default (Flux2KleinInpaintPipeline.__call__). */
-export const DEFAULT_STRENGTH = 0.8;
+/** diffusers' inpainting strength default (Flux2KleinInpaintPipeline.__call__; shared/limits.js). */
+export const DEFAULT_STRENGTH = LIMITS.strengthDefault;
 
 /**
  * @typedef {Object} DecodedImage

@@ -26,6 +26,8 @@ export const LIMITS = Object.freeze({
     imageAreaMax: 1048576,
     imageFileBytesMax: 67108864,
     imagePixelsMax: 67108864,
+    /** Inpainting's share of the schedule when none is given (Flux2KleinInpaintPipeline's default). */
+    strengthDefault: 0.8,
 });
 
 /**

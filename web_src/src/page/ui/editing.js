@@ -32,8 +32,8 @@ import { requireElement } from './dom.js';
  * @property {RunInputs | null} record  null in text-to-image.
  */
 
-/** diffusers' default strength for inpainting. */
-export const DEFAULT_STRENGTH = 0.8;
+/** diffusers' default strength for inpainting (shared/limits.js). */
+export const DEFAULT_STRENGTH = LIMITS.strengthDefault;
 
 /**
  * The denoising steps inpainting runs at `strength` out of `steps`: diffusers' get_timesteps starts at
