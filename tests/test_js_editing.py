@@ -21,9 +21,9 @@ SRC = REPO_ROOT / "web_src" / "src" / "pipeline"
 
 SCRIPT = """
 import { readFileSync, writeFileSync } from 'node:fs';
-const [latentsUrl, scheduleUrl, dir] = process.argv.slice(2);
+const [latentsUrl, inpaintUrl, dir] = process.argv.slice(2);
 const L = await import(latentsUrl);
-const S = await import(scheduleUrl);
+const I = await import(inpaintUrl);
 const f32 = (name) => {
     const bytes = readFileSync(`${dir}/${name}.bin`);
     return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4).slice();
@@ -31,7 +31,7 @@ const f32 = (name) => {
 const cases = JSON.parse(readFileSync(`${dir}/cases.json`, 'utf8'));
 const out = {};
 out.ids = Array.from(L.prepareImageIds(cases.grids), Number);
-out.starts = cases.strengths.map(([n, s]) => { try { return S.inpaintStart(n, s); } catch { return null; } });
+out.starts = cases.strengths.map(([n, s]) => { try { return I.inpaintStart(n, s); } catch { return null; } });
 writeFileSync(`${dir}/scaled.bin`, L.scaleNoise(f32('sample'), cases.sigma, f32('noise')));
 const latents = f32('latents');
 L.blendMask(latents, f32('proper'), f32('mask'), cases.channels);
@@ -64,7 +64,7 @@ def test_editing_sampling_helpers_match_torch(tmp_path: Path) -> None:
                                                       "channels": channels, "planes": planes}))
     (tmp_path / "run.mjs").write_text(SCRIPT)
     result = subprocess.run([str(find_node().node), str(tmp_path / "run.mjs"), (SRC / "latents.js").as_uri(),
-                             (SRC / "schedule.js").as_uri(), str(tmp_path)],
+                             (SRC.parent / "shared" / "inpaint.js").as_uri(), str(tmp_path)],
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     out = json.loads((tmp_path / "out.json").read_text())

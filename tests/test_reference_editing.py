@@ -253,7 +253,7 @@ def make_scheduler(tiny_models: dict[str, Path], steps: int, seq: int) -> Any:
 
 
 @pytest.mark.parametrize("steps", [1, 2, 3, 4, 7, 10])
-def test_strength_schedule_is_get_timesteps(tiny_models: dict[str, Path], steps: int) -> None:
+def test_inpaint_start_is_get_timesteps(tiny_models: dict[str, Path], steps: int) -> None:
     sigmas, timesteps = sampling.retrieve_timesteps(steps, 30)
     for strength in (0.0, 1e-17, 0.1, 0.2, 0.25, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.9, 0.99, 1.0):
         scheduler = make_scheduler(tiny_models, steps, 30)
@@ -261,9 +261,9 @@ def test_strength_schedule_is_get_timesteps(tiny_models: dict[str, Path], steps:
             SimpleNamespace(scheduler=scheduler), steps, strength, "cpu")
         if remaining < 1:  # the pipeline's ValueError
             with pytest.raises(InputError, match="leaves no denoising step"):
-                sampling.strength_schedule(steps, strength)
+                sampling.inpaint_start(steps, strength)
             continue
-        t_start = sampling.strength_schedule(steps, strength)
+        t_start = sampling.inpaint_start(steps, strength)
         assert steps - t_start == remaining and scheduler.begin_index == t_start
         assert np.array_equal(timesteps[t_start:], expected.numpy())
         assert np.array_equal(sigmas[t_start:], scheduler.sigmas[t_start:].numpy())

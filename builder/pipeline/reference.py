@@ -157,7 +157,7 @@ def generate(
         check_inputs(prompt=prompt, seed=seed, width=plan.width, height=plan.height, steps=steps)
         width, height = plan.width, plan.height
         if plan.strength is not None:
-            sampling.strength_schedule(steps, plan.strength)  # a strength that leaves no step fails now, not later
+            sampling.inpaint_start(steps, plan.strength)  # a strength that leaves no step fails now, not later
         for info in plan.images:
             log(f"reference: input {info.name} {info.width}x{info.height} used at {info.used_width}x"
                 f"{info.used_height} ({info.tokens} tokens)")
@@ -221,7 +221,7 @@ def generate(
         sigmas, timesteps = sampling.retrieve_timesteps(steps, latents.shape[1])
         t_start = 0
         if source_tokens is not None and plan.strength is not None:
-            t_start = sampling.strength_schedule(steps, plan.strength)
+            t_start = sampling.inpaint_start(steps, plan.strength)
             # prepare_latents: the source noised to the first sigma that runs (scheduler begin_index = t_start)
             latents = sampling.scale_noise(source_tokens, sigmas[t_start], latents)
         noise_tokens = sampling.pack_latents(noise)

@@ -349,7 +349,7 @@ def prepare_image_ids(sizes: Sequence[tuple[int, int]], *, scale: int = 10, star
 
 # Port of diffusers.pipelines.flux2.pipeline_flux2_klein_inpaint.Flux2KleinInpaintPipeline.get_timesteps and the
 # "steps is < 1" check of its __call__ @ 0.42.1
-def strength_schedule(num_steps: int, strength: float) -> int:
+def inpaint_start(num_steps: int, strength: float) -> int:
     """`t_start`: inpainting runs timesteps[t_start:] with sigmas[t_start:], num_steps - t_start steps.
 
     In float64 as Python computes it, so 4 steps at strength 0.8 start at 0 (4 - 3.2000000000000002 truncates

@@ -27,7 +27,8 @@ import {
 } from './latents.js';
 import { requireOutput } from './models.js';
 import { torchRandn } from './rng.js';
-import { inpaintStart, retrieveTimesteps } from './schedule.js';
+import { inpaintStart } from '../shared/inpaint.js';
+import { retrieveTimesteps } from './schedule.js';
 import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
 
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
@@ -265,7 +266,7 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
 
 /**
  * @typedef {Object} Inpainting  What inpainting adds to the denoising loop.
- * @property {number} start  The first step that runs (schedule.js inpaintStart).
+ * @property {number} start  The first step that runs (shared/inpaint.js inpaintStart).
  * @property {Float32Array} imageLatents  [1, H*W, C] the image to inpaint, packed.
  * @property {Float32Array} mask  [H*W] token weights (1 repaints).
  */

@@ -120,25 +120,3 @@ export function retrieveTimesteps(numSteps, imageSeqLen) {
     }
     return { mu, sigmas, timesteps, modelTimesteps };
 }
-
-// Port of diffusers.pipelines.flux2.pipeline_flux2_klein_inpaint.Flux2KleinInpaintPipeline.get_timesteps @ 0.42.1
-/**
- * Inpainting runs the last steps of the schedule only: `init = min(N * strength, N)` (doubles),
- * `t_start = int(max(N - init, 0))`; steps t_start..N-1 run, from sigmas[t_start].
- * @param {number} numSteps  N
- * @param {number} strength  In [0, 1].
- * @returns {number} t_start
- */
-export function inpaintStart(numSteps, strength) {
-    checkPositiveInteger('numSteps', numSteps);
-    const init = Math.min(numSteps * strength, numSteps);
-    const start = Math.trunc(Math.max(numSteps - init, 0));
-    if (numSteps - start < 1) {
-        throw new InputError(
-            `\`strength\` ${strength} with ${numSteps} steps leaves no denoising step to run (diffusers runs ` +
-                `int(steps * strength) of them); raise the strength or the steps.`,
-            { strength, steps: numSteps },
-        );
-    }
-    return start;
-}

@@ -10,6 +10,7 @@
  */
 
 import { InputError } from '../../shared/errors.js';
+import { inpaintStart } from '../../shared/inpaint.js';
 import { LIMITS } from '../../shared/limits.js';
 import { blobName, readBlob, transferFiles } from './input_images.js';
 import { MaskPainter } from './mask_painter.js';
@@ -36,15 +37,17 @@ import { requireElement } from './dom.js';
 export const DEFAULT_STRENGTH = LIMITS.strengthDefault;
 
 /**
- * The denoising steps inpainting runs at `strength` out of `steps`: diffusers' get_timesteps starts at
- * t_start = int(max(steps - min(steps * strength, steps), 0)) and runs the rest.
+ * The denoising steps inpainting runs at `strength` out of `steps` (0 when it would run none).
  * @param {number} steps
  * @param {number} strength
  * @returns {number}
  */
-export function stepsRun(steps, strength) {
-    const tStart = Math.trunc(Math.max(steps - Math.min(steps * strength, steps), 0));
-    return steps - tStart;
+function stepsRun(steps, strength) {
+    try {
+        return steps - inpaintStart(steps, strength);
+    } catch {
+        return 0;
+    }
 }
 
 /**
