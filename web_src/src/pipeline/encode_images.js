@@ -1,10 +1,10 @@
 // @ts-check
 /**
  * @file The input images of editing and inpainting, as generate() runs them: decoded and checked in stage 1
- * (checkInputImages: before any download, so unusable files or too many tokens cost nothing), then in stage 3b
+ * (checkInputImages: before any download, so unusable files or too many tokens cost nothing), then in stage 4
  * prepared as diffusers' image processors prepare them and VAE-encoded into the tokens every step sees
  * (encodeImages, cached per session by file and use), with inpainting's mask as one weight per latent token
- * (maskTokens). imageJobs says what stage 3b encodes; stage 2 asks it whether the VAE encoder is needed at all.
+ * (maskTokens). imageJobs says what stage 4 encodes; stage 2 asks it whether the VAE encoder is needed at all.
  * @module pipeline/encode_images
  */
 
@@ -34,7 +34,7 @@ import { requireOutput } from './models.js';
  */
 
 /**
- * @typedef {Object} Conditioning  Stage 3b's output.
+ * @typedef {Object} Conditioning  Stage 4's output.
  * @property {Float32Array} tokens  [1, n, C] the packed latents of every image, one after the other.
  * @property {BigInt64Array} ids    [n, 4] their rows (10 * (k + 1), y, x, 0).
  * @property {InputImageInfo[]} infos
@@ -89,7 +89,7 @@ export async function checkInputImages(params, signal) {
  */
 
 /**
- * What stage 3b encodes, in token order: editing's references; inpainting's image to inpaint, then its
+ * What stage 4 encodes, in token order: editing's references; inpainting's image to inpaint, then its
  * references (several of them as one batch, see input_images.js inpaintReferencePixels).
  * @param {InputPlan} plan
  * @returns {ImageJob[]}
@@ -115,7 +115,7 @@ export function imageJobs(plan) {
 }
 
 /**
- * Stage 3b: each input image's pixels as diffusers' image processor makes them, then the VAE encoder ->
+ * Stage 4: each input image's pixels as diffusers' image processor makes them, then the VAE encoder ->
  * [1, 128, h, w] latents (cached per session by file hash and use), packed into tokens one image after the other.
  * Cancellable between images.
  * @param {InputPlan} plan

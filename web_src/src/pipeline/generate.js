@@ -5,10 +5,10 @@
  * builder/pipeline/reference.py's generate() (the CPU reference this is tested against), in diffusers' order, with
  * the same names; each stage is one call, timed under the key in brackets:
  *   1. Check inputs (check)        2. Load models (download, load)   3. Encode prompt (encode)
- *   3b. Encode images (images)     4. Prepare latents (latents)      5. Prepare timesteps (timesteps)
- *   6. Denoising loop (denoise)    7. Decode (decode)
+ *   4. Encode images (images)      5. Prepare latents (latents)      6. Prepare timesteps (timesteps)
+ *   7. Denoising loop (denoise)    8. Decode (decode)
  * Input images are decoded and checked in stage 1, so a request whose images are unusable, or whose tokens no
- * graph can hold, is refused before anything is downloaded; stage 3b resizes them and runs the VAE encoder.
+ * graph can hold, is refused before anything is downloaded; stage 4 resizes them and runs the VAE encoder.
  * A session that does not fit the memory budget beside the others is created when its stage needs it; that
  * time is reported under `load`, not under the stage.
  * @module pipeline/generate
@@ -57,7 +57,7 @@ import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
  */
 
 /**
- * @typedef {Object} Latents  Stage 4's output: the packed noise and the position ids of both token sets.
+ * @typedef {Object} Latents  Stage 5's output: the packed noise and the position ids of both token sets.
  * @property {Float32Array} latents  [1, H*W, C] packed tokens, updated in place by the denoising loop.
  * @property {BigInt64Array} imgIds   [H*W, 4] rows (0, y, x, 0).
  * @property {BigInt64Array} txtIds   [L, 4] rows (0, 0, 0, l).
@@ -243,7 +243,7 @@ async function encodePrompt(prompt, cached, { models, meter, signal }) {
 }
 
 /**
- * Stage 4: noise drawn in the packed 128-channel space exactly as torch.randn on the CPU draws it, and the
+ * Stage 5: noise drawn in the packed 128-channel space exactly as torch.randn on the CPU draws it, and the
  * position ids of the image and text tokens.
  * @param {number} seed
  * @param {{width: number, height: number, textSeqLen: number}} size
@@ -272,7 +272,7 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
  */
 
 /**
- * Stage 6: one transformer call per step (klein is guidance-distilled: no CFG) on the noise tokens followed by
+ * Stage 7: one transformer call per step (klein is guidance-distilled: no CFG) on the noise tokens followed by
  * the input images' tokens; the prediction for the noise tokens takes a float32 Euler step,
  * x += (sigma_next - sigma) * v, as FlowMatchEulerDiscreteScheduler.step. Inpainting runs the steps from
  * `start` on and, after each, puts the image (re-noised to the next sigma, clean after the last step) back where
@@ -339,7 +339,7 @@ async function denoise(prepared, embedding, schedule, conditioning, inpainting, 
 }
 
 /**
- * Stage 7: unpack the tokens, then the VAE decoder (its graph holds the BN de-normalisation, the unpatchify
+ * Stage 8: unpack the tokens, then the VAE decoder (its graph holds the BN de-normalisation, the unpatchify
  * and (x/2+0.5).clamp), then RGBA bytes for the page.
  * @param {Float32Array} denoised  [1, H*W, C]
  * @param {{width: number, height: number}} size
@@ -446,7 +446,7 @@ export async function generate(params, { models, signal, onEvent }) {
         encodePrompt(prompt, cached, context),
     );
 
-    // 3b. Encode images (and inpainting's mask)
+    // 4. Encode images (and inpainting's mask)
     const { conditioning, mask } = plan.mode === 'text'
         ? { conditioning: null, mask: null }
         : await clock.time('images', `${plan.images.length} image(s), ${plan.tokens} tokens`, async () => ({
@@ -454,11 +454,11 @@ export async function generate(params, { models, signal, onEvent }) {
             mask: plan.mask ? maskTokens(plan.mask, { width, height }) : null,
         }));
 
-    // 4. Prepare latents
+    // 5. Prepare latents
     const textSeqLen = embedding.dims[1];
     const latents = await clock.time('latents', undefined, () => prepareLatents(seed, { width, height, textSeqLen }));
 
-    // 5. Prepare timesteps (mu from the noise tokens alone); inpainting starts part-way, from the image noised to
+    // 6. Prepare timesteps (mu from the noise tokens alone); inpainting starts part-way, from the image noised to
     // that step's sigma.
     const { schedule, inpainting } = await clock.time('timesteps', undefined, () => {
         const made = retrieveTimesteps(steps, noiseTokens);
@@ -469,13 +469,13 @@ export async function generate(params, { models, signal, onEvent }) {
     });
     const runSteps = steps - (inpainting?.start ?? 0);
 
-    // 6. Denoising loop
+    // 7. Denoising loop
     const denoiseDetail = `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
     const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
         denoise(latents, embedding, schedule, conditioning, inpainting, { ...context, onEvent }),
     );
 
-    // 7. Decode
+    // 8. Decode
     const rgba = await clock.time('decode', undefined, () => decode(denoised, { width, height }, context));
 
     const { timings } = clock;
