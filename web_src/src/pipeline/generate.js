@@ -282,15 +282,19 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
  * @param {Schedule} schedule
  * @param {Conditioning | null} conditioning  The input images' tokens and ids.
  * @param {Inpainting | null} inpainting
+ * @param {number} imageSeqLen  The transformer's image tokens: the noise's, then the input images' (generate()
+ *   works it out once, for the session's pin in stage 2 and for every step here).
  * @param {RunContext & {onEvent: (event: GenerateEvent) => void}} context
  * @returns {Promise<{denoised: Float32Array, stepMs: number[]}>} The denoised tokens [1, H*W, C], and the wall
  *   time of each step (the first one records the graph capture).
  */
-async function denoise(prepared, embedding, schedule, conditioning, inpainting, { models, meter, signal, onEvent }) {
+async function denoise(prepared, embedding, schedule, conditioning, inpainting, imageSeqLen, { models, meter, signal, onEvent }) {
     const { imgIds, txtIds, latentHeight, latentWidth, noise } = prepared;
     const noiseTokens = latentHeight * latentWidth;
     const extraTokens = conditioning ? conditioning.ids.length / 4 : 0;
-    const imageSeqLen = noiseTokens + extraTokens;
+    if (noiseTokens + extraTokens !== imageSeqLen) {
+        throw new Error(`The input images gave ${extraTokens} tokens where stage 1 counted ${imageSeqLen - noiseTokens}.`);
+    }
     // One buffer holds [noise tokens | image tokens]; the loop updates the noise part in place.
     const hiddenStates = new Float32Array(imageSeqLen * LATENT_CHANNELS);
     hiddenStates.set(prepared.latents);
@@ -472,7 +476,7 @@ export async function generate(params, { models, signal, onEvent }) {
     // 7. Denoising loop
     const denoiseDetail = `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
     const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
-        denoise(latents, embedding, schedule, conditioning, inpainting, { ...context, onEvent }),
+        denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, { ...context, onEvent }),
     );
 
     // 8. Decode
