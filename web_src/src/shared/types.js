@@ -38,6 +38,9 @@
  * @property {{usage: number, quota: number, persisted: boolean}} storage
  * @property {boolean} crossOriginIsolated
  * @property {number} threads
+ * @property {boolean} [gpuApi]  Whether the worker has navigator.gpu at all (false: WebGPU is off, not just adapterless).
+ * @property {import('./browser_needs.js').OpfsSupport} [opfs]  The OPFS methods the worker has (store/backend.js).
+ * @property {number | null} [deviceMemory]  navigator.deviceMemory in GB (coarse; null where the browser hides it).
  */
 
 /**
