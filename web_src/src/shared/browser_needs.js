@@ -71,19 +71,13 @@ export const FULL_SIZE_MODEL = Object.freeze({
     vaeQueryBlocks: queryBlocksFor(1, ATTENTION.vaeMaxTokens),
 });
 
-/**
- * The OPFS methods the worker found (store/backend.js opfsSupport).
- * @typedef {Object} OpfsSupport
- * @property {boolean} directory        navigator.storage.getDirectory
- * @property {boolean} syncAccessHandle FileSystemFileHandle.createSyncAccessHandle (workers only)
- * @property {boolean} createWritable   FileSystemFileHandle.createWritable
- * @property {boolean} move             FileSystemHandle.move (not standard: whatwg/fs#180)
- */
+/** @typedef {import('./types.js').OpfsSupport} OpfsSupport */
 
 /**
- * A capability record: the probe's answer, plus what the worker knows about storage and memory. Fields the worker
- * did not report (an older worker) are treated as present, so the decision never blocks on a missing report.
- * @typedef {Capabilities & {gpuApi?: boolean, opfs?: OpfsSupport, deviceMemory?: number | null}} CapabilityRecord
+ * A capability record: the probe's answer (shared/types.js Capabilities, with `gpuApi`, `opfs` and `deviceMemory`).
+ * Fields the worker did not report (an older worker) count as present, so the decision never blocks on a missing
+ * report.
+ * @typedef {Capabilities} CapabilityRecord
  */
 
 /**

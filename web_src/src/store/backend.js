@@ -51,7 +51,7 @@ export async function keyFor(modelBase) {
     return Array.from(new Uint8Array(digest).slice(0, 16), (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
-/** @typedef {import('../shared/browser_needs.js').OpfsSupport} OpfsSupport */
+/** @typedef {import('../shared/types.js').OpfsSupport} OpfsSupport */
 
 /**
  * Which OPFS methods this scope has, from the interfaces alone (nothing is created): what the worker's probe

@@ -63,7 +63,7 @@ function injectedFault(scriptUrl) {
  * What the probe adds to the GPU's answer for the page's capability decision (shared/browser_needs.js): whether
  * WebGPU exists here at all, the OPFS methods the store can use, and the device's memory.
  * @param {DedicatedWorkerGlobalScope} scope
- * @returns {{gpuApi: boolean, opfs: import('../shared/browser_needs.js').OpfsSupport, deviceMemory: number | null}}
+ * @returns {{gpuApi: boolean, opfs: import('../shared/types.js').OpfsSupport, deviceMemory: number | null}}
  */
 function storeAndMemory(scope) {
     const nav = /** @type {WorkerNavigator & {deviceMemory?: number}} */ (scope.navigator);
