@@ -35,7 +35,8 @@
  *     and answers `error` with code 'cancelled'; its sessions are released (GPU memory freed; the next run
  *     reloads them from the local store). A queued generate is answered 'cancelled' immediately.
  *     `{cancelled: false}` means no running or queued request had that id.
- *   - the probe result also carries `protocolVersion` (= PROTOCOL_VERSION).
+ *   - the probe result also carries `protocolVersion` (= PROTOCOL_VERSION), and for the page's capability decision
+ *     (shared/browser_needs.js) `gpuApi`, `opfs` and `deviceMemory` (shared/types.js Capabilities).
  *   - every error code is one of shared/errors.js `ErrorCode`.
  * @module protocol
  */
