@@ -168,3 +168,13 @@ test('the token embedding is the full-size text encoder\'s: 151,936 x 2,560 fp16
     const small = { ...FULL_SIZE_MODEL, tokenEmbeddingBytes: 100 * MiB };
     assert.equal(decide(PROFILES.chromeAndroid, { model: small }).canRun, true);
 });
+
+test('a limit too small for any image is missing once, with the figure', () => {
+    const tiny = decide(profile({ shaderF16: false, maxBufferSize: 256 * 1024, maxStorageBufferBindingSize: 256 * 1024 }));
+    assert.equal(tiny.canRun, false);
+    assert.equal(tiny.largestSide, 0);
+    assert.deepEqual(tiny.missing.map((m) => m.need), ['buffer-size']);
+    assert.match(tiny.missing[0].what, /256 KiB/);
+    const both = decide(profile({ shaderF16: true, maxBufferSize: 256 * 1024, maxStorageBufferBindingSize: 256 * 1024 }));
+    assert.deepEqual(both.missing.map((m) => m.need), ['buffer-size']);
+});

@@ -273,7 +273,7 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
             tone: 'warn',
         });
     }
-    if (largestSide === 0 && gpu) {
+    if (largestSide === 0 && gpu && !missing.some((m) => m.need === 'buffer-size')) {
         missing.push({ need: 'buffer-size', what: `GPU buffers large enough for the smallest image (this GPU allows ${mib(bufferLimit)})` });
     }
     return { canRun: missing.length === 0, missing, family, kernels, bufferLimit, largestSide, lacks };
@@ -281,10 +281,11 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
 
 /**
  * @param {number} bytes
- * @returns {string}  e.g. "742 MiB", "2 GiB"
+ * @returns {string}  e.g. "742 MiB", "2 GiB", "256 KiB"
  */
 function mib(bytes) {
     if (bytes >= 2 ** 30 && bytes % 2 ** 30 === 0) return `${bytes / 2 ** 30} GiB`;
     if (bytes >= 2 ** 30) return `${(bytes / 2 ** 30).toFixed(2)} GiB`;
-    return `${Math.round(bytes / 2 ** 20)} MiB`;
+    if (bytes >= 2 ** 20) return `${Math.round(bytes / 2 ** 20)} MiB`;
+    return `${Math.round(bytes / 2 ** 10)} KiB`;
 }
