@@ -221,7 +221,7 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
             lacks.push({
                 feature: 'subgroups',
                 cost: caps.shaderF16
-                    ? 'No subgroups: the fp16 graphs run on plain kernels, without the subgroup kernels onnxruntime has; slower per step.'
+                    ? 'No subgroups: the fp16 graphs run on plain kernels, without the runtime\'s subgroup kernels; slower per step.'
                     : 'No subgroups: the q4 graphs\' 4-bit layers run on plain fp32 kernels instead of int8 dot products (DP4A); slower per step.',
                 tone: 'warn',
             });
