@@ -31,6 +31,7 @@ PURE_MODULES = (
     "src/pipeline/graph_choice.js",
     "src/shared/png_text.js",
     "src/shared/format.js",
+    "src/shared/browser_needs.js",
 )
 
 

@@ -38,7 +38,8 @@
  *     `{cancelled: false}` means no running or queued request had that id.
  *   - decode answers at once (no job, no model): one input file read exactly as `generate` reads it (the
  *     decoding contract of docs/editing.md), for the tests that hold the worker to the CPU reference.
- *   - the probe result also carries `protocolVersion` (= PROTOCOL_VERSION).
+ *   - the probe result also carries `protocolVersion` (= PROTOCOL_VERSION), and for the page's capability decision
+ *     (shared/browser_needs.js) `gpuApi`, `opfs` and `deviceMemory` (shared/types.js Capabilities).
  *   - every error code is one of shared/errors.js `ErrorCode`.
  * @module protocol
  */

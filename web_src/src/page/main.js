@@ -12,8 +12,9 @@ import { ErrorCode, InputError, KleinError, NoWebGPUError } from '../shared/erro
 import { formatBytes, formatDuration } from '../shared/format.js';
 import { resolveModelSource } from './model_source.js';
 import { WorkerClient } from './worker_client.js';
-import { SUPPORT_NOTE, detectBrowser, webgpuAdvice } from './ui/browser_support.js';
-import { CapabilitiesView } from './ui/capabilities.js';
+import { decide } from '../shared/browser_needs.js';
+import { SUPPORT_NOTE, detectBrowser, missingAdvice, webgpuAdvice } from './ui/browser_support.js';
+import { CapabilitiesView, summaryNote } from './ui/capabilities.js';
 import { EditingView } from './ui/editing.js';
 import { ErrorView, adviseError } from './ui/error_view.js';
 import { requireElement } from './ui/dom.js';
@@ -189,6 +190,10 @@ function main() {
     setState('idle');
     progress.idle('Checking WebGPU…');
     capabilities.placeholder('Probing the GPU…');
+    /** @type {KleinError | null} Why this browser cannot run the app, once the probe has said so. */
+    let cannotRun = null;
+    /** @type {import('./ui/error_view.js').ErrorAdvice | null} What to do about `cannotRun` when it is not WebGPU. */
+    let cannotRunAdvice = null;
     /**
      * Probes the worker and renders the answer. Resolves to the capabilities, to null when this browser
      * has no usable WebGPU (final: Generate is blocked), or rejects when the probe itself failed (e.g. the
@@ -196,6 +201,8 @@ function main() {
      * @returns {Promise<Capabilities | null>}
      */
     async function runProbe() {
+        cannotRun = null;
+        cannotRunAdvice = null;
         let caps;
         try {
             caps = await client.probe();
@@ -213,15 +220,33 @@ function main() {
             );
         }
         capabilities.render(caps);
+        // Whether the app runs here is decided from what the worker found, never from the browser's name.
+        const decision = decide(caps);
+        const note = summaryNote(decision);
+        browserNote.textContent = note.text;
+        browserNote.dataset.tone = note.tone;
         if (!caps.webgpu) {
             const error = new NoWebGPUError(caps.error ?? 'This browser exposes no WebGPU adapter.');
+            cannotRun = error;
+            const found = decision.missing.find((m) => m.need === 'webgpu' || m.need === 'adapter');
             form.block('WebGPU is not available in this browser.');
-            errors.show(adviseError(error, { advice }), error.code, { reveal: false });
-            // The note at the top is the first thing read: turn it into the warning.
+            errors.show(adviseError(error, { advice: found ? missingAdvice(found, browser) : advice }), error.code, { reveal: false });
             browserNote.textContent =
                 'WebGPU is not available in this browser, so the app cannot run here. What to do is shown under the Generate button.';
-            browserNote.dataset.tone = 'bad';
             progress.idle('WebGPU is not available.');
+            setState('error');
+            return null;
+        }
+        if (!decision.canRun) {
+            cannotRun = new KleinError(`The app needs ${decision.missing.map((m) => m.what).join('; ')}.`, { code: ErrorCode.UNSUPPORTED });
+            cannotRunAdvice = {
+                title: 'This browser lacks what the app needs',
+                message: cannotRun.message,
+                action: decision.missing.map((m) => missingAdvice(m, browser)).join(' '),
+            };
+            form.block('This browser lacks what the app needs.');
+            errors.show(cannotRunAdvice, ErrorCode.UNSUPPORTED, { reveal: false });
+            progress.idle('This browser lacks what the app needs.');
             setState('error');
             return null;
         }
@@ -289,7 +314,7 @@ function main() {
         try {
             // A failed probe (not a "no WebGPU" answer) is retried: the client starts a fresh worker.
             const caps = await probe.catch(() => (probe = runProbe()));
-            if (caps === null) throw new NoWebGPUError('WebGPU is not available in this browser.');
+            if (caps === null) throw cannotRun ?? new NoWebGPUError('WebGPU is not available in this browser.');
             const { base, label, precision, profile } = await source;
             const mode = memory.value();
             const settings = { ...values, modelBase: base, ...(precision ? { precision } : {}), ...(mode ? { memory: mode } : {}) };
@@ -337,7 +362,8 @@ function main() {
                 setState('idle');
                 return;
             }
-            const shown = adviseError(err, { width: values.width, height: values.height, advice });
+            const shown =
+                err === cannotRun && cannotRunAdvice ? cannotRunAdvice : adviseError(err, { width: values.width, height: values.height, advice });
             errors.show(shown, code);
             progress.stop(`Stopped: ${shown.title.toLowerCase()}.`, { complete: false });
             setState('error');

@@ -112,7 +112,7 @@ const ADAPTER_RETRY_MS = 250;
 const SOFTWARE_PATTERN = /swiftshader|llvmpipe|lavapipe|software|microsoft basic render/i;
 
 const HOW_TO_GET_WEBGPU =
-    'Use desktop Chrome or Edge 113 or newer (Safari and Firefox builds without WebGPU cannot run this app). ' +
+    'Use a browser with WebGPU: Chrome or Edge 113 or newer, Safari 26 on macOS, Firefox 141 or newer on Windows. ' +
     'On Linux, start Chrome with --enable-unsafe-webgpu --enable-features=Vulkan (NVIDIA: also ' +
     '--enable-dawn-features=vulkan_enable_f16_on_nvidia) and check chrome://gpu ' +
     '("WebGPU: Hardware accelerated"); on other systems make sure hardware acceleration is on in the settings.';

@@ -23,7 +23,7 @@ export const ErrorCode = Object.freeze({
     CANCELLED: 'cancelled',
     /** A model file is being downloaded by another tab (its OPFS handle is exclusive). */
     BUSY: 'busy',
-    /** A graph needs a GPU feature the adapter lacks (shader-f16). */
+    /** A graph needs a GPU feature the adapter lacks (shader-f16), or the browser lacks what the app needs (OPFS, large enough buffers). */
     UNSUPPORTED: 'unsupported',
     /** The model runtime failed in a way not recognised as out-of-memory or device loss. */
     RUNTIME: 'runtime',

@@ -38,6 +38,17 @@
  * @property {{usage: number, quota: number, persisted: boolean}} storage
  * @property {boolean} crossOriginIsolated
  * @property {number} threads
+ * @property {boolean} [gpuApi]  Whether the worker has navigator.gpu at all (false: WebGPU is off, not just adapterless).
+ * @property {OpfsSupport} [opfs]  The OPFS methods the worker has (store/backend.js opfsSupport).
+ * @property {number | null} [deviceMemory]  navigator.deviceMemory in GB (coarse; null where the browser hides it).
+ */
+
+/**
+ * @typedef {Object} OpfsSupport  The OPFS methods a worker has (shared/browser_needs.js decides from them).
+ * @property {boolean} directory        navigator.storage.getDirectory
+ * @property {boolean} syncAccessHandle FileSystemFileHandle.createSyncAccessHandle (workers only)
+ * @property {boolean} createWritable   FileSystemFileHandle.createWritable (Safari from 26)
+ * @property {boolean} move             FileSystemHandle.move (not standard: whatwg/fs#180; not in Safari)
  */
 
 /**

@@ -8,7 +8,9 @@
  * a partial file that we extend in place: an HTTP `Range: bytes=N-` request, then writes at offset N
  * (`createWritable({keepExistingData: true})` + `seek(N)` would do too; in a worker we use a sync
  * access handle, which writes in place instead of through a swap file, so flushed bytes survive
- * even a killed tab). `File` objects read back from OPFS are disk-backed.
+ * even a killed tab). `File` objects read back from OPFS are disk-backed. Optional OPFS methods have fallbacks: a browser without
+ * `FileSystemHandle.move()` (Safari) renames by copying (rename), one without `createWritable` (Safari before 26)
+ * writes small files through a sync access handle (writeText); opfsSupport() reports which are there.
  *
  * Layout: `<root>/<key>/<repo path>` for complete files, `<repo path>.partial` while downloading; the
  * key is derived from the model base URL so two model sources never mix. Beside each file (complete or
@@ -49,12 +51,32 @@ export async function keyFor(modelBase) {
     return Array.from(new Uint8Array(digest).slice(0, 16), (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
+/** @typedef {import('../shared/types.js').OpfsSupport} OpfsSupport */
+
+/**
+ * Which OPFS methods this scope has, from the interfaces alone (nothing is created): what the worker's probe
+ * reports so the page can say what the store will fall back on (shared/browser_needs.js).
+ * @param {any} [scope]  globalThis, or a stand-in in tests.
+ * @returns {OpfsSupport}
+ */
+export function opfsSupport(scope = globalThis) {
+    const fileHandle = scope.FileSystemFileHandle?.prototype;
+    const handle = scope.FileSystemHandle?.prototype;
+    return {
+        directory: typeof scope.navigator?.storage?.getDirectory === 'function',
+        syncAccessHandle: typeof fileHandle?.createSyncAccessHandle === 'function',
+        createWritable: typeof fileHandle?.createWritable === 'function',
+        move: typeof handle?.move === 'function' || typeof fileHandle?.move === 'function',
+    };
+}
+
 /** @returns {Promise<FileSystemDirectoryHandle>} */
 async function opfsRoot() {
     if (typeof navigator === 'undefined' || !navigator.storage || !navigator.storage.getDirectory) {
         throw new QuotaError(
             'This browser has no Origin Private File System (navigator.storage.getDirectory), so the model cannot be ' +
-                'cached. Use desktop Chrome or Edge 113+ in a normal (not private) window.',
+                'cached. Use a browser that has it (Chrome and Edge 102+, Safari 15.2+, Firefox 111+) in a normal, not ' +
+                'private, window.',
         );
     }
     return navigator.storage.getDirectory();
@@ -217,8 +239,7 @@ export class OpfsBackend {
         const partial = await dir.getFileHandle(name + PARTIAL_SUFFIX);
         await this.delete(path + IDENTITY_SUFFIX);
         await this.delete(path);
-        // FileSystemHandle.move (Chrome 110+ for OPFS, not in TypeScript's DOM types): an atomic rename in the folder.
-        await /** @type {FileSystemFileHandle & {move(name: string): Promise<void>}} */ (partial).move(name);
+        await rename(dir, partial, name);
         await this.writeIdentity(path, identity);
         await this.delete(path + PARTIAL_SUFFIX + IDENTITY_SUFFIX);
     }
@@ -283,6 +304,15 @@ export class OpfsBackend {
     async writeText(path, text) {
         const [dir, name] = await this.locate(path, true);
         const handle = await dir.getFileHandle(name, { create: true });
+        // createWritable is missing before Safari 26; the store runs in a worker, where sync access handles exist.
+        if (typeof handle.createWritable !== 'function') {
+            try {
+                writeWhole(await handle.createSyncAccessHandle(), new TextEncoder().encode(text));
+            } catch (err) {
+                rethrowStorageError(err, path);
+            }
+            return;
+        }
         const writable = await handle.createWritable();
         try {
             await writable.write(text);
@@ -301,6 +331,65 @@ export class OpfsBackend {
         const handle = await this.handle(path);
         return handle ? (await handle.getFile()).text() : null;
     }
+}
+
+/** Bytes copied at a time when a file is renamed by copying (COPY_CHUNK_BYTES of memory at most). */
+const COPY_CHUNK_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Replace a file's whole content through a sync access handle, then close it.
+ * @param {FileSystemSyncAccessHandle} access
+ * @param {Uint8Array} bytes
+ */
+function writeWhole(access, bytes) {
+    try {
+        access.truncate(0);
+        let done = 0;
+        // write() may write less than asked (spec: "returns the number of bytes written").
+        while (done < bytes.byteLength) done += access.write(bytes.subarray(done), { at: done });
+        access.flush();
+    } finally {
+        access.close();
+    }
+}
+
+/**
+ * Rename `file` in `dir` to `name`. FileSystemHandle.move (Chromium 110+ for OPFS; not standard, whatwg/fs#180, so
+ * not in TypeScript's DOM types) renames in place; where it is missing (Safari) or refuses, the bytes are copied
+ * into `name` through a sync access handle, chunk by chunk, and `file` is removed once the copy is flushed. A tab
+ * closed mid-copy leaves `file` whole beside an incomplete `name` without an identity record, which the store
+ * treats as unverified and replaces (store/weights.js check), and the download completes from `file` again.
+ * @param {FileSystemDirectoryHandle} dir
+ * @param {FileSystemFileHandle} file
+ * @param {string} name
+ */
+export async function rename(dir, file, name) {
+    const movable = /** @type {FileSystemFileHandle & {move?: (name: string) => Promise<void>}} */ (file);
+    if (typeof movable.move === 'function') {
+        try {
+            await movable.move(name);
+            return;
+        } catch (err) {
+            if (!(err instanceof DOMException && (err.name === 'NotSupportedError' || err.name === 'InvalidModificationError'))) throw err;
+        }
+    }
+    const source = await file.getFile();
+    const target = await dir.getFileHandle(name, { create: true });
+    const access = await target.createSyncAccessHandle();
+    try {
+        access.truncate(0);
+        for (let at = 0; at < source.size; at += COPY_CHUNK_BYTES) {
+            const chunk = new Uint8Array(await source.slice(at, at + COPY_CHUNK_BYTES).arrayBuffer());
+            let done = 0;
+            while (done < chunk.byteLength) done += access.write(chunk.subarray(done), { at: at + done });
+        }
+        access.flush();
+    } catch (err) {
+        rethrowStorageError(err, name);
+    } finally {
+        access.close();
+    }
+    await dir.removeEntry(file.name);
 }
 
 /**

@@ -28,6 +28,7 @@ import { PROTOCOL_VERSION } from '../protocol.js';
 import { Gpu, OPTIONAL_FEATURES, probe } from '../runtime/gpu.js';
 import { configureOrt, ortThreads } from '../runtime/ort.js';
 import { CancelledError, InputError, serializeError } from '../shared/errors.js';
+import { opfsSupport } from '../store/backend.js';
 import { featureMemory } from '../store/feature_memory.js';
 import { clearingStore, onStoreCleared, whileUsingStore } from '../store/store_lock.js';
 import { WeightStore } from '../store/weights.js';
@@ -63,6 +64,17 @@ function injectedFault(scriptUrl) {
         return null;
     }
     return fault;
+}
+
+/**
+ * What the probe adds to the GPU's answer for the page's capability decision (shared/browser_needs.js): whether
+ * WebGPU exists here at all, the OPFS methods the store can use, and the device's memory.
+ * @param {DedicatedWorkerGlobalScope} scope
+ * @returns {{gpuApi: boolean, opfs: import('../shared/types.js').OpfsSupport, deviceMemory: number | null}}
+ */
+function storeAndMemory(scope) {
+    const nav = /** @type {WorkerNavigator & {deviceMemory?: number}} */ (scope.navigator);
+    return { gpuApi: Boolean(nav.gpu), opfs: opfsSupport(scope), deviceMemory: nav.deviceMemory ?? null };
 }
 
 /**
@@ -179,7 +191,7 @@ export function startWorker(scope) {
 
     /** @type {Readonly<Record<string, (request: any) => Promise<{result: any, transfer?: Transferable[]}>>>} */
     const handlers = Object.freeze({
-        probe: async () => ({ result: { ...(await probe({ threads })), protocolVersion: PROTOCOL_VERSION } }),
+        probe: async () => ({ result: { ...(await probe({ threads })), ...storeAndMemory(scope), protocolVersion: PROTOCOL_VERSION } }),
 
         generate: async (/** @type {{id: string, params: any}} */ request) => {
             const result = await pipelineJob(request, generate);

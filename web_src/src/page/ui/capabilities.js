@@ -1,20 +1,22 @@
 // @ts-check
 /**
- * @file `#capabilities`: what the worker's probe found (adapter, shader-f16, buffer limit, storage,
- * isolation, threads), with plain-language warnings, and the "Clear cached model" control.
+ * @file `#capabilities`: what the worker's probe found (adapter, GPU features, the graphs they run, buffer limit
+ * and the sizes that fit, storage and OPFS, memory, isolation, threads), with what each missing piece costs
+ * (shared/browser_needs.js decides), and the "Clear cached model" control.
  * @module page/ui/capabilities
  */
 
+import { decide } from '../../shared/browser_needs.js';
 import { formatBinaryBytes, formatBytes } from '../../shared/format.js';
+import { LIMITS } from '../../shared/limits.js';
 import { requireElement } from './dom.js';
 import { firstSentence } from './error_view.js';
 
-/** @typedef {import('../../shared/types.js').Capabilities} Capabilities */
+/** @typedef {import('../../shared/browser_needs.js').CapabilityRecord} CapabilityRecord */
+/** @typedef {import('../../shared/browser_needs.js').Decision} Decision */
 
 /** About what the q4 model needs in browser storage (text encoder 2.48 + transformer 3.00 + VAE 0.10 GB). */
 const MODEL_BYTES = 5.6e9;
-/** The VAE's mid-block attention alone needs about 1 GB at 1024x1024 (seed model card). */
-const LARGE_BUFFER = 2 ** 30;
 /**
  * Dawn hides shader-f16 on NVIDIA + Vulkan (every NVIDIA GPU under Linux) unless this toggle is on; with it the
  * q4f16 graphs run instead of the q4 ones (int8 activations, slower per step: docs/machines.md).
@@ -31,11 +33,17 @@ export const NVIDIA_F16_FLAG = '--enable-dawn-features=vulkan_enable_f16_on_nvid
  */
 
 /**
- * @param {Capabilities} caps
+ * The panel's rows: the adapter, each GPU feature with what its absence costs, the graphs that run, the buffer
+ * limit with the sizes that fit, storage and the OPFS methods, memory; from the capability decision
+ * (shared/browser_needs.js), so a browser is described by what it has, whatever its name.
+ * @param {CapabilityRecord} caps
  * @param {{linux: boolean}} platform  Whether the browser runs on Linux (where WebGPU goes through Vulkan).
  * @returns {Row[]}
  */
 export function describeCapabilities(caps, { linux }) {
+    const decision = decide(caps);
+    /** @param {string} feature */
+    const cost = (feature) => decision.lacks.find((lack) => lack.feature === feature)?.cost;
     /** @type {Row[]} */
     const rows = [];
     if (!caps.webgpu || !caps.adapter) {
@@ -60,27 +68,51 @@ export function describeCapabilities(caps, { linux }) {
             label: 'shader-f16',
             value: caps.shaderF16 ? 'yes' : 'no',
             tone: caps.shaderF16 ? 'ok' : 'warn',
-            note: caps.shaderF16 ? undefined : withoutShaderF16(caps, { linux }),
+            note: caps.shaderF16 ? undefined : withoutShaderF16(caps, cost('shader-f16') ?? '', { linux }),
         });
         rows.push({
+            label: 'subgroups',
+            value: caps.subgroups ? 'yes' : 'no',
+            tone: caps.subgroups ? 'ok' : 'warn',
+            note: cost('subgroups'),
+        });
+        rows.push({
+            label: 'Matrix units',
+            value: caps.subgroupMatrix ? 'yes' : 'no',
+            tone: caps.subgroupMatrix ? 'ok' : '',
+            note: cost('subgroup-matrix'),
+        });
+        rows.push({ label: 'Graphs', value: `${decision.family}, on ${decision.kernels}`, tone: '' });
+        const tooSmall = decision.missing.find((m) => m.need === 'buffer-size');
+        rows.push({
             label: 'Max buffer size',
-            value: formatBinaryBytes(caps.maxBufferSize),
-            tone: caps.maxBufferSize >= LARGE_BUFFER ? 'ok' : 'warn',
-            note:
-                caps.maxBufferSize >= LARGE_BUFFER ? undefined : 'Large sizes (1024×1024) may not fit: prefer 512×512.',
+            value: formatBinaryBytes(decision.bufferLimit),
+            tone: tooSmall ? 'bad' : decision.largestSide < LIMITS.sizeMax ? 'warn' : 'ok',
+            note: tooSmall ? `The app needs ${tooSmall.what}.` : cost('buffer-size'),
         });
     }
     const { usage, quota, persisted } = caps.storage;
     const free = quota - usage;
+    const opfsMissing = decision.missing.find((m) => m.need === 'opfs' || m.need === 'sync-access-handle');
+    const opfsNotes = [cost('move'), cost('create-writable')].filter(Boolean);
+    const roomy = free >= MODEL_BYTES || usage >= MODEL_BYTES;
     rows.push({
         label: 'Storage',
         value: `${formatBytes(usage)} used of ${formatBytes(quota)}${persisted ? ' · persistent' : ''}`,
-        tone: free >= MODEL_BYTES || usage >= MODEL_BYTES ? 'ok' : 'warn',
-        note:
-            free >= MODEL_BYTES || usage >= MODEL_BYTES
-                ? undefined
-                : `The model needs about ${formatBytes(MODEL_BYTES)}; only ${formatBytes(Math.max(0, free))} is available to this site.`,
+        tone: opfsMissing ? 'bad' : roomy ? 'ok' : 'warn',
+        note: opfsMissing
+            ? `The app needs ${opfsMissing.what}.`
+            : [
+                  roomy ? '' : `The model needs about ${formatBytes(MODEL_BYTES)}; only ${formatBytes(Math.max(0, free))} is available to this site.`,
+                  ...opfsNotes,
+              ]
+                  .filter(Boolean)
+                  .join(' ') || undefined,
     });
+    if (typeof caps.deviceMemory === 'number') {
+        const memory = cost('memory');
+        rows.push({ label: 'Device memory', value: `${caps.deviceMemory} GB or more`, tone: memory ? 'warn' : '', note: memory });
+    }
     rows.push({
         label: 'Cross-origin isolated',
         value: caps.crossOriginIsolated ? 'yes' : 'no',
@@ -95,15 +127,32 @@ export function describeCapabilities(caps, { linux }) {
 
 /**
  * What a missing shader-f16 costs, and the fix where there is one.
- * @param {Capabilities} caps
+ * @param {CapabilityRecord} caps
+ * @param {string} cost  The decision's sentence.
  * @param {{linux: boolean}} platform
  * @returns {string}
  */
-function withoutShaderF16(caps, { linux }) {
-    const cost = 'fp16 graphs run as fp32 graphs or on the CPU instead: slower, and within rounding of the fp16 result.';
+function withoutShaderF16(caps, cost, { linux }) {
     const nvidia = /nvidia/i.test(`${caps.adapter?.vendor} ${caps.adapter?.description}`);
     if (!(linux && nvidia)) return cost;
-    return `This NVIDIA GPU has fp16 shaders, but Chrome on Linux hides them unless it is started with ${NVIDIA_F16_FLAG} (the fast q4f16 model, about 1.8x faster per step). ${cost}`;
+    return `This NVIDIA GPU has fp16 shaders, but Chrome on Linux hides them unless it is started with ${NVIDIA_F16_FLAG} (the fast q4f16 model). ${cost}`;
+}
+
+/**
+ * The note at the top of the page once the probe has answered: what this browser lacks and what that costs, or
+ * exactly what is missing. `tone` 'bad' when the app cannot run here.
+ * @param {Decision} decision
+ * @returns {{text: string, tone: 'ok' | 'warn' | 'bad'}}
+ */
+export function summaryNote(decision) {
+    if (!decision.canRun) {
+        const what = decision.missing.map((m) => m.what).join('; ');
+        return { text: `The app cannot run in this browser: it needs ${what}. What to do is shown under the Generate button.`, tone: 'bad' };
+    }
+    const costs = decision.lacks.filter((lack) => lack.tone === 'warn').map((lack) => lack.cost);
+    const runs = `This browser runs the app: the ${decision.family} graphs, on ${decision.kernels}.`;
+    if (costs.length === 0) return { text: `${runs} About 5.6 GB is downloaded once, then cached.`, tone: 'ok' };
+    return { text: `${runs} ${costs.join(' ')}`, tone: 'warn' };
 }
 
 export class CapabilitiesView {
@@ -127,7 +176,7 @@ export class CapabilitiesView {
         this.list.replaceChildren(item);
     }
 
-    /** @param {Capabilities} caps */
+    /** @param {CapabilityRecord} caps */
     render(caps) {
         this.panel.dataset.json = JSON.stringify(caps);
         const children = [];

@@ -1,0 +1,291 @@
+// @ts-check
+/**
+ * @file What this browser can run, decided from its capabilities and never from its name: the worker's probe
+ * (runtime/gpu.js `probe`, with the store's OPFS methods and the device memory beside it) goes in, and out comes
+ * whether the app can run here, exactly what is missing when it cannot, which graph family and kernels run,
+ * which image sizes fit the GPU's buffers, and what each missing optional feature costs. Pure, so node tests it
+ * against recorded browser profiles (tests/js/test_browser_needs.mjs); the page renders it (page/ui/capabilities.js).
+ *
+ * The rules (docs/machines.md, "What the app needs"):
+ * - required: WebGPU with an adapter in a dedicated worker; the Origin Private File System with sync access
+ *   handles in workers (the multi-gigabyte model is stored and resumed there); buffers as large as the chosen
+ *   graphs bind: the text encoder's fp16 token embedding is one buffer whenever it runs on the GPU (with
+ *   shader-f16; without it the embedding runs on the CPU), and attention is split into query blocks sized to
+ *   the limit, so a smaller limit means smaller images, not a refusal;
+ * - optional, each only changing which graphs and kernels run and how fast: shader-f16 (the q4f16 graphs and the
+ *   fp16 VAE), subgroups (the int8 DP4A kernels of the q4 graphs, and onnxruntime's other subgroup kernels),
+ *   chromium-experimental-subgroup-matrix (matrix-unit kernels for the q4f16 graphs); FileSystemHandle.move and
+ *   FileSystemFileHandle.createWritable (the store copies or writes through a sync access handle instead);
+ * - memory: `navigator.deviceMemory` is coarse (at most 8, rounded down to a power of two) and only warns.
+ * @module shared/browser_needs
+ */
+
+import { LIMITS } from './limits.js';
+
+/** @typedef {import('./types.js').Capabilities} Capabilities */
+
+/** The FLUX.2 [klein] 4B text encoder's token embedding in fp16: 151,936 tokens x 2,560 values x 2 bytes. */
+export const TOKEN_EMBEDDING_BYTES = 151936 * 2560 * 2;
+
+/**
+ * The converter's attention split (builder/repo/attention.py): every graph's largest score buffer stays within
+ * BUDGET at the longest attention it is sized for, the transformer's joint attention has TEXT_TOKENS text tokens
+ * beside the image's 16x16-px patches and its longest is a 1024^2 edit with four 1024^2 references or a 2048^2
+ * image; the VAE's mid-block attention has one head over the 8x-downsampled grid. The most-split graph of each
+ * is what runs when the adapter's limit is below the budget (pipeline/graph_choice.js sizeClass, checkDecodeFits).
+ */
+const ATTENTION = Object.freeze({
+    budget: 512 * 1024 * 1024,
+    textTokens: 512,
+    transformerHeads: 24,
+    transformerMaxTokens: Math.max((LIMITS.sizeMax / 16) ** 2, (1024 / 16) ** 2 + LIMITS.referencesMax * (1024 / 16) ** 2) + 512,
+    vaeMaxTokens: (LIMITS.sizeMax / 8) ** 2,
+});
+
+/**
+ * Query blocks the converter splits an attention of `heads` x `tokens` into (builder/repo/attention.py
+ * query_blocks_for, fp32 scores).
+ * @param {number} heads
+ * @param {number} tokens
+ * @returns {number}
+ */
+function queryBlocksFor(heads, tokens) {
+    const rowsThatFit = Math.floor(ATTENTION.budget / (heads * tokens * 4));
+    return Math.max(1, Math.ceil(tokens / rowsThatFit));
+}
+
+/**
+ * What the model asks of the GPU, by default the full-size model as `klein-web convert` writes it.
+ * @typedef {Object} ModelNeeds
+ * @property {number} tokenEmbeddingBytes  The largest single buffer the graphs bind (on the GPU with shader-f16).
+ * @property {number} transformerHeads
+ * @property {number} transformerQueryBlocks  Of the most-split transformer graph.
+ * @property {number} vaeQueryBlocks          Of the VAE decoder's graph.
+ */
+
+/** @type {Readonly<ModelNeeds>} */
+export const FULL_SIZE_MODEL = Object.freeze({
+    tokenEmbeddingBytes: TOKEN_EMBEDDING_BYTES,
+    transformerHeads: ATTENTION.transformerHeads,
+    transformerQueryBlocks: queryBlocksFor(ATTENTION.transformerHeads, ATTENTION.transformerMaxTokens),
+    vaeQueryBlocks: queryBlocksFor(1, ATTENTION.vaeMaxTokens),
+});
+
+/** @typedef {import('./types.js').OpfsSupport} OpfsSupport */
+
+/**
+ * A capability record: the probe's answer (shared/types.js Capabilities, with `gpuApi`, `opfs` and `deviceMemory`).
+ * Fields the worker did not report (an older worker) count as present, so the decision never blocks on a missing
+ * report.
+ * @typedef {Capabilities} CapabilityRecord
+ */
+
+/**
+ * Something the app needs that this browser does not give it.
+ * @typedef {Object} Missing
+ * @property {'webgpu' | 'adapter' | 'opfs' | 'sync-access-handle' | 'buffer-size'} need
+ * @property {string} what  What is missing, with this browser's figures.
+ */
+
+/**
+ * Something optional this browser lacks, and what that costs.
+ * @typedef {Object} Lack
+ * @property {'shader-f16' | 'subgroups' | 'subgroup-matrix' | 'buffer-size' | 'move' | 'create-writable' | 'memory' | 'software'} feature
+ * @property {string} cost
+ * @property {'warn' | 'info'} tone  `info`: only a different (equally fast, or slightly slower) path.
+ */
+
+/**
+ * @typedef {Object} Decision
+ * @property {boolean} canRun
+ * @property {Missing[]} missing  Empty when canRun.
+ * @property {'q4f16' | 'q4'} family  The graph variant the text encoder and the transformer run by default
+ *   (pipeline/graph_choice.js variantOrder's first choice).
+ * @property {string} kernels  Which kernels run that family's 4-bit layers, in words.
+ * @property {number} bufferLimit  The largest buffer the graphs may bind: min(maxBufferSize, maxStorageBufferBindingSize).
+ * @property {number} largestSide  The largest square image side (multiple of LIMITS.sizeMultiple) whose attention
+ *   buffers fit bufferLimit; 0 when none does.
+ * @property {Lack[]} lacks
+ */
+
+/**
+ * The largest score buffer of an attention over `tokens` split into `blocks` query blocks.
+ * @param {number} heads
+ * @param {number} tokens
+ * @param {number} blocks
+ * @param {number} bytesPerValue
+ * @returns {number}
+ */
+function scoreBytes(heads, tokens, blocks, bytesPerValue) {
+    return heads * Math.ceil(tokens / blocks) * tokens * bytesPerValue;
+}
+
+/**
+ * Whether a width x height text-to-image fits `limit` per buffer: the transformer's most-split graph (fp32 scores)
+ * and the VAE decoder's attention (fp16 scores on the fp16 VAE, which runs with shader-f16).
+ * @param {number} width
+ * @param {number} height
+ * @param {number} limit
+ * @param {boolean} shaderF16
+ * @param {ModelNeeds} model
+ * @returns {boolean}
+ */
+export function sizeFits(width, height, limit, shaderF16, model = FULL_SIZE_MODEL) {
+    const transformerTokens = (width / 16) * (height / 16) + ATTENTION.textTokens;
+    const vaeTokens = (width / 8) * (height / 8);
+    return (
+        scoreBytes(model.transformerHeads, transformerTokens, model.transformerQueryBlocks, 4) <= limit &&
+        scoreBytes(1, vaeTokens, model.vaeQueryBlocks, shaderF16 ? 2 : 4) <= limit
+    );
+}
+
+/**
+ * The graph family and kernels the features give (the same order as pipeline/graph_choice.js variantOrder, which
+ * a node test holds equal): with shader-f16, q4f16 on matrix units, else q4 on DP4A where subgroups give it
+ * (not on Apple GPUs), else q4f16 on plain fp16 kernels; without shader-f16, q4.
+ * @param {{shaderF16: boolean, subgroups: boolean, subgroupMatrix: boolean, adapter: {vendor: string} | null}} caps
+ * @returns {{family: 'q4f16' | 'q4', kernels: string}}
+ */
+export function graphFamily({ shaderF16, subgroups, subgroupMatrix, adapter }) {
+    const dp4a = subgroups && !/apple/i.test(adapter?.vendor ?? '');
+    if (!shaderF16) {
+        return { family: 'q4', kernels: dp4a ? 'int8 dot products (DP4A) with fp32 activations' : 'plain fp32 kernels' };
+    }
+    if (subgroupMatrix) return { family: 'q4f16', kernels: 'fp16 matrix-unit kernels' };
+    if (dp4a) return { family: 'q4', kernels: 'int8 dot products (DP4A), faster here than plain fp16 kernels' };
+    return { family: 'q4f16', kernels: 'plain fp16 kernels' };
+}
+
+/**
+ * Decide what this browser can run.
+ * @param {CapabilityRecord} caps
+ * @param {{model?: ModelNeeds}} [options]
+ * @returns {Decision}
+ */
+export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
+    /** @type {Missing[]} */
+    const missing = [];
+    /** @type {Lack[]} */
+    const lacks = [];
+    const gpu = caps.webgpu && caps.adapter !== null;
+    if (!gpu) {
+        if (caps.gpuApi === false || (caps.gpuApi === undefined && /navigator\.gpu is missing/.test(caps.error ?? ''))) {
+            missing.push({ need: 'webgpu', what: 'WebGPU in a worker (navigator.gpu is missing there)' });
+        } else {
+            missing.push({ need: 'adapter', what: 'a WebGPU adapter (navigator.gpu is there, but requestAdapter() gave none)' });
+        }
+    }
+    const opfs = caps.opfs;
+    if (opfs && !opfs.directory) {
+        missing.push({ need: 'opfs', what: 'the Origin Private File System (navigator.storage.getDirectory), where the model is stored' });
+    } else if (opfs && !opfs.syncAccessHandle) {
+        missing.push({
+            need: 'sync-access-handle',
+            what: 'sync access handles in workers (FileSystemFileHandle.createSyncAccessHandle), which write the download in place',
+        });
+    }
+    const bufferLimit = Math.min(caps.maxBufferSize, caps.maxStorageBufferBindingSize);
+    // Without shader-f16 the fp16 token embedding runs on the CPU (graph_choice.js place), so no GPU buffer holds it.
+    if (gpu && caps.shaderF16 && bufferLimit < model.tokenEmbeddingBytes) {
+        missing.push({
+            need: 'buffer-size',
+            what:
+                `GPU buffers of ${mib(model.tokenEmbeddingBytes)} (the text encoder's token embedding is one); this GPU ` +
+                `allows ${mib(bufferLimit)} per buffer`,
+        });
+    }
+    const { family, kernels } = graphFamily(caps);
+    let largestSide = 0;
+    if (gpu) {
+        for (let side = LIMITS.sizeMax; side >= LIMITS.sizeMin; side -= LIMITS.sizeMultiple) {
+            if (sizeFits(side, side, bufferLimit, caps.shaderF16, model)) {
+                largestSide = side;
+                break;
+            }
+        }
+    }
+    if (gpu) {
+        if (caps.software) {
+            lacks.push({ feature: 'software', cost: 'The adapter is a software rasteriser, not a GPU: an image takes many minutes.', tone: 'warn' });
+        }
+        if (!caps.shaderF16) {
+            lacks.push({
+                feature: 'shader-f16',
+                cost:
+                    'No fp16 shaders: the q4 graphs run with fp32 activations, the VAE in fp32, and the fp16 token ' +
+                    'embedding on the CPU; slower, and within rounding of the fp16 result.',
+                tone: 'warn',
+            });
+        }
+        if (!caps.subgroups) {
+            lacks.push({
+                feature: 'subgroups',
+                cost: caps.shaderF16
+                    ? 'No subgroups: the fp16 graphs run on plain kernels, without the runtime\'s subgroup kernels; slower per step.'
+                    : 'No subgroups: the q4 graphs\' 4-bit layers run on plain fp32 kernels instead of int8 dot products (DP4A); slower per step.',
+                tone: 'warn',
+            });
+        }
+        if (caps.shaderF16 && !caps.subgroupMatrix) {
+            lacks.push({
+                feature: 'subgroup-matrix',
+                cost:
+                    family === 'q4'
+                        ? 'No matrix units for fp16 (chromium-experimental-subgroup-matrix): the q4 graphs run on int8 dot products instead.'
+                        : 'No matrix units for fp16 (chromium-experimental-subgroup-matrix): the fp16 kernels run without them.',
+                tone: 'info',
+            });
+        }
+        if (largestSide < LIMITS.sizeMax) {
+            lacks.push({
+                feature: 'buffer-size',
+                cost:
+                    largestSide > 0
+                        ? `This GPU allows ${mib(bufferLimit)} per buffer: images up to about ${largestSide}x${largestSide} fit.`
+                        : `This GPU allows ${mib(bufferLimit)} per buffer: no image size fits.`,
+                tone: 'warn',
+            });
+        }
+    }
+    if (opfs && opfs.syncAccessHandle) {
+        if (!opfs.move) {
+            lacks.push({
+                feature: 'move',
+                cost: 'No FileSystemHandle.move(): each downloaded file is copied into place once (more disk writes, same result).',
+                tone: 'info',
+            });
+        }
+        if (!opfs.createWritable) {
+            lacks.push({
+                feature: 'create-writable',
+                cost: 'No createWritable(): small files are written through sync access handles (same result).',
+                tone: 'info',
+            });
+        }
+    }
+    const memory = caps.deviceMemory;
+    if (typeof memory === 'number' && memory > 0 && memory <= 4) {
+        lacks.push({
+            feature: 'memory',
+            cost:
+                `This device reports ${memory} GB of memory; loading the model takes about 6 GB in the tab and 7 GB ` +
+                'of GPU memory at 512x512, so the browser may close the tab: close other tabs and use small sizes.',
+            tone: 'warn',
+        });
+    }
+    if (largestSide === 0 && gpu && !missing.some((m) => m.need === 'buffer-size')) {
+        missing.push({ need: 'buffer-size', what: `GPU buffers large enough for the smallest image (this GPU allows ${mib(bufferLimit)})` });
+    }
+    return { canRun: missing.length === 0, missing, family, kernels, bufferLimit, largestSide, lacks };
+}
+
+/**
+ * @param {number} bytes
+ * @returns {string}  e.g. "742 MiB", "2 GiB", "256 KiB"
+ */
+function mib(bytes) {
+    if (bytes >= 2 ** 30 && bytes % 2 ** 30 === 0) return `${bytes / 2 ** 30} GiB`;
+    if (bytes >= 2 ** 30) return `${(bytes / 2 ** 30).toFixed(2)} GiB`;
+    if (bytes >= 2 ** 20) return `${Math.round(bytes / 2 ** 20)} MiB`;
+    return `${Math.round(bytes / 2 ** 10)} KiB`;
+}
