@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from refusals import fake_browser, one_reason, snapshot
 from stub_repo import write_stub_repo
 
 from builder import REPO_ROOT
@@ -31,23 +32,8 @@ def run_bench(command: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def setup(tmp_path: Path) -> dict[str, Path]:
-    started = tmp_path / "browser-started"
-    browser = tmp_path / "fake-chrome"
-    browser.write_text(f"#!/bin/sh\ntouch {started}\necho 'Firefox 140.0'\n")
-    browser.chmod(0o755)
+    browser, started = fake_browser(tmp_path)
     return {"models": write_stub_repo(tmp_path / "models"), "browser": browser, "started": started}
-
-
-def one_reason(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 2, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.startswith("could not run: ")]
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    return lines[0]
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else b"<dir>"
-            for p in sorted(folder.rglob("*"))}
 
 
 def unrelated_json(out: Path, names: tuple[str, str]) -> Path:

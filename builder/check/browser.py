@@ -45,16 +45,17 @@ def find_chromium(explicit: Path | None = None) -> Path:
 
 def launch_persistent(playwright: Any, user_data_dir: Path, *, executable: Path, headed: bool = False,
                       gpu: bool = False, f16_toggle: bool = True, viewport: tuple[int, int] = (1280, 720),
-                      log_file: Path | None = None) -> Any:
+                      log_file: Path | None = None, extra_args: tuple[str, ...] = ()) -> Any:
     """A persistent context: incognito storage cannot hold the model files (OPFS quota errors).
 
-    `log_file` keeps Chromium's own log (its FATAL lines say why a browser that went away did)."""
+    `log_file` keeps Chromium's own log (its FATAL lines say why a browser that went away did); `extra_args` go
+    after the usual flags (e.g. another WebGPU adapter)."""
     logging = ["--enable-logging", f"--log-file={log_file}"] if log_file is not None else []
     return playwright.chromium.launch_persistent_context(
         str(user_data_dir),
         executable_path=str(executable),
         headless=not headed,
-        args=launch_args(gpu=gpu, headed=headed, f16_toggle=f16_toggle) + logging,
+        args=launch_args(gpu=gpu, headed=headed, f16_toggle=f16_toggle) + logging + list(extra_args),
         viewport={"width": viewport[0], "height": viewport[1]},
         accept_downloads=True,
     )

@@ -176,12 +176,13 @@ class WorkerClient:
 
 
 @contextmanager
-def browser_context(user_data_dir: Path, chromium: Path) -> Iterator[Any]:
-    """A persistent Chromium context (OPFS needs one: incognito storage is an in-memory quota)."""
+def browser_context(user_data_dir: Path, chromium: Path, *, extra_args: tuple[str, ...] = ()) -> Iterator[Any]:
+    """A persistent Chromium context (OPFS needs one: incognito storage is an in-memory quota); `extra_args` are
+    more Chromium flags."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        context = launch_persistent(playwright, user_data_dir, executable=chromium)
+        context = launch_persistent(playwright, user_data_dir, executable=chromium, extra_args=extra_args)
         # The app's own UI would start a second worker; these tests speak to the worker directly.
         context.route("**/assets/page-*.js", lambda route: route.fulfill(status=200, body="",
                                                                          content_type="text/javascript"))

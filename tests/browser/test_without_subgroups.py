@@ -18,10 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WorkerClient, new_page  # tests/browser is on sys.path (rootdir-relative import mode)
+from helpers import (  # tests/browser is on sys.path (rootdir-relative import mode)
+    WorkerClient,
+    browser_context,
+    new_page,
+)
 
 from builder.pipeline import imaging, reference
-from builder.site.chrome import launch_args
 
 pytestmark = pytest.mark.browser
 
@@ -34,19 +37,9 @@ WITHOUT_SUBGROUPS = ("--use-webgpu-adapter=opengles", "--force-webgpu-compat")
 @pytest.fixture(scope="module")
 def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
     """A persistent profile (OPFS) of the software-GPU browser the suite uses, on the OpenGL ES adapter."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(chromium_path), headless=True,
-            args=[*launch_args(gpu=False), *WITHOUT_SUBGROUPS])
-        # The app's own UI would start a second worker; this test speaks to the worker directly.
-        context.route("**/assets/page-*.js", lambda route: route.fulfill(status=200, body="",
-                                                                         content_type="text/javascript"))
-        try:
-            yield context
-        finally:
-            context.close()
+    with browser_context(tmp_path_factory.mktemp("chromium-profile"), chromium_path,
+                         extra_args=WITHOUT_SUBGROUPS) as ctx:
+        yield ctx
 
 
 @pytest.fixture
