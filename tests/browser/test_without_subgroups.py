@@ -21,7 +21,6 @@ import pytest
 from helpers import (  # tests/browser is on sys.path (rootdir-relative import mode)
     WorkerClient,
     browser_context,
-    new_page,
 )
 
 from builder.pipeline import imaging, reference
@@ -36,17 +35,11 @@ WITHOUT_SUBGROUPS = ("--use-webgpu-adapter=opengles", "--force-webgpu-compat")
 
 @pytest.fixture(scope="module")
 def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
-    """A persistent profile (OPFS) of the software-GPU browser the suite uses, on the OpenGL ES adapter."""
+    """A persistent profile (OPFS) of the software-GPU browser the suite uses, on the OpenGL ES adapter (the `page`
+    fixture of tests/worker_page.py opens its pages in it)."""
     with browser_context(tmp_path_factory.mktemp("chromium-profile"), chromium_path,
                          extra_args=WITHOUT_SUBGROUPS) as ctx:
         yield ctx
-
-
-@pytest.fixture
-def page(context: Any) -> Iterator[Any]:
-    page = new_page(context)
-    yield page
-    page.close()
 
 
 ADAPTER_FEATURES_JS = """async () => {
