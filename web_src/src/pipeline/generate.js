@@ -27,6 +27,7 @@ import {
 } from './latents.js';
 import { requireOutput } from './models.js';
 import { torchRandn } from './rng.js';
+import { TEXT_ENCODER_PIN, sessionPins, transformerPin, vaeDecoderPin } from './session_pins.js';
 import { inpaintStart } from '../shared/inpaint.js';
 import { retrieveTimesteps } from './schedule.js';
 import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
@@ -65,41 +66,6 @@ import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
  * @property {number} latentWidth
  * @property {Float32Array} noise    [1, H*W, C] the packed noise itself (inpainting re-noises the image with it).
  */
-
-/** @type {import('./models.js').Pin} The text encoder's one shape: a prompt padded to MAX_SEQUENCE_LENGTH. */
-const TEXT_ENCODER_PIN = Object.freeze({ dims: Object.freeze({ batch: 1, seq: MAX_SEQUENCE_LENGTH }), capture: false });
-
-/**
- * The transformer, run once per step at one shape: pinned to it and capturing its kernels.
- * @param {number} imageSeqLen
- * @returns {import('./models.js').Pin}
- */
-function transformerPin(imageSeqLen) {
-    return { dims: { img_seq: imageSeqLen, txt_seq: MAX_SEQUENCE_LENGTH }, capture: true };
-}
-
-/**
- * The VAE decoder, run once per image at the image's latent size: pinned and capturing, so every later image
- * of that size replays its kernels. Uncaptured, onnxruntime's per-node host work (buffers of over 160 MB are
- * created anew on each run) takes longer than the GPU work at 1024^2 (docs/performance.md).
- * @param {{width: number, height: number}} size
- * @returns {import('./models.js').Pin}
- */
-function vaeDecoderPin({ width, height }) {
-    return { dims: { batch: 1, latent_h: height / PATCH, latent_w: width / PATCH }, capture: true };
-}
-
-/**
- * How the sessions of one run are created: every graph pinned to the dims it will run at (onnxruntime folds
- * the shape arithmetic at creation); the transformer and the VAE decoder also capture their kernels. The text
- * encoder always sees one prompt padded to MAX_SEQUENCE_LENGTH tokens.
- * @param {number} imageSeqLen
- * @param {{width: number, height: number}} size  The image to generate.
- * @returns {{text_encoder: import('./models.js').Pin, transformer: import('./models.js').Pin, vae_decoder: import('./models.js').Pin}}
- */
-export function sessionPins(imageSeqLen, size) {
-    return { text_encoder: TEXT_ENCODER_PIN, transformer: transformerPin(imageSeqLen), vae_decoder: vaeDecoderPin(size) };
-}
 
 /**
  * Reject bad parameters before any download or GPU work (never adjust them silently).

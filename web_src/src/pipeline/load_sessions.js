@@ -6,14 +6,15 @@
  * session of the full-size model takes minutes. builder/check/load_bench.py drives it to catch memory
  * regressions at real size on machines without a GPU.
  *
- * Each session is created as generate() creates it for `width` x `height` (generate.js sessionPins): the
- * transformer's graph of that size class, pinned to the same dims.
+ * Each session is created as generate() creates it for `width` x `height` (session_pins.js sessionPins): the
+ * transformer's graph of that size class, pinned to the same dims (session_pins.js).
  * @module pipeline/load_sessions
  */
 
 import { COMPONENTS, OPTIONAL_COMPONENTS } from '../shared/model_repo.js';
 import { InputError } from '../shared/errors.js';
-import { checkInputs, sessionPins } from './generate.js';
+import { checkInputs } from './generate.js';
+import { sessionPins } from './session_pins.js';
 import { PATCH } from './latents.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 

@@ -19,6 +19,7 @@ import { formatBytes } from '../shared/format.js';
 import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../shared/model_repo.js';
 import { WeightStore } from '../store/weights.js';
 import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
+import { LruCache } from './lru.js';
 import { chooseMemoryMode } from './memory_mode.js';
 
 /** @typedef {import('../shared/model_repo.js').Component} Component */
@@ -126,10 +127,10 @@ export class Models {
         this.choices = null;
         /** @type {Map<AnyComponent, Loaded>} */
         this.loaded = new Map();
-        /** @type {Map<string, PromptEmbedding>} insertion order = LRU order */
-        this.prompts = new Map();
-        /** @type {Map<string, ImageLatents>} insertion order = LRU order */
-        this.images = new Map();
+        /** @type {LruCache<PromptEmbedding>} */
+        this.prompts = new LruCache(PROMPT_CACHE_ENTRIES);
+        /** @type {LruCache<ImageLatents>} */
+        this.images = new LruCache(IMAGE_CACHE_ENTRIES);
         /** @type {Map<string, any>} derived objects (the tokenizer) of the current model */
         this.memos = new Map();
         /** The fast mode's budget. */
@@ -329,13 +330,7 @@ export class Models {
      * @returns {PromptEmbedding | undefined}
      */
     cachedPrompt(prompt) {
-        const key = this.promptKey(prompt);
-        const hit = this.prompts.get(key);
-        if (hit) {
-            this.prompts.delete(key);
-            this.prompts.set(key, hit);
-        }
-        return hit;
+        return this.prompts.get(this.promptKey(prompt));
     }
 
     /**
@@ -344,7 +339,6 @@ export class Models {
      */
     cachePrompt(prompt, embedding) {
         this.prompts.set(this.promptKey(prompt), embedding);
-        while (this.prompts.size > PROMPT_CACHE_ENTRIES) this.prompts.delete(/** @type {string} */ (this.prompts.keys().next().value));
     }
 
     /**
@@ -364,12 +358,7 @@ export class Models {
      * @returns {ImageLatents | undefined}
      */
     cachedImage(key) {
-        const hit = this.images.get(key);
-        if (hit) {
-            this.images.delete(key);
-            this.images.set(key, hit);
-        }
-        return hit;
+        return this.images.get(key);
     }
 
     /**
@@ -378,7 +367,6 @@ export class Models {
      */
     cacheImage(key, latents) {
         this.images.set(key, latents);
-        while (this.images.size > IMAGE_CACHE_ENTRIES) this.images.delete(/** @type {string} */ (this.images.keys().next().value));
     }
 
     /**
