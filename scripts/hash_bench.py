@@ -1,34 +1,46 @@
-"""What hashing costs the model store: SHA-256 of a 1.8 GB stream in a worker of headless Chromium.
+"""What hashing costs the model store, and how fast the store fills: SHA-256 and downloads in headless Chromium.
 
-    python scripts/hash_bench.py [--gb 1.8] [--repeat 2]
+    python scripts/hash_bench.py [--gb 1.8] [--repeat 2] [--sources synthetic,fetch,webcrypto]
+    python scripts/hash_bench.py --store [--files 1.80,0.51,1.80,0.97,0.10] [--at-once 4] [--hash-workers 0,N]
 
-The store hashes every model file as it streams in (web_src/src/store/hashing.js, in the worker). This bundles
-that very module into a worker, then reads a 1.8 GB stream (the size of the largest seed-repo file) twice per
-round: once without hashing, once feeding every chunk to the hasher, and prints the throughput and the seconds
-hashing adds. Two sources: `synthetic` (a ReadableStream made in the worker: the hashing cost alone) and `fetch`
-(the same bytes over HTTP from a loopback server, read like the downloader reads them). A benchmark, not a test.
+Streams (the default): the store's hashing module (web_src/src/store/hashing.js) bundled into a worker reads a
+1.8 GB stream (the size of the largest seed-repo file) once without hashing and once feeding every chunk to the
+hasher, and prints the throughput and the seconds hashing adds. Sources: `synthetic` (a ReadableStream made in the
+worker: the hashing cost alone), `fetch` (the same bytes over HTTP from a loopback server, read like the downloader
+reads them) and `webcrypto` (crypto.subtle.digest of each 16 MiB chunk on its own: the browser's native SHA-256
+speed, which the store cannot use, since WebCrypto has no incremental digest).
+
+--store: the app's own WeightStore (web_src/src/store/weights.js) fills an empty store from a loopback server with
+files of the given sizes in GB (by default the q4f16 set's five weight files) and checks every digest, in a fresh
+persistent profile: first one file at a time hashed on the store's thread, then `--at-once` files at once with
+the store's helper workers hashing (store/store_workers.js), and prints GB/s for each. A benchmark, not a test.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from builder import WEB_SRC
-from builder.check.browser import find_chromium
+from builder.check.browser import find_chromium, launch_persistent
 from builder.site.chrome import launch_args
 from builder.site.node import ensure_node_modules, find_node
 
 MIB = 1024 * 1024
+# The q4f16 set's weight files, in GB: text encoder and transformer data (two files each), the fp16 VAE decoder.
+DEFAULT_FILES = "1.80,0.51,1.80,0.97,0.10"
 
-WORKER = """
+STREAM_WORKER = """
 import { createSha256 } from %(hashing)s;
 
 const MIB = 1024 * 1024;
@@ -57,14 +69,30 @@ async function consume(stream, hash) {
         const { done, value } = await reader.read();
         if (done) break;
         bytes += value.byteLength;
-        if (hasher) hasher.update(value);
+        if (hasher) await hasher.update(value);
     }
-    const digest = hasher ? hasher.hex() : null;
+    const digest = hasher ? await hasher.hex() : null;
     return { bytes, seconds: (performance.now() - started) / 1000, digest };
+}
+
+/** WebCrypto's digest of each 16 MiB piece on its own (no incremental digest exists): native SHA-256 speed. */
+async function webcrypto(total, hash) {
+    const piece = new Uint8Array(16 * MIB);
+    for (let i = 0; i < piece.length; i += 65536) crypto.getRandomValues(piece.subarray(i, i + 65536));
+    const started = performance.now();
+    let bytes = 0;
+    while (bytes < total) {
+        const n = Math.min(piece.length, total - bytes);
+        if (hash) await crypto.subtle.digest('SHA-256', piece.subarray(0, n));
+        else piece.slice(0, n);
+        bytes += n;
+    }
+    return { bytes, seconds: (performance.now() - started) / 1000 };
 }
 
 onmessage = async ({ data }) => {
     try {
+        if (data.source === 'webcrypto') return postMessage(await webcrypto(data.total, data.hash));
         const stream = data.source === 'fetch' ? (await fetch(data.url, { cache: 'no-store' })).body : synthetic(data.total);
         postMessage(await consume(stream, data.hash));
     } catch (err) {
@@ -73,53 +101,94 @@ onmessage = async ({ data }) => {
 };
 """
 
+STORE_WORKER = """
+import { WeightStore } from %(weights)s;
+import { configureStoreWorkers } from %(workers)s;
+
+onmessage = async ({ data }) => {
+    try {
+        // hashWorkers: 0 hashes on this thread; null lets the pool choose from the cores, as the app does.
+        const url = data.hashWorkers === 0 ? null : new URL('/helper.js', location.href).href;
+        configureStoreWorkers(url, data.hashWorkers ? { workers: data.hashWorkers } : {});
+        await WeightStore.clear();
+        const store = await WeightStore.open(data.base);
+        const started = performance.now();
+        const result = await store.ensure(data.files, { downloadsAtOnce: data.atOnce });
+        const seconds = (performance.now() - started) / 1000;
+        store.close();
+        await WeightStore.clear();
+        postMessage({ bytes: result.downloadedBytes, files: result.files, seconds });
+    } catch (err) {
+        postMessage({ error: `${err?.name}: ${err?.message ?? err}` });
+    }
+};
+"""
+
 PAGE = "<!doctype html><meta charset=utf-8><title>hash bench</title>"
 
-RUN_JS = """async (job) => {
-    const worker = new Worker('/bench.js', { type: 'module' });
+RUN_JS = """async ([script, job]) => {
+    const worker = new Worker(script, { type: 'module' });
     const result = await new Promise((resolve) => { worker.onmessage = (e) => resolve(e.data); worker.postMessage(job); });
     worker.terminate();
     return result;
 }"""
 
 
-def bundle_worker(out: Path) -> Path:
-    """The benchmark worker with the app's hashing module (and its hash-wasm) bundled in by the app's esbuild."""
+def bundle(out: Path, name: str, source: str) -> Path:
+    """`source` (a worker entry importing the app's modules) bundled with the app's esbuild into out/name."""
     ensure_node_modules(log=lambda _msg: None)
-    entry = out / "entry.js"
-    entry.write_text(WORKER % {"hashing": json.dumps((WEB_SRC / "src" / "store" / "hashing.js").as_posix())})
-    target = out / "bench.js"
+    entry = out / f"{name}.entry.js"
+    entry.write_text(source)
+    target = out / name
     esbuild = WEB_SRC / "node_modules" / ".bin" / "esbuild"
     subprocess.run([str(esbuild), str(entry), "--bundle", "--format=esm", f"--outfile={target}", "--log-level=warning"],
                    cwd=WEB_SRC, env=find_node().env(), check=True)
     return target
 
 
+def module_path(relative: str) -> str:
+    return json.dumps((WEB_SRC / "src" / relative).as_posix())
+
+
+def file_bytes(index: int, size: int) -> Iterator[bytes]:
+    """The bytes of synthetic file `index`: a random 1 MiB block, shifted per file so the files differ."""
+    block = hashlib.sha256(str(index).encode()).digest() * (MIB // 32)
+    sent = 0
+    while sent < size:
+        n = min(MIB, size - sent)
+        yield block[:n]
+        sent += n
+
+
 @contextmanager
-def server(worker_js: Path, total: int) -> Iterator[str]:
-    """A loopback HTTP server: the page, the worker, and /stream (`total` bytes with a Content-Length)."""
-    block = bytes(range(256)) * (MIB // 256)
+def server(scripts: dict[str, Path], sizes: dict[str, int]) -> Iterator[str]:
+    """A loopback HTTP server: the page, the bundled scripts, /stream/N (N bytes) and /files/NAME (`sizes`)."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
 
+        def send_bytes(self, total: int, chunks: Iterator[bytes]) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(total))
+            self.end_headers()
+            for chunk in chunks:
+                self.wfile.write(chunk)
+
         def do_GET(self) -> None:
-            if self.path == "/bench.js":
-                body, kind = worker_js.read_bytes(), "text/javascript"
+            if self.path.startswith("/stream/"):
+                total = int(self.path.removeprefix("/stream/"))
+                self.send_bytes(total, file_bytes(0, total))
+                return
+            if self.path.startswith("/files/") and self.path.removeprefix("/files/") in sizes:
+                name = self.path.removeprefix("/files/")
+                self.send_bytes(sizes[name], file_bytes(int(name.split(".")[0]), sizes[name]))
+                return
+            if self.path in scripts:
+                body, kind = scripts[self.path].read_bytes(), "text/javascript"
             elif self.path == "/":
                 body, kind = PAGE.encode(), "text/html"
-            elif self.path == "/stream":
-                self.send_response(200)
-                self.send_header("Content-Type", "application/octet-stream")
-                self.send_header("Content-Length", str(total))
-                self.end_headers()
-                sent = 0
-                while sent < total:
-                    n = min(MIB, total - sent)
-                    self.wfile.write(block[:n])
-                    sent += n
-                return
             else:
                 self.send_error(404)
                 return
@@ -139,39 +208,98 @@ def server(worker_js: Path, total: int) -> Iterator[str]:
         httpd.server_close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gb", type=float, default=1.8, help="stream size in GB (10^9 bytes)")
-    parser.add_argument("--repeat", type=int, default=2, help="rounds per source (the best of each is kept)")
-    parser.add_argument("--sources", default="synthetic,fetch")
-    args = parser.parse_args()
+def run_streams(args: argparse.Namespace) -> None:
     total = int(args.gb * 1e9)
-
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
-        worker_js = bundle_worker(Path(tmp))
+        scripts = {"/bench.js": bundle(Path(tmp), "bench.js", STREAM_WORKER % {"hashing": module_path("store/hashing.js")})}
         browser = playwright.chromium.launch(executable_path=str(find_chromium()), headless=True,
                                              args=launch_args(gpu=False))
         print(f"{browser.version} headless; stream {total / 1e9:.2f} GB; best of {args.repeat}")
-        with server(worker_js, total) as base:
+        with server(scripts, {}) as base:
             page = browser.new_page()
             page.goto(base + "/")
             for source in args.sources.split(","):
                 best: dict[bool, float] = {}
                 for _ in range(args.repeat):
                     for hash_it in (False, True):
-                        result = page.evaluate(RUN_JS, {"source": source, "hash": hash_it, "total": total,
-                                                         "url": base + "/stream"})
+                        job = {"source": source, "hash": hash_it, "total": total, "url": f"{base}/stream/{total}"}
+                        result = page.evaluate(RUN_JS, ["/bench.js", job])
                         if "error" in result:
                             raise SystemExit(f"{source}: {result['error']}")
                         assert result["bytes"] == total, result
                         best[hash_it] = min(best.get(hash_it, float("inf")), result["seconds"])
                 plain, hashed = best[False], best[True]
-                print(f"{source:9}  read only {plain:6.1f} s ({total / plain / 1e6:7.0f} MB/s)   "
+                what = "copy only" if source == "webcrypto" else "read only"
+                print(f"{source:9}  {what} {plain:6.1f} s ({total / plain / 1e6:7.0f} MB/s)   "
                       f"read + SHA-256 {hashed:6.1f} s ({total / hashed / 1e6:6.0f} MB/s)   "
                       f"hashing adds {hashed - plain:5.1f} s")
         browser.close()
+
+
+def run_store(args: argparse.Namespace) -> None:
+    gigabytes = [float(part) for part in args.files.split(",") if part.strip()]
+    sizes = {f"{index}.bin": int(gb * 1e9) for index, gb in enumerate(gigabytes)}
+    print(f"hashing {sum(sizes.values()) / 1e9:.2f} GB for the manifest ...", flush=True)
+    digests = {}
+    for name, size in sizes.items():
+        digest = hashlib.sha256()
+        for chunk in file_bytes(int(name.split(".")[0]), size):
+            digest.update(chunk)
+        digests[name] = digest.hexdigest()
+    total = sum(sizes.values())
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
+        scripts = {
+            "/store.js": bundle(Path(tmp), "store.js", STORE_WORKER % {
+                "weights": module_path("store/weights.js"), "workers": module_path("store/store_workers.js")}),
+            "/helper.js": bundle(Path(tmp), "helper.js", f"import {module_path('store/store_worker.js')};\n"),
+        }
+        context = launch_persistent(playwright, Path(tmp) / "profile", executable=find_chromium())
+        try:
+            with server(scripts, sizes) as base:
+                page = context.new_page()
+                page.goto(base + "/")
+                cores = page.evaluate("navigator.hardwareConcurrency")
+                print(f"{context.browser.version if context.browser else 'Chromium'} headless, {cores} cores; "
+                      f"{len(sizes)} files, {total / 1e9:.2f} GB from a loopback server, every digest checked")
+                files = [{"path": name, "size": size, "sha256": digests[name]} for name, size in sizes.items()]
+                runs = [(1, 0)] + [(args.at_once, workers) for workers in args.hash_workers]
+                for at_once, workers in runs:
+                    job: dict[str, Any] = {"base": f"{base}/files/", "files": files, "atOnce": at_once,
+                                           "hashWorkers": workers}
+                    started = time.perf_counter()
+                    result = page.evaluate(RUN_JS, ["/store.js", job])
+                    if "error" in result:
+                        raise SystemExit(f"store: {result['error']}")
+                    assert result["bytes"] == total, result
+                    how = ("on the store's thread" if workers == 0 else f"by {workers} hashing worker(s)" if workers
+                           else "by the app's hashing workers")
+                    print(f"  {at_once} file(s) at once, hashed {how}: {result['seconds']:6.1f} s "
+                          f"({total / result['seconds'] / 1e9:.2f} GB/s; {time.perf_counter() - started:.1f} s "
+                          "with clearing the store)", flush=True)
+        finally:
+            context.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gb", type=float, default=1.8, help="stream size in GB (10^9 bytes)")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds per source (the best of each is kept)")
+    parser.add_argument("--sources", default="synthetic,fetch,webcrypto")
+    parser.add_argument("--store", action="store_true", help="time the app's store filling instead")
+    parser.add_argument("--files", default=DEFAULT_FILES, help="--store: the files' sizes in GB, comma-separated")
+    parser.add_argument("--at-once", type=int, default=4, help="--store: files downloading at once")
+    parser.add_argument("--hash-workers", default="", help="--store: hashing worker counts to time, comma-separated "
+                        "(default: the app's own choice from the cores)")
+    args = parser.parse_args()
+    if args.store:
+        args.hash_workers = [int(n) for n in args.hash_workers.split(",") if n.strip()] or [None]
+        run_store(args)
+    else:
+        run_streams(args)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def test_index_references_only_files_in_dist(dist_dir: Path) -> None:
         assert not url.startswith(("/", "http:", "https:")), f"{url} must be relative to the site root"
         assert (dist_dir / url).is_file(), f"index.html points at {url}, which is not in dist"
     record = json.loads((dist_dir / BUILD_RECORD).read_text())
-    for role in ("page_js", "page_css", "worker_js", "coi_js", "ort_mjs", "ort_wasm"):
+    for role in ("page_js", "page_css", "worker_js", "store_js", "coi_js", "ort_mjs", "ort_wasm"):
         assert re.fullmatch(r"assets/[\w.-]+-[A-Za-z0-9]{8,10}\.\w+", record["files"][role]), record["files"][role]
     assert page.meta["klein-version"] == __version__
     assert page.meta["klein-model-base"] == DEFAULT_MODEL_BASE
@@ -119,9 +119,10 @@ def test_headers_file_and_service_worker(dist_dir: Path) -> None:
 
 
 def test_worker_bundle_gets_ort_names_and_version(web_src_copy: Path, tmp_path: Path) -> None:
-    """KLEIN_ORT_WASM / KLEIN_VERSION are compile-time constants; run the built worker bundle under node to see them."""
+    """KLEIN_ORT_WASM / KLEIN_STORE_WORKER / KLEIN_VERSION are compile-time constants; run the built worker bundle
+    under node to see them."""
     (web_src_copy / "src/worker/main.js").write_text(
-        "self.postMessage({ort: KLEIN_ORT_WASM, version: KLEIN_VERSION});\n"
+        "self.postMessage({ort: KLEIN_ORT_WASM, store: KLEIN_STORE_WORKER, version: KLEIN_VERSION});\n"
     )
     result = build(tmp_path / "dist", web_src=web_src_copy)
     dist = tmp_path / "dist"
@@ -137,6 +138,7 @@ def test_worker_bundle_gets_ort_names_and_version(web_src_copy: Path, tmp_path: 
     worker_folder = (dist / result.files["worker_js"]).parent
     assert (worker_folder / seen["ort"]["mjs"]).resolve() == (dist / result.files["ort_mjs"]).resolve()
     assert (worker_folder / seen["ort"]["wasm"]).resolve() == (dist / result.files["ort_wasm"]).resolve()
+    assert (worker_folder / seen["store"]).resolve() == (dist / result.files["store_js"]).resolve()
 
 
 # ---------------------------------------------------------------------------------------------- rebuilds

@@ -8,6 +8,7 @@ Output layout (every path relative to the site root, so dist/ works under any su
     assets/page-HASH.js(.map)  page bundle (UI only, never onnxruntime)
     assets/page-HASH.css(.map)
     assets/worker-HASH.js(.map)  module worker bundle (onnxruntime-web/webgpu and the pipeline)
+    assets/store-HASH.js(.map)  the store's helper worker (hashing, reading; web_src/src/store/store_workers.js)
     assets/coi-HASH.js         registers coi-sw.js when the host sends no COOP/COEP headers
     assets/ort-wasm-simd-threaded.asyncify-HASH.{mjs,wasm}  the onnxruntime-web runtime the worker loads
     .klein-build.json          build record: input stamp, output list, CSP (read by the server and the next build)
@@ -36,6 +37,7 @@ from builder.site.node import NodeTools, ensure_node_modules, find_node, lock_ha
 BUILD_RECORD = ".klein-build.json"
 PAGE_ENTRY = "src/page/main.js"
 WORKER_ENTRY = "src/worker/main.js"
+STORE_WORKER_ENTRY = "src/store/store_worker.js"
 COI_REGISTER = "src/coi_register.js"
 COI_SERVICE_WORKER = "coi-sw.js"
 STYLE = "style.css"
@@ -61,7 +63,7 @@ class BuildResult:
     out_dir: Path
     changed: bool  # False when the build record matched and nothing was written
     seconds: float
-    files: dict[str, str]  # role (page_js, page_css, worker_js, coi_js, ort_mjs, ort_wasm) -> path in the site
+    files: dict[str, str]  # role (page_js, page_css, worker_js, store_js, coi_js, ort_mjs, ort_wasm) -> path in the site
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -186,7 +188,7 @@ def run_esbuild(tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path
 
 
 def bundle_assets(tools: NodeTools, web_src: Path, assets: Path) -> dict[str, str]:
-    """Run esbuild on the page, the worker, the CSS and the COI script; copy the ORT runtime. Returns roles."""
+    """Run esbuild on the page, the workers, the CSS and the COI script; copy the ORT runtime. Returns roles."""
     assets.mkdir(parents=True)
     files: dict[str, str] = {}
     ort_dir = web_src / ORT_DIST
@@ -204,8 +206,10 @@ def bundle_assets(tools: NodeTools, web_src: Path, assets: Path) -> dict[str, st
     ort_wasm = json.dumps({"mjs": files["ort_mjs"], "wasm": files["ort_wasm"]})
     module = ["--format=esm", "--platform=browser", version]
     files["page_js"] = run_esbuild(tools, web_src, PAGE_ENTRY, out_assets=assets, name="page", extra=module)
+    files["store_js"] = run_esbuild(tools, web_src, STORE_WORKER_ENTRY, out_assets=assets, name="store", extra=module)
     files["worker_js"] = run_esbuild(tools, web_src, WORKER_ENTRY, out_assets=assets, name="worker",
-                                     extra=[*module, f"--define:KLEIN_ORT_WASM={ort_wasm}"])
+                                     extra=[*module, f"--define:KLEIN_ORT_WASM={ort_wasm}",
+                                            f"--define:KLEIN_STORE_WORKER={json.dumps(files['store_js'])}"])
     files["page_css"] = run_esbuild(tools, web_src, STYLE, out_assets=assets, name="page", extra=[])
     # A classic script (not a module): it must run before anything else and may reload the page.
     files["coi_js"] = run_esbuild(tools, web_src, COI_REGISTER, out_assets=assets, name="coi",

@@ -56,17 +56,19 @@ class Seen:
     if_range: str | None
     status: int = 0
     body_bytes: int = 0
+    started: float = 0.0  # time.monotonic() when the request came in
+    ended: float = 0.0  # and when its answer was done (0 while it is not)
 
 
 class Recorder:
-    """ASGI layer over the real app: records every request (status, body bytes sent) and lets a test change the
-    app behind it (`target`), and cut, truncate or strip headers of the answers for one path (`hooks`)."""
+    """ASGI layer over the real app: records every request (status, body bytes sent, when) and lets a test change
+    the app behind it (`target`), and delay, cut, truncate or strip headers of the answers for one path (`hooks`)."""
 
     def __init__(self, target: Any) -> None:
         self.target = target
         self.seen: list[Seen] = []
-        # path -> hook(seen, scope) -> None or a dict of actions: {"cut_after": n, "end_after": n,
-        # "drop_headers": {...}, "on_cut": callable}
+        # path -> hook(seen, scope) -> None or a dict of actions: {"delay": seconds before the answer starts,
+        # "cut_after": n, "end_after": n, "drop_headers": {...}, "on_cut": callable}
         self.hooks: dict[str, Callable[[Seen], dict[str, Any] | None]] = {}
 
     def requests(self, path: str, method: str = "GET") -> list[Seen]:
@@ -76,10 +78,13 @@ class Recorder:
         if scope["type"] != "http":
             return await self.target(scope, receive, send)
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
-        seen = Seen(scope["method"], scope["path"], headers.get("range"), headers.get("if-range"))
+        seen = Seen(scope["method"], scope["path"], headers.get("range"), headers.get("if-range"),
+                    started=time.monotonic())
         self.seen.append(seen)
         hook = self.hooks.get(scope["path"])
         actions = (hook(seen) if hook else None) or {}
+        if "delay" in actions:
+            await asyncio.sleep(actions["delay"])
         drop = {name.lower().encode() for name in actions.get("drop_headers", ())}
         finished = False
 
@@ -111,7 +116,10 @@ class Recorder:
                 seen.body_bytes += len(body)
             await send(message)
 
-        await self.target(scope, receive, relay)
+        try:
+            await self.target(scope, receive, relay)
+        finally:
+            seen.ended = time.monotonic()
 
 
 @pytest.fixture
@@ -207,6 +215,52 @@ def test_corrupted_byte_is_caught_before_any_session_and_not_kept(
     name = Path(bad).name
     assert not [p for p in stored_sizes(page) if Path(p).name.startswith(name + ".") or p.endswith("/" + name)], \
         stored_sizes(page)
+
+
+def test_corrupted_byte_in_one_of_several_files_downloaded_at_once_is_refused(
+        page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    repo = tmp_path / "corrupt-one"
+    shutil.copytree(tiny_models["fp32"], repo)
+    files = manifest.load(repo).files
+    weights = sorted(weight_paths(repo), key=lambda p: files[p].size)
+    bad = weights[len(weights) // 2]  # neither the first nor the last to start: the largest start first
+    good_bytes = (repo / bad).read_bytes()
+    data = bytearray(good_bytes)
+    data[len(data) // 3] ^= 0x10
+    (repo / bad).write_bytes(bytes(data))
+
+    base_url, recorder = serve(repo)
+    for path in weights:
+        # Every weight file's answer starts a second late: downloads that run one at a time cannot overlap.
+        recorder.hooks["/models/" + path] = lambda seen: {"delay": 1.0} if seen.method == "GET" else None
+    client = WorkerClient(page, base_url)
+    client.open()
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=1)
+    assert reply.type == "error" and reply.error is not None, reply.result
+    assert reply.error["code"] == "integrity" and bad in reply.error["message"], reply.error
+    assert "load" not in [e["stage"] for e in reply.of_type("stage")], "a session was started from unverified bytes"
+
+    gets = [s for s in recorder.seen if s.method == "GET" and s.path.removeprefix("/models/") in weights]
+    at_once = max(sum(1 for o in gets if o.started <= s.started < (o.ended or float("inf"))) for s in gets)
+    assert at_once >= 2, [(s.path, s.started, s.ended) for s in gets]
+    # The digests were taken by the store's helper worker, not on the thread that fetched and wrote.
+    assert [s for s in recorder.seen if s.path.startswith("/assets/store-") and s.status == 200], \
+        sorted({s.path for s in recorder.seen})
+    stored = stored_sizes(page)
+    name = Path(bad).name
+    assert not [p for p in stored if Path(p).name.startswith(name + ".") or p.endswith("/" + name)], stored
+    # What the other downloads completed before they were stopped is whole and verified; the rest resumes later.
+    complete = [p for p in weights if p in stored]
+    for path in complete:
+        assert stored[path] == files[path].size, path
+
+    # The server's copy is repaired: the next run downloads what is missing, not what is stored, and generates.
+    (repo / bad).write_bytes(good_bytes)
+    recorder.seen.clear()
+    again = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=1)
+    again.ok()
+    fetched = {s.path.removeprefix("/models/") for s in recorder.seen if s.method == "GET" and s.status in (200, 206)}
+    assert bad in fetched and not fetched & set(complete), (fetched, complete)
 
 
 @pytest.mark.parametrize(("validator", "changed"), [("etag", False), ("etag", True), ("last-modified", False),

@@ -7,8 +7,9 @@
  *   resumes with `Range: bytes=N-` only when the server proves it still has that version (If-Range with a
  *   strong ETag or Last-Modified, answered 206); otherwise it starts over from byte 0, so bytes of two
  *   versions are never stitched together;
- * - the bytes are hashed (SHA-256) as they arrive; on a resume the stored bytes are hashed first, so the
- *   digest always covers the whole file, and a digest that differs from the manifest's discards the file;
+ * - the bytes are hashed (SHA-256) as they arrive, beside the writing (store/store_workers.js); on a resume the stored
+ *   bytes are hashed first, so the digest always covers the whole file, and a digest that differs from the
+ *   manifest's discards the file;
  * - a file becomes complete only at a size the manifest or the server stated, and with the manifest's
  *   sha256 when it lists one: a stream that ends early or a 416 never completes a file by itself;
  * - a cut connection is resumed a few times before the error reaches the user, and what arrived is kept;
@@ -16,7 +17,7 @@
  * @module store/download
  */
 
-import { CancelledError, IntegrityError, ModelFileError, NetworkError, QuotaError } from '../shared/errors.js';
+import { CancelledError, IntegrityError, KleinError, ModelFileError, NetworkError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
 import { IDENTITY_SUFFIX, PARTIAL_SUFFIX } from './backend.js';
 import { createSha256, hashBlob } from './hashing.js';
@@ -68,72 +69,87 @@ async function discardPartial(backend, path) {
 }
 
 /**
- * A hasher that has seen the first `bytes` bytes of the partial copy, read back from the store.
- * @param {OpfsBackend} backend
- * @param {string} path
- * @param {number} bytes
- * @param {AbortSignal | undefined} signal
- * @returns {Promise<Sha256>}
- */
-async function hashStoredPartial(backend, path, bytes, signal) {
-    const hasher = await createSha256();
-    await hashBlob((await backend.read(path + PARTIAL_SUFFIX)).slice(0, bytes), hasher, { signal });
-    return hasher;
-}
-
-/**
  * Download one file into the store, resuming a partial copy of the same version with an HTTP Range request.
  * @param {OpfsBackend} backend
  * @param {string} url
  * @param {string} path  Repo-relative storage path.
- * @param {{want?: FileIdentity, signal?: AbortSignal, onProgress?: (loaded: number, total: number | null) => void}} [options]
+ * @param {{want?: FileIdentity, signal?: AbortSignal, onProgress?: (loaded: number, total: number | null) => void,
+ *   openHasher?: () => Promise<Sha256>}} [options]
  *   `want`: the version to download: the manifest's size and sha256, or what the server said about the
- *   file (store/identity.js).
+ *   file (store/identity.js). `openHasher`: where the bytes are hashed (store/store_workers.js); by default on
+ *   this thread.
  * @returns {Promise<{size: number, identity: FileIdentity}>} The stored size and the identity recorded with it.
  */
-export async function downloadFile(backend, url, path, { want = UNKNOWN, signal, onProgress } = {}) {
-    const restart = { from: 0, ifRange: /** @type {string | null} */ (null) };
-    let partial = await backend.readIdentity(path + PARTIAL_SUFFIX);
-    let plan = resumePlan(partial, await backend.partialSize(path), want);
-    /** @type {Sha256 | null} The running hash of the partial copy's first `hasher.bytes` bytes. */
-    let hasher = null;
-    /** The partial copy holds bytes of more than one response (a digest mismatch may come from that). */
-    let resumed = false;
-    let restartedAfterMismatch = false;
-    let cuts = 0;
+export async function downloadFile(backend, url, path, { want = UNKNOWN, signal, onProgress, openHasher = createSha256 } = {}) {
+    const download = new Download(backend, url, path, { want, signal, onProgress, openHasher });
+    try {
+        return await download.run();
+    } finally {
+        download.hasher?.drop();
+    }
+}
+
+/** @typedef {{size: number, identity: FileIdentity}} Stored */
+
+/** The bytes requested next: from byte `from`, conditional on `ifRange` (a validator of the partial copy). */
+const RESTART = Object.freeze({ from: 0, ifRange: /** @type {string | null} */ (null) });
+
+/**
+ * One file's download, request after request until it is stored or refused. Each method is one step of it: ask
+ * (request), judge the answer (unsatisfiedRange, bodyStart), write and hash the body, complete it.
+ */
+class Download {
+    /**
+     * @param {OpfsBackend} backend
+     * @param {string} url
+     * @param {string} path
+     * @param {{want: FileIdentity, signal?: AbortSignal, onProgress?: (loaded: number, total: number | null) => void,
+     *   openHasher: () => Promise<Sha256>}} options
+     */
+    constructor(backend, url, path, { want, signal, onProgress, openHasher }) {
+        this.backend = backend;
+        this.url = url;
+        this.path = path;
+        this.want = want;
+        this.signal = signal;
+        this.onProgress = onProgress;
+        this.openHasher = openHasher;
+        /** @type {FileIdentity | null} The version the partial copy's bytes belong to. */
+        this.partial = null;
+        /** @type {{from: number, ifRange: string | null}} */
+        this.plan = RESTART;
+        /** @type {Sha256 | null} The running hash of the partial copy's first `hasher.bytes` bytes. */
+        this.hasher = null;
+        /** The partial copy holds bytes of more than one response (a digest mismatch may come from that). */
+        this.resumed = false;
+        this.restartedAfterMismatch = false;
+        /** Cut connections so far. */
+        this.cuts = 0;
+    }
+
+    /** @returns {Promise<Stored>} */
+    async run() {
+        this.partial = await this.backend.readIdentity(this.path + PARTIAL_SUFFIX);
+        this.plan = resumePlan(this.partial, await this.backend.partialSize(this.path), this.want);
+        for (let attempt = 0; ; attempt++) {
+            this.signal?.throwIfAborted();
+            if (attempt >= MAX_REQUESTS) {
+                throw new NetworkError(`Downloading ${this.url} did not succeed in ${attempt} requests; the server keeps answering unexpectedly. Try again later.`, {
+                    url: this.url,
+                });
+            }
+            const response = await this.request();
+            const done = response && (await this.receive(response));
+            if (done) return done;
+        }
+    }
 
     /**
-     * The bytes are all there: check the digest and make the file complete; null when it must start over.
-     * @param {number} bytes
-     * @returns {Promise<{size: number, identity: FileIdentity} | null>}
+     * Ask for the bytes of the plan: all of them, or the rest of the partial copy's version (Range + If-Range).
+     * @returns {Promise<Response | null>} Null: ask again (the plan says how).
      */
-    const complete = async (bytes) => {
-        const digest = /** @type {Sha256} */ (hasher).hex();
-        hasher = null;
-        if (want.sha256 !== null && digest !== want.sha256) {
-            await discardPartial(backend, path);
-            // Bytes of two responses may disagree even when the server vouched for them (an ETag that survives
-            // a copy preserving mtimes): one whole fresh download settles it.
-            if (resumed && !restartedAfterMismatch) {
-                restartedAfterMismatch = true;
-                return null;
-            }
-            throw new IntegrityError(
-                `${url} does not match the model's manifest: its SHA-256 is ${digest}, the manifest says ${want.sha256}. ` +
-                    'The downloaded copy was deleted.',
-                { url, path, sha256: digest, expected: want.sha256 },
-            );
-        }
-        const identity = { size: bytes, sha256: digest, etag: partial?.etag ?? null, lastModified: partial?.lastModified ?? null };
-        await backend.commit(path, identity);
-        return { size: bytes, identity };
-    };
-
-    for (let attempt = 0; ; attempt++) {
-        signal?.throwIfAborted();
-        if (attempt >= MAX_REQUESTS) {
-            throw new NetworkError(`Downloading ${url} did not succeed in ${attempt} requests; the server keeps answering unexpectedly. Try again later.`, { url });
-        }
+    async request() {
+        const { plan, url, signal } = this;
         /** @type {Record<string, string>} */
         const headers = {};
         if (plan.from > 0 && plan.ifRange !== null) {
@@ -142,122 +158,215 @@ export async function downloadFile(backend, url, path, { want = UNKNOWN, signal,
             // a changed file comes whole (200) and is written from byte 0.
             headers['If-Range'] = plan.ifRange;
         }
-        let response;
         try {
-            response = await fetch(url, { headers, signal, cache: 'no-store' });
+            return await fetch(url, { headers, signal, cache: 'no-store' });
         } catch (err) {
             if (signal?.aborted) throw signal.reason;
             // If-Range makes a cross-origin request need a CORS preflight, which some hosts refuse: that fails
             // like a dropped connection. A host that still answers a plain HEAD is up, so the download starts
             // over without conditions instead of failing the same way on every retry.
             if (plan.from > 0 && (await answers(url, signal))) {
-                plan = restart;
-                continue;
+                this.plan = RESTART;
+                return null;
             }
-            if (cuts++ < MAX_RESUMES) {
-                await sleep(signal, 500 * cuts);
-                continue;
+            if (this.cuts++ < MAX_RESUMES) {
+                await sleep(signal, 500 * this.cuts);
+                return null;
             }
             throw new NetworkError(`Downloading ${url} failed (${String(err)}). Check the connection and press Generate again: it resumes.`, { url });
         }
-        if (response.status === 416 && plan.from > 0) {
-            // Nothing after byte `from`: the partial copy may be whole, or longer than a changed file. Only a
-            // stated size (and the manifest's hash) can tell.
+    }
+
+    /**
+     * Store what one answer brings.
+     * @param {Response} response
+     * @returns {Promise<Stored | null>} Null: ask again.
+     */
+    async receive(response) {
+        if (response.status === 416 && this.plan.from > 0) return this.unsatisfiedRange(response);
+        checkAnswer(response, this.url, this.path);
+        const start = this.bodyStart(response);
+        if (start === null) {
+            // A range we did not ask for, or of another version than the partial copy: start over.
             await response.body?.cancel();
-            const size = want.size ?? unsatisfiedRangeTotal(response.headers.get('content-range')) ?? partial?.size ?? null;
-            if (size === plan.from || (size === null && want.sha256 !== null)) {
-                if (!hasher || hasher.bytes !== plan.from) hasher = await hashStoredPartial(backend, path, plan.from, signal);
-                // These bytes came from earlier responses, possibly from before a cut: a mismatch earns one fresh start.
-                resumed = true;
-                const done = await complete(plan.from);
-                if (done) return done;
-            }
-            plan = restart;
-            continue;
+            this.plan = RESTART;
+            return null;
         }
-        if (!response.ok) throw httpError(url, response.status);
-        const contentType = response.headers.get('content-type') ?? '';
-        if (/text\/html/i.test(contentType) && !path.endsWith('.html')) {
+        const { fromZero, total } = start;
+        if (this.want.size !== null && total !== null && total !== this.want.size) {
             await response.body?.cancel();
+            await discardPartial(this.backend, this.path);
             throw new ModelFileError(
-                `${url} answered with an HTML page instead of the model file (a login, error or proxy page). ` +
-                    'Check the model URL; nothing was stored.',
-                { url },
-            );
-        }
-        let fromZero = true;
-        let total = null;
-        if (response.status === 206) {
-            // Cross-origin hosts may not expose Content-Range (it is not CORS-safelisted); a 206 to a
-            // single `bytes=N-` range starts at N by definition (RFC 9110 section 14.4).
-            const header = response.headers.get('content-range');
-            const length = response.headers.get('content-length');
-            const range = header === null ? { start: plan.from, total: length === null ? null : plan.from + Number(length) } : parseContentRange(header);
-            if (plan.from === 0 || !range || range.start !== plan.from || compareIdentity(fromResponse(response.headers, range.total), partial) === 'changed') {
-                // A range we did not ask for, or of another version than the partial copy: start over.
-                await response.body?.cancel();
-                plan = restart;
-                continue;
-            }
-            fromZero = false;
-            total = range.total ?? partial?.size ?? null;
-        } else {
-            // 200: the server ignored Range, or If-Range saw another version: the body is the whole file.
-            const length = response.headers.get('content-length');
-            total = length === null ? null : Number(length);
-        }
-        if (want.size !== null && total !== null && total !== want.size) {
-            await response.body?.cancel();
-            await discardPartial(backend, path);
-            throw new ModelFileError(
-                `${url} has ${total} bytes but the model manifest says ${want.size}: the manifest is stale or the ` +
+                `${this.url} has ${total} bytes but the model manifest says ${this.want.size}: the manifest is stale or the ` +
                     'server sends a different file. Reload the page; if it persists, the model repository is inconsistent.',
-                { url, total, expectedSize: want.size },
+                { url: this.url, total, expectedSize: this.want.size },
             );
         }
-        const size = want.size ?? total;
+        const size = this.want.size ?? total;
         if (fromZero) {
             // The old bytes go before the new identity is recorded: a partial copy never sits beside the
             // identity of another version, even if the tab dies here.
-            await discardPartial(backend, path);
-            partial = { ...fromResponse(response.headers, size), sha256: want.sha256 };
-            await backend.writeIdentity(path + PARTIAL_SUFFIX, partial);
-            hasher = await createSha256();
-            resumed = false;
+            await discardPartial(this.backend, this.path);
+            this.partial = { ...fromResponse(response.headers, size), sha256: this.want.sha256 };
+            await this.backend.writeIdentity(this.path + PARTIAL_SUFFIX, this.partial);
+            this.replaceHasher(await this.openHasher());
+            this.resumed = false;
         } else {
             // Bytes stored by an earlier call (or before a cut this hasher did not see): hash them first.
-            if (!hasher || hasher.bytes !== plan.from) hasher = await hashStoredPartial(backend, path, plan.from, signal);
-            resumed = true;
+            await this.hashStoredPartial(this.plan.from);
+            this.resumed = true;
         }
-        const outcome = await streamInto(backend, response, path, { fromZero, size, hasher, signal, onProgress });
-        if (outcome.ended && size !== null && outcome.bytes === size) {
-            const done = await complete(outcome.bytes);
+        const outcome = await streamInto(this.backend, response, this.path, {
+            fromZero, size, hasher: /** @type {Sha256} */ (this.hasher), signal: this.signal, onProgress: this.onProgress,
+        });
+        if (outcome.ended && size !== null && outcome.bytes === size) return this.completeOrRestart(outcome.bytes);
+        return this.afterCut(outcome, size);
+    }
+
+    /**
+     * A 416: nothing after byte `from`. The partial copy may be whole, or longer than a changed file; only a
+     * stated size (and the manifest's hash) can tell.
+     * @param {Response} response
+     * @returns {Promise<Stored | null>}
+     */
+    async unsatisfiedRange(response) {
+        await response.body?.cancel();
+        const { from } = this.plan;
+        const size = this.want.size ?? unsatisfiedRangeTotal(response.headers.get('content-range')) ?? this.partial?.size ?? null;
+        if (size === from || (size === null && this.want.sha256 !== null)) {
+            await this.hashStoredPartial(from);
+            // These bytes came from earlier responses, possibly from before a cut: a mismatch earns one fresh start.
+            this.resumed = true;
+            const done = await this.completeOrRestart(from);
             if (done) return done;
-            plan = restart;
-            continue;
         }
-        // Cut, or ended before a stated size, or ended without any: what follows is asked for, if the server
-        // can prove the version (a 416 then says the copy is whole), else the download starts over.
-        plan = resumePlan(partial, outcome.bytes, want);
-        if (size === null && plan.from === 0) {
-            await discardPartial(backend, path);
+        this.plan = RESTART;
+        return null;
+    }
+
+    /**
+     * Where a 200 or 206 answer's body begins, and the file's total size if the answer states it; null when the
+     * answer is not the bytes asked for.
+     * @param {Response} response
+     * @returns {{fromZero: boolean, total: number | null} | null}
+     */
+    bodyStart(response) {
+        const length = response.headers.get('content-length');
+        if (response.status !== 206) {
+            // 200: the server ignored Range, or If-Range saw another version: the body is the whole file.
+            return { fromZero: true, total: length === null ? null : Number(length) };
+        }
+        const { from } = this.plan;
+        // Cross-origin hosts may not expose Content-Range (it is not CORS-safelisted); a 206 to a
+        // single `bytes=N-` range starts at N by definition (RFC 9110 section 14.4).
+        const header = response.headers.get('content-range');
+        const range = header === null ? { start: from, total: length === null ? null : from + Number(length) } : parseContentRange(header);
+        if (from === 0 || !range || range.start !== from || compareIdentity(fromResponse(response.headers, range.total), this.partial) === 'changed') {
+            return null;
+        }
+        return { fromZero: false, total: range.total ?? this.partial?.size ?? null };
+    }
+
+    /**
+     * A body that did not bring the whole file: ask for what follows if the server can prove the version (a 416
+     * then says the copy is whole), else start over, or give up after a few cuts.
+     * @param {{ended: boolean, bytes: number, error?: string}} outcome
+     * @param {number | null} size
+     * @returns {Promise<null>}
+     */
+    async afterCut(outcome, size) {
+        this.plan = resumePlan(this.partial, outcome.bytes, this.want);
+        if (size === null && this.plan.from === 0) {
+            await discardPartial(this.backend, this.path);
             throw new ModelFileError(
-                `${url}: the server states neither the file's length nor a validator (ETag or Last-Modified), so a whole ` +
+                `${this.url}: the server states neither the file's length nor a validator (ETag or Last-Modified), so a whole ` +
                     'copy cannot be told from a cut one; nothing was stored. Serve it with Content-Length, or add a ' +
                     'manifest.json with sizes and sha256 (`klein-web fetch` writes one).',
-                { url },
+                { url: this.url },
             );
         }
         if (!outcome.ended || size !== null) {
-            if (cuts++ >= MAX_RESUMES) {
-                const kept = plan.from > 0 ? `${formatBytes(plan.from)} are kept; press Generate again to resume.` : 'Press Generate again.';
+            if (this.cuts++ >= MAX_RESUMES) {
+                const kept = this.plan.from > 0 ? `${formatBytes(this.plan.from)} are kept; press Generate again to resume.` : 'Press Generate again.';
                 throw new NetworkError(
-                    `Downloading ${url} was interrupted ${cuts} times (${outcome.error ?? 'connection closed early'}). ${kept}`,
-                    { url, have: plan.from },
+                    `Downloading ${this.url} was interrupted ${this.cuts} times (${outcome.error ?? 'connection closed early'}). ${kept}`,
+                    { url: this.url, have: this.plan.from },
                 );
             }
-            await sleep(signal, 250 * cuts);
+            await sleep(this.signal, 250 * this.cuts);
         }
+        return null;
+    }
+
+    /**
+     * The bytes are all there: check the digest and make the file complete; null (with a fresh plan) when it
+     * must start over.
+     * @param {number} bytes
+     * @returns {Promise<Stored | null>}
+     */
+    async completeOrRestart(bytes) {
+        const hasher = /** @type {Sha256} */ (this.hasher);
+        this.hasher = null;
+        const digest = await hasher.hex();
+        const { want, backend, path, url } = this;
+        if (want.sha256 !== null && digest !== want.sha256) {
+            await discardPartial(backend, path);
+            // Bytes of two responses may disagree even when the server vouched for them (an ETag that survives
+            // a copy preserving mtimes): one whole fresh download settles it.
+            if (this.resumed && !this.restartedAfterMismatch) {
+                this.restartedAfterMismatch = true;
+                this.plan = RESTART;
+                return null;
+            }
+            throw new IntegrityError(
+                `${url} does not match the model's manifest: its SHA-256 is ${digest}, the manifest says ${want.sha256}. ` +
+                    'The downloaded copy was deleted.',
+                { url, path, sha256: digest, expected: want.sha256 },
+            );
+        }
+        const identity = { size: bytes, sha256: digest, etag: this.partial?.etag ?? null, lastModified: this.partial?.lastModified ?? null };
+        await backend.commit(path, identity);
+        return { size: bytes, identity };
+    }
+
+    /**
+     * Make the running hash cover exactly the partial copy's first `bytes` bytes, reading them back from the
+     * store unless the running hash has seen exactly those.
+     * @param {number} bytes
+     */
+    async hashStoredPartial(bytes) {
+        if (this.hasher?.bytes === bytes) return;
+        const hasher = await this.openHasher();
+        this.replaceHasher(hasher);
+        await hashBlob((await this.backend.read(this.path + PARTIAL_SUFFIX)).slice(0, bytes), hasher, { signal: this.signal });
+    }
+
+    /** @param {Sha256} hasher */
+    replaceHasher(hasher) {
+        this.hasher?.drop();
+        this.hasher = hasher;
+    }
+}
+
+/**
+ * Refuse an answer that is not a model file: an error status, or an HTML page (a login, error or proxy page).
+ * @param {Response} response
+ * @param {string} url
+ * @param {string} path
+ */
+function checkAnswer(response, url, path) {
+    if (!response.ok) {
+        response.body?.cancel().catch(() => {});
+        throw httpError(url, response.status);
+    }
+    const contentType = response.headers.get('content-type') ?? '';
+    if (/text\/html/i.test(contentType) && !path.endsWith('.html')) {
+        response.body?.cancel().catch(() => {});
+        throw new ModelFileError(
+            `${url} answered with an HTML page instead of the model file (a login, error or proxy page). ` +
+                'Check the model URL; nothing was stored.',
+            { url },
+        );
     }
 }
 
@@ -281,8 +390,9 @@ async function streamInto(backend, response, path, { fromZero, size, hasher, sig
             const { done, value } = await reader.read();
             if (done) break;
             writer.write(value);
-            hasher.update(value);
             sinceFlush += value.byteLength;
+            // Written first: the hasher takes the chunk's buffer.
+            await hasher.update(value);
             if (sinceFlush >= FLUSH_EVERY_BYTES) {
                 writer.flush();
                 sinceFlush = 0;
@@ -299,7 +409,8 @@ async function streamInto(backend, response, path, { fromZero, size, hasher, sig
             await discardPartial(backend, path);
             throw err;
         }
-        if (err instanceof QuotaError) throw err;
+        // Out of quota, or the hashing failed: not a cut connection.
+        if (err instanceof KleinError) throw err;
         // A cut connection: fetch's body stream errors with a TypeError. The bytes so far are kept.
         return { ended: false, bytes: writer.offset, error: String(err) };
     }

@@ -19,15 +19,20 @@ import { downloadFile, serverIdentity } from './download.js';
 import { createSha256, hashBlob } from './hashing.js';
 import { compareIdentity, fromManifest } from './identity.js';
 import { fetchManifest, parseManifest } from './manifest.js';
+import { StoreWorkers } from './store_workers.js';
 
 /** Progress events at most this often (the page re-renders on each). */
 const PROGRESS_INTERVAL_MS = 100;
+/** Files downloading at once: each is hashed by its own worker, so none waits for another's digest. */
+export const DOWNLOADS_AT_ONCE = 4;
 /** Where the last good manifest is kept, for offline visits. Dot-named: never a repo path. */
 const MANIFEST_COPY = '.manifest.json';
 
 /** @typedef {import('../shared/types.js').DownloadProgress} DownloadProgress */
 /** @typedef {import('./identity.js').FileIdentity} FileIdentity */
 /** @typedef {{path: string, size: number | null, sha256: string | null}} WantedFile  A manifest entry. */
+/** @typedef {{path: string, size: number | null, want: FileIdentity, have: number}} MissingFile  To download;
+ * `have`: bytes of a partial copy already stored. */
 
 export class WeightStore {
     /**
@@ -39,6 +44,13 @@ export class WeightStore {
         this.modelBase = modelBase;
         /** persist() is asked for once per store, before its first download. */
         this.persistRequested = false;
+        /** Hash downloads and read files off this thread (store/store_workers.js). */
+        this.workers = new StoreWorkers();
+    }
+
+    /** End the store's helper workers (a store no longer used). */
+    close() {
+        this.workers.close();
     }
 
     /**
@@ -115,7 +127,7 @@ export class WeightStore {
         if (verdict === 'unknown' && want.sha256 !== null && (want.size === null || want.size === size)) {
             const hasher = await createSha256();
             await hashBlob(await this.backend.read(path), hasher, { signal });
-            const sha256 = hasher.hex();
+            const sha256 = await hasher.hex();
             verdict = sha256 === want.sha256 ? 'same' : 'changed';
             if (verdict === 'same') await this.backend.writeIdentity(path, { size, sha256, etag: null, lastModified: null });
         }
@@ -135,19 +147,29 @@ export class WeightStore {
     }
 
     /**
-     * A stored file's bytes (the form onnxruntime-web uses without another copy).
+     * A stored file's bytes (the form onnxruntime-web uses without another copy), read by a helper worker, so this
+     * thread may create a session meanwhile.
      * @param {string} path
      * @returns {Promise<Uint8Array>}
      */
     async read(path) {
         try {
-            return new Uint8Array(await (await this.backend.read(path)).arrayBuffer());
+            return await this.workers.read(await this.backend.read(path));
         } catch (err) {
             if (err instanceof DOMException && err.name === 'NotFoundError') {
                 throw new ModelFileError(`${path} is not in the local model cache. Press Generate again to download it.`, { path });
             }
             throw err;
         }
+    }
+
+    /**
+     * The bytes of several stored files, read at once (a session's graph and its external data).
+     * @param {string[]} paths
+     * @returns {Promise<Uint8Array[]>}
+     */
+    async readFiles(paths) {
+        return Promise.all(paths.map((path) => this.read(path)));
     }
 
     /**
@@ -181,20 +203,56 @@ export class WeightStore {
     /**
      * Make every file in `files` complete in the store, as the version wanted: which stored copies are still
      * good is decided first (store/identity.js; a HEAD per file only for files without a manifest sha256),
-     * the quota is checked, then the missing ones download one after the other with throttled overall
-     * progress, each hashed as it streams in.
+     * the quota is checked, then the missing ones download, DOWNLOADS_AT_ONCE at a time and the largest first,
+     * each hashed as it streams in by a helper worker (store/store_workers.js), with throttled overall progress.
+     * The first download that fails stops the others (what they stored is kept for a resume) and is thrown
+     * once they have stopped, so no file is left half-checked when this returns or throws.
      * @param {WantedFile[]} files
-     * @param {{signal?: AbortSignal, onProgress?: (progress: DownloadProgress) => void}} [options]
+     * @param {{signal?: AbortSignal, onProgress?: (progress: DownloadProgress) => void, downloadsAtOnce?: number}} [options]
+     *   `downloadsAtOnce`: DOWNLOADS_AT_ONCE unless a benchmark compares (scripts/hash_bench.py).
      * @returns {Promise<{downloadedBytes: number, files: number, fetched: string[]}>} `fetched`: the paths
      *   downloaded (their previous bytes, if any were loaded, are stale).
      */
-    async ensure(files, { signal, onProgress } = {}) {
-        /** @type {{path: string, size: number | null, want: FileIdentity, have: number}[]} */
+    async ensure(files, { signal, onProgress, downloadsAtOnce = DOWNLOADS_AT_ONCE } = {}) {
+        const { missing, storedBytes } = await this.missing(files, signal);
+        if (missing.length === 0) return { downloadedBytes: 0, files: 0, fetched: [] };
+
+        await this.checkQuota(missing);
+        if (!this.persistRequested) {
+            this.persistRequested = true;
+            await this.persist();
+        }
+        const meter = new ProgressMeter(storedBytes, missing, onProgress);
+        // The largest first: the file that takes longest to hash starts first.
+        const largestFirst = [...missing].sort((a, b) => (b.size ?? 0) - (a.size ?? 0));
+        await atMostAtOnce(largestFirst, downloadsAtOnce, signal, async (file, shared) => {
+            meter.start(file);
+            const { size } = await downloadFile(this.backend, this.modelBase + file.path, file.path, {
+                want: file.want,
+                signal: shared,
+                openHasher: () => this.workers.hasher(),
+                onProgress: (loaded, fileTotal) => meter.update(file, loaded, fileTotal),
+            });
+            meter.finish(file, size);
+        });
+        return { downloadedBytes: meter.downloaded, files: missing.length, fetched: missing.map((f) => f.path) };
+    }
+
+    /**
+     * Which of `files` are not stored as the version wanted (each checked at once), and the bytes of those that are.
+     * @param {WantedFile[]} files
+     * @param {AbortSignal | undefined} signal
+     * @returns {Promise<{missing: MissingFile[], storedBytes: number}>}
+     */
+    async missing(files, signal) {
+        const checked = await Promise.all(files.map(async (file) => {
+            const want = await this.wanted(file, signal);
+            return { file, want, stored: await this.check(file.path, want, signal) };
+        }));
+        /** @type {MissingFile[]} */
         const missing = [];
         let storedBytes = 0;
-        for (const file of files) {
-            const want = await this.wanted(file, signal);
-            const stored = await this.check(file.path, want, signal);
+        for (const { file, want, stored } of checked) {
             if (stored !== null) {
                 storedBytes += stored;
                 continue;
@@ -206,54 +264,12 @@ export class WeightStore {
             }
             missing.push({ path: file.path, size: want.size, want, have: await this.backend.partialSize(file.path) });
         }
-        if (missing.length === 0) return { downloadedBytes: 0, files: 0, fetched: [] };
-
-        await this.checkQuota(missing);
-        if (!this.persistRequested) {
-            this.persistRequested = true;
-            await this.persist();
-        }
-        const total = storedBytes + missing.reduce((sum, f) => sum + (f.size ?? 0), 0);
-        const started = performance.now();
-        let doneBytes = storedBytes;
-        let downloaded = 0;
-        let lastEmit = 0;
-        for (const file of missing) {
-            const resumedFrom = file.have;
-            /** @param {number} fileLoaded @param {number | null} fileTotal @param {boolean} force */
-            const report = (fileLoaded, fileTotal, force) => {
-                const now = performance.now();
-                if (!onProgress || (!force && now - lastEmit < PROGRESS_INTERVAL_MS)) return;
-                lastEmit = now;
-                const sessionBytes = downloaded + Math.max(0, fileLoaded - resumedFrom);
-                const bytesPerSecond = sessionBytes / Math.max(1e-3, (now - started) / 1000);
-                const loaded = doneBytes + fileLoaded;
-                onProgress({
-                    file: file.path,
-                    fileLoaded,
-                    fileTotal: fileTotal ?? file.size ?? 0,
-                    loaded,
-                    total: Math.max(total, loaded),
-                    bytesPerSecond,
-                    etaSeconds: bytesPerSecond > 0 ? Math.max(0, total - loaded) / bytesPerSecond : null,
-                });
-            };
-            report(resumedFrom, file.size, true);
-            const { size } = await downloadFile(this.backend, this.modelBase + file.path, file.path, {
-                want: file.want,
-                signal,
-                onProgress: (loaded, fileTotal) => report(loaded, fileTotal, false),
-            });
-            downloaded += size - resumedFrom;
-            report(size, size, true);
-            doneBytes += size;
-        }
-        return { downloadedBytes: downloaded, files: missing.length, fetched: missing.map((f) => f.path) };
+        return { missing, storedBytes };
     }
 
     /**
      * Refuse to start when the bytes still needed do not fit in the remaining quota.
-     * @param {{path: string, size: number | null, have: number}[]} missing
+     * @param {MissingFile[]} missing
      */
     async checkQuota(missing) {
         const needed = missing.reduce((sum, f) => sum + Math.max(0, (f.size ?? 0) - f.have), 0);
@@ -269,3 +285,111 @@ export class WeightStore {
     }
 }
 
+/**
+ * Run `task` on each item, at most `limit` at once. The first failure stops the others (the signal they are given
+ * aborts with it) and is thrown once all of them have settled.
+ * @template T
+ * @param {T[]} items
+ * @param {number} limit
+ * @param {AbortSignal | undefined} signal
+ * @param {(item: T, signal: AbortSignal) => Promise<void>} task
+ */
+async function atMostAtOnce(items, limit, signal, task) {
+    const controller = new AbortController();
+    const stop = () => controller.abort(signal?.reason);
+    signal?.addEventListener('abort', stop, { once: true });
+    /** @type {unknown[]} The first failure, once there is one. */
+    const failures = [];
+    let next = 0;
+    const lane = async () => {
+        while (next < items.length && !controller.signal.aborted) {
+            const item = items[next++];
+            try {
+                await task(item, controller.signal);
+            } catch (error) {
+                if (failures.length === 0) failures.push(error);
+                controller.abort(error);
+            }
+        }
+    };
+    try {
+        await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+    } finally {
+        signal?.removeEventListener('abort', stop);
+    }
+    if (failures.length > 0) throw failures[0];
+    signal?.throwIfAborted();
+}
+
+/** Overall progress of the downloads of one ensure(), reported at most every PROGRESS_INTERVAL_MS. */
+class ProgressMeter {
+    /**
+     * @param {number} storedBytes  Bytes of the wanted files already stored.
+     * @param {MissingFile[]} missing
+     * @param {((progress: DownloadProgress) => void) | undefined} onProgress
+     */
+    constructor(storedBytes, missing, onProgress) {
+        this.onProgress = onProgress;
+        this.total = storedBytes + missing.reduce((sum, f) => sum + (f.size ?? 0), 0);
+        /** Bytes of the files complete in the store. */
+        this.doneBytes = storedBytes;
+        /** Bytes fetched by this call into files now complete. */
+        this.downloaded = 0;
+        this.started = performance.now();
+        this.lastEmit = 0;
+        /** @type {Map<string, {file: MissingFile, loaded: number, total: number}>} In the order they started. */
+        this.running = new Map();
+        /** @type {{file: MissingFile, loaded: number, total: number} | null} */
+        this.last = null;
+    }
+
+    /** @param {MissingFile} file */
+    start(file) {
+        this.running.set(file.path, { file, loaded: file.have, total: file.size ?? 0 });
+        this.emit(true);
+    }
+
+    /**
+     * @param {MissingFile} file
+     * @param {number} loaded
+     * @param {number | null} total
+     */
+    update(file, loaded, total) {
+        this.running.set(file.path, { file, loaded, total: total ?? file.size ?? 0 });
+        this.emit(false);
+    }
+
+    /**
+     * @param {MissingFile} file
+     * @param {number} size
+     */
+    finish(file, size) {
+        this.running.delete(file.path);
+        this.last = { file, loaded: size, total: size };
+        this.downloaded += size - file.have;
+        this.doneBytes += size;
+        this.emit(true);
+    }
+
+    /** @param {boolean} force */
+    emit(force) {
+        const now = performance.now();
+        if (!this.onProgress || (!force && now - this.lastEmit < PROGRESS_INTERVAL_MS)) return;
+        this.lastEmit = now;
+        const running = [...this.running.values()];
+        const loaded = this.doneBytes + running.reduce((sum, r) => sum + r.loaded, 0);
+        const fetched = this.downloaded + running.reduce((sum, r) => sum + Math.max(0, r.loaded - r.file.have), 0);
+        const bytesPerSecond = fetched / Math.max(1e-3, (now - this.started) / 1000);
+        // The file shown is the one downloading longest, so the line does not hop between files.
+        const shown = running[0] ?? this.last;
+        this.onProgress({
+            file: shown?.file.path ?? '',
+            fileLoaded: shown?.loaded ?? 0,
+            fileTotal: shown?.total ?? 0,
+            loaded,
+            total: Math.max(this.total, loaded),
+            bytesPerSecond,
+            etaSeconds: bytesPerSecond > 0 ? Math.max(0, this.total - loaded) / bytesPerSecond : null,
+        });
+    }
+}

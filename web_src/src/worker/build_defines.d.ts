@@ -5,3 +5,6 @@
 
 /** The onnxruntime wasm files, relative to the worker script's folder. */
 declare const KLEIN_ORT_WASM: { mjs: string; wasm: string } | undefined;
+
+/** The store's helper worker script (store/store_worker.js bundled), relative to the worker script's folder. */
+declare const KLEIN_STORE_WORKER: string | undefined;

@@ -30,6 +30,7 @@ import { configureOrt, ortThreads } from '../runtime/ort.js';
 import { CancelledError, InputError, serializeError } from '../shared/errors.js';
 import { opfsSupport } from '../store/backend.js';
 import { featureMemory } from '../store/feature_memory.js';
+import { configureStoreWorkers } from '../store/store_workers.js';
 import { clearingStore, onStoreCleared, whileUsingStore } from '../store/store_lock.js';
 import { WeightStore } from '../store/weights.js';
 import { recoveryFor } from './recovery.js';
@@ -48,6 +49,17 @@ function ortWasmUrls(scriptUrl) {
     const names = typeof KLEIN_ORT_WASM === 'undefined' ? null : KLEIN_ORT_WASM;
     if (!names) return null;
     return { mjs: new URL(names.mjs, scriptUrl).href, wasm: new URL(names.wasm, scriptUrl).href };
+}
+
+/**
+ * The store's helper worker script as an absolute URL (builder/site/bundle.py injects KLEIN_STORE_WORKER, relative
+ * to this script's folder); without one the store does all its work on this thread.
+ * @param {string} scriptUrl
+ * @returns {string | null}
+ */
+function storeWorkerUrl(scriptUrl) {
+    // KLEIN_STORE_WORKER is an esbuild --define (declared in build_defines.d.ts), not a runtime global.
+    return typeof KLEIN_STORE_WORKER === 'undefined' ? null : new URL(KLEIN_STORE_WORKER, scriptUrl).href;
 }
 
 /**
@@ -131,6 +143,7 @@ class JobQueue {
 export function startWorker(scope) {
     const threads = ortThreads();
     configureOrt({ wasmPaths: ortWasmUrls(scope.location.href), threads });
+    configureStoreWorkers(storeWorkerUrl(scope.location.href));
     const gpu = new Gpu({ memory: featureMemory, fault: injectedFault(scope.location.href) });
     const models = new Models({ gpu });
     const jobs = new JobQueue();
