@@ -203,6 +203,7 @@ class ImageRun:
     wasm_heap_bytes: int | None
     kernels: dict[str, Any] | None = None  # the app's per-component kernel times (phase `profiled`)
     memory_mode: str = ""  # the app's memory mode for the run (pipeline/memory_mode.js): fast or lean
+    timeline: list[dict[str, Any]] = field(default_factory=list)  # the app's: what ran when (protocol.js)
 
     def row(self) -> dict[str, Any]:
         timings = self.timings
@@ -223,6 +224,9 @@ class ImageRun:
                     if isinstance(g, dict)},
             "memory": self.memory, "memory_mode": self.memory_mode,
             "wasm_heap_gib": None if self.wasm_heap_bytes is None else self.wasm_heap_bytes / 2**30,
+            # Before the app's request began: the page loading and its worker starting (a reload), or the click.
+            "before_request_s": max(0.0, self.seconds - timings.get("total", 0) / 1000),
+            "timeline": self.timeline,
             **({"kernels": self.kernels} if self.kernels is not None else {}),
         }
 
@@ -335,7 +339,8 @@ def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[st
                        timings=info.get("timings") or {}, step_ms=list(info.get("stepMs") or []),
                        graphs=info.get("graphs") or {}, memory=sampler.figures(),
                        wasm_heap_bytes=int(worker.evaluate(WASM_SIZE_JS)) or None, kernels=info.get("kernels"),
-                       memory_mode=str((info.get("memory") or {}).get("mode", "")))
+                       memory_mode=str((info.get("memory") or {}).get("mode", "")),
+                       timeline=list(info.get("timeline") or []))
         runs.append(run)
         row = run.row()
         log(f"  {variant} {size} {phase}: {run.seconds:.1f} s to the image (image itself {row['image_s']:.2f} s: "
@@ -360,6 +365,8 @@ def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[st
         _seconds, info = _generate(page, prompt=PROMPTS[0], seed=seed, size=sizes[-1], steps=steps,
                                    timeout_s=timeout_s, log=log)
         record("warm reload", sizes[-1], time.perf_counter() - started, info, worker, counter.bytes)
+        for line in timeline_lines(runs[-1].row()):
+            log("    " + line)
         sampler.reset()
         seconds, info = _generate(page, prompt=PROMPTS[1], seed=seed + 1, size=sizes[-1], steps=steps,
                                   timeout_s=timeout_s, log=log)
@@ -454,6 +461,19 @@ def kernel_lines(row: dict[str, Any]) -> list[str]:
     return lines
 
 
+def timeline_lines(row: dict[str, Any]) -> list[str]:
+    """Where a run's time went, as markdown: before the request (a reload's page and worker), then each thing the
+    app did (its stages, files read, sessions created, runs to their outputs) from the request's start; loading
+    overlaps, so the rows overlap."""
+    head = (f"{row['variant']} {row['size']} {row['phase']}: {row['seconds']:.2f} s to the image, of which "
+            f"{row['before_request_s']:.2f} s before the app's request (page load, worker start)")
+    lines = [head, "", "| what | from s | to s | s |", "|---|---|---|---|"]
+    for event in row.get("timeline") or []:
+        start, end = event["startMs"] / 1000, event["endMs"] / 1000
+        lines.append(f"| {event['what']} | {start:.2f} | {end:.2f} | {end - start:.2f} |")
+    return lines
+
+
 def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: dict[str, Any]) -> list[str]:
     lines = [
         (f"{environment['adapter']} · {environment['browser']} · onnxruntime-web {environment['onnxruntime_web']} · "
@@ -484,6 +504,9 @@ def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: di
             lines.append(f"| {label} | {num(ratio['browser_ms'])} | {num(ratio['native_ms'])} | "
                          f"{num(ratio['torch_ms'])} | {num(ratio['browser_over_native'], 2)}x | "
                          f"{num(ratio['browser_over_torch'], 2)}x |")
+    for row in rows:
+        if row["phase"] == "warm reload" and row.get("timeline"):
+            lines += ["", f"## Warm reload: {row['variant']} {row['size']}", "", *timeline_lines(row)]
     for row in rows:
         if row.get("kernels"):
             lines += ["", f"## Kernels: {row['variant']} {row['size']} (profiled, uncaptured)", *kernel_lines(row)]

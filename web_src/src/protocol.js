@@ -124,7 +124,9 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
 
 /**
  * @typedef {Object} StageTimings  Milliseconds per stage of one generation, as the worker measured them. A
- *   session created inside a later stage (one that did not fit the memory budget up front) counts under `load`.
+ *   session created inside a later stage (one that did not fit the memory budget up front, or the VAE decoder's,
+ *   created during the first denoising step) counts under `load`, and so does queuing the prompt's encoding, which
+ *   starts as soon as the text encoder exists (`encode` is then the wait that is left).
  * @property {number} check
  * @property {number} download
  * @property {number} load
@@ -160,6 +162,15 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  *   added to every step.
  * @property {Record<string, import('./shared/types.js').ComponentKernels>} [kernels]  With `profile`: per
  *   component that ran, its GPU time per kernel program (pipeline/kernel_times.js makes it).
+ * @property {TimelineEvent[]} timeline  What the run did when: its stages, each session's files read and the session
+ *   created, each run from its start to its outputs on the CPU (overlapping where loading overlaps).
+ */
+
+/**
+ * @typedef {Object} TimelineEvent
+ * @property {string} what     E.g. 'download', 'read transformer ahead', 'create transformer', 'Denoising step 1'.
+ * @property {number} startMs  Since the request began.
+ * @property {number} endMs
  */
 
 /**

@@ -25,7 +25,7 @@ import {
     LATENT_CHANNELS, PATCH, blendMask, eulerStep, packLatents, prepareLatentIds, prepareTextIds, scaleNoise,
     unpackLatents,
 } from './latents.js';
-import { requireOutput } from './models.js';
+import { mark, newMeter, requireOutput } from './models.js';
 import { torchRandn } from './rng.js';
 import { TEXT_ENCODER_PIN, sessionPins, transformerPin, vaeDecoderPin } from './session_pins.js';
 import { inpaintStart } from '../shared/inpaint.js';
@@ -143,17 +143,19 @@ export function checkInputs(params) {
 /**
  * Stage 2: the model files the store lacks are downloaded (none on a second visit, timed as `download`), then
  * the sessions are created in order while they fit the memory budget together (`load`). The text encoder is
- * left out when an earlier run already encoded this prompt. The transformer's graph is chosen for this
- * attention length (graph_choice.sizeClass) and pinned to these dims, so it captures its kernels on the first
- * step and replays them.
+ * left out when an earlier run already encoded this prompt; otherwise it comes first and stage 3 starts as soon
+ * as it exists, so the GPU encodes the prompt while the next sessions are created. The VAE decoder comes last,
+ * during the first denoising step (stage 7), or at stage 8 when it does not fit beside the others. The
+ * transformer's graph is chosen for this attention length (graph_choice.sizeClass) and pinned to these dims, so
+ * it captures its kernels on the first step and replays them.
  * Input images add the VAE encoder (refused here, before any download, when the repository has none), created
  * after the text encoder unless every image's latents are cached.
  * @param {GenerateParams} params
  * @param {number} imageSeqLen  Image tokens the transformer sees: the noise's and the input images'.
  * @param {InputPlan} plan
  * @param {RunContext & {clock: StageClock, onEvent: (event: GenerateEvent) => void}} context
- * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined}>}  `cached`: the prompt's embedding
- *   from an earlier run.
+ * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined, encoding: Encoding | null}>}  `cached`:
+ *   the prompt's embedding from an earlier run; `encoding`: stage 3 under way.
  */
 async function loadModels(params, imageSeqLen, plan, { models, meter, signal, clock, onEvent }) {
     const { notes } = await clock.time('download', undefined, () =>
@@ -170,29 +172,38 @@ async function loadModels(params, imageSeqLen, plan, { models, meter, signal, cl
         ...(cached ? [] : /** @type {const} */ (['text_encoder'])),
         ...(encodeImages ? /** @type {const} */ (['vae_encoder']) : []),
         'transformer',
-        'vae_decoder',
     ];
     const pins = sessionPins(imageSeqLen, params);
-    await clock.time('load', models.summary(), () => models.preload(order, { meter, signal, pins }));
-    return { notes, cached };
+    /** @type {Encoding | null} */
+    let encoding = null;
+    /** @param {import('../shared/model_repo.js').AnyComponent} component */
+    const onLoaded = async (component) => {
+        if (component === 'text_encoder') encoding = await startEncoding(params.prompt, { models, meter, signal });
+    };
+    await clock.time('load', models.summary(), () => models.preload(order, { meter, signal, pins, next: ['vae_decoder'], onLoaded }));
+    return { notes, cached, encoding };
 }
 
 /**
- * Stage 3: chat template + tokenizer, then the text encoder -> prompt_embeds [1, 512, joint_dim]. Cached per
- * prompt: a new seed with the same prompt skips the text encoder.
- * @param {string} prompt
- * @param {PromptEmbedding | undefined} cached  This prompt's embedding from an earlier run.
- * @param {RunContext} context
- * @returns {Promise<PromptEmbedding>}
+ * @typedef {Object} Encoding  Stage 3 under way: the text encoder's run is queued on the GPU.
+ * @property {Promise<PromptEmbedding>} embedding
  */
-async function encodePrompt(prompt, cached, { models, meter, signal }) {
-    if (cached) return cached;
+
+/**
+ * Stage 3, started: chat template + tokenizer, then the text encoder's run is queued; its prompt_embeds
+ * [1, 512, joint_dim] come back through `embedding` once the GPU has computed them (the caller may create other
+ * sessions meanwhile). Cached per prompt: a new seed with the same prompt skips the text encoder.
+ * @param {string} prompt
+ * @param {RunContext} context
+ * @returns {Promise<Encoding>}
+ */
+async function startEncoding(prompt, { models, meter, signal }) {
     const tokenizer = await models.memo('tokenizer', async () =>
         PromptTokenizer.fromFiles(await models.tokenizerFiles()),
     );
     const encoded = tokenizer.encode(prompt, { maxLength: MAX_SEQUENCE_LENGTH });
     const session = await models.session('text_encoder', { meter, signal, pin: TEXT_ENCODER_PIN });
-    const outputs = await models.run(
+    const { outputs } = await models.submit(
         session,
         {
             input_ids: { data: encoded.inputIds, dims: [1, encoded.inputIds.length] },
@@ -200,12 +211,16 @@ async function encodePrompt(prompt, cached, { models, meter, signal }) {
         },
         { meter, what: 'The text encoder' },
     );
-    const embeds = requireOutput(outputs, 'prompt_embeds', 'text encoder'); // [1, 512, joint_dim]
-    assertFinite(embeds.data, 'prompt embeddings');
-    /** @type {PromptEmbedding} */
-    const embedding = { ...embeds, tokens: encoded.tokens, droppedTokens: encoded.droppedTokens };
-    models.cachePrompt(prompt, embedding);
-    return embedding;
+    const embedding = outputs.then((outputs) => {
+        const embeds = requireOutput(outputs, 'prompt_embeds', 'text encoder'); // [1, 512, joint_dim]
+        assertFinite(embeds.data, 'prompt embeddings');
+        /** @type {PromptEmbedding} */
+        const made = { ...embeds, tokens: encoded.tokens, droppedTokens: encoded.droppedTokens };
+        models.cachePrompt(prompt, made);
+        return made;
+    });
+    embedding.catch(() => {}); // awaited by stage 3; a failure before then is not unhandled
+    return { embedding };
 }
 
 /**
@@ -250,11 +265,12 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
  * @param {Inpainting | null} inpainting
  * @param {number} imageSeqLen  The transformer's image tokens: the noise's, then the input images' (generate()
  *   works it out once, for the session's pin in stage 2 and for every step here).
- * @param {RunContext & {onEvent: (event: GenerateEvent) => void}} context
+ * @param {RunContext & {onEvent: (event: GenerateEvent) => void, duringFirstStep?: () => Promise<void>}} context
+ *   `duringFirstStep`: work done while the GPU computes the first step (creating the VAE decoder's session).
  * @returns {Promise<{denoised: Float32Array, stepMs: number[]}>} The denoised tokens [1, H*W, C], and the wall
  *   time of each step (the first one records the graph capture).
  */
-async function denoise(prepared, embedding, schedule, conditioning, inpainting, imageSeqLen, { models, meter, signal, onEvent }) {
+async function denoise(prepared, embedding, schedule, conditioning, inpainting, imageSeqLen, { models, meter, signal, onEvent, duringFirstStep }) {
     const { imgIds, txtIds, latentHeight, latentWidth, noise } = prepared;
     const noiseTokens = latentHeight * latentWidth;
     const extraTokens = conditioning ? conditioning.ids.length / 4 : 0;
@@ -280,7 +296,7 @@ async function denoise(prepared, embedding, schedule, conditioning, inpainting, 
     for (let i = start; i < total; i++) {
         signal.throwIfAborted();
         const stepStart = performance.now();
-        const outputs = await models.run(
+        const { outputs } = await models.submit(
             transformer,
             {
                 hidden_states: { data: hiddenStates, dims: [1, imageSeqLen, LATENT_CHANNELS] },
@@ -292,20 +308,32 @@ async function denoise(prepared, embedding, schedule, conditioning, inpainting, 
             },
             { meter, what: `Denoising step ${i - start + 1}` },
         );
-        const noisePred = requireOutput(outputs, 'noise_pred', 'transformer'); // [1, imageSeqLen, C]
+        // While the GPU computes the first step: work that is not a step (its time is not the step's).
+        const asideMs = i === start && duringFirstStep ? await timed(duringFirstStep) : 0;
+        const noisePred = requireOutput(await outputs, 'noise_pred', 'transformer'); // [1, imageSeqLen, C]
         // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
         eulerStep(latents, noisePred.data.subarray(0, latents.length), schedule.sigmas[i], schedule.sigmas[i + 1]);
         if (inpainting) {
             const proper = i < total - 1 ? scaleNoise(inpainting.imageLatents, schedule.sigmas[i + 1], noise) : inpainting.imageLatents;
             blendMask(latents, proper, inpainting.mask, LATENT_CHANNELS);
         }
-        stepMs.push(performance.now() - stepStart);
+        stepMs.push(performance.now() - stepStart - asideMs);
         const done = i - start + 1;
         const elapsedMs = performance.now() - loopStart;
         onEvent({ type: 'step', step: done, steps, elapsedMs, etaMs: (elapsedMs / done) * (steps - done) });
     }
     assertFinite(latents, 'denoised latents');
     return { denoised: latents.slice(), stepMs };
+}
+
+/**
+ * @param {() => Promise<unknown>} work
+ * @returns {Promise<number>} The milliseconds it took.
+ */
+async function timed(work) {
+    const started = performance.now();
+    await work();
+    return performance.now() - started;
 }
 
 /**
@@ -372,6 +400,7 @@ class StageClock {
         const started = performance.now();
         const loadBefore = this.meter.loadMs;
         const value = await body();
+        mark(this.meter, stage, started);
         const elapsed = performance.now() - started;
         if (stage === 'load') {
             this.timings.load += elapsed;
@@ -391,9 +420,8 @@ class StageClock {
  * @returns {Promise<GenerateResult>}
  */
 export async function generate(params, { models, signal, onEvent }) {
-    const started = performance.now();
-    /** @type {Meter} */
-    const meter = { loadMs: 0, runMs: 0, loadMsByComponent: {}, readMsByComponent: {} };
+    const meter = newMeter();
+    const started = meter.startedAt;
     const clock = new StageClock({ meter, signal, onEvent });
     /** @type {RunContext} */
     const context = { models, meter, signal };
@@ -408,12 +436,12 @@ export async function generate(params, { models, signal, onEvent }) {
     const imageSeqLen = noiseTokens + plan.tokens;
     models.profiling = checked.profile === true;
 
-    // 2. Load models
-    const { notes, cached } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
+    // 2. Load models (and start stage 3 as soon as the text encoder exists)
+    const { notes, cached, encoding } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
 
     // 3. Encode prompt
-    const embedding = await clock.time('encode', cached ? 'cached' : undefined, () =>
-        encodePrompt(prompt, cached, context),
+    const embedding = await clock.time('encode', cached ? 'cached' : undefined, async () =>
+        cached ?? (await (encoding ?? (await startEncoding(prompt, context))).embedding),
     );
 
     // 4. Encode images (and inpainting's mask)
@@ -441,8 +469,12 @@ export async function generate(params, { models, signal, onEvent }) {
 
     // 7. Denoising loop
     const denoiseDetail = `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
+    // The VAE decoder's session is created while the GPU computes the first step, when it fits beside the others.
+    const duringFirstStep = async () => {
+        if (models.fits('vae_decoder')) await models.session('vae_decoder', { meter, signal, pin: vaeDecoderPin({ width, height }) });
+    };
     const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
-        denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, { ...context, onEvent }),
+        denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, { ...context, onEvent, duringFirstStep }),
     );
 
     // 8. Decode
@@ -475,6 +507,7 @@ export async function generate(params, { models, signal, onEvent }) {
             steps: runSteps,
             referenceTokens: plan.tokens,
         },
+        timeline: [...meter.timeline].sort((a, b) => a.startMs - b.startMs),
         ...(kernels ? { kernels } : {}),
     };
 }

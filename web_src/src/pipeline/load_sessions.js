@@ -14,6 +14,7 @@
 import { COMPONENTS, OPTIONAL_COMPONENTS } from '../shared/model_repo.js';
 import { InputError } from '../shared/errors.js';
 import { checkInputs } from './generate.js';
+import { newMeter } from './models.js';
 import { sessionPins } from './session_pins.js';
 import { PATCH } from './latents.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
@@ -69,8 +70,7 @@ export async function loadSessions(params, { models, signal, onEvent }) {
     // Sessions of earlier requests would be counted in this request's memory peaks.
     await models.releaseAll();
 
-    /** @type {Meter} */
-    const meter = { loadMs: 0, runMs: 0, loadMsByComponent: {}, readMsByComponent: {} };
+    const meter = newMeter();
     /** @type {Partial<Record<Component, import('./models.js').Pin>>} */
     const pins = sessionPins(imageSeqLen, { width, height });
     for (const component of /** @type {Component[]} */ (checked.components)) {

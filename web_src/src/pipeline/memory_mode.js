@@ -41,3 +41,17 @@ export function chooseMemoryMode({ requested, deviceMemory, maxBufferSize, softw
     }
     return { mode: 'fast', why: 'fast mode: sessions stay loaded while they fit (the machine reports enough memory)' };
 }
+
+const GIB = 1024 ** 3;
+
+/**
+ * How many bytes of sessions may stay loaded at once in fast mode. There is no WebGPU API for total GPU memory;
+ * navigator.deviceMemory (GiB, capped at 8 by Chrome) is the best hint, and half of it is left for the browser and
+ * the activations.
+ * @param {number | undefined} deviceMemory  navigator.deviceMemory
+ * @returns {number}
+ */
+export function memoryBudget(deviceMemory) {
+    const gib = typeof deviceMemory === 'number' && deviceMemory > 0 ? deviceMemory : 4;
+    return (gib * GIB) / 2;
+}

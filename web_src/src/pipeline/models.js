@@ -9,18 +9,22 @@
  * budget derived from the device's memory; when the next stage needs room, the least recently used sessions are
  * released first (the text encoder usually, since prompt embeddings are cached per prompt). In lean mode the
  * budget is zero: one session at a time, and none after the image (finishRun).
+ *
+ * Loading overlaps where memory allows: in fast mode the next session's files are read (by the store's helper
+ * workers) while the current session is created (readAhead), and a run returns once its work is queued (submit),
+ * so the next session is created while the GPU computes. Lean mode holds one session's files at a time.
  * @module pipeline/models
  */
 
 import { runtimeError } from '../runtime/errors.js';
-import { createSession, float32, int64, profileEvents, release, run } from '../runtime/ort.js';
+import { createSession, float32, int64, profileEvents, release, submit } from '../runtime/ort.js';
 import { ModelFileError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
 import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../shared/model_repo.js';
 import { WeightStore } from '../store/weights.js';
 import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
-import { LruCache } from './lru.js';
-import { chooseMemoryMode } from './memory_mode.js';
+import { ModelCaches } from './model_caches.js';
+import { chooseMemoryMode, memoryBudget } from './memory_mode.js';
 
 /** @typedef {import('../shared/model_repo.js').Component} Component */
 /** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */
@@ -35,9 +39,28 @@ import { chooseMemoryMode } from './memory_mode.js';
  * @property {number} loadMs
  * @property {number} runMs
  * @property {Partial<Record<AnyComponent, number>>} loadMsByComponent  Session creation (incl. shader compilation) this job.
- * @property {Partial<Record<AnyComponent, number>>} readMsByComponent  The part of it spent reading the graph's files from
- *   the store (the rest is onnxruntime: parsing, optimising, uploading the weights).
+ * @property {Partial<Record<AnyComponent, number>>} readMsByComponent  The part of it spent waiting for the graph's
+ *   files from the store (files read ahead while another session was created cost only the wait that was left;
+ *   the rest is onnxruntime: parsing, optimising, uploading the weights).
+ * @property {number} startedAt  performance.now() when the job began.
+ * @property {import('../protocol.js').TimelineEvent[]} timeline  What the job did when (reads, session creations,
+ *   runs, stages), in milliseconds since `startedAt`.
  */
+
+/** @returns {Meter} A meter for a job starting now. */
+export function newMeter() {
+    return { loadMs: 0, runMs: 0, loadMsByComponent: {}, readMsByComponent: {}, startedAt: performance.now(), timeline: [] };
+}
+
+/**
+ * Record on the meter's timeline that `what` ran from `started` until now.
+ * @param {Meter} meter
+ * @param {string} what
+ * @param {number} started  performance.now() when it began.
+ */
+export function mark(meter, what, started) {
+    meter.timeline.push({ what, startMs: started - meter.startedAt, endMs: performance.now() - meter.startedAt });
+}
 
 /**
  * @typedef {Object} Loaded
@@ -47,6 +70,13 @@ import { chooseMemoryMode } from './memory_mode.js';
  * @property {number} lastUsed
  * @property {string} dimsKey  How it was created: its static dims, capture, profiling.
  * @property {boolean} profiled  Created with onnxruntime's profiler on (Models.profiling).
+ * @property {Promise<unknown>} downloading  Its last run's outputs on their way to the CPU (released after them).
+ */
+
+/**
+ * @typedef {Object} ReadAhead  A session's files being read before the session is created.
+ * @property {string} identity  Choice.identity of the graph they belong to.
+ * @property {Promise<Uint8Array[]>} files  The graph, then its external-data files.
  */
 
 /**
@@ -61,39 +91,8 @@ import { chooseMemoryMode } from './memory_mode.js';
  * @property {number[]} dims
  */
 
-/**
- * @typedef {Object} PromptEmbedding
- * @property {Float32Array} data
- * @property {number[]} dims
- * @property {number} tokens
- * @property {number} droppedTokens
- */
-
-/**
- * @typedef {Object} ImageLatents  The VAE encoder's output for one input image.
- * @property {Float32Array} data  [1, 128, H/16, W/16]
- * @property {number[]} dims
- */
-
-const GIB = 1024 ** 3;
-/** Prompt embeddings kept (15.7 MB each for klein-4B: [1, 512, 7680] float32). */
-const PROMPT_CACHE_ENTRIES = 4;
-/** Encoded input images kept (8 MiB each for a 1024^2 image: [1, 128, 64, 64] float32), enough for a request's
- * four references and an image to inpaint. */
-const IMAGE_CACHE_ENTRIES = 6;
-
-/**
- * How many bytes of sessions may stay loaded at once. There is no WebGPU API for total GPU memory;
- * navigator.deviceMemory (GiB, capped at 8 by Chrome) is the best hint, and half of it is left for
- * the browser and the activations.
- * @returns {number}
- */
-export function memoryBudget() {
-    // Navigator.deviceMemory is Chromium-only, so not in TypeScript's DOM types.
-    const { deviceMemory } = /** @type {Navigator & {deviceMemory?: number}} */ (navigator);
-    const gib = typeof deviceMemory === 'number' && deviceMemory > 0 ? deviceMemory : 4;
-    return (gib * GIB) / 2;
-}
+/** @typedef {import('./model_caches.js').PromptEmbedding} PromptEmbedding */
+/** @typedef {import('./model_caches.js').ImageLatents} ImageLatents */
 
 /**
  * An output by its contract name, or a ModelFileError naming what the graph has instead.
@@ -127,14 +126,11 @@ export class Models {
         this.choices = null;
         /** @type {Map<AnyComponent, Loaded>} */
         this.loaded = new Map();
-        /** @type {LruCache<PromptEmbedding>} */
-        this.prompts = new LruCache(PROMPT_CACHE_ENTRIES);
-        /** @type {LruCache<ImageLatents>} */
-        this.images = new LruCache(IMAGE_CACHE_ENTRIES);
-        /** @type {Map<string, any>} derived objects (the tokenizer) of the current model */
-        this.memos = new Map();
+        /** @type {Map<AnyComponent, ReadAhead>} */
+        this.readsAhead = new Map();
+        this.caches = new ModelCaches();
         /** The fast mode's budget. */
-        this.fastBudget = memoryBudget();
+        this.fastBudget = memoryBudget(/** @type {Navigator & {deviceMemory?: number}} */ (navigator).deviceMemory);
         /** @type {import('./memory_mode.js').MemoryChoice} The current request's memory mode. */
         this.memory = { mode: 'fast', why: '' };
         /** @type {string | null} Why this worker runs lean from now on: a fast run ran out of memory. */
@@ -144,6 +140,8 @@ export class Models {
         /** Create sessions with onnxruntime's profiler on (a run asked for its kernels' GPU times: `profile`). */
         this.profiling = false;
     }
+
+    // --- The model: its store, its graphs, what is derived from them --------------------------------------------
 
     /**
      * Stage 2 (Load models), its `download` part: open the store of `modelBase`, read the manifest, choose the
@@ -155,17 +153,12 @@ export class Models {
      * @returns {Promise<{notes: string[], downloadedBytes: number}>}
      */
     async prepare({ modelBase, precision, width, height, attentionTokens, encodeSizes = [], memory }, { signal, onProgress }) {
-        if (!this.store || this.store.modelBase !== modelBase) {
-            await this.releaseAll();
-            this.prompts.clear();
-            this.images.clear();
-            this.memos.clear();
-            this.store = await WeightStore.open(modelBase);
-        }
+        this.readsAhead.clear();
+        const store = await this.openStore(modelBase);
         const info = await this.gpu.getInfo();
-        const manifest = await this.store.loadManifest({ signal });
+        const manifest = await store.loadManifest({ signal });
         // Which graphs are already stored: a slower variant that is stored beats a faster one still to download.
-        const stored = await this.store.completePaths(manifest.graphs.flatMap((g) => graphFiles(g)));
+        const stored = await store.completePaths(manifest.graphs.flatMap((g) => graphFiles(g)));
         const { choices, notes } = chooseGraphs(manifest, info, precision, attentionTokens, { encoder: encodeSizes.length > 0, stored });
         for (const { feature, reason, remembered } of this.gpu.grant?.off ?? []) {
             notes.push(
@@ -189,31 +182,49 @@ export class Models {
             }
         }
         const tokenizerIdentity = this.tokenizerPaths(manifest).map((p) => `${p}:${manifest.files[p]?.size}:${manifest.files[p]?.sha256}`).join(',');
-        if (this.memos.get('identity') !== tokenizerIdentity) {
-            this.memos.clear();
-            this.memos.set('identity', tokenizerIdentity);
-        }
+        this.caches.deriveFrom(tokenizerIdentity);
         this.manifest = manifest;
         this.choices = choices;
         const paths = [...Object.values(choices).flatMap((c) => graphFiles(c.graph)), ...this.tokenizerPaths(manifest)];
         const files = paths.map((path) => ({ path, size: manifest.files[path]?.size ?? null, sha256: manifest.files[path]?.sha256 ?? null }));
-        const { downloadedBytes, fetched } = await this.store.ensure(files, { signal, onProgress });
-        // Files downloaded now replace other versions of them (equal sizes, so the identities above could not
-        // tell): sessions, the tokenizer and prompt embeddings made from the old bytes are stale.
-        const replaced = new Set(fetched);
+        const { downloadedBytes, fetched } = await store.ensure(files, { signal, onProgress });
+        await this.forgetReplaced(new Set(fetched), tokenizerIdentity);
+        return { notes, downloadedBytes };
+    }
+
+    /**
+     * The store of `modelBase`; another model source than the last one starts afresh.
+     * @param {string} modelBase
+     * @returns {Promise<WeightStore>}
+     */
+    async openStore(modelBase) {
+        if (this.store && this.store.modelBase === modelBase) return this.store;
+        await this.releaseAll();
+        this.caches.clear();
+        this.store?.close();
+        this.store = await WeightStore.open(modelBase);
+        return this.store;
+    }
+
+    /**
+     * Files downloaded now replace other versions of them (equal sizes, so the identities could not tell):
+     * sessions, the tokenizer and the embeddings made from the old bytes are stale.
+     * @param {Set<string>} replaced  Repo paths downloaded.
+     * @param {string} tokenizerIdentity
+     */
+    async forgetReplaced(replaced, tokenizerIdentity) {
         for (const [component, loaded] of this.loaded) {
             if (graphFiles(loaded.choice.graph).some((p) => replaced.has(p))) {
                 await this.unload(component);
-                if (component === 'text_encoder') this.prompts.clear();
-                if (component === 'vae_encoder') this.images.clear();
+                if (component === 'text_encoder') this.caches.prompts.clear();
+                if (component === 'vae_encoder') this.caches.images.clear();
             }
         }
-        if (this.tokenizerPaths(manifest).some((p) => replaced.has(p))) {
-            this.memos.clear();
-            this.memos.set('identity', tokenizerIdentity);
-            this.prompts.clear();
+        if (this.tokenizerPaths(/** @type {Manifest} */ (this.manifest)).some((p) => replaced.has(p))) {
+            this.caches.derived.clear();
+            this.caches.deriveFrom(tokenizerIdentity);
+            this.caches.prompts.clear();
         }
-        return { notes, downloadedBytes };
     }
 
     /**
@@ -234,8 +245,9 @@ export class Models {
         return this.memory.mode === 'lean' ? 0 : this.fastBudget;
     }
 
-    /** The image is done: in lean mode nothing stays on the GPU between images. */
+    /** The image is done: in lean mode nothing stays on the GPU between images; files read ahead are let go. */
     async finishRun() {
+        this.readsAhead.clear();
         if (this.memory.mode === 'lean') await this.releaseAll();
     }
 
@@ -311,18 +323,17 @@ export class Models {
      * @returns {Promise<T>}
      */
     async memo(key, make) {
-        if (!this.memos.has(key)) this.memos.set(key, await make());
-        return this.memos.get(key);
+        return this.caches.derive(key, make);
     }
 
     /**
-     * The cache key of a prompt: the text encoder's identity plus the prompt itself.
-     * @param {string} prompt
+     * What a cached output of `component` is keyed by: the model source, and the graph and EP that made it.
+     * @param {AnyComponent} component
      * @returns {string}
      */
-    promptKey(prompt) {
-        const choice = this.requireChoices().text_encoder;
-        return `${/** @type {WeightStore} */ (this.store).modelBase}|${choice.identity}|${choice.ep}|${prompt}`;
+    encoderKey(component) {
+        const choice = this.requireChoice(component);
+        return `${/** @type {WeightStore} */ (this.store).modelBase}|${choice.identity}|${choice.ep}`;
     }
 
     /**
@@ -330,7 +341,7 @@ export class Models {
      * @returns {PromptEmbedding | undefined}
      */
     cachedPrompt(prompt) {
-        return this.prompts.get(this.promptKey(prompt));
+        return this.caches.prompts.get(`${this.encoderKey('text_encoder')}|${prompt}`);
     }
 
     /**
@@ -338,19 +349,18 @@ export class Models {
      * @param {PromptEmbedding} embedding
      */
     cachePrompt(prompt, embedding) {
-        this.prompts.set(this.promptKey(prompt), embedding);
+        this.caches.prompts.set(`${this.encoderKey('text_encoder')}|${prompt}`, embedding);
     }
 
     /**
-     * The cache key of an input image's latents: the encoder's identity, the file's hash, and how it was made into
-     * pixels (`how`: the mode's preprocessing and the size it was used at).
+     * The cache key of an input image's latents: the encoder, the file's hash, and how it was made into pixels
+     * (`how`: the mode's preprocessing and the size it was used at).
      * @param {string} sha256
      * @param {string} how
      * @returns {string}
      */
     imageKey(sha256, how) {
-        const choice = this.requireChoice('vae_encoder');
-        return `${/** @type {WeightStore} */ (this.store).modelBase}|${choice.identity}|${choice.ep}|${sha256}|${how}`;
+        return `${this.encoderKey('vae_encoder')}|${sha256}|${how}`;
     }
 
     /**
@@ -358,7 +368,7 @@ export class Models {
      * @returns {ImageLatents | undefined}
      */
     cachedImage(key) {
-        return this.images.get(key);
+        return this.caches.images.get(key);
     }
 
     /**
@@ -366,23 +376,75 @@ export class Models {
      * @param {ImageLatents} latents
      */
     cacheImage(key, latents) {
-        this.images.set(key, latents);
+        this.caches.images.set(key, latents);
     }
+
+    // --- Sessions ----------------------------------------------------------------------------------------------
 
     /**
      * Stage 2 (Load models), its `load` part: create the sessions in `components` order while they all fit the
-     * memory budget; the first is always loaded, later ones that do not fit are loaded when their stage comes.
+     * memory budget; the first is always loaded, later ones that do not fit are loaded when their stage comes. In
+     * fast mode each one's files are read while the one before it is created, through `next` (components created
+     * later in the run) as well.
      * @param {AnyComponent[]} components
-     * @param {{meter: Meter, signal?: AbortSignal, pins?: Partial<Record<AnyComponent, Pin>>}} options
-     *   `pins`: how each session will run (see session()).
+     * @param {{meter: Meter, signal?: AbortSignal, pins?: Partial<Record<AnyComponent, Pin>>, next?: AnyComponent[],
+     *   onLoaded?: (component: AnyComponent) => Promise<void>}} options  `pins`: how each session will run (see
+     *   session()); `onLoaded`: work to start as soon as a session exists, before the next one is created.
      */
-    async preload(components, { meter, signal, pins = {} }) {
+    async preload(components, { meter, signal, pins = {}, next = [], onLoaded }) {
+        const now = this.fitting(components);
+        const reads = [...now, ...components.filter((c) => !now.includes(c)), ...next];
+        for (const [i, component] of now.entries()) {
+            if (this.budget > 0) this.readAhead(reads[i + 1], meter);
+            await this.session(component, { meter, signal, pin: pins[component] });
+            await onLoaded?.(component);
+        }
+    }
+
+    /**
+     * The first of `components`, and those after it while all of them fit the memory budget together.
+     * @param {AnyComponent[]} components
+     * @returns {AnyComponent[]}
+     */
+    fitting(components) {
         let planned = 0;
+        /** @type {AnyComponent[]} */
+        const fit = [];
         for (const [i, component] of components.entries()) {
             planned += this.requireChoice(component).bytes;
             if (i > 0 && planned > this.budget) break;
-            await this.session(component, { meter, signal, pin: pins[component] });
+            fit.push(component);
         }
+        return fit;
+    }
+
+    /**
+     * Whether `component`'s session can be created beside the loaded ones within the memory budget (true when it
+     * is loaded already).
+     * @param {AnyComponent} component
+     * @returns {boolean}
+     */
+    fits(component) {
+        if (this.loaded.has(component)) return true;
+        const used = [...this.loaded.values()].reduce((sum, l) => sum + l.choice.bytes, 0);
+        return used + this.requireChoice(component).bytes <= this.budget;
+    }
+
+    /**
+     * Start reading the files of `component`'s session, for session() to take (nothing when it is loaded or read
+     * already). They are held in memory until then: fast mode only.
+     * @param {AnyComponent | undefined} component
+     * @param {Meter} meter
+     */
+    readAhead(component, meter) {
+        const choice = component && this.choices?.[component];
+        if (!component || !choice || this.loaded.get(component)?.choice.identity === choice.identity) return;
+        if (this.readsAhead.get(component)?.identity === choice.identity) return;
+        const started = performance.now();
+        const files = /** @type {WeightStore} */ (this.store).readFiles(graphFiles(choice.graph));
+        // A failed read is thrown by session(), which reads again.
+        files.then(() => mark(meter, `read ${component} ahead`, started), () => {});
+        this.readsAhead.set(component, { identity: choice.identity, files });
     }
 
     /**
@@ -416,18 +478,15 @@ export class Models {
         let session;
         try {
             const device = choice.ep === 'webgpu' ? await this.gpu.getDevice() : undefined;
-            const store = /** @type {WeightStore} */ (this.store);
-            const [graphPath, ...dataPaths] = graphFiles(choice.graph);
-            const readStarted = performance.now();
-            const graphBytes = await store.read(graphPath);
+            const [graphBytes, ...data] = await this.takeFiles(component, choice, meter);
             // Exactly the external-data entries the graph stores, by bare name, as bytes from the store.
-            const externalData = [];
-            for (const [i, path] of dataPaths.entries()) externalData.push({ path: choice.graph.externalData[i], data: await store.read(path) });
-            meter.readMsByComponent[component] = (meter.readMsByComponent[component] ?? 0) + performance.now() - readStarted;
+            const externalData = data.map((bytes, i) => ({ path: choice.graph.externalData[i], data: bytes }));
+            const creating = performance.now();
             session = await createSession(graphBytes, externalData, {
                 ep: choice.ep, device, forceCpuNodeNames: choice.forceCpuNodeNames, staticDims: pin?.dims,
                 capture: pin?.capture ?? false, profile: this.profiling,
             });
+            mark(meter, `create ${component}`, creating);
         } catch (err) {
             throw runtimeError(err, this.gpu, what);
         } finally {
@@ -437,11 +496,32 @@ export class Models {
         }
         this.loaded.set(component, {
             session, choice, generation: this.gpu.generation, lastUsed: performance.now(), dimsKey, profiled: this.profiling,
+            downloading: Promise.resolve(),
         });
         if (session.capture) this.captureState.set(component, 'graph capture');
         else if (session.captureRefused) this.captureState.set(component, `no graph capture (${session.captureRefused.slice(0, 160)})`);
         else this.captureState.delete(component);
         return session;
+    }
+
+    /**
+     * The files of `component`'s graph: those read ahead, else read now. The wait is the meter's read time.
+     * @param {AnyComponent} component
+     * @param {Choice} choice
+     * @param {Meter} meter
+     * @returns {Promise<Uint8Array[]>}
+     */
+    async takeFiles(component, choice, meter) {
+        const started = performance.now();
+        const ahead = this.readsAhead.get(component);
+        this.readsAhead.delete(component);
+        const files = ahead?.identity === choice.identity
+            ? await ahead.files.catch(() => null)
+            : null;
+        const read = files ?? (await /** @type {WeightStore} */ (this.store).readFiles(graphFiles(choice.graph)));
+        meter.readMsByComponent[component] = (meter.readMsByComponent[component] ?? 0) + performance.now() - started;
+        mark(meter, `read ${component}${ahead ? ' (waiting for the read ahead)' : ''}`, started);
+        return read;
     }
 
     /**
@@ -459,31 +539,48 @@ export class Models {
     }
 
     /**
-     * Run a session on CPU tensors, timing it into the meter and mapping failures to user-facing errors.
+     * Run a session on CPU tensors: resolves once its work is queued, with its outputs on their way to the CPU
+     * (`outputs`); meanwhile other sessions may be created or run. Timed into the meter; failures are mapped to
+     * user-facing errors.
      * @param {import('../runtime/ort.js').Session} session
      * @param {Record<string, HostInput>} inputs  By graph input name.
      * @param {{meter: Meter, what: string}} options
-     * @returns {Promise<Record<string, HostTensor>>}
+     * @returns {Promise<{outputs: Promise<Record<string, HostTensor>>}>}
      */
-    async run(session, inputs, { meter, what }) {
+    async submit(session, inputs, { meter, what }) {
         /** @type {Record<string, import('../runtime/ort.js').Tensor>} */
         const feeds = {};
         for (const [name, input] of Object.entries(inputs)) {
             feeds[name] = input.data instanceof BigInt64Array ? int64(input.data, input.dims) : float32(input.data, input.dims);
         }
         const started = performance.now();
-        let outputs;
-        try {
-            outputs = await run(session, feeds);
-        } catch (err) {
+        const fail = (/** @type {unknown} */ err) => {
             throw runtimeError(err, this.gpu, what);
-        } finally {
+        };
+        const queued = await submit(session, feeds).catch(fail);
+        const outputs = queued.outputs.then((host) => {
+            // Outputs read back from a device that died during the run cannot be trusted.
+            if (this.gpu.lost) throw new Error(this.gpu.lostMessage ?? 'device lost');
+            if (session.ep === 'webgpu') this.gpu.used = true;
+            return host;
+        }).catch(fail).finally(() => {
             meter.runMs += performance.now() - started;
-        }
-        // Outputs read back from a device that died during the run cannot be trusted.
-        if (this.gpu.lost) throw runtimeError(new Error(this.gpu.lostMessage ?? 'device lost'), this.gpu, what);
-        if (session.ep === 'webgpu') this.gpu.used = true;
-        return outputs;
+            mark(meter, what, started);
+        });
+        const loaded = [...this.loaded.values()].find((l) => l.session === session);
+        if (loaded) loaded.downloading = outputs.catch(() => {});
+        return { outputs };
+    }
+
+    /**
+     * Run a session on CPU tensors and wait for its outputs (submit(), awaited).
+     * @param {import('../runtime/ort.js').Session} session
+     * @param {Record<string, HostInput>} inputs  By graph input name.
+     * @param {{meter: Meter, what: string}} options
+     * @returns {Promise<Record<string, HostTensor>>}
+     */
+    async run(session, inputs, options) {
+        return (await this.submit(session, inputs, options)).outputs;
     }
 
     /**
@@ -510,6 +607,8 @@ export class Models {
         const loaded = this.loaded.get(component);
         if (!loaded) return;
         this.loaded.delete(component);
+        // Its last outputs are read from its buffers: released after them.
+        await loaded.downloading;
         // Releasing a session of a lost device may throw; its memory is gone either way.
         await release(loaded.session).catch(() => {});
     }
@@ -517,16 +616,16 @@ export class Models {
     /** Forget everything about the current model (after "clear cached model"): the next prepare() starts afresh. */
     async reset() {
         await this.releaseAll();
+        this.store?.close();
         this.store = null;
         this.manifest = null;
         this.choices = null;
-        this.prompts.clear();
-        this.images.clear();
-        this.memos.clear();
+        this.caches.clear();
     }
 
-    /** Release every session (cancel, model change): gives the GPU memory back. */
+    /** Release every session (cancel, model change): gives the GPU memory back, and the files read ahead. */
     async releaseAll() {
+        this.readsAhead.clear();
         for (const component of [...this.loaded.keys()]) await this.unload(component);
     }
 

@@ -4,9 +4,13 @@
  * native C++ WebGPU execution provider, asyncify); never the default `onnxruntime-web` import, whose
  * JSEP kernels silently return zeros for fp16 graphs on adapters without shader-f16.
  *
- * Everything else talks to four functions: configureOrt, createSession, run, release, plus the
+ * Everything else talks to five functions: configureOrt, createSession, submit, run, release, plus the
  * tensor helpers float32 / int64. A session created with `staticDims` on WebGPU captures its kernels
  * (see SessionOptions); `run` hides the difference.
+ *
+ * One call into onnxruntime runs at a time (its asyncify build cannot be entered while a call is suspended), so
+ * callers may overlap their work freely: while the GPU computes a run whose outputs download (`submit`), another
+ * session can be created.
  * @module runtime/ort
  */
 
@@ -71,6 +75,21 @@ export function ortThreads() {
     // Leave one core to the page thread (and the GPU process): pthreads spinning on every core made the
     // page stutter during CPU-placed ops on small machines.
     return Math.max(1, Math.min(4, cores - 1));
+}
+
+/** @type {Promise<unknown>} The last call into onnxruntime; the next one starts when it has settled. */
+let ortTail = Promise.resolve();
+
+/**
+ * Call into onnxruntime once every earlier call has settled.
+ * @template T
+ * @param {() => Promise<T>} call
+ * @returns {Promise<T>}
+ */
+function serialized(call) {
+    const result = ortTail.then(call);
+    ortTail = result.catch(() => {});
+    return result;
 }
 
 /** @type {((line: string) => void) | null} Where the wasm module's prints go while profileEvents() reads them. */
@@ -139,24 +158,24 @@ export async function createSession(graphBytes, externalData, { ep, device, forc
         inputNames: [...inner.inputNames],
         outputNames: [...inner.outputNames],
     });
+    // Outputs stay on the GPU until run() downloads them, so a run returns once its work is queued (submit).
+    if (ep === 'webgpu') options.preferredOutputLocation = 'gpu-buffer';
+    const create = (/** @type {import('onnxruntime-web').InferenceSession.SessionOptions} */ with_) =>
+        serialized(() => ort.InferenceSession.create(graphBytes, with_));
     if (capture && !profile && ep === 'webgpu' && device && staticDims) {
         try {
-            const inner = await ort.InferenceSession.create(graphBytes, {
-                ...options,
-                enableGraphCapture: true,
-                preferredOutputLocation: 'gpu-buffer', // capture needs every output on the GPU
-            });
+            const inner = await create({ ...options, enableGraphCapture: true });
             return { inner, ep, ...names(inner), capture: { device, inputs: new Map() }, captureRefused: null };
         } catch (err) {
             // onnxruntime refuses to capture a graph with nodes on the CPU that need copies (a graph whose
             // dims it cannot pin, e.g.): run it uncaptured, slower but the same result.
             const message = err instanceof Error ? err.message : String(err);
             if (!/graph capture/i.test(message)) throw err;
-            const inner = await ort.InferenceSession.create(graphBytes, options);
+            const inner = await create(options);
             return { inner, ep, ...names(inner), capture: null, captureRefused: message };
         }
     }
-    const inner = await ort.InferenceSession.create(graphBytes, options);
+    const inner = await create(options);
     return { inner, ep, ...names(inner), capture: null, captureRefused: null };
 }
 
@@ -193,22 +212,45 @@ function captureFeeds(capture, feeds) {
 }
 
 /**
+ * Run a session: resolves once onnxruntime has queued its work, with the outputs' download under way. Until
+ * `outputs` settles the GPU still computes, and the caller may create or run other sessions meanwhile.
+ * @param {Session} session
+ * @param {Record<string, import('onnxruntime-web').Tensor>} feeds
+ * @returns {Promise<{outputs: Promise<Record<string, HostTensor>>}>}
+ */
+export async function submit(session, feeds) {
+    const outputs = await serialized(() => session.inner.run(session.capture ? captureFeeds(session.capture, feeds) : feeds));
+    return { outputs: download(session, outputs) };
+}
+
+/**
  * Run a session and download every output to the CPU.
  * @param {Session} session
  * @param {Record<string, import('onnxruntime-web').Tensor>} feeds
  * @returns {Promise<Record<string, HostTensor>>}
  */
 export async function run(session, feeds) {
-    const outputs = await session.inner.run(session.capture ? captureFeeds(session.capture, feeds) : feeds);
+    return (await submit(session, feeds)).outputs;
+}
+
+/**
+ * Every output of a run on the CPU. The downloads start at once (each queues a copy behind the run's work).
+ * @param {Session} session
+ * @param {import('onnxruntime-web').InferenceSession.OnnxValueMapType} outputs
+ * @returns {Promise<Record<string, HostTensor>>}
+ */
+async function download(session, outputs) {
+    // getData() downloads GPU-located outputs (in JS, on the device); CPU outputs are returned as they are.
+    const tensors = Object.entries(outputs);
+    const data = await Promise.all(tensors.map(([, tensor]) => tensor.getData(false)));
     /** @type {Record<string, HostTensor>} */
     const host = {};
-    for (const [name, tensor] of Object.entries(outputs)) {
-        // getData() downloads GPU-located outputs; CPU outputs are returned as they are. A captured
-        // session's output buffers belong to its recording: copy them, never release or dispose them.
-        const data = await tensor.getData(!session.capture);
-        host[name] = { type: tensor.type, dims: [...tensor.dims], data };
-        if (!session.capture) tensor.dispose();
-    }
+    tensors.forEach(([name, tensor], i) => {
+        host[name] = { type: tensor.type, dims: [...tensor.dims], data: data[i] };
+    });
+    // A captured session's output buffers belong to its recording: never release them. Releasing the others
+    // calls into onnxruntime, so it waits its turn.
+    if (!session.capture) await serialized(async () => tensors.forEach(([, tensor]) => tensor.dispose()));
     return host;
 }
 
@@ -223,12 +265,14 @@ export async function run(session, feeds) {
 export async function profileEvents(session) {
     /** @type {string[]} */
     const lines = [];
-    printSink = (line) => lines.push(line);
-    try {
-        await session.inner.endProfiling();
-    } finally {
-        printSink = null;
-    }
+    await serialized(async () => {
+        printSink = (line) => lines.push(line);
+        try {
+            await session.inner.endProfiling();
+        } finally {
+            printSink = null;
+        }
+    });
     /** @type {ProfileEvent[]} */
     const events = [];
     for (const line of lines) {
@@ -252,7 +296,7 @@ export async function profileEvents(session) {
  */
 export async function release(session) {
     try {
-        await session.inner.release();
+        await serialized(() => session.inner.release());
     } finally {
         for (const input of session.capture?.inputs.values() ?? []) input.buffer.destroy();
         session.capture?.inputs.clear();
