@@ -45,11 +45,14 @@ def main() -> None:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_DIST, show_default=True)
 @click.option("--model-base", default=DEFAULT_MODEL_BASE, show_default=True,
               help="URL the app downloads the model from.")
-def build(out_dir: Path, model_base: str) -> None:
+@click.option("--onnxruntime-web", "onnxruntime_web", default=None, metavar="VERSION",
+              help="Build with this onnxruntime-web version instead of the pinned one (installed on first use into "
+                   "web_src/.onnxruntime-web/), to time two versions against each other.")
+def build(out_dir: Path, model_base: str, onnxruntime_web: str | None) -> None:
     """Bundle web_src/ into a static site in OUT (a no-op when nothing changed)."""
     from builder.site import bundle
 
-    result = bundle.build(out_dir, model_base=model_base, log=log)
+    result = bundle.build(out_dir, model_base=model_base, log=log, onnxruntime_web=onnxruntime_web)
     state = "built" if result.changed else "up to date"
     log(f"{out_dir}: {state} in {result.seconds:.2f} s")
 

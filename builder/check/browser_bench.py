@@ -316,13 +316,14 @@ def check_variant(repo: manifest.Manifest, models_dir: Path, variant: str) -> No
                          f"(it has {', '.join(repo.variants('transformer'))}).")
 
 
-def run_environment(session: BrowserSession, models_dir: Path) -> dict[str, Any]:
-    """What a benchmark record says about where it ran: date, versions, browser, adapter, model folder."""
+def run_environment(session: BrowserSession, models_dir: Path, dist_dir: Path) -> dict[str, Any]:
+    """What a benchmark record says about where it ran: date, versions (onnxruntime-web: the one the served site
+    was built with), browser, adapter, model folder."""
     return {
         "date": datetime.date.today().isoformat(), "klein_web": __version__,
         "browser": f"{session.executable.name} {session.version}",
         "adapter": " ".join(str(session.adapter.get(k, "")) for k in ("vendor", "architecture", "description")).strip(),
-        "onnxruntime_web": bundle.onnxruntime_web_version(), "models": str(models_dir),
+        "onnxruntime_web": bundle.built_onnxruntime_web(dist_dir), "models": str(models_dir),
     }
 
 
@@ -547,7 +548,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
                                        seed=seed, counter=counter, sampler=sampler, timeout_s=timeout_s, log=log,
                                        kernels=kernels, memory_mode=memory_mode)
                     rows += [run.row() for run in runs]
-                environment = {**run_environment(session, models_dir),
+                environment = {**run_environment(session, models_dir, dist_dir),
                                "adapter_features": session.adapter.get("features", []), "steps": steps,
                                "f16_toggle": f16_toggle}
                 _save(out_dir, environment, rows, native_ratios(rows, native_json))

@@ -222,7 +222,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
             rows = [row.as_dict() for row in measured]
     finally:
         sampler.stop()
-    environment = {**run_environment(session, models_dir), "precision": precision}
+    environment = {**run_environment(session, models_dir, dist_dir), "precision": precision}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = markdown(environment, rows)

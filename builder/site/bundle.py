@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -43,8 +44,13 @@ COI_SERVICE_WORKER = "coi-sw.js"
 STYLE = "style.css"
 TEMPLATE = "index.html.j2"
 # The onnxruntime-web build the worker imports (`onnxruntime-web/webgpu`) loads exactly these two files.
-ORT_DIST = "node_modules/onnxruntime-web/dist"
+ORT_PACKAGE = "node_modules/onnxruntime-web"
+ORT_DIST = f"{ORT_PACKAGE}/dist"
 ORT_RUNTIME = ("ort-wasm-simd-threaded.asyncify.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
+# What `onnxruntime-web/webgpu` resolves to in the package (its exports' default for an ES module import).
+ORT_WEBGPU_ENTRY = "dist/ort.webgpu.bundle.min.mjs"
+# Other onnxruntime-web versions than the pinned one, installed on demand for builds that compare versions.
+OTHER_RUNTIMES = ".onnxruntime-web"
 
 # The Hub answers /resolve/ URLs of large files with a redirect to a storage subdomain (cas-bridge.xethub.hf.co,
 # cdn-lfs.hf.co, ...), so a model base on the Hub needs all of these in connect-src.
@@ -120,10 +126,11 @@ def source_files(web_src: Path) -> Iterator[Path]:
                 yield Path(root) / name
 
 
-def input_stamp(web_src: Path, model_base: str) -> str:
-    """A hash of everything that shapes the output; equal stamps mean an identical site."""
+def input_stamp(web_src: Path, model_base: str, runtime: str = "") -> str:
+    """A hash of everything that shapes the output; equal stamps mean an identical site. `runtime`: another
+    onnxruntime-web version than the pinned one (runtime_package)."""
     digest = hashlib.sha256()
-    for part in (__version__, model_base, lock_hash(web_src)):
+    for part in (__version__, model_base, lock_hash(web_src), runtime):
         digest.update(part.encode() + b"\0")
     # The build code itself: a changed bundler must not be skipped as "up to date".
     for path in (Path(__file__), Path(__file__).with_name("node.py")):
@@ -138,6 +145,42 @@ def onnxruntime_web_version(web_src: Path = WEB_SRC) -> str:
     """The onnxruntime-web version the app is built with (pinned exactly in package.json)."""
     dependencies = json.loads((web_src / "package.json").read_text()).get("dependencies", {})
     return str(dependencies.get("onnxruntime-web", "unknown"))
+
+
+def built_onnxruntime_web(dist_dir: Path) -> str:
+    """The onnxruntime-web version a built site runs (its build record; the pinned one for older records)."""
+    record = read_record(Path(dist_dir)) or {}
+    return str(record.get("onnxruntime_web") or onnxruntime_web_version())
+
+
+def runtime_package(version: str | None, *, web_src: Path, log: Callable[[str], None]) -> Path:
+    """The onnxruntime-web package folder to build with: the pinned one in node_modules, or `version` installed
+    once into web_src/.onnxruntime-web/VERSION (`npm install`, outside the lock file), so that a site can be built
+    with either for timing one against the other."""
+    if version is None or version == onnxruntime_web_version(web_src):
+        return web_src / ORT_PACKAGE
+    if not re.fullmatch(r"\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?", version):
+        raise BuildError(f"--onnxruntime-web {version!r}: give an exact npm version, e.g. 1.30.0.")
+    prefix = web_src / OTHER_RUNTIMES / version
+    package = prefix / ORT_PACKAGE
+    if _package_version(package) != version:
+        tools = find_node()
+        log(f"npm install onnxruntime-web@{version} into {prefix} ...")
+        cmd = [*tools.npm, "install", "--prefix", str(prefix), "--no-save", "--no-package-lock", "--no-audit",
+               "--no-fund", f"onnxruntime-web@{version}"]
+        result = subprocess.run(cmd, cwd=web_src, env=tools.env(), capture_output=True, text=True, check=False)
+        if result.returncode != 0 or _package_version(package) != version:
+            raise BuildError(f"`npm install onnxruntime-web@{version}` failed (exit {result.returncode}):\n"
+                             f"{result.stderr.strip()[-2000:]}\nFix: check the version exists (npm view "
+                             "onnxruntime-web versions) and that the npm registry is reachable.")
+    return package
+
+
+def _package_version(package: Path) -> str | None:
+    try:
+        return str(json.loads((package / "package.json").read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def read_record(out_dir: Path) -> dict[str, object] | None:
@@ -187,11 +230,12 @@ def run_esbuild(tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path
     return entries[0]
 
 
-def bundle_assets(tools: NodeTools, web_src: Path, assets: Path) -> dict[str, str]:
-    """Run esbuild on the page, the workers, the CSS and the COI script; copy the ORT runtime. Returns roles."""
+def bundle_assets(tools: NodeTools, web_src: Path, assets: Path, *, runtime: Path | None = None) -> dict[str, str]:
+    """Run esbuild on the page, the workers, the CSS and the COI script; copy the ORT runtime. Returns roles.
+    `runtime`: another onnxruntime-web package folder than node_modules' (runtime_package)."""
     assets.mkdir(parents=True)
     files: dict[str, str] = {}
-    ort_dir = web_src / ORT_DIST
+    ort_dir = (runtime or web_src / ORT_PACKAGE) / "dist"
     for role, source in zip(("ort_mjs", "ort_wasm"), ORT_RUNTIME, strict=True):
         path = ort_dir / source
         if not path.is_file():
@@ -207,8 +251,10 @@ def bundle_assets(tools: NodeTools, web_src: Path, assets: Path) -> dict[str, st
     module = ["--format=esm", "--platform=browser", version]
     files["page_js"] = run_esbuild(tools, web_src, PAGE_ENTRY, out_assets=assets, name="page", extra=module)
     files["store_js"] = run_esbuild(tools, web_src, STORE_WORKER_ENTRY, out_assets=assets, name="store", extra=module)
+    # An alias replaces the import path as a whole, so it names the file the pinned package's exports pick.
+    other = [f"--alias:onnxruntime-web/webgpu={runtime / ORT_WEBGPU_ENTRY}"] if runtime else []
     files["worker_js"] = run_esbuild(tools, web_src, WORKER_ENTRY, out_assets=assets, name="worker",
-                                     extra=[*module, f"--define:KLEIN_ORT_WASM={ort_wasm}",
+                                     extra=[*module, *other, f"--define:KLEIN_ORT_WASM={ort_wasm}",
                                             f"--define:KLEIN_STORE_WORKER={json.dumps(files['store_js'])}"])
     files["page_css"] = run_esbuild(tools, web_src, STYLE, out_assets=assets, name="page", extra=[])
     # A classic script (not a module): it must run before anything else and may reload the page.
@@ -270,8 +316,9 @@ def install(staging: Path, out_dir: Path, *, previous: list[str]) -> list[str]:
 
 
 def build(out_dir: Path, *, model_base: str = DEFAULT_MODEL_BASE, web_src: Path = WEB_SRC,
-          log: Callable[[str], None] = lambda _message: None) -> BuildResult:
-    """Build the site into out_dir; a no-op (nothing written) when the inputs match the last build."""
+          log: Callable[[str], None] = lambda _message: None, onnxruntime_web: str | None = None) -> BuildResult:
+    """Build the site into out_dir; a no-op (nothing written) when the inputs match the last build.
+    `onnxruntime_web`: build with that onnxruntime-web version instead of the pinned one (runtime_package)."""
     started = time.perf_counter()
     out_dir, web_src = Path(out_dir).resolve(), Path(web_src).resolve()
     check_model_base(model_base)
@@ -285,7 +332,10 @@ def build(out_dir: Path, *, model_base: str = DEFAULT_MODEL_BASE, web_src: Path 
             "An installed klein-web wheel carries the app already built: `klein-web serve` serves it."
         )
     ensure_node_modules(web_src=web_src, log=log)
-    stamp = input_stamp(web_src, model_base)
+    package = runtime_package(onnxruntime_web, web_src=web_src, log=log)
+    runtime = package if package != web_src / ORT_PACKAGE else None
+    version = _package_version(package) or onnxruntime_web_version(web_src)
+    stamp = input_stamp(web_src, model_base, version if runtime else "")
     record = read_record(out_dir)
     if is_up_to_date(out_dir, stamp) and record is not None:
         recorded = record.get("files")
@@ -299,14 +349,14 @@ def build(out_dir: Path, *, model_base: str = DEFAULT_MODEL_BASE, web_src: Path 
     with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent) as tmp:
         staging = Path(tmp)
         log(f"bundling {web_src} -> {out_dir}")
-        files = bundle_assets(tools, web_src, staging / "assets")
+        files = bundle_assets(tools, web_src, staging / "assets", runtime=runtime)
         (staging / "index.html").write_text(render_index(web_src, files=files, csp=csp, model_base=model_base))
         shutil.copyfile(web_src / COI_SERVICE_WORKER, staging / COI_SERVICE_WORKER)
         (staging / "_headers").write_text(headers_file(csp))
         outputs = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
         record_data = {
             "stamp": stamp, "version": __version__, "model_base": model_base, "csp": csp, "files": files,
-            "outputs": outputs,
+            "outputs": outputs, "onnxruntime_web": version,
         }
         (staging / BUILD_RECORD).write_text(json.dumps(record_data, indent=2) + "\n")
         previous_outputs = (record or {}).get("outputs")
