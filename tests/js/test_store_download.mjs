@@ -7,75 +7,7 @@ import { afterEach, test } from 'node:test';
 
 import { IntegrityError, ModelFileError } from '../../web_src/src/shared/errors.js';
 import { downloadFile, parseContentRange, unsatisfiedRangeTotal } from '../../web_src/src/store/download.js';
-import { parseIdentity } from '../../web_src/src/store/identity.js';
-
-/** The backend methods store/download.js uses, over a Map of byte arrays. */
-class MemoryBackend {
-    constructor() {
-        /** @type {Map<string, Uint8Array>} */
-        this.files = new Map();
-    }
-    /** @param {string} path */
-    async partialSize(path) {
-        return this.files.get(path + '.partial')?.length ?? 0;
-    }
-    /** @param {string} path */
-    async readText(path) {
-        const bytes = this.files.get(path);
-        return bytes ? new TextDecoder().decode(bytes) : null;
-    }
-    /** @param {string} path @param {string} text */
-    async writeText(path, text) {
-        this.files.set(path, new TextEncoder().encode(text));
-    }
-    /** @param {string} path */
-    async delete(path) {
-        this.files.delete(path);
-        return 0;
-    }
-    /** @param {string} path @param {any} identity */
-    async commit(path, identity) {
-        this.files.set(path, /** @type {Uint8Array} */ (this.files.get(path + '.partial')));
-        this.files.delete(path + '.partial');
-        this.files.delete(path + '.partial.identity.json');
-        await this.writeIdentity(path, identity);
-    }
-    /** @param {string} path */
-    async read(path) {
-        const bytes = this.files.get(path);
-        if (!bytes) throw new DOMException(path, 'NotFoundError');
-        return new Blob([bytes]);
-    }
-    /** @param {string} path */
-    async readIdentity(path) {
-        return parseIdentity(await this.readText(path + '.identity.json'));
-    }
-    /** @param {string} path @param {any} identity */
-    async writeIdentity(path, identity) {
-        await this.writeText(path + '.identity.json', JSON.stringify(identity));
-    }
-    /** @param {string} path @param {{fromZero: boolean}} options */
-    async openPartial(path, { fromZero }) {
-        const key = path + '.partial';
-        if (fromZero || !this.files.has(key)) this.files.set(key, new Uint8Array(0));
-        const files = this.files;
-        return {
-            get offset() {
-                return /** @type {Uint8Array} */ (files.get(key)).length;
-            },
-            /** @param {Uint8Array} chunk */
-            write(chunk) {
-                const old = /** @type {Uint8Array} */ (files.get(key));
-                const grown = new Uint8Array(old.length + chunk.length);
-                grown.set(old);
-                grown.set(chunk, old.length);
-                files.set(key, grown);
-            },
-            flush() {},
-            close() {},
-        };
-    }
-}
+import { MemoryBackend } from './memory_backend.mjs';
 
 const FILE = Uint8Array.from({ length: 1000 }, (_, i) => i % 251);
 /** The same size, one byte different: another version of FILE. */
