@@ -77,6 +77,15 @@ export function ortThreads() {
     return Math.max(1, Math.min(4, cores - 1));
 }
 
+/**
+ * Whether onnxruntime binds GPU buffers to sessions on the app's own device (inputs from GPU buffers, outputs left
+ * on the GPU), which graph capture and `submit`'s early return need. onnxruntime-web 1.31 does not: a run fails
+ * with "There's no data transfer registered for copying tensors from Device:[DeviceType:1 ... DeviceId:0] to
+ * Device:[DeviceType:1 ... DeviceId:1]" (the app's device is onnxruntime's device 1, GPU buffers it wraps are
+ * device 0). Without them sessions run uncaptured and a run returns its outputs on the CPU (docs/performance.md).
+ */
+export const GPU_IO = !(ort.env.versions.web ?? '').startsWith('1.31.');
+
 /** @type {Promise<unknown>} The last call into onnxruntime; the next one starts when it has settled. */
 let ortTail = Promise.resolve();
 
@@ -159,9 +168,14 @@ export async function createSession(graphBytes, externalData, { ep, device, forc
         outputNames: [...inner.outputNames],
     });
     // Outputs stay on the GPU until run() downloads them, so a run returns once its work is queued (submit).
-    if (ep === 'webgpu') options.preferredOutputLocation = 'gpu-buffer';
+    if (ep === 'webgpu' && GPU_IO) options.preferredOutputLocation = 'gpu-buffer';
     const create = (/** @type {import('onnxruntime-web').InferenceSession.SessionOptions} */ with_) =>
         serialized(() => ort.InferenceSession.create(graphBytes, with_));
+    if (capture && !profile && ep === 'webgpu' && device && staticDims && !GPU_IO) {
+        const inner = await create(options);
+        const refused = `onnxruntime-web ${ort.env.versions.web} binds no GPU buffers on the app's device`;
+        return { inner, ep, ...names(inner), capture: null, captureRefused: refused };
+    }
     if (capture && !profile && ep === 'webgpu' && device && staticDims) {
         try {
             const inner = await create({ ...options, enableGraphCapture: true });
