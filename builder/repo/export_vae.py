@@ -202,15 +202,20 @@ class _GroupNormSite:
     silu: bool
 
 
+def _past_cast(index: _GraphIndex, name: str, removed: list[onnx.NodeProto], *, downstream: bool) -> str:
+    """`name`, or across the Cast an fp16 graph puts there (the Cast's output read, or its input made), which then
+    goes into `removed`: the fp16 variant computes the decomposition in float32 between two Casts."""
+    cast = index.only_reader(name, "Cast") if downstream else index.made_by(name, "Cast")
+    if cast is None:
+        return name
+    removed.append(cast)
+    return str(cast.output[0] if downstream else cast.input[0])
+
+
 def _match_group_norm(norm: onnx.NodeProto, index: _GraphIndex) -> _GroupNormSite | None:
     """The exported GroupNorm around `norm` (see fuse_group_norms), or None when `norm` is not one."""
     removed = [norm]
-    into = norm.input[0]
-    cast_in = index.made_by(into, "Cast")
-    if cast_in is not None:
-        removed.append(cast_in)
-        into = cast_in.input[0]
-    reshape = index.made_by(into, "Reshape")
+    reshape = index.made_by(_past_cast(index, norm.input[0], removed, downstream=False), "Reshape")
     target = index.constant(reshape.input[1]) if reshape is not None else None
     scale, bias = index.constant(norm.input[1]), index.constant(norm.input[2])
     if reshape is None or target is None or target.shape != (3,) or target[0] != 0 or target[2] != -1:
@@ -223,12 +228,7 @@ def _match_group_norm(norm: onnx.NodeProto, index: _GraphIndex) -> _GroupNormSit
     if back is None or shape is None or shape.input[0] != x:
         return None
     removed += [reshape, back, shape]
-    after = back.output[0]
-    cast_out = index.only_reader(after, "Cast")
-    if cast_out is not None:
-        removed.append(cast_out)
-        after = cast_out.output[0]
-    mul = index.only_reader(after, "Mul")
+    mul = index.only_reader(_past_cast(index, back.output[0], removed, downstream=True), "Mul")
     add = index.only_reader(mul.output[0], "Add") if mul is not None else None
     if mul is None or add is None:
         return None

@@ -193,15 +193,23 @@ def test_model_of_equal_sizes_on_the_same_origin_is_downloaded_again(
     assert not [s for s in recorder.seen if ".onnx" in s.path], [s.path for s in recorder.seen]
 
 
+def with_one_bit_flipped(model: Path, repo: Path, pick: Callable[[list[str]], str]) -> tuple[str, bytes]:
+    """Copy `model` to `repo` and flip one bit of the weight file `pick` chooses (from them, smallest first): the
+    same size, but the manifest's sha256 no longer holds. Returns the file and its good bytes."""
+    shutil.copytree(model, repo)
+    files = manifest.load(repo).files
+    bad = pick(sorted(weight_paths(repo), key=lambda p: files[p].size))
+    good = (repo / bad).read_bytes()
+    data = bytearray(good)
+    data[len(data) // 2] ^= 0x01
+    (repo / bad).write_bytes(bytes(data))
+    return bad, good
+
+
 def test_corrupted_byte_is_caught_before_any_session_and_not_kept(
         page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path) -> None:
     repo = tmp_path / "corrupt"
-    shutil.copytree(tiny_models["fp32"], repo)
-    files = manifest.load(repo).files
-    bad = max(weight_paths(repo), key=lambda p: files[p].size)
-    data = bytearray((repo / bad).read_bytes())
-    data[len(data) // 2] ^= 0x01  # same size, one bit: the manifest's sha256 no longer holds
-    (repo / bad).write_bytes(bytes(data))
+    bad, _good = with_one_bit_flipped(tiny_models["fp32"], repo, lambda weights: weights[-1])
 
     base_url, _recorder = serve(repo)
     client = WorkerClient(page, base_url)
@@ -220,14 +228,10 @@ def test_corrupted_byte_is_caught_before_any_session_and_not_kept(
 def test_corrupted_byte_in_one_of_several_files_downloaded_at_once_is_refused(
         page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path) -> None:
     repo = tmp_path / "corrupt-one"
-    shutil.copytree(tiny_models["fp32"], repo)
+    # Neither the first nor the last to start (the largest start first).
+    bad, good_bytes = with_one_bit_flipped(tiny_models["fp32"], repo, lambda weights: weights[len(weights) // 2])
     files = manifest.load(repo).files
-    weights = sorted(weight_paths(repo), key=lambda p: files[p].size)
-    bad = weights[len(weights) // 2]  # neither the first nor the last to start: the largest start first
-    good_bytes = (repo / bad).read_bytes()
-    data = bytearray(good_bytes)
-    data[len(data) // 3] ^= 0x10
-    (repo / bad).write_bytes(bytes(data))
+    weights = weight_paths(repo)
 
     base_url, recorder = serve(repo)
     for path in weights:
