@@ -33,8 +33,15 @@ def decomposed(tokens: int, blocks: int, layers: int) -> onnx.ModelProto:
     next one's query), each in `blocks` query blocks."""
     nodes, inits = [], []
     for layer in range(layers):
-        _decomposed_layer(nodes, inits, tokens, blocks, "q" if layer == 0 else f"out{layer - 1}",
-                          "out" if layer == layers - 1 else f"out{layer}", f"l{layer}_")
+        _decomposed_layer(
+            nodes,
+            inits,
+            tokens,
+            blocks,
+            "q" if layer == 0 else f"out{layer - 1}",
+            "out" if layer == layers - 1 else f"out{layer}",
+            f"l{layer}_",
+        )
     return _model(nodes, inits, tokens)
 
 
@@ -67,8 +74,11 @@ def _decomposed_layer(nodes, inits, tokens: int, blocks: int, query: str, result
         nodes.append(helper.make_node("Cast", [f"{p}pf{b}"], [f"{p}p{b}"], to=TensorProto.FLOAT16))
         nodes.append(helper.make_node("MatMul", [f"{p}p{b}", f"{p}vh"], [f"{p}o{b}"]))
         outs.append(f"{p}o{b}")
-    nodes.append(helper.make_node("Concat" if blocks > 1 else "Identity", outs, [f"{p}oh"],
-                                  **({"axis": 2} if blocks > 1 else {})))
+    nodes.append(
+        helper.make_node(
+            "Concat" if blocks > 1 else "Identity", outs, [f"{p}oh"], **({"axis": 2} if blocks > 1 else {})
+        )
+    )
     nodes.append(helper.make_node("Transpose", [f"{p}oh"], [f"{p}ot"], perm=[0, 2, 1, 3]))
     nodes.append(helper.make_node("Reshape", [f"{p}ot", "shape3"], [result]))
 
@@ -77,8 +87,16 @@ def mha(tokens: int, layers: int) -> onnx.ModelProto:
     nodes = []
     for layer in range(layers):
         query, result = ("q" if layer == 0 else f"out{layer - 1}"), ("out" if layer == layers - 1 else f"out{layer}")
-        nodes.append(helper.make_node("MultiHeadAttention", [query, "k", "v"], [result, f"pk{layer}", f"pv{layer}"],
-                                      domain="com.microsoft", num_heads=HEADS, scale=float(1 / np.sqrt(HEAD))))
+        nodes.append(
+            helper.make_node(
+                "MultiHeadAttention",
+                [query, "k", "v"],
+                [result, f"pk{layer}", f"pv{layer}"],
+                domain="com.microsoft",
+                num_heads=HEADS,
+                scale=float(1 / np.sqrt(HEAD)),
+            )
+        )
     return _model(nodes, [], tokens)
 
 
@@ -86,7 +104,9 @@ def _model(nodes, inits, tokens: int) -> onnx.ModelProto:
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT16, [1, tokens, HIDDEN]) for n in ("q", "k", "v")]
     outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT16, [1, tokens, HIDDEN])]
     graph = helper.make_graph(nodes, "attention", io, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
     model.ir_version = 10
     return model
 
@@ -112,7 +132,9 @@ def programs(path: str, feeds) -> list[str]:
     session = ort.InferenceSession(path, sess_options=options)
     session.run(None, feeds)
     events = json.loads(Path(session.end_profiling()).read_text())
-    names = [e.get("name", "") for e in events if e.get("cat") in ("Api", "Node") and "kernel_time" not in e.get("name", "")]
+    names = [
+        e.get("name", "") for e in events if e.get("cat") in ("Api", "Node") and "kernel_time" not in e.get("name", "")
+    ]
     return sorted(set(names))[:12]
 
 
@@ -131,7 +153,10 @@ def main() -> None:
         # Post-RMSNorm, post-RoPE activations: unit scale, as in the model.
         feeds = {n: rng.standard_normal((1, tokens, HIDDEN)).astype(np.float16) for n in ("q", "k", "v")}
         expected = reference(feeds["q"], feeds["k"], feeds["v"])
-        kinds = {f"decomposed {b} blocks": (lambda n, b=int(b), t=tokens: decomposed(t, b, n)) for b in args.blocks.split(",")}
+        kinds = {
+            f"decomposed {b} blocks": (lambda n, b=int(b), t=tokens: decomposed(t, b, n))
+            for b in args.blocks.split(",")
+        }
         kinds["MultiHeadAttention"] = lambda n, t=tokens: mha(t, n)
         for label, build in kinds.items():
             try:
@@ -149,11 +174,16 @@ def main() -> None:
                         began = time.perf_counter()
                         session.run(None, feeds)
                         samples.append((time.perf_counter() - began) * 1000)
-                    times[layers] = (time_captured(path, feeds, plain, warmup=3, repeats=10)["median_ms"],
-                                     statistics.median(samples))
+                    times[layers] = (
+                        time_captured(path, feeds, plain, warmup=3, repeats=10)["median_ms"],
+                        statistics.median(samples),
+                    )
                 per = [(times[LAYERS][i] - times[1][i]) / (LAYERS - 1) for i in (0, 1)]
-                print(f"{tokens:5d} tokens  {label:22s} per layer: capture {per[0]:6.2f} ms, plain {per[1]:6.2f} ms;"
-                      f"  max|err| {error:.3e} (fp64 ref)  programs {names}", flush=True)
+                print(
+                    f"{tokens:5d} tokens  {label:22s} per layer: capture {per[0]:6.2f} ms, plain {per[1]:6.2f} ms;"
+                    f"  max|err| {error:.3e} (fp64 ref)  programs {names}",
+                    flush=True,
+                )
             except Exception as exc:  # noqa: BLE001
                 print(f"{tokens:5d} tokens  {label:22s} failed: {str(exc)[:300]}", flush=True)
 

@@ -141,8 +141,12 @@ def bundle(out: Path, name: str, source: str) -> Path:
     entry.write_text(source)
     target = out / name
     esbuild = WEB_SRC / "node_modules" / ".bin" / "esbuild"
-    subprocess.run([str(esbuild), str(entry), "--bundle", "--format=esm", f"--outfile={target}", "--log-level=warning"],
-                   cwd=WEB_SRC, env=find_node().env(), check=True)
+    subprocess.run(
+        [str(esbuild), str(entry), "--bundle", "--format=esm", f"--outfile={target}", "--log-level=warning"],
+        cwd=WEB_SRC,
+        env=find_node().env(),
+        check=True,
+    )
     return target
 
 
@@ -213,9 +217,12 @@ def run_streams(args: argparse.Namespace) -> None:
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
-        scripts = {"/bench.js": bundle(Path(tmp), "bench.js", STREAM_WORKER % {"hashing": module_path("store/hashing.js")})}
-        browser = playwright.chromium.launch(executable_path=str(find_chromium()), headless=True,
-                                             args=launch_args(gpu=False))
+        scripts = {
+            "/bench.js": bundle(Path(tmp), "bench.js", STREAM_WORKER % {"hashing": module_path("store/hashing.js")})
+        }
+        browser = playwright.chromium.launch(
+            executable_path=str(find_chromium()), headless=True, args=launch_args(gpu=False)
+        )
         print(f"{browser.version} headless; stream {total / 1e9:.2f} GB; best of {args.repeat}")
         with server(scripts, {}) as base:
             page = browser.new_page()
@@ -232,12 +239,16 @@ def run_streams(args: argparse.Namespace) -> None:
                         best[hash_it] = min(best.get(hash_it, float("inf")), result["seconds"])
                 plain, hashed = best[False], best[True]
                 if source == "webcrypto":
-                    print(f"{source:9}  SHA-256 of each 16 MiB piece {hashed:6.1f} s ({total / hashed / 1e6:6.0f} MB/s): "
-                          "the browser's native speed, which has no incremental digest")
+                    print(
+                        f"{source:9}  SHA-256 of each 16 MiB piece {hashed:6.1f} s ({total / hashed / 1e6:6.0f} MB/s): "
+                        "the browser's native speed, which has no incremental digest"
+                    )
                     continue
-                print(f"{source:9}  read only {plain:6.1f} s ({total / plain / 1e6:7.0f} MB/s)   "
-                      f"read + SHA-256 {hashed:6.1f} s ({total / hashed / 1e6:6.0f} MB/s)   "
-                      f"hashing adds {hashed - plain:5.1f} s")
+                print(
+                    f"{source:9}  read only {plain:6.1f} s ({total / plain / 1e6:7.0f} MB/s)   "
+                    f"read + SHA-256 {hashed:6.1f} s ({total / hashed / 1e6:6.0f} MB/s)   "
+                    f"hashing adds {hashed - plain:5.1f} s"
+                )
         browser.close()
 
 
@@ -256,8 +267,12 @@ def run_store(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
         scripts = {
-            "/store.js": bundle(Path(tmp), "store.js", STORE_WORKER % {
-                "weights": module_path("store/weights.js"), "workers": module_path("store/store_workers.js")}),
+            "/store.js": bundle(
+                Path(tmp),
+                "store.js",
+                STORE_WORKER
+                % {"weights": module_path("store/weights.js"), "workers": module_path("store/store_workers.js")},
+            ),
             "/helper.js": bundle(Path(tmp), "helper.js", f"import {module_path('store/store_worker.js')};\n"),
         }
         context = launch_persistent(playwright, Path(tmp) / "profile", executable=find_chromium())
@@ -266,23 +281,37 @@ def run_store(args: argparse.Namespace) -> None:
                 page = context.new_page()
                 page.goto(base + "/")
                 cores = page.evaluate("navigator.hardwareConcurrency")
-                print(f"{context.browser.version if context.browser else 'Chromium'} headless, {cores} cores; "
-                      f"{len(sizes)} files, {total / 1e9:.2f} GB from a loopback server, every digest checked")
+                print(
+                    f"{context.browser.version if context.browser else 'Chromium'} headless, {cores} cores; "
+                    f"{len(sizes)} files, {total / 1e9:.2f} GB from a loopback server, every digest checked"
+                )
                 files = [{"path": name, "size": size, "sha256": digests[name]} for name, size in sizes.items()]
                 runs = [(1, 0)] + [(args.at_once, workers) for workers in args.hash_workers]
                 for at_once, workers in runs:
-                    job: dict[str, Any] = {"base": f"{base}/files/", "files": files, "atOnce": at_once,
-                                           "hashWorkers": workers}
+                    job: dict[str, Any] = {
+                        "base": f"{base}/files/",
+                        "files": files,
+                        "atOnce": at_once,
+                        "hashWorkers": workers,
+                    }
                     started = time.perf_counter()
                     result = page.evaluate(RUN_JS, ["/store.js", job])
                     if "error" in result:
                         raise SystemExit(f"store: {result['error']}")
                     assert result["bytes"] == total, result
-                    how = ("on the store's thread" if workers == 0 else f"by {workers} hashing worker(s)" if workers
-                           else "by the app's hashing workers")
-                    print(f"  {at_once} file(s) at once, hashed {how}: {result['seconds']:6.1f} s "
-                          f"({total / result['seconds'] / 1e9:.3f} GB/s; {time.perf_counter() - started:.1f} s "
-                          "with clearing the store)", flush=True)
+                    how = (
+                        "on the store's thread"
+                        if workers == 0
+                        else f"by {workers} hashing worker(s)"
+                        if workers
+                        else "by the app's hashing workers"
+                    )
+                    print(
+                        f"  {at_once} file(s) at once, hashed {how}: {result['seconds']:6.1f} s "
+                        f"({total / result['seconds'] / 1e9:.3f} GB/s; {time.perf_counter() - started:.1f} s "
+                        "with clearing the store)",
+                        flush=True,
+                    )
         finally:
             context.close()
 
@@ -295,8 +324,11 @@ def main() -> None:
     parser.add_argument("--store", action="store_true", help="time the app's store filling instead")
     parser.add_argument("--files", default=DEFAULT_FILES, help="--store: the files' sizes in GB, comma-separated")
     parser.add_argument("--at-once", type=int, default=4, help="--store: files downloading at once")
-    parser.add_argument("--hash-workers", default="", help="--store: hashing worker counts to time, comma-separated "
-                        "(default: the app's own choice from the cores)")
+    parser.add_argument(
+        "--hash-workers",
+        default="",
+        help="--store: hashing worker counts to time, comma-separated (default: the app's own choice from the cores)",
+    )
     args = parser.parse_args()
     if args.store:
         args.hash_workers = [int(n) for n in args.hash_workers.split(",") if n.strip()] or [None]

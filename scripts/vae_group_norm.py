@@ -61,7 +61,9 @@ def rewrite(repo: Path, out: Path) -> dict[str, int]:
         model = onnx.load(repo / graph.path, load_external_data=False)
         fused[graph.path] = fuse_group_norms(model, data_dir=(repo / graph.path).parent)
         if fused[graph.path] == 0:
-            raise InputError(f"{graph.path} has no GroupNorm to fuse (already rewritten, or not a `convert` VAE graph).")
+            raise InputError(
+                f"{graph.path} has no GroupNorm to fuse (already rewritten, or not a `convert` VAE graph)."
+            )
         target = staging / graph.path
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(target, model.SerializeToString())

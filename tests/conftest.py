@@ -35,8 +35,12 @@ FULL_LANE_ENV = "KLEIN_TEST_FULL"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--full", action="store_true", default=False,
-                     help=f"run the whole suite: browser, slow and make-tiny tests too (or set {FULL_LANE_ENV}=1)")
+    parser.addoption(
+        "--full",
+        action="store_true",
+        default=False,
+        help=f"run the whole suite: browser, slow and make-tiny tests too (or set {FULL_LANE_ENV}=1)",
+    )
 
 
 def full_lane(config: pytest.Config) -> bool:
@@ -61,8 +65,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return ("lane: full" if full_lane(config) else
-            "lane: fast (no Chromium, no make-tiny model, nothing marked slow); the whole suite: pytest --full")
+    return (
+        "lane: full"
+        if full_lane(config)
+        else "lane: fast (no Chromium, no make-tiny model, nothing marked slow); the whole suite: pytest --full"
+    )
 
 
 def find_free_port() -> int:

@@ -30,8 +30,9 @@ def browser_context(tmp_path: Path, chromium_path: Path) -> Iterator[object]:
             context.close()
 
 
-def test_served_page_is_isolated_and_has_webgpu(live_server_factory: object, dist_dir: Path,
-                                                 browser_context: object) -> None:
+def test_served_page_is_isolated_and_has_webgpu(
+    live_server_factory: object, dist_dir: Path, browser_context: object
+) -> None:
     server = live_server_factory(dist_dir)  # type: ignore[operator]
     page = browser_context.pages[0] if browser_context.pages else browser_context.new_page()  # type: ignore[attr-defined]
     csp_violations: list[str] = []
@@ -53,15 +54,19 @@ def test_served_page_is_isolated_and_has_webgpu(live_server_factory: object, dis
     assert csp_violations == [], csp_violations
 
 
-def test_coi_service_worker_isolates_a_host_without_headers(dist_dir: Path, browser_context: object,
-                                                             tmp_path: Path) -> None:
+def test_coi_service_worker_isolates_a_host_without_headers(
+    dist_dir: Path, browser_context: object, tmp_path: Path
+) -> None:
     """On a plain static host (python's http.server: no COOP/COEP), coi-sw.js adds them after one reload."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     log = open(tmp_path / "http.log", "wb")  # noqa: SIM115 - the server writes to it until it is stopped
-    plain = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-                              "--directory", str(dist_dir)], stdout=log, stderr=subprocess.STDOUT)
+    plain = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(dist_dir)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         url = f"http://127.0.0.1:{port}/"
         deadline = time.monotonic() + 20
@@ -79,7 +84,9 @@ def test_coi_service_worker_isolates_a_host_without_headers(dist_dir: Path, brow
         # A function, not an expression: Playwright evaluates an expression again on every poll, which the page's CSP
         # (no unsafe-eval) refuses once the first poll is over; a function is evaluated once.
         page.wait_for_function("() => self.crossOriginIsolated === true", timeout=20_000)
-        controlled = page.evaluate("() => navigator.serviceWorker.controller && navigator.serviceWorker.controller.scriptURL")
+        controlled = page.evaluate(
+            "() => navigator.serviceWorker.controller && navigator.serviceWorker.controller.scriptURL"
+        )
         assert controlled == url + "coi-sw.js"
         assert page.evaluate("() => sessionStorage.getItem('klein-coi-reloaded')") == "1"  # reloaded exactly once
     finally:
@@ -121,7 +128,8 @@ def tiny_mul_model() -> tuple[bytes, list[float]]:
 
     weights = [1.5, 2.0, -3.0, 0.25]
     graph = helper.make_graph(
-        [helper.make_node("Mul", ["x", "w"], ["y"])], "mul",
+        [helper.make_node("Mul", ["x", "w"], ["y"])],
+        "mul",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
         [helper.make_tensor("w", TensorProto.FLOAT, [4], weights)],
@@ -132,8 +140,9 @@ def tiny_mul_model() -> tuple[bytes, list[float]]:
     return model.SerializeToString(), [x * w for x, w in zip([1, -1, 0.5, 2], weights, strict=True)]
 
 
-def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser_context: object,
-                                                         node_modules: Path) -> None:
+def test_built_worker_runs_onnxruntime_from_hashed_files(
+    tmp_path: Path, browser_context: object, node_modules: Path
+) -> None:
     import shutil
 
     from builder import WEB_SRC, __version__
@@ -151,13 +160,16 @@ def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser
     with serve_in_thread(create_app(dist)) as port:
         page = browser_context.new_page()  # type: ignore[attr-defined]
         page.goto(f"http://127.0.0.1:{port}/", wait_until="load")
-        reply = page.evaluate("""(model) => new Promise((resolve) => {
+        reply = page.evaluate(
+            """(model) => new Promise((resolve) => {
             const url = document.querySelector('meta[name=klein-worker]').content;
             const worker = new Worker(url, { type: 'module' });
             worker.onmessage = (event) => resolve(event.data);
             worker.onerror = (event) => resolve({ error: event.message });
             worker.postMessage(new Uint8Array(model));
-        })""", list(model))
+        })""",
+            list(model),
+        )
     assert "error" not in reply, reply["error"]
     assert reply["isolated"] is True and reply["version"] == __version__
     for ep in ("webgpu", "wasm"):

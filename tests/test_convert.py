@@ -47,10 +47,12 @@ def prompt_inputs(pipe: Any) -> tuple[np.ndarray, np.ndarray]:
     """input_ids / attention_mask [2, 512] exactly as Flux2KleinPipeline._get_qwen3_prompt_embeds builds them."""
     ids, masks = [], []
     for prompt in PROMPTS:
-        text = pipe.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                  add_generation_prompt=True, enable_thinking=False)
-        encoded = pipe.tokenizer(text, return_tensors="np", padding="max_length", truncation=True,
-                                 max_length=repo.MAX_SEQUENCE_LENGTH)
+        text = pipe.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True, enable_thinking=False
+        )
+        encoded = pipe.tokenizer(
+            text, return_tensors="np", padding="max_length", truncation=True, max_length=repo.MAX_SEQUENCE_LENGTH
+        )
         ids.append(encoded["input_ids"])
         masks.append(encoded["attention_mask"])
     return np.concatenate(ids).astype(np.int64), np.concatenate(masks).astype(np.int64)
@@ -61,8 +63,12 @@ def reference_embeds(pipe: Any, prompt_inputs: tuple[np.ndarray, np.ndarray]) ->
     """transformers' hidden_states[9], [18], [27] concatenated per token, as the pipeline does."""
     ids, mask = prompt_inputs
     with torch.no_grad():
-        out = pipe.text_encoder(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                                output_hidden_states=True, use_cache=False)
+        out = pipe.text_encoder(
+            input_ids=torch.from_numpy(ids),
+            attention_mask=torch.from_numpy(mask),
+            output_hidden_states=True,
+            use_cache=False,
+        )
     return torch.cat([out.hidden_states[k] for k in (9, 18, 27)], dim=-1).numpy()
 
 
@@ -73,8 +79,13 @@ def transformer_inputs(embeds: np.ndarray, *, h: int, w: int, seed: int) -> dict
     img_ids = torch.cartesian_prod(torch.arange(1), torch.arange(h), torch.arange(w), torch.arange(1))
     txt_ids = torch.cartesian_prod(torch.arange(1), torch.arange(1), torch.arange(1), torch.arange(embeds.shape[1]))
     timestep = torch.tensor([954.51534], dtype=torch.float32) / 1000  # a first-step scheduler timestep
-    return {"hidden_states": latents.numpy(), "encoder_hidden_states": embeds, "timestep": timestep.numpy(),
-            "img_ids": img_ids.numpy(), "txt_ids": txt_ids.numpy()}
+    return {
+        "hidden_states": latents.numpy(),
+        "encoder_hidden_states": embeds,
+        "timestep": timestep.numpy(),
+        "img_ids": img_ids.numpy(),
+        "txt_ids": txt_ids.numpy(),
+    }
 
 
 def reference_step(pipe: Any, feed: dict[str, np.ndarray]) -> np.ndarray:
@@ -123,8 +134,9 @@ def vae_latents(seed: int) -> np.ndarray:
 # 1. fp32 graphs equal their torch modules (rtol 1e-4).
 
 
-def test_text_encoder_fp32_matches_transformers(tiny_models: dict[str, Path], prompt_inputs: Any,
-                                                reference_embeds: np.ndarray) -> None:
+def test_text_encoder_fp32_matches_transformers(
+    tiny_models: dict[str, Path], prompt_inputs: Any, reference_embeds: np.ndarray
+) -> None:
     ids, mask = prompt_inputs
     assert mask[0].sum() > mask[1].sum() > 0 and mask.shape == (2, 512)  # real padding in both rows
     embeds = run_graph(tiny_models["fp32"], "text_encoder", "fp32", {"input_ids": ids, "attention_mask": mask})
@@ -133,8 +145,9 @@ def test_text_encoder_fp32_matches_transformers(tiny_models: dict[str, Path], pr
 
 
 @pytest.mark.parametrize(("h", "w"), [(4, 4), (3, 5)])
-def test_transformer_fp32_matches_diffusers(tiny_models: dict[str, Path], pipe: Any, reference_embeds: np.ndarray,
-                                            h: int, w: int) -> None:
+def test_transformer_fp32_matches_diffusers(
+    tiny_models: dict[str, Path], pipe: Any, reference_embeds: np.ndarray, h: int, w: int
+) -> None:
     feed = transformer_inputs(reference_embeds[:1], h=h, w=w, seed=h * 10 + w)
     noise_pred = run_graph(tiny_models["fp32"], "transformer", "fp32", feed)
     assert noise_pred.shape == (1, h * w, 128)
@@ -163,18 +176,21 @@ def test_vae_fp32_matches_diffusers(tiny_models: dict[str, Path], pipe: Any) -> 
 Q4_BOUNDS = {"text_encoder": 0.35, "transformer": 0.12, "vae_decoder": 0.004}
 
 
-def test_quantized_graphs_within_measured_tolerance(tiny_models: dict[str, Path], pipe: Any, prompt_inputs: Any,
-                                                    reference_embeds: np.ndarray) -> None:
+def test_quantized_graphs_within_measured_tolerance(
+    tiny_models: dict[str, Path], pipe: Any, prompt_inputs: Any, reference_embeds: np.ndarray
+) -> None:
     ids, mask = prompt_inputs
     errors = {}
     embeds = run_graph(tiny_models["q4"], "text_encoder", "q4", {"input_ids": ids, "attention_mask": mask})
     errors["text_encoder"] = relative_error(embeds, reference_embeds)
     feed = transformer_inputs(reference_embeds[:1], h=4, w=4, seed=44)
-    errors["transformer"] = relative_error(run_graph(tiny_models["q4"], "transformer", "q4", feed),
-                                           reference_step(pipe, feed))
+    errors["transformer"] = relative_error(
+        run_graph(tiny_models["q4"], "transformer", "q4", feed), reference_step(pipe, feed)
+    )
     latents = vae_latents(seed=3)
-    errors["vae_decoder"] = relative_error(run_graph(tiny_models["q4"], "vae_decoder", "fp16", {"latents": latents}),
-                                           reference_decode(pipe, latents))
+    errors["vae_decoder"] = relative_error(
+        run_graph(tiny_models["q4"], "vae_decoder", "fp16", {"latents": latents}), reference_decode(pipe, latents)
+    )
     print("measured q4/fp16 error (max|err| / max|ref|):", {k: round(v, 5) for k, v in errors.items()})
     for component, error in errors.items():
         assert 0 < error < Q4_BOUNDS[component], (component, error)
@@ -200,23 +216,29 @@ def dequantized_fp32_graph(tiny_models: dict[str, Path], component: str) -> byte
     for node in q4.graph.node:
         if node.op_type == "MatMulNBits":
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            weight = dequantize_matmul_nbits(numpy_helper.to_array(q4_init[node.input[1]]),
-                                             numpy_helper.to_array(q4_init[node.input[2]]), attrs["K"], attrs["N"])
+            weight = dequantize_matmul_nbits(
+                numpy_helper.to_array(q4_init[node.input[1]]),
+                numpy_helper.to_array(q4_init[node.input[2]]),
+                attrs["K"],
+                attrs["N"],
+            )
             name = node.input[1].removesuffix("_Q4")
             target = next(t for t in fp32.graph.initializer if t.name == name)
             target.CopyFrom(numpy_helper.from_array(weight, name))
             replaced += 1
     for tensor in fp32.graph.initializer:
         if q4_init.get(tensor.name) is not None and q4_init[tensor.name].data_type == TensorProto.FLOAT16:
-            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(q4_init[tensor.name]).astype(np.float32),
-                                                    tensor.name))
+            tensor.CopyFrom(
+                numpy_helper.from_array(numpy_helper.to_array(q4_init[tensor.name]).astype(np.float32), tensor.name)
+            )
             replaced += 1
     assert replaced > 0
     return fp32.SerializeToString()
 
 
-def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(tiny_models: dict[str, Path], prompt_inputs: Any,
-                                                                 reference_embeds: np.ndarray) -> None:
+def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(
+    tiny_models: dict[str, Path], prompt_inputs: Any, reference_embeds: np.ndarray
+) -> None:
     ids, mask = prompt_inputs
     cases = {
         "text_encoder": {"input_ids": ids, "attention_mask": mask},
@@ -227,8 +249,9 @@ def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(tiny_models: di
     # and 0.0148 (text encoder, over 27 layers).
     bounds = {"level 0": 1e-5, "as saved": 0.02}
     for component, feed in cases.items():
-        session = ort.InferenceSession(dequantized_fp32_graph(tiny_models, component),
-                                       providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(
+            dequantized_fp32_graph(tiny_models, component), providers=["CPUExecutionProvider"]
+        )
         expected = session.run(None, feed)[0]
         saved = tiny_models["q4"] / repo.graph_path(component, "q4")
         graphs = {"level 0": at_accuracy_level(saved, 0), "as saved": str(saved)}
@@ -242,10 +265,18 @@ def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(tiny_models: di
 # ---------------------------------------------------------------------------------------------------
 # 3. The I/O contract and file rules, read from the saved graphs without their weights.
 
-GRAPHS = [("fp32", "text_encoder", "fp32"), ("fp32", "transformer", "fp32"), ("fp32", "vae_decoder", "fp32"),
-          ("fp32", "vae_encoder", "fp32"), ("q4", "text_encoder", "q4"), ("q4", "transformer", "q4"),
-          ("q4", "vae_decoder", "fp16"), ("q4", "vae_decoder", "fp32"), ("q4", "vae_encoder", "fp16"),
-          ("q4", "vae_encoder", "fp32")]
+GRAPHS = [
+    ("fp32", "text_encoder", "fp32"),
+    ("fp32", "transformer", "fp32"),
+    ("fp32", "vae_decoder", "fp32"),
+    ("fp32", "vae_encoder", "fp32"),
+    ("q4", "text_encoder", "q4"),
+    ("q4", "transformer", "q4"),
+    ("q4", "vae_decoder", "fp16"),
+    ("q4", "vae_decoder", "fp32"),
+    ("q4", "vae_encoder", "fp16"),
+    ("q4", "vae_encoder", "fp32"),
+]
 
 DTYPES = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64}
 
@@ -258,8 +289,10 @@ def load_structure(tiny_models: dict[str, Path], repo_name: str, component: str,
 def test_graph_io_contract(tiny_models: dict[str, Path], repo_name: str, component: str, variant: str) -> None:
     model = load_structure(tiny_models, repo_name, component, variant)
     joint_dim = 96  # 3 x the tiny text encoder's hidden size
-    for values, specs in ((model.graph.input, repo.CONTRACT[component][0]),
-                          (model.graph.output, repo.CONTRACT[component][1])):
+    for values, specs in (
+        (model.graph.input, repo.CONTRACT[component][0]),
+        (model.graph.output, repo.CONTRACT[component][1]),
+    ):
         assert [v.name for v in values] == [s.name for s in specs]
         for value, spec in zip(values, specs, strict=False):
             tensor_type = value.type.tensor_type
@@ -316,8 +349,9 @@ def test_q4_graph_precisions(tiny_models: dict[str, Path]) -> None:
     # Transformer: modulation and time-embedding MatMuls stay fp32, every other projection is q4.
     weights = {t.name for t in q4_transformer.graph.initializer}
     fp32_matmuls = [n.name for n in q4_transformer.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
-    assert fp32_matmuls and all("modulation" in n or "time_guidance_embed" in n or "norm_out" in n
-                                for n in fp32_matmuls), fp32_matmuls
+    assert fp32_matmuls and all(
+        "modulation" in n or "time_guidance_embed" in n or "norm_out" in n for n in fp32_matmuls
+    ), fp32_matmuls
     assert {"/m/proj_out/MatMul_Q4", "/m/x_embedder/MatMul_Q4"} <= {n.name for n in q4_transformer.graph.node}
     assert not manifest.graph("transformer", "q4").requires_f16
 
@@ -340,8 +374,11 @@ def test_q4_graph_precisions(tiny_models: dict[str, Path]) -> None:
     # pixel): in fp16 on a GPU their error grows with the image. They compute in fp32 between Casts.
     typed = onnx.shape_inference.infer_shapes(vae)
     elem = {v.name: v.type.tensor_type.elem_type for v in [*typed.graph.value_info, *typed.graph.input]}
-    sensitive = [n for n in vae.graph.node if n.op_type in ("InstanceNormalization", "Softmax")
-                 or (n.op_type == "MatMul" and "/query_blocks/" in n.name)]
+    sensitive = [
+        n
+        for n in vae.graph.node
+        if n.op_type in ("InstanceNormalization", "Softmax") or (n.op_type == "MatMul" and "/query_blocks/" in n.name)
+    ]
     assert {"InstanceNormalization", "Softmax", "MatMul"} <= {n.op_type for n in sensitive}
     assert sensitive and all(elem[n.input[0]] == TensorProto.FLOAT for n in sensitive)
     assert sum(elem.get(n.output[0]) == TensorProto.FLOAT16 for n in convs) == len(convs)
@@ -351,7 +388,11 @@ def test_q4_graph_precisions(tiny_models: dict[str, Path]) -> None:
     # The fp32 repo needs no shader-f16 anywhere.
     fp32_manifest = repo.load(tiny_models["fp32"])
     assert sorted({(g.component, g.variant) for g in fp32_manifest.graphs}) == [
-        ("text_encoder", "fp32"), ("transformer", "fp32"), ("vae_decoder", "fp32"), ("vae_encoder", "fp32")]
+        ("text_encoder", "fp32"),
+        ("transformer", "fp32"),
+        ("vae_decoder", "fp32"),
+        ("vae_encoder", "fp32"),
+    ]
     assert not any(g.requires_f16 for g in fp32_manifest.graphs)
     for component in (*repo.COMPONENTS, *repo.OPTIONAL_COMPONENTS):
         model = load_structure(tiny_models, "fp32", component, "fp32")

@@ -60,12 +60,25 @@ def test_editing_sampling_helpers_match_torch(tmp_path: Path) -> None:
         (tmp_path / f"{name}.bin").write_bytes(array.tobytes())
     for i, (h, w, _, _) in enumerate(planes):
         (tmp_path / f"plane_{i}.bin").write_bytes((rng.random((h, w)) > 0.5).astype(np.float32).tobytes())
-    (tmp_path / "cases.json").write_text(json.dumps({"grids": grids, "strengths": strengths, "sigma": float(sigma),
-                                                      "channels": channels, "planes": planes}))
+    (tmp_path / "cases.json").write_text(
+        json.dumps(
+            {"grids": grids, "strengths": strengths, "sigma": float(sigma), "channels": channels, "planes": planes}
+        )
+    )
     (tmp_path / "run.mjs").write_text(SCRIPT)
-    result = subprocess.run([str(find_node().node), str(tmp_path / "run.mjs"), (SRC / "latents.js").as_uri(),
-                             (SRC.parent / "shared" / "inpaint.js").as_uri(), str(tmp_path)],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [
+            str(find_node().node),
+            str(tmp_path / "run.mjs"),
+            (SRC / "latents.js").as_uri(),
+            (SRC.parent / "shared" / "inpaint.js").as_uri(),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads((tmp_path / "out.json").read_text())
 

@@ -14,8 +14,9 @@ LINTED = ("builder", "tests", "scripts", "setup.py")
 
 
 def run(*args: str, cwd: Path = ROOT, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def test_ruff_finds_nothing() -> None:
@@ -26,8 +27,11 @@ def test_ruff_finds_nothing() -> None:
 def test_ruff_rules_catch_a_violation(tmp_path: Path) -> None:
     """The project's configuration, not ruff's defaults: bugbear and isort rules fire on a bad file."""
     bad = tmp_path / "bad.py"
-    bad.write_text("import sys\nimport os\n\n\ndef pairs(a: list[int], b: list[int]) -> list[tuple[int, int]]:\n"
-                   "    return list(zip(a, b))\n", encoding="utf-8")
+    bad.write_text(
+        "import sys\nimport os\n\n\ndef pairs(a: list[int], b: list[int]) -> list[tuple[int, int]]:\n"
+        "    return list(zip(a, b))\n",
+        encoding="utf-8",
+    )
     result = run("ruff", "check", "--no-cache", "--config", str(PYPROJECT), str(bad), cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     for code in ("F401", "I001", "B905"):

@@ -30,8 +30,16 @@ class GroupNorm(OpRun):
 
     op_domain = "com.microsoft"
 
-    def _run(self, x: Any, gamma: Any, beta: Any, activation: int = 0, channels_last: int = 1,  # type: ignore[override]
-             epsilon: float = 1e-5, groups: int = 1) -> tuple[Any]:
+    def _run(
+        self,
+        x: Any,
+        gamma: Any,
+        beta: Any,
+        activation: int = 0,
+        channels_last: int = 1,  # type: ignore[override]
+        epsilon: float = 1e-5,
+        groups: int = 1,
+    ) -> tuple[Any]:
         assert channels_last == 1
         n, c = x.shape[0], x.shape[-1]
         grouped = x.astype(np.float32).reshape(n, -1, groups, c // groups)
@@ -55,9 +63,14 @@ def test_fused_graph_decodes_what_the_exported_one_does(tiny_models: dict[str, P
     assert fuse_group_norms(model, data_dir=folder) == norms > 0
     ops = {node.op_type for node in model.graph.node}
     assert "InstanceNormalization" not in ops and "GroupNorm" in ops
-    activations = [next(a.i for a in node.attribute if a.name == "activation") for node in model.graph.node
-                   if node.op_type == "GroupNorm"]
-    assert activations.count(0) == 1 and activations.count(1) == norms - 1, activations  # only the attention's has no SiLU
+    activations = [
+        next(a.i for a in node.attribute if a.name == "activation")
+        for node in model.graph.node
+        if node.op_type == "GroupNorm"
+    ]
+    assert activations.count(0) == 1 and activations.count(1) == norms - 1, (
+        activations
+    )  # only the attention's has no SiLU
     onnx.load_external_data_for_model(model, str(folder))
     fused = ReferenceEvaluator(model, new_ops=[GroupNorm])
     latents = np.random.default_rng(0).standard_normal((1, 128, 3, 2)).astype(np.float32)

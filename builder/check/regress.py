@@ -82,18 +82,31 @@ def main(options: RegressOptions, *, log: Log) -> int:
 
     # 2. The browser.
     browser_path = Path(options.browser_path) if options.browser_path else None
-    session = BrowserSession(executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed,
-                             f16_toggle=options.f16_toggle)
+    session = BrowserSession(
+        executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed, f16_toggle=options.f16_toggle
+    )
     session.version = check_browser(session.executable)
 
     # 3. + 4. + 5. Serve, launch once, run every case in the same browser.
     dist_dir = site(options.dist_dir, log=log)
     reports: list[CaseReport] = []
-    with serving(dist_dir, models_dir, log=log, models_manifest=repo) as base_url, launched(session, log=log, profile=options.profile):
+    with (
+        serving(dist_dir, models_dir, log=log, models_manifest=repo) as base_url,
+        launched(session, log=log, profile=options.profile),
+    ):
         session.adapter = probe_adapter(session, base_url)
         for case in cases:
-            reports.append(_run_one(session, case, references.get(case.name), models_dir=models_dir,
-                                    base_url=base_url, timeout_s=options.timeout_s, log=log))
+            reports.append(
+                _run_one(
+                    session,
+                    case,
+                    references.get(case.name),
+                    models_dir=models_dir,
+                    base_url=base_url,
+                    timeout_s=options.timeout_s,
+                    log=log,
+                )
+            )
 
     # 6. Report and verdict.
     single = len(cases) == 1
@@ -104,8 +117,9 @@ def main(options: RegressOptions, *, log: Log) -> int:
     report_folder.mark(report_dir)
     write_browser_log(report_dir, session.log)  # before any report.json, which each folder gets last
     for report in reports:
-        write_case_report(report_dir if single else report_dir / report.name, report, browser=browser,
-                          adapter=session.adapter)
+        write_case_report(
+            report_dir if single else report_dir / report.name, report, browser=browser, adapter=session.adapter
+        )
     if not single:
         write_run_report(report_dir, reports, browser=browser, adapter=session.adapter)
     for line in summary_lines(reports, browser=browser, adapter=session.adapter, report_dir=report_dir):
@@ -118,8 +132,16 @@ def main(options: RegressOptions, *, log: Log) -> int:
     return code
 
 
-def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *, models_dir: Path, base_url: str,
-             timeout_s: float, log: Log) -> CaseReport:
+def _run_one(
+    session: BrowserSession,
+    case: Case,
+    reference: Reference | None,
+    *,
+    models_dir: Path,
+    base_url: str,
+    timeout_s: float,
+    log: Log,
+) -> CaseReport:
     """One case, start to verdict; a problem of this case never stops the others."""
     report = CaseReport(name=case.name, parameters=case.parameters(), reference=reference)
     report.app = run = AppRun()
@@ -127,8 +149,9 @@ def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *
         run_case(session, case, run, base_url=base_url, timeout_s=timeout_s, log=log)
         assert run.image is not None  # run_case either downloaded an image or raised
         if report.reference is None:
-            report.reference = _cpu_reference(case, models_dir=models_dir, app_graphs=run.result_info.get("graphs"),
-                                              log=log)
+            report.reference = _cpu_reference(
+                case, models_dir=models_dir, app_graphs=run.result_info.get("graphs"), log=log
+            )
         report.comparison = compare(run.image, report.reference.image, psnr_min=case.psnr_min)
         report.verdict, report.reason = report.comparison.verdict, report.comparison.reason
     except AppReportedDegenerate as exc:
@@ -162,17 +185,34 @@ def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -
     """builder.pipeline.reference for the case's parameters, pinned to the graph variants the app ran (when it said)."""
     from builder.pipeline import reference  # onnxruntime + tokenizers: only loaded when a CPU reference is asked for
 
-    variants = {component: graph["variant"] for component, graph in (app_graphs or {}).items()
-                if component in (*manifest.COMPONENTS, *manifest.OPTIONAL_COMPONENTS) and isinstance(graph, dict)
-                and isinstance(graph.get("variant"), str)}
-    log(f"[{case.name}] reference: running the pipeline on onnxruntime CPU "
-        f"({', '.join(f'{c} {v}' for c, v in variants.items()) or 'default variants'}) ...")
+    variants = {
+        component: graph["variant"]
+        for component, graph in (app_graphs or {}).items()
+        if component in (*manifest.COMPONENTS, *manifest.OPTIONAL_COMPONENTS)
+        and isinstance(graph, dict)
+        and isinstance(graph.get("variant"), str)
+    }
+    log(
+        f"[{case.name}] reference: running the pipeline on onnxruntime CPU "
+        f"({', '.join(f'{c} {v}' for c, v in variants.items()) or 'default variants'}) ..."
+    )
     started = time.perf_counter()
-    result = reference.generate(models_dir, prompt=case.prompt, seed=case.seed, width=case.width,
-                                height=case.height, steps=case.steps, log=log, variants=variants or None,
-                                images=case.images, mask=case.mask, strength=case.strength_or_default)
-    return Reference(source="cpu", image=result.image, seconds=time.perf_counter() - started,
-                     variants=dict(result.variants))
+    result = reference.generate(
+        models_dir,
+        prompt=case.prompt,
+        seed=case.seed,
+        width=case.width,
+        height=case.height,
+        steps=case.steps,
+        log=log,
+        variants=variants or None,
+        images=case.images,
+        mask=case.mask,
+        strength=case.strength_or_default,
+    )
+    return Reference(
+        source="cpu", image=result.image, seconds=time.perf_counter() - started, variants=dict(result.variants)
+    )
 
 
 def site(dist_dir: Path | None, *, log: Log) -> Path:
@@ -180,8 +220,10 @@ def site(dist_dir: Path | None, *, log: Log) -> Path:
     with: the server points the app at /models/ anyway)."""
     if dist_dir is not None:
         if not (Path(dist_dir) / "index.html").is_file():
-            raise RegressionError(f"--dist {dist_dir} holds no built app (no index.html); run `klein-web build --out "
-                                  f"{dist_dir}` first, or leave --dist out to build dist/.")
+            raise RegressionError(
+                f"--dist {dist_dir} holds no built app (no index.html); run `klein-web build --out "
+                f"{dist_dir}` first, or leave --dist out to build dist/."
+            )
         return Path(dist_dir)
     record = bundle.read_record(DEFAULT_DIST) or {}
     if has_web_src():  # else an installed wheel: its packaged app, as built
@@ -190,8 +232,14 @@ def site(dist_dir: Path | None, *, log: Log) -> Path:
 
 
 @contextlib.contextmanager
-def serving(dist_dir: Path, models_dir: Path, *, log: Log, models_manifest: manifest.Manifest | None = None,
-            middleware: Callable[[Any], Any] | None = None) -> Iterator[str]:
+def serving(
+    dist_dir: Path,
+    models_dir: Path,
+    *,
+    log: Log,
+    models_manifest: manifest.Manifest | None = None,
+    middleware: Callable[[Any], Any] | None = None,
+) -> Iterator[str]:
     """The real server app (builder.site.server) in a thread on a free loopback port; yields its URL.
 
     `middleware` wraps the ASGI app (the browser benchmark counts the model bytes sent through it)."""

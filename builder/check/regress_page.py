@@ -87,8 +87,13 @@ class BrowserSession:
         return f"Chromium exited during the run: {exit_cause(self.read_log())}"
 
     def describe(self) -> dict[str, Any]:
-        return {"executable": str(self.executable), "version": self.version, "launches": self.launches,
-                "mode": "gpu" if self.gpu else "software", "headed": self.headed}
+        return {
+            "executable": str(self.executable),
+            "version": self.version,
+            "launches": self.launches,
+            "mode": "gpu" if self.gpu else "software",
+            "headed": self.headed,
+        }
 
 
 @contextlib.contextmanager
@@ -103,12 +108,20 @@ def launched(session: BrowserSession, *, log: Log, profile: Path | None = None) 
     with sync_playwright() as playwright, contextlib.ExitStack() as stack:
         if profile is None:
             profile = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-profile-")))
-        session.log_file = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-log-"))) / "chromium.log"
+        session.log_file = (
+            Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-log-"))) / "chromium.log"
+        )
         stack.callback(session.read_log)  # runs before the folder goes, after the browser closed
         try:
-            session.context = launch_persistent(playwright, Path(profile), executable=session.executable,
-                                                headed=session.headed, gpu=session.gpu,
-                                                f16_toggle=session.f16_toggle, log_file=session.log_file)
+            session.context = launch_persistent(
+                playwright,
+                Path(profile),
+                executable=session.executable,
+                headed=session.headed,
+                gpu=session.gpu,
+                f16_toggle=session.f16_toggle,
+                log_file=session.log_file,
+            )
         except PlaywrightError as exc:
             raise RegressionError(f"could not launch {session.executable} as Chromium: {first_line(exc)}") from exc
         session.launches += 1
@@ -148,8 +161,11 @@ def check_adapter(adapter: dict[str, Any], *, gpu: bool, executable: Path) -> No
     hours and its timings would mean nothing, so that is a could-not-run, not a slow pass.
     """
     if "error" in adapter:
-        fix = ("check chrome://gpu, install libvulkan1 and the GPU vendor's Vulkan driver, or use --software"
-               if gpu else "this Chromium build may lack SwiftShader; try another --browser, or --gpu on a GPU machine")
+        fix = (
+            "check chrome://gpu, install libvulkan1 and the GPU vendor's Vulkan driver, or use --software"
+            if gpu
+            else "this Chromium build may lack SwiftShader; try another --browser, or --gpu on a GPU machine"
+        )
         raise RegressionError(f"no WebGPU adapter in {executable} ({adapter['error']}): {fix}.")
     software = adapter.get("isFallbackAdapter") or str(adapter.get("architecture", "")).lower() == "swiftshader"
     if gpu and software:
@@ -200,8 +216,9 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
             # {timings: per-stage ms, graphs: variant + EP per component, notes, prompt: token counts}
             run.timings = result_info.pop("timings", None)
             run.result_info = result_info
-        run.capabilities = (read_json_attribute(page, "#capabilities")
-                            or {"text": " ".join((page.text_content("#capabilities") or "").split())})
+        run.capabilities = read_json_attribute(page, "#capabilities") or {
+            "text": " ".join((page.text_content("#capabilities") or "").split())
+        }
         if state == "rejected":
             run.app_error = app_error(page)[1]
             raise CaseCouldNotRun(f"the app rejected the settings: {run.app_error}")
@@ -225,8 +242,10 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
             session.exited = True
             raise CaseCouldNotRun(session.exit_reason()) from exc
         if crashed:
-            raise CaseCouldNotRun("the page crashed (its renderer process died: out of memory, or a GPU driver fault); "
-                                  "Chromium's log is browser.log in the report folder") from exc
+            raise CaseCouldNotRun(
+                "the page crashed (its renderer process died: out of memory, or a GPU driver fault); "
+                "Chromium's log is browser.log in the report folder"
+            ) from exc
         raise CaseCouldNotRun(f"driving the page failed: {first_line(exc)}") from exc
     finally:
         run.seconds = time.perf_counter() - started
@@ -310,8 +329,10 @@ def fill_images(page: Any, case: Case) -> None:
         _wait_read(page, "mask", case.mask.name)
         page.evaluate(SET_VALUE_JS, ["#strength", repr(case.strength_or_default)])
         if float(page.input_value("#strength")) != case.strength_or_default:
-            raise RegressionError(f"the strength slider does not take {case.strength_or_default} (its step is "
-                                  f"{page.get_attribute('#strength', 'step')}); use a multiple of it")
+            raise RegressionError(
+                f"the strength slider does not take {case.strength_or_default} (its step is "
+                f"{page.get_attribute('#strength', 'step')}); use a multiple of it"
+            )
     if references:
         page.set_input_files("#reference-files", [str(path) for path in references])
         _wait_read(page, "references", len(references))
@@ -355,9 +376,11 @@ def wait_settled(page: Any, case: Case, *, timeout_s: float, log: Log) -> str:
             log(f"[{case.name}] {status}")
             last_status = status
         if time.monotonic() > deadline:
-            raise CaseCouldNotRun(f"timed out after {timeout_s:g} s waiting for the image "
-                                  f"(last status: {last_status!r}); "
-                                  "raise --timeout for slow (software) adapters")
+            raise CaseCouldNotRun(
+                f"timed out after {timeout_s:g} s waiting for the image "
+                f"(last status: {last_status!r}); "
+                "raise --timeout for slow (software) adapters"
+            )
 
 
 def read_json_attribute(page: Any, selector: str) -> Any:

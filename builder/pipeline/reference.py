@@ -54,8 +54,13 @@ REQUIRED_SCHEDULER = {
     "time_shift_type": "exponential",
     "num_train_timesteps": sampling.NUM_TRAIN_TIMESTEPS,
 }
-UNSUPPORTED_SCHEDULER_FLAGS = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
-                               "stochastic_sampling")
+UNSUPPORTED_SCHEDULER_FLAGS = (
+    "use_karras_sigmas",
+    "use_exponential_sigmas",
+    "use_beta_sigmas",
+    "invert_sigmas",
+    "stochastic_sampling",
+)
 
 DEFAULT_STRENGTH = limits.STRENGTH_DEFAULT
 
@@ -159,18 +164,24 @@ def generate(
         if plan.strength is not None:
             sampling.inpaint_start(steps, plan.strength)  # a strength that leaves no step fails now, not later
         for info in plan.images:
-            log(f"reference: input {info.name} {info.width}x{info.height} used at {info.used_width}x"
-                f"{info.used_height} ({info.tokens} tokens)")
+            log(
+                f"reference: input {info.name} {info.width}x{info.height} used at {info.used_width}x"
+                f"{info.used_height} ({info.tokens} tokens)"
+            )
 
     # 2. Load models: the graph of each component, its files checked before any session exists
     with _stage("load", seconds, log):
         repo = local.open_folder(model_dir, log=log)
         components = manifest.COMPONENTS + (("vae_encoder",) if plan.mode != "text" else ())
-        graphs = {component: choose_graph(repo, component, (variants or {}).get(component)) for component in
-                  components}
-        capacity.check_size(graphs["transformer"], width, height, reference_tokens=plan.reference_tokens,
-                            encoder_runs=plan.encoder_runs,
-                            encoder_blocks=graphs["vae_encoder"].attention_query_blocks if plan.encoder_runs else 1)
+        graphs = {component: choose_graph(repo, component, (variants or {}).get(component)) for component in components}
+        capacity.check_size(
+            graphs["transformer"],
+            width,
+            height,
+            reference_tokens=plan.reference_tokens,
+            encoder_runs=plan.encoder_runs,
+            encoder_blocks=graphs["vae_encoder"].attention_query_blocks if plan.encoder_runs else 1,
+        )
         verify_repo(model_dir, repo, graphs, log=log)
         check_scheduler_config(model_dir)
         log("reference: graphs " + ", ".join(f"{g.path}" for g in graphs.values()))
@@ -207,8 +218,11 @@ def generate(
         latent_ids = sampling.prepare_latent_ids(latent_h, latent_w)  # [h*w, 4]
         # Each image of each run, in order, gets its own time coordinate (sampling.prepare_image_ids).
         per_image = [latent[k : k + 1] for latent in conditioning for k in range(latent.shape[0])]
-        condition_tokens = (np.concatenate([sampling.pack_latents(x) for x in per_image], axis=1) if per_image
-                            else np.zeros((1, 0, 128), dtype=np.float32))  # [1, R, 128]
+        condition_tokens = (
+            np.concatenate([sampling.pack_latents(x) for x in per_image], axis=1)
+            if per_image
+            else np.zeros((1, 0, 128), dtype=np.float32)
+        )  # [1, R, 128]
         condition_ids = sampling.prepare_image_ids([(x.shape[2], x.shape[3]) for x in per_image])  # [R, 4]
         img_ids = np.concatenate([latent_ids, condition_ids], axis=0)
         source_tokens = mask_tokens = None  # inpainting only
@@ -232,18 +246,24 @@ def generate(
         count = latents.shape[1]
         for i, t in enumerate(timesteps):
             step_start = time.perf_counter()
-            (noise_pred,) = session.run(["noise_pred"], {
-                "hidden_states": np.concatenate([latents, condition_tokens], axis=1) if per_image else latents,
-                "encoder_hidden_states": prompt_embeds,
-                "timestep": sampling.model_timestep(t),  # f32(t / 1000), as the pipeline passes it
-                "img_ids": img_ids,
-                "txt_ids": text_ids,
-            })
+            (noise_pred,) = session.run(
+                ["noise_pred"],
+                {
+                    "hidden_states": np.concatenate([latents, condition_tokens], axis=1) if per_image else latents,
+                    "encoder_hidden_states": prompt_embeds,
+                    "timestep": sampling.model_timestep(t),  # f32(t / 1000), as the pipeline passes it
+                    "img_ids": img_ids,
+                    "txt_ids": text_ids,
+                },
+            )
             latents = sampling.euler_step(latents, noise_pred[:, :count], sigmas[i], sigmas[i + 1])
             if source_tokens is not None and mask_tokens is not None:
                 # Outside the mask the source, noised to the next step's sigma (none after the last step).
-                proper = (source_tokens if i == len(timesteps) - 1
-                          else sampling.scale_noise(source_tokens, sigmas[i + 1], noise_tokens))
+                proper = (
+                    source_tokens
+                    if i == len(timesteps) - 1
+                    else sampling.scale_noise(source_tokens, sigmas[i + 1], noise_tokens)
+                )
                 latents = sampling.blend(proper, latents, mask_tokens)
             log(f"reference: step {i + 1}/{len(timesteps)} (t={float(t):.3f}) {time.perf_counter() - step_start:.2f} s")
 
@@ -296,12 +316,29 @@ def generate_png(
     """`generate()` and write the image to OUT as PNG with tEXt metadata (atomically)."""
     # Before the pipeline: a folder, a device or an unwritable place must not cost a whole run.
     check_output_file(Path(out), what="--out")
-    result = generate(model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=steps, log=log,
-                      images=images, mask=mask, strength=strength)
+    result = generate(
+        model_dir,
+        prompt=prompt,
+        seed=seed,
+        width=width,
+        height=height,
+        steps=steps,
+        log=log,
+        images=images,
+        mask=mask,
+        strength=strength,
+    )
     text = imaging.png_text(
-        prompt=prompt, seed=seed, steps=steps, width=result.width, height=result.height, model=result.model,
-        mode=result.mode, images=[info.metadata_line() for info in result.images],
-        mask=result.mask.metadata_line() if result.mask else None, strength=result.strength,
+        prompt=prompt,
+        seed=seed,
+        steps=steps,
+        width=result.width,
+        height=result.height,
+        model=result.model,
+        mode=result.mode,
+        images=[info.metadata_line() for info in result.images],
+        mask=result.mask.metadata_line() if result.mask else None,
+        strength=result.strength,
     )
     imaging.write_png(Path(out), result.image, text=text)
     log(f"reference: wrote {out}")
@@ -322,9 +359,16 @@ def check_inputs(*, prompt: str, seed: int, width: int, height: int, steps: int)
     limits.check_seed(seed)
 
 
-def plan_inputs(files: Sequence[inputs.InputFile], mask: inputs.InputFile | None, *, width: int | None,
-                height: int | None, strength: float) -> InputPlan:
+def plan_inputs(
+    files: Sequence[inputs.InputFile],
+    mask: inputs.InputFile | None,
+    *,
+    width: int | None,
+    height: int | None,
+    strength: float,
+) -> InputPlan:
     """The mode, the output size and each input's used size and tokens, as the pipelines will use them."""
+
     def info(item: inputs.InputFile, used: tuple[int, int], *, tokens: bool = True) -> InputInfo:
         count = (used[0] // limits.SIZE_MULTIPLE) * (used[1] // limits.SIZE_MULTIPLE) if tokens else 0
         return InputInfo(item.name, item.sha256, item.width, item.height, used[0], used[1], count)
@@ -337,26 +381,41 @@ def plan_inputs(files: Sequence[inputs.InputFile], mask: inputs.InputFile | None
         # Flux2KleinPipeline: `height = height or image_height` for the first image, each side on its own.
         used = [limits.input_image_size(item.width, item.height) for item in files]
         if (width is None or height is None) and not all(limits.side_allowed(side) for side in used[0]):
-            raise InputError(f"Reference image 1 ({files[0].name}) is used at {used[0][0]}x{used[0][1]}, beyond the "
-                             f"{limits.SIZE_MAX} pixels an output side may have; pass --size for the output.")
-        return InputPlan("edit", width or used[0][0], height or used[0][1],
-                         images=tuple(info(item, size) for item, size in zip(files, used, strict=True)),
-                         encoder_runs=tuple((1, w, h) for w, h in used))
+            raise InputError(
+                f"Reference image 1 ({files[0].name}) is used at {used[0][0]}x{used[0][1]}, beyond the "
+                f"{limits.SIZE_MAX} pixels an output side may have; pass --size for the output."
+            )
+        return InputPlan(
+            "edit",
+            width or used[0][0],
+            height or used[0][1],
+            images=tuple(info(item, size) for item, size in zip(files, used, strict=True)),
+            encoder_runs=tuple((1, w, h) for w, h in used),
+        )
     # Flux2KleinInpaintPipeline ignores a height/width it is given and uses the image's; asking for another
     # size is a mistake worth a message, not a silent change.
     source_size = limits.input_image_size(files[0].width, files[0].height)
     if (width is not None and width != source_size[0]) or (height is not None and height != source_size[1]):
-        raise InputError(f"Inpainting keeps the size of the image to inpaint: {files[0].name} is used at "
-                         f"{source_size[0]}x{source_size[1]}, but --size {width}x{height} was asked; leave --size out.")
+        raise InputError(
+            f"Inpainting keeps the size of the image to inpaint: {files[0].name} is used at "
+            f"{source_size[0]}x{source_size[1]}, but --size {width}x{height} was asked; leave --size out."
+        )
     if not all(limits.side_allowed(side) for side in source_size):
-        raise InputError(f"The image to inpaint ({files[0].name}) is used at {source_size[0]}x{source_size[1]}, beyond "
-                         f"the {limits.SIZE_MAX} pixels an output side may have; crop it first.")
+        raise InputError(
+            f"The image to inpaint ({files[0].name}) is used at {source_size[0]}x{source_size[1]}, beyond "
+            f"the {limits.SIZE_MAX} pixels an output side may have; crop it first."
+        )
     references = files[1:]
     reference_size = inputs.inpaint_reference_size(references) if references else (0, 0)
     runs = [(1, *source_size)] + ([(len(references), *reference_size)] if references else [])
-    return InputPlan("inpaint", *source_size,
-                     images=(info(files[0], source_size), *(info(item, reference_size) for item in references)),
-                     mask=info(mask, source_size, tokens=False), strength=strength, encoder_runs=tuple(runs))
+    return InputPlan(
+        "inpaint",
+        *source_size,
+        images=(info(files[0], source_size), *(info(item, reference_size) for item in references)),
+        mask=info(mask, source_size, tokens=False),
+        strength=strength,
+        encoder_runs=tuple(runs),
+    )
 
 
 def prepare_images(plan: InputPlan, files: Sequence[inputs.InputFile]) -> Iterator[np.ndarray]:
@@ -391,16 +450,18 @@ def choose_graph(repo: manifest.Manifest, component: str, pinned: str | None) ->
     )
 
 
-def verify_repo(model_dir: Path, repo: manifest.Manifest, graphs: Mapping[str, manifest.GraphEntry], *,
-                log: Callable[[str], None]) -> None:
+def verify_repo(
+    model_dir: Path, repo: manifest.Manifest, graphs: Mapping[str, manifest.GraphEntry], *, log: Callable[[str], None]
+) -> None:
     """Sizes and sha256 of every file we will read, so a corrupt file fails here, not as a different image."""
     paths = [path for graph in graphs.values() for path in graph.files()]
     others = [*manifest.TOKENIZER_FILES, *manifest.OPTIONAL_TOKENIZER_FILES, manifest.SCHEDULER_CONFIG]
     verify.check_files(model_dir, repo, paths + [p for p in others if p in repo.files], log=log)
     for rel in (*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG):
         if not (model_dir / rel).is_file():
-            raise ModelRepoError(f"Model file {model_dir / rel} is missing. Run `klein-web fetch` again to "
-                                 "complete it.")
+            raise ModelRepoError(
+                f"Model file {model_dir / rel} is missing. Run `klein-web fetch` again to complete it."
+            )
 
 
 def check_scheduler_config(model_dir: Path) -> None:

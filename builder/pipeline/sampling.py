@@ -101,9 +101,20 @@ def _fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 _F32 = np.float32
 # Constants of aten/src/ATen/native/cpu/avx_mathfun.h, rounded to float32 as the header's float arrays are.
 _SQRTHF = _F32(0.707106781186547524)
-_LOG_P = [_F32(v) for v in (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
-                            1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
-                            3.3333331174e-1)]
+_LOG_P = [
+    _F32(v)
+    for v in (
+        7.0376836292e-2,
+        -1.1514610310e-1,
+        1.1676998740e-1,
+        -1.2420140846e-1,
+        1.4249322787e-1,
+        -1.6668057665e-1,
+        2.0000714765e-1,
+        -2.4999993993e-1,
+        3.3333331174e-1,
+    )
+]
 _LOG_Q1 = _F32(-2.12194440e-4)
 _LOG_Q2 = _F32(0.693359375)
 _MINUS_DP = (_F32(-0.78515625), _F32(-2.4187564849853515625e-4), _F32(-3.77489497744594108e-8))
@@ -358,8 +369,10 @@ def inpaint_start(num_steps: int, strength: float) -> int:
     init_timestep = min(num_steps * strength, num_steps)
     t_start = int(max(num_steps - init_timestep, 0))
     if num_steps - t_start < 1:
-        raise InputError(f"`strength` {strength} leaves no denoising step of {num_steps}: inpainting runs "
-                         f"strength x steps of them; raise the strength or the steps.")
+        raise InputError(
+            f"`strength` {strength} leaves no denoising step of {num_steps}: inpainting runs "
+            f"strength x steps of them; raise the strength or the steps."
+        )
     return t_start
 
 

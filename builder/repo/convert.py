@@ -76,8 +76,12 @@ from builder.repo.verify import describe_files
 PRECISIONS = ("q4", "q4f16", "fp32")
 COMPONENT_ORDER = ("text_encoder", "transformer", "vae_decoder", "vae_encoder")
 # The SRC subfolder each component is converted from, and the folders copied unchanged.
-SOURCE_FOLDER = {"text_encoder": "text_encoder", "transformer": "transformer", "vae_decoder": "vae",
-                 "vae_encoder": "vae"}
+SOURCE_FOLDER = {
+    "text_encoder": "text_encoder",
+    "transformer": "transformer",
+    "vae_decoder": "vae",
+    "vae_encoder": "vae",
+}
 # The VAE's halves: small convolutional graphs kept in fp32 and fp16 instead of q4.
 VAE_COMPONENTS = ("vae_decoder", "vae_encoder")
 COPIED_FOLDERS = ("tokenizer", "scheduler")
@@ -174,14 +178,18 @@ def convert(
         saved: list[SavedGraph] = []
         module: Any = None
         for index, component in enumerate(COMPONENT_ORDER):
-            cap = (max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
-                   if isinstance(max_data_file_bytes, Mapping) else max_data_file_bytes)
+            cap = (
+                max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
+                if isinstance(max_data_file_bytes, Mapping)
+                else max_data_file_bytes
+            )
             if module is None:
                 module = prepared.take_skeleton() if component == "transformer" else None
             if module is None:
                 module = load_skeleton(src, component, log=log)
-            graphs = write_graphs(exporter(component, module), component, precision, stage,
-                                  max_data_file_bytes=cap, log=log)
+            graphs = write_graphs(
+                exporter(component, module), component, precision, stage, max_data_file_bytes=cap, log=log
+            )
             if component == "transformer" and merged:
                 # The merged weights as stored, before anything at OUT is replaced (size classes share them).
                 for graph in {graph.variant: graph for graph in graphs}.values():
@@ -200,7 +208,7 @@ def convert(
         manifest = Manifest(
             source=f"{model_index.get('_class_name', 'diffusers pipeline')} ({src.resolve().name})",
             converter=f"klein-web {__version__} convert --precision {precision}"
-                      + "".join(f" --lora {entry.file}:{entry.scale!r}" for entry in merged),
+            + "".join(f" --lora {entry.file}:{entry.scale!r}" for entry in merged),
             files=describe_files(stage, [name for graph in entries for name in graph.files()] + copied),
             graphs=entries,
             loras=merged,
@@ -234,8 +242,10 @@ def prepare_loras(src: Path, specs: Sequence[lora.LoraSpec], *, log: Callable[[s
     loras = []
     for spec in specs:
         loaded = lora.load(spec, log=log)
-        log(f"LoRA {spec.path}: {loaded.format} format, {len(loaded.pairs)} layer(s), scale {spec.scale:g}, "
-            f"sha256 {loaded.sha256[:12]}")
+        log(
+            f"LoRA {spec.path}: {loaded.format} format, {len(loaded.pairs)} layer(s), scale {spec.scale:g}, "
+            f"sha256 {loaded.sha256[:12]}"
+        )
         loras.append(loaded)
     skeleton = load_skeleton(src, "transformer", log=log)
     count = lora.merge(skeleton, loras)
@@ -298,8 +308,10 @@ def load_skeleton(src: Path, component: str, *, log: Callable[[str], None]) -> A
         raise
     except (TypeError, ValueError, KeyError, AttributeError, OSError, OverflowError) as exc:
         # A hand-edited config.json (`"num_layers": "x"`) fails deep inside transformers/diffusers.
-        raise ConversionError(f"{folder}: its config cannot build a {component} ({type(exc).__name__}: {exc}). "
-                              "Check config.json against the original checkpoint's.") from exc
+        raise ConversionError(
+            f"{folder}: its config cannot build a {component} ({type(exc).__name__}: {exc}). "
+            "Check config.json against the original checkpoint's."
+        ) from exc
 
 
 def _skeleton(folder: Path, component: str, checkpoint: Any, build_skeleton: Any) -> Any:
@@ -334,8 +346,9 @@ def exporter(component: str, module: Any) -> Export:
     return lambda _placement: export_vae(module)
 
 
-def write_graphs(export: Export, component: str, precision: str, stage: Path, *, max_data_file_bytes: int,
-                 log: Callable[[str], None]) -> list[SavedGraph]:
+def write_graphs(
+    export: Export, component: str, precision: str, stage: Path, *, max_data_file_bytes: int, log: Callable[[str], None]
+) -> list[SavedGraph]:
     """Export one component and write the graphs a `precision` repo holds into stage/component/.
 
     Each graph is built with its weights stored as they are read (fp32, or quantised to q4 on the fly),
@@ -350,11 +363,14 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
     def save(variant: str, model: onnx.ModelProto, **flags: Any) -> Path:
         nonlocal start_rss
         names = _save_component(model, stage, component, variant, max_data_file_bytes=max_data_file_bytes, log=log)
-        saved.append(SavedGraph(component, variant, names, attention_query_blocks=recorded_query_blocks(model),
-                                **flags))
+        saved.append(
+            SavedGraph(component, variant, names, attention_query_blocks=recorded_query_blocks(model), **flags)
+        )
         size = graph_bytes(stage, saved[-1].entry())
-        log(f"  {component}_{variant}: {gigabytes(size)}, peak RSS while building it {gigabytes(peak_rss_bytes())} "
-            f"(the process held {gigabytes(start_rss)} before)")
+        log(
+            f"  {component}_{variant}: {gigabytes(size)}, peak RSS while building it {gigabytes(peak_rss_bytes())} "
+            f"(the process held {gigabytes(start_rss)} before)"
+        )
         start_rss = reset_peak_rss()
         return stage / graph_path(component, variant)
 
@@ -377,12 +393,14 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
         from builder.repo.export_text_encoder import embedding_table_name
         from builder.repo.quantize import cast_fp16_embedding, q4_placement
 
-        model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL,
-                                    fp16_tables=lambda graph: [embedding_table_name(graph)[1]]))
+        model = export(
+            q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, fp16_tables=lambda graph: [embedding_table_name(graph)[1]])
+        )
         gather_name, table_name = embedding_table_name(model)
-        flags = {"requires_f16": True,
-                 "cpu_nodes_without_f16": tuple(cast_fp16_embedding(model, gather_name=gather_name,
-                                                                  table_name=table_name))}
+        flags = {
+            "requires_f16": True,
+            "cpu_nodes_without_f16": tuple(cast_fp16_embedding(model, gather_name=gather_name, table_name=table_name)),
+        }
     else:
         from builder.repo.export_transformer import q4_excluded_nodes
         from builder.repo.quantize import q4_placement
@@ -421,10 +439,19 @@ def write_size_classes(saved: list[SavedGraph], stage: Path, *, log: Callable[[s
             apply_query_blocks(model, query_blocks=blocks, expected_sites=sites)
             atomic_write_bytes(stage / path, model.SerializeToString())
             verify_saved_graph(stage / path, graph.component)
-            result.append(dataclasses.replace(graph, path=path, attention_query_blocks=blocks,
-                                              attention_max_tokens=max_tokens, attention_heads=heads))
-            log(f"  {path}: attention in {blocks} query block(s), up to {max_tokens} tokens "
-                f"({(stage / path).stat().st_size / 1e6:.1f} MB, weights shared)")
+            result.append(
+                dataclasses.replace(
+                    graph,
+                    path=path,
+                    attention_query_blocks=blocks,
+                    attention_max_tokens=max_tokens,
+                    attention_heads=heads,
+                )
+            )
+            log(
+                f"  {path}: attention in {blocks} query block(s), up to {max_tokens} tokens "
+                f"({(stage / path).stat().st_size / 1e6:.1f} MB, weights shared)"
+            )
         del unsplit
     return result
 
@@ -437,7 +464,8 @@ def text_encoder_from_config(folder: Path, *, num_layers: int) -> Any:
     config = AutoConfig.from_pretrained(folder)
     if config.num_hidden_layers < num_layers:
         raise ConversionError(
-            f"{folder}: the text encoder has {config.num_hidden_layers} layers; the embeddings need {num_layers}.")
+            f"{folder}: the text encoder has {config.num_hidden_layers} layers; the embeddings need {num_layers}."
+        )
     config.num_hidden_layers = num_layers
     if getattr(config, "layer_types", None):
         config.layer_types = config.layer_types[:num_layers]
@@ -457,13 +485,23 @@ def copy_unchanged(src: Path, stage: Path) -> list[str]:
     return copied
 
 
-def _save_component(model: onnx.ModelProto, stage: Path, component: str, variant: str, *,
-                    max_data_file_bytes: int | Mapping[str, int], log: Callable[[str], None]) -> list[str]:
+def _save_component(
+    model: onnx.ModelProto,
+    stage: Path,
+    component: str,
+    variant: str,
+    *,
+    max_data_file_bytes: int | Mapping[str, int],
+    log: Callable[[str], None],
+) -> list[str]:
     check_ops(model, component)
     check_no_float64(model, what=f"{component} {variant}")
     folder = stage / component
-    cap = (max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP) if isinstance(max_data_file_bytes, Mapping)
-           else max_data_file_bytes)
+    cap = (
+        max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
+        if isinstance(max_data_file_bytes, Mapping)
+        else max_data_file_bytes
+    )
     names = save_graph(model, folder, component, variant, max_data_file_bytes=cap, log=log)
     expected = external_data_names(component, variant, len(names))
     if names != expected:  # save_graph names them through manifest.external_data_names; keep them in step

@@ -80,8 +80,14 @@ def export_vae(vae: Any, *, query_blocks: int | None = None, group_norm: bool = 
     decoder = LatentDecoder(vae.eval()).eval()
     channels = decoder.bn_mean.shape[1]
     example = torch.zeros(1, channels, 3, 2)  # non-square, so height and width stay separate dynamic dims
-    model = export_module(decoder, (example,), component="vae_decoder", input_names=INPUT_NAMES,
-                          output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
+    model = export_module(
+        decoder,
+        (example,),
+        component="vae_decoder",
+        input_names=INPUT_NAMES,
+        output_names=OUTPUT_NAMES,
+        dynamic_axes=DYNAMIC_AXES,
+    )
     split_mid_block_attention(model, vae.decoder.mid_block, component="vae_decoder", query_blocks=query_blocks)
     if group_norm:
         fuse_group_norms(model)
@@ -112,15 +118,25 @@ def fuse_group_norms(model: onnx.ModelProto, *, data_dir: Path | None = None) ->
         to_last, to_first = ([0, 2, 3, 1], [0, 3, 1, 2]) if rank == 4 else ([0, 2, 1], [0, 2, 1])
         k = len(fused)
         names = (f"group_norm_{k}_gamma", f"group_norm_{k}_beta", f"group_norm_{k}_in", f"group_norm_{k}_out")
-        graph.initializer.extend([numpy_helper.from_array(found.gamma, names[0]),
-                                  numpy_helper.from_array(found.beta, names[1])])
+        graph.initializer.extend(
+            [numpy_helper.from_array(found.gamma, names[0]), numpy_helper.from_array(found.beta, names[1])]
+        )
         fused[id(norm)] = [
             helper.make_node("Transpose", [found.x], [names[2]], name=f"group_norm_{k}_channels_last", perm=to_last),
-            helper.make_node("GroupNorm", [names[2], names[0], names[1]], [names[3]], name=f"group_norm_{k}",
-                             domain=MS_DOMAIN, activation=int(found.silu), channels_last=1, epsilon=found.epsilon,
-                             groups=found.groups),
-            helper.make_node("Transpose", [names[3]], [found.out], name=f"group_norm_{k}_channels_first",
-                             perm=to_first),
+            helper.make_node(
+                "GroupNorm",
+                [names[2], names[0], names[1]],
+                [names[3]],
+                name=f"group_norm_{k}",
+                domain=MS_DOMAIN,
+                activation=int(found.silu),
+                channels_last=1,
+                epsilon=found.epsilon,
+                groups=found.groups,
+            ),
+            helper.make_node(
+                "Transpose", [names[3]], [found.out], name=f"group_norm_{k}_channels_first", perm=to_first
+            ),
         ]
         gone |= {id(node) for node in found.removed}
     if not fused:
@@ -242,18 +258,32 @@ def _match_group_norm(norm: onnx.NodeProto, index: _GraphIndex) -> _GroupNormSit
     readers = index.readers.get(out, [])
     sigmoid = next((r for r in readers if r.op_type == "Sigmoid"), None)
     silu = index.only_reader(sigmoid.output[0], "Mul") if sigmoid is not None else None
-    fuse_silu = (sigmoid is not None and silu is not None and len(readers) == 2 and silu in readers
-                 and set(silu.input) == {out, sigmoid.output[0]})
+    fuse_silu = (
+        sigmoid is not None
+        and silu is not None
+        and len(readers) == 2
+        and silu in readers
+        and set(silu.input) == {out, sigmoid.output[0]}
+    )
     if sigmoid is not None and silu is not None and fuse_silu:
         removed += [sigmoid, silu]
         out = silu.output[0]
     epsilon = float(helper.get_attribute_value(next(a for a in norm.attribute if a.name == "epsilon")))
-    return _GroupNormSite(removed=removed, x=x, out=out, gamma=gamma.reshape(-1), beta=beta.reshape(-1),
-                          groups=groups, epsilon=epsilon, silu=bool(fuse_silu))
+    return _GroupNormSite(
+        removed=removed,
+        x=x,
+        out=out,
+        gamma=gamma.reshape(-1),
+        beta=beta.reshape(-1),
+        groups=groups,
+        epsilon=epsilon,
+        silu=bool(fuse_silu),
+    )
 
 
-def split_mid_block_attention(model: onnx.ModelProto, mid_block: Any, *, component: str,
-                              query_blocks: int | None) -> None:
+def split_mid_block_attention(
+    model: onnx.ModelProto, mid_block: Any, *, component: str, query_blocks: int | None
+) -> None:
     """Split the attention of a VAE mid-block (decoder or encoder: both attend over the 8x-downsampled grid)
     into `query_blocks` query blocks; None picks the count that keeps its score buffer within budget at
     2048^2 px. The count is recorded in the graph (builder.repo.attention) for the manifest."""

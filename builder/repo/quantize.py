@@ -19,8 +19,12 @@ from builder.repo.onnx_graph import MS_DOMAIN, Placement, add_initializer
 Q4_BLOCK_SIZE = 32
 
 
-def q4_placement(*, accuracy_level: int, exclude: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
-                 fp16_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: ()) -> Placement:
+def q4_placement(
+    *,
+    accuracy_level: int,
+    exclude: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
+    fp16_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
+) -> Placement:
     """Weights for a q4 graph, quantised one at a time as they are attached (builder.repo.onnx_graph.attach_weights).
 
     Every MatMul whose weight is constant becomes com.microsoft.MatMulNBits (4 bits, block 32, symmetric),
@@ -43,8 +47,14 @@ def q4_placement(*, accuracy_level: int, exclude: Callable[[onnx.ModelProto], It
         def place(name: str, array: np.ndarray) -> None:
             users = readers.get(name, [])
             node = users[0] if len(users) == 1 else None
-            if (node is not None and node.op_type == "MatMul" and node.input[1] == name and node.name not in excluded
-                    and array.ndim == 2 and array.dtype == np.float32):
+            if (
+                node is not None
+                and node.op_type == "MatMul"
+                and node.input[1] == name
+                and node.name not in excluded
+                and array.ndim == 2
+                and array.dtype == np.float32
+            ):
                 quantize_matmul(model.graph, node, array, accuracy_level=accuracy_level)
             elif name in halves:
                 half = to_fp16_array(array, name)
@@ -58,8 +68,7 @@ def q4_placement(*, accuracy_level: int, exclude: Callable[[onnx.ModelProto], It
     return bind
 
 
-def quantize_matmul(graph: onnx.GraphProto, node: onnx.NodeProto, weight: np.ndarray, *,
-                    accuracy_level: int) -> None:
+def quantize_matmul(graph: onnx.GraphProto, node: onnx.NodeProto, weight: np.ndarray, *, accuracy_level: int) -> None:
     """Rewrite MatMul `node` (A @ weight) in place as MatMulNBits, with onnxruntime's own quantizer.
 
     The quantizer runs on a one-node model holding just this weight, so the packed layout is exactly what
@@ -78,8 +87,14 @@ def quantize_matmul(graph: onnx.GraphProto, node: onnx.NodeProto, weight: np.nda
         ),
         opset_imports=[helper.make_opsetid("", 18)],
     )
-    quantizer = MatMulNBitsQuantizer(single, bits=4, block_size=Q4_BLOCK_SIZE, is_symmetric=True,
-                                     accuracy_level=accuracy_level, op_types_to_quantize=("MatMul",))
+    quantizer = MatMulNBitsQuantizer(
+        single,
+        bits=4,
+        block_size=Q4_BLOCK_SIZE,
+        is_symmetric=True,
+        accuracy_level=accuracy_level,
+        op_types_to_quantize=("MatMul",),
+    )
     quantizer.process()
     result = quantizer.model.model.graph
     new_nodes = [n for n in result.node if n.op_type == "MatMulNBits"]
@@ -120,7 +135,7 @@ def cast_fp16_embedding(model: onnx.ModelProto, *, gather_name: str, table_name:
     nodes = list(model.graph.node)
     index = nodes.index(gather)
     model.graph.ClearField("node")
-    model.graph.node.extend([*nodes[:index + 1], cast, *nodes[index + 1:]])
+    model.graph.node.extend([*nodes[: index + 1], cast, *nodes[index + 1 :]])
     return [gather_name, cast_name]
 
 
@@ -133,8 +148,9 @@ VAE_FP32_OPS = ("InstanceNormalization", "Softmax")
 VAE_FP32_SCOPES = ("/query_blocks/",)
 
 
-def to_fp16(model: onnx.ModelProto, *, fp32_ops: tuple[str, ...] = VAE_FP32_OPS,
-            fp32_scopes: tuple[str, ...] = VAE_FP32_SCOPES) -> onnx.ModelProto:
+def to_fp16(
+    model: onnx.ModelProto, *, fp32_ops: tuple[str, ...] = VAE_FP32_OPS, fp32_scopes: tuple[str, ...] = VAE_FP32_SCOPES
+) -> onnx.ModelProto:
     """fp16 weights and compute with fp32 graph inputs/outputs, except `fp32_ops` and the nodes whose name contains
     one of `fp32_scopes` (inputs cast up, outputs down).
 
@@ -143,8 +159,14 @@ def to_fp16(model: onnx.ModelProto, *, fp32_ops: tuple[str, ...] = VAE_FP32_OPS,
     unnamed = [node.op_type for node in model.graph.node if not node.name]
     if unnamed:
         raise ConversionError(f"{len(unnamed)} nodes have no name ({unnamed[:3]}...); the fp16 rewrite keys on names.")
-    compute_in_fp16(model, keep_fp32={node.name for node in model.graph.node
-                                      if node.op_type in fp32_ops or any(s in node.name for s in fp32_scopes)})
+    compute_in_fp16(
+        model,
+        keep_fp32={
+            node.name
+            for node in model.graph.node
+            if node.op_type in fp32_ops or any(s in node.name for s in fp32_scopes)
+        },
+    )
     return model
 
 
@@ -152,8 +174,18 @@ def to_fp16(model: onnx.ModelProto, *, fp32_ops: tuple[str, ...] = VAE_FP32_OPS,
 # |x| > 256; SimplifiedLayerNormalization is the RMSNorm), softmax, RoPE (angles of positions up to 4096 rad
 # need fp32, and the rotation runs on the fp32 norm output it follows), plus onnxruntime's own list of ops
 # without fp16 kernels.
-Q4F16_FP32_OPS = ("LayerNormalization", "SimplifiedLayerNormalization", "RotaryEmbedding", "Softmax", "Pow",
-                  "ReduceMean", "Sqrt", "Reciprocal", "Sin", "Cos")
+Q4F16_FP32_OPS = (
+    "LayerNormalization",
+    "SimplifiedLayerNormalization",
+    "RotaryEmbedding",
+    "Softmax",
+    "Pow",
+    "ReduceMean",
+    "Sqrt",
+    "Reciprocal",
+    "Sin",
+    "Cos",
+)
 
 # Node-name scopes that stay fp32 in a q4f16 graph: every normalisation and what its module computes around
 # it, the RoPE tables, the time embedding and the AdaLN modulation (tiny, shared by every block,
@@ -161,8 +193,12 @@ Q4F16_FP32_OPS = ("LayerNormalization", "SimplifiedLayerNormalization", "RotaryE
 Q4F16_FP32_SCOPES = ("norm", "/pos_embed", "/time_guidance_embed/", "_modulation", "/rotary_emb/")
 
 
-def to_q4f16(q4_model: onnx.ModelProto, *, fp32_scopes: tuple[str, ...] = Q4F16_FP32_SCOPES,
-             fp32_ops: tuple[str, ...] = Q4F16_FP32_OPS) -> onnx.ModelProto:
+def to_q4f16(
+    q4_model: onnx.ModelProto,
+    *,
+    fp32_scopes: tuple[str, ...] = Q4F16_FP32_SCOPES,
+    fp32_ops: tuple[str, ...] = Q4F16_FP32_OPS,
+) -> onnx.ModelProto:
     """The fast path: a q4 graph with fp16 activations and fp16 MatMulNBits scales, fp32 graph I/O.
 
     Takes a q4 graph (consumed: its fp32 scales become fp16 in place) and returns the rewritten graph:
@@ -174,8 +210,9 @@ def to_q4f16(q4_model: onnx.ModelProto, *, fp32_scopes: tuple[str, ...] = Q4F16_
     """
     set_accuracy_level(q4_model, 0)
     scale_query_before_scores(q4_model)
-    keep_fp32 = {n.name for n in q4_model.graph.node
-                 if n.op_type in fp32_ops or any(scope in n.name for scope in fp32_scopes)}
+    keep_fp32 = {
+        n.name for n in q4_model.graph.node if n.op_type in fp32_ops or any(scope in n.name for scope in fp32_scopes)
+    }
     keep_fp32 |= residual_adds(q4_model.graph)
     compute_in_fp16(q4_model, keep_fp32=keep_fp32)
     return q4_model
@@ -200,15 +237,26 @@ def residual_adds(graph: onnx.GraphProto) -> set[str]:
     """
     constants = {t.name for t in graph.initializer}
     constants |= {out for node in graph.node if node.op_type == "Constant" for out in node.output}
-    return {node.name for node in graph.node
-            if node.op_type == "Add" and all(name not in constants for name in node.input)}
+    return {
+        node.name for node in graph.node if node.op_type == "Add" and all(name not in constants for name in node.input)
+    }
 
 
 # Ops whose output has the type of their first input and that only move or select values: they run in
 # whichever float type their data arrives in (no Cast is inserted before them). Shape reads no values at
 # all (its int64 output is typed by _output_type), so it never needs a Cast either.
-_PASS_THROUGH = {"Reshape", "Transpose", "Slice", "Gather", "Split", "Squeeze", "Unsqueeze", "Expand", "Concat",
-                 "Shape"}
+_PASS_THROUGH = {
+    "Reshape",
+    "Transpose",
+    "Slice",
+    "Gather",
+    "Split",
+    "Squeeze",
+    "Unsqueeze",
+    "Expand",
+    "Concat",
+    "Shape",
+}
 _FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16}
 # Inputs that are parameters rather than data, float32 whatever the data's type (ONNX types them so).
 _FP32_PARAMETER_INPUTS = {"Resize": (1, 2)}  # roi, scales
@@ -290,8 +338,9 @@ def compute_in_fp16(model: onnx.ModelProto, *, keep_fp32: set[str]) -> None:
                 for index, name in enumerate(node.input):
                     if name == output.name:
                         node.input[index] = inner
-            new_nodes.append(helper.make_node("Cast", [inner], [output.name], name=inner + "_to_fp32",
-                                              to=TensorProto.FLOAT))
+            new_nodes.append(
+                helper.make_node("Cast", [inner], [output.name], name=inner + "_to_fp32", to=TensorProto.FLOAT)
+            )
     graph.ClearField("node")
     graph.node.extend(new_nodes)
     del graph.value_info[:]
@@ -366,8 +415,9 @@ def scale_query_before_scores(model: onnx.ModelProto) -> int:
         value = next((a.t for a in node.attribute if a.name == "value"), None) if node.op_type == "Constant" else None
         if value is not None and int(np.prod(value.dims)) == 1:
             scalars.add(node.output[0])
-    constants = {t.name for t in model.graph.initializer} | {n.output[0] for n in model.graph.node
-                                                             if n.op_type == "Constant"}
+    constants = {t.name for t in model.graph.initializer} | {
+        n.output[0] for n in model.graph.node if n.op_type == "Constant"
+    }
     moved = 0
     for node in model.graph.node:
         if node.op_type != "Mul" or node.input[1] not in scalars:

@@ -69,7 +69,9 @@ class BuildResult:
     out_dir: Path
     changed: bool  # False when the build record matched and nothing was written
     seconds: float
-    files: dict[str, str]  # role (page_js, page_css, worker_js, store_js, coi_js, ort_mjs, ort_wasm) -> path in the site
+    files: dict[
+        str, str
+    ]  # role (page_js, page_css, worker_js, store_js, coi_js, ort_mjs, ort_wasm) -> path in the site
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -166,13 +168,24 @@ def runtime_package(version: str | None, *, web_src: Path, log: Callable[[str], 
     if _package_version(package) != version:
         tools = find_node()
         log(f"npm install onnxruntime-web@{version} into {prefix} ...")
-        cmd = [*tools.npm, "install", "--prefix", str(prefix), "--no-save", "--no-package-lock", "--no-audit",
-               "--no-fund", f"onnxruntime-web@{version}"]
+        cmd = [
+            *tools.npm,
+            "install",
+            "--prefix",
+            str(prefix),
+            "--no-save",
+            "--no-package-lock",
+            "--no-audit",
+            "--no-fund",
+            f"onnxruntime-web@{version}",
+        ]
         result = subprocess.run(cmd, cwd=web_src, env=tools.env(), capture_output=True, text=True, check=False)
         if result.returncode != 0 or _package_version(package) != version:
-            raise BuildError(f"`npm install onnxruntime-web@{version}` failed (exit {result.returncode}):\n"
-                             f"{result.stderr.strip()[-2000:]}\nFix: check the version exists (npm view "
-                             "onnxruntime-web versions) and that the npm registry is reachable.")
+            raise BuildError(
+                f"`npm install onnxruntime-web@{version}` failed (exit {result.returncode}):\n"
+                f"{result.stderr.strip()[-2000:]}\nFix: check the version exists (npm view "
+                "onnxruntime-web versions) and that the npm registry is reachable."
+            )
     return package
 
 
@@ -208,16 +221,24 @@ def hashed_name(path: Path) -> str:
     return f"{path.stem}-{digest}{path.suffix}"
 
 
-def run_esbuild(tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path, name: str,
-                extra: list[str]) -> str:
+def run_esbuild(tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path, name: str, extra: list[str]) -> str:
     """Bundle one entry into out_assets as `{name}-HASH.ext` (+ .map); returns the output file name."""
     esbuild = web_src / "node_modules" / ".bin" / ("esbuild.cmd" if os.name == "nt" else "esbuild")
     if not (web_src / entry).is_file():
         raise BuildError(f"{web_src / entry} is missing: it is the entry point of the {name} bundle.")
     meta = out_assets.parent / f"meta-{name}.json"
     cmd = [
-        str(esbuild), entry, "--bundle", "--minify", "--sourcemap", "--charset=utf8", "--log-level=warning",
-        f"--outdir={out_assets}", f"--entry-names={name}-[hash]", f"--metafile={meta}", *extra,
+        str(esbuild),
+        entry,
+        "--bundle",
+        "--minify",
+        "--sourcemap",
+        "--charset=utf8",
+        "--log-level=warning",
+        f"--outdir={out_assets}",
+        f"--entry-names={name}-[hash]",
+        f"--metafile={meta}",
+        *extra,
     ]
     result = subprocess.run(cmd, cwd=web_src, env=tools.env(), capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -253,13 +274,24 @@ def bundle_assets(tools: NodeTools, web_src: Path, assets: Path, *, runtime: Pat
     files["store_js"] = run_esbuild(tools, web_src, STORE_WORKER_ENTRY, out_assets=assets, name="store", extra=module)
     # An alias replaces the import path as a whole, so it names the file the pinned package's exports pick.
     other = [f"--alias:onnxruntime-web/webgpu={runtime / ORT_WEBGPU_ENTRY}"] if runtime else []
-    files["worker_js"] = run_esbuild(tools, web_src, WORKER_ENTRY, out_assets=assets, name="worker",
-                                     extra=[*module, *other, f"--define:KLEIN_ORT_WASM={ort_wasm}",
-                                            f"--define:KLEIN_STORE_WORKER={json.dumps(files['store_js'])}"])
+    files["worker_js"] = run_esbuild(
+        tools,
+        web_src,
+        WORKER_ENTRY,
+        out_assets=assets,
+        name="worker",
+        extra=[
+            *module,
+            *other,
+            f"--define:KLEIN_ORT_WASM={ort_wasm}",
+            f"--define:KLEIN_STORE_WORKER={json.dumps(files['store_js'])}",
+        ],
+    )
     files["page_css"] = run_esbuild(tools, web_src, STYLE, out_assets=assets, name="page", extra=[])
     # A classic script (not a module): it must run before anything else and may reload the page.
-    files["coi_js"] = run_esbuild(tools, web_src, COI_REGISTER, out_assets=assets, name="coi",
-                                  extra=["--format=iife", "--sourcemap=external"])
+    files["coi_js"] = run_esbuild(
+        tools, web_src, COI_REGISTER, out_assets=assets, name="coi", extra=["--format=iife", "--sourcemap=external"]
+    )
     return {role: f"assets/{name}" for role, name in files.items()}
 
 
@@ -273,8 +305,13 @@ def render_index(web_src: Path, *, files: dict[str, str], csp: str, model_base: 
     try:
         template = env.get_template(TEMPLATE)
         return template.render(
-            csp=csp, version=__version__, model_base=model_base, worker_js=files["worker_js"],
-            page_js=files["page_js"], page_css=files["page_css"], coi_js=files["coi_js"],
+            csp=csp,
+            version=__version__,
+            model_base=model_base,
+            worker_js=files["worker_js"],
+            page_js=files["page_js"],
+            page_css=files["page_css"],
+            coi_js=files["coi_js"],
         )
     except jinja2.TemplateError as exc:
         raise BuildError(f"Rendering {web_src / TEMPLATE} failed: {exc}") from exc
@@ -315,8 +352,14 @@ def install(staging: Path, out_dir: Path, *, previous: list[str]) -> list[str]:
     return staged
 
 
-def build(out_dir: Path, *, model_base: str = DEFAULT_MODEL_BASE, web_src: Path = WEB_SRC,
-          log: Callable[[str], None] = lambda _message: None, onnxruntime_web: str | None = None) -> BuildResult:
+def build(
+    out_dir: Path,
+    *,
+    model_base: str = DEFAULT_MODEL_BASE,
+    web_src: Path = WEB_SRC,
+    log: Callable[[str], None] = lambda _message: None,
+    onnxruntime_web: str | None = None,
+) -> BuildResult:
     """Build the site into out_dir; a no-op (nothing written) when the inputs match the last build.
     `onnxruntime_web`: build with that onnxruntime-web version instead of the pinned one (runtime_package)."""
     started = time.perf_counter()
@@ -355,8 +398,13 @@ def build(out_dir: Path, *, model_base: str = DEFAULT_MODEL_BASE, web_src: Path 
         (staging / "_headers").write_text(headers_file(csp))
         outputs = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
         record_data = {
-            "stamp": stamp, "version": __version__, "model_base": model_base, "csp": csp, "files": files,
-            "outputs": outputs, "onnxruntime_web": version,
+            "stamp": stamp,
+            "version": __version__,
+            "model_base": model_base,
+            "csp": csp,
+            "files": files,
+            "outputs": outputs,
+            "onnxruntime_web": version,
         }
         (staging / BUILD_RECORD).write_text(json.dumps(record_data, indent=2) + "\n")
         previous_outputs = (record or {}).get("outputs")

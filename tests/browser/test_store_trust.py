@@ -78,8 +78,9 @@ class Recorder:
         if scope["type"] != "http":
             return await self.target(scope, receive, send)
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
-        seen = Seen(scope["method"], scope["path"], headers.get("range"), headers.get("if-range"),
-                    started=time.monotonic())
+        seen = Seen(
+            scope["method"], scope["path"], headers.get("range"), headers.get("if-range"), started=time.monotonic()
+        )
         self.seen.append(seen)
         hook = self.hooks.get(scope["path"])
         actions = (hook(seen) if hook else None) or {}
@@ -156,7 +157,8 @@ def stored_sizes(page: Any) -> dict[str, int]:
 
 
 def test_model_of_equal_sizes_on_the_same_origin_is_downloaded_again(
-        page: Any, serve: Any, dist_dir: Path, tiny_models: dict[str, Path], other_model: Path) -> None:
+    page: Any, serve: Any, dist_dir: Path, tiny_models: dict[str, Path], other_model: Path
+) -> None:
     model_a, model_b = tiny_models["fp32"], other_model
     files_a, files_b = manifest.load(model_a).files, manifest.load(model_b).files
     assert {p: f.size for p, f in files_a.items()} == {p: f.size for p, f in files_b.items()}, "the point: equal sizes"
@@ -180,8 +182,9 @@ def test_model_of_equal_sizes_on_the_same_origin_is_downloaded_again(
     for path in fetched:
         assert sum(s.body_bytes for s in recorder.requests("/models/" + path)) == files_b[path].size, path
     image_b = second.rgb()
-    expected_b = reference.generate(model_b, prompt=PROMPT, seed=0, width=64, height=64, steps=2,
-                                    log=lambda _msg: None).image
+    expected_b = reference.generate(
+        model_b, prompt=PROMPT, seed=0, width=64, height=64, steps=2, log=lambda _msg: None
+    ).image
     assert imaging.psnr(image_b, expected_b) >= FP32_PSNR_MIN, "the image comes from B's weights"
     assert imaging.psnr(image_b, image_a) < FP32_PSNR_MIN, "and not from A's"
 
@@ -207,7 +210,8 @@ def with_one_bit_flipped(model: Path, repo: Path, pick: Callable[[list[str]], st
 
 
 def test_corrupted_byte_is_caught_before_any_session_and_not_kept(
-        page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     repo = tmp_path / "corrupt"
     bad, _good = with_one_bit_flipped(tiny_models["fp32"], repo, lambda weights: weights[-1])
 
@@ -221,12 +225,14 @@ def test_corrupted_byte_is_caught_before_any_session_and_not_kept(
     stages = [e["stage"] for e in reply.of_type("stage")]
     assert "load" not in stages, f"a session was started from unverified bytes: {stages}"
     name = Path(bad).name
-    assert not [p for p in stored_sizes(page) if Path(p).name.startswith(name + ".") or p.endswith("/" + name)], \
+    assert not [p for p in stored_sizes(page) if Path(p).name.startswith(name + ".") or p.endswith("/" + name)], (
         stored_sizes(page)
+    )
 
 
 def test_corrupted_byte_in_one_of_several_files_downloaded_at_once_is_refused(
-        page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     repo = tmp_path / "corrupt-one"
     # Neither the first nor the last to start (the largest start first).
     bad, good_bytes = with_one_bit_flipped(tiny_models["fp32"], repo, lambda weights: weights[len(weights) // 2])
@@ -248,8 +254,9 @@ def test_corrupted_byte_in_one_of_several_files_downloaded_at_once_is_refused(
     at_once = max(sum(1 for o in gets if o.started <= s.started < (o.ended or float("inf"))) for s in gets)
     assert at_once >= 2, [(s.path, s.started, s.ended) for s in gets]
     # The digests were taken by the store's helper worker, not on the thread that fetched and wrote.
-    assert [s for s in recorder.seen if s.path.startswith("/assets/store-") and s.status == 200], \
-        sorted({s.path for s in recorder.seen})
+    assert [s for s in recorder.seen if s.path.startswith("/assets/store-") and s.status == 200], sorted(
+        {s.path for s in recorder.seen}
+    )
     stored = stored_sizes(page)
     name = Path(bad).name
     assert not [p for p in stored if Path(p).name.startswith(name + ".") or p.endswith("/" + name)], stored
@@ -267,10 +274,12 @@ def test_corrupted_byte_in_one_of_several_files_downloaded_at_once_is_refused(
     assert bad in fetched and not fetched & set(complete), (fetched, complete)
 
 
-@pytest.mark.parametrize(("validator", "changed"), [("etag", False), ("etag", True), ("last-modified", False),
-                                                    ("last-modified", True)])
+@pytest.mark.parametrize(
+    ("validator", "changed"), [("etag", False), ("etag", True), ("last-modified", False), ("last-modified", True)]
+)
 def test_cut_download_resumes_only_against_the_same_version(
-        page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path, validator: str, changed: bool) -> None:
+    page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path, validator: str, changed: bool
+) -> None:
     repo = tmp_path / "repo"
     shutil.copytree(tiny_models["fp32"], repo)
     files = manifest.load(repo).files
@@ -316,7 +325,8 @@ def test_cut_download_resumes_only_against_the_same_version(
 
 
 def test_manifest_less_truncated_stream_is_not_stored_as_complete(
-        page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     repo = tmp_path / "seed-like"
     shutil.copytree(tiny_models["q4"], repo)
     files = manifest.load(repo).files
@@ -348,7 +358,8 @@ def test_manifest_less_truncated_stream_is_not_stored_as_complete(
     assert stored.get(path) in (None, size), f"a truncated copy was stored as complete: {stored.get(path)} of {size}"
     assert stored.get(path) == size, (stored, gets)
     assert any(s.range == f"bytes={size // 2}-" for s in gets[1:]), gets
-    identity = page.evaluate("""async (path) => {
+    identity = page.evaluate(
+        """async (path) => {
         const models = await (await navigator.storage.getDirectory()).getDirectoryHandle('klein-models');
         for await (const [, source] of models.entries()) {
             let dir = source;
@@ -359,7 +370,9 @@ def test_manifest_less_truncated_stream_is_not_stored_as_complete(
             } catch { /* another source */ }
         }
         return null;
-    }""", path)
+    }""",
+        path,
+    )
     # Recorded beside the file once its bytes were complete: the digest of the whole file, not of half of it.
     assert identity and identity["size"] == size
     assert identity["sha256"] == hashlib.sha256((repo / path).read_bytes()).hexdigest()

@@ -29,16 +29,20 @@ FP32_PSNR_MIN = 40.0
 
 
 def test_fused_group_norms_run_as_one_kernel_on_webgpu_and_match_the_reference(
-        page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     repo, out = tiny_models["fp32"], tmp_path / "group-norm"
-    printed = subprocess.run([sys.executable, str(SCRIPT), str(repo), str(out)], capture_output=True, text=True,
-                             check=True).stdout
+    printed = subprocess.run(
+        [sys.executable, str(SCRIPT), str(repo), str(out)], capture_output=True, text=True, check=True
+    ).stdout
     assert "vae_decoder/vae_decoder_fp32.onnx: 22 GroupNorms fused" in printed, printed
     # The manifest vouches for the rewritten graphs, and only those files differ.
     verify.check_files(out, manifest.load(out), log=lambda _msg: None)
     before, after = manifest.load(repo).files, manifest.load(out).files
-    assert {p for p in before if before[p] != after[p]} == {"vae_decoder/vae_decoder_fp32.onnx",
-                                                            "vae_encoder/vae_encoder_fp32.onnx"}
+    assert {p for p in before if before[p] != after[p]} == {
+        "vae_decoder/vae_decoder_fp32.onnx",
+        "vae_encoder/vae_encoder_fp32.onnx",
+    }
 
     client = WorkerClient(page, live_server_factory(dist_dir, models=out).url("/"))
     client.open()
@@ -48,8 +52,8 @@ def test_fused_group_norms_run_as_one_kernel_on_webgpu_and_match_the_reference(
     programs = {kernel["program"] for kernel in result["kernels"]["vae_decoder"]["kernels"]}
     assert {"GroupNormStats", "GroupNormApply"} <= programs, sorted(programs)
     assert not [p for p in programs if p.startswith("InstanceNorm")], sorted(programs)
-    expected = reference.generate(repo, prompt=PROMPT, seed=5, width=64, height=64, steps=4,
-                                  log=lambda _msg: None).image
+    expected = reference.generate(
+        repo, prompt=PROMPT, seed=5, width=64, height=64, steps=4, log=lambda _msg: None
+    ).image
     psnr = imaging.psnr(reply.rgb(), expected)
     assert psnr >= FP32_PSNR_MIN, json.dumps({"psnr": psnr})
-

@@ -27,7 +27,12 @@ async function storeWith(fill) {
 test('a copy stored without an identity is hashed once against the manifest and kept when it matches', async () => {
     const { backend, store } = await storeWith(() => {});
     assert.equal(await store.check('a.bin', MANIFEST, undefined), BYTES.length);
-    assert.deepEqual(await backend.readIdentity('a.bin'), { size: BYTES.length, sha256: SHA, etag: null, lastModified: null });
+    assert.deepEqual(await backend.readIdentity('a.bin'), {
+        size: BYTES.length,
+        sha256: SHA,
+        etag: null,
+        lastModified: null,
+    });
 });
 
 test('a copy stored without an identity whose bytes differ from the manifest is removed', async () => {
@@ -50,8 +55,14 @@ test('a copy recorded as another version is removed, even at the same size; the 
     assert.ok(!backend.files.has('a.bin'));
 
     ({ backend, store } = await storeWith((b) => b.writeIdentity('a.bin', recorded)));
-    assert.equal(await store.check('a.bin', { size: BYTES.length, sha256: null, etag: '"v0"', lastModified: null }, undefined), BYTES.length);
-    assert.equal(await store.check('a.bin', { size: BYTES.length, sha256: null, etag: '"v1"', lastModified: null }, undefined), null);
+    assert.equal(
+        await store.check('a.bin', { size: BYTES.length, sha256: null, etag: '"v0"', lastModified: null }, undefined),
+        BYTES.length,
+    );
+    assert.equal(
+        await store.check('a.bin', { size: BYTES.length, sha256: null, etag: '"v1"', lastModified: null }, undefined),
+        null,
+    );
 });
 
 test('with the server out of reach, a stored copy is used as it is', async () => {
@@ -109,7 +120,11 @@ test('the missing files download several at once, each checked against its hash'
     const seen = serveSlowly(files);
     const backend = new MemoryBackend();
     const store = new NodeStore(/** @type {any} */ (backend), 'https://x/');
-    const wanted = [...files].map(([path, bytes]) => ({ path, size: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') }));
+    const wanted = [...files].map(([path, bytes]) => ({
+        path,
+        size: bytes.length,
+        sha256: createHash('sha256').update(bytes).digest('hex'),
+    }));
     /** @type {import('../../web_src/src/shared/types.js').DownloadProgress[]} */
     const progress = [];
     const result = await store.ensure(wanted, { onProgress: (p) => progress.push(p) });
@@ -118,7 +133,11 @@ test('the missing files download several at once, each checked against its hash'
     assert.ok(seen.most > 1 && seen.most <= DOWNLOADS_AT_ONCE, `at most ${seen.most} at once`);
     for (const [path, bytes] of files) assert.deepEqual(backend.files.get(path), bytes, path);
     const loaded = progress.map((p) => p.loaded);
-    assert.deepEqual(loaded, [...loaded].sort((a, b) => a - b), 'overall progress never goes back');
+    assert.deepEqual(
+        loaded,
+        [...loaded].sort((a, b) => a - b),
+        'overall progress never goes back',
+    );
     assert.equal(progress.at(-1)?.loaded, 6 * BYTES.length);
 });
 
@@ -127,9 +146,16 @@ test('a file whose bytes differ from the manifest stops the others and is refuse
     const seen = serveSlowly(files);
     const backend = new MemoryBackend();
     const store = new NodeStore(/** @type {any} */ (backend), 'https://x/');
-    const wanted = [...files].map(([path, bytes]) => ({ path, size: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') }));
+    const wanted = [...files].map(([path, bytes]) => ({
+        path,
+        size: bytes.length,
+        sha256: createHash('sha256').update(bytes).digest('hex'),
+    }));
     wanted[1].sha256 = OTHER_SHA;
-    await assert.rejects(store.ensure(wanted), (err) => err instanceof IntegrityError && err.message.includes('f1.bin'));
+    await assert.rejects(
+        store.ensure(wanted),
+        (err) => err instanceof IntegrityError && err.message.includes('f1.bin'),
+    );
     assert.ok(!backend.files.has('f1.bin') && !backend.files.has('f1.bin.partial'), 'the refused copy is deleted');
     assert.ok(seen.served.length < files.size, `the downloads after the refusal did not start: ${seen.served}`);
     // Every file that became complete is the manifest's version.

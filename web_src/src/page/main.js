@@ -230,7 +230,9 @@ function main() {
             cannotRun = error;
             const found = decision.missing.find((m) => m.need === 'webgpu' || m.need === 'adapter');
             form.block('WebGPU is not available in this browser.');
-            errors.show(adviseError(error, { advice: found ? missingAdvice(found, browser) : advice }), error.code, { reveal: false });
+            errors.show(adviseError(error, { advice: found ? missingAdvice(found, browser) : advice }), error.code, {
+                reveal: false,
+            });
             browserNote.textContent =
                 'WebGPU is not available in this browser, so the app cannot run here. What to do is shown under the Generate button.';
             progress.idle('WebGPU is not available.');
@@ -238,7 +240,9 @@ function main() {
             return null;
         }
         if (!decision.canRun) {
-            cannotRun = new KleinError(`The app needs ${decision.missing.map((m) => m.what).join('; ')}.`, { code: ErrorCode.UNSUPPORTED });
+            cannotRun = new KleinError(`The app needs ${decision.missing.map((m) => m.what).join('; ')}.`, {
+                code: ErrorCode.UNSUPPORTED,
+            });
             cannotRunAdvice = {
                 title: 'This browser lacks what the app needs',
                 message: cannotRun.message,
@@ -317,7 +321,12 @@ function main() {
             if (caps === null) throw cannotRun ?? new NoWebGPUError('WebGPU is not available in this browser.');
             const { base, label, precision, profile } = await source;
             const mode = memory.value();
-            const settings = { ...values, modelBase: base, ...(precision ? { precision } : {}), ...(mode ? { memory: mode } : {}) };
+            const settings = {
+                ...values,
+                modelBase: base,
+                ...(precision ? { precision } : {}),
+                ...(mode ? { memory: mode } : {}),
+            };
             // A profiled run (?profile=kernels) is a way of looking, not a setting: history does not keep it.
             const params = { ...settings, ...(profile ? { profile } : {}), ...inputs.params };
             // Ask once, from a user gesture, that the browser never evicts the cached model (a worker
@@ -363,7 +372,9 @@ function main() {
                 return;
             }
             const shown =
-                err === cannotRun && cannotRunAdvice ? cannotRunAdvice : adviseError(err, { width: values.width, height: values.height, advice });
+                err === cannotRun && cannotRunAdvice
+                    ? cannotRunAdvice
+                    : adviseError(err, { width: values.width, height: values.height, advice });
             errors.show(shown, code);
             progress.stop(`Stopped: ${shown.title.toLowerCase()}.`, { complete: false });
             setState('error');

@@ -22,7 +22,14 @@ import { assertFinite, checkImage, toRgba } from './image.js';
 import { checkImageParams } from './input_images.js';
 import { kernelTimes } from './kernel_times.js';
 import {
-    LATENT_CHANNELS, PATCH, blendMask, eulerStep, packLatents, prepareLatentIds, prepareTextIds, scaleNoise,
+    LATENT_CHANNELS,
+    PATCH,
+    blendMask,
+    eulerStep,
+    packLatents,
+    prepareLatentIds,
+    prepareTextIds,
+    scaleNoise,
     unpackLatents,
 } from './latents.js';
 import { mark, newMeter, requireOutput } from './models.js';
@@ -82,7 +89,10 @@ export function checkInputs(params) {
     if (typeof prompt !== 'string') {
         throw new InputError(`\`prompt\` must be a string, got ${JSON.stringify(prompt)}.`, { prompt });
     }
-    for (const [name, value] of /** @type {[string, any][]} */ ([['width', width], ['height', height]])) {
+    for (const [name, value] of /** @type {[string, any][]} */ ([
+        ['width', width],
+        ['height', height],
+    ])) {
         if (!Number.isInteger(value) || value % sizeMultiple !== 0 || value < sizeMin || value > sizeMax) {
             const near = Number.isFinite(value)
                 ? Math.min(sizeMax, Math.max(sizeMin, Math.round(value / sizeMultiple) * sizeMultiple))
@@ -180,7 +190,9 @@ async function loadModels(params, imageSeqLen, plan, { models, meter, signal, cl
     const onLoaded = async (component) => {
         if (component === 'text_encoder') encoding = await startEncoding(params.prompt, { models, meter, signal });
     };
-    await clock.time('load', models.summary(), () => models.preload(order, { meter, signal, pins, next: ['vae_decoder'], onLoaded }));
+    await clock.time('load', models.summary(), () =>
+        models.preload(order, { meter, signal, pins, next: ['vae_decoder'], onLoaded }),
+    );
     return { notes, cached, encoding };
 }
 
@@ -270,12 +282,22 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
  * @returns {Promise<{denoised: Float32Array, stepMs: number[]}>} The denoised tokens [1, H*W, C], and the wall
  *   time of each step (the first one records the graph capture).
  */
-async function denoise(prepared, embedding, schedule, conditioning, inpainting, imageSeqLen, { models, meter, signal, onEvent, duringFirstStep }) {
+async function denoise(
+    prepared,
+    embedding,
+    schedule,
+    conditioning,
+    inpainting,
+    imageSeqLen,
+    { models, meter, signal, onEvent, duringFirstStep },
+) {
     const { imgIds, txtIds, latentHeight, latentWidth, noise } = prepared;
     const noiseTokens = latentHeight * latentWidth;
     const extraTokens = conditioning ? conditioning.ids.length / 4 : 0;
     if (noiseTokens + extraTokens !== imageSeqLen) {
-        throw new Error(`The input images gave ${extraTokens} tokens where stage 1 counted ${imageSeqLen - noiseTokens}.`);
+        throw new Error(
+            `The input images gave ${extraTokens} tokens where stage 1 counted ${imageSeqLen - noiseTokens}.`,
+        );
     }
     // One buffer holds [noise tokens | image tokens]; the loop updates the noise part in place.
     const hiddenStates = new Float32Array(imageSeqLen * LATENT_CHANNELS);
@@ -314,7 +336,10 @@ async function denoise(prepared, embedding, schedule, conditioning, inpainting, 
         // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
         eulerStep(latents, noisePred.data.subarray(0, latents.length), schedule.sigmas[i], schedule.sigmas[i + 1]);
         if (inpainting) {
-            const proper = i < total - 1 ? scaleNoise(inpainting.imageLatents, schedule.sigmas[i + 1], noise) : inpainting.imageLatents;
+            const proper =
+                i < total - 1
+                    ? scaleNoise(inpainting.imageLatents, schedule.sigmas[i + 1], noise)
+                    : inpainting.imageLatents;
             blendMask(latents, proper, inpainting.mask, LATENT_CHANNELS);
         }
         stepMs.push(performance.now() - stepStart - asideMs);
@@ -440,17 +465,20 @@ export async function generate(params, { models, signal, onEvent }) {
     const { notes, cached, encoding } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
 
     // 3. Encode prompt
-    const embedding = await clock.time('encode', cached ? 'cached' : undefined, async () =>
-        cached ?? (await (encoding ?? (await startEncoding(prompt, context))).embedding),
+    const embedding = await clock.time(
+        'encode',
+        cached ? 'cached' : undefined,
+        async () => cached ?? (await (encoding ?? (await startEncoding(prompt, context))).embedding),
     );
 
     // 4. Encode images (and inpainting's mask)
-    const { conditioning, mask } = plan.mode === 'text'
-        ? { conditioning: null, mask: null }
-        : await clock.time('images', `${plan.images.length} image(s), ${plan.tokens} tokens`, async () => ({
-            conditioning: await encodeImages(plan, context),
-            mask: plan.mask ? maskTokens(plan.mask, { width, height }) : null,
-        }));
+    const { conditioning, mask } =
+        plan.mode === 'text'
+            ? { conditioning: null, mask: null }
+            : await clock.time('images', `${plan.images.length} image(s), ${plan.tokens} tokens`, async () => ({
+                  conditioning: await encodeImages(plan, context),
+                  mask: plan.mask ? maskTokens(plan.mask, { width, height }) : null,
+              }));
 
     // 5. Prepare latents
     const textSeqLen = embedding.dims[1];
@@ -460,7 +488,8 @@ export async function generate(params, { models, signal, onEvent }) {
     // that step's sigma.
     const { schedule, inpainting } = await clock.time('timesteps', undefined, () => {
         const made = retrieveTimesteps(steps, noiseTokens);
-        if (plan.mode !== 'inpaint' || !conditioning?.inpaintLatents || !mask) return { schedule: made, inpainting: null };
+        if (plan.mode !== 'inpaint' || !conditioning?.inpaintLatents || !mask)
+            return { schedule: made, inpainting: null };
         const start = inpaintStart(steps, /** @type {number} */ (plan.strength));
         latents.latents = scaleNoise(conditioning.inpaintLatents, made.sigmas[start], latents.noise);
         return { schedule: made, inpainting: { start, imageLatents: conditioning.inpaintLatents, mask: mask.tokens } };
@@ -468,13 +497,19 @@ export async function generate(params, { models, signal, onEvent }) {
     const runSteps = steps - (inpainting?.start ?? 0);
 
     // 7. Denoising loop
-    const denoiseDetail = `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
+    const denoiseDetail =
+        `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
     // The VAE decoder's session is created while the GPU computes the first step, when it fits beside the others.
     const duringFirstStep = async () => {
-        if (models.fits('vae_decoder')) await models.session('vae_decoder', { meter, signal, pin: vaeDecoderPin({ width, height }) });
+        if (models.fits('vae_decoder'))
+            await models.session('vae_decoder', { meter, signal, pin: vaeDecoderPin({ width, height }) });
     };
     const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
-        denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, { ...context, onEvent, duringFirstStep }),
+        denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, {
+            ...context,
+            onEvent,
+            duringFirstStep,
+        }),
     );
 
     // 8. Decode

@@ -161,7 +161,8 @@ function orientationEntry(block) {
     const head = ascii(data, 0, 4);
     const little = head === 'II*\0';
     if (!little && head !== 'MM\0*') throw new ImageRefusal('damaged', 'EXIF block without a TIFF header');
-    const u16 = (/** @type {number} */ at) => (little ? data[at] + (data[at + 1] << 8) : (data[at] << 8) + data[at + 1]);
+    const u16 = (/** @type {number} */ at) =>
+        little ? data[at] + (data[at + 1] << 8) : (data[at] << 8) + data[at + 1];
     const u32 = (/** @type {number} */ at) => (little ? u32le(data, at) : u32be(data, at));
     const ifd = u32(4);
     if (ifd + 2 > data.length) return null;
@@ -256,7 +257,13 @@ export function orient(image, value) {
  */
 
 /** Colour type -> allowed bit depths (PngImagePlugin._MODES). */
-const PNG_DEPTHS = /** @type {Record<number, number[]>} */ ({ 0: [1, 2, 4, 8, 16], 2: [8, 16], 3: [1, 2, 4, 8], 4: [8, 16], 6: [8, 16] });
+const PNG_DEPTHS = /** @type {Record<number, number[]>} */ ({
+    0: [1, 2, 4, 8, 16],
+    2: [8, 16],
+    3: [1, 2, 4, 8],
+    4: [8, 16],
+    6: [8, 16],
+});
 const PNG_CHANNELS = /** @type {Record<number, number>} */ ({ 0: 1, 2: 3, 3: 1, 4: 2, 6: 4 });
 
 /** @type {Uint32Array | null} */
@@ -287,8 +294,17 @@ function crc32(bytes, start, end) {
 function parsePng(bytes) {
     /** @type {Png} */
     const png = {
-        width: 0, height: 0, bits: 0, colour: 0, interlaced: false, palette: null, data: [], exif: null, xmp: null,
-        rawProfiles: [], rawProfileText: null,
+        width: 0,
+        height: 0,
+        bits: 0,
+        colour: 0,
+        interlaced: false,
+        palette: null,
+        data: [],
+        exif: null,
+        xmp: null,
+        rawProfiles: [],
+        rawProfileText: null,
     };
     let at = 8;
     let seenData = false;
@@ -317,7 +333,12 @@ function parsePng(bytes) {
             png.bits = body[8];
             png.colour = body[9];
             png.interlaced = body[12] === 1;
-            if (!(PNG_DEPTHS[png.colour] ?? []).includes(png.bits) || body[10] !== 0 || body[11] !== 0 || body[12] > 1) {
+            if (
+                !(PNG_DEPTHS[png.colour] ?? []).includes(png.bits) ||
+                body[10] !== 0 ||
+                body[11] !== 0 ||
+                body[12] > 1
+            ) {
                 throw new ImageRefusal('damaged', `unknown PNG mode (colour type ${png.colour}, ${png.bits} bits)`);
             }
             if (png.width === 0 || png.height === 0) throw new ImageRefusal('damaged', 'an image of no pixels');
@@ -377,7 +398,8 @@ function textChunk(png, kind, body) {
  * @returns {Promise<Uint8Array>}
  */
 async function inflate(parts) {
-    const stream = new Blob(parts.map((p) => /** @type {Uint8Array<ArrayBuffer>} */ (p))).stream()
+    const stream = new Blob(parts.map((p) => /** @type {Uint8Array<ArrayBuffer>} */ (p)))
+        .stream()
         .pipeThrough(new DecompressionStream('deflate'));
     const reader = stream.getReader();
     /** @type {Uint8Array[]} */
@@ -409,8 +431,13 @@ async function pngRawProfile(png) {
     if (png.rawProfiles.length > 0) text = new TextDecoder('latin1').decode(await inflate(png.rawProfiles));
     if (png.exif !== null || text === null) return;
     // Image.getexif: bytes.fromhex of the lines after the third
-    const hex = text.split('\n').slice(3).join('').replace(/[ \t\r\f\v]/g, '');
-    if (hex.length % 2 !== 0 || /[^0-9a-fA-F]/.test(hex)) throw new ImageRefusal('damaged', 'a raw EXIF profile that is not hex');
+    const hex = text
+        .split('\n')
+        .slice(3)
+        .join('')
+        .replace(/[ \t\r\f\v]/g, '');
+    if (hex.length % 2 !== 0 || /[^0-9a-fA-F]/.test(hex))
+        throw new ImageRefusal('damaged', 'a raw EXIF profile that is not hex');
     png.exif = Uint8Array.from(hex.match(/../g) ?? [], (pair) => parseInt(pair, 16));
 }
 
@@ -428,7 +455,15 @@ async function decodePngPixels(png) {
     const raw = await inflate(png.data);
     const rgb = new Uint8Array(width * height * 3);
     const passes = interlaced
-        ? [[0, 0, 8, 8], [4, 0, 8, 8], [0, 4, 4, 8], [2, 0, 4, 4], [0, 2, 2, 4], [1, 0, 2, 2], [0, 1, 1, 2]]
+        ? [
+              [0, 0, 8, 8],
+              [4, 0, 8, 8],
+              [0, 4, 4, 8],
+              [2, 0, 4, 4],
+              [0, 2, 2, 4],
+              [1, 0, 2, 2],
+              [0, 1, 1, 2],
+          ]
         : [[0, 0, 1, 1]];
     let at = 0;
     for (const [x0, y0, dx, dy] of passes) {
@@ -566,7 +601,8 @@ function parseJpeg(bytes) {
             if (ascii(body, 0, 6) === 'Exif\0\0') {
                 meta.blocks.push({ start: at + 4, end: at + 2 + length });
                 if (meta.exif === null) meta.exif = body.slice();
-            } else if (ascii(body, 0, xmpHead.length) === xmpHead) meta.xmp = new TextDecoder('latin1').decode(body.subarray(xmpHead.length));
+            } else if (ascii(body, 0, xmpHead.length) === xmpHead)
+                meta.xmp = new TextDecoder('latin1').decode(body.subarray(xmpHead.length));
         } else if (marker >= 0xc0 && marker <= 0xcf && marker !== 0xc4 && marker !== 0xc8 && marker !== 0xcc) {
             if (body.length >= 6 && body[5] === 4) throw new ImageRefusal('cmyk');
         } else if (marker === 0xda || marker === 0xd9) {
@@ -622,7 +658,9 @@ async function decodeWithBrowser(buffer, alpha) {
     let bitmap;
     try {
         bitmap = await createImageBitmap(new Blob([buffer]), {
-            colorSpaceConversion: 'none', premultiplyAlpha: 'none', imageOrientation: 'none',
+            colorSpaceConversion: 'none',
+            premultiplyAlpha: 'none',
+            imageOrientation: 'none',
         });
     } catch (err) {
         throw new ImageRefusal('damaged', err instanceof Error ? err.message : String(err));
@@ -677,7 +715,9 @@ function readWithWebGl(bitmap) {
 function readWithCanvas(bitmap, alpha) {
     const { width, height } = bitmap;
     const canvas = new OffscreenCanvas(width, height);
-    const context = /** @type {OffscreenCanvasRenderingContext2D} */ (canvas.getContext('2d', { willReadFrequently: true }));
+    const context = /** @type {OffscreenCanvasRenderingContext2D} */ (
+        canvas.getContext('2d', { willReadFrequently: true })
+    );
     context.drawImage(bitmap, 0, 0);
     const rgba = new Uint8Array(context.getImageData(0, 0, width, height).data.buffer);
     if (alpha) {

@@ -80,7 +80,12 @@ async function discardPartial(backend, path) {
  *   this thread.
  * @returns {Promise<{size: number, identity: FileIdentity}>} The stored size and the identity recorded with it.
  */
-export async function downloadFile(backend, url, path, { want = UNKNOWN, signal, onProgress, openHasher = createSha256 } = {}) {
+export async function downloadFile(
+    backend,
+    url,
+    path,
+    { want = UNKNOWN, signal, onProgress, openHasher = createSha256 } = {},
+) {
     const download = new Download(backend, url, path, { want, signal, onProgress, openHasher });
     try {
         return await download.run();
@@ -134,9 +139,12 @@ class Download {
         for (let attempt = 0; ; attempt++) {
             this.signal?.throwIfAborted();
             if (attempt >= MAX_REQUESTS) {
-                throw new NetworkError(`Downloading ${this.url} did not succeed in ${attempt} requests; the server keeps answering unexpectedly. Try again later.`, {
-                    url: this.url,
-                });
+                throw new NetworkError(
+                    `Downloading ${this.url} did not succeed in ${attempt} requests; the server keeps answering unexpectedly. Try again later.`,
+                    {
+                        url: this.url,
+                    },
+                );
             }
             const response = await this.request();
             const done = response && (await this.receive(response));
@@ -173,7 +181,10 @@ class Download {
                 await sleep(signal, 500 * this.cuts);
                 return null;
             }
-            throw new NetworkError(`Downloading ${url} failed (${String(err)}). Check the connection and press Generate again: it resumes.`, { url });
+            throw new NetworkError(
+                `Downloading ${url} failed (${String(err)}). Check the connection and press Generate again: it resumes.`,
+                { url },
+            );
         }
     }
 
@@ -217,7 +228,11 @@ class Download {
             this.resumed = true;
         }
         const outcome = await streamInto(this.backend, response, this.path, {
-            fromZero, size, hasher: /** @type {Sha256} */ (this.hasher), signal: this.signal, onProgress: this.onProgress,
+            fromZero,
+            size,
+            hasher: /** @type {Sha256} */ (this.hasher),
+            signal: this.signal,
+            onProgress: this.onProgress,
         });
         if (outcome.ended && size !== null && outcome.bytes === size) return this.completeOrRestart(outcome.bytes);
         return this.afterCut(outcome, size);
@@ -232,7 +247,11 @@ class Download {
     async unsatisfiedRange(response) {
         await response.body?.cancel();
         const { from } = this.plan;
-        const size = this.want.size ?? unsatisfiedRangeTotal(response.headers.get('content-range')) ?? this.partial?.size ?? null;
+        const size =
+            this.want.size ??
+            unsatisfiedRangeTotal(response.headers.get('content-range')) ??
+            this.partial?.size ??
+            null;
         if (size === from || (size === null && this.want.sha256 !== null)) {
             await this.hashStoredPartial(from);
             // These bytes came from earlier responses, possibly from before a cut: a mismatch earns one fresh start.
@@ -260,8 +279,16 @@ class Download {
         // Cross-origin hosts may not expose Content-Range (it is not CORS-safelisted); a 206 to a
         // single `bytes=N-` range starts at N by definition (RFC 9110 section 14.4).
         const header = response.headers.get('content-range');
-        const range = header === null ? { start: from, total: length === null ? null : from + Number(length) } : parseContentRange(header);
-        if (from === 0 || !range || range.start !== from || compareIdentity(fromResponse(response.headers, range.total), this.partial) === 'changed') {
+        const range =
+            header === null
+                ? { start: from, total: length === null ? null : from + Number(length) }
+                : parseContentRange(header);
+        if (
+            from === 0 ||
+            !range ||
+            range.start !== from ||
+            compareIdentity(fromResponse(response.headers, range.total), this.partial) === 'changed'
+        ) {
             return null;
         }
         return { fromZero: false, total: range.total ?? this.partial?.size ?? null };
@@ -287,7 +314,10 @@ class Download {
         }
         if (!outcome.ended || size !== null) {
             if (this.cuts++ >= MAX_RESUMES) {
-                const kept = this.plan.from > 0 ? `${formatBytes(this.plan.from)} are kept; press Generate again to resume.` : 'Press Generate again.';
+                const kept =
+                    this.plan.from > 0
+                        ? `${formatBytes(this.plan.from)} are kept; press Generate again to resume.`
+                        : 'Press Generate again.';
                 throw new NetworkError(
                     `Downloading ${this.url} was interrupted ${this.cuts} times (${outcome.error ?? 'connection closed early'}). ${kept}`,
                     { url: this.url, have: this.plan.from },
@@ -324,7 +354,12 @@ class Download {
                 { url, path, sha256: digest, expected: want.sha256 },
             );
         }
-        const identity = { size: bytes, sha256: digest, etag: this.partial?.etag ?? null, lastModified: this.partial?.lastModified ?? null };
+        const identity = {
+            size: bytes,
+            sha256: digest,
+            etag: this.partial?.etag ?? null,
+            lastModified: this.partial?.lastModified ?? null,
+        };
         await backend.commit(path, identity);
         return { size: bytes, identity };
     }
@@ -338,7 +373,9 @@ class Download {
         if (this.hasher?.bytes === bytes) return;
         const hasher = await this.openHasher();
         this.replaceHasher(hasher);
-        await hashBlob((await this.backend.read(this.path + PARTIAL_SUFFIX)).slice(0, bytes), hasher, { signal: this.signal });
+        await hashBlob((await this.backend.read(this.path + PARTIAL_SUFFIX)).slice(0, bytes), hasher, {
+            signal: this.signal,
+        });
     }
 
     /** @param {Sha256} hasher */
@@ -398,7 +435,9 @@ async function streamInto(backend, response, path, { fromZero, size, hasher, sig
                 sinceFlush = 0;
             }
             if (size !== null && writer.offset > size) {
-                throw new ModelFileError(`${response.url} sent more than the expected ${size} bytes; nothing was kept.`);
+                throw new ModelFileError(
+                    `${response.url} sent more than the expected ${size} bytes; nothing was kept.`,
+                );
             }
             onProgress?.(writer.offset, size);
         }
@@ -430,7 +469,10 @@ export async function serverIdentity(url, signal) {
         response = await fetch(url, { method: 'HEAD', signal, cache: 'no-store' });
     } catch (err) {
         if (signal?.aborted) throw signal.reason;
-        throw new NetworkError(`Could not reach ${url} (${String(err)}). Check the connection and press Generate again.`, { url });
+        throw new NetworkError(
+            `Could not reach ${url} (${String(err)}). Check the connection and press Generate again.`,
+            { url },
+        );
     }
     if (!response.ok) throw httpError(url, response.status);
     const length = response.headers.get('content-length');
@@ -461,10 +503,14 @@ async function answers(url, signal) {
 function sleep(signal, ms) {
     return new Promise((resolve, reject) => {
         const timer = setTimeout(resolve, ms);
-        signal?.addEventListener('abort', () => {
-            clearTimeout(timer);
-            reject(signal.reason ?? new CancelledError());
-        }, { once: true });
+        signal?.addEventListener(
+            'abort',
+            () => {
+                clearTimeout(timer);
+                reject(signal.reason ?? new CancelledError());
+            },
+            { once: true },
+        );
     });
 }
 
@@ -475,13 +521,19 @@ function sleep(signal, ms) {
  */
 function httpError(url, status) {
     if (status === 404) {
-        return new ModelFileError(`${url} does not exist on the model server (HTTP 404). Check the model URL and its manifest.`, {
+        return new ModelFileError(
+            `${url} does not exist on the model server (HTTP 404). Check the model URL and its manifest.`,
+            {
+                url,
+                status,
+            },
+        );
+    }
+    return new NetworkError(
+        `The model server answered HTTP ${status} for ${url}. Press Generate again later; downloads resume.`,
+        {
             url,
             status,
-        });
-    }
-    return new NetworkError(`The model server answered HTTP ${status} for ${url}. Press Generate again later; downloads resume.`, {
-        url,
-        status,
-    });
+        },
+    );
 }

@@ -94,7 +94,7 @@ class Helper {
         };
         this.worker.onerror = (event) => {
             event.preventDefault();
-            this.fail(new Error(event.message || 'the store\'s helper worker did not start'), refused);
+            this.fail(new Error(event.message || "the store's helper worker did not start"), refused);
         };
     }
 
@@ -201,7 +201,11 @@ class HelperSha256 {
     /** @param {{type: string, bytes?: number, hex?: string, message?: string}} answer */
     receive(answer) {
         if (answer.type === 'error') {
-            this.fail(new KleinError(`Hashing a model file failed in the store's helper worker (${answer.message}). Press Generate again: the download resumes.`));
+            this.fail(
+                new KleinError(
+                    `Hashing a model file failed in the store's helper worker (${answer.message}). Press Generate again: the download resumes.`,
+                ),
+            );
             return;
         }
         if (answer.type === 'hashed') this.inFlight -= answer.bytes ?? 0;
@@ -242,7 +246,10 @@ export class StoreWorkers {
     async helper() {
         if (this.url === null || workersFail) return null;
         this.helpers = this.helpers.filter((h) => h.error === null);
-        let helper = this.helpers.reduce((best, h) => (best === null || h.jobs.size < best.jobs.size ? h : best), /** @type {Helper | null} */ (null));
+        let helper = this.helpers.reduce(
+            (best, h) => (best === null || h.jobs.size < best.jobs.size ? h : best),
+            /** @type {Helper | null} */ (null),
+        );
         if ((helper === null || helper.jobs.size > 0) && this.helpers.length < this.size) {
             try {
                 helper = new Helper(this.url);

@@ -129,7 +129,8 @@ export class WeightStore {
             await hashBlob(await this.backend.read(path), hasher, { signal });
             const sha256 = await hasher.hex();
             verdict = sha256 === want.sha256 ? 'same' : 'changed';
-            if (verdict === 'same') await this.backend.writeIdentity(path, { size, sha256, etag: null, lastModified: null });
+            if (verdict === 'same')
+                await this.backend.writeIdentity(path, { size, sha256, etag: null, lastModified: null });
         }
         if (verdict === 'same') return size;
         await this.backend.discard(path);
@@ -157,7 +158,10 @@ export class WeightStore {
             return await this.workers.read(await this.backend.read(path));
         } catch (err) {
             if (err instanceof DOMException && err.name === 'NotFoundError') {
-                throw new ModelFileError(`${path} is not in the local model cache. Press Generate again to download it.`, { path });
+                throw new ModelFileError(
+                    `${path} is not in the local model cache. Press Generate again to download it.`,
+                    { path },
+                );
             }
             throw err;
         }
@@ -245,10 +249,12 @@ export class WeightStore {
      * @returns {Promise<{missing: MissingFile[], storedBytes: number}>}
      */
     async missing(files, signal) {
-        const checked = await Promise.all(files.map(async (file) => {
-            const want = await this.wanted(file, signal);
-            return { file, want, stored: await this.check(file.path, want, signal) };
-        }));
+        const checked = await Promise.all(
+            files.map(async (file) => {
+                const want = await this.wanted(file, signal);
+                return { file, want, stored: await this.check(file.path, want, signal) };
+            }),
+        );
         /** @type {MissingFile[]} */
         const missing = [];
         let storedBytes = 0;
@@ -258,9 +264,12 @@ export class WeightStore {
                 continue;
             }
             if (want === null) {
-                throw new NetworkError(`Could not reach the model server for ${this.modelBase + file.path}. Check the connection and press Generate again.`, {
-                    url: this.modelBase + file.path,
-                });
+                throw new NetworkError(
+                    `Could not reach the model server for ${this.modelBase + file.path}. Check the connection and press Generate again.`,
+                    {
+                        url: this.modelBase + file.path,
+                    },
+                );
             }
             missing.push({ path: file.path, size: want.size, want, have: await this.backend.partialSize(file.path) });
         }
@@ -278,7 +287,7 @@ export class WeightStore {
             throw new QuotaError(
                 `The model needs ${formatBytes(needed)} more browser storage but only ${formatBytes(Math.max(0, quota - usage))} ` +
                     `is left (quota ${formatBytes(quota)}, used ${formatBytes(usage)}). Free disk space, leave private/incognito ` +
-                    'mode (it has a small in-memory quota), or clear this site\'s other data, then try again.',
+                    "mode (it has a small in-memory quota), or clear this site's other data, then try again.",
                 { needed, usage, quota },
             );
         }
