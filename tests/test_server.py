@@ -77,6 +77,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (dist / "assets" / "ort-1234567890.mjs").write_text("export default 1;")
     (dist / "assets" / "ort-1234567890.wasm").write_bytes(b"\0asm\1\0\0\0")
     (dist / "icon.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (dist / "manifest.webmanifest").write_text('{"name": "klein"}')
     (dist / "inside-link.html").symlink_to(dist / "index.html")
     (dist / "outside-link.txt").symlink_to(root / "secret.txt")
     (dist / "outside-dir").symlink_to(root, target_is_directory=True)
@@ -113,6 +114,7 @@ def port_without_models(site: dict[str, Path]) -> Iterator[int]:
     ("/assets/page-ABCDEFGH.css", "text/css; charset=utf-8"),
     ("/assets/page-ABCDEFGH.js.map", "application/json"),
     ("/icon.png", "image/png"),
+    ("/manifest.webmanifest", "application/manifest+json"),
     ("/models/manifest.json", "application/json"),
     ("/models/transformer/transformer_q4.onnx", "application/octet-stream"),
     ("/models/transformer/transformer_q4.onnx_data", "application/octet-stream"),

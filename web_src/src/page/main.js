@@ -20,6 +20,7 @@ import { ErrorView, adviseError } from './ui/error_view.js';
 import { requireElement } from './ui/dom.js';
 import { FormView, randomSeed, shareUrl, valuesFromUrl } from './ui/form.js';
 import { MemorySetting } from './ui/memory_setting.js';
+import { OfflineStatus } from './ui/offline_status.js';
 import { HistoryFullError, HistoryStore, HistoryView } from './ui/history.js';
 import { ProgressView } from './ui/progress.js';
 import { ResultView, encodeImage } from './ui/result.js';
@@ -91,6 +92,7 @@ function main() {
     const browserNote = requireElement(document, 'browser-note', HTMLElement);
     browserNote.textContent = SUPPORT_NOTE;
     requireElement(document, 'version', HTMLElement).textContent = `klein-web ${version}`;
+    new OfflineStatus(document, { pageBuild: meta('klein-build') });
 
     /** @type {HistoryStore | null} */
     let historyStore = null;
@@ -171,6 +173,7 @@ function main() {
         href: location.href,
         defaultBase: meta('klein-model-base'),
         fetch: fetch.bind(globalThis),
+        storage: storageOrNull(),
     });
     source.then(
         (found) => {
