@@ -76,7 +76,7 @@ def icon_png(size: int, purpose: str) -> bytes:
                                                                        radius=side * 0.22, fill=255), size)
     rgba = np.concatenate([rgb, 255 * alpha], axis=-1)
     out = io.BytesIO()
-    Image.fromarray(np.round(rgba).astype(np.uint8), "RGBA").save(out, format="PNG", optimize=True)
+    Image.fromarray(np.round(rgba).astype(np.uint8), "RGBA").save(out, format="PNG")
     return out.getvalue()
 
 
