@@ -41,7 +41,7 @@ export function shellStatus(facts) {
     if (!facts.online) {
         return { kind: 'offline', text: 'Offline: running the stored app; the model runs from this device.', action: false };
     }
-    if (facts.workerBuild === null) return { kind: 'storing', text: 'Storing the app for offline use…', action: false };
+    if (facts.workerBuild === null) return { kind: 'storing', text: 'Not yet stored for offline use.', action: false };
     if (!facts.cachesShell) {
         return { kind: 'development', text: 'Development build: not stored for offline use.', action: false };
     }
