@@ -26,7 +26,7 @@ from stub_repo import write_stub_repo
 
 from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC
 from builder.errors import BuildError, ServeError
-from builder.site.bundle import build
+from builder.site.bundle import build, read_record
 from builder.site.server import check_prebuilt, create_app, serve_in_thread, watch_and_rebuild
 
 ISOLATION = {
@@ -411,6 +411,7 @@ def test_watch_rebuilds_on_change(tmp_path: Path, node_modules: Path) -> None:
     css = next((dist / "assets").glob("page-*.css"))
     assert "klein-watch-test" in css.read_text()
     assert first.files["page_css"] != f"assets/{css.name}"
+    assert (read_record(dist) or {})["cache_shell"] is False, "a watch build keeps no shell in the service worker"
 
 
 def test_open_waits_for_the_server_then_opens_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
