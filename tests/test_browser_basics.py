@@ -9,26 +9,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from builder.check.browser import launch_persistent
-
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture
-def browser_context(tmp_path: Path, chromium_path: Path) -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        context = launch_persistent(playwright, tmp_path / "profile", executable=chromium_path)
-        try:
-            yield context
-        finally:
-            context.close()
 
 
 def test_served_page_is_isolated_and_has_webgpu(live_server_factory: object, dist_dir: Path,

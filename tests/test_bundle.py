@@ -8,7 +8,6 @@ import hashlib
 import io
 import json
 import re
-import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -67,15 +66,6 @@ def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
         p.relative_to(folder).as_posix(): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).digest())
         for p in folder.rglob("*") if p.is_file()
     }
-
-
-@pytest.fixture
-def web_src_copy(tmp_path: Path, node_modules: Path) -> Path:
-    """A private copy of web_src (node_modules linked, not copied) that a test may edit freely."""
-    copy = tmp_path / "web_src"
-    shutil.copytree(WEB_SRC, copy, ignore=shutil.ignore_patterns("node_modules"))
-    (copy / "node_modules").symlink_to(WEB_SRC / "node_modules", target_is_directory=True)
-    return copy
 
 
 # ---------------------------------------------------------------------------------------------- the site

@@ -1,5 +1,6 @@
 """The app installs and opens offline (web_src/src/service_worker.js, page/ui/offline_status.js), in headless Chromium.
 
+Each test starts from a fresh profile (conftest's `browser_context`): no service worker, no cache, no stored model.
 One visit stores the shell (Cache Storage) and, with a Generate, the model (the Origin Private File System); then the
 network goes (Playwright's offline mode and the server stopped) and the reloaded page generates the same image. A
 rebuilt site waits until the page switches to it, and then runs whole: page and service worker of one build.
@@ -7,17 +8,13 @@ rebuilt site waits until the page switches to it, and then runs whole: page and 
 
 from __future__ import annotations
 
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import start_server  # tests/ is on sys.path (rootdir-relative conftest import)
 
-from builder import WEB_SRC
-from builder.check.browser import launch_persistent
 from builder.site.bundle import build, read_record
 from builder.site.server import create_app, serve_in_thread
 
@@ -57,18 +54,6 @@ RESULT_PIXELS_JS = """() => {
     context.drawImage(image, 0, 0);
     return Array.from(context.getImageData(0, 0, canvas.width, canvas.height).data);
 }"""
-
-
-@pytest.fixture
-def context(tmp_path: Path, chromium_path: Path) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        ctx = launch_persistent(playwright, tmp_path / "profile", executable=chromium_path)
-        try:
-            yield ctx
-        finally:
-            ctx.close()
 
 
 def open_page(context: Any, url: str) -> Any:
@@ -119,12 +104,12 @@ def generate(page: Any) -> list[int]:
     return list(page.evaluate(RESULT_PIXELS_JS))
 
 
-def test_the_app_installs(context: Any, dist_dir: Path, live_server_factory: Any) -> None:
+def test_the_app_installs(browser_context: Any, dist_dir: Path, live_server_factory: Any) -> None:
     """Chrome's installability criteria as Chromium itself checks them, the icons loaded, the shell cached."""
     server = live_server_factory(dist_dir)
-    page = open_page(context, server.url("/"))
+    page = open_page(browser_context, server.url("/"))
     wait_status(page, "stored")
-    cdp = context.new_cdp_session(page)
+    cdp = browser_context.new_cdp_session(page)
     manifest = cdp.send("Page.getAppManifest")
     assert manifest["url"] == server.url("/manifest.webmanifest") and manifest["errors"] == [], manifest
     assert cdp.send("Page.getInstallabilityErrors")["installabilityErrors"] == []
@@ -142,16 +127,16 @@ def test_the_app_installs(context: Any, dist_dir: Path, live_server_factory: Any
     assert state["caches"] == {f"klein-shell-{build_id}": shell_urls(server.url("/"), dist_dir)}
 
 
-def test_generates_offline_after_one_visit(context: Any, dist_dir: Path, tiny_models: dict[str, Path],
+def test_generates_offline_after_one_visit(browser_context: Any, dist_dir: Path, tiny_models: dict[str, Path],
                                            tmp_path: Path) -> None:
     server = start_server(dist_dir, tmp_path, models=tiny_models["fp32"])
     try:
-        page = open_page(context, server.url("/"))
+        page = open_page(browser_context, server.url("/"))
         wait_status(page, "stored")
         online = generate(page)  # downloads the model into the store
     finally:
         server.stop()  # the network really is gone: nothing answers on that port any more
-    context.set_offline(True)
+    browser_context.set_offline(True)
     page.reload()
     wait_status(page, "offline")
     state = shell_state(page)
@@ -163,26 +148,18 @@ def test_generates_offline_after_one_visit(context: Any, dist_dir: Path, tiny_mo
     assert list(state["caches"].values()) == [shell_urls(server.url("/"), dist_dir)]
 
 
-@pytest.fixture
-def web_src_copy(tmp_path: Path, node_modules: Path) -> Path:
-    copy = tmp_path / "web_src"
-    shutil.copytree(WEB_SRC, copy, ignore=shutil.ignore_patterns("node_modules"))
-    (copy / "node_modules").symlink_to(node_modules, target_is_directory=True)
-    return copy
-
-
 def restyle(web_src: Path, colour: str) -> None:
     """A change to the shell (the stylesheet) that a new build makes."""
     with open(web_src / "style.css", "a") as handle:
         handle.write(f"\n.brand-klein {{ color: {colour}; }}\n")
 
 
-def test_a_new_build_waits_then_replaces_the_shell_whole(context: Any, web_src_copy: Path, tmp_path: Path) -> None:
+def test_a_new_build_waits_then_replaces_the_shell_whole(browser_context: Any, web_src_copy: Path, tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     first = build(dist, web_src=web_src_copy)
     with serve_in_thread(create_app(dist)) as port:
         base = f"http://127.0.0.1:{port}/"
-        page = open_page(context, base)
+        page = open_page(browser_context, base)
         wait_status(page, "stored")
         restyle(web_src_copy, "rgb(1, 2, 3)")
         second = build(dist, web_src=web_src_copy)
@@ -204,12 +181,12 @@ def test_a_new_build_waits_then_replaces_the_shell_whole(context: Any, web_src_c
         assert page.evaluate("() => getComputedStyle(document.querySelector('.brand-klein')).color") == "rgb(1, 2, 3)"
 
 
-def test_development_build_serves_each_rebuild_at_once(context: Any, web_src_copy: Path, tmp_path: Path) -> None:
+def test_development_build_serves_each_rebuild_at_once(browser_context: Any, web_src_copy: Path, tmp_path: Path) -> None:
     """`serve --watch` builds keep no shell: a reload after a rebuild is the new build, no update step."""
     dist = tmp_path / "dist"
     first = build(dist, web_src=web_src_copy, cache_shell=False)
     with serve_in_thread(create_app(dist)) as port:
-        page = open_page(context, f"http://127.0.0.1:{port}/")
+        page = open_page(browser_context, f"http://127.0.0.1:{port}/")
         wait_status(page, "development")
         restyle(web_src_copy, "rgb(4, 5, 6)")
         second = build(dist, web_src=web_src_copy, cache_shell=False)
