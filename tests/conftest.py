@@ -185,7 +185,7 @@ def chromium_path() -> Path:
 
 
 @pytest.fixture
-def browser_context(tmp_path: Path, chromium_path: Path) -> Iterator[object]:
+def fresh_context(tmp_path: Path, chromium_path: Path) -> Iterator[object]:
     """Chromium with a fresh persistent profile (OPFS needs one), for one test: what a first visit meets."""
     from playwright.sync_api import sync_playwright
 

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.browser
 
 
 def test_served_page_is_isolated_and_has_webgpu(live_server_factory: object, dist_dir: Path,
-                                                 browser_context: object) -> None:
+                                                 fresh_context: object) -> None:
     server = live_server_factory(dist_dir)  # type: ignore[operator]
-    page = browser_context.pages[0] if browser_context.pages else browser_context.new_page()  # type: ignore[attr-defined]
+    page = fresh_context.pages[0] if fresh_context.pages else fresh_context.new_page()  # type: ignore[attr-defined]
     csp_violations: list[str] = []
     page.on("console", lambda msg: csp_violations.append(msg.text) if "Content Security Policy" in msg.text else None)
     page.goto(server.url("/"), wait_until="load")
@@ -39,7 +39,7 @@ def test_served_page_is_isolated_and_has_webgpu(live_server_factory: object, dis
     assert csp_violations == [], csp_violations
 
 
-def test_coi_service_worker_isolates_a_host_without_headers(dist_dir: Path, browser_context: object,
+def test_coi_service_worker_isolates_a_host_without_headers(dist_dir: Path, fresh_context: object,
                                                              tmp_path: Path) -> None:
     """On a plain static host (python's http.server: no COOP/COEP), coi-sw.js adds them after one reload, and to the
     shell it serves from its cache when the network is gone."""
@@ -61,7 +61,7 @@ def test_coi_service_worker_isolates_a_host_without_headers(dist_dir: Path, brow
                 time.sleep(0.1)
         headers = urllib.request.urlopen(url, timeout=5).headers
         assert headers.get("Cross-Origin-Embedder-Policy") is None  # the premise: this host sends none
-        page = browser_context.new_page()  # type: ignore[attr-defined]
+        page = fresh_context.new_page()  # type: ignore[attr-defined]
         page.goto(url, wait_until="load")
         # A function, not an expression: Playwright evaluates an expression again on every poll, which the page's CSP
         # (no unsafe-eval) refuses once the first poll is over; a function is evaluated once.
@@ -73,7 +73,7 @@ def test_coi_service_worker_isolates_a_host_without_headers(dist_dir: Path, brow
                                timeout=60_000)
         plain.terminate()  # the host is gone, and the browser offline
         plain.wait(10)
-        browser_context.set_offline(True)  # type: ignore[attr-defined]
+        fresh_context.set_offline(True)  # type: ignore[attr-defined]
         page.reload()
         assert page.evaluate("() => [self.crossOriginIsolated, navigator.onLine]") == [True, False]
     finally:
@@ -126,7 +126,7 @@ def tiny_mul_model() -> tuple[bytes, list[float]]:
     return model.SerializeToString(), [x * w for x, w in zip([1, -1, 0.5, 2], weights, strict=True)]
 
 
-def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser_context: object,
+def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, fresh_context: object,
                                                          node_modules: Path) -> None:
     import shutil
 
@@ -143,7 +143,7 @@ def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, browser
     model, expected = tiny_mul_model()
 
     with serve_in_thread(create_app(dist)) as port:
-        page = browser_context.new_page()  # type: ignore[attr-defined]
+        page = fresh_context.new_page()  # type: ignore[attr-defined]
         page.goto(f"http://127.0.0.1:{port}/", wait_until="load")
         reply = page.evaluate("""(model) => new Promise((resolve) => {
             const url = document.querySelector('meta[name=klein-worker]').content;

@@ -1,6 +1,6 @@
 """The app installs and opens offline (web_src/src/service_worker.js, page/ui/offline_status.js), in headless Chromium.
 
-Each test starts from a fresh profile (conftest's `browser_context`): no service worker, no cache, no stored model.
+Each test starts from a fresh profile (conftest's `fresh_context`): no service worker, no cache, no stored model.
 One visit stores the shell (Cache Storage) and, with a Generate, the model (the Origin Private File System); then the
 network goes (Playwright's offline mode and the server stopped) and the reloaded page generates the same image. A
 rebuilt site waits until the page switches to it, and then runs whole: page and service worker of one build.
@@ -104,12 +104,12 @@ def generate(page: Any) -> list[int]:
     return list(page.evaluate(RESULT_PIXELS_JS))
 
 
-def test_the_app_installs(browser_context: Any, dist_dir: Path, live_server_factory: Any) -> None:
+def test_the_app_installs(fresh_context: Any, dist_dir: Path, live_server_factory: Any) -> None:
     """Chrome's installability criteria as Chromium itself checks them, the icons loaded, the shell cached."""
     server = live_server_factory(dist_dir)
-    page = open_page(browser_context, server.url("/"))
+    page = open_page(fresh_context, server.url("/"))
     wait_status(page, "stored")
-    cdp = browser_context.new_cdp_session(page)
+    cdp = fresh_context.new_cdp_session(page)
     manifest = cdp.send("Page.getAppManifest")
     assert manifest["url"] == server.url("/manifest.webmanifest") and manifest["errors"] == [], manifest
     assert cdp.send("Page.getInstallabilityErrors")["installabilityErrors"] == []
@@ -127,16 +127,16 @@ def test_the_app_installs(browser_context: Any, dist_dir: Path, live_server_fact
     assert state["caches"] == {f"klein-shell-{build_id}": shell_urls(server.url("/"), dist_dir)}
 
 
-def test_generates_offline_after_one_visit(browser_context: Any, dist_dir: Path, tiny_models: dict[str, Path],
+def test_generates_offline_after_one_visit(fresh_context: Any, dist_dir: Path, tiny_models: dict[str, Path],
                                            tmp_path: Path) -> None:
     server = start_server(dist_dir, tmp_path, models=tiny_models["fp32"])
     try:
-        page = open_page(browser_context, server.url("/"))
+        page = open_page(fresh_context, server.url("/"))
         wait_status(page, "stored")
         online = generate(page)  # downloads the model into the store
     finally:
         server.stop()  # the network really is gone: nothing answers on that port any more
-    browser_context.set_offline(True)
+    fresh_context.set_offline(True)
     page.reload()
     wait_status(page, "offline")
     state = shell_state(page)
@@ -154,12 +154,12 @@ def restyle(web_src: Path, colour: str) -> None:
         handle.write(f"\n.brand-klein {{ color: {colour}; }}\n")
 
 
-def test_a_new_build_waits_then_replaces_the_shell_whole(browser_context: Any, web_src_copy: Path, tmp_path: Path) -> None:
+def test_a_new_build_waits_then_replaces_the_shell_whole(fresh_context: Any, web_src_copy: Path, tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     first = build(dist, web_src=web_src_copy)
     with serve_in_thread(create_app(dist)) as port:
         base = f"http://127.0.0.1:{port}/"
-        page = open_page(browser_context, base)
+        page = open_page(fresh_context, base)
         wait_status(page, "stored")
         restyle(web_src_copy, "rgb(1, 2, 3)")
         second = build(dist, web_src=web_src_copy)
@@ -181,12 +181,12 @@ def test_a_new_build_waits_then_replaces_the_shell_whole(browser_context: Any, w
         assert page.evaluate("() => getComputedStyle(document.querySelector('.brand-klein')).color") == "rgb(1, 2, 3)"
 
 
-def test_development_build_serves_each_rebuild_at_once(browser_context: Any, web_src_copy: Path, tmp_path: Path) -> None:
+def test_development_build_serves_each_rebuild_at_once(fresh_context: Any, web_src_copy: Path, tmp_path: Path) -> None:
     """`serve --watch` builds keep no shell: a reload after a rebuild is the new build, no update step."""
     dist = tmp_path / "dist"
     first = build(dist, web_src=web_src_copy, cache_shell=False)
     with serve_in_thread(create_app(dist)) as port:
-        page = open_page(browser_context, f"http://127.0.0.1:{port}/")
+        page = open_page(fresh_context, f"http://127.0.0.1:{port}/")
         wait_status(page, "development")
         restyle(web_src_copy, "rgb(4, 5, 6)")
         second = build(dist, web_src=web_src_copy, cache_shell=False)
