@@ -9,6 +9,7 @@ rebuilt site waits until the page switches to it, and then runs whole: page and 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +74,11 @@ def shell_state(page: Any) -> dict[str, Any]:
     return dict(page.evaluate(SHELL_STATE_JS))
 
 
-def wait_worker_build(page: Any, build_id: str, *, timeout_s: float = SETTLE_MS / 1000) -> dict[str, Any]:
-    """The page's facts once the service worker controlling it is of `build_id`."""
-    deadline = time.monotonic() + timeout_s
-    while (state := shell_state(page))["workerBuild"] != build_id:
-        assert time.monotonic() < deadline, f"the service worker is not build {build_id}: {state}"
+def settled_state(page: Any, what: str, ok: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The page's facts once `ok` holds for them (the service worker activates in the background)."""
+    deadline = time.monotonic() + SETTLE_MS / 1000
+    while not ok(state := shell_state(page)):
+        assert time.monotonic() < deadline, f"not {what}: {state}"
         page.wait_for_timeout(100)
     return state
 
@@ -175,23 +176,30 @@ def test_a_new_build_waits_then_replaces_the_shell_whole(fresh_context: Any, web
         with page.expect_navigation():
             page.click("#app-update")
         wait_status(page, "stored")
-        state = shell_state(page)
+        # Activating deletes the old cache; the page reloads as soon as the new worker controls it.
+        state = settled_state(page, "the new build's cache alone",
+                              lambda state: list(state["caches"]) == [f"klein-shell-{second.build_id}"])
         assert state["pageBuild"] == state["workerBuild"] == second.build_id
-        assert list(state["caches"]) == [f"klein-shell-{second.build_id}"]
         assert page.evaluate("() => getComputedStyle(document.querySelector('.brand-klein')).color") == "rgb(1, 2, 3)"
 
 
 def test_development_build_serves_each_rebuild_at_once(fresh_context: Any, web_src_copy: Path, tmp_path: Path) -> None:
-    """`serve --watch` builds keep no shell: a reload after a rebuild is the new build, no update step."""
+    """`serve --watch` builds keep no shell: switching to one drops the stored shell, and a reload after a rebuild
+    is the new build, with no update step."""
     dist = tmp_path / "dist"
-    first = build(dist, web_src=web_src_copy, cache_shell=False)
+    cached = build(dist, web_src=web_src_copy)
     with serve_in_thread(create_app(dist)) as port:
         page = open_page(fresh_context, f"http://127.0.0.1:{port}/")
-        wait_status(page, "development")
+        wait_status(page, "stored")
+        first = build(dist, web_src=web_src_copy, cache_shell=False)
+        assert first.build_id == cached.build_id  # the same files: the id does not tell the two apart
+        page.reload()
+        wait_status(page, "development")  # the development worker took over by itself
+        settled_state(page, "without a stored shell", lambda state: state["caches"] == {})
         restyle(web_src_copy, "rgb(4, 5, 6)")
         second = build(dist, web_src=web_src_copy, cache_shell=False)
         page.reload()
         assert page.get_attribute('meta[name="klein-build"]', "content") == second.build_id != first.build_id
-        state = wait_worker_build(page, second.build_id)  # the new worker takes over by itself
-        assert state["status"] == "development"
-        assert state["caches"] == {}
+        state = settled_state(page, f"served by build {second.build_id}",
+                              lambda state: state["workerBuild"] == second.build_id)
+        assert state["status"] == "development" and state["caches"] == {}

@@ -83,8 +83,9 @@ async function install() {
 }
 
 async function activate() {
-    const names = await caches.keys();
-    await Promise.all(names.filter((name) => name.startsWith(CACHE_PREFIX) && name !== CACHE).map((name) => caches.delete(name)));
+    // Every other build's shell; with an empty shell every shell (a cached build of the same files has this id).
+    const stale = (/** @type {string} */ name) => name.startsWith(CACHE_PREFIX) && (name !== CACHE || SHELL.length === 0);
+    await Promise.all((await caches.keys()).filter(stale).map((name) => caches.delete(name)));
     await sw.clients.claim(); // a first visit is served by this worker from now on, without a reload
 }
 
