@@ -1,4 +1,5 @@
-"""builder.pipeline.sampling against its oracles: torch.randn, diffusers' scheduler and Flux2KleinPipeline helpers."""
+"""builder.pipeline.schedule (and the Euler step of builder.pipeline.latents) against diffusers' scheduler and
+Flux2KleinPipeline helpers, bit for bit."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ diffusers = pytest.importorskip("diffusers")
 from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.pipelines.flux2 import pipeline_flux2_klein as klein
 
-from builder.errors import InputError
-from builder.pipeline import sampling
+from builder.pipeline import latents, schedule
 
 # The scheduler config the FLUX.2 checkpoints ship (diffusers-format FLUX.2-dev / convert_flux2_to_diffusers.py).
 FLUX2_SCHEDULER = {
@@ -23,38 +23,13 @@ FLUX2_SCHEDULER = {
 }
 
 
+def test_the_checkpoints_scheduler_config_is_the_one_schedule_computes() -> None:
+    assert {key: FLUX2_SCHEDULER[key] for key in schedule.SCHEDULER_CONFIG} == schedule.SCHEDULER_CONFIG
+    assert schedule.SCHEDULER_CONFIG["num_train_timesteps"] == FlowMatchEulerDiscreteScheduler().config.num_train_timesteps
+
+
 def bits(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
-
-
-SHAPES = [(1,), (5,), (15,), (16,), (20,), (33,), (1, 128, 4, 4), (1, 128, 4, 6), (1, 128, 32, 32), (2, 7, 9)]
-
-
-@pytest.mark.parametrize("seed", [0, 42, 123456789, 2**32 + 42])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_torch_randn_is_bit_exact(shape: tuple[int, ...], seed: int) -> None:
-    expected = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed)).numpy()
-    actual = sampling.torch_randn(shape, seed)
-    assert actual.dtype == np.float32 and actual.shape == expected.shape
-    differing = int((bits(actual) != bits(expected)).sum())
-    assert differing == 0, f"{differing} of {actual.size} values differ from torch.randn"
-
-
-def test_torch_randn_large_is_fast_and_exact() -> None:
-    import time
-
-    shape = (1, 128, 64, 64)  # 1024x1024 px
-    start = time.perf_counter()
-    actual = sampling.torch_randn(shape, 7)
-    seconds = time.perf_counter() - start
-    expected = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(7)).numpy()
-    assert np.array_equal(bits(actual), bits(expected))
-    assert seconds < 2.0, f"torch_randn took {seconds:.2f} s for 524288 values"
-
-
-def test_torch_randn_rejects_bad_seed() -> None:
-    with pytest.raises(InputError, match="seed"):
-        sampling.torch_randn((16,), -1)
 
 
 # (height, width, steps): square and non-square, tiny to 2048 px (image_seq_len > 4300 branch), 1 to 50 steps.
@@ -70,14 +45,14 @@ SCHEDULE_CASES = [
 def test_schedule_matches_diffusers(height: int, width: int, steps: int) -> None:
     image_seq_len = (height // 16) * (width // 16)
     mu = klein.compute_empirical_mu(image_seq_len=image_seq_len, num_steps=steps)
-    assert sampling.compute_empirical_mu(image_seq_len, steps) == mu
+    assert schedule.compute_empirical_mu(image_seq_len, steps) == mu
 
     scheduler = FlowMatchEulerDiscreteScheduler(**FLUX2_SCHEDULER)
     base = np.linspace(1.0, 1 / steps, steps)  # exactly what Flux2KleinPipeline.__call__ passes
     timesteps, n = klein.retrieve_timesteps(scheduler, steps, "cpu", sigmas=base, mu=mu)
     assert n == steps
 
-    sigmas, actual_timesteps = sampling.retrieve_timesteps(steps, image_seq_len)
+    sigmas, actual_timesteps = schedule.retrieve_timesteps(steps, image_seq_len)
     assert sigmas.dtype == np.float32 and actual_timesteps.dtype == np.float32
     assert np.array_equal(bits(sigmas), bits(scheduler.sigmas.numpy()))
     assert np.array_equal(bits(actual_timesteps), bits(timesteps.numpy()))
@@ -86,7 +61,7 @@ def test_schedule_matches_diffusers(height: int, width: int, steps: int) -> None
     for i, t in enumerate(timesteps):
         # What the pipeline hands the transformer: t.expand(B).to(dtype), then `timestep / 1000`.
         expected = (t.expand(1).to(torch.float32) / 1000).numpy()
-        assert np.array_equal(bits(sampling.model_timestep(actual_timesteps[i])), bits(expected))
+        assert np.array_equal(bits(schedule.model_timestep(actual_timesteps[i])), bits(expected))
 
 
 def test_euler_step_matches_scheduler_step() -> None:
@@ -95,7 +70,7 @@ def test_euler_step_matches_scheduler_step() -> None:
     mu = klein.compute_empirical_mu(image_seq_len=seq, num_steps=steps)
     timesteps, _ = klein.retrieve_timesteps(scheduler, steps, "cpu", sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
     scheduler.set_begin_index(0)
-    sigmas, _ = sampling.retrieve_timesteps(steps, seq)
+    sigmas, _ = schedule.retrieve_timesteps(steps, seq)
 
     generator = torch.Generator("cpu").manual_seed(3)
     x_torch = torch.randn((1, seq, 128), generator=generator)
@@ -103,30 +78,5 @@ def test_euler_step_matches_scheduler_step() -> None:
     for i, t in enumerate(timesteps):
         velocity = torch.randn((1, seq, 128), generator=generator)
         x_torch = scheduler.step(velocity, t, x_torch, return_dict=False)[0]
-        x_numpy = sampling.euler_step(x_numpy, velocity.numpy(), sigmas[i], sigmas[i + 1])
+        x_numpy = latents.euler_step(x_numpy, velocity.numpy(), sigmas[i], sigmas[i + 1])
         assert np.array_equal(bits(x_numpy), bits(x_torch.numpy())), f"step {i}"
-
-
-def test_ids_match_pipeline() -> None:
-    pipe_cls = klein.Flux2KleinPipeline
-    latents = torch.zeros((1, 128, 3, 5))
-    expected_img = pipe_cls._prepare_latent_ids(latents)[0].numpy()
-    assert np.array_equal(sampling.prepare_latent_ids(3, 5), expected_img)
-    assert sampling.prepare_latent_ids(3, 5).dtype == np.int64
-
-    prompt_embeds = torch.zeros((1, 512, 96))
-    expected_txt = pipe_cls._prepare_text_ids(prompt_embeds)[0].numpy()
-    assert np.array_equal(sampling.prepare_text_ids(512), expected_txt)
-
-
-def test_pack_and_unpack_match_pipeline() -> None:
-    pipe_cls = klein.Flux2KleinPipeline
-    latents = torch.randn((1, 128, 3, 5), generator=torch.Generator("cpu").manual_seed(1))
-    packed = pipe_cls._pack_latents(latents).numpy()
-    assert np.array_equal(sampling.pack_latents(latents.numpy()), packed)
-
-    ids = pipe_cls._prepare_latent_ids(latents)
-    unpacked = pipe_cls._unpack_latents_with_ids(torch.from_numpy(packed), ids).numpy()
-    assert np.array_equal(sampling.unpack_latents(packed, 3, 5), unpacked)
-    with pytest.raises(InputError, match="tokens"):
-        sampling.unpack_latents(packed, 4, 5)
