@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, DEFAULT_REPO, __version__
-from builder.check.regress_cases import RegressOptions
+from builder.check.regress.cases import RegressOptions
 from builder.errors import KleinWebError
 from builder.pipeline import limits
 
@@ -222,7 +222,7 @@ def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str | 
     cases file that is not valid or nests too deeply. An edit or inpaint case without a size runs at its first
     image's upright size (EXIF orientation applied), as `reference` and the app use it.
     """
-    from builder.check import regress as regression
+    from builder.check.regress import run as regression
 
     options = RegressOptions(models_dir=models_dir, prompt=prompt, seed=seed, size=size or REGRESS_DEFAULTS.size,
                              size_given=size is not None, images=images, mask=mask, strength=strength, steps=steps,
@@ -270,7 +270,7 @@ def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, 
     symlink; a --native file that is no bench.json; an empty --precision or --sizes, a size that is no WxH,
     --steps outside 1..50, --seed outside [0, 2^32), a --timeout that is not a positive number.
     """
-    from builder.check import browser_bench as bench
+    from builder.check.bench import browser as bench
 
     try:
         bench.main(out_dir, models_dir=models_dir, log=log, precisions=[p for p in precisions.split(",") if p],
@@ -306,7 +306,7 @@ def load_bench(models_dir: Path, out_dir: Path, precision: str | None, sizes: st
     load-bench.json there that no earlier run wrote, a load-bench.md without one, either name a folder or a symlink;
     an empty --precision or --sizes, a size that is no WxH.
     """
-    from builder.check import load_bench as bench
+    from builder.check.bench import load as bench
 
     try:
         bench.main(out_dir, models_dir=models_dir, log=log, sizes=[s for s in sizes.split(",") if s],
@@ -333,12 +333,12 @@ def load_bench(models_dir: Path, out_dir: Path, precision: str | None, sizes: st
 def bench(out_dir: Path, scale: str, components: str, provider: str, warmup: int, repeats: int,
           workdir: Path | None, browser_overhead: bool) -> None:
     """GPU benchmark: WebGPU EP vs PyTorch bf16 on a full-size random-weight klein."""
-    from builder.check import bench as benchmark
+    from builder.check.bench import native, overhead
 
     if browser_overhead:
-        benchmark.browser_overhead(out_dir, log=log)
+        overhead.browser_overhead(out_dir, log=log)
         return
-    benchmark.main(out_dir, log=log, scale=scale, components=[c for c in components.split(",") if c],
+    native.main(out_dir, log=log, scale=scale, components=[c for c in components.split(",") if c],
                    provider=provider, warmup=warmup, repeats=repeats, workdir=workdir)
 
 

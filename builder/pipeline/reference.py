@@ -139,7 +139,7 @@ def generate(
     much of the schedule runs. `variants` pins a variant per component (e.g. {"transformer": "q4"}); otherwise
     VARIANT_PREFERENCE picks.
     """
-    # onnxruntime is imported here and in check/ort_timing.py (the bench's GPU timing), nowhere else in builder/.
+    # onnxruntime is imported here and in check/bench/ort_timing.py (the bench's GPU timing), nowhere else in builder/.
     import onnxruntime
 
     model_dir = Path(model_dir)

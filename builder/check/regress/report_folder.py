@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builder.check.regress_report import BROWSER_LOG_NAME, CANDIDATE_NAME, DIFF_NAME, REFERENCE_NAME, REPORT_NAME
+from builder.check.regress.report import BROWSER_LOG_NAME, CANDIDATE_NAME, DIFF_NAME, REFERENCE_NAME, REPORT_NAME
 from builder.errors import InputError
 from builder.repo.files import atomic_write_bytes
 

@@ -2,7 +2,7 @@
 
 One run, in numbered stages (`main`):
 
-    1. Check inputs: the cases (one from the flags, or several from a JSON/TOML file: check/regress_cases.py;
+    1. Check inputs: the cases (one from the flags, or several from a JSON/TOML file: check/regress/cases.py;
        their input images decoded as `reference` decodes them), the model folder, the --report folder and each
        --reference PNG (read at this stage), before anything slow starts.
     2. Check the browser.
@@ -11,10 +11,10 @@ One run, in numbered stages (`main`):
     4. Launch Chromium once (a persistent profile, --profile or a temp dir: the model store needs real
        storage) and check that the page gets a WebGPU adapter.
     5. For each case: type the prompt, set seed/size/steps, click Generate, wait for the app's state,
-       click Download PNG and take the real browser download (check/regress_page.py).
+       click Download PNG and take the real browser download (check/regress/page.py).
        A --reference-from-cpu reference is made now, with the graph variants the app reports it ran
        (a repo holding q4 and fp32 graphs is then compared like with like).
-    6. Compare with the reference, write the report folder, print a one-screen summary (check/regress_report.py).
+    6. Compare with the reference, write the report folder, print a one-screen summary (check/regress/report.py).
 
 Verdicts and exit codes: 0 pass (PSNR >= --psnr-min, same size), 1 fail (lower PSNR, another size, or the
 app itself reported degenerate output: NaN or a constant image is a wrong result, not a broken
@@ -26,25 +26,18 @@ prints it as "could not run: ...".
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, has_web_src
-from builder.check import report_folder
-from builder.check.browser import check_browser, find_chromium
-from builder.check.regress_cases import Case, RegressOptions, cases_from_options
-from builder.check.regress_page import (
-    AppReportedDegenerate,
-    BrowserSession,
-    CaseCouldNotRun,
-    launched,
-    probe_adapter,
-    run_case,
-)
-from builder.check.regress_report import (
+from builder.check.driver.chromium import check_browser, find_chromium
+from builder.check.driver.serving import check_models, serving, site
+from builder.check.driver.session import BrowserSession, launched, probe_adapter
+from builder.check.regress import report_folder
+from builder.check.regress.cases import Case, RegressOptions, cases_from_options
+from builder.check.regress.page import AppReportedDegenerate, CaseCouldNotRun, run_case
+from builder.check.regress.report import (
     COULD_NOT_RUN,
     FAIL,
     REPORT_NAME,
@@ -60,9 +53,8 @@ from builder.check.regress_report import (
 )
 from builder.errors import InputError, KleinWebError, RegressionError
 from builder.pipeline import imaging
-from builder.repo import local, manifest
+from builder.repo import manifest
 from builder.repo.files import check_output_folder
-from builder.site import bundle
 
 Log = Callable[[str], None]
 
@@ -138,21 +130,6 @@ def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *
     return report
 
 
-def check_models(models_dir: Path | None, *, log: Log) -> tuple[Path, manifest.Manifest]:
-    """The --models folder and its manifest (its own, or built from a seed-layout folder's files), every file's
-    size and sha256 verified; RegressionError saying how to get one."""
-    if models_dir is None:
-        raise RegressionError("--models DIR is required: the model folder to serve (e.g. `klein-web fetch --dir DIR`).")
-    models_dir = Path(models_dir)
-    if not models_dir.is_dir():
-        raise RegressionError(
-            f"--models {models_dir}: no such folder. Download one with `klein-web fetch --dir {models_dir}` "
-            "or make a test model with `klein-web make-tiny`."
-        )
-    # These name the malformed manifest or the missing, truncated or corrupt file and how to repair the folder.
-    return models_dir, local.open_and_check(models_dir, log=log)
-
-
 def _read_reference(png: Path) -> Reference:
     image, _text = imaging.read_png(png)
     return Reference(source=str(png), image=image, png=png.read_bytes())
@@ -173,32 +150,3 @@ def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -
                                 images=case.images, mask=case.mask, strength=case.strength_or_default)
     return Reference(source="cpu", image=result.image, seconds=time.perf_counter() - started,
                      variants=dict(result.variants))
-
-
-def site(dist_dir: Path | None, *, log: Log) -> Path:
-    """The built app to serve: `dist_dir` as it is, or dist/ built if stale (keeping the model base it was built
-    with: the server points the app at /models/ anyway)."""
-    if dist_dir is not None:
-        if not (Path(dist_dir) / "index.html").is_file():
-            raise RegressionError(f"--dist {dist_dir} holds no built app (no index.html); run `klein-web build --out "
-                                  f"{dist_dir}` first, or leave --dist out to build dist/.")
-        return Path(dist_dir)
-    record = bundle.read_record(DEFAULT_DIST) or {}
-    if has_web_src():  # else an installed wheel: its packaged app, as built
-        bundle.build(DEFAULT_DIST, model_base=str(record.get("model_base") or DEFAULT_MODEL_BASE), log=log)
-    return DEFAULT_DIST
-
-
-@contextlib.contextmanager
-def serving(dist_dir: Path, models_dir: Path, *, log: Log, models_manifest: manifest.Manifest | None = None,
-            middleware: Callable[[Any], Any] | None = None) -> Iterator[str]:
-    """The real server app (builder.site.server) in a thread on a free loopback port; yields its URL.
-
-    `middleware` wraps the ASGI app (the browser benchmark counts the model bytes sent through it)."""
-    from builder.site import server
-
-    app = server.create_app(dist_dir, models_dir=models_dir, models_manifest=models_manifest)
-    with server.serve_in_thread(app if middleware is None else middleware(app)) as port:
-        url = f"http://127.0.0.1:{port}"
-        log(f"serving {dist_dir} and models {models_dir} at {url}")
-        yield url

@@ -1,0 +1,138 @@
+"""One Chromium launch for a run: the session every page of it opens in, and the WebGPU adapter it offers."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from builder.check.driver.chromium import exit_cause, first_line, font_problem, launch_persistent
+from builder.errors import RegressionError
+
+Log = Callable[[str], None]
+
+# How long a single UI action (fill, click, the download) may take; generation has its own --timeout.
+UI_ACTION_TIMEOUT_MS = 60_000
+
+
+# Evaluated in the page before the first case: the standard WebGPU API, not an app hook.
+ADAPTER_PROBE_JS = """async () => {
+    if (!navigator.gpu) return {error: 'navigator.gpu is undefined (WebGPU is disabled in this browser)'};
+    // Chromium answers null while its GPU process is still starting; the app itself asks again too.
+    let adapter = null;
+    for (let attempt = 0; attempt < 3 && !adapter; attempt++) {
+        if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 250));
+        adapter = await navigator.gpu.requestAdapter();
+    }
+    if (!adapter) return {error: 'navigator.gpu.requestAdapter() returned null (3 tries)'};
+    const info = adapter.info || {};
+    return {
+        vendor: info.vendor || '', architecture: info.architecture || '', device: info.device || '',
+        description: info.description || '', isFallbackAdapter: !!info.isFallbackAdapter,
+        features: [...adapter.features].sort(),
+        maxBufferSize: adapter.limits.maxBufferSize,
+        maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+    };
+}"""
+
+
+@dataclass
+class BrowserSession:
+    """One Chromium launch shared by every case; `launches` goes into the report (it must stay 1)."""
+
+    executable: Path
+    gpu: bool
+    headed: bool
+    f16_toggle: bool = True  # Linux + NVIDIA: the Dawn toggle that exposes shader-f16 (see builder.site.chrome)
+    context: Any = None
+    version: str = ""
+    adapter: dict[str, Any] = field(default_factory=dict)
+    launches: int = 0
+    log_file: Path | None = None  # Chromium's own log while it runs (launched() keeps its text in `log`)
+    log: str = ""
+    exited: bool = False  # the browser went away before regress closed it
+
+    def read_log(self) -> str:
+        """Chromium's log so far (the whole file: FATAL lines come last, and it stays a few MB at most)."""
+        if self.log_file is not None and self.log_file.is_file():
+            self.log = self.log_file.read_text(encoding="utf-8", errors="replace")
+        return self.log
+
+    def exit_reason(self) -> str:
+        return f"Chromium exited during the run: {exit_cause(self.read_log())}"
+
+    def describe(self) -> dict[str, Any]:
+        return {"executable": str(self.executable), "version": self.version, "launches": self.launches,
+                "mode": "gpu" if self.gpu else "software", "headed": self.headed}
+
+
+@contextlib.contextmanager
+def launched(session: BrowserSession, *, log: Log, profile: Path | None = None) -> Iterator[BrowserSession]:
+    """Start Chromium through Playwright with a persistent profile (OPFS needs a real profile): `profile`, or a
+    throw-away one. A kept profile keeps the model store, so the next run downloads nothing."""
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    if (fonts := font_problem()) is not None:
+        log(f"warning: {fonts}")
+    with sync_playwright() as playwright, contextlib.ExitStack() as stack:
+        if profile is None:
+            profile = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-profile-")))
+        session.log_file = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-log-"))) / "chromium.log"
+        stack.callback(session.read_log)  # runs before the folder goes, after the browser closed
+        try:
+            session.context = launch_persistent(playwright, Path(profile), executable=session.executable,
+                                                headed=session.headed, gpu=session.gpu,
+                                                f16_toggle=session.f16_toggle, log_file=session.log_file)
+        except PlaywrightError as exc:
+            raise RegressionError(f"could not launch {session.executable} as Chromium: {first_line(exc)}") from exc
+        session.launches += 1
+        closing = False
+
+        def on_close(_context: Any) -> None:
+            session.exited = not closing
+
+        session.context.on("close", on_close)
+        browser = session.context.browser
+        session.version = browser.version if browser is not None else session.version
+        log(f"launched {session.executable} {session.version} ({'GPU' if session.gpu else 'SwiftShader'})")
+        try:
+            yield session
+        finally:
+            closing = True
+            with contextlib.suppress(PlaywrightError):
+                session.context.close()
+
+
+def probe_adapter(session: BrowserSession, base_url: str) -> dict[str, Any]:
+    """The page's WebGPU adapter (vendor, architecture, limits), checked by `check_adapter`."""
+    page = session.context.new_page()
+    try:
+        page.goto(base_url + "/", wait_until="load", timeout=UI_ACTION_TIMEOUT_MS)
+        adapter: dict[str, Any] = page.evaluate(ADAPTER_PROBE_JS)
+    finally:
+        page.close()
+    check_adapter(adapter, gpu=session.gpu, executable=session.executable)
+    return adapter
+
+
+def check_adapter(adapter: dict[str, Any], *, gpu: bool, executable: Path) -> None:
+    """RegressionError with the fix when there is no adapter, or when --gpu got only a software one.
+
+    Chromium silently falls back to SwiftShader when Vulkan is missing; a --gpu run on it would take
+    hours and its timings would mean nothing, so that is a could-not-run, not a slow pass.
+    """
+    if "error" in adapter:
+        fix = ("check chrome://gpu, install libvulkan1 and the GPU vendor's Vulkan driver, or use --software"
+               if gpu else "this Chromium build may lack SwiftShader; try another --browser, or --gpu on a GPU machine")
+        raise RegressionError(f"no WebGPU adapter in {executable} ({adapter['error']}): {fix}.")
+    software = adapter.get("isFallbackAdapter") or str(adapter.get("architecture", "")).lower() == "swiftshader"
+    if gpu and software:
+        raise RegressionError(
+            f"--gpu, but {executable} only offers the software adapter ({adapter.get('vendor')} "
+            f"{adapter.get('architecture')}): Chromium found no usable GPU through Vulkan. Check chrome://gpu, install "
+            "libvulkan1 and the GPU vendor's Vulkan driver (ICD), or run with --software."
+        )
