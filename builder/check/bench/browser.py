@@ -36,11 +36,10 @@ from typing import Any
 
 from builder.check.bench.browser_common import check_variant, run_environment
 from builder.check.bench.output import check_out
-from builder.check.driver.chromium import check_browser, find_chromium
 from builder.check.driver.memory import BrowserMemorySampler
 from builder.check.driver.page import Form, generate, opened
 from builder.check.driver.serving import ByteCounter, check_models, serving, site
-from builder.check.driver.session import BrowserSession, launched, probe_adapter
+from builder.check.driver.session import launched, local_session, probe_adapter
 from builder.check.driver.wasm_heap import hooked_worker, wasm_heap_bytes
 from builder.errors import InputError, RegressionError
 from builder.pipeline import limits
@@ -312,8 +311,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
     if native_json is not None:
         read_native(Path(native_json))
     out_dir = check_out(out_dir, json_name=JSON_NAME, markdown_name=MARKDOWN_NAME)
-    session = BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False, f16_toggle=f16_toggle)
-    session.version = check_browser(session.executable)
+    session = local_session(browser_path, gpu=gpu, f16_toggle=f16_toggle)
 
     # 2. Serve the app and the models, counting the model bytes sent.
     dist_dir = site(dist_dir, log=log)

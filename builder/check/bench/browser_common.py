@@ -25,7 +25,7 @@ def run_environment(session: BrowserSession, models_dir: Path) -> dict[str, Any]
     """What a benchmark record says about where it ran: date, versions, browser, adapter, model folder."""
     return {
         "date": datetime.date.today().isoformat(), "klein_web": __version__,
-        "browser": f"{session.executable.name} {session.version}",
+        "browser": f"{session.executable.name if session.executable else session.name} {session.version}",
         "adapter": " ".join(str(session.adapter.get(k, "")) for k in ("vendor", "architecture", "description")).strip(),
         "onnxruntime_web": bundle.onnxruntime_web_version(), "models": str(models_dir),
     }

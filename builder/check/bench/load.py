@@ -27,10 +27,9 @@ from typing import Any
 
 from builder.check.bench.browser_common import check_variant, run_environment
 from builder.check.bench.output import check_out
-from builder.check.driver.chromium import check_browser, find_chromium
 from builder.check.driver.memory import BrowserMemorySampler
 from builder.check.driver.serving import ByteCounter, check_models, serving, site
-from builder.check.driver.session import BrowserSession, launched, probe_adapter
+from builder.check.driver.session import launched, local_session, probe_adapter
 from builder.check.driver.wasm_heap import hooked_worker, wasm_heap_bytes
 from builder.errors import InputError, RegressionError
 from builder.pipeline.limits import parse_size
@@ -188,8 +187,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
     if not 0 <= repeat <= 20:
         raise InputError(f"--repeat {repeat}: give 0 to 20 more transformer sessions.")
     out_dir = check_out(out_dir, json_name=JSON_NAME, markdown_name=MARKDOWN_NAME)
-    session = BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False, f16_toggle=f16_toggle)
-    session.version = check_browser(session.executable)
+    session = local_session(browser_path, gpu=gpu, f16_toggle=f16_toggle)
 
     # 2. Serve the app and the models in a fresh profile (an empty store), sampling memory throughout.
     dist_dir = site(dist_dir, log=log)

@@ -12,10 +12,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from builder.check.driver.chromium import check_browser, find_chromium
 from builder.check.driver.page import Form, generate, opened
 from builder.check.driver.serving import check_models, serving, site
-from builder.check.driver.session import BrowserSession, launched, probe_adapter
+from builder.check.driver.session import launched, local_session, probe_adapter
 from builder.errors import BenchError
 from builder.pipeline.limits import parse_size
 from builder.repo.files import atomic_write_bytes
@@ -54,8 +53,7 @@ def browser_overhead(out_dir: Path, *, log: Log, models_dir: Path | None = None,
         if not (models_dir / "manifest.json").is_file():
             make_tiny(out_dir / "tiny-model", log=log)
     models_dir, repo = check_models(models_dir, log=log)
-    session = BrowserSession(executable=find_chromium(), gpu=False, headed=False)
-    session.version = check_browser(session.executable)
+    session = local_session(None, gpu=False)
     dist_dir = site(None, log=log)
     with serving(dist_dir, models_dir, log=log, models_manifest=repo) as base_url, launched(session, log=log):
         session.adapter = probe_adapter(session, base_url)

@@ -47,17 +47,25 @@ def site(dist_dir: Path | None, *, log: Log) -> Path:
 
 @contextlib.contextmanager
 def serving(dist_dir: Path, models_dir: Path, *, log: Log, models_manifest: manifest.Manifest | None = None,
-            middleware: Callable[[Any], Any] | None = None) -> Iterator[str]:
-    """The real server app (builder.site.server) in a thread on a free loopback port; yields its URL.
+            middleware: Callable[[Any], Any] | None = None, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """The real server app (builder.site.server) in a thread on `host` (a free port unless `port`); yields the URL a
+    browser on this machine opens it at.
 
     `middleware` wraps the ASGI app (the browser benchmark counts the model bytes sent through it)."""
     from builder.site import server
 
     app = server.create_app(dist_dir, models_dir=models_dir, models_manifest=models_manifest)
-    with server.serve_in_thread(app if middleware is None else middleware(app)) as port:
-        url = f"http://127.0.0.1:{port}"
-        log(f"serving {dist_dir} and models {models_dir} at {url}")
+    with server.serve_in_thread(app if middleware is None else middleware(app), host=host, port=port) as bound:
+        url = served_url(host, bound)
+        log(f"serving {dist_dir} and models {models_dir} at {url} (listening on {host}:{bound})")
         yield url
+
+
+def served_url(host: str, port: int) -> str:
+    """The app server's address for a browser on this machine (the loopback one for a wildcard `host`)."""
+    if host in ("0.0.0.0", "::", ""):
+        return f"http://{'[::1]' if host == '::' else '127.0.0.1'}:{port}"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 @dataclass

@@ -45,6 +45,13 @@ class RegressOptions:
     mask: Path | None = None  # inpainting mask (white repaints)
     strength: float | None = None  # inpainting strength; None: limits.STRENGTH_DEFAULT
     size_given: bool = True  # False: editing / inpainting take the size from the first image
+    # Where the browser runs and where it finds the app (docs/regress.md, "On another machine's browser").
+    connect: str | None = None  # ws:// address of a Playwright browser server; None: launch Chromium here
+    host: str = "127.0.0.1"  # the address the app server listens on
+    port: int = 0  # its port; 0: a free one
+    advertise: str | None = None  # the URL the browser opens this server at; None: http://HOST:PORT
+    app_url: str | None = None  # a deployed app (with ?model=) to open instead of serving one
+    shard: str | None = None  # "I/N": every N-th case of the cases file, from the I-th
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from builder.check.driver.page import app_error, fill_form, read_json_attribute,
 from builder.check.driver.session import UI_ACTION_TIMEOUT_MS, BrowserSession
 from builder.check.regress.cases import Case
 from builder.check.regress.report import AppRun
+from builder.check.regress.where import page_url
 from builder.pipeline import imaging
 
 Log = Callable[[str], None]
@@ -27,7 +29,8 @@ class AppReportedDegenerate(Exception):
 
 
 def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str, timeout_s: float, log: Log) -> None:
-    """Generate one image through the UI and fill `run` with the downloaded PNG, timings and errors.
+    """Generate one image through the UI of the app at `base_url` (regress.where.page_url) and fill `run` with the
+    downloaded PNG, timings and errors.
 
     Raises CaseCouldNotRun or AppReportedDegenerate; `run` keeps what was collected up to that point.
     """
@@ -44,7 +47,7 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
         page.on("console", lambda message: run.console_errors.append(message.text) if message.type == "error" else None)
         page.on("pageerror", lambda error: run.page_errors.append(str(error)))
         page.on("crash", lambda _page: crashed.append(True))
-        page.goto(base_url + case.page_path(), wait_until="load")
+        page.goto(page_url(base_url, case.page_path()), wait_until="load")
         page.wait_for_selector("#generate")
         if page.evaluate("() => document.body.dataset.state") == "error":  # e.g. the app's own WebGPU check failed
             run.app_error = app_error(page)[1]
@@ -76,8 +79,11 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
         if failure:
             raise CaseCouldNotRun(f"the Download PNG click gave no file ({failure})")
         run.download_name = download.suggested_filename
-        run.png = Path(download.path()).read_bytes()
-        run.image, run.png_text = imaging.read_png(Path(download.path()))
+        with tempfile.TemporaryDirectory(prefix="klein-regress-download-") as folder:
+            saved = Path(folder) / "candidate.png"
+            download.save_as(saved)  # a browser server's download comes over the connection
+            run.png = saved.read_bytes()
+            run.image, run.png_text = imaging.read_png(saved)
     except PlaywrightError as exc:
         if session.exited or (session.context.browser is not None and not session.context.browser.is_connected()):
             session.exited = True

@@ -26,15 +26,15 @@ prints it as "could not run: ...".
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from builder.check.driver.chromium import check_browser, find_chromium
 from builder.check.driver.serving import check_models, serving, site
-from builder.check.driver.session import BrowserSession, launched, probe_adapter
-from builder.check.regress import report_folder
+from builder.check.driver.session import BrowserSession, connected, launched, local_session, probe_adapter
+from builder.check.regress import report_folder, shards, where
 from builder.check.regress.cases import Case, RegressOptions, cases_from_options
 from builder.check.regress.page import AppReportedDegenerate, CaseCouldNotRun, run_case
 from builder.check.regress.report import (
@@ -51,6 +51,7 @@ from builder.check.regress.report import (
     write_case_report,
     write_run_report,
 )
+from builder.check.regress.where import page_url
 from builder.errors import InputError, KleinWebError, RegressionError
 from builder.pipeline import imaging
 from builder.repo import manifest
@@ -60,35 +61,52 @@ Log = Callable[[str], None]
 
 
 def main(options: RegressOptions, *, log: Log) -> int:
-    """Run every case in one browser launch; return the worst exit code (0 pass, 1 fail, 2 could not run)."""
+    """Run every case (of this --shard) in one browser; return the worst exit code (0 pass, 1 fail, 2 could not run)."""
     # 1. Check inputs: everything that can be wrong before a browser starts.
     if not options.timeout_s > 0:
         raise InputError(f"--timeout {options.timeout_s}: must be a positive number of seconds, e.g. 600.")
-    cases = cases_from_options(options)
+    shard = shards.parse_shard(options.shard) if options.shard is not None else None
+    if shard is not None and options.cases_file is None:
+        raise InputError(f"--shard {shard.label} splits a cases file between runs; give --cases FILE.")
+    where.check(options)
+    all_cases = cases_from_options(options)
+    chosen = shards.select(all_cases, shard)
+    cases = [case for _position, case in chosen]
     models_dir, repo = check_models(options.models_dir, log=log)
     # The report is the run's result: find out now, not after the browser ran, that it cannot be written.
     report_dir = check_output_folder(Path(options.report_dir), what="--report", create=False)
     report_folder.check_report_folder(report_dir)
     # Reference files, before the browser is even asked its version, so an unreadable PNG stops the run early.
     references = {case.name: _read_reference(case.reference_png) for case in cases if case.reference_png is not None}
+    identity = shards.run_identity(options, repo, cases_total=len(all_cases), shard=shard)
+    if shard is not None:
+        log(f"shard {shard.label}: {len(cases)} of {len(all_cases)} cases ({', '.join(c.name for c in cases)})")
 
-    # 2. The browser.
-    browser_path = Path(options.browser_path) if options.browser_path else None
-    session = BrowserSession(executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed,
-                             f16_toggle=options.f16_toggle)
-    session.version = check_browser(session.executable)
+    # 2. The browser: launched here, or a browser server's.
+    session = _session(options)
 
-    # 3. + 4. + 5. Serve, launch once, run every case in the same browser.
-    dist_dir = site(options.dist_dir, log=log)
+    # 3. + 4. + 5. Serve (unless the app is deployed), open the browser once, run every case in it.
     reports: list[CaseReport] = []
-    with serving(dist_dir, models_dir, log=log, models_manifest=repo) as base_url, launched(session, log=log, profile=options.profile):
-        session.adapter = probe_adapter(session, base_url)
-        for case in cases:
-            reports.append(_run_one(session, case, references.get(case.name), models_dir=models_dir,
-                                    base_url=base_url, timeout_s=options.timeout_s, log=log))
+    with contextlib.ExitStack() as stack:
+        app = options.app_url
+        if app is None:
+            served = stack.enter_context(serving(site(options.dist_dir, log=log), models_dir, log=log,
+                                                 models_manifest=repo, host=options.host, port=options.port))
+            app = options.advertise or served
+        if options.connect is not None:
+            stack.enter_context(connected(session, log=log))
+        else:
+            stack.enter_context(launched(session, log=log, profile=options.profile))
+        log(f"the browser opens the app at {page_url(app, '/')}")
+        session.adapter = probe_adapter(session, page_url(app, "/"))
+        for position, case in chosen:
+            report = _run_one(session, case, references.get(case.name), models_dir=models_dir, base_url=app,
+                              timeout_s=options.timeout_s, log=log)
+            report.position = position
+            reports.append(report)
 
-    # 6. Report and verdict.
-    single = len(cases) == 1
+    # 6. Report and verdict. A shard always has the several-case layout, so that shards merge.
+    single = len(cases) == 1 and shard is None
     browser = session.describe()
     if not single:
         (report_dir / REPORT_NAME).unlink(missing_ok=True)  # the run's report.json is written after every case's
@@ -99,7 +117,7 @@ def main(options: RegressOptions, *, log: Log) -> int:
         write_case_report(report_dir if single else report_dir / report.name, report, browser=browser,
                           adapter=session.adapter)
     if not single:
-        write_run_report(report_dir, reports, browser=browser, adapter=session.adapter)
+        write_run_report(report_dir, reports, browser=browser, adapter=session.adapter, run=identity)
     for line in summary_lines(reports, browser=browser, adapter=session.adapter, report_dir=report_dir):
         log(line)
     code = worst_exit_code(reports)
@@ -108,6 +126,14 @@ def main(options: RegressOptions, *, log: Log) -> int:
         prefix = "" if single else f"{len(failed)} of {len(reports)} cases; {failed[0].name}: "
         raise RegressionError(f"{prefix}{failed[0].reason} (report: {report_dir})")
     return code
+
+
+def _session(options: RegressOptions) -> BrowserSession:
+    """The browser of the run: a browser server's (--connect), or a Chromium found here and checked."""
+    if options.connect is not None:
+        return BrowserSession(executable=None, endpoint=options.connect, gpu=options.gpu, headed=False)
+    return local_session(Path(options.browser_path) if options.browser_path else None, gpu=options.gpu,
+                         headed=options.headed, f16_toggle=options.f16_toggle)
 
 
 def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *, models_dir: Path, base_url: str,
