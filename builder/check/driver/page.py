@@ -59,7 +59,6 @@ STATE_SETTLED_JS = """() => {
 }"""
 
 
-
 # Sets a text control's value as typing would end (the native setter, then an `input` event).
 FORM_WAIT_MS = 30_000  # the page decodes and checks each image file it is given
 SET_VALUE_JS = """([selector, value]) => {
@@ -71,7 +70,7 @@ SET_VALUE_JS = """([selector, value]) => {
 
 
 def fill_form(page: Any, case: Form) -> None:
-    """Type the case's prompt, seed, steps and size into the form, as a user would."""
+    """Type the prompt, seed, steps and size into the form and give it the input images, as a user would."""
     page.fill("#prompt", case.prompt)
     if page.input_value("#prompt") != case.prompt:
         # Seen in headless Chromium on a GPU machine: fill() on the prompt of a page that has made an image
