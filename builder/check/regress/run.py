@@ -3,13 +3,15 @@
 One run, in numbered stages (`main`):
 
     1. Check inputs: the cases (one from the flags, or several from a JSON/TOML file: check/regress/cases.py;
-       their input images decoded as `reference` decodes them), the model folder, the --report folder and each
+       their input images decoded as `reference` decodes them; with --shard only this shard's: shards.py), where
+       the browser runs and finds the app (where.py), the model folder, the --report folder and each
        --reference PNG (read at this stage), before anything slow starts.
-    2. Check the browser.
-    3. Build dist/ if stale (or take --dist as it is) and serve it plus the model folder on a free loopback
-       port (in a thread).
+    2. Check the browser (a Chromium here; with --connect, the browser server's is checked once attached).
+    3. Build dist/ if stale (or take --dist as it is) and serve it plus the model folder (in a thread) on
+       --host/--port, a free loopback port by default; with --app-url nothing is served.
     4. Launch Chromium once (a persistent profile, --profile or a temp dir: the model store needs real
-       storage) and check that the page gets a WebGPU adapter.
+       storage), or attach to the browser server (a new in-memory context), and check that the page is a
+       secure context with a WebGPU adapter.
     5. For each case: type the prompt, set seed/size/steps, click Generate, wait for the app's state,
        click Download PNG and take the real browser download (check/regress/page.py).
        A --reference-from-cpu reference is made now, with the graph variants the app reports it ran
