@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.check.browser import launch_persistent
+from builder.check.driver.chromium import launch_persistent
 
 pytestmark = pytest.mark.browser
 

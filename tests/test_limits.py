@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from builder import REPO_ROOT
-from builder.check.regress_cases import Case, load_cases
+from builder.check.regress.cases import Case, load_cases
 from builder.errors import InputError
 from builder.pipeline import limits, reference
 

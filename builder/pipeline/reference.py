@@ -285,7 +285,7 @@ def load_models(model_dir: Path, plan: InputPlan, variants: Mapping[str, str], *
                 log: Callable[[str], None]) -> Models:
     """Stage 2: the graph of each component (the VAE encoder too when there are input images), checked against the
     size and this machine's memory, its files verified before any session exists."""
-    # onnxruntime is imported here and in check/ort_timing.py (the bench's GPU timing), nowhere else in builder/.
+    # onnxruntime is imported here and in check/bench/ort_timing.py (the bench's GPU timing), nowhere else in builder/.
     import onnxruntime
 
     repo = local.open_folder(model_dir, log=log)

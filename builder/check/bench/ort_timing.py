@@ -1,6 +1,6 @@
 """Timing ONNX graphs on onnxruntime's WebGPU plugin EP (or its CPU EP), one subprocess per graph.
 
-`time_ort()` is what the bench and scripts/ call: it writes a TimingSpec, runs `python -m builder.check.ort_timing
+`time_ort()` is what the bench and scripts/ call: it writes a TimingSpec, runs `python -m builder.check.bench.ort_timing
 SPEC` (so a crash or hang of the EP costs one row, and GPU memory is clean for the next graph) and returns the
 worker's result. `webgpu_device()`, `session_options()` and `time_captured()` are the same building blocks for
 scripts that time graphs in their own process.
@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.check.bench_stats import median_ms
-from builder.check.gpu_memory import GpuMemorySampler
+from builder.check.bench.stats import median_ms
+from builder.check.driver.memory import GpuMemorySampler
 from builder.errors import BenchError
 
 
@@ -118,7 +118,7 @@ def time_ort(graph: Path, inputs: Mapping[str, Path], *, provider: str, warmup: 
     result = Path(spec.result)
     result.unlink(missing_ok=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "builder.check.ort_timing", str(spec_path)], check=False,
+        proc = subprocess.run([sys.executable, "-m", "builder.check.bench.ort_timing", str(spec_path)], check=False,
                               capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout_s:.0f} s"}
@@ -133,7 +133,7 @@ def time_graph(spec: TimingSpec) -> dict[str, Any]:
     graph-capture session), sample GPU memory, and profile where the nodes ran."""
     import numpy as np
 
-    sampler = GpuMemorySampler()
+    sampler = GpuMemorySampler.on_this_machine().start()
     notes = []
     began = time.perf_counter()
     try:
@@ -167,7 +167,7 @@ def time_graph(spec: TimingSpec) -> dict[str, Any]:
     del session
     capture_peak = None
     if spec.capture:
-        sampler = GpuMemorySampler()
+        sampler = GpuMemorySampler.on_this_machine().start()
         for key, npz in spec.inputs.items():
             if key not in plain_outputs:
                 continue
@@ -281,6 +281,6 @@ def summarize_placement(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    # The worker subprocess of time_ort(): python -m builder.check.ort_timing SPEC.json
+    # The worker subprocess of time_ort(): python -m builder.check.bench.ort_timing SPEC.json
     worker_spec = TimingSpec(**json.loads(Path(sys.argv[1]).read_text()))
     Path(worker_spec.result).write_text(json.dumps(time_graph(worker_spec)))

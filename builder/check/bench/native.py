@@ -7,36 +7,34 @@ What one run measures (`main`), for the q4 and q4f16 graphs (`klein-web convert 
     VAE decoder    the whole decoder at 512x512 (the q4 repo's fp16 graph and its fp32 fallback)
 
 each on (a) onnxruntime with the WebGPU plugin EP (`onnxruntime-ep-webgpu`, Dawn on Vulkan: the same
-kernels onnxruntime-web runs in a browser; check/ort_timing.py) and (b) PyTorch bf16 through
-diffusers/transformers (check/bench_models.py).
+kernels onnxruntime-web runs in a browser; check/bench/ort_timing.py) and (b) PyTorch bf16 through
+diffusers/transformers (check/bench/models.py).
 
 Method (the numbers are only meaningful with it, so bench.md repeats it):
   * Random weights with the real configs: speed does not depend on the weight values, and the Hub is not needed.
   * The text encoder and the VAE are timed whole: their graphs fit any GPU the app runs on.
   * Layer chains for the transformer. Exporting and quantising the full transformer takes longer than a bench run
-    should, so graphs with few blocks at the real width are built (check/bench_graphs.py: 0+1, 1+1 and 0+2
+    should, so graphs with few blocks at the real width are built (check/bench/graphs.py: 0+1, 1+1 and 0+2
     double+single blocks, each under protobuf's 2 GB in fp32), and time = fixed + sum(blocks x per-block) is solved
-    from them and evaluated at the real block counts (check/bench_stats.py). Differences of chain lengths also
+    from them and evaluated at the real block counts (check/bench/stats.py). Differences of chain lengths also
     cancel the upload and read-back that every timed run includes. A fit is refused, and its row says why with no
     figure, when a per-block time is not positive or the blocks add less time between the chains than the spread
-    of the chains' samples (bench_stats.fit_chains). PyTorch is measured on the same chains AND on the full model,
+    of the chains' samples (stats.fit_chains). PyTorch is measured on the same chains AND on the full model,
     so the extrapolation's error is shown next to the figures.
   * Medians over `repeats` runs after `warmup` runs. Each onnxruntime graph runs in its own subprocess
     (a crash or hang of the EP costs one row, and GPU memory is clean for the next).
   * Peak GPU memory: PyTorch's max_memory_allocated on the full model; for the WebGPU EP, the peak of
-    NVML's device memory in use above the level before the session (check/gpu_memory.py), measured on
+    NVML's device memory in use above the level before the session (check/driver/memory.py), measured on
     the longest chain and extrapolated with the graphs' weight bytes on disk.
 
 Without a WebGPU adapter the bench says so and runs onnxruntime's CPU EP and torch on the CPU instead: a smoke
 test of the whole path, not a benchmark.
 
-`browser_overhead` measures the other target: the share of a generation the app spends outside
-session.run (the worker's own `timings`), on make-tiny at 512x512 in headless Chromium via `regress`.
+The app's own overhead in the browser (`--browser-overhead`) is check/bench/overhead.py's.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import time
@@ -45,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.check.bench_graphs import (
+from builder.check.bench.graphs import (
     CAPTURE,
     app_choice,
     export_graphs,
@@ -53,7 +51,7 @@ from builder.check.bench_graphs import (
     graph_bytes,
     timed_transformers,
 )
-from builder.check.bench_models import (
+from builder.check.bench.models import (
     COMPONENTS,
     SCALES,
     Scale,
@@ -63,11 +61,10 @@ from builder.check.bench_models import (
     time_torch,
     torch_callable,
 )
-from builder.check.bench_report import environment, placement_text, table_labels, table_rows, write_results
-from builder.check.bench_stats import extrapolate, fit_chains, median_ms
-from builder.check.ort_timing import time_ort, webgpu_status
+from builder.check.bench.ort_timing import time_ort, webgpu_status
+from builder.check.bench.report import environment, placement_text, table_labels, table_rows, write_results
+from builder.check.bench.stats import extrapolate, fit_chains, median_ms
 from builder.errors import BenchError, InputError
-from builder.repo.files import atomic_write_bytes
 
 Log = Callable[[str], None]
 
@@ -258,7 +255,7 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
         if (label, key) in fidelity:
             row["rel_err_vs_plain"] = fidelity[(label, key)]
         if component == "transformer" and label == app_choice(scale, size, label.split(",")[0]) + CAPTURE:
-            row["app_path"] = True  # browser_bench pairs its hot step with this row
+            row["app_path"] = True  # browser-bench pairs its hot step with this row
             row["method"] = "**what the app runs at this size**; " + row.get("method", "")
         run.rows.append(row)
 
@@ -283,44 +280,3 @@ def chain_figures(points: Mapping[tuple[int, ...], Sequence[float]],
 
 def _release_files(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def overhead_figures(timings: Mapping[str, float]) -> dict[str, float]:
-    """From the worker's StageTimings: ms outside session.run, and its share of the generation.
-
-    The generation is the total minus model loading (`load`, and `download` where the app times it apart),
-    which happens once per page, not per image; session.run time is the worker's own meter."""
-    for key in ("total", "sessionRun"):
-        if not isinstance(timings.get(key), (int, float)):
-            raise BenchError(f"The app's timings lack {key!r}: {dict(timings)}")
-    generation = timings["total"] - timings.get("download", 0) - timings.get("load", 0)
-    outside = generation - timings["sessionRun"]
-    return {"generation_ms": generation, "session_run_ms": timings["sessionRun"], "outside_ms": outside,
-            "overhead_share": outside / generation if generation > 0 else float("nan"),
-            "overhead_share_of_total": (timings["total"] - timings["sessionRun"]) / timings["total"]}
-
-
-def browser_overhead(out_dir: Path, *, log: Log, models_dir: Path | None = None, steps: int = 4,
-                     size: str = "512x512", timeout_s: float = 900.0) -> dict[str, Any]:
-    """Generate one image with the app on make-tiny and report the orchestration overhead figure."""
-    from builder.check import regress
-    from builder.check.regress_cases import RegressOptions
-    from builder.repo.tiny import make_tiny
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if models_dir is None:
-        models_dir = out_dir / "tiny-model" / "q4"
-        if not (models_dir / "manifest.json").is_file():
-            make_tiny(out_dir / "tiny-model", log=log)
-    report_dir = out_dir / "browser-overhead"
-    # Timings only: any PSNR will do.
-    regress.main(RegressOptions(models_dir=models_dir, prompt="a lighthouse at dusk", seed=0, size=size, steps=steps,
-                                reference_from_cpu=True, report_dir=report_dir, psnr_min=1.0, timeout_s=timeout_s),
-                 log=log)
-    report = json.loads((report_dir / "report.json").read_text())
-    figures = {**overhead_figures(report["timings"]), "timings": report["timings"], "size": size, "steps": steps}
-    atomic_write_bytes(out_dir / "browser-overhead.json", json.dumps(figures, indent=1).encode("utf-8"))
-    log(f"browser overhead: {figures['outside_ms']:.0f} ms of {figures['generation_ms']:.0f} ms outside "
-        f"session.run = {100 * figures['overhead_share']:.1f}% (target <= 5%)")
-    return figures

@@ -95,6 +95,7 @@ class CaseReport:
     reason: str = ""
     comparison: Comparison | None = None
     app: AppRun = field(default_factory=AppRun)
+    position: int = 0  # in the cases file, from 1 (shards keep the file's numbering)
 
 
 def compare(candidate: np.ndarray, reference: np.ndarray, *, psnr_min: float) -> Comparison:
@@ -223,19 +224,21 @@ def worst_exit_code(reports: Iterable[CaseReport]) -> int:
 
 
 def write_run_report(folder: Path, reports: list[CaseReport], *, browser: dict[str, Any],
-                     adapter: dict[str, Any]) -> Path:
-    """The top report.json of a several-case run: the overall verdict and one entry per case folder."""
+                     adapter: dict[str, Any], run: dict[str, Any]) -> Path:
+    """The top report.json of a several-case run: the overall verdict, one entry per case folder, and `run`: what
+    it ran (regress.shards.run_identity)."""
     worst = Verdict(worst_exit_code(reports))
     data = {
         "verdict": worst.label,
         "exit_code": worst.exit_code,
         "cases": [
-            {"case": r.name, "folder": r.name, "verdict": r.verdict.label, "reason": r.reason,
+            {"case": r.name, "folder": r.name, "position": r.position, "verdict": r.verdict.label, "reason": r.reason,
              "metrics": metrics_json(r.comparison.metrics if r.comparison else None)}
             for r in reports
         ],
         "adapter": adapter,
         "browser": browser,
+        "run": run,
         "klein_web": __version__,
         "finished_at": _now(),
     }

@@ -2,19 +2,21 @@
 
 One run, in numbered stages (`main`):
 
-    1. Check inputs: the cases (one from the flags, or several from a JSON/TOML file: check/regress_cases.py;
-       their input images decoded as `reference` decodes them), the model folder, the --report folder and each
+    1. Check inputs: the cases (one from the flags, or several from a JSON/TOML file: check/regress/cases.py;
+       their input images decoded as `reference` decodes them; with --shard only this shard's: shards.py), where
+       the browser runs and finds the app (where.py), the model folder, the --report folder and each
        --reference PNG (read at this stage), before anything slow starts.
-    2. Check the browser.
-    3. Build dist/ if stale (or take --dist as it is) and serve it plus the model folder on a free loopback
-       port (in a thread).
+    2. Check the browser (a Chromium here; with --connect, the browser server's is checked once attached).
+    3. Build dist/ if stale (or take --dist as it is) and serve it plus the model folder (in a thread) on
+       --host/--port, a free loopback port by default; with --app-url nothing is served.
     4. Launch Chromium once (a persistent profile, --profile or a temp dir: the model store needs real
-       storage) and check that the page gets a WebGPU adapter.
+       storage), or attach to the browser server (a new in-memory context), and check that the page is a
+       secure context with a WebGPU adapter.
     5. For each case: type the prompt, set seed/size/steps, click Generate, wait for the app's state,
-       click Download PNG and take the real browser download (check/regress_page.py).
+       click Download PNG and take the real browser download (check/regress/page.py).
        A --reference-from-cpu reference is made now, with the graph variants the app reports it ran
        (a repo holding q4 and fp32 graphs is then compared like with like).
-    6. Compare with the reference, write the report folder, print a one-screen summary (check/regress_report.py).
+    6. Compare with the reference, write the report folder, print a one-screen summary (check/regress/report.py).
 
 Verdicts and exit codes: 0 pass (PSNR >= --psnr-min, same size), 1 fail (lower PSNR, another size, or the
 app itself reported degenerate output: NaN or a constant image is a wrong result, not a broken
@@ -28,23 +30,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, has_web_src
-from builder.check import report_folder
-from builder.check.browser import check_browser, find_chromium
-from builder.check.regress_cases import Case, RegressOptions, cases_from_options
-from builder.check.regress_page import (
-    AppReportedDegenerate,
-    BrowserSession,
-    CaseCouldNotRun,
-    launched,
-    probe_adapter,
-    run_case,
-)
-from builder.check.regress_report import (
+from builder.check.driver.serving import check_models, serving, site
+from builder.check.driver.session import BrowserSession, connected, launched, local_session, probe_adapter
+from builder.check.regress import report_folder, shards, where
+from builder.check.regress.cases import Case, RegressOptions, cases_from_options
+from builder.check.regress.page import AppReportedDegenerate, CaseCouldNotRun, run_case
+from builder.check.regress.report import (
     COULD_NOT_RUN,
     FAIL,
     REPORT_NAME,
@@ -58,45 +53,62 @@ from builder.check.regress_report import (
     write_case_report,
     write_run_report,
 )
+from builder.check.regress.where import page_url
 from builder.errors import InputError, KleinWebError, RegressionError
 from builder.pipeline import imaging
-from builder.repo import local, manifest
+from builder.repo import manifest
 from builder.repo.files import check_output_folder
-from builder.site import bundle
 
 Log = Callable[[str], None]
 
 
 def main(options: RegressOptions, *, log: Log) -> int:
-    """Run every case in one browser launch; return the worst exit code (0 pass, 1 fail, 2 could not run)."""
+    """Run every case (of this --shard) in one browser; return the worst exit code (0 pass, 1 fail, 2 could not run)."""
     # 1. Check inputs: everything that can be wrong before a browser starts.
     if not options.timeout_s > 0:
         raise InputError(f"--timeout {options.timeout_s}: must be a positive number of seconds, e.g. 600.")
-    cases = cases_from_options(options)
+    shard = shards.parse_shard(options.shard) if options.shard is not None else None
+    if shard is not None and options.cases_file is None:
+        raise InputError(f"--shard {shard.label} splits a cases file between runs; give --cases FILE.")
+    where.check(options)
+    all_cases = cases_from_options(options)
+    chosen = shards.select(all_cases, shard)
+    cases = [case for _position, case in chosen]
     models_dir, repo = check_models(options.models_dir, log=log)
     # The report is the run's result: find out now, not after the browser ran, that it cannot be written.
     report_dir = check_output_folder(Path(options.report_dir), what="--report", create=False)
     report_folder.check_report_folder(report_dir)
     # Reference files, before the browser is even asked its version, so an unreadable PNG stops the run early.
     references = {case.name: _read_reference(case.reference_png) for case in cases if case.reference_png is not None}
+    identity = shards.run_identity(options, repo, cases_total=len(all_cases), shard=shard)
+    if shard is not None:
+        log(f"shard {shard.label}: {len(cases)} of {len(all_cases)} cases ({', '.join(c.name for c in cases)})")
 
-    # 2. The browser.
-    browser_path = Path(options.browser_path) if options.browser_path else None
-    session = BrowserSession(executable=find_chromium(browser_path), gpu=options.gpu, headed=options.headed,
-                             f16_toggle=options.f16_toggle)
-    session.version = check_browser(session.executable)
+    # 2. The browser: launched here, or a browser server's.
+    session = _session(options)
 
-    # 3. + 4. + 5. Serve, launch once, run every case in the same browser.
-    dist_dir = site(options.dist_dir, log=log)
+    # 3. + 4. + 5. Serve (unless the app is deployed), open the browser once, run every case in it.
     reports: list[CaseReport] = []
-    with serving(dist_dir, models_dir, log=log, models_manifest=repo) as base_url, launched(session, log=log, profile=options.profile):
-        session.adapter = probe_adapter(session, base_url)
-        for case in cases:
-            reports.append(_run_one(session, case, references.get(case.name), models_dir=models_dir,
-                                    base_url=base_url, timeout_s=options.timeout_s, log=log))
+    with contextlib.ExitStack() as stack:
+        app = options.app_url
+        if app is None:
+            served = stack.enter_context(serving(site(options.dist_dir, log=log), models_dir, log=log,
+                                                 models_manifest=repo, host=options.host, port=options.port))
+            app = options.advertise or served
+        if options.connect is not None:
+            stack.enter_context(connected(session, log=log))
+        else:
+            stack.enter_context(launched(session, log=log, profile=options.profile))
+        log(f"the browser opens the app at {page_url(app, '/')}")
+        session.adapter = probe_adapter(session, page_url(app, "/"))
+        for position, case in chosen:
+            report = _run_one(session, case, references.get(case.name), models_dir=models_dir, base_url=app,
+                              timeout_s=options.timeout_s, log=log)
+            report.position = position
+            reports.append(report)
 
-    # 6. Report and verdict.
-    single = len(cases) == 1
+    # 6. Report and verdict. A shard always has the several-case layout, so that shards merge.
+    single = len(cases) == 1 and shard is None
     browser = session.describe()
     if not single:
         (report_dir / REPORT_NAME).unlink(missing_ok=True)  # the run's report.json is written after every case's
@@ -107,7 +119,7 @@ def main(options: RegressOptions, *, log: Log) -> int:
         write_case_report(report_dir if single else report_dir / report.name, report, browser=browser,
                           adapter=session.adapter)
     if not single:
-        write_run_report(report_dir, reports, browser=browser, adapter=session.adapter)
+        write_run_report(report_dir, reports, browser=browser, adapter=session.adapter, run=identity)
     for line in summary_lines(reports, browser=browser, adapter=session.adapter, report_dir=report_dir):
         log(line)
     code = worst_exit_code(reports)
@@ -116,6 +128,14 @@ def main(options: RegressOptions, *, log: Log) -> int:
         prefix = "" if single else f"{len(failed)} of {len(reports)} cases; {failed[0].name}: "
         raise RegressionError(f"{prefix}{failed[0].reason} (report: {report_dir})")
     return code
+
+
+def _session(options: RegressOptions) -> BrowserSession:
+    """The browser of the run: a browser server's (--connect), or a Chromium found here and checked."""
+    if options.connect is not None:
+        return BrowserSession(executable=None, endpoint=options.connect, gpu=options.gpu, headed=False)
+    return local_session(Path(options.browser_path) if options.browser_path else None, gpu=options.gpu,
+                         headed=options.headed, f16_toggle=options.f16_toggle)
 
 
 def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *, models_dir: Path, base_url: str,
@@ -138,21 +158,6 @@ def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *
     return report
 
 
-def check_models(models_dir: Path | None, *, log: Log) -> tuple[Path, manifest.Manifest]:
-    """The --models folder and its manifest (its own, or built from a seed-layout folder's files), every file's
-    size and sha256 verified; RegressionError saying how to get one."""
-    if models_dir is None:
-        raise RegressionError("--models DIR is required: the model folder to serve (e.g. `klein-web fetch --dir DIR`).")
-    models_dir = Path(models_dir)
-    if not models_dir.is_dir():
-        raise RegressionError(
-            f"--models {models_dir}: no such folder. Download one with `klein-web fetch --dir {models_dir}` "
-            "or make a test model with `klein-web make-tiny`."
-        )
-    # These name the malformed manifest or the missing, truncated or corrupt file and how to repair the folder.
-    return models_dir, local.open_and_check(models_dir, log=log)
-
-
 def _read_reference(png: Path) -> Reference:
     image, _text = imaging.read_png(png)
     return Reference(source=str(png), image=image, png=png.read_bytes())
@@ -173,32 +178,3 @@ def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -
                                 images=case.images, mask=case.mask, strength=case.strength_or_default)
     return Reference(source="cpu", image=result.image, seconds=time.perf_counter() - started,
                      variants=dict(result.variants))
-
-
-def site(dist_dir: Path | None, *, log: Log) -> Path:
-    """The built app to serve: `dist_dir` as it is, or dist/ built if stale (keeping the model base it was built
-    with: the server points the app at /models/ anyway)."""
-    if dist_dir is not None:
-        if not (Path(dist_dir) / "index.html").is_file():
-            raise RegressionError(f"--dist {dist_dir} holds no built app (no index.html); run `klein-web build --out "
-                                  f"{dist_dir}` first, or leave --dist out to build dist/.")
-        return Path(dist_dir)
-    record = bundle.read_record(DEFAULT_DIST) or {}
-    if has_web_src():  # else an installed wheel: its packaged app, as built
-        bundle.build(DEFAULT_DIST, model_base=str(record.get("model_base") or DEFAULT_MODEL_BASE), log=log)
-    return DEFAULT_DIST
-
-
-@contextlib.contextmanager
-def serving(dist_dir: Path, models_dir: Path, *, log: Log, models_manifest: manifest.Manifest | None = None,
-            middleware: Callable[[Any], Any] | None = None) -> Iterator[str]:
-    """The real server app (builder.site.server) in a thread on a free loopback port; yields its URL.
-
-    `middleware` wraps the ASGI app (the browser benchmark counts the model bytes sent through it)."""
-    from builder.site import server
-
-    app = server.create_app(dist_dir, models_dir=models_dir, models_manifest=models_manifest)
-    with server.serve_in_thread(app if middleware is None else middleware(app)) as port:
-        url = f"http://127.0.0.1:{port}"
-        log(f"serving {dist_dir} and models {models_dir} at {url}")
-        yield url

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from builder.check.bench_models import Scale, build_text_encoder, build_transformer, build_vae, out_layers
+from builder.check.bench.models import Scale, build_text_encoder, build_transformer, build_vae, out_layers
 
 Log = Callable[[str], None]
 

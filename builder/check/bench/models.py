@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from builder.check.bench_stats import median_ms
+from builder.check.bench.stats import median_ms
 from builder.errors import BenchError
 
 COMPONENTS = ("text_encoder", "transformer", "vae_decoder")

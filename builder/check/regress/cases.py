@@ -9,13 +9,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from builder.check.driver.page import Form
 from builder.errors import InputError, RegressionError
 from builder.pipeline import limits
 from builder.repo import manifest
 
 CASE_KEYS = frozenset({"name", "prompt", "seed", "size", "steps", "reference", "reference_from_cpu", "psnr_min",
                        "precision", "images", "mask", "strength"})
-DEFAULT_STRENGTH = limits.STRENGTH_DEFAULT
 CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -43,37 +43,27 @@ class RegressOptions:
     profile: Path | None = None  # browser profile to use and keep (its model store survives); None: a temp one
     images: tuple[Path, ...] = ()  # editing: reference images; with `mask`: the image to inpaint, then references
     mask: Path | None = None  # inpainting mask (white repaints)
-    strength: float | None = None  # inpainting strength; None: DEFAULT_STRENGTH
+    strength: float | None = None  # inpainting strength; None: limits.STRENGTH_DEFAULT
     size_given: bool = True  # False: editing / inpainting take the size from the first image
+    # Where the browser runs and where it finds the app (docs/regress.md, "On another machine's browser").
+    connect: str | None = None  # ws:// address of a Playwright browser server; None: launch Chromium here
+    host: str = "127.0.0.1"  # the address the app server listens on
+    port: int = 0  # its port; 0: a free one
+    advertise: str | None = None  # the URL the browser opens this server at; None: http://HOST:PORT
+    app_url: str | None = None  # a deployed app (with ?model=) to open instead of serving one
+    shard: str | None = None  # "I/N": every N-th case of the cases file, from the I-th
 
 
-@dataclass(frozen=True)
-class Case:
-    """One generation to check: its parameters and where its reference comes from."""
+@dataclass(frozen=True, kw_only=True)
+class Case(Form):
+    """One generation to check: what the form is given, its name, and where its reference comes from."""
 
     name: str
-    prompt: str
-    seed: int
-    width: int
-    height: int
-    steps: int
     psnr_min: float
     reference_png: Path | None = None
     reference_from_cpu: bool = False
     # Force the app's graph variant (its `?precision=`); None: the app picks the best its adapter runs.
     precision: str | None = None
-    # Editing: reference images. Inpainting (`mask` set): the image to inpaint, then its references.
-    images: tuple[Path, ...] = ()
-    mask: Path | None = None
-    strength: float | None = None  # inpainting only; None: DEFAULT_STRENGTH
-
-    @property
-    def size(self) -> str:
-        return f"{self.width}x{self.height}"
-
-    @property
-    def mode(self) -> str:
-        return "inpaint" if self.mask is not None else "edit" if self.images else "text"
 
     def parameters(self) -> dict[str, Any]:
         parameters: dict[str, Any] = {"prompt": self.prompt, "seed": self.seed, "width": self.width,
@@ -84,10 +74,6 @@ class Case:
         if self.mask is not None:
             parameters.update(mask=str(self.mask), strength=self.strength_or_default)
         return parameters
-
-    @property
-    def strength_or_default(self) -> float:
-        return DEFAULT_STRENGTH if self.strength is None else self.strength
 
     def page_path(self) -> str:
         return f"/?precision={self.precision}" if self.precision else "/"
@@ -197,7 +183,7 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
 
 def check_not_a_run_file(name: str, *, where: str) -> None:
     """Each case gets a report folder of its name, beside the run's own files: the two must not collide."""
-    from builder.check.report_folder import RUN_FILES, colliding_name
+    from builder.check.regress.report_folder import RUN_FILES, colliding_name
 
     own = colliding_name(name)
     if own is not None:

@@ -11,7 +11,7 @@ hours; creating its sessions takes minutes. So this drives the app's worker thro
 
 and reports, per row, the session's creation time and the peaks while it was created: Chromium's renderer (the
 page and its worker, where onnxruntime's wasm heap lives) and GPU process (on a software adapter it holds the
-"GPU" buffers in CPU memory), the wasm heap, and GPU memory where nvidia-smi exists. A memory regression at real
+"GPU" buffers in CPU memory), the wasm heap, and GPU memory where NVML exists. A memory regression at real
 size shows here without a GPU. Results go to OUT/load-bench.json and OUT/load-bench.md.
 """
 
@@ -25,18 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.check import regress
-from builder.check.bench_output import check_out
-from builder.check.browser import check_browser, find_chromium
-from builder.check.browser_bench import (
-    WASM_HOOK_JS,
-    WASM_SIZE_JS,
-    ByteCounter,
-    MemorySampler,
-    check_variant,
-    run_environment,
-)
-from builder.check.regress_page import BrowserSession, launched, probe_adapter
+from builder.check.bench.browser_common import check_variant, run_environment
+from builder.check.bench.output import check_out
+from builder.check.driver.memory import BrowserMemorySampler
+from builder.check.driver.serving import ByteCounter, check_models, serving, site
+from builder.check.driver.session import launched, local_session, probe_adapter
+from builder.check.driver.wasm_heap import hooked_worker, wasm_heap_bytes
 from builder.errors import InputError, RegressionError
 from builder.pipeline.limits import parse_size
 from builder.repo.files import atomic_write_bytes
@@ -95,14 +89,7 @@ class WorkerDriver:
         if not worker_path:
             raise RegressionError("the served index.html names no worker (<meta name=klein-worker>): rebuild the app")
         self.page.evaluate(START_WORKER_JS, f"{base_url}/{worker_path}")
-        deadline = time.monotonic() + 30
-        while not self.page.workers:
-            if time.monotonic() > deadline:
-                raise RegressionError("the app's worker did not start within 30 s")
-            self.page.wait_for_timeout(100)
-        self.worker = self.page.workers[0]
-        # Before the first session, which creates onnxruntime's wasm heap.
-        self.worker.evaluate(WASM_HOOK_JS)
+        self.worker = hooked_worker(self.page)
 
     def request(self, kind: str, **fields: Any) -> dict[str, Any]:
         reply = self.page.evaluate(REQUEST_JS, [kind, fields])
@@ -113,15 +100,15 @@ class WorkerDriver:
         return dict(final["result"])
 
     def wasm_heap_gib(self) -> float | None:
-        size = int(self.worker.evaluate(WASM_SIZE_JS))
-        return size / 2**30 if size else None
+        size = wasm_heap_bytes(self.worker)
+        return None if size is None else size / 2**30
 
     def close(self) -> None:
         self.page.close()
 
 
 def measure(driver: WorkerDriver, *, model_base: str, sizes: Sequence[str], precision: str | None,
-            counter: ByteCounter, sampler: MemorySampler, log: Log, repeat: int = 0) -> list[LoadRow]:
+            counter: ByteCounter, sampler: BrowserMemorySampler, log: Log, repeat: int = 0) -> list[LoadRow]:
     rows: list[LoadRow] = []
     base: dict[str, Any] = {"modelBase": model_base, **({"precision": precision} if precision else {})}
 
@@ -187,7 +174,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
          precision: str | None = None, gpu: bool = False, browser_path: Path | None = None,
          dist_dir: Path | None = None, f16_toggle: bool = True, repeat: int = 0) -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
-    models_dir, repo = regress.check_models(models_dir, log=log)
+    models_dir, repo = check_models(models_dir, log=log)
     if precision is not None:
         if not precision.strip():
             raise InputError("--precision is empty; give a transformer variant (e.g. q4), or leave it out for the "
@@ -200,16 +187,15 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
     if not 0 <= repeat <= 20:
         raise InputError(f"--repeat {repeat}: give 0 to 20 more transformer sessions.")
     out_dir = check_out(out_dir, json_name=JSON_NAME, markdown_name=MARKDOWN_NAME)
-    session = BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False, f16_toggle=f16_toggle)
-    session.version = check_browser(session.executable)
+    session = local_session(browser_path, gpu=gpu, f16_toggle=f16_toggle)
 
     # 2. Serve the app and the models in a fresh profile (an empty store), sampling memory throughout.
-    dist_dir = regress.site(dist_dir, log=log)
-    counter, sampler = ByteCounter(), MemorySampler()
+    dist_dir = site(dist_dir, log=log)
+    counter, sampler = ByteCounter(), BrowserMemorySampler()
     rows: list[dict[str, Any]] = []
     sampler.start()
     try:
-        with regress.serving(dist_dir, models_dir, log=log, models_manifest=repo, middleware=counter.wrap) as base_url, \
+        with serving(dist_dir, models_dir, log=log, models_manifest=repo, middleware=counter.wrap) as base_url, \
                 tempfile.TemporaryDirectory(prefix="klein-load-profile-") as profile, \
                 launched(session, log=log, profile=Path(profile)):
             session.adapter = probe_adapter(session, base_url)

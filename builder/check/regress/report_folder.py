@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builder.check.regress_report import BROWSER_LOG_NAME, CANDIDATE_NAME, DIFF_NAME, REFERENCE_NAME, REPORT_NAME
+from builder.check.regress.report import BROWSER_LOG_NAME, CANDIDATE_NAME, DIFF_NAME, REFERENCE_NAME, REPORT_NAME
 from builder.errors import InputError
 from builder.repo.files import atomic_write_bytes
 
@@ -33,16 +33,16 @@ def is_earlier_report(folder: Path) -> bool:
     return isinstance(data, dict) and "verdict" in data and "klein_web" in data
 
 
-def check_report_folder(folder: Path) -> None:
+def check_report_folder(folder: Path, *, what: str = "--report") -> None:
     """InputError, before anything runs, unless `folder` is missing, empty or an earlier report."""
     try:
         if not folder.is_dir() or not any(folder.iterdir()) or is_earlier_report(folder):
             return  # a file there is refused by check_output_folder
     except OSError as exc:
-        raise InputError(f"--report {folder} cannot be read ({exc.strerror}); pass another folder.") from None
-    raise InputError(f"--report {folder} is a non-empty folder that is not an earlier regress report (no {MARKER} "
+        raise InputError(f"{what} {folder} cannot be read ({exc.strerror}); pass another folder.") from None
+    raise InputError(f"{what} {folder} is a non-empty folder that is not an earlier regress report (no {MARKER} "
                      f"or report.json of ours); a run would overwrite its {', '.join(RUN_FILES[:5])}. Pass a new or "
-                     f"empty folder, e.g. --report {folder / 'regress'}; nothing was written.")
+                     f"empty folder, e.g. {what} {folder / 'regress'}; nothing was written.")
 
 
 def mark(folder: Path) -> None:

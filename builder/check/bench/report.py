@@ -11,9 +11,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from builder.check.bench_graphs import plain_label
-from builder.check.bench_stats import ratio
-from builder.check.ort_timing import onnxruntime_version
+from builder.check.bench.graphs import plain_label
+from builder.check.bench.ort_timing import onnxruntime_version
+from builder.check.bench.stats import ratio
 from builder.repo.files import atomic_write_bytes
 
 
@@ -70,7 +70,7 @@ def markdown_report(environment: Mapping[str, Any], rows: Sequence[Mapping[str, 
              "events. 'full graph' rows time the whole graph; 'chain' rows are solved from graphs with few layers at "
              "the real width (fixed + per-layer time) and evaluated at the real layer count, and show n/a with "
              "'fit refused' where a layer kind adds no more time between the chains than the samples' spread; see "
-             "builder/check/bench.py."),
+             "builder/check/bench/native.py."),
             *fidelity_lines(rows)]
 
 

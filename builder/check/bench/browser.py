@@ -14,7 +14,7 @@ from a local server, and in it:
                  gives each component's GPU time per kernel program (which kernel path ran, and where the time
                  goes). Its sessions do not capture, so its own timings run slower than `hot`'s.
 
-Alongside, a sampler records peak GPU memory (nvidia-smi, above its value before the browser started) and the
+Alongside, a sampler records peak GPU memory (NVML, above its value before the browser started) and the
 peak resident memory of Chromium's renderer (the page and its worker) and GPU processes, and a hook in the
 worker records the onnxruntime wasm heap. Results go to OUT/browser-bench.json and OUT/browser-bench.md;
 `--native BENCH_JSON` (from `klein-web bench` on the same machine) adds browser / native-EP and
@@ -24,166 +24,35 @@ browser / PyTorch ratios for the transformer step, text encoder and VAE.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import math
-import os
-import shutil
 import statistics
-import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder import __version__
-from builder.check import regress
-from builder.check.bench_output import check_out
-from builder.check.browser import check_browser, find_chromium
-from builder.check.regress_cases import Case
-from builder.check.regress_page import (
-    BrowserSession,
-    app_error,
-    fill_form,
-    launched,
-    probe_adapter,
-    read_json_attribute,
-    wait_settled,
-)
+from builder.check.bench.browser_common import check_variant, run_environment
+from builder.check.bench.output import check_out
+from builder.check.driver.memory import BrowserMemorySampler
+from builder.check.driver.page import Form, generate, opened
+from builder.check.driver.serving import ByteCounter, check_models, serving, site
+from builder.check.driver.session import launched, local_session, probe_adapter
+from builder.check.driver.wasm_heap import hooked_worker, wasm_heap_bytes
 from builder.errors import InputError, RegressionError
 from builder.pipeline import limits
 from builder.pipeline.limits import parse_size
 from builder.repo import manifest
 from builder.repo.files import atomic_write_bytes
-from builder.site import bundle
 
 Log = Callable[[str], None]
 
 JSON_NAME = "browser-bench.json"
 MARKDOWN_NAME = "browser-bench.md"
 PROMPTS = ("a lighthouse on a cliff at dusk, oil painting", "a red fox in fresh snow, morning light")
-SAMPLE_SECONDS = 0.25
 
-# Installed in the app's worker before its first session: remembers every WebAssembly.Memory onnxruntime
-# creates, so the wasm heap's size can be read back (WebAssembly memories only grow: the last size is the peak).
-WASM_HOOK_JS = """() => {
-    if (globalThis.__kleinWasmMemories) return true;
-    const memories = [];
-    const Original = WebAssembly.Memory;
-    function Memory(descriptor) { const memory = new Original(descriptor); memories.push(memory); return memory; }
-    Memory.prototype = Original.prototype;
-    WebAssembly.Memory = /** @type {any} */ (Memory);
-    globalThis.__kleinWasmMemories = memories;
-    return true;
-}"""
-WASM_SIZE_JS = "() => Math.max(0, ...(globalThis.__kleinWasmMemories || []).map((m) => m.buffer.byteLength))"
-
-
-# --- Memory sampling -------------------------------------------------------------------------------------
-
-
-def gpu_memory_mib() -> float | None:
-    """Memory in use on GPU 0 as nvidia-smi reports it (all processes), or None without nvidia-smi."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
-                             capture_output=True, text=True, timeout=10, check=True).stdout
-        return float(out.strip().splitlines()[0])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
-
-
-def process_kind(cmdline: Sequence[str]) -> str:
-    """Chromium's role for a process: renderer, gpu-process, browser, or another helper type."""
-    for arg in cmdline:
-        if arg.startswith("--type="):
-            return arg.split("=", 1)[1]
-    return "browser"
-
-
-@dataclass
-class MemorySampler:
-    """Peaks of GPU memory and of Chromium's processes' RSS (summed per process kind), sampled in a thread."""
-
-    baseline_gpu_mib: float | None = None
-    peak_gpu_mib: float | None = None
-    peak_rss: dict[str, int] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self.baseline_gpu_mib = gpu_memory_mib()
-        self._thread = threading.Thread(target=self._run, name="klein-memory-sampler", daemon=True)
-        self._thread.start()
-
-    def reset(self) -> None:
-        self.peak_gpu_mib, self.peak_rss = None, {}
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_SECONDS):
-            self.sample()
-
-    def sample(self) -> None:
-        """One reading now (the thread takes one every SAMPLE_SECONDS; a step shorter than that takes its own)."""
-        import psutil
-
-        me = psutil.Process(os.getpid())
-        totals: dict[str, int] = {}
-        for child in me.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if "chrom" not in child.name().lower():
-                    continue
-                kind = process_kind(child.cmdline())
-                totals[kind] = totals.get(kind, 0) + child.memory_info().rss
-        for kind, rss in totals.items():
-            self.peak_rss[kind] = max(self.peak_rss.get(kind, 0), rss)
-        used = gpu_memory_mib()
-        if used is not None:
-            self.peak_gpu_mib = max(self.peak_gpu_mib or 0.0, used)
-
-    def figures(self) -> dict[str, Any]:
-        gpu = None
-        if self.peak_gpu_mib is not None and self.baseline_gpu_mib is not None:
-            gpu = (self.peak_gpu_mib - self.baseline_gpu_mib) / 1024
-        return {"gpu_gib": gpu, "rss_gib": {kind: rss / 2**30 for kind, rss in sorted(self.peak_rss.items())}}
-
-
-# --- Counting what the server sends -------------------------------------------------------------------------
-
-
-@dataclass
-class ByteCounter:
-    """ASGI middleware state: bytes of model files the server sent (a warm reload must fetch none). The app
-    re-reads manifest.json on every page load, by design (a re-converted repo must be noticed): not counted."""
-
-    bytes: int = 0
-    requests: int = 0
-
-    def wrap(self, app: Any) -> Any:
-        async def counting(scope: Any, receive: Any, send: Any) -> None:
-            path = str(scope.get("path", ""))
-            if scope.get("type") != "http" or not path.startswith("/models/") or path.endswith("/manifest.json"):
-                await app(scope, receive, send)
-                return
-            self.requests += 1
-
-            async def counted(message: Any) -> None:
-                if message.get("type") == "http.response.body":
-                    self.bytes += len(message.get("body", b""))
-                await send(message)
-
-            await app(scope, receive, counted)
-
-        return counting
 
 
 # --- One image through the UI -----------------------------------------------------------------------------
@@ -232,62 +101,21 @@ class ImageRun:
         return sum(float(t.get(k) or 0) for k in ("encode", "latents", "timesteps", "denoise", "decode")) / 1000
 
 
-def _hook_worker(page: Any, *, timeout_s: float = 30) -> Any:
-    """The app's worker, with the wasm-heap hook installed (the worker starts with the page; its first
-    onnxruntime session, which creates the heap, only comes with the first Generate)."""
-    deadline = time.monotonic() + timeout_s
-    while not page.workers:
-        if time.monotonic() > deadline:
-            raise RegressionError("the app started no Web Worker within 30 s")
-        page.wait_for_timeout(100)
-    worker = page.workers[0]
-    worker.evaluate(WASM_HOOK_JS)
-    return worker
-
-
 def _generate(page: Any, *, prompt: str, seed: int, size: str, steps: int, timeout_s: float,
               log: Log) -> tuple[float, dict[str, Any]]:
-    """Fill the form, click Generate, wait for the image; (seconds from the click, the #timings JSON)."""
     width, height = parse_size(size)
-    case = Case(name=f"{size}", prompt=prompt, seed=seed, width=width, height=height, steps=steps,
-                psnr_min=1.0, reference_from_cpu=True)
-    # The form stays busy a moment after an image appears (history, storage estimate): a click then is ignored.
-    page.wait_for_selector("#generate:enabled")
-    fill_form(page, case)
-    started = time.perf_counter()
-    page.click("#generate")
-    page.wait_for_function("() => document.body.dataset.state !== 'done'", timeout=10_000)
-    state = wait_settled(page, case, timeout_s=timeout_s, log=log)
-    seconds = time.perf_counter() - started
-    if state != "done":
-        raise RegressionError(f"the app did not produce an image at {size}: {app_error(page)[1]}")
-    caption = page.text_content("#result-caption") or ""
-    if f"Seed {seed} · {width}×{height}" not in caption:
-        raise RegressionError(f"the image shown is not the one asked for (seed {seed}, {size}): {caption!r}")
-    # The image's alt text names the prompt the app generated it for: a stale prompt would time a cached encode.
-    alt = page.get_attribute("#result-image", "alt") or ""
-    if not alt.endswith(f": {prompt}"):
-        raise RegressionError(f"the image shown was generated for another prompt than {prompt!r}: {alt!r}")
-    info = read_json_attribute(page, "#timings")
-    if not isinstance(info, dict):
-        raise RegressionError("the app finished without its #timings data")
-    return seconds, info
+    return generate(page, Form(prompt=prompt, seed=seed, width=width, height=height, steps=steps),
+                    timeout_s=timeout_s, log=log)
 
 
 @contextlib.contextmanager
 def _ready_page(context: Any, url: str) -> Iterator[tuple[Any, Any]]:
-    page = context.new_page()
-    page.set_default_timeout(120_000)
-    try:
-        page.goto(url, wait_until="load")
-        page.wait_for_selector("#generate")
-        yield page, _hook_worker(page)
-    finally:
-        with contextlib.suppress(Exception):
-            page.close()
+    """The app's page and its worker, the wasm-heap hook installed before the first session."""
+    with opened(context, url) as page:
+        yield page, hooked_worker(page)
 
 
-# --- Shared by the browser benchmarks (browser-bench, load-bench) ----------------------------------------
+# --- Entry point ----------------------------------------------------------------------------------------
 
 
 def check_run_arguments(*, precisions: Sequence[str], sizes: Sequence[str], steps: int, seed: int,
@@ -305,28 +133,8 @@ def check_run_arguments(*, precisions: Sequence[str], sizes: Sequence[str], step
         raise InputError(f"--timeout {timeout_s:g}: give a positive number of seconds per image, e.g. 1800.")
 
 
-def check_variant(repo: manifest.Manifest, models_dir: Path, variant: str) -> None:
-    """InputError unless the repo has a transformer of `variant` (a --precision value)."""
-    if variant not in repo.variants("transformer"):
-        raise InputError(f"--precision {variant}: {models_dir} has no transformer of that variant "
-                         f"(it has {', '.join(repo.variants('transformer'))}).")
-
-
-def run_environment(session: BrowserSession, models_dir: Path) -> dict[str, Any]:
-    """What a benchmark record says about where it ran: date, versions, browser, adapter, model folder."""
-    return {
-        "date": datetime.date.today().isoformat(), "klein_web": __version__,
-        "browser": f"{session.executable.name} {session.version}",
-        "adapter": " ".join(str(session.adapter.get(k, "")) for k in ("vendor", "architecture", "description")).strip(),
-        "onnxruntime_web": bundle.onnxruntime_web_version(), "models": str(models_dir),
-    }
-
-
-# --- Entry point ----------------------------------------------------------------------------------------
-
-
 def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[str], steps: int, seed: int,
-                counter: ByteCounter, sampler: MemorySampler, timeout_s: float, log: Log,
+                counter: ByteCounter, sampler: BrowserMemorySampler, timeout_s: float, log: Log,
                 kernels: bool = False, memory_mode: str = "auto") -> list[ImageRun]:
     runs: list[ImageRun] = []
 
@@ -334,7 +142,7 @@ def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[st
         run = ImageRun(phase=phase, variant=variant, size=size, seconds=seconds, bytes_fetched=fetched,
                        timings=info.get("timings") or {}, step_ms=list(info.get("stepMs") or []),
                        graphs=info.get("graphs") or {}, memory=sampler.figures(),
-                       wasm_heap_bytes=int(worker.evaluate(WASM_SIZE_JS)) or None, kernels=info.get("kernels"),
+                       wasm_heap_bytes=wasm_heap_bytes(worker), kernels=info.get("kernels"),
                        memory_mode=str((info.get("memory") or {}).get("mode", "")))
         runs.append(run)
         row = run.row()
@@ -497,23 +305,22 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
          memory_mode: str = "auto") -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
     check_run_arguments(precisions=precisions, sizes=sizes, steps=steps, seed=seed, timeout_s=timeout_s)
-    models_dir, repo = regress.check_models(models_dir, log=log)
+    models_dir, repo = check_models(models_dir, log=log)
     for variant in precisions:
         check_variant(repo, models_dir, variant)
     if native_json is not None:
         read_native(Path(native_json))
     out_dir = check_out(out_dir, json_name=JSON_NAME, markdown_name=MARKDOWN_NAME)
-    session = BrowserSession(executable=find_chromium(browser_path), gpu=gpu, headed=False, f16_toggle=f16_toggle)
-    session.version = check_browser(session.executable)
+    session = local_session(browser_path, gpu=gpu, f16_toggle=f16_toggle)
 
     # 2. Serve the app and the models, counting the model bytes sent.
-    dist_dir = regress.site(dist_dir, log=log)
-    counter, sampler = ByteCounter(), MemorySampler()
+    dist_dir = site(dist_dir, log=log)
+    counter, sampler = ByteCounter(), BrowserMemorySampler()
     rows: list[dict[str, Any]] = []
     environment: dict[str, Any] = {}
     sampler.start()
     try:
-        with regress.serving(dist_dir, models_dir, log=log, models_manifest=repo,
+        with serving(dist_dir, models_dir, log=log, models_manifest=repo,
                              middleware=counter.wrap) as base_url:
             # 3. One fresh profile per variant: its first image is a cold start.
             for variant in precisions:
