@@ -17,6 +17,8 @@ import { WorkerClient } from './worker_client.js';
 import { SUPPORT_NOTE, detectBrowser, webgpuAdvice } from './ui/browser_support.js';
 import { CapabilitiesView } from './ui/capabilities.js';
 import { requireElement } from './ui/dom.js';
+import { BatchSetting } from './ui/batch_setting.js';
+import { BatchStripView } from './ui/batch_strip.js';
 import { EditingView } from './ui/editing.js';
 import { ErrorView, adviseError } from './ui/error_view.js';
 import { FormView, randomSeed, shareUrl, valuesFromUrl } from './ui/form.js';
@@ -58,12 +60,12 @@ function codeOf(err) {
  * Settings from a share link (a fresh random seed otherwise); a bad part of the link is said, not fixed.
  * @param {FormView} form
  * @param {ErrorView} errors
- * @param {MemorySetting} memory
+ * @param {(InputError | null)[]} settingErrors  What the other settings refused of the link.
  */
-function applyShareLink(form, errors, memory) {
+function applyShareLink(form, errors, settingErrors) {
     const fromUrl = valuesFromUrl(location.search);
     form.write({ seed: String(randomSeed()), ...fromUrl.values });
-    const problems = [...fromUrl.problems, ...(memory.urlError ? [memory.urlError.message] : [])];
+    const problems = [...fromUrl.problems, ...settingErrors.flatMap((err) => (err ? [err.message] : []))];
     if (problems.length) {
         errors.show(adviseError(new InputError(problems.join(' ')), {}), ErrorCode.INPUT, { reveal: false });
     }
@@ -148,8 +150,10 @@ function main() {
 
     const form = new FormView(document);
     const memory = new MemorySetting(document, { storage: storageOrNull(), href: location.href });
+    const batchSetting = new BatchSetting(document, { storage: storageOrNull(), href: location.href });
     const progress = new ProgressView(document);
     const result = new ResultView(document);
+    const strip = new BatchStripView(document, { onShow: (output, encoded) => result.show(output, encoded) });
     const errors = new ErrorView(document);
     const toast = new Toast(requireElement(document, 'toast', HTMLElement));
     const errorBox = requireElement(document, 'error', HTMLElement);
@@ -166,7 +170,7 @@ function main() {
     browserNote.textContent = SUPPORT_NOTE;
     requireElement(document, 'version', HTMLElement).textContent = `klein-web ${version}`;
 
-    applyShareLink(form, errors, memory);
+    applyShareLink(form, errors, [memory.urlError, batchSetting.urlError]);
     const source = showModelSource(form, errors);
     const readiness = new Readiness({ client, capabilities, form, errors, progress, browserNote, browser, advice: webgpuAdvice(browser) });
     readiness.start();
@@ -174,7 +178,7 @@ function main() {
 
     const outputCard = requireElement(document, 'output', HTMLElement);
     const runner = new Runner({
-        client, readiness, source, version, form, editing, memory, progress, result, errors, capabilities, history, outputCard,
+        client, readiness, source, version, form, editing, memory, batchSetting, progress, strip, errors, capabilities, history, outputCard,
     });
     form.onSubmit(() => {
         runner.generate().catch((err) => {
