@@ -125,17 +125,15 @@ async function copyShareLink(form, errors, toast) {
  * @param {WorkerClient} client
  * @param {CapabilitiesView} capabilities
  * @param {FormView} form
+ * @param {Readiness} readiness
  */
-async function clearCache(client, capabilities, form) {
+async function clearCache(client, capabilities, form, readiness) {
     capabilities.setBusy(true);
     capabilities.message('Clearing…');
     try {
         const { freedBytes } = await client.clearCache();
         capabilities.message(`Freed ${formatBytes(freedBytes)}. The model downloads again on the next Generate.`);
-        client.probe().then(
-            (caps) => capabilities.render(caps),
-            () => {},
-        );
+        readiness.refresh();
     } catch (err) {
         capabilities.message(`Could not clear the cache: ${err instanceof Error ? err.message : String(err)}`);
     } finally {
@@ -164,7 +162,7 @@ function main() {
             if (errorBox.dataset.code === ErrorCode.INPUT) errors.clear();
         },
     });
-    const capabilities = new CapabilitiesView(document, { onClearCache: () => clearCache(client, capabilities, form) });
+    const capabilities = new CapabilitiesView(document, { onClearCache: () => clearCache(client, capabilities, form, readiness) });
     const history = new HistoryPanel(document, { form, editing, errors, toast });
     const browserNote = requireElement(document, 'browser-note', HTMLElement);
     browserNote.textContent = SUPPORT_NOTE;
