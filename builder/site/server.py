@@ -62,6 +62,7 @@ MEDIA_TYPES = {
     ".css": "text/css; charset=utf-8",
     ".wasm": "application/wasm",
     ".json": "application/json",
+    ".webmanifest": "application/manifest+json",
     ".map": "application/json",
     ".onnx": "application/octet-stream",
     ".png": "image/png",
@@ -350,7 +351,8 @@ def start_message(url: str, *, dist_dir: Path, models_dir: Path | None, model_ba
 
 def watch_and_rebuild(dist_dir: Path, *, model_base: str, stop: threading.Event, log: Callable[[str], None],
                       web_src: Path = WEB_SRC) -> None:
-    """Rebuild on every change under web_src (node_modules excluded); a failed build is logged, not fatal."""
+    """Rebuild on every change under web_src (node_modules excluded); a failed build is logged, not fatal. The builds
+    keep no shell in the service worker's cache (a development build), so a reload always gets the latest one."""
     from watchfiles import watch
 
     def relevant(_change: object, path: str) -> bool:
@@ -359,7 +361,7 @@ def watch_and_rebuild(dist_dir: Path, *, model_base: str, stop: threading.Event,
     # Polling: inotify misses changes on some mounted and network file systems; 0.5 s is plenty for a dev loop.
     for _changes in watch(web_src, watch_filter=relevant, stop_event=stop, force_polling=True, poll_delay_ms=500):
         try:
-            result = build(dist_dir, model_base=model_base, web_src=web_src, log=log)
+            result = build(dist_dir, model_base=model_base, web_src=web_src, cache_shell=False, log=log)
             if result.changed:
                 log(f"rebuilt in {result.seconds:.2f} s; reload the page")
         except KleinWebError as exc:
@@ -395,7 +397,8 @@ def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_d
         check_prebuilt(Path(dist_dir), model_base=model_base, watch=watch)
     else:
         try:
-            build(dist_dir, model_base=model_base, log=log)
+            # --watch: a build whose service worker keeps no shell, so every reload shows the latest sources.
+            build(dist_dir, model_base=model_base, cache_shell=not watch, log=log)
         except KleinWebError as exc:
             if read_record(Path(dist_dir)) is None:
                 raise

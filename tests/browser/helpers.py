@@ -182,7 +182,9 @@ def browser_context(user_data_dir: Path, chromium: Path, *, extra_args: tuple[st
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        context = launch_persistent(playwright, user_data_dir, executable=chromium, extra_args=extra_args)
+        # The app's service worker would serve its cached page script past the route below.
+        context = launch_persistent(playwright, user_data_dir, executable=chromium, extra_args=extra_args,
+                                    service_workers="block")
         # The app's own UI would start a second worker; these tests speak to the worker directly.
         context.route("**/assets/page-*.js", lambda route: route.fulfill(status=200, body="",
                                                                          content_type="text/javascript"))

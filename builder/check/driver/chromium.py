@@ -45,11 +45,13 @@ def find_chromium(explicit: Path | None = None) -> Path:
 
 def launch_persistent(playwright: Any, user_data_dir: Path, *, executable: Path, headed: bool = False,
                       gpu: bool = False, f16_toggle: bool = True, viewport: tuple[int, int] = (1280, 720),
-                      log_file: Path | None = None, extra_args: tuple[str, ...] = ()) -> Any:
+                      log_file: Path | None = None, extra_args: tuple[str, ...] = (),
+                      service_workers: str = "allow") -> Any:
     """A persistent context: incognito storage cannot hold the model files (OPFS quota errors).
 
     `log_file` keeps Chromium's own log (its FATAL lines say why a browser that went away did); `extra_args` go
-    after the usual flags (e.g. another WebGPU adapter)."""
+    after the usual flags (e.g. another WebGPU adapter); `service_workers` "block" keeps the app's service worker
+    out (what it serves from its cache bypasses Playwright's request routing)."""
     logging = ["--enable-logging", f"--log-file={log_file}"] if log_file is not None else []
     return playwright.chromium.launch_persistent_context(
         str(user_data_dir),
@@ -58,6 +60,7 @@ def launch_persistent(playwright: Any, user_data_dir: Path, *, executable: Path,
         args=launch_args(gpu=gpu, headed=headed, f16_toggle=f16_toggle) + logging + list(extra_args),
         viewport={"width": viewport[0], "height": viewport[1]},
         accept_downloads=True,
+        service_workers=service_workers,
     )
 
 
