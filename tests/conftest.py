@@ -179,7 +179,7 @@ def live_server_factory(tmp_path: Path) -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def chromium_path() -> Path:
-    from builder.check.browser import find_chromium
+    from builder.check.driver.chromium import find_chromium
 
     return find_chromium()
 

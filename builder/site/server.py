@@ -289,12 +289,14 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 @contextmanager
-def serve_in_thread(app: ASGIApp, *, log_level: str = "warning") -> Iterator[int]:
-    """Serve `app` with uvicorn in a daemon thread on a free loopback port (regress, the tests); yields the port."""
+def serve_in_thread(app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0,
+                    log_level: str = "warning") -> Iterator[int]:
+    """Serve `app` with uvicorn in a daemon thread (regress, the tests) on `host`; yields the port (`port` 0: a free
+    one)."""
     import uvicorn
 
     # Port 0 and handing the bound socket to uvicorn: no pick-a-free-port-then-bind race.
-    sock = bind_socket("127.0.0.1", 0)
+    sock = bind_socket(host, port)
     port = int(sock.getsockname()[1])
     server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off",
                                            timeout_graceful_shutdown=3))
@@ -305,7 +307,7 @@ def serve_in_thread(app: ASGIApp, *, log_level: str = "warning") -> Iterator[int
         if not thread.is_alive() or time.monotonic() > deadline:
             server.should_exit = True
             sock.close()
-            raise ServeError(f"The server did not start on 127.0.0.1:{port} within 30 s.")
+            raise ServeError(f"The server did not start on {host}:{port} within 30 s.")
         time.sleep(0.02)
     try:
         yield port

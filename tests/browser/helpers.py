@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from builder.check.browser import launch_persistent
+from builder.check.driver.chromium import launch_persistent
 
 # Installed into the page: one Worker plus a pending-request table, like page/worker_client.js. Events are kept
 # per request id (with the time they arrived, for the cancel test); an RGBA or RGB result is returned base64-encoded
