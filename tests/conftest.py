@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -80,6 +81,15 @@ def node_modules() -> Path:
     from builder.site.node import ensure_node_modules
 
     return ensure_node_modules(log=lambda _msg: None)
+
+
+@pytest.fixture
+def web_src_copy(tmp_path: Path, node_modules: Path) -> Path:
+    """A private copy of web_src (node_modules linked, not copied) that a test may edit freely."""
+    copy = tmp_path / "web_src"
+    shutil.copytree(REPO_ROOT / "web_src", copy, ignore=shutil.ignore_patterns("node_modules"))
+    (copy / "node_modules").symlink_to(node_modules, target_is_directory=True)
+    return copy
 
 
 @pytest.fixture(scope="session")
@@ -169,6 +179,21 @@ def live_server_factory(tmp_path: Path) -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def chromium_path() -> Path:
-    from builder.check.browser import find_chromium
+    from builder.check.driver.chromium import find_chromium
 
     return find_chromium()
+
+
+@pytest.fixture
+def fresh_context(tmp_path: Path, chromium_path: Path) -> Iterator[object]:
+    """Chromium with a fresh persistent profile (OPFS needs one), for one test: what a first visit meets."""
+    from playwright.sync_api import sync_playwright
+
+    from builder.check.browser import launch_persistent
+
+    with sync_playwright() as playwright:
+        context = launch_persistent(playwright, tmp_path / "profile", executable=chromium_path)
+        try:
+            yield context
+        finally:
+            context.close()

@@ -23,6 +23,7 @@ import { EditingView } from './ui/editing.js';
 import { ErrorView, adviseError } from './ui/error_view.js';
 import { FormView, randomSeed, shareUrl, valuesFromUrl } from './ui/form.js';
 import { MemorySetting } from './ui/memory_setting.js';
+import { OfflineStatus } from './ui/offline_status.js';
 import { Toast, setState } from './ui/page_state.js';
 import { ProgressView } from './ui/progress.js';
 import { ResultView } from './ui/result.js';
@@ -79,7 +80,12 @@ function applyShareLink(form, errors, settingErrors) {
  */
 function showModelSource(form, errors) {
     const label = requireElement(document, 'model-source', HTMLElement);
-    const source = resolveModelSource({ href: location.href, defaultBase: meta('klein-model-base'), fetch: fetch.bind(globalThis) });
+    const source = resolveModelSource({
+        href: location.href,
+        defaultBase: meta('klein-model-base'),
+        fetch: fetch.bind(globalThis),
+        storage: storageOrNull(),
+    });
     source.then(
         (found) => {
             label.textContent = found.label;
@@ -167,6 +173,7 @@ function main() {
     const browserNote = requireElement(document, 'browser-note', HTMLElement);
     browserNote.textContent = SUPPORT_NOTE;
     requireElement(document, 'version', HTMLElement).textContent = `klein-web ${version}`;
+    new OfflineStatus(document, { pageBuild: meta('klein-build') });
 
     applyShareLink(form, errors, [memory.urlError, batchSetting.urlError]);
     const source = showModelSource(form, errors);
