@@ -88,7 +88,8 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
         if session.exited or (session.context.browser is not None and not session.context.browser.is_connected()):
             session.exited = True
             raise CaseCouldNotRun(session.exit_reason()) from exc
-        if crashed:
+        # A renderer that dies while the page is being made fails new_page() before `crash` can be heard.
+        if crashed or "Target crashed" in str(exc):
             raise CaseCouldNotRun("the page crashed (its renderer process died: out of memory, or a GPU driver fault); "
                                   "Chromium's log is browser.log in the report folder") from exc
         raise CaseCouldNotRun(f"driving the page failed: {first_line(exc)}") from exc
