@@ -107,6 +107,108 @@ def repo_bytes(repo: Path, variant: str | None) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# formats: the two `convert` writes, and smaller ones this study measures
+
+
+def studied_formats() -> dict[str, Any]:
+    """The formats the study compares: convert's two, then smaller candidates for a <= 3.3 GB set (blocks of 128:
+    4.125 bits a weight against 4.5; 2-bit MatMulNBits for the text encoder's MLPs, or for the transformer's
+    feed-forward layers and single-stream output projections)."""
+    from dataclasses import replace
+
+    from builder.repo.weight_format import COMPACT, FORMATS
+
+    blocks128 = {"text_encoder": 128, "transformer": 128}
+    return {
+        **FORMATS,
+        "compact-b128": replace(COMPACT, name="compact-b128", block_size=blocks128, embedding_block=128),
+        "te-mlp-2bit": replace(COMPACT, name="te-mlp-2bit", block_size=blocks128, embedding_block=128,
+                               two_bit=("/mlp/",)),
+        "tr-ff-2bit": replace(COMPACT, name="tr-ff-2bit", block_size=blocks128, embedding_block=128,
+                              two_bit=("/ff/", "/ff_context/", "/attn/to_out/")),
+    }
+
+
+# klein-4B's weights by (graph, node name, K, N): the MatMuls of the 27 text-encoder layers the graph keeps and of
+# the transformer (diffusers Flux2Transformer2DModel, 5 double- and 20 single-stream blocks), the token embedding.
+TEXT_LAYERS, DOUBLE_BLOCKS, SINGLE_BLOCKS = 27, 5, 20
+HIDDEN, MLP_HIDDEN = 3_072, 9_216
+
+
+def full_size_weights() -> list[tuple[str, str, int, int]]:
+    layer = [("self_attn/q_proj", 2560, 4096), ("self_attn/k_proj", 2560, 1024), ("self_attn/v_proj", 2560, 1024),
+             ("self_attn/o_proj", 4096, 2560), ("mlp/gate_proj", 2560, 9728), ("mlp/up_proj", 2560, 9728),
+             ("mlp/down_proj", 9728, 2560)]
+    weights = [("text_encoder", f"/layers.{i}/{name}/MatMul", k, n) for i in range(TEXT_LAYERS) for name, k, n in layer]
+    weights.append(("text_encoder", "embed_tokens", VOCAB, TEXT_WIDTH))
+    h = HIDDEN
+    weights += [("transformer", name, k, n) for name, k, n in (
+        ("/m/time_guidance_embed/timestep_embedder/linear_1/MatMul", TIME_CHANNELS, h),
+        ("/m/time_guidance_embed/timestep_embedder/linear_2/MatMul", h, h),
+        ("/m/double_stream_modulation_img/linear/MatMul", h, 6 * h),
+        ("/m/double_stream_modulation_txt/linear/MatMul", h, 6 * h),
+        ("/m/single_stream_modulation/linear/MatMul", h, 3 * h),
+        ("/m/x_embedder/MatMul", 128, h), ("/m/context_embedder/MatMul", 7680, h),
+        ("/m/norm_out/linear/MatMul", h, 2 * h), ("/m/proj_out/MatMul", h, 128))]
+    double = [("attn/to_q", h, h), ("attn/to_k", h, h), ("attn/to_v", h, h), ("attn/add_q_proj", h, h),
+              ("attn/add_k_proj", h, h), ("attn/add_v_proj", h, h), ("attn/to_out.0", h, h), ("attn/to_add_out", h, h),
+              ("ff/linear_in", h, 2 * MLP_HIDDEN), ("ff/linear_out", MLP_HIDDEN, h),
+              ("ff_context/linear_in", h, 2 * MLP_HIDDEN), ("ff_context/linear_out", MLP_HIDDEN, h)]
+    weights += [("transformer", f"/m/transformer_blocks.{i}/{name}/MatMul", k, n)
+                for i in range(DOUBLE_BLOCKS) for name, k, n in double]
+    single = [("attn/to_qkv_mlp_proj", h, 3 * h + 2 * MLP_HIDDEN), ("attn/to_out", h + MLP_HIDDEN, h)]
+    weights += [("transformer", f"/m/single_transformer_blocks.{i}/{name}/MatMul", k, n)
+                for i in range(SINGLE_BLOCKS) for name, k, n in single]
+    return weights
+
+
+# The VAE decoder's bytes as convert writes them for klein-4B (docs/performance.md, "Converting"): fp16, and the
+# fp32 graph with its weights stored in fp16 (compact) or fp32 (seed).
+VAE_DECODER_BYTES = {"fp16": 98_000_000, "fp32 stored fp16": 99_000_000, "fp32": 197_000_000}
+TOKENIZER_BYTES = 11_400_000
+
+
+def full_size_set_bytes(fmt: Any, variant: str) -> dict[str, int]:
+    """Expected bytes of the full-size q4 or q4f16 set (text encoder, transformer, VAE decoder, tokenizer) in
+    format `fmt`, from klein-4B's shapes: MatMulNBits packing plus one scale per block (fp16 on disk in q4f16
+    graphs and wherever fmt stores fp16; fp32 otherwise), the embedding as fmt stores it. Norm weights (under
+    1 MB in all) are left out."""
+    totals: dict[str, int] = defaultdict(int)
+    fp16_scales = variant == "q4f16" or fmt.fp16_storage
+    for graph, name, k, n in full_size_weights():
+        adaln = any(s in name for s in ("time_guidance_embed", "_modulation", "norm_out"))
+        if name == "embed_tokens":
+            if fmt.embedding == "fp16":
+                totals[graph] += k * n * 2
+            else:
+                totals[graph] += k * n // 2 + k * -(-n // fmt.embedding_block) * (2 if fmt.fp16_storage else 4)
+        elif adaln and fmt.adaln == "fp32":
+            totals[graph] += k * n * 4
+        else:
+            block, bits = fmt.block_size[graph], fmt.bits(name)
+            blocks = -(-k // block)
+            scale_bytes = 2 if fp16_scales and not (adaln and not fmt.fp16_storage) else 4
+            totals[graph] += n * blocks * (block * bits // 8) + n * blocks * scale_bytes
+    vae = "fp16" if variant == "q4f16" else ("fp32 stored fp16" if fmt.fp16_storage else "fp32")
+    totals["vae_decoder"] = VAE_DECODER_BYTES[vae]
+    totals["tokenizer"] = TOKENIZER_BYTES
+    return dict(totals)
+
+
+def sizes_table() -> None:
+    print("\n## Expected full-size sets (klein-4B shapes; GB = 10^9 bytes)\n")
+    print(row("format", "set", "text encoder", "transformer", "VAE decoder", "total"))
+    print(row(*["---"] * 6))
+    for name, fmt in studied_formats().items():
+        for variant in ("q4f16", "q4"):
+            parts = full_size_set_bytes(fmt, variant)
+            vae = "fp16" if variant == "q4f16" else "fp32"
+            print(row(name, f"{variant} + {vae} VAE", *(f"{parts[key] / 1e9:.3f}" for key in
+                                                       ("text_encoder", "transformer", "vae_decoder")),
+                      f"**{sum(parts.values()) / 1e9:.2f}**"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # errors
 
 
@@ -176,7 +278,7 @@ def dequantized(table: np.ndarray, block: int) -> np.ndarray:
 
     packed, scales = quantize_blocks(table, block)
     # What the converter stores: the scales in fp16 (store_fp16), cast up when the session is created.
-    return dequantize_blocks(packed, scales.astype(np.float16).astype(np.float32))
+    return dequantize_blocks(packed, scales.astype(np.float16).astype(np.float32), block)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -219,7 +321,8 @@ def time_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"time_guidance_embed linear_1": features, "time_guidance_embed linear_2": hidden, "*": silu(temb)}
 
 
-def matmul_nbits_output(weight: np.ndarray, x: np.ndarray, *, accuracy_level: int, block_size: int = 32) -> np.ndarray:
+def matmul_nbits_output(weight: np.ndarray, x: np.ndarray, *, accuracy_level: int, block_size: int = 32,
+                        bits: int = 4) -> np.ndarray:
     """x @ weight through the converter's own MatMulNBits rewrite, with its scales stored in fp16, on
     onnxruntime's CPU kernels."""
     import onnxruntime as ort
@@ -232,7 +335,8 @@ def matmul_nbits_output(weight: np.ndarray, x: np.ndarray, *, accuracy_level: in
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(MS_DOMAIN, 1)])
     model.ir_version = IR_VERSION
-    quantize_matmul(model.graph, model.graph.node[0], weight, accuracy_level=accuracy_level, block_size=block_size)
+    quantize_matmul(model.graph, model.graph.node[0], weight, accuracy_level=accuracy_level, block_size=block_size,
+                    bits=bits)
     store_fp16(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return np.asarray(session.run(None, {"x": x})[0])
@@ -255,6 +359,40 @@ def adaln_study() -> None:
             relative, worst = errors(matmul_nbits_output(weight, x, accuracy_level=level), expected)
             print(row(name, f"{k} x {n}", f"{k * n * 4 / 1e6:.1f} MB", f"{q4_bytes / 1e6:.1f} MB", level,
                       f"{relative:.4f}", f"{worst:.2e}", f"{np.abs(expected).max():.2e}"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# full: the 4-bit layers, by block size and bits
+
+
+LAYER_SHAPES = {  # name: K (the quantised axis) at klein-4B's widths
+    "text encoder q/k/v, gate, up (K 2,560)": 2_560,
+    "text encoder o_proj (K 4,096)": 4_096,
+    "text encoder down_proj (K 9,728)": 9_728,
+    "transformer attention, ff in, single-stream in (K 3,072)": 3_072,
+    "transformer ff out (K 9,216)": 9_216,
+    "transformer single-stream out (K 12,288)": 12_288,
+}
+LAYER_COLUMNS = 2_048  # N: each column is quantised on its own, so the error does not depend on how many
+
+
+def layer_study() -> None:
+    print("\n## The MatMulNBits layers by block size and bits: output against fp32 (relative L2), K as in klein-4B, "
+          f"{LAYER_COLUMNS} columns, 64 normal input rows, accuracy_level 0\n")
+    formats = ((4, 32), (4, 64), (4, 128), (2, 32), (2, 128))
+    print(row("layer", "weights", *(f"{bits}-bit, block {block}" for bits, block in formats)))
+    print(row(*["---"] * (2 + len(formats))))
+    rng = np.random.default_rng(3)
+    for name, k in LAYER_SHAPES.items():
+        x = rng.standard_normal((64, k)).astype(np.float32)
+        for label, drawn in (("normal", rng.standard_normal((k, LAYER_COLUMNS)) / math.sqrt(k)),
+                             ("Student-t, 4 dof", rng.standard_t(4, (k, LAYER_COLUMNS)) / math.sqrt(2 * k))):
+            weight = drawn.astype(np.float32)
+            expected = x @ weight
+            outputs = [matmul_nbits_output(weight, x, accuracy_level=0, block_size=block, bits=bits)
+                       for bits, block in formats]
+            cells = [f"{errors(output, expected)[0]:.4f}" for output in outputs]
+            print(row(name, label, *cells))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -309,9 +447,8 @@ def component_feeds(fp32_repo: Path) -> Iterator[tuple[str, str, dict[str, np.nd
 def tiny_study(tiny: Path, work: Path) -> None:
     from builder.pipeline.imaging import psnr
     from builder.pipeline.reference import generate
-    from builder.repo.weight_format import FORMATS
 
-    repos = {name: converted(tiny / "diffusers", work / name, fmt) for name, fmt in FORMATS.items()}
+    repos = {name: converted(tiny / "diffusers", work / name, fmt) for name, fmt in studied_formats().items()}
     fp32_repo = tiny / "fp32"
     print(f"# Weight formats on the tiny model ({datetime.date.today().isoformat()}, "
           f"`python scripts/weight_format_study.py tiny {tiny} {work}`)")
@@ -342,7 +479,7 @@ def tiny_study(tiny: Path, work: Path) -> None:
         seed_pinned = {"text_encoder": "q4f16", "transformer": "q4f16", "vae_decoder": "fp16"}
         today = [image(repos["seed"], seed_pinned, prompt, size) for prompt in PROMPTS]
         for name, repo in repos.items():
-            for variant, vae in (("q4", "fp32"), ("q4", "fp16"), ("q4f16", "fp16")):
+            for variant, vae in (("q4", "fp32"), ("q4f16", "fp16")):
                 pinned = {"text_encoder": variant, "transformer": variant, "vae_decoder": vae}
                 images = [image(repo, pinned, prompt, size) for prompt in PROMPTS]
                 against_today = [psnr(a, b) for a, b in zip(images, today, strict=True)]
@@ -376,8 +513,10 @@ def main(argv: list[str] | None = None) -> None:
     else:
         print(f"# Weight formats at full width ({datetime.date.today().isoformat()}, "
               "`python scripts/weight_format_study.py full`)")
+        sizes_table()
         embedding_study()
         adaln_study()
+        layer_study()
 
 
 if __name__ == "__main__":

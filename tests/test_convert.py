@@ -205,8 +205,9 @@ def dequantized_fp32_graph(tiny_models: dict[str, Path], component: str) -> byte
             replaced[node.input[1].removesuffix("_Q4")] = dequantize_matmul_nbits(
                 q4_init[node.input[1]], q4_init[node.input[2]], attrs["K"], attrs["N"])
         elif node.op_type == "GatherBlockQuantized":
-            replaced[node.input[0].removesuffix("_Q4")] = dequantize_blocks(q4_init[node.input[0]],
-                                                                             q4_init[node.input[2]])
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            replaced[node.input[0].removesuffix("_Q4")] = dequantize_blocks(
+                q4_init[node.input[0]], q4_init[node.input[2]], attrs["block_size"])
     if component == "text_encoder":
         assert any(v.shape[0] == 151936 for v in replaced.values()), "no 4-bit token embedding"
     for tensor in fp32.graph.initializer:

@@ -63,15 +63,22 @@ def test_blocks_are_onnxruntimes_symmetric_4_bit_codes() -> None:
     ours[:, 0::2], ours[:, 1::2] = packed & 0x0F, packed >> 4
     np.testing.assert_array_equal(ours - 8, codes.reshape(300, 128))
     np.testing.assert_array_equal(np.nan_to_num(scales), np.nan_to_num(ort_scales.reshape(300, 4)))
-    restored = dequantize_blocks(packed, scales)
+    restored = dequantize_blocks(packed, scales, 32)
     assert np.all(restored[7] == 0)
     # Each value within half a step, except the opposite extreme clipped from +8 to +7: one step at most.
     step = np.repeat(np.abs(scales), 32, axis=1)
     error = np.abs(restored - table)
     assert np.all(error <= step + 1e-7)
     assert np.mean(error <= step / 2 + 1e-7) > 0.99
-    with pytest.raises(ConversionError, match="block of 48"):
+    with pytest.raises(ConversionError, match="blocks of 48"):
         quantize_blocks(table, 48)
+    # Rows shorter than a block (the tiny model's 32-wide embedding with blocks of 128): one short block a row.
+    short = table[:, :96]
+    packed, scales = quantize_blocks(short, 128)
+    assert packed.shape == (300, 48) and scales.shape == (300, 1)
+    extreme = np.where(short.max(axis=1) > -short.min(axis=1), short.max(axis=1), short.min(axis=1))
+    np.testing.assert_array_equal(scales[:, 0], extreme / np.float32(-8))
+    assert np.all(np.abs(dequantize_blocks(packed, scales, 128) - short) <= np.abs(scales) + 1e-7)
 
 
 def test_gather_block_quantized_returns_the_dequantised_rows_on_onnxruntime() -> None:
@@ -85,7 +92,7 @@ def test_gather_block_quantized_returns_the_dequantised_rows_on_onnxruntime() ->
     assert data.dtype == np.uint8 and data.shape == (1000, 32) and scales.dtype == np.float32
     ids = rng.integers(0, 1000, (2, 9)).astype(np.int64)
     rows = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
-    np.testing.assert_array_equal(rows, dequantize_blocks(data, scales)[ids])
+    np.testing.assert_array_equal(rows, dequantize_blocks(data, scales, 32)[ids])
     relative = np.linalg.norm(rows - table[ids]) / np.linalg.norm(table[ids])
     assert 0 < relative < 0.12, relative  # 4-bit blocks of 32 normal values: about 0.09
 
@@ -113,7 +120,7 @@ def test_weights_stored_in_fp16_are_cast_up_and_folded_when_onnxruntime_loads_th
     assert [node.op_type for node in restored.graph.node] == ["GatherBlockQuantized"]
     inits = {t.name: numpy_helper.to_array(t) for t in restored.graph.initializer}
     assert inits[scales_name].dtype == np.float32
-    np.testing.assert_array_equal(rows, dequantize_blocks(inits[restored.graph.node[0].input[0]], inits[scales_name]))
+    np.testing.assert_array_equal(rows, dequantize_blocks(inits[restored.graph.node[0].input[0]], inits[scales_name], 32))
 
 
 def test_values_fp16_cannot_hold_stay_float32() -> None:

@@ -393,9 +393,11 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
             return [embedding_table_name(graph)[1]]
 
         if weights.embedding == "q4":
-            model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, q4_tables=table))
+            model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, bits=weights.bits,
+                                        q4_tables=table, table_block_size=weights.embedding_block))
         else:
-            model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, fp16_tables=table))
+            model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, bits=weights.bits,
+                                        fp16_tables=table))
             gather_name, table_name = embedding_table_name(model)
             flags = {"requires_f16": True,
                      "cpu_nodes_without_f16": tuple(cast_fp16_embedding(model, gather_name=gather_name,
@@ -405,7 +407,8 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
         from builder.repo.quantize import q4_placement
 
         exclude = q4_excluded_nodes if weights.adaln == "fp32" else (lambda _graph: ())
-        model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, exclude=exclude))
+        model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, bits=weights.bits,
+                                    exclude=exclude))
     q4 = save("q4", model, **flags)
     del model
     if precision == "q4f16":

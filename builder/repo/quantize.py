@@ -21,18 +21,20 @@ from builder.repo.onnx_graph import INLINE_TENSOR_BYTES, MS_DOMAIN, Placement, a
 Q4_BLOCK_SIZE = 32
 
 
-def q4_placement(*, accuracy_level: int, block_size: int = Q4_BLOCK_SIZE,
+def q4_placement(*, accuracy_level: int, block_size: int = Q4_BLOCK_SIZE, table_block_size: int = Q4_BLOCK_SIZE,
+                 bits: Callable[[str], int] = lambda _name: 4,
                  exclude: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
                  fp16_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
                  q4_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: ()) -> Placement:
     """Weights for a q4 graph, quantised one at a time as they are attached (builder.repo.onnx_graph.attach_weights).
 
-    Every MatMul whose weight is constant becomes com.microsoft.MatMulNBits (4 bits, `block_size`, symmetric),
-    except the nodes `exclude(graph)` names (they stay fp32). Tables named by `fp16_tables(graph)` are
-    stored in fp16; the Gather reading a table named by `q4_tables(graph)` becomes a GatherBlockQuantized of
-    4-bit blocks (quantize_gather). `accuracy_level` 4 lets the kernel quantise activations to int8 (convert's
-    q4 graphs: DP4A kernels on WebGPU adapters without shader-f16); 0 keeps them fp32. Only the packed weights
-    are ever kept: the float32 matrix is dropped as soon as its node is rewritten.
+    Every MatMul whose weight is constant becomes com.microsoft.MatMulNBits (`bits(node name)` bits, 4 unless
+    said otherwise; `block_size`, symmetric), except the nodes `exclude(graph)` names (they stay fp32). Tables
+    named by `fp16_tables(graph)` are stored in fp16; the Gather reading a table named by `q4_tables(graph)`
+    becomes a GatherBlockQuantized of 4-bit blocks of `table_block_size` (quantize_gather). `accuracy_level` 4
+    lets the kernel quantise activations to int8 (convert's q4 graphs: DP4A kernels on WebGPU adapters without
+    shader-f16); 0 keeps them fp32. Only the packed weights are ever kept: the float32 matrix is dropped as soon
+    as its node is rewritten.
     """
 
     def bind(model: onnx.ModelProto) -> Callable[[str, np.ndarray], None]:
@@ -51,11 +53,12 @@ def q4_placement(*, accuracy_level: int, block_size: int = Q4_BLOCK_SIZE,
             node = users[0] if len(users) == 1 else None
             if (node is not None and node.op_type == "MatMul" and node.input[1] == name and node.name not in excluded
                     and array.ndim == 2 and array.dtype == np.float32):
-                quantize_matmul(model.graph, node, array, accuracy_level=accuracy_level, block_size=block_size)
+                quantize_matmul(model.graph, node, array, accuracy_level=accuracy_level, block_size=block_size,
+                                bits=bits(node.name))
             elif name in blocked:
                 if node is None or node.op_type != "Gather" or node.input[0] != name:
                     raise ConversionError(f"{name} is not read by one Gather; it cannot be stored as 4-bit blocks.")
-                quantize_gather(model.graph, node, array, block_size=block_size)
+                quantize_gather(model.graph, node, array, block_size=table_block_size)
             elif name in halves:
                 half = to_fp16_array(array, name)
                 del array  # the caller handed over its reference: free the float32 copy before storing
@@ -69,7 +72,7 @@ def q4_placement(*, accuracy_level: int, block_size: int = Q4_BLOCK_SIZE,
 
 
 def quantize_matmul(graph: onnx.GraphProto, node: onnx.NodeProto, weight: np.ndarray, *,
-                    accuracy_level: int, block_size: int = Q4_BLOCK_SIZE) -> None:
+                    accuracy_level: int, block_size: int = Q4_BLOCK_SIZE, bits: int = 4) -> None:
     """Rewrite MatMul `node` (A @ weight) in place as MatMulNBits, with onnxruntime's own quantizer.
 
     The quantizer runs on a one-node model holding just this weight, so the packed layout is exactly what
@@ -88,7 +91,7 @@ def quantize_matmul(graph: onnx.GraphProto, node: onnx.NodeProto, weight: np.nda
         ),
         opset_imports=[helper.make_opsetid("", 18)],
     )
-    quantizer = MatMulNBitsQuantizer(single, bits=4, block_size=block_size, is_symmetric=True,
+    quantizer = MatMulNBitsQuantizer(single, bits=bits, block_size=block_size, is_symmetric=True,
                                      accuracy_level=accuracy_level, op_types_to_quantize=("MatMul",))
     quantizer.process()
     result = quantizer.model.model.graph
@@ -126,33 +129,37 @@ _ROWS_PER_PASS = 8192
 
 
 def quantize_blocks(values: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric 4-bit blocks of `block_size` consecutive values of each row of a 2-D float32 array, by
-    onnxruntime's rule: scale = the block's value of largest magnitude / -8, q = clip(round(x / scale), -8, 7) + 8.
-    Returns (packed uint8 [rows, cols / 2], two values a byte, low nibble first; float32 scales [rows, blocks])."""
+    """Symmetric 4-bit blocks of `block_size` consecutive values of each row of a 2-D float32 array (the last
+    block of a row may be shorter), by onnxruntime's rule: scale = the block's value of largest magnitude / -8,
+    q = clip(round(x / scale), -8, 7) + 8. Returns (packed uint8 [rows, cols / 2], two values a byte, low nibble
+    first; float32 scales [rows, blocks])."""
     rows, cols = values.shape
-    if block_size < 16 or block_size & (block_size - 1) or cols % block_size:
-        raise ConversionError(f"A block of {block_size} values does not divide rows of {cols} (a power of 2 >= 16 must).")
-    blocks = cols // block_size
+    if block_size < 16 or block_size & (block_size - 1) or cols % 2:
+        raise ConversionError(f"4-bit blocks of {block_size} values of rows of {cols}: the block must be a power of "
+                              "2 of at least 16, the row even.")
+    blocks = -(-cols // block_size)
     packed = np.empty((rows, cols // 2), dtype=np.uint8)
     scales = np.empty((rows, blocks), dtype=np.float32)
     for start in range(0, rows, _ROWS_PER_PASS):
-        chunk = values[start:start + _ROWS_PER_PASS].reshape(-1, blocks, block_size)
+        chunk = values[start:start + _ROWS_PER_PASS]
+        count = len(chunk)
+        chunk = np.pad(chunk, ((0, 0), (0, blocks * block_size - cols))).reshape(count, blocks, block_size)
         low, high = chunk.min(axis=2, keepdims=True), chunk.max(axis=2, keepdims=True)
         scale = np.where(np.abs(high) > np.abs(low), high, low) / np.float32(-8)
         safe = np.where(scale == 0, np.float32(1), scale)
-        q = (np.clip(np.round(chunk / safe), -8, 7) + 8).astype(np.uint8).reshape(len(chunk), cols)
-        packed[start:start + len(chunk)] = q[:, 0::2] | (q[:, 1::2] << 4)
-        scales[start:start + len(chunk)] = scale.reshape(len(chunk), blocks)
+        q = (np.clip(np.round(chunk / safe), -8, 7) + 8).astype(np.uint8).reshape(count, -1)[:, :cols]
+        packed[start:start + count] = q[:, 0::2] | (q[:, 1::2] << 4)
+        scales[start:start + count] = scale.reshape(count, blocks)
     return packed, scales
 
 
-def dequantize_blocks(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
+def dequantize_blocks(packed: np.ndarray, scales: np.ndarray, block_size: int) -> np.ndarray:
     """The float32 values quantize_blocks' output stands for (what GatherBlockQuantized returns per row)."""
-    q = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.float32)
+    cols = packed.shape[1] * 2
+    q = np.empty((packed.shape[0], cols), dtype=np.float32)
     q[:, 0::2] = packed & 0x0F
     q[:, 1::2] = packed >> 4
-    block_size = q.shape[1] // scales.shape[1]
-    values: np.ndarray = ((q - 8).reshape(len(q), scales.shape[1], block_size) * scales[:, :, None]).reshape(q.shape)
+    values: np.ndarray = (q - 8) * np.repeat(scales, block_size, axis=1)[:, :cols]
     return values
 
 

@@ -27,8 +27,16 @@ class WeightFormat:
     adaln: str
     # Whether float32 initializers of fp32-computing graphs are stored as fp16 (quantize.store_fp16).
     fp16_storage: bool
-    # MatMulNBits (and GatherBlockQuantized) block size per component.
+    # MatMulNBits block size per component: 32, the block onnxruntime's fastest WebGPU kernels take.
     block_size: dict[str, int] = field(default_factory=lambda: {"text_encoder": 32, "transformer": 32})
+    # The GatherBlockQuantized block of the 4-bit token embedding.
+    embedding_block: int = 32
+    # Node-name fragments of the MatMuls stored at 2 bits instead of 4 (none in the formats `convert` writes;
+    # scripts/weight_format_study.py measures smaller ones).
+    two_bit: tuple[str, ...] = ()
+
+    def bits(self, node_name: str) -> int:
+        return 2 if any(fragment in node_name for fragment in self.two_bit) else 4
 
     def precision_text(self, component: str, variant: str) -> str:
         """The manifest's human-readable `precision` of one graph written in this format."""
@@ -46,6 +54,8 @@ class WeightFormat:
             wide = "modulation and time-embedding MatMuls q4 too, with fp32 activations"
         else:
             wide = "modulation and time-embedding MatMuls, norms, biases fp32"
+        if self.two_bit:
+            wide += f"; 2-bit MatMulNBits for {', '.join(self.two_bit)}"
         if variant == "q4":
             return f"q4 MatMulNBits (block {block}, symmetric, accuracy_level 4); {wide}{stored}"
         return (f"q4 MatMulNBits (block {block}, symmetric, accuracy_level 0) with fp16 activations and scales; "
