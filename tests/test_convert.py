@@ -416,6 +416,8 @@ def test_convert_rejects_bad_input_before_writing(tiny_models: dict[str, Path], 
         convert(tmp_path, tmp_path / "out", log=quiet)
     with pytest.raises(ConversionError, match="--precision 'int8'"):
         convert(tiny_models["diffusers"], tmp_path / "out", precision="int8", log=quiet)
+    with pytest.raises(ConversionError, match="--jobs 4: a conversion has 3 parts"):
+        convert(tiny_models["diffusers"], tmp_path / "out", jobs=4, log=quiet)
     unrelated = tmp_path / "photos"
     unrelated.mkdir()
     (unrelated / "cat.jpg").write_bytes(b"meow")

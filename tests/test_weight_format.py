@@ -108,6 +108,7 @@ def test_weights_stored_in_fp16_are_cast_up_and_folded_when_onnxruntime_loads_th
     assert {t.name: t.data_type for t in model.graph.initializer}[scales_name + STORED_FP16] == TensorProto.FLOAT16
     options = ort.SessionOptions()
     options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    options.log_severity_level = 3  # not the warning that an optimised model is machine-specific
     session = ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
     optimized = onnx.load(str(tmp_path / "optimized.onnx"))
     # No Cast is left to run: the kernels get float32 scales, and no node needs fp16 (shader-f16 on WebGPU).
@@ -160,8 +161,10 @@ def test_make_tiny_writes_the_compact_layout(tiny_models: dict[str, Path]) -> No
         verify_saved_graph(path, graph)  # IR version 10, opset 18, allowed ops, files beside it
         assert model.ir_version == IR_VERSION
         readers = {name for node in model.graph.node for name in node.input}
-        # Every MatMul weight is 4-bit; every float kept for fp32 compute is stored fp16 (small ones stay inline).
-        assert not [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits], graph
+        # Every MatMul weight of the text encoder and transformer is 4-bit (the VAE's are not quantised); every
+        # float kept for fp32 compute is stored fp16 (small ones stay inline).
+        if variant == "q4":
+            assert not [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits], graph
         wide = [t.name for t in inits.values() if t.data_type == TensorProto.FLOAT and tensor_bytes(t) >= 1024]
         assert wide == [], (graph, wide)
         stored = [t.name for t in inits.values() if t.name.endswith(STORED_FP16)]
@@ -182,14 +185,37 @@ def test_seed_layout_keeps_the_fp16_embedding_and_fp32_adaln(seed_layout_q4: Pat
     assert not any(t.name.endswith(STORED_FP16) for t in inits.values())
 
 
-def test_compact_layout_is_smaller_and_computes_the_same_graph(tiny_models: dict[str, Path], seed_layout_q4: Path) -> None:
-    """The same inputs through both layouts' q4 graphs: outputs close to each other (the fp16 embedding and the
-    fp32 AdaLN against their 4-bit blocks) and the compact files smaller."""
+# Measured on make-tiny seed 0 (scripts/weight_format_study.py tiny, 2026-12-03), 64x64 and 128x128, 3 prompts:
+# compact q4 / q4f16 images 53.1-56.8 dB from the seed layout's q4f16 image (the seed's own q4 is 55.0-55.9 dB
+# from it), and 34.2 / 38.4 dB from the fp32 image against the seed's 34.3 / 38.3.
+COMPACT_VS_SEED_MIN_DB = 50.0
+FP32_PSNR_MAX_LOSS_DB = 0.5
+
+
+def test_compact_layout_is_smaller_and_keeps_the_images(tiny_models: dict[str, Path], seed_layout_q4: Path) -> None:
+    """The fidelity rule of docs/model-repository.md on the tiny model: the compact q4 images within rounding of the
+    seed layout's (>= 50 dB, the bound q4f16 is held to against q4), and no further from the fp32 images than the
+    seed layout's less 0.5 dB; the compact files are smaller."""
+    from builder.pipeline.imaging import psnr
+    from builder.pipeline.reference import generate
+
     def size(root: Path, component: str) -> int:
-        return sum(repo.load(root).files[name].size or 0 for name in repo.load(root).graph(component, "q4").files())
+        manifest = repo.load(root)
+        return sum(manifest.files[name].size or 0 for name in manifest.graph(component, "q4").files())
 
     for component in ("text_encoder", "transformer"):
         assert size(tiny_models["q4"], component) < size(seed_layout_q4, component), component
+    q4 = {"text_encoder": "q4", "transformer": "q4", "vae_decoder": "fp32"}
+    for prompt in ("a red fox sitting in the snow", "an astronaut riding a horse on the moon, 35mm photo"):
+        def image(root: Path, variants: dict[str, str] | None, prompt: str = prompt) -> np.ndarray:
+            return generate(root, prompt=prompt, seed=1, width=64, height=64, steps=4, log=lambda _m: None,
+                            variants=variants).image
+
+        compact, seed, fp32 = image(tiny_models["q4"], q4), image(seed_layout_q4, q4), image(tiny_models["fp32"], None)
+        print(f"{prompt!r}: compact vs seed {psnr(compact, seed):.1f} dB; vs fp32 compact {psnr(compact, fp32):.1f}, "
+              f"seed {psnr(seed, fp32):.1f} dB")
+        assert psnr(compact, seed) >= COMPACT_VS_SEED_MIN_DB, prompt
+        assert psnr(compact, fp32) >= psnr(seed, fp32) - FP32_PSNR_MAX_LOSS_DB, prompt
 
 
 def test_jobs_write_the_same_bytes(tiny_models: dict[str, Path], tmp_path: Path) -> None:

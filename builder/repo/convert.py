@@ -160,12 +160,14 @@ def convert(
     model_index = check_source(src)
     check_precision(precision)
     check_destination(out)
+    if jobs is not None:
+        check_jobs(jobs)
     # LoRAs are read and matched against the transformer now, so a wrong one fails before any graph is built
     # (the transformer's part merges them again into the skeleton it exports).
     merged = [LoraEntry(file=item.file, sha256=item.sha256, scale=item.scale)
               for item in prepare_loras(src, loras, log=log).loras]
     peaks = {part: estimated_peak(src / SOURCE_FOLDER[components[0]], precision) for part, components in PARTS.items()}
-    jobs = choose_jobs(peaks, None if jobs is None else check_jobs(jobs), log=log)
+    jobs = choose_jobs(peaks, jobs, log=log)
 
     # 2. Write each part's graphs into a staging folder beside OUT (after removing ones a killed run left).
     clean_stale_staging(out.parent, (out.name,), log=log)
@@ -219,10 +221,9 @@ def convert_part(src: Path, part: str, *, precision: str, stage: Path, max_data_
     return saved
 
 
-def check_jobs(jobs: int) -> int:
+def check_jobs(jobs: int) -> None:
     if not 1 <= jobs <= len(PARTS):
         raise ConversionError(f"--jobs {jobs}: a conversion has {len(PARTS)} parts; pass 1 to {len(PARTS)}.")
-    return jobs
 
 
 @dataclass
