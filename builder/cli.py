@@ -84,10 +84,16 @@ def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_b
 @click.argument("src", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--precision", type=click.Choice(["q4", "fp32", "q4f16"]), default="q4", show_default=True)
+@click.option("--weights", type=click.Choice(["compact", "seed"]), default="compact", show_default=True,
+              help="How the q4/q4f16 graphs store their weights: compact (4-bit token embedding and AdaLN, fp16-stored "
+                   "scales: the smaller download) or seed (the layout of the seed repository on the Hub).")
 @click.option("--lora", "loras", multiple=True, metavar="PATH[:SCALE]",
               help="A transformer LoRA (.safetensors: diffusers/PEFT, kohya or BFL keys) merged into the weights, "
                    "SCALE 1.0 unless given; repeat to add several, in order.")
-def convert(src: Path, out: Path, precision: str, loras: tuple[str, ...]) -> None:
+@click.option("--jobs", type=int, default=None,
+              help="Build the text encoder, transformer and VAE in this many processes at once (1-3; the same "
+                   "bytes) [default: as many as the free memory holds].")
+def convert(src: Path, out: Path, precision: str, weights: str, loras: tuple[str, ...], jobs: int | None) -> None:
     """Convert a diffusers FLUX.2 [klein] folder SRC into the ONNX web layout in OUT.
 
     OUT is replaced only by a finished, checked repository. Refused with one line, OUT left as it was: a LoRA
@@ -96,8 +102,10 @@ def convert(src: Path, out: Path, precision: str, loras: tuple[str, ...]) -> Non
     """
     from builder.repo import convert as converter
     from builder.repo.lora import parse_spec
+    from builder.repo.weight_format import FORMATS
 
-    converter.convert(src, out, precision=precision, log=log, loras=[parse_spec(text) for text in loras])
+    converter.convert(src, out, precision=precision, log=log, loras=[parse_spec(text) for text in loras],
+                      weights=FORMATS[weights], jobs=jobs)
     log(f"Done. Serve it with: klein-web serve --models {out}")
 
 

@@ -102,6 +102,20 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def seed_layout_q4(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """make-tiny's model converted with --precision q4 --weights seed: the weight layout of the seed repository on
+    the Hub (fp16 token embedding, fp32 AdaLN and scales), which the app keeps running."""
+    from builder.repo.convert import convert
+    from builder.repo.tiny import TINY_DATA_FILE_CAPS
+    from builder.repo.weight_format import SEED
+
+    out = tmp_path_factory.mktemp("seed-layout") / "q4"
+    convert(tiny_models["diffusers"], out, precision="q4", weights=SEED, log=lambda _msg: None,
+            max_data_file_bytes=TINY_DATA_FILE_CAPS, jobs=1)
+    return out
+
+
+@pytest.fixture(scope="session")
 def dist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One build of the app for the whole session (the default model base)."""
     from builder.site.bundle import build
