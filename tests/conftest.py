@@ -203,7 +203,7 @@ def fresh_context(tmp_path: Path, chromium_path: Path) -> Iterator[object]:
     """Chromium with a fresh persistent profile (OPFS needs one), for one test: what a first visit meets."""
     from playwright.sync_api import sync_playwright
 
-    from builder.check.browser import launch_persistent
+    from builder.check.driver.chromium import launch_persistent
 
     with sync_playwright() as playwright:
         context = launch_persistent(playwright, tmp_path / "profile", executable=chromium_path)
