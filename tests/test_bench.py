@@ -172,6 +172,7 @@ def test_inputs_follow_the_graph_contract_shapes() -> None:
     assert bench_models.out_layers(27) == (9, 18, 27)
 
 
+@pytest.mark.torch  # bench.main imports torch before it checks the options
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("scale", "huge", "--scale 'huge'"),
     ("components", ["unet"], "--components unet"),

@@ -132,11 +132,11 @@ def serve(dist_dir: Path) -> Iterator[Callable[[Path], tuple[str, Recorder]]]:
 
 
 @pytest.fixture(scope="module")
-def other_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def other_model(tiny_models: dict[str, Path]) -> Path:
     """Another tiny fp32 model (other random weights): the same file sizes as tiny_models['fp32'], other bytes."""
-    from builder.repo.tiny import make_tiny
+    from tiny_cache import tiny_models as cached_tiny_models  # tests/ is on sys.path
 
-    return make_tiny(tmp_path_factory.mktemp("tiny-b"), seed=1, log=lambda _msg: None)["fp32"]
+    return cached_tiny_models(1, log=lambda _msg: None)["fp32"]
 
 
 def weight_paths(repo: Path) -> list[str]:
