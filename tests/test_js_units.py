@@ -59,7 +59,7 @@ def test_js(test_file: Path, node: str) -> None:
 
 def test_png_text_output_opens_in_pillow(node: str, tmp_path: Path) -> None:
     """A PNG tagged by addTextChunks is a valid PNG for Pillow (CRCs, chunk order) with the same text."""
-    from PIL import Image
+    from PIL import Image, PngImagePlugin
 
     plain = io.BytesIO()
     Image.new("RGB", (3, 2), (10, 200, 30)).save(plain, format="PNG")
@@ -88,6 +88,7 @@ def test_png_text_output_opens_in_pillow(node: str, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     with Image.open(out) as image:
+        assert isinstance(image, PngImagePlugin.PngImageFile)
         image.load()  # decodes every chunk and checks the CRCs
         assert image.text == entries
         assert image.getpixel((2, 1)) == (10, 200, 30)

@@ -74,7 +74,8 @@ class Recorder:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
-            return await self.target(scope, receive, send)
+            await self.target(scope, receive, send)
+            return
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
         seen = Seen(scope["method"], scope["path"], headers.get("range"), headers.get("if-range"))
         self.seen.append(seen)
@@ -126,7 +127,7 @@ def serve(dist_dir: Path) -> Iterator[Callable[[Path], tuple[str, Recorder]]]:
         stack.append(server)
         return f"http://127.0.0.1:{port}/", recorder
 
-    yield start  # type: ignore[misc]
+    yield start
     for server in reversed(stack):
         server.__exit__(None, None, None)
 

@@ -245,7 +245,7 @@ def golden_image() -> dict[str, Any]:
     height, width = 9, 14
     values = rng.random(3 * height * width, dtype=np.float32)
     # Plant exact .5 ties after the float32 *255: the float32 nearest (k + 0.5) / 255 whose product is a tie.
-    ties = []
+    ties: list[np.float32] = []
     for k in range(255):
         x = np.float32((k + 0.5) / 255)
         for candidate in (x, np.nextafter(x, np.float32(0)), np.nextafter(x, np.float32(1))):
@@ -253,7 +253,7 @@ def golden_image() -> dict[str, Any]:
                 ties.append(candidate)
                 break
     values[: len(ties)] = ties
-    values[len(ties) : len(ties) + 4] = [0.0, 1.0, np.float32(0.5 / 255), np.float32(254.5 / 255)]
+    values[len(ties) : len(ties) + 4] = np.array([0.0, 1.0, 0.5 / 255, 254.5 / 255], dtype=np.float32)
     image = torch.from_numpy(values.reshape(1, 3, height, width))
     # The ONNX VAE already applied (x / 2 + 0.5).clamp(0, 1), hence do_denormalize=False.
     pil = VaeImageProcessor().postprocess(image, output_type="pil", do_denormalize=[False])[0]
@@ -277,6 +277,7 @@ def golden_png() -> dict[str, Any]:
     tagged = io.BytesIO()
     Image.fromarray(pixels, "RGBA").save(tagged, format="PNG", pnginfo=info)
     read_back = Image.open(io.BytesIO(tagged.getvalue()))
+    assert isinstance(read_back, PngImagePlugin.PngImageFile)
     read_back.load()
     return {
         "plain": base64.b64encode(plain.getvalue()).decode("ascii"),
