@@ -89,7 +89,8 @@ def reference_step(pipe: Any, feed: dict[str, np.ndarray]) -> np.ndarray:
             guidance=None,
             return_dict=False,
         )[0]
-    return out.numpy()
+    result: np.ndarray = out.numpy()
+    return result
 
 
 def reference_decode(pipe: Any, latents: np.ndarray) -> np.ndarray:
@@ -101,13 +102,15 @@ def reference_decode(pipe: Any, latents: np.ndarray) -> np.ndarray:
         std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps)
         x = pipe._unpatchify_latents(x * std + mean)
         image = vae.decode(x, return_dict=False)[0]
-        return pipe.image_processor.postprocess(image, output_type="pt").numpy()
+        decoded: np.ndarray = pipe.image_processor.postprocess(image, output_type="pt").numpy()
+        return decoded
 
 
 def run_graph(repo_dir: Path, component: str, variant: str, feed: dict[str, np.ndarray]) -> np.ndarray:
     path = repo_dir / repo.graph_path(component, variant)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, feed)[0]
+    output: np.ndarray = session.run(None, feed)[0]
+    return output
 
 
 def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
@@ -188,7 +191,8 @@ def dequantize_matmul_nbits(packed: np.ndarray, scales: np.ndarray, k: int, n: i
     q[:, :, 0::2] = packed & 0x0F
     q[:, :, 1::2] = packed >> 4
     w = (q - 8) * scales.reshape(n, blocks, 1)
-    return w.reshape(n, -1)[:, :k].T.copy()
+    matrix: np.ndarray = w.reshape(n, -1)[:, :k].T.copy()
+    return matrix
 
 
 def dequantized_fp32_graph(tiny_models: dict[str, Path], component: str) -> bytes:
@@ -214,7 +218,7 @@ def dequantized_fp32_graph(tiny_models: dict[str, Path], component: str) -> byte
         if tensor.name in replaced:
             tensor.CopyFrom(numpy_helper.from_array(replaced.pop(tensor.name), tensor.name))
     assert not replaced, sorted(replaced)
-    return fp32.SerializeToString()
+    return bytes(fp32.SerializeToString())
 
 
 def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(tiny_models: dict[str, Path], prompt_inputs: Any,
@@ -334,10 +338,10 @@ def test_q4_graph_precisions(tiny_models: dict[str, Path]) -> None:
 
     # VAE fp16: every float weight is fp16, inputs/outputs stay fp32 (contract test above).
     vae = load_structure(tiny_models, "q4", "vae_decoder", "fp16")
-    weights = [t for t in vae.graph.initializer if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)]
+    float_weights = [t for t in vae.graph.initializer if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)]
     convs = [n for n in vae.graph.node if n.op_type == "Conv"]
     conv_weights = {n.input[1] for n in convs}
-    assert all(t.data_type == TensorProto.FLOAT16 for t in weights if t.name in conv_weights) and conv_weights
+    assert all(t.data_type == TensorProto.FLOAT16 for t in float_weights if t.name in conv_weights) and conv_weights
     # ... except the GroupNorm statistics and the attention (scores, softmax, the weighted sum over every latent
     # pixel): in fp16 on a GPU their error grows with the image. They compute in fp32 between Casts.
     typed = onnx.shape_inference.infer_shapes(vae)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ def test_parse_size_refuses_sizes_outside_64_to_2048(size: str, fix: str) -> Non
         limits.parse_size(size)
 
 
-GOOD = {"prompt": "a fox", "seed": 0, "width": 64, "height": 2048, "steps": 50}
+GOOD: dict[str, Any] = {"prompt": "a fox", "seed": 0, "width": 64, "height": 2048, "steps": 50}
 
 
 def test_reference_accepts_the_edges_of_every_limit() -> None:

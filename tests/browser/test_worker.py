@@ -270,11 +270,13 @@ class CutOnce:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
         self.requests.append((scope["method"], scope["path"], headers.get("range")))
         if self.cut or scope["method"] != "GET" or scope["path"] != self.target:
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         self.cut = True
         sent = 0
 
