@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import math
 import sys
 from collections import defaultdict
@@ -253,7 +254,7 @@ def embedding_study() -> None:
     formats: dict[str, Callable[[np.ndarray], np.ndarray]] = {"fp16 (seed)": lambda t: t.astype(np.float16)}
     sizes = {"fp16 (seed)": VOCAB * TEXT_WIDTH * 2}
     for block in (32, 64, 128):
-        formats[f"4-bit, block {block}"] = lambda t, b=block: dequantized(t, b)
+        formats[f"4-bit, block {block}"] = functools.partial(dequantized, block=block)
         sizes[f"4-bit, block {block}"] = VOCAB * TEXT_WIDTH // 2 + VOCAB * (TEXT_WIDTH // block) * 2
     for distribution in ("init N(0, 0.02)", "heavy-tailed rows", "outlier columns"):
         squared = dict.fromkeys(formats, 0.0)
@@ -308,16 +309,16 @@ def time_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
     import torch
     from diffusers.models.embeddings import get_timestep_embedding
 
-    from builder.pipeline.sampling import model_timestep, retrieve_timesteps
+    from builder.pipeline.schedule import model_timestep, retrieve_timesteps
 
     steps = [model_timestep(t)[0] for tokens in (1024, 4096) for t in retrieve_timesteps(4, tokens)[1]]
-    features = get_timestep_embedding(torch.tensor(steps) * 1000, TIME_CHANNELS, flip_sin_to_cos=True,
-                                      downscale_freq_shift=0).numpy().astype(np.float32)
+    features: np.ndarray = get_timestep_embedding(torch.tensor(steps) * 1000, TIME_CHANNELS, flip_sin_to_cos=True,
+                                                  downscale_freq_shift=0).numpy().astype(np.float32)
     def silu(x: np.ndarray) -> np.ndarray:
-        return x / (1 + np.exp(-x))
+        return np.asarray(x / (1 + np.exp(-x)))
 
-    hidden = silu(features @ linear_weight(rng, TIME_CHANNELS, WIDTH))
-    temb = hidden @ linear_weight(rng, WIDTH, WIDTH)
+    hidden: np.ndarray = silu(features @ linear_weight(rng, TIME_CHANNELS, WIDTH))
+    temb: np.ndarray = hidden @ linear_weight(rng, WIDTH, WIDTH)
     return {"time_guidance_embed linear_1": features, "time_guidance_embed linear_2": hidden, "*": silu(temb)}
 
 
@@ -426,8 +427,10 @@ def run_graph(path: Path, feed: dict[str, np.ndarray]) -> np.ndarray:
 def component_feeds(fp32_repo: Path) -> Iterator[tuple[str, str, dict[str, np.ndarray]]]:
     """(component, fp32 variant, inputs): the prompts' tokens; one step at 128x128 on the fp32 embeddings of
     the first prompt; latents for the VAE decoder."""
-    from builder.pipeline import sampling
+    from builder.pipeline.latents import pack_latents, prepare_latent_ids, prepare_text_ids
     from builder.pipeline.prompt import load_tokenizer
+    from builder.pipeline.rng import torch_randn
+    from builder.pipeline.schedule import model_timestep, retrieve_timesteps
 
     tokenizer = load_tokenizer(fp32_repo)
     tokens = [tokenizer.encode(prompt) for prompt in PROMPTS]
@@ -435,12 +438,12 @@ def component_feeds(fp32_repo: Path) -> Iterator[tuple[str, str, dict[str, np.nd
             "attention_mask": np.concatenate([t.attention_mask for t in tokens])}
     yield "text_encoder", "fp32", text
     embeds = run_graph(fp32_repo / manifest.graph_path("text_encoder", "fp32"), text)[:1]
-    latents = sampling.torch_randn((1, 128, 8, 8), 1)
-    timesteps = sampling.retrieve_timesteps(4, 64)[1]
-    yield "transformer", "fp32", {"hidden_states": sampling.pack_latents(latents), "encoder_hidden_states": embeds,
-                                  "timestep": sampling.model_timestep(timesteps[0]),
-                                  "img_ids": sampling.prepare_latent_ids(8, 8),
-                                  "txt_ids": sampling.prepare_text_ids(embeds.shape[1])}
+    latents = torch_randn((1, 128, 8, 8), 1)
+    timesteps = retrieve_timesteps(4, 64)[1]
+    yield "transformer", "fp32", {"hidden_states": pack_latents(latents), "encoder_hidden_states": embeds,
+                                  "timestep": model_timestep(timesteps[0]),
+                                  "img_ids": prepare_latent_ids(8, 8),
+                                  "txt_ids": prepare_text_ids(embeds.shape[1])}
     yield "vae_decoder", "fp32", {"latents": latents}
 
 

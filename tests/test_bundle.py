@@ -207,9 +207,11 @@ def record_of(dist: Path) -> dict[str, object]:
 def shell_in_service_worker(dist: Path) -> list[str] | None:
     """The shell list compiled into coi-sw.js, found by the record's own list (None when it is not there)."""
     text = (dist / SERVICE_WORKER).read_text()
-    for shell in (record_of(dist)["shell"], []):
+    recorded = record_of(dist)["shell"]
+    assert isinstance(recorded, list)
+    for shell in (recorded, []):
         if json.dumps(shell, separators=(",", ":")) in text:
-            return list(shell)  # type: ignore[call-overload]
+            return [str(name) for name in shell]
     return None
 
 

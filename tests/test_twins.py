@@ -8,6 +8,7 @@ bit. Plain NumPy and node: no torch, no browser.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import subprocess
@@ -263,7 +264,7 @@ def test_the_schedules_are_the_same(js: dict[str, Any]) -> None:
 
 
 def test_inpainting_starts_at_the_same_step(js: dict[str, Any]) -> None:
-    python = [refused(lambda s=steps, k=strength: inpaint.inpaint_start(s, k)) for steps, strength in INPAINT_STARTS]
+    python = [refused(functools.partial(inpaint.inpaint_start, steps, strength)) for steps, strength in INPAINT_STARTS]
     assert js["inpaintStarts"] == python
     assert None in python and 0 in python and any(start not in (None, 0) for start in python)
 

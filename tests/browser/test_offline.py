@@ -84,8 +84,9 @@ def settled_state(page: Any, what: str, ok: Callable[[dict[str, Any]], bool]) ->
 
 
 def shell_urls(base_url: str, dist: Path) -> list[str]:
-    record = read_record(dist) or {}
-    return sorted(base_url + name for name in record["shell"])  # type: ignore[union-attr]
+    shell = (read_record(dist) or {}).get("shell")
+    assert isinstance(shell, list)
+    return sorted(base_url + str(name) for name in shell)
 
 
 def generate(page: Any) -> list[int]:

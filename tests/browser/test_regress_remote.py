@@ -10,6 +10,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -70,7 +71,8 @@ def report(folder: Path) -> dict[str, object]:
 def test_two_shards_through_a_browser_server_merge_into_the_report_of_one_run(
         browser_server: str, tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path) -> None:
     models = tiny_models["fp32"]
-    common = {"models_dir": models, "cases_file": cases_file(tmp_path), "size": "64x64", "reference_from_cpu": True}
+    common: dict[str, Any] = {"models_dir": models, "cases_file": cases_file(tmp_path), "size": "64x64",
+                              "reference_from_cpu": True}
     messages: list[str] = []
     # The whole file in a Chromium launched here.
     whole_code = main(RegressOptions(**common, dist_dir=dist_dir, report_dir=tmp_path / "whole"), log=messages.append)
