@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from graph_helpers import at_accuracy_level
+from graph_helpers import at_accuracy_level, with_fp16_stored_weights
 from onnx import TensorProto, numpy_helper
 
 from builder.errors import ConversionError
@@ -150,21 +150,29 @@ def test_vae_fp32_matches_diffusers(tiny_models: dict[str, Path], pipe: Any) -> 
     latents = vae_latents(seed=3)
     expected = reference_decode(pipe, latents)
     assert expected.shape == (2, 3, 48, 80) and 0 < expected.mean() < 1
-    for repo_name in ("fp32", "q4"):  # the q4 repo ships the same fp32 VAE for adapters without shader-f16
-        image = run_graph(tiny_models[repo_name], "vae_decoder", "fp32", {"latents": latents})
-        np.testing.assert_allclose(image, expected, rtol=1e-4, atol=1e-5)
+    image = run_graph(tiny_models["fp32"], "vae_decoder", "fp32", {"latents": latents})
+    np.testing.assert_allclose(image, expected, rtol=1e-4, atol=1e-5)
+    # The q4 repo ships the same fp32 VAE for adapters without shader-f16, its weights stored in fp16 (the compact
+    # format): exactly the fp32 graph on fp16-rounded weights, and so within that rounding of diffusers (measured
+    # max |diff| 0.0011 on pixels in 0..1).
+    stored = with_fp16_stored_weights(tiny_models["fp32"] / repo.graph_path("vae_decoder", "fp32"))
+    rounded = ort.InferenceSession(stored, providers=["CPUExecutionProvider"]).run(None, {"latents": latents})[0]
+    q4_image = run_graph(tiny_models["q4"], "vae_decoder", "fp32", {"latents": latents})
+    np.testing.assert_allclose(q4_image, rounded, rtol=1e-4, atol=1e-5)
+    assert 0 < np.abs(q4_image - expected).max() < 0.003
 
 
 # ---------------------------------------------------------------------------------------------------
 # 2. q4 / fp16 graphs: within a measured tolerance of torch, and exactly "fp32 graph with quantised weights".
 
 # Measured on the seed-0 tiny model (onnxruntime 1.31 CPU), as max|err| / max|ref|:
-#   text encoder q4 0.246, transformer q4 0.093, VAE fp16 0.0016.
+#   text encoder q4 0.410 (0.246 with the seed layout's fp16 token embedding; the compact format's 4-bit table
+#   adds the rest), transformer q4 0.093, VAE fp16 0.0016.
 # The tiny model's random weights are the worst case for 4-bit: a block of 32 Gaussian weights has its
 # quantisation step at ~0.3 sigma, i.e. ~9% error per MatMul, and the text encoder compounds 27 layers of it
 # (plus accuracy_level 4's int8 activations). The bounds are ~1.4x the measurements; the test below this one
 # checks the q4 wiring itself to a much tighter tolerance.
-Q4_BOUNDS = {"text_encoder": 0.35, "transformer": 0.12, "vae_decoder": 0.004}
+Q4_BOUNDS = {"text_encoder": 0.55, "transformer": 0.12, "vae_decoder": 0.004}
 
 
 def test_quantized_graphs_within_measured_tolerance(tiny_models: dict[str, Path], pipe: Any, prompt_inputs: Any,
@@ -230,8 +238,8 @@ def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(tiny_models: di
     }
     # The wiring, at accuracy_level 0: the same sums as a MatMul on the dequantised weights (measured 0.0 for
     # both). As saved, accuracy_level 4 quantises activations to int8 per block: measured 0.0120 (transformer)
-    # and 0.0148 (text encoder, over 27 layers).
-    bounds = {"level 0": 1e-5, "as saved": 0.02}
+    # and 0.0226 (text encoder, over 27 layers).
+    bounds = {"level 0": 1e-5, "as saved": 0.03}
     for component, feed in cases.items():
         session = ort.InferenceSession(dequantized_fp32_graph(tiny_models, component),
                                        providers=["CPUExecutionProvider"])
@@ -319,22 +327,15 @@ def test_q4_graph_precisions(tiny_models: dict[str, Path]) -> None:
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             assert attrs["bits"] == 4 and attrs["block_size"] == 32 and attrs.get("accuracy_level") == accuracy
             assert len(node.input) == 3  # symmetric: no zero-point input
-    # Transformer: modulation and time-embedding MatMuls stay fp32, every other projection is q4.
+    # Transformer: every projection is q4, the modulation and time-embedding MatMuls too (the compact format;
+    # test_weight_format checks the text encoder's 4-bit token embedding and the seed layout's fp32 ones).
     weights = {t.name for t in q4_transformer.graph.initializer}
-    fp32_matmuls = [n.name for n in q4_transformer.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
-    assert fp32_matmuls and all("modulation" in n or "time_guidance_embed" in n or "norm_out" in n
-                                for n in fp32_matmuls), fp32_matmuls
-    assert {"/m/proj_out/MatMul_Q4", "/m/x_embedder/MatMul_Q4"} <= {n.name for n in q4_transformer.graph.node}
+    assert not [n.name for n in q4_transformer.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+    nbits_names = {n.name for n in q4_transformer.graph.node if n.op_type == "MatMulNBits"}
+    assert {"/m/proj_out/MatMul_Q4", "/m/x_embedder/MatMul_Q4"} <= nbits_names
+    assert any("_modulation" in name for name in nbits_names) and any("/norm_out/" in name for name in nbits_names)
     assert not manifest.graph("transformer", "q4").requires_f16
-
-    # Text encoder: the token embedding is an fp16 table + Cast, and the manifest names those two nodes.
-    entry = manifest.graph("text_encoder", "q4")
-    assert entry.requires_f16 and len(entry.cpu_nodes_without_f16) == 2
-    nodes = {n.name: n for n in q4_text.graph.node}
-    gather, cast = (nodes[name] for name in entry.cpu_nodes_without_f16)
-    table = next(t for t in q4_text.graph.initializer if t.name == gather.input[0])
-    assert gather.op_type == "Gather" and gather.input[1] == "input_ids" and table.data_type == TensorProto.FLOAT16
-    assert cast.op_type == "Cast" and cast.input[0] == gather.output[0]
+    assert not manifest.graph("text_encoder", "q4").requires_f16
 
     # VAE fp16: every float weight is fp16, inputs/outputs stay fp32 (contract test above).
     vae = load_structure(tiny_models, "q4", "vae_decoder", "fp16")
