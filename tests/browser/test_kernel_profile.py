@@ -47,7 +47,7 @@ def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
         assert [k["gpuMs"] for k in times["kernels"][:-1]] == sorted((k["gpuMs"] for k in times["kernels"][:-1]),
                                                                      reverse=True), component
     # Each MatMulNBits node of the graph is one dispatch per step, under the program onnxruntime chose for it: at
-    # accuracy_level 4 with `subgroups` (SwiftShader has them) DP4AMatMulNBits where the shape allows (K a multiple
+    # accuracy_level 4 with `subgroups` (SwiftShader has them) DP4AMatMulNBits* where the shape allows (K a multiple
     # of 128), after a DP4AMatMulQuantize of its input; a MatMulNBits* program otherwise.
     transformer_graph = repo / "transformer" / "transformer_q4.onnx"
     programs: Counter[str] = Counter()
@@ -56,7 +56,9 @@ def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
             programs[kernel["program"]] += kernel["calls"]
     quantize = programs.pop("DP4AMatMulQuantize", 0)
     assert programs and all(p.startswith(("MatMulNBits", "DP4AMatMulNBits")) for p in programs), programs
-    assert quantize == programs["DP4AMatMulNBits"]
+    # Each DP4A program (the small-M one too: the time embedding and modulations run on one row) follows its own
+    # quantisation of the input.
+    assert quantize == sum(n for p, n in programs.items() if p.startswith("DP4AMatMulNBits")) > 0, programs
     assert sum(programs.values()) == op_counts(transformer_graph)["MatMulNBits"]
     # onnxruntime places the text encoder's int64 mask arithmetic on the CPU: it shows there. The 4-bit token
     # embedding is a WebGPU kernel on this adapter without shader-f16 (fp32 scales).

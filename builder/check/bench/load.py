@@ -82,6 +82,8 @@ class WorkerDriver:
 
     def __init__(self, context: Any, base_url: str) -> None:
         self.page = context.new_page()
+        # The page's own script is not run: it would start a second worker. (The context blocks the service
+        # worker, whose cached answers this route would not see.)
         self.page.route("**/assets/page-*.js", lambda route: route.fulfill(status=200, body="",
                                                                          content_type="text/javascript"))
         self.page.goto(base_url + "/", wait_until="load")
@@ -197,7 +199,7 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
     try:
         with serving(dist_dir, models_dir, log=log, models_manifest=repo, middleware=counter.wrap) as base_url, \
                 tempfile.TemporaryDirectory(prefix="klein-load-profile-") as profile, \
-                launched(session, log=log, profile=Path(profile)):
+                launched(session, log=log, profile=Path(profile), service_workers="block"):
             session.adapter = probe_adapter(session, base_url)
             driver = WorkerDriver(session.context, base_url)
             try:

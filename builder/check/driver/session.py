@@ -106,9 +106,11 @@ def local_session(browser_path: Path | None, *, gpu: bool, headed: bool = False,
 
 
 @contextlib.contextmanager
-def launched(session: BrowserSession, *, log: Log, profile: Path | None = None) -> Iterator[BrowserSession]:
+def launched(session: BrowserSession, *, log: Log, profile: Path | None = None,
+             service_workers: str = "allow") -> Iterator[BrowserSession]:
     """Start Chromium through Playwright with a persistent profile (OPFS needs a real profile): `profile`, or a
-    throw-away one. A kept profile keeps the model store, so the next run downloads nothing."""
+    throw-away one. A kept profile keeps the model store, so the next run downloads nothing. `service_workers`
+    "block" keeps the app's service worker out, for a run whose request routing must see every request."""
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
@@ -123,7 +125,8 @@ def launched(session: BrowserSession, *, log: Log, profile: Path | None = None) 
         try:
             session.context = launch_persistent(playwright, Path(profile), executable=session.executable,
                                                 headed=session.headed, gpu=session.gpu,
-                                                f16_toggle=session.f16_toggle, log_file=session.log_file)
+                                                f16_toggle=session.f16_toggle, log_file=session.log_file,
+                                                service_workers=service_workers)
         except PlaywrightError as exc:
             raise RegressionError(f"could not launch {session.executable} as Chromium: {first_line(exc)}") from exc
         session.launches += 1

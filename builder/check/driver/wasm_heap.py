@@ -7,8 +7,10 @@ from typing import Any
 
 from builder.errors import RegressionError
 
-# Installed in the app's worker before its first session: remembers every WebAssembly.Memory onnxruntime
-# creates, so the wasm heap's size can be read back (WebAssembly memories only grow: the last size is the peak).
+# Installed in the app's worker before its first session: remembers every WebAssembly.Memory onnxruntime makes,
+# so the wasm heap's size can be read back (WebAssembly memories only grow: the last size is the peak). A threaded
+# module imports a memory made with the constructor; a single-threaded one (one thread: no cross-origin isolation,
+# or two cores) defines its own and exports it from the instance, so instantiation is watched too.
 WASM_HOOK_JS = """() => {
     if (globalThis.__kleinWasmMemories) return true;
     const memories = [];
@@ -16,6 +18,17 @@ WASM_HOOK_JS = """() => {
     function Memory(descriptor) { const memory = new Original(descriptor); memories.push(memory); return memory; }
     Memory.prototype = Original.prototype;
     WebAssembly.Memory = /** @type {any} */ (Memory);
+    const keep = (result) => {
+        const instance = result instanceof WebAssembly.Instance ? result : result.instance;
+        for (const value of Object.values(instance.exports)) {
+            if (value instanceof Original && !memories.includes(value)) memories.push(value);
+        }
+        return result;
+    };
+    for (const name of ["instantiate", "instantiateStreaming"]) {
+        const original = WebAssembly[name];
+        WebAssembly[name] = (...args) => original.apply(WebAssembly, args).then(keep);
+    }
     globalThis.__kleinWasmMemories = memories;
     return true;
 }"""
