@@ -23,6 +23,7 @@ import { MemorySetting } from './ui/memory_setting.js';
 import { HistoryFullError, HistoryStore, HistoryView } from './ui/history.js';
 import { ProgressView } from './ui/progress.js';
 import { ResultView, encodeImage } from './ui/result.js';
+import { PreviewSetting, StepPreviewView } from './ui/step_preview.js';
 
 /** @typedef {import('../shared/types.js').Capabilities} Capabilities */
 /** @typedef {import('./model_source.js').ModelSource} ModelSource */
@@ -71,6 +72,8 @@ function main() {
 
     const form = new FormView(document);
     const memory = new MemorySetting(document, { storage: storageOrNull(), href: location.href });
+    const previewSetting = new PreviewSetting(document, { storage: storageOrNull(), href: location.href });
+    const stepPreview = new StepPreviewView(document);
     const progress = new ProgressView(document);
     const result = new ResultView(document);
     const errors = new ErrorView(document);
@@ -160,7 +163,7 @@ function main() {
     // 1. Settings from a share link; a fresh random seed otherwise.
     const fromUrl = valuesFromUrl(location.search);
     form.write({ seed: String(randomSeed()), ...fromUrl.values });
-    const problems = [...fromUrl.problems, ...(memory.urlError ? [memory.urlError.message] : [])];
+    const problems = [...fromUrl.problems, ...[memory.urlError, previewSetting.urlError].flatMap((e) => (e ? [e.message] : []))];
     if (problems.length) {
         errors.show(adviseError(new InputError(problems.join(' ')), {}), ErrorCode.INPUT, { reveal: false });
     }
@@ -319,14 +322,14 @@ function main() {
             const mode = memory.value();
             const settings = { ...values, modelBase: base, ...(precision ? { precision } : {}), ...(mode ? { memory: mode } : {}) };
             // A profiled run (?profile=kernels) is a way of looking, not a setting: history does not keep it.
-            const params = { ...settings, ...(profile ? { profile } : {}), ...inputs.params };
+            const params = { ...settings, ...(profile ? { profile } : {}), ...(previewSetting.enabled() ? { preview: true } : {}), ...inputs.params };
             // Ask once, from a user gesture, that the browser never evicts the cached model (a worker
             // cannot ask). Chrome grants it silently to sites the user engages with; a "no" is not an error.
             if (!persistAsked && navigator.storage?.persist) {
                 persistAsked = true;
                 navigator.storage.persist().catch(() => false);
             }
-            const output = await client.generate(params, { onEvent: (event) => progress.handle(event) });
+            const output = await client.generate(params, { onEvent: (event) => (progress.handle(event), stepPreview.handle(event)) });
             const encoded = await encodeImage(output, { modelLabel: label, version });
             result.show(output, encoded);
             progress.stop(`Done in ${formatDuration(output.timings.total)}.`, { complete: true });
@@ -370,6 +373,7 @@ function main() {
             // A lost device can leave the worker's runtime unusable: the next Generate gets a fresh one.
             if (code === ErrorCode.DEVICE_LOST) client.restart();
         } finally {
+            stepPreview.clear();
             form.setRunning(false);
             capabilities.setBusy(false);
         }
