@@ -123,7 +123,7 @@ export async function loadPreviewMap(models, signal) {
     }
 }
 
-/** Makes one preview per denoising step of a run (its buffers reused from step to step). */
+/** Makes one preview per denoising step of a run, and times them. */
 export class StepPreview {
     /**
      * @param {PreviewMap} map
@@ -136,8 +136,8 @@ export class StepPreview {
         this.latentHeight = latentHeight;
         this.latentWidth = latentWidth;
         this.inpainting = inpainting;
-        /** The clean-latent prediction of the current step, [H*W, C]. */
-        this.x0 = new Float32Array(latentHeight * latentWidth * LATENT_CHANNELS);
+        /** Inpainting's clean-latent prediction, blended with the kept image, [H*W, C]. */
+        this.x0 = inpainting ? new Float32Array(latentHeight * latentWidth * LATENT_CHANNELS) : null;
         /** Milliseconds spent making previews (they run inside the denoising steps). */
         this.ms = 0;
         this.frames = 0;
@@ -152,16 +152,20 @@ export class StepPreview {
      */
     frame(latents, velocity, sigmaNext) {
         const started = performance.now();
-        const { x0, inpainting } = this;
-        for (let i = 0; i < x0.length; i++) x0[i] = latents[i] - sigmaNext * velocity[i];
-        if (inpainting) {
+        const { inpainting, x0, latentHeight, latentWidth } = this;
+        let frame;
+        if (inpainting && x0) {
             const { imageLatents, mask } = inpainting;
             for (let t = 0; t < mask.length; t++) {
-                const m = mask[t];
-                for (let c = t * LATENT_CHANNELS; c < (t + 1) * LATENT_CHANNELS; c++) x0[c] = (1 - m) * imageLatents[c] + m * x0[c];
+                const repaint = mask[t];
+                for (let i = t * LATENT_CHANNELS; i < (t + 1) * LATENT_CHANNELS; i++) {
+                    x0[i] = repaint * (latents[i] - sigmaNext * velocity[i]) + (1 - repaint) * imageLatents[i];
+                }
             }
+            frame = previewRgba(this.map, x0, x0, 0, latentHeight, latentWidth);
+        } else {
+            frame = previewRgba(this.map, latents, velocity, sigmaNext, latentHeight, latentWidth);
         }
-        const frame = tokensToRgba(this.map, x0, this.latentHeight, this.latentWidth);
         this.ms += performance.now() - started;
         this.frames += 1;
         return frame;
@@ -176,31 +180,45 @@ export class StepPreview {
  * @param {number} latentWidth
  * @returns {PreviewFrame}
  */
-export function tokensToRgba({ weights, bias }, tokens, latentHeight, latentWidth) {
+export function tokensToRgba(map, tokens, latentHeight, latentWidth) {
+    return previewRgba(map, tokens, tokens, 0, latentHeight, latentWidth);
+}
+
+/**
+ * The map applied to each token of x0 = latents - sigmaNext * velocity, without writing x0 anywhere: one pass over
+ * the latents, the twelve sums of a token kept in locals (this loop is the preview's cost; docs/preview.md).
+ * @param {PreviewMap} map
+ * @param {Float32Array} latents  [H*W, C]
+ * @param {Float32Array} velocity  [H*W, C]
+ * @param {number} sigmaNext
+ * @param {number} latentHeight
+ * @param {number} latentWidth
+ * @returns {PreviewFrame}
+ */
+function previewRgba({ weights: w, bias: b }, latents, velocity, sigmaNext, latentHeight, latentWidth) {
     const width = latentWidth * PATCH;
     const height = latentHeight * PATCH;
     const rgba = new Uint8ClampedArray(width * height * 4);
-    const sums = new Float32Array(OUTPUTS);
     for (let y = 0; y < latentHeight; y++) {
         for (let x = 0; x < latentWidth; x++) {
-            const base = (y * latentWidth + x) * LATENT_CHANNELS;
-            sums.set(bias);
-            for (let c = 0; c < LATENT_CHANNELS; c++) {
-                const v = tokens[base + c];
-                const w = c * OUTPUTS;
-                for (let o = 0; o < OUTPUTS; o++) sums[o] += v * weights[w + o];
+            const token = y * latentWidth + x;
+            let s0 = b[0], s1 = b[1], s2 = b[2], s3 = b[3], s4 = b[4], s5 = b[5];
+            let s6 = b[6], s7 = b[7], s8 = b[8], s9 = b[9], s10 = b[10], s11 = b[11];
+            for (let c = 0, i = token * LATENT_CHANNELS; c < LATENT_CHANNELS; c++, i++) {
+                const v = latents[i] - sigmaNext * velocity[i];
+                const o = c * OUTPUTS;
+                s0 += v * w[o]; s1 += v * w[o + 1]; s2 += v * w[o + 2]; s3 += v * w[o + 3];
+                s4 += v * w[o + 4]; s5 += v * w[o + 5]; s6 += v * w[o + 6]; s7 += v * w[o + 7];
+                s8 += v * w[o + 8]; s9 += v * w[o + 9]; s10 += v * w[o + 10]; s11 += v * w[o + 11];
             }
-            for (let dy = 0; dy < PATCH; dy++) {
-                for (let dx = 0; dx < PATCH; dx++) {
-                    const pixel = ((y * PATCH + dy) * width + x * PATCH + dx) * 4;
-                    const o = (dy * PATCH + dx) * 3;
-                    // Uint8ClampedArray clamps to [0, 255] and rounds.
-                    rgba[pixel] = sums[o] * 255;
-                    rgba[pixel + 1] = sums[o + 1] * 255;
-                    rgba[pixel + 2] = sums[o + 2] * 255;
-                    rgba[pixel + 3] = 255;
-                }
-            }
+            // The token's 2x2 block: (dy, dx) = (0, 0), (0, 1) on this row, (1, 0), (1, 1) on the next.
+            // Uint8ClampedArray clamps to [0, 255] and rounds.
+            const top = (y * PATCH * width + x * PATCH) * 4;
+            const bottom = top + width * 4;
+            rgba[top] = s0 * 255; rgba[top + 1] = s1 * 255; rgba[top + 2] = s2 * 255; rgba[top + 3] = 255;
+            rgba[top + 4] = s3 * 255; rgba[top + 5] = s4 * 255; rgba[top + 6] = s5 * 255; rgba[top + 7] = 255;
+            rgba[bottom] = s6 * 255; rgba[bottom + 1] = s7 * 255; rgba[bottom + 2] = s8 * 255; rgba[bottom + 3] = 255;
+            rgba[bottom + 4] = s9 * 255; rgba[bottom + 5] = s10 * 255; rgba[bottom + 6] = s11 * 255; rgba[bottom + 7] = 255;
         }
     }
     return { width, height, rgba };
