@@ -154,11 +154,11 @@ export function checkInputs(params) {
  * step and replays them.
  * Input images add the VAE encoder (refused here, before any download, when the repository has none), created
  * after the text encoder unless every image's latents are cached.
+ * With `preview`, the step previews' colour map comes with the download (pipeline/preview.js).
  * @param {GenerateParams} params
  * @param {number} imageSeqLen  Image tokens the transformer sees: the noise's and the input images'.
  * @param {InputPlan} plan
  * @param {RunContext & {clock: StageClock, onEvent: (event: GenerateEvent) => void}} context
- * With `preview`, the step previews' colour map comes with the download (pipeline/preview.js).
  * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined,
  *   previewMap: import('./preview.js').PreviewMap | null}>}  `cached`: the prompt's embedding from an earlier run.
  */
