@@ -42,8 +42,10 @@ def test_previews_arrive_each_step_leave_the_image_alone_and_show_the_final_late
     server = live_server_factory(dist_dir, models=tiny_models["fp32"])
     client = WorkerClient(page, server.url("/"))
     client.open()
-    without = client.generate(prompt=PROMPT, seed=SEED, width=WIDTH, height=HEIGHT, steps=STEPS)
-    with_previews = client.generate(prompt=PROMPT, seed=SEED, width=WIDTH, height=HEIGHT, steps=STEPS, preview=True)
+    # Seconds on an idle machine; minutes on SwiftShader sharing two cores with other work.
+    without = client.generate(prompt=PROMPT, seed=SEED, width=WIDTH, height=HEIGHT, steps=STEPS, timeout_s=900)
+    with_previews = client.generate(prompt=PROMPT, seed=SEED, width=WIDTH, height=HEIGHT, steps=STEPS, preview=True,
+                                    timeout_s=900)
 
     # The image is the same, byte for byte.
     assert base64.b64decode(with_previews.ok()["rgba"]) == base64.b64decode(without.ok()["rgba"])

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_ui import POLL_MS, fill_custom_size, open_page, wait_state
-from test_ui import context as _context  # noqa: F401 (fixtures: pytest registers them under their own names)
-from test_ui import playwright as _playwright  # noqa: F401
-from test_ui import server as _server  # noqa: F401
+
+# context, playwright and server are test_ui.py's fixtures, for this module (the tests take them as arguments).
+from test_ui import POLL_MS, context, fill_custom_size, open_page, playwright, server, wait_state  # noqa: F401
 
 from builder import REPO_ROOT
 
@@ -54,7 +53,7 @@ def generate(page: Any, *, seed: int, steps: int = 4, size: int = 64) -> list[in
     return list(page.evaluate("() => window.__previewSteps"))
 
 
-def test_the_frame_shows_each_step_and_the_png_is_the_same_without_it(context: Any, server: Any) -> None:
+def test_the_frame_shows_each_step_and_the_png_is_the_same_without_it(context: Any, server: Any) -> None:  # noqa: F811
     page = open_page(context, server.url("/"))
     try:
         assert page.is_checked("#preview"), "on by default"
@@ -82,7 +81,7 @@ def test_the_frame_shows_each_step_and_the_png_is_the_same_without_it(context: A
         page.close()
 
 
-def test_screenshot_of_the_preview(context: Any, server: Any, tmp_path: Path) -> None:
+def test_screenshot_of_the_preview(context: Any, server: Any, tmp_path: Path) -> None:  # noqa: F811
     page = open_page(context, server.url("/?preview=on"), viewport=(1280, 900))
     try:
         page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
