@@ -23,7 +23,6 @@ from builder.errors import ConversionError
 from builder.repo import manifest as repo
 from builder.repo import verify
 from builder.repo.onnx_graph import ALLOWED_OPS, HARD_FILE_LIMIT, IR_VERSION, OPSET
-from builder.repo.preview_map import PREVIEW_MAP_FILE
 from builder.repo.tiny import MARKER
 
 PROMPTS = ["a red fox sitting in the snow", "x"]  # two lengths: different padding per row
@@ -374,7 +373,7 @@ def test_manifest_matches_repo(tiny_models: dict[str, Path], repo_name: str) -> 
         assert entry.size == len(data) and entry.sha256 == hashlib.sha256(data).hexdigest(), rel
     verify.check_files(root, manifest, log=print)
     graph_files = {f for g in manifest.graphs for f in g.files()}
-    assert graph_files | set(repo.TOKENIZER_FILES) | {repo.SCHEDULER_CONFIG, PREVIEW_MAP_FILE} == set(manifest.files)
+    assert graph_files | set(repo.TOKENIZER_FILES) | {repo.SCHEDULER_CONFIG, repo.PREVIEW_MAP_FILE} == set(manifest.files)
     for rel in [*repo.TOKENIZER_FILES, repo.SCHEDULER_CONFIG]:
         source = tiny_models["diffusers"] / rel
         assert (root / rel).read_bytes() == source.read_bytes(), rel

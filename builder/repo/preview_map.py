@@ -36,10 +36,8 @@ import numpy as np
 
 from builder.errors import ConversionError, ModelRepoError
 from builder.repo.files import atomic_write_bytes
-from builder.repo.manifest import graph_path
+from builder.repo.manifest import PREVIEW_MAP_FILE, graph_path
 
-# Where a repository keeps the map (listed in manifest.json like every other file); the app reads the same path.
-PREVIEW_MAP_FILE = "vae_decoder/preview_map.json"
 FORMAT = "klein-web-preview-map"
 FORMAT_VERSION = 1
 
