@@ -33,10 +33,15 @@ RECORD_STEPS_JS = """() => {
     }).observe(canvas, {attributes: true, attributeFilter: ['data-step']});
 }"""
 
-PNG_BYTES_JS = """async () => {
-    const bytes = new Uint8Array(await (await fetch(document.querySelector('#result-image').src)).arrayBuffer());
-    return Array.from(bytes);
-}"""
+
+
+def png_bytes(page: Any, folder: Path) -> bytes:
+    """The PNG the Download button saves (the page's CSP keeps scripts from fetching its blob: URL)."""
+    with page.expect_download() as info:
+        page.click("#download")
+    path = folder / info.value.suggested_filename
+    info.value.save_as(path)
+    return path.read_bytes()
 
 
 def generate(page: Any, *, seed: int, steps: int = 4, size: int = 64) -> list[int]:
@@ -53,19 +58,20 @@ def generate(page: Any, *, seed: int, steps: int = 4, size: int = 64) -> list[in
     return list(page.evaluate("() => window.__previewSteps"))
 
 
-def test_the_frame_shows_each_step_and_the_png_is_the_same_without_it(context: Any, server: Any) -> None:  # noqa: F811
+def test_the_frame_shows_each_step_and_the_png_is_the_same_without_it(
+        context: Any, server: Any, tmp_path: Path) -> None:  # noqa: F811
     page = open_page(context, server.url("/"))
     try:
         assert page.is_checked("#preview"), "on by default"
         assert generate(page, seed=7) == [1, 2, 3, 4]
-        with_preview = page.evaluate(PNG_BYTES_JS)
+        with_preview = png_bytes(page, tmp_path / "on")
 
         # Off, and kept off across a reload.
         page.uncheck("#preview")
         page.reload()
         assert not page.is_checked("#preview")
         assert generate(page, seed=7) == []
-        assert page.evaluate(PNG_BYTES_JS) == with_preview
+        assert png_bytes(page, tmp_path / "off") == with_preview
 
         # The address overrides what is kept; a value that is not one is said and changes nothing.
         page.goto(server.url("/?preview=on"))
