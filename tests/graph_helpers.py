@@ -15,4 +15,4 @@ def at_accuracy_level(graph: Path, level: int) -> bytes:
     the q4 graphs) quantises the activations to int8 per block."""
     model = onnx.load(str(graph))
     set_accuracy_level(model, level)
-    return model.SerializeToString()
+    return bytes(model.SerializeToString())

@@ -120,6 +120,7 @@ def test_transformer_has_one_graph_per_size_class_on_shared_weights(tiny_models:
     assert {g.attention_heads for g in graphs} == {heads}
     for graph in graphs:
         limit = graph.attention_max_tokens
+        assert limit is not None
         assert largest_score_bytes(heads=heads, tokens=limit, query_blocks=graph.attention_query_blocks) <= MAX_ATTENTION_BUFFER_BYTES
         assert largest_score_bytes(heads=heads, tokens=limit + 1, query_blocks=graph.attention_query_blocks) > MAX_ATTENTION_BUFFER_BYTES
     # klein-4B: unsplit up to 512^2, 4 blocks up to 1024^2, 17 up to 1536^2, 52 for 2048^2, 79 for a 1024^2 edit

@@ -25,7 +25,8 @@ def valid() -> dict[str, Any]:
     rels = sorted({rel for g in graphs for rel in g.files()} | {*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG})
     repo = manifest.Manifest(source="test", converter="test", graphs=graphs,
                              files={rel: manifest.FileEntry(size=10, sha256=SHA) for rel in rels})
-    return json.loads(manifest.to_bytes(repo))
+    data: dict[str, Any] = json.loads(manifest.to_bytes(repo))
+    return data
 
 
 def mutate(change: Callable[[dict[str, Any]], object]) -> bytes:

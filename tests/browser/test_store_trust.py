@@ -74,7 +74,8 @@ class Recorder:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
-            return await self.target(scope, receive, send)
+            await self.target(scope, receive, send)
+            return
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
         seen = Seen(scope["method"], scope["path"], headers.get("range"), headers.get("if-range"))
         self.seen.append(seen)
@@ -126,17 +127,17 @@ def serve(dist_dir: Path) -> Iterator[Callable[[Path], tuple[str, Recorder]]]:
         stack.append(server)
         return f"http://127.0.0.1:{port}/", recorder
 
-    yield start  # type: ignore[misc]
+    yield start
     for server in reversed(stack):
         server.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")
-def other_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def other_model(tiny_models: dict[str, Path]) -> Path:
     """Another tiny fp32 model (other random weights): the same file sizes as tiny_models['fp32'], other bytes."""
-    from builder.repo.tiny import make_tiny
+    from tiny_cache import tiny_models as cached_tiny_models  # tests/ is on sys.path
 
-    return make_tiny(tmp_path_factory.mktemp("tiny-b"), seed=1, log=lambda _msg: None)["fp32"]
+    return cached_tiny_models(1, log=lambda _msg: None)["fp32"]
 
 
 def weight_paths(repo: Path) -> list[str]:

@@ -8,7 +8,7 @@
 import { MEMORY_MODES } from '../../protocol.js';
 import { InputError } from '../../shared/errors.js';
 import { requireElement } from './dom.js';
-import { keep, readKept } from './kept.js';
+import { keep, readKept } from './kept_setting.js';
 
 /** Where the choice is kept. */
 export const MEMORY_KEY = 'klein-web:memory';
@@ -35,6 +35,7 @@ export class MemorySetting {
      */
     constructor(doc, { storage, href }) {
         this.select = requireElement(doc, 'memory', HTMLSelectElement);
+        this.storage = storage;
         let initial = 'auto';
         const stored = readKept(storage, MEMORY_KEY);
         if (stored && (stored === 'auto' || MEMORY_MODES.includes(stored))) initial = stored;
@@ -47,8 +48,12 @@ export class MemorySetting {
             this.urlError = /** @type {InputError} */ (err);
         }
         this.select.value = initial;
-        keep(storage, MEMORY_KEY, initial);
-        this.select.addEventListener('change', () => keep(storage, MEMORY_KEY, this.select.value));
+        this.#keep();
+        this.select.addEventListener('change', () => this.#keep());
+    }
+
+    #keep() {
+        keep(this.storage, MEMORY_KEY, this.select.value);
     }
 
     /** @returns {'fast' | 'lean' | undefined} The mode to ask for; undefined lets the worker choose. */

@@ -9,7 +9,7 @@
 
 import { InputError } from '../../shared/errors.js';
 import { requireElement } from './dom.js';
-import { keep, readKept } from './kept.js';
+import { keep, readKept } from './kept_setting.js';
 
 /** @typedef {import('../../protocol.js').Event} WorkerEvent */
 
