@@ -10,12 +10,14 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from builder.errors import ModelRepoError
-from builder.pipeline import reference, sampling
+from builder.pipeline import reference
+from builder.pipeline.latents import unpack_latents
 from builder.repo import manifest as repo
 from builder.repo import preview_map
 
@@ -31,15 +33,15 @@ CORRELATION_MIN = 0.1
 def reference_run(model_dir: Path, *, prompt: str, seed: int, width: int, height: int,
                   monkeypatch: pytest.MonkeyPatch) -> tuple[np.ndarray, np.ndarray]:
     """The CPU reference's 4-step image [H, W, 3] uint8 and the denoised latents it decoded [1, 128, h, w] (read as
-    the reference unpacks them for the decoder)."""
+    its decode stage receives them)."""
     seen: list[np.ndarray] = []
-    unpack = sampling.unpack_latents
+    decode = reference.decode
 
-    def recording(latents: np.ndarray, latent_h: int, latent_w: int) -> np.ndarray:
-        seen.append(unpack(latents, latent_h, latent_w))
-        return seen[-1]
+    def recording(models: Any, denoised: np.ndarray, prepared: Any) -> tuple[np.ndarray, np.ndarray]:
+        seen.append(unpack_latents(denoised, prepared.latent_height, prepared.latent_width))
+        return decode(models, denoised, prepared)
 
-    monkeypatch.setattr(sampling, "unpack_latents", recording)
+    monkeypatch.setattr(reference, "decode", recording)
     result = reference.generate(model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=4,
                                 log=lambda _m: None)
     assert len(seen) == 1
