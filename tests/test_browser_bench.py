@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -35,7 +36,7 @@ async def test_byte_counter_counts_model_files_but_not_the_manifest_or_the_app()
     assert counter.bytes == 1000 and counter.requests == 1
 
 
-def run(phase: str, *, steps: list[float], fetched: int = 0) -> ImageRun:
+def run(phase: str, *, steps: list[float], fetched: int = 0, preview: dict[str, Any] | None = None) -> ImageRun:
     return ImageRun(
         phase=phase, variant="q4f16", size="512x512", seconds=9.5, bytes_fetched=fetched,
         timings={"download": 2000.0, "encode": 70.0, "latents": 2.0, "timesteps": 1.0, "denoise": sum(steps),
@@ -45,7 +46,8 @@ def run(phase: str, *, steps: list[float], fetched: int = 0) -> ImageRun:
                 "transformer": {"variant": "q4f16", "ep": "webgpu", "detail": "attention unsplit, graph capture",
                                 "loadMs": 3000.0},
                 "vae_decoder": {"variant": "fp16", "ep": "webgpu", "detail": "", "loadMs": 500.0}},
-        memory={"gpu_gib": 7.5, "rss_gib": {"renderer": 5.0, "gpu-process": 1.5}}, wasm_heap_bytes=2**26)
+        memory={"gpu_gib": 7.5, "rss_gib": {"renderer": 5.0, "gpu-process": 1.5}}, wasm_heap_bytes=2**26,
+        preview=preview)
 
 
 def test_a_run_row_separates_the_first_step_from_the_steady_ones() -> None:
@@ -57,6 +59,10 @@ def test_a_run_row_separates_the_first_step_from_the_steady_ones() -> None:
     assert row["variants"]["vae_decoder"] == "fp16" and row["wasm_heap_gib"] == pytest.approx(1 / 16)
     # Nothing fetched (a warm reload): no store rate to report.
     assert run("warm reload", steps=[150.0]).row()["store_gb_per_s"] is None
+    # The step previews' time per step, when the image showed them.
+    assert row["preview_ms"] is None
+    shown = run("hot", steps=[150.0] * 4, preview={"map": "repository", "frames": 4, "ms": 6.0}).row()
+    assert shown["preview_ms"] == pytest.approx(1.5)
 
 
 def test_native_ratios_pair_each_hot_figure_with_the_graph_the_app_ran(tmp_path: Path) -> None:

@@ -380,7 +380,7 @@ def test_manifest_matches_repo(tiny_models: dict[str, Path], repo_name: str) -> 
         assert entry.size == len(data) and entry.sha256 == hashlib.sha256(data).hexdigest(), rel
     verify.check_files(root, manifest, log=print)
     graph_files = {f for g in manifest.graphs for f in g.files()}
-    assert graph_files | set(repo.TOKENIZER_FILES) | {repo.SCHEDULER_CONFIG} == set(manifest.files)
+    assert graph_files | set(repo.TOKENIZER_FILES) | {repo.SCHEDULER_CONFIG, repo.PREVIEW_MAP_FILE} == set(manifest.files)
     for rel in [*repo.TOKENIZER_FILES, repo.SCHEDULER_CONFIG]:
         source = tiny_models["diffusers"] / rel
         assert (root / rel).read_bytes() == source.read_bytes(), rel

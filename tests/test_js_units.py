@@ -27,6 +27,7 @@ PURE_MODULES = (
     "src/pipeline/tokenizer.js",
     "src/pipeline/image.js",
     "src/pipeline/graph_choice.js",
+    "src/pipeline/preview.js",
     "src/shared/png_text.js",
     "src/shared/format.js",
     "src/shared/browser_needs.js",

@@ -23,8 +23,9 @@ Third-party libraries with a home:
                  quantize, lora, finite_weights, tiny) and the bench that builds and exports torch models
                  (check.bench: native, graphs, models, report, stats, ort_timing),
                  so `serve`, `fetch`, `reference` and `regress` run without them
-    onnxruntime  the reference pipeline (pipeline/reference.py), the bench's timing (check/bench/ort_timing.py) and
-                 the converter's q4 quantiser (repo/quantize.py: onnxruntime's MatMulNBits quantiser)
+    onnxruntime  the reference pipeline (pipeline/reference.py), the bench's timing (check/bench/ort_timing.py),
+                 the converter's q4 quantiser (repo/quantize.py: onnxruntime's MatMulNBits quantiser) and its
+                 step-preview fit (repo/preview_map.py: runs the VAE graphs it wrote)
     playwright   check only (site/chrome.py holds switches and launches nothing)
     starlette, uvicorn, watchfiles   site only (the HTTP server)
     huggingface_hub                  repo only (the Hub download)
@@ -74,7 +75,8 @@ BENCH = {f"builder.check.bench.{name}" for name in ("native", "graphs", "models"
 CONVERT_EXTRA = ("torch", "diffusers", "transformers", "onnx", "onnxscript", "safetensors", "ml_dtypes")
 LIBRARY_HOMES: dict[str, set[str]] = {
     **dict.fromkeys(CONVERT_EXTRA, CONVERTER | BENCH),
-    "onnxruntime": {"builder.pipeline.reference", "builder.check.bench.ort_timing", "builder.repo.quantize"},
+    "onnxruntime": {"builder.pipeline.reference", "builder.check.bench.ort_timing", "builder.repo.quantize",
+                    "builder.repo.preview_map"},
     "onnxruntime_ep_webgpu": {"builder.check.bench.ort_timing"},
     "playwright": {"builder.check.*"},
     "starlette": {"builder.site.*"},

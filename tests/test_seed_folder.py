@@ -47,6 +47,7 @@ def test_regress_accepts_a_seed_folder(seed_folder: Path) -> None:
     assert folder == seed_folder
     assert {g.component for g in repo.graphs} == {*manifest.COMPONENTS, *manifest.OPTIONAL_COMPONENTS}
     assert "README.md" not in repo.files and "tokenizer/tokenizer.json" in repo.files
+    assert manifest.PREVIEW_MAP_FILE in repo.files  # the step previews' map travels with the folder
 
 
 def test_serve_gives_the_app_a_manifest_for_a_seed_folder(seed_folder: Path, tmp_path: Path) -> None:

@@ -5,6 +5,8 @@
     transformer/   (Flux2Transformer)   transformer/transformer_{q4|q4f16|fp32}.onnx   + data files
     vae/           (AutoencoderKLFlux2) vae_decoder/vae_decoder_fp16.onnx (q4, q4f16) and vae_decoder_fp32.onnx
                                         vae_encoder/vae_encoder_fp16.onnx (q4, q4f16) and vae_encoder_fp32.onnx
+                                        vae_decoder/preview_map.json: the step previews' colours, fitted to
+                                        the VAE (builder/repo/preview_map.py)
 
 --precision q4f16 writes the q4 graphs too (same packed weights), so one repo serves adapters with and
 without shader-f16; the manifest marks the q4f16 graphs requires_f16.
@@ -44,7 +46,7 @@ import onnx
 from builder import __version__
 from builder.errors import ConversionError
 from builder.memory import peak_rss_bytes, reset_peak_rss
-from builder.repo import lora
+from builder.repo import lora, preview_map
 from builder.repo.attention import recorded_query_blocks
 from builder.repo.convert_jobs import choose_jobs, estimated_peak, run_parts
 from builder.repo.files import (
@@ -178,6 +180,8 @@ def convert(
         results = run_parts(list(PARTS), work, jobs=jobs, log=log)
         saved: list[SavedGraph] = [graph for part in PARTS for graph in results[part]]
 
+        # The step previews' colour map, fitted to the VAE graphs written above.
+        fitted = preview_map.write_fitted(stage, log=log)
         # 3. Tokenizer and scheduler config, unchanged; 4. manifest.json; 5. swap the finished repo in.
         copied = copy_unchanged(src, stage)
         entries = [graph.entry() for graph in saved]
@@ -186,7 +190,7 @@ def convert(
             converter=f"klein-web {__version__} convert --precision {precision}"
                       + (f" --weights {weights.name}" if weights != COMPACT and precision != "fp32" else "")
                       + "".join(f" --lora {entry.file}:{entry.scale!r}" for entry in merged),
-            files=describe_files(stage, [name for graph in entries for name in graph.files()] + copied),
+            files=describe_files(stage, [name for graph in entries for name in graph.files()] + copied + fitted),
             graphs=entries,
             loras=merged,
         )

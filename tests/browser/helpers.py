@@ -19,8 +19,8 @@ import numpy as np
 from builder.check.driver.chromium import launch_persistent
 
 # Installed into the page: one Worker plus a pending-request table, like page/worker_client.js. Events are kept
-# per request id (with the time they arrived, for the cancel test); an RGBA or RGB result is returned base64-encoded
-# because Playwright does not carry typed arrays across evaluate().
+# per request id (with the time they arrived, for the cancel test); an RGBA or RGB result, and a step's preview, are
+# returned base64-encoded because Playwright does not carry typed arrays across evaluate().
 INSTALL_CLIENT_JS = r"""
 async (workerUrl) => {
     if (window.kleinTest) window.kleinTest.worker.terminate();
@@ -45,6 +45,8 @@ async (workerUrl) => {
             if (result && result.rgb) result = { ...result, rgb: toBase64(new Uint8Array(result.rgb.buffer)) };
             entry.final = { type: event.type, result, error: event.error, at };
             entry.resolve();
+        } else if (event.preview) {
+            entry.events.push({ ...event, preview: { ...event.preview, rgba: toBase64(event.preview.rgba) }, at });
         } else {
             entry.events.push({ ...event, at });
         }
@@ -154,7 +156,7 @@ class WorkerClient:
 
     def generate(self, *, prompt: str, seed: int, width: int, height: int, steps: int = 4,
                  precision: str | None = None, profile: bool = False, memory: str | None = None,
-                 timeout_s: float = 300) -> Reply:
+                 preview: bool = False, timeout_s: float = 300) -> Reply:
         params: dict[str, Any] = {"prompt": prompt, "seed": seed, "width": width, "height": height, "steps": steps,
                                   "modelBase": self.model_base}
         if precision:
@@ -163,6 +165,8 @@ class WorkerClient:
             params["memory"] = memory
         if profile:
             params["profile"] = True
+        if preview:
+            params["preview"] = True
         return self.request("generate", params=params, timeout_s=timeout_s)
 
     def wait_for_event(self, request_id: str, kind: str, *, timeout_s: float) -> dict[str, Any]:

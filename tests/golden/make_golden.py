@@ -287,6 +287,26 @@ def golden_png() -> dict[str, Any]:
     }
 
 
+def golden_preview() -> dict[str, Any]:
+    """The step preview's layout: a per-VAE-channel colour map (as published maps are) applied to diffusers'
+    unpatchified latents, pixel by pixel, against the packed tokens the app maps."""
+    import torch
+    from diffusers.pipelines.flux2.pipeline_flux2_klein import Flux2KleinPipeline as Pipe
+
+    gen = torch.Generator("cpu").manual_seed(77)
+    cases = []
+    for h, w in ((1, 1), (3, 5), (4, 4)):
+        latents = torch.randn(1, 128, h, w, generator=gen)
+        factors = torch.randn(32, 3, generator=gen) * 0.05
+        bias = torch.rand(3, generator=gen)
+        pixels = Pipe._unpatchify_latents(latents)[0]  # [32, 2h, 2w]: VAE channel c at (2y + dy, 2x + dx)
+        rgb = torch.einsum("chw,ck->khw", pixels.double(), factors.double()) + bias.double()[:, None, None]
+        cases.append({"h": h, "w": w, "packed": b64(Pipe._pack_latents(latents).numpy(), "<f4"),
+                      "factors": factors.flatten().tolist(), "bias": bias.tolist(),
+                      "rgb": b64(rgb.numpy(), "<f8")})
+    return {"cases": cases}
+
+
 def golden_editing() -> dict[str, Any]:
     """Editing and inpainting's sampling helpers on random float32 data: reference-image ids
     (Flux2KleinPipeline._prepare_image_ids), scale_noise, the mask blend, the mask's bilinear resize to the latent
@@ -344,6 +364,7 @@ GOLDENS: dict[str, Callable[[], dict[str, Any]]] = {
     "tokens.json": golden_tokens,
     "image.json": golden_image,
     "png.json": golden_png,
+    "preview.json": golden_preview,
     "editing.json": golden_editing,
 }
 

@@ -9,7 +9,9 @@ from a local server, and in it:
     3. warm      the page reloaded: weights come from the browser's store (bytes fetched must be 0), sessions
                  are created again (the browser's shader cache may help), "reload -> first image" timed;
     4. hot       one more image in the same page with another prompt: sessions loaded, the text encoder runs:
-                 the seconds per image a user waits while the tab stays open.
+                 the seconds per image a user waits while the tab stays open. Every image so far shows the step
+                 previews (pipeline/preview.js): their time per step is a column; `hot, no preview` is one more
+                 image with them off, for the step time without them.
     5. profiled  with --kernels, one image per size in a page opened with ?profile=kernels: onnxruntime's profiler
                  gives each component's GPU time per kernel program (which kernel path ran, and where the time
                  goes). Its sessions do not capture, so its own timings run slower than `hot`'s.
@@ -72,6 +74,7 @@ class ImageRun:
     wasm_heap_bytes: int | None
     kernels: dict[str, Any] | None = None  # the app's per-component kernel times (phase `profiled`)
     memory_mode: str = ""  # the app's memory mode for the run (pipeline/memory_mode.js): fast or lean
+    preview: dict[str, Any] | None = None  # the step previews' map, count and milliseconds (GenerateResult.preview)
 
     def row(self) -> dict[str, Any]:
         timings = self.timings
@@ -91,6 +94,7 @@ class ImageRun:
             "how": {c: f"{g.get('variant')}/{g.get('ep')}, {g.get('detail', '')}" for c, g in self.graphs.items()
                     if isinstance(g, dict)},
             "memory": self.memory, "memory_mode": self.memory_mode,
+            "preview_ms": self.preview["ms"] / self.preview["frames"] if self.preview and self.preview["frames"] else None,
             "wasm_heap_gib": None if self.wasm_heap_bytes is None else self.wasm_heap_bytes / 2**30,
             **({"kernels": self.kernels} if self.kernels is not None else {}),
         }
@@ -143,15 +147,16 @@ def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[st
                        timings=info.get("timings") or {}, step_ms=list(info.get("stepMs") or []),
                        graphs=info.get("graphs") or {}, memory=sampler.figures(),
                        wasm_heap_bytes=wasm_heap_bytes(worker), kernels=info.get("kernels"),
-                       memory_mode=str((info.get("memory") or {}).get("mode", "")))
+                       memory_mode=str((info.get("memory") or {}).get("mode", "")), preview=info.get("preview"))
         runs.append(run)
         row = run.row()
         log(f"  {variant} {size} {phase}: {run.seconds:.1f} s to the image (image itself {row['image_s']:.2f} s: "
             f"encode {row['encode_ms'] or 0:.0f} ms, step {row['step_ms'] or 0:.0f} ms (first "
             f"{row['first_step_ms'] or 0:.0f}), decode {row['decode_ms'] or 0:.0f} ms), fetched "
-            f"{fetched / 1e9:.2f} GB, load " + ", ".join(f"{c} {s:.1f}s" for c, s in row["load_s"].items()))
+            f"{fetched / 1e9:.2f} GB, load " + ", ".join(f"{c} {s:.1f}s" for c, s in row["load_s"].items())
+            + (f", previews {row['preview_ms']:.2f} ms/step" if row["preview_ms"] is not None else ""))
 
-    url = f"{base_url}/?precision={variant}&memory={memory_mode}"
+    url = f"{base_url}/?precision={variant}&memory={memory_mode}&preview=on"
     with _ready_page(context, url) as (page, worker):
         for index, size in enumerate(sizes):
             counter.bytes = 0
@@ -172,6 +177,11 @@ def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[st
         seconds, info = _generate(page, prompt=PROMPTS[1], seed=seed + 1, size=sizes[-1], steps=steps,
                                   timeout_s=timeout_s, log=log)
         record("hot", sizes[-1], seconds, info, worker, counter.bytes)
+        # The same image without the step previews: the step time they cost.
+        page.uncheck("#preview")
+        seconds, info = _generate(page, prompt=PROMPTS[1], seed=seed + 1, size=sizes[-1], steps=steps,
+                                  timeout_s=timeout_s, log=log)
+        record("hot, no preview", sizes[-1], seconds, info, worker, counter.bytes)
 
     if kernels:
         with _ready_page(context, f"{url}&profile=kernels") as (page, worker):
@@ -267,9 +277,10 @@ def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: di
         (f"{environment['adapter']} · {environment['browser']} · onnxruntime-web {environment['onnxruntime_web']} · "
          f"{environment['date']}"),
         "",
-        ("| variant | size | phase | to image s | image s | encode ms | first step ms | step ms | decode ms | "
-         "load s (TE / DiT / VAE) | fetched GB | store GB/s | GPU GiB | renderer GiB | GPU proc GiB | wasm GiB |"),
-        "|" + "---|" * 16,
+        ("| variant | size | phase | to image s | image s | encode ms | first step ms | step ms | preview ms/step | "
+         "decode ms | load s (TE / DiT / VAE) | fetched GB | store GB/s | GPU GiB | renderer GiB | GPU proc GiB | "
+         "wasm GiB |"),
+        "|" + "---|" * 17,
     ]
 
     def num(value: Any, digits: int = 0) -> str:
@@ -281,7 +292,8 @@ def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: di
         lines.append(
             f"| {r['variant']}{' lean' if r.get('memory_mode') == 'lean' else ''} | {r['size']} | {r['phase']} | "
             f"{num(r['seconds'], 1)} | {num(r['image_s'], 2)} | "
-            f"{num(r['encode_ms'])} | {num(r['first_step_ms'])} | {num(r['step_ms'])} | {num(r['decode_ms'])} | "
+            f"{num(r['encode_ms'])} | {num(r['first_step_ms'])} | {num(r['step_ms'])} | {num(r.get('preview_ms'), 2)} | "
+            f"{num(r['decode_ms'])} | "
             f"{loads} | {num(r['bytes_fetched'] / 1e9, 2)} | {num(r['store_gb_per_s'], 2)} | "
             f"{num(r['memory']['gpu_gib'], 1)} | {num(rss.get('renderer'), 1)} | {num(rss.get('gpu-process'), 1)} | "
             f"{num(r['wasm_heap_gib'], 2)} |")

@@ -23,6 +23,7 @@ import { EditingView } from './ui/editing.js';
 import { ErrorView, adviseError } from './ui/error_view.js';
 import { FormView, randomSeed, shareUrl, valuesFromUrl } from './ui/form.js';
 import { MemorySetting } from './ui/memory_setting.js';
+import { PreviewSetting, StepPreviewView } from './ui/step_preview.js';
 import { OfflineStatus } from './ui/offline_status.js';
 import { Toast, setState } from './ui/page_state.js';
 import { ProgressView } from './ui/progress.js';
@@ -155,6 +156,8 @@ function main() {
     const form = new FormView(document);
     const memory = new MemorySetting(document, { storage: storageOrNull(), href: location.href });
     const batchSetting = new BatchSetting(document, { storage: storageOrNull(), href: location.href });
+    const preview = new PreviewSetting(document, { storage: storageOrNull(), href: location.href });
+    const stepPreview = new StepPreviewView(document);
     const progress = new ProgressView(document);
     const result = new ResultView(document);
     const strip = new BatchStripView(document, { onShow: (output, encoded) => result.show(output, encoded) });
@@ -175,7 +178,7 @@ function main() {
     requireElement(document, 'version', HTMLElement).textContent = `klein-web ${version}`;
     new OfflineStatus(document, { pageBuild: meta('klein-build') });
 
-    applyShareLink(form, errors, [memory.urlError, batchSetting.urlError]);
+    applyShareLink(form, errors, [memory.urlError, batchSetting.urlError, preview.urlError]);
     const source = showModelSource(form, errors);
     const readiness = new Readiness({ client, capabilities, form, errors, progress, browserNote, browser, advice: webgpuAdvice(browser) });
     readiness.start();
@@ -184,6 +187,7 @@ function main() {
     const outputCard = requireElement(document, 'output', HTMLElement);
     const runner = new Runner({
         client, readiness, source, version, form, editing, memory, batchSetting, progress, strip, errors, capabilities, history, outputCard,
+        preview, stepPreview,
     });
     form.onSubmit(() => {
         runner.generate().catch((err) => {

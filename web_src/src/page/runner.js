@@ -35,6 +35,8 @@ import { encodeImage } from './ui/result.js';
  * @property {import('./ui/capabilities.js').CapabilitiesView} capabilities
  * @property {import('./history_panel.js').HistoryPanel} history
  * @property {HTMLElement} outputCard
+ * @property {import('./ui/step_preview.js').PreviewSetting} preview
+ * @property {import('./ui/step_preview.js').StepPreviewView} stepPreview
  */
 
 /**
@@ -148,9 +150,15 @@ export class Runner {
      * @param {{batch: BatchRun, index: number}} place  Which image of which batch.
      */
     async #image(values, inputs, found, { batch, index }) {
-        const { client, memory, progress, strip, history, version } = this.parts;
+        const { client, memory, progress, strip, history, version, preview, stepPreview } = this.parts;
         const { settings, params } = runRequest(values, found, memory.value(), inputs.params);
-        const output = await client.generate(params, { onEvent: (event) => progress.handle(event) });
+        const request = preview.enabled() ? { ...params, preview: true } : params;
+        let output;
+        try {
+            output = await client.generate(request, { onEvent: (event) => (progress.handle(event), stepPreview.handle(event)) });
+        } finally {
+            stepPreview.clear();
+        }
         const encoded = await encodeImage(output, { modelLabel: found.label, version });
         batch.finish(index, output.timings.total);
         strip.add(index, output, encoded);

@@ -26,6 +26,7 @@ import {
     unpackLatents,
 } from './latents.js';
 import { requireOutput } from './models.js';
+import { StepPreview, loadPreviewMap } from './preview.js';
 import { torchRandn } from './rng.js';
 import { TEXT_ENCODER_PIN, sessionPins, transformerPin, vaeDecoderPin } from './session_pins.js';
 import { inpaintStart } from '../shared/inpaint.js';
@@ -46,7 +47,8 @@ import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
 /**
  * @typedef {{type: 'progress', progress: import('../shared/types.js').DownloadProgress}
  *   | {type: 'stage', stage: Stage, detail?: string}
- *   | {type: 'step', step: number, steps: number, elapsedMs: number, etaMs: number}} GenerateEvent
+ *   | {type: 'step', step: number, steps: number, elapsedMs: number, etaMs: number,
+ *     preview?: import('../protocol.js').PreviewFrame}} GenerateEvent
  *   The protocol's events without the request id (worker/main.js adds it).
  */
 
@@ -76,7 +78,7 @@ export function checkInputs(params) {
     if (!params || typeof params !== 'object') {
         throw new InputError(`\`params\` must be an object, got ${JSON.stringify(params)}.`);
     }
-    const { prompt, seed, steps, width, height, modelBase, precision, profile, memory } = params;
+    const { prompt, seed, steps, width, height, modelBase, precision, profile, memory, preview } = params;
     const { sizeMin, sizeMax, sizeMultiple, stepsMin, stepsMax, seedMax } = LIMITS;
     // diffusers accepts an empty prompt (it encodes the chat template alone), so we do too.
     if (typeof prompt !== 'string') {
@@ -123,6 +125,9 @@ export function checkInputs(params) {
     if (profile !== undefined && typeof profile !== 'boolean') {
         throw new InputError(`\`profile\` must be true or false, got ${JSON.stringify(profile)}.`, { profile });
     }
+    if (preview !== undefined && typeof preview !== 'boolean') {
+        throw new InputError(`\`preview\` must be true or false, got ${JSON.stringify(preview)}.`, { preview });
+    }
     if (memory !== undefined && !MEMORY_MODES.includes(memory)) {
         throw new InputError(
             `\`memory\` must be one of ${MEMORY_MODES.join(', ')} (or absent to let the app choose), got ${JSON.stringify(memory)}.`,
@@ -134,6 +139,7 @@ export function checkInputs(params) {
     if (precision) checked.precision = precision;
     if (profile) checked.profile = true;
     if (memory !== undefined) checked.memory = memory;
+    if (preview) checked.preview = true;
     // The image files stay out of the checked parameters (the result would carry them back); `inputs` names them.
     const { mode, strength } = checkImageParams(params);
     if (mode === 'inpaint') checked.strength = /** @type {number} */ (strength);
@@ -148,20 +154,25 @@ export function checkInputs(params) {
  * step and replays them.
  * Input images add the VAE encoder (refused here, before any download, when the repository has none), created
  * after the text encoder unless every image's latents are cached.
+ * With `preview`, the step previews' colour map comes with the download (pipeline/preview.js).
  * @param {GenerateParams} params
  * @param {number} imageSeqLen  Image tokens the transformer sees: the noise's and the input images'.
  * @param {InputPlan} plan
  * @param {RunContext & {clock: StageClock, onEvent: (event: GenerateEvent) => void}} context
- * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined, imagesCached: boolean}>}  `cached`: the
- *   prompt's embedding from an earlier run; `imagesCached`: every input image's latents are (none to encode).
+ * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined, imagesCached: boolean,
+ *   previewMap: import('./preview.js').PreviewMap | null}>}  `cached`: the prompt's embedding from an earlier run;
+ *   `imagesCached`: every input image's latents are (none to encode).
  */
 async function loadModels(params, imageSeqLen, plan, { models, meter, signal, clock, onEvent }) {
-    const { notes } = await clock.time('download', undefined, () =>
-        models.prepare(
+    const { notes, previewMap } = await clock.time('download', undefined, async () => {
+        const prepared = await models.prepare(
             { ...params, attentionTokens: imageSeqLen + MAX_SEQUENCE_LENGTH, encodeSizes: plan.used },
             { signal, onProgress: (progress) => onEvent({ type: 'progress', progress }) },
-        ),
-    );
+        );
+        if (!params.preview) return { notes: prepared.notes, previewMap: null };
+        const { map, note } = await loadPreviewMap(models, signal);
+        return { notes: note ? [...prepared.notes, note] : prepared.notes, previewMap: map };
+    });
     // The caches are keyed by the encoders chosen above.
     const cached = models.cachedPrompt(params.prompt);
     const encodeImages = imageJobs(plan).some((job) => !models.cachedImage(models.imageKey(job.image.sha256, job.how)));
@@ -174,7 +185,7 @@ async function loadModels(params, imageSeqLen, plan, { models, meter, signal, cl
     ];
     const pins = sessionPins(imageSeqLen, params);
     await clock.time('load', models.summary(), () => models.preload(order, { meter, signal, pins }));
-    return { notes, cached, imagesCached: !encodeImages };
+    return { notes, cached, imagesCached: !encodeImages, previewMap };
 }
 
 /**
@@ -242,7 +253,8 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
  * the input images' tokens; the prediction for the noise tokens takes a float32 Euler step,
  * x += (sigma_next - sigma) * v, as FlowMatchEulerDiscreteScheduler.step. Inpainting runs the steps from
  * `start` on and, after each, puts the image (re-noised to the next sigma, clean after the last step) back where
- * the mask keeps it. Cancellable between steps.
+ * the mask keeps it. Cancellable between steps. With `preview`, each step's event carries what the image is
+ * becoming (pipeline/preview.js), made from the latents without changing them.
  * @param {Latents} prepared  Its `latents` are updated in place.
  * @param {PromptEmbedding} embedding
  * @param {Schedule} schedule
@@ -250,11 +262,12 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
  * @param {Inpainting | null} inpainting
  * @param {number} imageSeqLen  The transformer's image tokens: the noise's, then the input images' (generate()
  *   works it out once, for the session's pin in stage 2 and for every step here).
+ * @param {StepPreview | null} preview
  * @param {RunContext & {onEvent: (event: GenerateEvent) => void}} context
  * @returns {Promise<{denoised: Float32Array, stepMs: number[]}>} The denoised tokens [1, H*W, C], and the wall
  *   time of each step (the first one records the graph capture).
  */
-async function denoise(prepared, embedding, schedule, conditioning, inpainting, imageSeqLen, { models, meter, signal, onEvent }) {
+async function denoise(prepared, embedding, schedule, conditioning, inpainting, imageSeqLen, preview, { models, meter, signal, onEvent }) {
     const { imgIds, txtIds, latentHeight, latentWidth, noise } = prepared;
     const noiseTokens = latentHeight * latentWidth;
     const extraTokens = conditioning ? conditioning.ids.length / 4 : 0;
@@ -294,15 +307,17 @@ async function denoise(prepared, embedding, schedule, conditioning, inpainting, 
         );
         const noisePred = requireOutput(outputs, 'noise_pred', 'transformer'); // [1, imageSeqLen, C]
         // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
-        eulerStep(latents, noisePred.data.subarray(0, latents.length), schedule.sigmas[i], schedule.sigmas[i + 1]);
+        const velocity = noisePred.data.subarray(0, latents.length);
+        eulerStep(latents, velocity, schedule.sigmas[i], schedule.sigmas[i + 1]);
         if (inpainting) {
             const proper = i < total - 1 ? scaleNoise(inpainting.imageLatents, schedule.sigmas[i + 1], noise) : inpainting.imageLatents;
             blendMask(latents, proper, inpainting.mask, LATENT_CHANNELS);
         }
+        const frame = preview?.frame(latents, velocity, schedule.sigmas[i + 1]);
         stepMs.push(performance.now() - stepStart);
         const done = i - start + 1;
         const elapsedMs = performance.now() - loopStart;
-        onEvent({ type: 'step', step: done, steps, elapsedMs, etaMs: (elapsedMs / done) * (steps - done) });
+        onEvent({ type: 'step', step: done, steps, elapsedMs, etaMs: (elapsedMs / done) * (steps - done), ...(frame ? { preview: frame } : {}) });
     }
     assertFinite(latents, 'denoised latents');
     return { denoised: latents.slice(), stepMs };
@@ -409,7 +424,7 @@ export async function generate(params, { models, signal, onEvent }) {
     models.profiling = checked.profile === true;
 
     // 2. Load models
-    const { notes, cached, imagesCached } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
+    const { notes, cached, imagesCached, previewMap } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
 
     // 3. Encode prompt
     const embedding = await clock.time('encode', cached ? 'cached' : undefined, () =>
@@ -440,9 +455,12 @@ export async function generate(params, { models, signal, onEvent }) {
     const runSteps = steps - (inpainting?.start ?? 0);
 
     // 7. Denoising loop
+    const preview = previewMap
+        ? new StepPreview(previewMap, { latentHeight: latents.latentHeight, latentWidth: latents.latentWidth, inpainting })
+        : null;
     const denoiseDetail = `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
     const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
-        denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, { ...context, onEvent }),
+        denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, preview, { ...context, onEvent }),
     );
 
     // 8. Decode
@@ -466,6 +484,7 @@ export async function generate(params, { models, signal, onEvent }) {
         graphs,
         device: models.deviceGrant(),
         memory: models.memory,
+        preview: preview ? { map: preview.map.source, frames: preview.frames, ms: preview.ms } : null,
         notes,
         inputs: {
             mode: plan.mode,

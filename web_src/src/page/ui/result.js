@@ -294,6 +294,7 @@ export class ResultView {
             prompt: result.prompt,
             device: result.device ?? null,
             memory: result.memory ?? null,
+            preview: result.preview ?? null,
             ...(result.kernels ? { kernels: result.kernels } : {}),
         });
 
@@ -327,6 +328,14 @@ export class ResultView {
                 cell('td', `${formatDuration(timings.sessionRun)}${share}`, 'num'),
             );
             body.append(run);
+        }
+        if (result.preview) {
+            const preview = document.createElement('tr');
+            preview.className = 'sub';
+            // Tenths: a preview takes about a millisecond.
+            const perStep = result.preview.frames > 0 ? ` (${(result.preview.ms / result.preview.frames).toFixed(1)} ms/step)` : '';
+            preview.append(cell('th', `step previews (${result.preview.map} colours)`), cell('td', `${formatDuration(result.preview.ms)}${perStep}`, 'num'));
+            body.append(preview);
         }
         table.append(body);
 
