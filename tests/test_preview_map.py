@@ -55,6 +55,7 @@ def structured_latents(rng: np.random.Generator, count: int, height: int, width:
     return (mixed + 0.3 * rng.standard_normal(mixed.shape)).astype(np.float32)
 
 
+@pytest.mark.torch
 def test_apply_colours_each_pixel_from_its_token_as_diffusers_unpatchifies() -> None:
     import torch
     from diffusers.pipelines.flux2.pipeline_flux2_klein import Flux2KleinPipeline
