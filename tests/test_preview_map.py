@@ -133,9 +133,13 @@ def test_convert_writes_a_map_that_reproduces_the_decoder_better_than_a_trivial_
         manifest = repo.load(tiny_models[name])
         assert preview_map.PREVIEW_MAP_FILE in manifest.files
         maps[name] = (tiny_models[name] / preview_map.PREVIEW_MAP_FILE).read_bytes()
-    # Both repositories have the same fp32 VAE graphs, and the fit is deterministic.
-    assert maps["q4"] == maps["fp32"]
+    # Both repositories fit from their fp32 VAE graphs, the q4 one's weights stored in fp16 (the compact format):
+    # the same map within that rounding (measured: 1.1e-5 on weights up to 0.0097, 2.6e-5 on biases up to 0.62).
     fitted = preview_map.load(tiny_models["fp32"] / preview_map.PREVIEW_MAP_FILE)
+    from_q4 = preview_map.load(tiny_models["q4"] / preview_map.PREVIEW_MAP_FILE)
+    assert maps["q4"] != maps["fp32"]
+    np.testing.assert_allclose(from_q4.weights, fitted.weights, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(from_q4.bias, fitted.bias, rtol=0, atol=1e-3)
 
     # Held-out latents drawn as the fit draws them, with a seed the fit never used.
     vae = preview_map.VaeGraphs.open(tiny_models["fp32"])
