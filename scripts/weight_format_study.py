@@ -112,9 +112,10 @@ def repo_bytes(repo: Path, variant: str | None) -> None:
 
 
 def studied_formats() -> dict[str, Any]:
-    """The formats the study compares: convert's two, then smaller candidates for a <= 3.3 GB set (blocks of 128:
-    4.125 bits a weight against 4.5; 2-bit MatMulNBits for the text encoder's MLPs, or for the transformer's
-    feed-forward layers and single-stream output projections)."""
+    """The formats the study compares: convert's two; the compact format with blocks of 64 in the text encoder
+    (under 4.0 GB); then smaller candidates for a <= 3.3 GB set (blocks of 128: 4.125 bits a weight against 4.5;
+    2-bit MatMulNBits for the text encoder's MLPs, or for the transformer's feed-forward layers and single-stream
+    output projections)."""
     from dataclasses import replace
 
     from builder.repo.weight_format import COMPACT, FORMATS
@@ -122,6 +123,7 @@ def studied_formats() -> dict[str, Any]:
     blocks128 = {"text_encoder": 128, "transformer": 128}
     return {
         **FORMATS,
+        "compact-te64": replace(COMPACT, name="compact-te64", block_size={"text_encoder": 64, "transformer": 32}),
         "compact-b128": replace(COMPACT, name="compact-b128", block_size=blocks128, embedding_block=128),
         "te-mlp-2bit": replace(COMPACT, name="te-mlp-2bit", block_size=blocks128, embedding_block=128,
                                two_bit=("/mlp/",)),
