@@ -113,7 +113,7 @@ def programs(path: str, feeds: dict[str, np.ndarray]) -> list[str]:
     """WebGPU program names of one profiled (uncaptured) run."""
     import onnxruntime as ort
 
-    from builder.check.ort_timing import session_options
+    from builder.check.bench.ort_timing import session_options
 
     options = session_options("webgpu", cpu_fallback=True)
     options.enable_profiling = True
@@ -131,7 +131,7 @@ def main() -> None:
     args = parser.parse_args()
     import onnxruntime as ort
 
-    from builder.check.ort_timing import session_options, time_captured
+    from builder.check.bench.ort_timing import session_options, time_captured
 
     rng = np.random.default_rng(0)
     work = Path(tempfile.mkdtemp(prefix="attn-"))

@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from builder import WEB_SRC
-from builder.check.browser import find_chromium
+from builder.check.driver.chromium import find_chromium
 from builder.site.chrome import launch_args
 from builder.site.node import ensure_node_modules, find_node
 

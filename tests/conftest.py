@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -155,6 +156,15 @@ def node_modules() -> Path:
     return ensure_node_modules(log=lambda _msg: None)
 
 
+@pytest.fixture
+def web_src_copy(tmp_path: Path, node_modules: Path) -> Path:
+    """A private copy of web_src (node_modules linked, not copied) that a test may edit freely."""
+    copy = tmp_path / "web_src"
+    shutil.copytree(REPO_ROOT / "web_src", copy, ignore=shutil.ignore_patterns("node_modules"))
+    (copy / "node_modules").symlink_to(node_modules, target_is_directory=True)
+    return copy
+
+
 @pytest.fixture(scope="session")
 def tiny_models() -> dict[str, Path]:
     """make-tiny output: {'diffusers': ..., 'q4': ..., 'fp32': ...}, built once and kept between sessions, keyed by
@@ -162,6 +172,20 @@ def tiny_models() -> dict[str, Path]:
     from tiny_cache import tiny_models as cached_tiny_models  # tests/ is on sys.path
 
     return cached_tiny_models(0, log=lambda _msg: None)
+
+
+@pytest.fixture(scope="session")
+def seed_layout_q4(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """make-tiny's model converted with --precision q4 --weights seed: the weight layout of the seed repository on
+    the Hub (fp16 token embedding, fp32 AdaLN and scales), which the app keeps running."""
+    from builder.repo.convert import convert
+    from builder.repo.tiny import TINY_DATA_FILE_CAPS
+    from builder.repo.weight_format import SEED
+
+    out = tmp_path_factory.mktemp("seed-layout") / "q4"
+    convert(tiny_models["diffusers"], out, precision="q4", weights=SEED, log=lambda _msg: None,
+            max_data_file_bytes=TINY_DATA_FILE_CAPS, jobs=1)
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -242,6 +266,21 @@ def live_server_factory(tmp_path: Path) -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def chromium_path() -> Path:
-    from builder.check.browser import find_chromium
+    from builder.check.driver.chromium import find_chromium
 
     return find_chromium()
+
+
+@pytest.fixture
+def fresh_context(tmp_path: Path, chromium_path: Path) -> Iterator[object]:
+    """Chromium with a fresh persistent profile (OPFS needs one), for one test: what a first visit meets."""
+    from playwright.sync_api import sync_playwright
+
+    from builder.check.driver.chromium import launch_persistent
+
+    with sync_playwright() as playwright:
+        context = launch_persistent(playwright, tmp_path / "profile", executable=chromium_path)
+        try:
+            yield context
+        finally:
+            context.close()

@@ -1,4 +1,4 @@
-"""`klein-web bench` (builder/check/bench*.py, ort_timing.py): its statistics and table code, and a CPU smoke run
+"""`klein-web bench` (builder/check/bench/native.py and the modules it uses): its statistics and table code, and a CPU smoke run
 of the whole bench path on make-tiny's configs.
 
 The real benchmark needs an NVIDIA GPU with Vulkan (the WebGPU plugin EP); here the bench must say so and
@@ -15,7 +15,12 @@ from typing import Any
 
 import pytest
 
-from builder.check import bench, bench_graphs, bench_models, bench_report, bench_stats, ort_timing
+from builder.check.bench import graphs as bench_graphs
+from builder.check.bench import models as bench_models
+from builder.check.bench import native as bench
+from builder.check.bench import ort_timing, overhead
+from builder.check.bench import report as bench_report
+from builder.check.bench import stats as bench_stats
 from builder.errors import BenchError, InputError
 from builder.repo.attention import size_classes
 
@@ -142,13 +147,13 @@ def test_overhead_share_is_time_outside_session_run_over_the_generation() -> Non
     timings = {"download": 1200.0, "load": 800.0, "encode": 300.0, "denoise": 2500.0, "decode": 700.0,
                "sessionRun": 3300.0}
     timings["total"] = sum(timings[k] for k in ("download", "load", "encode", "denoise", "decode")) + 20.0
-    figures = bench.overhead_figures(timings)
+    figures = overhead.overhead_figures(timings)
     generation = timings["total"] - timings["download"] - timings["load"]
     assert figures["generation_ms"] == pytest.approx(generation)
     assert figures["outside_ms"] == pytest.approx(generation - 3300.0)
     assert figures["overhead_share"] == pytest.approx((generation - 3300.0) / generation)
     with pytest.raises(BenchError, match="sessionRun"):
-        bench.overhead_figures({"total": 10.0})
+        overhead.overhead_figures({"total": 10.0})
 
 
 def test_placement_summary_counts_nodes_per_provider() -> None:

@@ -11,7 +11,9 @@ from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
 
-from builder.check.browser_bench import ByteCounter, ImageRun, markdown, native_ratios, process_kind
+from builder.check.bench.browser import ImageRun, markdown, native_ratios
+from builder.check.driver.memory import process_kind
+from builder.check.driver.serving import ByteCounter
 
 
 def test_process_kind_reads_chromiums_type_switch() -> None:
@@ -60,7 +62,7 @@ def test_a_run_row_separates_the_first_step_from_the_steady_ones() -> None:
 def test_native_ratios_pair_each_hot_figure_with_the_graph_the_app_ran(tmp_path: Path) -> None:
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps({"rows": [
-        # Rows as builder.check.bench writes them: the app's graph is the one marked app_path.
+        # Rows as builder.check.bench.native writes them: the app's graph is the one marked app_path.
         {"component": "transformer", "size": "512x512", "variant": "q4f16, attention in 79 query blocks",
          "ort_ms": 248, "torch_ms": 36},
         {"component": "transformer", "size": "512x512", "variant": "q4f16, attention unsplit, graph capture",

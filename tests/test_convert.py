@@ -23,6 +23,7 @@ from builder.errors import ConversionError
 from builder.repo import manifest as repo
 from builder.repo import verify
 from builder.repo.onnx_graph import ALLOWED_OPS, HARD_FILE_LIMIT, IR_VERSION, OPSET
+from builder.repo.quantize import dequantize_blocks, restore_fp32
 from builder.repo.tiny import MARKER
 
 PROMPTS = ["a red fox sitting in the snow", "x"]  # two lengths: different padding per row
@@ -195,27 +196,28 @@ def dequantize_matmul_nbits(packed: np.ndarray, scales: np.ndarray, k: int, n: i
 
 
 def dequantized_fp32_graph(tiny_models: dict[str, Path], component: str) -> bytes:
-    """The fp32 graph with each quantised weight replaced by its dequantised value (and the fp16 embedding
-    rounded to fp16): what the q4 graph must compute, up to kernel rounding."""
+    """The fp32 graph with each quantised weight replaced by its dequantised value (MatMulNBits weights, the
+    4-bit token embedding, scales as stored in fp16): what the q4 graph must compute, up to kernel rounding."""
     q4 = onnx.load(str(tiny_models["q4"] / repo.graph_path(component, "q4")))
+    restore_fp32(q4)  # the fp16-stored scales, cast up as onnxruntime does when it loads the graph
     fp32 = onnx.load(str(tiny_models["fp32"] / repo.graph_path(component, "fp32")))
-    q4_init = {t.name: t for t in q4.graph.initializer}
-    replaced = 0
+    q4_init = {t.name: numpy_helper.to_array(t) for t in q4.graph.initializer}
+    replaced: dict[str, np.ndarray] = {}
     for node in q4.graph.node:
         if node.op_type == "MatMulNBits":
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            weight = dequantize_matmul_nbits(numpy_helper.to_array(q4_init[node.input[1]]),
-                                             numpy_helper.to_array(q4_init[node.input[2]]), attrs["K"], attrs["N"])
-            name = node.input[1].removesuffix("_Q4")
-            target = next(t for t in fp32.graph.initializer if t.name == name)
-            target.CopyFrom(numpy_helper.from_array(weight, name))
-            replaced += 1
+            replaced[node.input[1].removesuffix("_Q4")] = dequantize_matmul_nbits(
+                q4_init[node.input[1]], q4_init[node.input[2]], attrs["K"], attrs["N"])
+        elif node.op_type == "GatherBlockQuantized":
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            replaced[node.input[0].removesuffix("_Q4")] = dequantize_blocks(
+                q4_init[node.input[0]], q4_init[node.input[2]], attrs["block_size"])
+    if component == "text_encoder":
+        assert any(v.shape[0] == 151936 for v in replaced.values()), "no 4-bit token embedding"
     for tensor in fp32.graph.initializer:
-        if q4_init.get(tensor.name) is not None and q4_init[tensor.name].data_type == TensorProto.FLOAT16:
-            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(q4_init[tensor.name]).astype(np.float32),
-                                                    tensor.name))
-            replaced += 1
-    assert replaced > 0
+        if tensor.name in replaced:
+            tensor.CopyFrom(numpy_helper.from_array(replaced.pop(tensor.name), tensor.name))
+    assert not replaced, sorted(replaced)
     return bytes(fp32.SerializeToString())
 
 
@@ -418,6 +420,8 @@ def test_convert_rejects_bad_input_before_writing(tiny_models: dict[str, Path], 
         convert(tmp_path, tmp_path / "out", log=quiet)
     with pytest.raises(ConversionError, match="--precision 'int8'"):
         convert(tiny_models["diffusers"], tmp_path / "out", precision="int8", log=quiet)
+    with pytest.raises(ConversionError, match="--jobs 4: a conversion has 3 parts"):
+        convert(tiny_models["diffusers"], tmp_path / "out", jobs=4, log=quiet)
     unrelated = tmp_path / "photos"
     unrelated.mkdir()
     (unrelated / "cat.jpg").write_bytes(b"meow")

@@ -183,7 +183,8 @@ def test_missing_tokenizer_and_bad_scheduler(repo_copy: Path, monkeypatch: pytes
 
 def test_runtime_modules_import_no_ml_framework() -> None:
     """reference/fetch run without the optional torch/diffusers/transformers extras."""
-    modules = ("builder.cli", "builder.pipeline.limits", "builder.pipeline.sampling", "builder.pipeline.imaging",
+    modules = ("builder.cli", "builder.pipeline.limits", "builder.pipeline.rng", "builder.pipeline.schedule",
+               "builder.pipeline.latents", "builder.pipeline.inpaint", "builder.pipeline.imaging",
                "builder.pipeline.prompt", "builder.pipeline.reference", "builder.repo.hub", "builder.repo.download")
     code = (f"import sys; import {', '.join(modules)}; "
             "heavy = sorted(m for m in ('torch', 'diffusers', 'transformers') if m in sys.modules); "

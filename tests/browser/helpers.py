@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from builder.check.browser import launch_persistent
+from builder.check.driver.chromium import launch_persistent
 
 # Installed into the page: one Worker plus a pending-request table, like page/worker_client.js. Events are kept
 # per request id (with the time they arrived, for the cancel test); an RGBA or RGB result is returned base64-encoded
@@ -182,7 +182,9 @@ def browser_context(user_data_dir: Path, chromium: Path, *, extra_args: tuple[st
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        context = launch_persistent(playwright, user_data_dir, executable=chromium, extra_args=extra_args)
+        # The app's service worker would serve its cached page script past the route below.
+        context = launch_persistent(playwright, user_data_dir, executable=chromium, extra_args=extra_args,
+                                    service_workers="block")
         # The app's own UI would start a second worker; these tests speak to the worker directly.
         context.route("**/assets/page-*.js", lambda route: route.fulfill(status=200, body="",
                                                                          content_type="text/javascript"))

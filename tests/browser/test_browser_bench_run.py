@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.check import browser_bench
+from builder.check.bench import browser as browser_bench
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

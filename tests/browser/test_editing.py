@@ -157,6 +157,9 @@ def test_one_reference_matches_diffusers_and_is_encoded_once(fp32_client: Worker
     again = generate(client, seed=3, width=64, height=64, images=[("fox again.png", fox)])
     assert again.ok()["inputs"]["images"][0]["cached"] is True
     assert again.ok()["graphs"]["vae_encoder"]["loadMs"] == 0
+    # The images stage says so (a batch's progress line shows it): encoded the first time, cached the second.
+    details = [[e.get("detail", "") for e in r.of_type("stage") if e["stage"] == "images"] for r in (reply, again)]
+    assert details == [["1 image(s), 20 tokens"], ["1 image(s), 20 tokens, cached"]], details
     assert np.array_equal(again.rgb(), reply.rgb())
 
 

@@ -54,8 +54,10 @@ def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
     assert programs and all(p.startswith(("MatMulNBits", "DP4AMatMulNBits")) for p in programs), programs
     assert quantize == programs["DP4AMatMulNBits"]
     assert sum(programs.values()) == op_counts(transformer_graph)["MatMulNBits"]
-    # The text encoder's fp16 token embedding is placed on the CPU on this adapter (no shader-f16): it shows there.
+    # onnxruntime places the text encoder's int64 mask arithmetic on the CPU: it shows there. The 4-bit token
+    # embedding is a WebGPU kernel on this adapter without shader-f16 (fp32 scales).
     assert kernels["text_encoder"]["cpuNodeMs"] > 0
+    assert any(k["op"] == "GatherBlockQuantized" for k in kernels["text_encoder"]["kernels"]), kernels["text_encoder"]
 
     # The profiler only watches: the same request without it makes the same image, captured, with no kernel times.
     plain = client.generate(prompt=PROMPT, seed=3, width=64, height=64)

@@ -86,7 +86,7 @@ export const PROFILES = Object.freeze({
         adapter: { vendor: 'qualcomm', architecture: 'adreno-7xx', description: '', isFallbackAdapter: false },
         shaderF16: true, subgroups: true, maxBufferSize: 256 * MiB, maxStorageBufferBindingSize: 128 * MiB, deviceMemory: 8,
     }),
-    // The same limits on a GPU without shader-f16: the token embedding then runs on the CPU.
+    // The same limits on a GPU without shader-f16.
     chromeAndroidNoF16: profile({
         adapter: { vendor: 'arm', architecture: 'valhall', description: '', isFallbackAdapter: false },
         shaderF16: false, subgroups: true, maxBufferSize: 256 * MiB, maxStorageBufferBindingSize: 128 * MiB, deviceMemory: 8,

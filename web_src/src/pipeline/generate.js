@@ -152,8 +152,8 @@ export function checkInputs(params) {
  * @param {number} imageSeqLen  Image tokens the transformer sees: the noise's and the input images'.
  * @param {InputPlan} plan
  * @param {RunContext & {clock: StageClock, onEvent: (event: GenerateEvent) => void}} context
- * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined}>}  `cached`: the prompt's embedding
- *   from an earlier run.
+ * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined, imagesCached: boolean}>}  `cached`: the
+ *   prompt's embedding from an earlier run; `imagesCached`: every input image's latents are (none to encode).
  */
 async function loadModels(params, imageSeqLen, plan, { models, meter, signal, clock, onEvent }) {
     const { notes } = await clock.time('download', undefined, () =>
@@ -174,7 +174,7 @@ async function loadModels(params, imageSeqLen, plan, { models, meter, signal, cl
     ];
     const pins = sessionPins(imageSeqLen, params);
     await clock.time('load', models.summary(), () => models.preload(order, { meter, signal, pins }));
-    return { notes, cached };
+    return { notes, cached, imagesCached: !encodeImages };
 }
 
 /**
@@ -409,7 +409,7 @@ export async function generate(params, { models, signal, onEvent }) {
     models.profiling = checked.profile === true;
 
     // 2. Load models
-    const { notes, cached } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
+    const { notes, cached, imagesCached } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
 
     // 3. Encode prompt
     const embedding = await clock.time('encode', cached ? 'cached' : undefined, () =>
@@ -419,7 +419,7 @@ export async function generate(params, { models, signal, onEvent }) {
     // 4. Encode images (and inpainting's mask)
     const { conditioning, mask } = plan.mode === 'text'
         ? { conditioning: null, mask: null }
-        : await clock.time('images', `${plan.images.length} image(s), ${plan.tokens} tokens`, async () => ({
+        : await clock.time('images', `${plan.images.length} image(s), ${plan.tokens} tokens${imagesCached ? ', cached' : ''}`, async () => ({
             conditioning: await encodeImages(plan, context),
             mask: plan.mask ? maskTokens(plan.mask, { width, height }) : null,
         }));

@@ -8,7 +8,7 @@
 
 import { formatDuration } from '../../shared/format.js';
 import { addTextChunks } from '../../shared/png_text.js';
-import { requireElement } from './dom.js';
+import { cell, requireElement } from './dom.js';
 
 /** @typedef {import('../../protocol.js').GenerateResult} GenerateResult */
 /** @typedef {import('../../protocol.js').StageTimings} StageTimings */
@@ -136,19 +136,6 @@ export async function encodeImage(result, { modelLabel, version }) {
         thumb: await canvasBlob(small, 'image/jpeg', 0.85),
         fileName: `klein-${params.seed}-${width}x${height}.png`,
     };
-}
-
-/**
- * @param {string} tag
- * @param {string} text
- * @param {string} [className]
- * @returns {HTMLElement}
- */
-function cell(tag, text, className) {
-    const element = document.createElement(tag);
-    element.textContent = text;
-    if (className) element.className = className;
-    return element;
 }
 
 /**
