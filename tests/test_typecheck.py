@@ -42,6 +42,7 @@ def checked() -> subprocess.CompletedProcess[str]:
 
 def test_every_source_file_is_type_checked(checked: subprocess.CompletedProcess[str]) -> None:
     listed = {Path(line).resolve() for line in checked.stdout.splitlines() if Path(line.strip()).is_absolute()}
+    assert listed, f"tsc listed no file:\n{checked.stdout}{checked.stderr}"
     missing = [str(path.relative_to(WEB_SRC)) for path in SOURCE_FILES if path.resolve() not in listed]
     assert len(SOURCE_FILES) >= 30 and not missing, f"tsc does not check {missing}"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -79,19 +78,9 @@ def file_hashes(folder: Path) -> dict[str, str]:
             for path in sorted(folder.rglob("*")) if path.is_file() and path.name != HASHES}
 
 
-def running(pid: int) -> bool:
-    """Whether process `pid` exists (a staging folder of a session still building is left alone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def tiny_models(seed: int, *, log: Callable[[str], None]) -> dict[str, Path]:
     """make_tiny's {'diffusers': ..., 'q4': ..., 'fp32': ...} for `seed`, from the cache or built into it."""
+    from builder.repo.files import clean_stale_staging, make_staging, replace_folder
     from builder.site.node import ensure_node_modules
 
     ensure_node_modules(log=log)  # the tokenizer files are part of the key
@@ -102,15 +91,15 @@ def tiny_models(seed: int, *, log: Callable[[str], None]) -> dict[str, Path]:
     from builder.repo.tiny import make_tiny
 
     CACHE_DIR.mkdir(exist_ok=True)
-    staging = CACHE_DIR / f"{entry.name}.partial-{os.getpid()}"  # the pid: whose build it is
-    shutil.rmtree(staging, ignore_errors=True)
-    make_tiny(staging, seed=seed, log=log)
-    (staging / HASHES).write_text(json.dumps(file_hashes(staging), indent=1), encoding="utf-8")
-    for stale in CACHE_DIR.glob(f"tiny-seed{seed}-*"):  # older keys of this seed, this one if it was altered
-        if ".partial-" not in stale.name or not running(int(stale.name.rpartition("-")[2])):
-            shutil.rmtree(stale, ignore_errors=True)
+    clean_stale_staging(CACHE_DIR, (entry.name,), log=log)
+    staging = make_staging(CACHE_DIR, entry.name)
     try:
-        staging.rename(entry)
-    except OSError:  # another session stored the same entry first: the same bytes
+        make_tiny(staging, seed=seed, log=log)
+        (staging / HASHES).write_text(json.dumps(file_hashes(staging), indent=1), encoding="utf-8")
+        for stale in CACHE_DIR.glob(f"tiny-seed{seed}-*"):  # made by other code or libraries
+            if stale != entry:
+                shutil.rmtree(stale, ignore_errors=True)
+        replace_folder(staging, entry)  # an entry of this key whose files were changed goes
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {name: entry / name for name in ("diffusers", "q4", "fp32")}

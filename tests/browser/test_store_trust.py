@@ -12,6 +12,8 @@ import asyncio
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 from helpers import WorkerClient  # tests/browser is on sys.path
 
+from builder import REPO_ROOT
 from builder.pipeline import imaging, reference
 from builder.repo import manifest
 from builder.site.server import create_app, serve_in_thread
@@ -133,11 +136,15 @@ def serve(dist_dir: Path) -> Iterator[Callable[[Path], tuple[str, Recorder]]]:
 
 
 @pytest.fixture(scope="module")
-def other_model(tiny_models: dict[str, Path]) -> Path:
-    """Another tiny fp32 model (other random weights): the same file sizes as tiny_models['fp32'], other bytes."""
-    from tiny_cache import tiny_models as cached_tiny_models  # tests/ is on sys.path
-
-    return cached_tiny_models(1, log=lambda _msg: None)["fp32"]
+def other_model(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another tiny fp32 model: tiny_models['fp32'] with its weights drawn again (scripts/weightless_repo.py strip,
+    then fill with another seed), so the same file sizes and other bytes."""
+    folder = tmp_path_factory.mktemp("other-model")
+    for command in (["strip", str(tiny_models["fp32"]), str(folder / "structure")],
+                    ["fill", str(folder / "structure"), str(folder / "fp32"), "--seed", "1"]):
+        subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "weightless_repo.py"), *command], check=True,
+                       capture_output=True, timeout=600)
+    return folder / "fp32"
 
 
 def weight_paths(repo: Path) -> list[str]:
@@ -242,8 +249,10 @@ def test_cut_download_resumes_only_against_the_same_version(
     recorder.hooks[url_path] = hook
     client = WorkerClient(page, base_url)
     client.open()
-    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=1)
-    reply.ok()
+    # Only the download matters: `load` fetches the file's component through the store as a generation does
+    # (models.prepare), then creates its session from the stored bytes, without running an image.
+    client.request("load", params={"modelBase": client.model_base, "width": 64, "height": 64,
+                                   "components": [path.split("/")[0]]}, timeout_s=300).ok()
     gets = recorder.requests(url_path)
     assert len(gets) == 2, gets
     assert gets[0].range is None and gets[0].status == 200
