@@ -52,7 +52,8 @@ def structured_latents(rng: np.random.Generator, count: int, height: int, width:
     """[count, 128, h, w]: smooth fields plus noise, channels mixed, so neighbouring tokens and channels correlate."""
     smooth = rng.standard_normal((count, 128, height // 2 + 1, width // 2 + 1)).repeat(2, axis=2).repeat(2, axis=3)
     mixed = np.einsum("bchw,cd->bdhw", smooth[:, :, :height, :width], rng.standard_normal((128, 128)) / 11)
-    return (mixed + 0.3 * rng.standard_normal(mixed.shape)).astype(np.float32)
+    latents: np.ndarray = (mixed + 0.3 * rng.standard_normal(mixed.shape)).astype(np.float32)
+    return latents
 
 
 @pytest.mark.torch
@@ -118,7 +119,7 @@ def test_a_map_file_that_is_not_one_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "preview_map.json"
     good = preview_map.PreviewMap(np.zeros((preview_map.OUTPUTS, 128)), np.zeros(preview_map.OUTPUTS), {"x": 1})
     preview_map.write(tmp_path, good)
-    assert preview_map.load(tmp_path / preview_map.PREVIEW_MAP_FILE).fit == {"x": 1}
+    assert preview_map.load(tmp_path / repo.PREVIEW_MAP_FILE).fit == {"x": 1}
     for text in ("{", json.dumps({"format": "other", "weights": [], "bias": []}),
                  json.dumps({**good.to_json(), "weights": [[0.0] * 128] * 11})):
         path.write_text(text)
@@ -131,12 +132,12 @@ def test_convert_writes_a_map_that_reproduces_the_decoder_better_than_a_trivial_
     maps = {}
     for name in ("q4", "fp32"):
         manifest = repo.load(tiny_models[name])
-        assert preview_map.PREVIEW_MAP_FILE in manifest.files
-        maps[name] = (tiny_models[name] / preview_map.PREVIEW_MAP_FILE).read_bytes()
+        assert repo.PREVIEW_MAP_FILE in manifest.files
+        maps[name] = (tiny_models[name] / repo.PREVIEW_MAP_FILE).read_bytes()
     # Both repositories fit from their fp32 VAE graphs, the q4 one's weights stored in fp16 (the compact format):
     # the same map within that rounding (measured: 1.1e-5 on weights up to 0.0097, 2.6e-5 on biases up to 0.62).
-    fitted = preview_map.load(tiny_models["fp32"] / preview_map.PREVIEW_MAP_FILE)
-    from_q4 = preview_map.load(tiny_models["q4"] / preview_map.PREVIEW_MAP_FILE)
+    fitted = preview_map.load(tiny_models["fp32"] / repo.PREVIEW_MAP_FILE)
+    from_q4 = preview_map.load(tiny_models["q4"] / repo.PREVIEW_MAP_FILE)
     assert maps["q4"] != maps["fp32"]
     np.testing.assert_allclose(from_q4.weights, fitted.weights, rtol=0, atol=1e-4)
     np.testing.assert_allclose(from_q4.bias, fitted.bias, rtol=0, atol=1e-3)
@@ -160,7 +161,7 @@ def test_convert_writes_a_map_that_reproduces_the_decoder_better_than_a_trivial_
 def test_the_maps_picture_of_the_final_latents_looks_like_the_image(tiny_models: dict[str, Path],
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """What the last step preview shows (tests/browser/test_preview.py: the browser's equals this) against the image."""
-    fitted = preview_map.load(tiny_models["fp32"] / preview_map.PREVIEW_MAP_FILE)
+    fitted = preview_map.load(tiny_models["fp32"] / repo.PREVIEW_MAP_FILE)
     shown, blocks = [], []
     for seed in (0, 1, 1234):
         latents, image = reference_run(tiny_models["fp32"], prompt="a lighthouse on a cliff at dusk, oil painting",

@@ -16,6 +16,7 @@ from helpers import Reply, WorkerClient  # tests/browser is on sys.path (rootdir
 from test_preview_map import reference_run  # tests/ is on sys.path too
 
 from builder.repo import preview_map
+from builder.repo.manifest import PREVIEW_MAP_FILE
 
 pytestmark = pytest.mark.browser
 
@@ -60,7 +61,7 @@ def test_previews_arrive_each_step_leave_the_image_alone_and_show_the_final_late
     print(f"previews: {made['ms'] / STEPS:.2f} ms per step at {WIDTH}x{HEIGHT}; steps {with_previews.ok()['stepMs']}")
 
     # After the last step the preview is the repository's map on the final latents, to the rounding of a byte.
-    fitted = preview_map.load(tiny_models["fp32"] / preview_map.PREVIEW_MAP_FILE)
+    fitted = preview_map.load(tiny_models["fp32"] / PREVIEW_MAP_FILE)
     latents, _image = reference_run(tiny_models["fp32"], prompt=PROMPT, seed=SEED, width=WIDTH, height=HEIGHT,
                                     monkeypatch=monkeypatch)
     expected = np.round(np.clip(fitted.apply(latents)[0], 0, 1) * 255).transpose(1, 2, 0)

@@ -39,7 +39,7 @@ def png_bytes(page: Any, folder: Path) -> bytes:
     """The PNG the Download button saves (the page's CSP keeps scripts from fetching its blob: URL)."""
     with page.expect_download() as info:
         page.click("#download")
-    path = folder / info.value.suggested_filename
+    path: Path = folder / info.value.suggested_filename
     info.value.save_as(path)
     return path.read_bytes()
 
