@@ -28,6 +28,7 @@ PURE_MODULES = (
     "src/pipeline/image.js",
     "src/pipeline/graph_choice.js",
     "src/pipeline/preview.js",
+    "src/pipeline/vae_tiles.js",
     "src/shared/png_text.js",
     "src/shared/format.js",
     "src/shared/browser_needs.js",

@@ -156,7 +156,7 @@ class WorkerClient:
 
     def generate(self, *, prompt: str, seed: int, width: int, height: int, steps: int = 4,
                  precision: str | None = None, profile: bool = False, memory: str | None = None,
-                 preview: bool = False, timeout_s: float = 300) -> Reply:
+                 preview: bool = False, vae_tile: int | None = None, timeout_s: float = 300) -> Reply:
         params: dict[str, Any] = {"prompt": prompt, "seed": seed, "width": width, "height": height, "steps": steps,
                                   "modelBase": self.model_base}
         if precision:
@@ -167,6 +167,8 @@ class WorkerClient:
             params["profile"] = True
         if preview:
             params["preview"] = True
+        if vae_tile is not None:
+            params["vaeTile"] = vae_tile
         return self.request("generate", params=params, timeout_s=timeout_s)
 
     def wait_for_event(self, request_id: str, kind: str, *, timeout_s: float) -> dict[str, Any]:

@@ -86,6 +86,9 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @property {'fast' | 'lean'} [memory]  How many model sessions stay on the GPU (pipeline/memory_mode.js): `fast`
  *   keeps them loaded between stages and images, `lean` holds one at a time; absent: the worker chooses from what
  *   the browser tells about the machine, and runs lean after a fast run ran out of memory.
+ * @property {number} [vaeTile]  The side (pixels, a multiple of 16) of the tiles the VAE decodes the image in, so
+ *   that its GPU memory follows the tile rather than the image (pipeline/vae_tiles.js); 0: the whole image at once.
+ *   Absent: lean mode's tile (vae_tiles.js LEAN_VAE_TILE) in lean mode, the whole image in fast mode.
  * @property {boolean} [preview]  Send a preview of the image with every `step` event (pipeline/preview.js: the
  *   latents mapped to colours, no VAE); the image itself is the same with or without it.
  * @property {boolean} [profile]  Report where the GPU time went (GenerateResult.kernels): the run's sessions are

@@ -32,6 +32,7 @@ import { TEXT_ENCODER_PIN, sessionPins, transformerPin, vaeDecoderPin } from './
 import { inpaintStart } from '../shared/inpaint.js';
 import { retrieveTimesteps } from './schedule.js';
 import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
+import { decodePlan, decodeTiles, describePlan, tileSize, vaeTileFor, vaeTileProblem } from './vae_tiles.js';
 
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
 /** @typedef {import('../protocol.js').GenerateResult} GenerateResult */
@@ -43,6 +44,7 @@ import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
 /** @typedef {import('./schedule.js').Schedule} Schedule */
 /** @typedef {import('./encode_images.js').InputPlan} InputPlan */
 /** @typedef {import('./encode_images.js').Conditioning} Conditioning */
+/** @typedef {import('./vae_tiles.js').TilePlan} TilePlan */
 
 /**
  * @typedef {{type: 'progress', progress: import('../shared/types.js').DownloadProgress}
@@ -78,7 +80,7 @@ export function checkInputs(params) {
     if (!params || typeof params !== 'object') {
         throw new InputError(`\`params\` must be an object, got ${JSON.stringify(params)}.`);
     }
-    const { prompt, seed, steps, width, height, modelBase, precision, profile, memory, preview } = params;
+    const { prompt, seed, steps, width, height, modelBase, precision, profile, memory, preview, vaeTile } = params;
     const { sizeMin, sizeMax, sizeMultiple, stepsMin, stepsMax, seedMax } = LIMITS;
     // diffusers accepts an empty prompt (it encodes the chat template alone), so we do too.
     if (typeof prompt !== 'string') {
@@ -134,12 +136,15 @@ export function checkInputs(params) {
             { memory },
         );
     }
+    const tileProblem = vaeTile === undefined ? null : vaeTileProblem(vaeTile);
+    if (tileProblem) throw new InputError(tileProblem, { vaeTile });
     /** @type {GenerateParams} */
     const checked = { prompt, seed, steps, width, height, modelBase };
     if (precision) checked.precision = precision;
     if (profile) checked.profile = true;
     if (memory !== undefined) checked.memory = memory;
     if (preview) checked.preview = true;
+    if (vaeTile !== undefined) checked.vaeTile = vaeTile;
     // The image files stay out of the checked parameters (the result would carry them back); `inputs` names them.
     const { mode, strength } = checkImageParams(params);
     if (mode === 'inpaint') checked.strength = /** @type {number} */ (strength);
@@ -155,13 +160,15 @@ export function checkInputs(params) {
  * Input images add the VAE encoder (refused here, before any download, when the repository has none), created
  * after the text encoder unless every image's latents are cached.
  * With `preview`, the step previews' colour map comes with the download (pipeline/preview.js).
+ * The VAE decoder is pinned to the tile it decodes in, which the memory mode chooses (pipeline/vae_tiles.js).
  * @param {GenerateParams} params
  * @param {number} imageSeqLen  Image tokens the transformer sees: the noise's and the input images'.
  * @param {InputPlan} plan
  * @param {RunContext & {clock: StageClock, onEvent: (event: GenerateEvent) => void}} context
  * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined, imagesCached: boolean,
- *   previewMap: import('./preview.js').PreviewMap | null}>}  `cached`: the prompt's embedding from an earlier run;
- *   `imagesCached`: every input image's latents are (none to encode).
+ *   previewMap: import('./preview.js').PreviewMap | null, tiles: TilePlan}>}  `cached`: the prompt's embedding
+ *   from an earlier run; `imagesCached`: every input image's latents are (none to encode); `tiles`: how stage 8
+ *   decodes.
  */
 async function loadModels(params, imageSeqLen, plan, { models, meter, signal, clock, onEvent }) {
     const { notes, previewMap } = await clock.time('download', undefined, async () => {
@@ -183,9 +190,10 @@ async function loadModels(params, imageSeqLen, plan, { models, meter, signal, cl
         'transformer',
         'vae_decoder',
     ];
-    const pins = sessionPins(imageSeqLen, params);
+    const tiles = decodePlan(params, vaeTileFor({ vaeTile: params.vaeTile, memory: models.memory.mode }));
+    const pins = sessionPins(imageSeqLen, tileSize(tiles));
     await clock.time('load', models.summary(), () => models.preload(order, { meter, signal, pins }));
-    return { notes, cached, imagesCached: !encodeImages, previewMap };
+    return { notes, cached, imagesCached: !encodeImages, previewMap, tiles };
 }
 
 /**
@@ -325,25 +333,25 @@ async function denoise(prepared, embedding, schedule, conditioning, inpainting, 
 
 /**
  * Stage 8: unpack the tokens, then the VAE decoder (its graph holds the BN de-normalisation, the unpatchify
- * and (x/2+0.5).clamp), then RGBA bytes for the page.
+ * and (x/2+0.5).clamp), on the whole image or tile by tile (pipeline/vae_tiles.js), then RGBA bytes for the page.
  * @param {Float32Array} denoised  [1, H*W, C]
- * @param {{width: number, height: number}} size
+ * @param {TilePlan} tiles
  * @param {RunContext} context
  * @returns {Promise<Uint8ClampedArray>}
  */
-async function decode(denoised, { width, height }, { models, meter, signal }) {
-    const latentHeight = height / PATCH;
-    const latentWidth = width / PATCH;
+async function decode(denoised, tiles, { models, meter, signal }) {
+    const { latentHeight, latentWidth, tileHeight, tileWidth } = tiles;
     const latents = unpackLatents(denoised, LATENT_CHANNELS, latentHeight, latentWidth); // [1, H*W, C] -> [1, C, H, W]
-    const vae = await models.session('vae_decoder', { meter, signal, pin: vaeDecoderPin({ width, height }) });
-    const outputs = await models.run(
-        vae,
-        { latents: { data: latents, dims: [1, LATENT_CHANNELS, latentHeight, latentWidth] } },
-        { meter, what: 'The VAE decoder' },
-    );
-    const decoded = requireOutput(outputs, 'image', 'VAE decoder'); // [1, 3, H, W] RGB in [0, 1]
-    checkImage(decoded.data);
-    return toRgba(decoded.data, width, height);
+    const vae = await models.session('vae_decoder', { meter, signal, pin: vaeDecoderPin(tileSize(tiles)) });
+    const run = async (/** @type {Float32Array} */ data, /** @type {string} */ what) => {
+        const outputs = await models.run(vae, { latents: { data, dims: [1, LATENT_CHANNELS, tileHeight, tileWidth] } }, { meter, what });
+        return requireOutput(outputs, 'image', 'VAE decoder').data; // [1, 3, H, W] RGB in [0, 1]
+    };
+    const decoded = tiles.tiles.length === 1
+        ? await run(latents, 'The VAE decoder')
+        : await decodeTiles(latents, tiles, (data, i) => run(data, `The VAE decoder (tile ${i + 1} of ${tiles.tiles.length})`), signal);
+    checkImage(decoded);
+    return toRgba(decoded, latentWidth * PATCH, latentHeight * PATCH);
 }
 
 /**
@@ -424,7 +432,7 @@ export async function generate(params, { models, signal, onEvent }) {
     models.profiling = checked.profile === true;
 
     // 2. Load models
-    const { notes, cached, imagesCached, previewMap } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
+    const { notes, cached, imagesCached, previewMap, tiles } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
 
     // 3. Encode prompt
     const embedding = await clock.time('encode', cached ? 'cached' : undefined, () =>
@@ -464,12 +472,12 @@ export async function generate(params, { models, signal, onEvent }) {
     );
 
     // 8. Decode
-    const rgba = await clock.time('decode', undefined, () => decode(denoised, { width, height }, context));
+    const rgba = await clock.time('decode', tiles.tiles.length > 1 ? describePlan(tiles) : undefined, () => decode(denoised, tiles, context));
 
     const { timings } = clock;
     timings.sessionRun = meter.runMs;
     timings.total = performance.now() - started;
-    const graphs = models.describe(meter);
+    const graphs = models.describe(meter, { vae_decoder: describePlan(tiles) });
     // After the timings: ending the profiles and releasing the profiled sessions is not part of the run.
     const kernels = checked.profile ? kernelTimes(await models.endProfiling()) : undefined;
     await models.finishRun();
