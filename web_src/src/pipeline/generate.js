@@ -298,10 +298,12 @@ async function denoise(prepared, embedding, schedule, conditioning, inpainting, 
     /** @type {number[]} */
     const stepMs = [];
     const loopStart = performance.now();
+    /** @type {(() => void) | null} A finished step's event, sent (with its preview) while the GPU runs the next. */
+    let announce = null;
     for (let i = start; i < total; i++) {
         signal.throwIfAborted();
         const stepStart = performance.now();
-        const outputs = await models.run(
+        const running = models.run(
             transformer,
             {
                 hidden_states: { data: hiddenStates, dims: [1, imageSeqLen, LATENT_CHANNELS] },
@@ -313,6 +315,10 @@ async function denoise(prepared, embedding, schedule, conditioning, inpainting, 
             },
             { meter, what: `Denoising step ${i - start + 1}` },
         );
+        // The previous step's preview is drawn on the CPU while the GPU runs this step, off the steps' critical path
+        // (the latents it reads change only after this step's output arrives).
+        announce?.();
+        const outputs = await running;
         const noisePred = requireOutput(outputs, 'noise_pred', 'transformer'); // [1, imageSeqLen, C]
         // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
         const velocity = noisePred.data.subarray(0, latents.length);
@@ -321,12 +327,16 @@ async function denoise(prepared, embedding, schedule, conditioning, inpainting, 
             const proper = i < total - 1 ? scaleNoise(inpainting.imageLatents, schedule.sigmas[i + 1], noise) : inpainting.imageLatents;
             blendMask(latents, proper, inpainting.mask, LATENT_CHANNELS);
         }
-        const frame = preview?.frame(latents, velocity, schedule.sigmas[i + 1]);
         stepMs.push(performance.now() - stepStart);
         const done = i - start + 1;
         const elapsedMs = performance.now() - loopStart;
-        onEvent({ type: 'step', step: done, steps, elapsedMs, etaMs: (elapsedMs / done) * (steps - done), ...(frame ? { preview: frame } : {}) });
+        const sigmaNext = schedule.sigmas[i + 1];
+        announce = () => {
+            const frame = preview?.frame(latents, velocity, sigmaNext);
+            onEvent({ type: 'step', step: done, steps, elapsedMs, etaMs: (elapsedMs / done) * (steps - done), ...(frame ? { preview: frame } : {}) });
+        };
     }
+    announce?.();
     assertFinite(latents, 'denoised latents');
     return { denoised: latents.slice(), stepMs };
 }
