@@ -59,7 +59,10 @@ def generate(page: Any, *, seed: int, steps: int = 4, size: int = 64) -> list[in
 
 
 def test_the_frame_shows_each_step_and_the_png_is_the_same_without_it(
-        context: Any, server: Any, tmp_path: Path) -> None:  # noqa: F811
+    context: Any,  # noqa: F811
+    server: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     page = open_page(context, server.url("/"))
     try:
         assert page.is_checked("#preview"), "on by default"
