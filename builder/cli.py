@@ -43,8 +43,9 @@ def main() -> None:
 
 @main.command()
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_DIST, show_default=True)
-@click.option("--model-base", default=DEFAULT_MODEL_BASE, show_default=True,
-              help="URL the app downloads the model from.")
+@click.option(
+    "--model-base", default=DEFAULT_MODEL_BASE, show_default=True, help="URL the app downloads the model from."
+)
 def build(out_dir: Path, model_base: str) -> None:
     """Bundle web_src/ into a static site in OUT (a no-op when nothing changed)."""
     from builder.site import bundle
@@ -56,17 +57,33 @@ def build(out_dir: Path, model_base: str) -> None:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
-              help="TCP port (0: any free port).")
-@click.option("--models", "models_dir", type=click.Path(path_type=Path), default=None,
-              help="Local model repository to mount at /models/ (the app then loads from it).")
+@click.option(
+    "--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port (0: any free port)."
+)
+@click.option(
+    "--models",
+    "models_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Local model repository to mount at /models/ (the app then loads from it).",
+)
 @click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=DEFAULT_DIST, show_default=True)
-@click.option("--model-base", default=None,
-              help=f"Model URL baked into a build [default: the one DIST was built with, else {DEFAULT_MODEL_BASE}]")
+@click.option(
+    "--model-base",
+    default=None,
+    help=f"Model URL baked into a build [default: the one DIST was built with, else {DEFAULT_MODEL_BASE}]",
+)
 @click.option("--open", "open_browser", is_flag=True, help="Open the app in the default browser.")
 @click.option("--watch", is_flag=True, help="Rebuild when web_src/ changes.")
-def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_base: str | None, open_browser: bool,
-          watch: bool) -> None:
+def serve(
+    host: str,
+    port: int,
+    models_dir: Path | None,
+    dist_dir: Path,
+    model_base: str | None,
+    open_browser: bool,
+    watch: bool,
+) -> None:
     """Build if stale, then serve the app with the headers WebGPU + threads need.
 
     A --models folder without manifest.json gets one built from its files, rebuilt whenever a file there changes
@@ -76,23 +93,45 @@ def serve(host: str, port: int, models_dir: Path | None, dist_dir: Path, model_b
     """
     from builder.site import server
 
-    server.serve(dist_dir, host=host, port=port, models_dir=models_dir, model_base=model_base,
-                 open_browser=open_browser, watch=watch, log=log)
+    server.serve(
+        dist_dir,
+        host=host,
+        port=port,
+        models_dir=models_dir,
+        model_base=model_base,
+        open_browser=open_browser,
+        watch=watch,
+        log=log,
+    )
 
 
 @main.command()
 @click.argument("src", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--precision", type=click.Choice(["q4", "fp32", "q4f16"]), default="q4", show_default=True)
-@click.option("--weights", type=click.Choice(["compact", "seed"]), default="compact", show_default=True,
-              help="How the q4/q4f16 graphs store their weights: compact (4-bit token embedding and AdaLN, fp16-stored "
-                   "scales: the smaller download) or seed (the layout of the seed repository on the Hub).")
-@click.option("--lora", "loras", multiple=True, metavar="PATH[:SCALE]",
-              help="A transformer LoRA (.safetensors: diffusers/PEFT, kohya or BFL keys) merged into the weights, "
-                   "SCALE 1.0 unless given; repeat to add several, in order.")
-@click.option("--jobs", type=int, default=None,
-              help="Build the text encoder, transformer and VAE in this many processes at once (1-3; the same "
-                   "bytes) [default: as many as the free memory holds].")
+@click.option(
+    "--weights",
+    type=click.Choice(["compact", "seed"]),
+    default="compact",
+    show_default=True,
+    help="How the q4/q4f16 graphs store their weights: compact (4-bit token embedding and AdaLN, fp16-stored "
+    "scales: the smaller download) or seed (the layout of the seed repository on the Hub).",
+)
+@click.option(
+    "--lora",
+    "loras",
+    multiple=True,
+    metavar="PATH[:SCALE]",
+    help="A transformer LoRA (.safetensors: diffusers/PEFT, kohya or BFL keys) merged into the weights, "
+    "SCALE 1.0 unless given; repeat to add several, in order.",
+)
+@click.option(
+    "--jobs",
+    type=int,
+    default=None,
+    help="Build the text encoder, transformer and VAE in this many processes at once (1-3; the same "
+    "bytes) [default: as many as the free memory holds].",
+)
 def convert(src: Path, out: Path, precision: str, weights: str, loras: tuple[str, ...], jobs: int | None) -> None:
     """Convert a diffusers FLUX.2 [klein] folder SRC into the ONNX web layout in OUT.
 
@@ -104,17 +143,27 @@ def convert(src: Path, out: Path, precision: str, weights: str, loras: tuple[str
     from builder.repo.lora import parse_spec
     from builder.repo.weight_format import FORMATS
 
-    converter.convert(src, out, precision=precision, log=log, loras=[parse_spec(text) for text in loras],
-                      weights=FORMATS[weights], jobs=jobs)
+    converter.convert(
+        src,
+        out,
+        precision=precision,
+        log=log,
+        loras=[parse_spec(text) for text in loras],
+        weights=FORMATS[weights],
+        jobs=jobs,
+    )
     log(f"Done. Serve it with: klein-web serve --models {out}")
 
 
 @main.command("make-tiny")
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--full-size", is_flag=True,
-              help="The real klein-4B sizes instead (random bf16 weights, ~17 GB, diffusers folder only): "
-                   "measure `klein-web convert` on it.")
+@click.option(
+    "--full-size",
+    is_flag=True,
+    help="The real klein-4B sizes instead (random bf16 weights, ~17 GB, diffusers folder only): "
+    "measure `klein-web convert` on it.",
+)
 def make_tiny(out: Path, seed: int, full_size: bool) -> None:
     """Make a tiny random-weight klein (diffusers + q4 + fp32 web repos) in OUT for tests."""
     from builder.repo import tiny
@@ -127,8 +176,13 @@ def make_tiny(out: Path, seed: int, full_size: bool) -> None:
 @main.command()
 @click.option("--repo", default=DEFAULT_REPO, show_default=True)
 @click.option("--revision", default="main", show_default=True)
-@click.option("--dir", "dest_text", default="models/klein-4b", show_default=True,
-              help="A new or empty folder, or a model repository fetched before (it is updated).")
+@click.option(
+    "--dir",
+    "dest_text",
+    default="models/klein-4b",
+    show_default=True,
+    help="A new or empty folder, or a model repository fetched before (it is updated).",
+)
 def fetch(repo: str, revision: str, dest_text: str) -> None:
     """Download the web model repository (resumable) and write its manifest.
 
@@ -146,21 +200,46 @@ def fetch(repo: str, revision: str, dest_text: str) -> None:
 @click.argument("model_dir", type=click.Path(path_type=Path))
 @click.option("--prompt", required=True)
 @click.option("--seed", default=42, show_default=True, type=int)
-@click.option("--size", default=None,
-              help="WIDTHxHEIGHT, multiples of 16 [default: 512x512; with --image the first image's used size; with "
-                   "--mask always the image to inpaint's].")
+@click.option(
+    "--size",
+    default=None,
+    help="WIDTHxHEIGHT, multiples of 16 [default: 512x512; with --image the first image's used size; with "
+    "--mask always the image to inpaint's].",
+)
 @click.option("--steps", default=4, show_default=True, type=click.IntRange(limits.STEPS_MIN, limits.STEPS_MAX))
-@click.option("--image", "images", multiple=True, type=click.Path(path_type=Path),
-              help=f"Reference image (PNG, JPEG, WebP; up to {limits.REFERENCES_MAX}), repeatable. With --mask the "
-                   "first one is the image to inpaint.")
-@click.option("--mask", type=click.Path(path_type=Path), default=None,
-              help="Inpainting mask: white repaints, black keeps; any size.")
-@click.option("--strength", type=float, default=None,
-              help=f"Inpainting: the share of the schedule that runs, 0..1 [default: {limits.STRENGTH_DEFAULT}]; "
-                   "only with --mask.")
+@click.option(
+    "--image",
+    "images",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help=f"Reference image (PNG, JPEG, WebP; up to {limits.REFERENCES_MAX}), repeatable. With --mask the "
+    "first one is the image to inpaint.",
+)
+@click.option(
+    "--mask",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Inpainting mask: white repaints, black keeps; any size.",
+)
+@click.option(
+    "--strength",
+    type=float,
+    default=None,
+    help=f"Inpainting: the share of the schedule that runs, 0..1 [default: {limits.STRENGTH_DEFAULT}]; "
+    "only with --mask.",
+)
 @click.option("--out", "out_png", type=click.Path(path_type=Path), required=True)
-def reference(model_dir: Path, prompt: str, seed: int, size: str | None, steps: int, images: tuple[Path, ...],
-              mask: Path | None, strength: float | None, out_png: Path) -> None:
+def reference(
+    model_dir: Path,
+    prompt: str,
+    seed: int,
+    size: str | None,
+    steps: int,
+    images: tuple[Path, ...],
+    mask: Path | None,
+    strength: float | None,
+    out_png: Path,
+) -> None:
     """Run the whole pipeline on onnxruntime CPU (the browser's reference) and write a PNG.
 
     Text-to-image, editing with --image, or inpainting with --image and --mask, as diffusers' Flux2KleinPipeline
@@ -178,9 +257,19 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str | None, steps: 
         width, height = limits.parse_size(size)
     elif not images and mask is None:
         width, height = 512, 512
-    ref.generate_png(model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=steps, out=out_png,
-                     log=log, images=images, mask=mask,
-                     strength=ref.DEFAULT_STRENGTH if strength is None else strength)
+    ref.generate_png(
+        model_dir,
+        prompt=prompt,
+        seed=seed,
+        width=width,
+        height=height,
+        steps=steps,
+        out=out_png,
+        log=log,
+        images=images,
+        mask=mask,
+        strength=ref.DEFAULT_STRENGTH if strength is None else strength,
+    )
     click.echo(str(out_png))
 
 
@@ -188,55 +277,134 @@ def reference(model_dir: Path, prompt: str, seed: int, size: str | None, steps: 
 @click.option("--models", "models_dir", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.models_dir)
 @click.option("--prompt", default=REGRESS_DEFAULTS.prompt)
 @click.option("--seed", default=REGRESS_DEFAULTS.seed, show_default=True, type=int)
-@click.option("--size", default=None, help=f"WIDTHxHEIGHT  [default: {REGRESS_DEFAULTS.size}; editing and inpainting: "
-              "the first image's]")
+@click.option(
+    "--size",
+    default=None,
+    help=f"WIDTHxHEIGHT  [default: {REGRESS_DEFAULTS.size}; editing and inpainting: the first image's]",
+)
 @click.option("--steps", default=REGRESS_DEFAULTS.steps, show_default=True, type=int)
-@click.option("--image", "images", type=click.Path(path_type=Path), multiple=True,
-              help="Editing: a reference image (repeatable). With --mask: the image to inpaint, then references.")
+@click.option(
+    "--image",
+    "images",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="Editing: a reference image (repeatable). With --mask: the image to inpaint, then references.",
+)
 @click.option("--mask", type=click.Path(path_type=Path), default=None, help="Inpainting mask (white repaints).")
-@click.option("--strength", type=float, default=None,
-              help=f"Inpainting strength in [0, 1]  [default: {limits.STRENGTH_DEFAULT}]")
-@click.option("--cases", "cases_file", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.cases_file,
-              help="JSON or TOML file with several cases, run in one browser launch.")
+@click.option(
+    "--strength", type=float, default=None, help=f"Inpainting strength in [0, 1]  [default: {limits.STRENGTH_DEFAULT}]"
+)
+@click.option(
+    "--cases",
+    "cases_file",
+    type=click.Path(path_type=Path),
+    default=REGRESS_DEFAULTS.cases_file,
+    help="JSON or TOML file with several cases, run in one browser launch.",
+)
 @click.option("--reference", "reference_png", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.reference_png)
 @click.option("--reference-from-cpu", is_flag=True, help="Make the reference with `klein-web reference`.")
 @click.option("--browser", "browser_path", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.browser_path)
 @click.option("--headed", is_flag=True)
 @click.option("--gpu/--software", default=REGRESS_DEFAULTS.gpu, help="Real GPU (Vulkan) or SwiftShader.")
-@click.option("--report", "report_dir", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.report_dir,
-              show_default=True, help="A new or empty folder, or an earlier report (its files are replaced); any "
-              "other non-empty folder is refused.")
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(path_type=Path),
+    default=REGRESS_DEFAULTS.report_dir,
+    show_default=True,
+    help="A new or empty folder, or an earlier report (its files are replaced); any other non-empty folder is refused.",
+)
 @click.option("--psnr-min", default=REGRESS_DEFAULTS.psnr_min, show_default=True, type=float)
 @click.option("--timeout", "timeout_s", default=REGRESS_DEFAULTS.timeout_s, show_default=True, type=float)
-@click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.dist_dir,
-              help="Serve this already-built app as it is (no node needed); default: build dist/ if stale.")
-@click.option("--precision", type=click.Choice(["q4", "q4f16", "fp32"]), default=REGRESS_DEFAULTS.precision,
-              help="Force the app's graph variant (its ?precision=); default: the best the adapter runs.")
-@click.option("--f16-toggle/--no-f16-toggle", default=REGRESS_DEFAULTS.f16_toggle, show_default=True,
-              help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (--gpu only).")
-@click.option("--profile", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.profile,
-              help="Browser profile folder to use and keep: its model store survives, so re-runs download nothing.")
-@click.option("--connect", default=REGRESS_DEFAULTS.connect, metavar="WS_ENDPOINT",
-              help="Drive the browser of a Playwright browser server (`playwright launch-server`) instead of "
-                   "launching one: its ws:// address.")
-@click.option("--host", default=REGRESS_DEFAULTS.host, show_default=True,
-              help="Address the app server listens on (0.0.0.0: every interface, for a browser elsewhere).")
-@click.option("--port", default=REGRESS_DEFAULTS.port, show_default=True, type=int,
-              help="Port of the app server; 0: a free one.")
-@click.option("--advertise", default=REGRESS_DEFAULTS.advertise, metavar="URL",
-              help="The address the browser opens this run's server at (a LAN name, a tunnel); default: "
-                   "http://HOST:PORT.")
-@click.option("--app-url", default=REGRESS_DEFAULTS.app_url, metavar="URL",
-              help="Open a deployed app (its address with ?model=) instead of serving one; --models names the same "
-                   "repository here, for the checks and the CPU reference.")
-@click.option("--shard", default=REGRESS_DEFAULTS.shard, metavar="I/N",
-              help="Run every N-th case of --cases, from the I-th (I from 1 to N); merge with `regress-merge`.")
-def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str | None, steps: int,
-            images: tuple[Path, ...], mask: Path | None, strength: float | None, cases_file: Path | None,
-            reference_png: Path | None, reference_from_cpu: bool, browser_path: Path | None, headed: bool, gpu: bool,
-            report_dir: Path, psnr_min: float, timeout_s: float, dist_dir: Path | None, precision: str | None,
-            f16_toggle: bool, profile: Path | None, connect: str | None, host: str, port: int,
-            advertise: str | None, app_url: str | None, shard: str | None) -> None:
+@click.option(
+    "--dist",
+    "dist_dir",
+    type=click.Path(path_type=Path),
+    default=REGRESS_DEFAULTS.dist_dir,
+    help="Serve this already-built app as it is (no node needed); default: build dist/ if stale.",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["q4", "q4f16", "fp32"]),
+    default=REGRESS_DEFAULTS.precision,
+    help="Force the app's graph variant (its ?precision=); default: the best the adapter runs.",
+)
+@click.option(
+    "--f16-toggle/--no-f16-toggle",
+    default=REGRESS_DEFAULTS.f16_toggle,
+    show_default=True,
+    help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (--gpu only).",
+)
+@click.option(
+    "--profile",
+    type=click.Path(path_type=Path),
+    default=REGRESS_DEFAULTS.profile,
+    help="Browser profile folder to use and keep: its model store survives, so re-runs download nothing.",
+)
+@click.option(
+    "--connect",
+    default=REGRESS_DEFAULTS.connect,
+    metavar="WS_ENDPOINT",
+    help="Drive the browser of a Playwright browser server (`playwright launch-server`) instead of "
+    "launching one: its ws:// address.",
+)
+@click.option(
+    "--host",
+    default=REGRESS_DEFAULTS.host,
+    show_default=True,
+    help="Address the app server listens on (0.0.0.0: every interface, for a browser elsewhere).",
+)
+@click.option(
+    "--port", default=REGRESS_DEFAULTS.port, show_default=True, type=int, help="Port of the app server; 0: a free one."
+)
+@click.option(
+    "--advertise",
+    default=REGRESS_DEFAULTS.advertise,
+    metavar="URL",
+    help="The address the browser opens this run's server at (a LAN name, a tunnel); default: http://HOST:PORT.",
+)
+@click.option(
+    "--app-url",
+    default=REGRESS_DEFAULTS.app_url,
+    metavar="URL",
+    help="Open a deployed app (its address with ?model=) instead of serving one; --models names the same "
+    "repository here, for the checks and the CPU reference.",
+)
+@click.option(
+    "--shard",
+    default=REGRESS_DEFAULTS.shard,
+    metavar="I/N",
+    help="Run every N-th case of --cases, from the I-th (I from 1 to N); merge with `regress-merge`.",
+)
+def regress(
+    models_dir: Path | None,
+    prompt: str | None,
+    seed: int,
+    size: str | None,
+    steps: int,
+    images: tuple[Path, ...],
+    mask: Path | None,
+    strength: float | None,
+    cases_file: Path | None,
+    reference_png: Path | None,
+    reference_from_cpu: bool,
+    browser_path: Path | None,
+    headed: bool,
+    gpu: bool,
+    report_dir: Path,
+    psnr_min: float,
+    timeout_s: float,
+    dist_dir: Path | None,
+    precision: str | None,
+    f16_toggle: bool,
+    profile: Path | None,
+    connect: str | None,
+    host: str,
+    port: int,
+    advertise: str | None,
+    app_url: str | None,
+    shard: str | None,
+) -> None:
     """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run).
 
     Refused before the browser starts (exit 2, one line): a --report folder that holds files and is no earlier
@@ -248,13 +416,36 @@ def regress(models_dir: Path | None, prompt: str | None, seed: int, size: str | 
     """
     from builder.check.regress import run as regression
 
-    options = RegressOptions(models_dir=models_dir, prompt=prompt, seed=seed, size=size or REGRESS_DEFAULTS.size,
-                             size_given=size is not None, images=images, mask=mask, strength=strength, steps=steps,
-                             cases_file=cases_file, reference_png=reference_png, reference_from_cpu=reference_from_cpu,
-                             browser_path=browser_path, headed=headed, gpu=gpu, report_dir=report_dir,
-                             psnr_min=psnr_min, timeout_s=timeout_s, dist_dir=dist_dir, precision=precision,
-                             f16_toggle=f16_toggle, profile=profile, connect=connect, host=host, port=port,
-                             advertise=advertise, app_url=app_url, shard=shard)
+    options = RegressOptions(
+        models_dir=models_dir,
+        prompt=prompt,
+        seed=seed,
+        size=size or REGRESS_DEFAULTS.size,
+        size_given=size is not None,
+        images=images,
+        mask=mask,
+        strength=strength,
+        steps=steps,
+        cases_file=cases_file,
+        reference_png=reference_png,
+        reference_from_cpu=reference_from_cpu,
+        browser_path=browser_path,
+        headed=headed,
+        gpu=gpu,
+        report_dir=report_dir,
+        psnr_min=psnr_min,
+        timeout_s=timeout_s,
+        dist_dir=dist_dir,
+        precision=precision,
+        f16_toggle=f16_toggle,
+        profile=profile,
+        connect=connect,
+        host=host,
+        port=port,
+        advertise=advertise,
+        app_url=app_url,
+        shard=shard,
+    )
     try:
         code = regression.main(options, log=log)
     except KleinWebError as exc:
@@ -284,30 +475,77 @@ def regress_merge(out_dir: Path, shard_dirs: tuple[Path, ...]) -> None:
 
 
 @main.command("browser-bench")
-@click.option("--models", "models_dir", type=click.Path(path_type=Path), required=True,
-              help="Model folder to serve (e.g. a full-size repo from `klein-web convert`).")
+@click.option(
+    "--models",
+    "models_dir",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Model folder to serve (e.g. a full-size repo from `klein-web convert`).",
+)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
-@click.option("--precision", "precisions", default="q4f16,q4", show_default=True,
-              help="Comma-separated transformer variants; each gets a fresh browser profile (a cold start).")
+@click.option(
+    "--precision",
+    "precisions",
+    default="q4f16,q4",
+    show_default=True,
+    help="Comma-separated transformer variants; each gets a fresh browser profile (a cold start).",
+)
 @click.option("--sizes", default="512x512,1024x1024", show_default=True, help="Comma-separated image sizes.")
 @click.option("--steps", default=4, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--gpu/--software", default=True, help="Real GPU (Vulkan on Linux) or SwiftShader.")
 @click.option("--browser", "browser_path", type=click.Path(path_type=Path), default=None)
-@click.option("--native", "native_json", type=click.Path(path_type=Path), default=None,
-              help="bench.json of `klein-web bench` on the same machine: adds browser / native-EP / PyTorch ratios.")
-@click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=None,
-              help="Serve this already-built app as it is; default: build dist/ if stale.")
+@click.option(
+    "--native",
+    "native_json",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="bench.json of `klein-web bench` on the same machine: adds browser / native-EP / PyTorch ratios.",
+)
+@click.option(
+    "--dist",
+    "dist_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Serve this already-built app as it is; default: build dist/ if stale.",
+)
 @click.option("--timeout", "timeout_s", default=1800.0, show_default=True, type=float, help="Per image, seconds.")
-@click.option("--f16-toggle/--no-f16-toggle", default=True, show_default=True,
-              help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (as a user adds it).")
-@click.option("--kernels", is_flag=True, default=False,
-              help="Also one profiled image per size (?profile=kernels): GPU time per kernel program, per component.")
-@click.option("--memory", "memory_mode", type=click.Choice(["auto", "fast", "lean"]), default="auto", show_default=True,
-              help="The app's memory mode (its ?memory=): lean holds one session at a time.")
-def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, steps: int, seed: int, gpu: bool,
-                  browser_path: Path | None, native_json: Path | None, dist_dir: Path | None,
-                  timeout_s: float, f16_toggle: bool, kernels: bool, memory_mode: str) -> None:
+@click.option(
+    "--f16-toggle/--no-f16-toggle",
+    default=True,
+    show_default=True,
+    help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (as a user adds it).",
+)
+@click.option(
+    "--kernels",
+    is_flag=True,
+    default=False,
+    help="Also one profiled image per size (?profile=kernels): GPU time per kernel program, per component.",
+)
+@click.option(
+    "--memory",
+    "memory_mode",
+    type=click.Choice(["auto", "fast", "lean"]),
+    default="auto",
+    show_default=True,
+    help="The app's memory mode (its ?memory=): lean holds one session at a time.",
+)
+def browser_bench(
+    models_dir: Path,
+    out_dir: Path,
+    precisions: str,
+    sizes: str,
+    steps: int,
+    seed: int,
+    gpu: bool,
+    browser_path: Path | None,
+    native_json: Path | None,
+    dist_dir: Path | None,
+    timeout_s: float,
+    f16_toggle: bool,
+    kernels: bool,
+    memory_mode: str,
+) -> None:
     """The real app in Chromium, driven like a user: per-stage times cold / warm / hot, memory peaks.
 
     Refused before anything is launched (exit 2, one line): an --out that cannot be written or is a file, a
@@ -318,33 +556,84 @@ def browser_bench(models_dir: Path, out_dir: Path, precisions: str, sizes: str, 
     from builder.check.bench import browser as bench
 
     try:
-        bench.main(out_dir, models_dir=models_dir, log=log, precisions=[p for p in precisions.split(",") if p],
-                   sizes=[s for s in sizes.split(",") if s], steps=steps, seed=seed, gpu=gpu,
-                   browser_path=browser_path, native_json=native_json, dist_dir=dist_dir, timeout_s=timeout_s,
-                   f16_toggle=f16_toggle, kernels=kernels, memory_mode=memory_mode)
+        bench.main(
+            out_dir,
+            models_dir=models_dir,
+            log=log,
+            precisions=[p for p in precisions.split(",") if p],
+            sizes=[s for s in sizes.split(",") if s],
+            steps=steps,
+            seed=seed,
+            gpu=gpu,
+            browser_path=browser_path,
+            native_json=native_json,
+            dist_dir=dist_dir,
+            timeout_s=timeout_s,
+            f16_toggle=f16_toggle,
+            kernels=kernels,
+            memory_mode=memory_mode,
+        )
     except KleinWebError as exc:
         click.echo(f"could not run: {exc}", err=True)
         sys.exit(2)
 
 
 @main.command("load-bench")
-@click.option("--models", "models_dir", type=click.Path(path_type=Path), required=True,
-              help="Model folder to serve (e.g. a full-size repo from `klein-web convert`).")
+@click.option(
+    "--models",
+    "models_dir",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Model folder to serve (e.g. a full-size repo from `klein-web convert`).",
+)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
-@click.option("--precision", default=None, help="Force a transformer / text encoder variant; default: the app's choice.")
-@click.option("--sizes", default="512x512,1024x1024", show_default=True,
-              help="Comma-separated image sizes: the transformer's session is created for each.")
-@click.option("--gpu/--software", default=False, show_default=True,
-              help="Real GPU (Vulkan on Linux) or SwiftShader (no GPU needed).")
+@click.option(
+    "--precision", default=None, help="Force a transformer / text encoder variant; default: the app's choice."
+)
+@click.option(
+    "--sizes",
+    default="512x512,1024x1024",
+    show_default=True,
+    help="Comma-separated image sizes: the transformer's session is created for each.",
+)
+@click.option(
+    "--gpu/--software",
+    default=False,
+    show_default=True,
+    help="Real GPU (Vulkan on Linux) or SwiftShader (no GPU needed).",
+)
 @click.option("--browser", "browser_path", type=click.Path(path_type=Path), default=None)
-@click.option("--dist", "dist_dir", type=click.Path(path_type=Path), default=None,
-              help="Serve this already-built app as it is; default: build dist/ if stale.")
-@click.option("--f16-toggle/--no-f16-toggle", default=True, show_default=True,
-              help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16.")
-@click.option("--repeat", default=0, show_default=True, type=int,
-              help="Create the transformer this many more times at the first size (memory that is not given back).")
-def load_bench(models_dir: Path, out_dir: Path, precision: str | None, sizes: str, gpu: bool,
-               browser_path: Path | None, dist_dir: Path | None, f16_toggle: bool, repeat: int) -> None:
+@click.option(
+    "--dist",
+    "dist_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Serve this already-built app as it is; default: build dist/ if stale.",
+)
+@click.option(
+    "--f16-toggle/--no-f16-toggle",
+    default=True,
+    show_default=True,
+    help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16.",
+)
+@click.option(
+    "--repeat",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Create the transformer this many more times at the first size (memory that is not given back).",
+)
+def load_bench(
+    models_dir: Path,
+    out_dir: Path,
+    precision: str | None,
+    sizes: str,
+    gpu: bool,
+    browser_path: Path | None,
+    dist_dir: Path | None,
+    f16_toggle: bool,
+    repeat: int,
+) -> None:
     """Every session of a model created and released in Chromium: load time and memory peaks, no image.
 
     Refused before anything is launched (exit 2, one line): an --out that cannot be written or is a file, a
@@ -354,9 +643,18 @@ def load_bench(models_dir: Path, out_dir: Path, precision: str | None, sizes: st
     from builder.check.bench import load as bench
 
     try:
-        bench.main(out_dir, models_dir=models_dir, log=log, sizes=[s for s in sizes.split(",") if s],
-                   precision=precision, gpu=gpu, browser_path=browser_path, dist_dir=dist_dir, f16_toggle=f16_toggle,
-                   repeat=repeat)
+        bench.main(
+            out_dir,
+            models_dir=models_dir,
+            log=log,
+            sizes=[s for s in sizes.split(",") if s],
+            precision=precision,
+            gpu=gpu,
+            browser_path=browser_path,
+            dist_dir=dist_dir,
+            f16_toggle=f16_toggle,
+            repeat=repeat,
+        )
     except KleinWebError as exc:
         click.echo(f"could not run: {exc}", err=True)
         sys.exit(2)
@@ -364,27 +662,60 @@ def load_bench(models_dir: Path, out_dir: Path, precision: str | None, sizes: st
 
 @main.command()
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
-@click.option("--scale", default="full", show_default=True, type=click.Choice(["full", "tiny"]),
-              help="full: the real klein-4B sizes (needs a GPU); tiny: make-tiny's configs, a quick smoke test.")
-@click.option("--components", default="text_encoder,transformer,vae_decoder", show_default=True,
-              help="Comma-separated components to measure.")
-@click.option("--provider", default="auto", show_default=True, type=click.Choice(["auto", "webgpu", "cpu"]),
-              help="onnxruntime EP: webgpu (onnxruntime-ep-webgpu), cpu, or auto (webgpu if it finds an adapter).")
+@click.option(
+    "--scale",
+    default="full",
+    show_default=True,
+    type=click.Choice(["full", "tiny"]),
+    help="full: the real klein-4B sizes (needs a GPU); tiny: make-tiny's configs, a quick smoke test.",
+)
+@click.option(
+    "--components",
+    default="text_encoder,transformer,vae_decoder",
+    show_default=True,
+    help="Comma-separated components to measure.",
+)
+@click.option(
+    "--provider",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "webgpu", "cpu"]),
+    help="onnxruntime EP: webgpu (onnxruntime-ep-webgpu), cpu, or auto (webgpu if it finds an adapter).",
+)
 @click.option("--warmup", default=2, show_default=True, type=int)
 @click.option("--repeats", default=5, show_default=True, type=int, help="Timed runs; the median is reported.")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None, help="Where the ONNX graphs are built.")
-@click.option("--browser-overhead", is_flag=True,
-              help="Instead: the app's time outside session.run on make-tiny at 512x512 (headless Chromium).")
-def bench(out_dir: Path, scale: str, components: str, provider: str, warmup: int, repeats: int,
-          workdir: Path | None, browser_overhead: bool) -> None:
+@click.option(
+    "--browser-overhead",
+    is_flag=True,
+    help="Instead: the app's time outside session.run on make-tiny at 512x512 (headless Chromium).",
+)
+def bench(
+    out_dir: Path,
+    scale: str,
+    components: str,
+    provider: str,
+    warmup: int,
+    repeats: int,
+    workdir: Path | None,
+    browser_overhead: bool,
+) -> None:
     """GPU benchmark: WebGPU EP vs PyTorch bf16 on a full-size random-weight klein."""
     from builder.check.bench import native, overhead
 
     if browser_overhead:
         overhead.browser_overhead(out_dir, log=log)
         return
-    native.main(out_dir, log=log, scale=scale, components=[c for c in components.split(",") if c],
-                   provider=provider, warmup=warmup, repeats=repeats, workdir=workdir)
+    native.main(
+        out_dir,
+        log=log,
+        scale=scale,
+        components=[c for c in components.split(",") if c],
+        provider=provider,
+        warmup=warmup,
+        repeats=repeats,
+        workdir=workdir,
+    )
 
 
 if __name__ == "__main__":

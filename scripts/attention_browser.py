@@ -100,8 +100,9 @@ def mha_fp32(tokens: int) -> onnx.ModelProto:
 
 def serve(folder: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    http.server.SimpleHTTPRequestHandler.extensions_map.update({".mjs": "text/javascript", ".wasm": "application/wasm",
-                                                               ".js": "text/javascript"})
+    http.server.SimpleHTTPRequestHandler.extensions_map.update(
+        {".mjs": "text/javascript", ".wasm": "application/wasm", ".js": "text/javascript"}
+    )
     http.server.SimpleHTTPRequestHandler.log_message = lambda *_a: None  # type: ignore[method-assign]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -139,20 +140,31 @@ def main() -> None:
                 values = rng.standard_normal((1, tokens, HIDDEN)).astype(np.float16)
                 values.tofile(folder / "inputs" / f"{tokens}-{name}-float16.bin")
                 values.astype(np.float32).tofile(folder / "inputs" / f"{tokens}-{name}-float32.bin")
-            graphs = [(f"{tokens} tokens decomposed, {blocks} query blocks", decomposed(tokens, blocks, 1), "float16"),
-                      (f"{tokens} tokens MultiHeadAttention", mha(tokens, 1), "float16")]
+            graphs = [
+                (f"{tokens} tokens decomposed, {blocks} query blocks", decomposed(tokens, blocks, 1), "float16"),
+                (f"{tokens} tokens MultiHeadAttention", mha(tokens, 1), "float16"),
+            ]
             if args.fp32:
                 graphs = [(f"{tokens} tokens MultiHeadAttention fp32", mha_fp32(tokens), "float32")]
             for label, model, dtype in graphs:
                 file = f"{label.replace(' ', '_').replace(',', '')}.onnx"
                 onnx.save(with_fp32_output(model) if dtype == "float16" else model, folder / "models" / file)
-                cases.append({"label": label, "file": file, "tokens": tokens, "hidden": HIDDEN, "runs": args.runs,
-                              "dtype": dtype})
+                cases.append(
+                    {
+                        "label": label,
+                        "file": file,
+                        "tokens": tokens,
+                        "hidden": HIDDEN,
+                        "runs": args.runs,
+                        "dtype": dtype,
+                    }
+                )
         server, url = serve(folder)
         try:
             with sync_playwright() as playwright:
-                context = launch_persistent(playwright, folder / "profile", executable=find_chromium(args.browser),
-                                            gpu=args.gpu)
+                context = launch_persistent(
+                    playwright, folder / "profile", executable=find_chromium(args.browser), gpu=args.gpu
+                )
                 page = context.new_page()
                 page.on("console", lambda m: print("  [page]", m.text[:300]) if m.type == "error" else None)
                 page.goto(url)
@@ -164,8 +176,10 @@ def main() -> None:
     print("device features:", ", ".join(result["features"]))
     for label, times in result["cases"].items():
         programs = ", ".join(f"{k['op']}/{k['program']} {k['gpuMs']:.2f} ms" for k in times["kernels"][:8])
-        print(f"{label}: GPU {times['gpuMs']:.2f} ms per run, {times['runMs']:.2f} ms per run in onnxruntime "
-              f"(max |diff| vs the first {times['maxDiffVsFirst']:.2e}); {programs}")
+        print(
+            f"{label}: GPU {times['gpuMs']:.2f} ms per run, {times['runMs']:.2f} ms per run in onnxruntime "
+            f"(max |diff| vs the first {times['maxDiffVsFirst']:.2e}); {programs}"
+        )
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
 

@@ -37,13 +37,27 @@ def decomposed(tokens: int, blocks: int, layers: int) -> onnx.ModelProto:
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
     for layer in range(layers):
-        _decomposed_layer(nodes, inits, tokens, blocks, "q" if layer == 0 else f"out{layer - 1}",
-                          "out" if layer == layers - 1 else f"out{layer}", f"l{layer}_")
+        _decomposed_layer(
+            nodes,
+            inits,
+            tokens,
+            blocks,
+            "q" if layer == 0 else f"out{layer - 1}",
+            "out" if layer == layers - 1 else f"out{layer}",
+            f"l{layer}_",
+        )
     return _model(nodes, inits, tokens)
 
 
-def _decomposed_layer(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], tokens: int, blocks: int, query: str,
-                      result: str, p: str) -> None:
+def _decomposed_layer(
+    nodes: list[onnx.NodeProto],
+    inits: list[onnx.TensorProto],
+    tokens: int,
+    blocks: int,
+    query: str,
+    result: str,
+    p: str,
+) -> None:
 
     def const(name: str, values: Any, dtype: Any = np.int64) -> str:
         inits.append(onnx.numpy_helper.from_array(np.array(values, dtype=dtype), name))
@@ -84,8 +98,16 @@ def mha(tokens: int, layers: int) -> onnx.ModelProto:
     nodes = []
     for layer in range(layers):
         query, result = ("q" if layer == 0 else f"out{layer - 1}"), ("out" if layer == layers - 1 else f"out{layer}")
-        nodes.append(helper.make_node("MultiHeadAttention", [query, "k", "v"], [result, f"pk{layer}", f"pv{layer}"],
-                                      domain="com.microsoft", num_heads=HEADS, scale=float(1 / np.sqrt(HEAD))))
+        nodes.append(
+            helper.make_node(
+                "MultiHeadAttention",
+                [query, "k", "v"],
+                [result, f"pk{layer}", f"pv{layer}"],
+                domain="com.microsoft",
+                num_heads=HEADS,
+                scale=float(1 / np.sqrt(HEAD)),
+            )
+        )
     return _model(nodes, [], tokens)
 
 
@@ -93,7 +115,9 @@ def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], tokens: i
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT16, [1, tokens, HIDDEN]) for n in ("q", "k", "v")]
     outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT16, [1, tokens, HIDDEN])]
     graph = helper.make_graph(nodes, "attention", io, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
     model.ir_version = 10
     return model
 
@@ -120,7 +144,9 @@ def programs(path: str, feeds: dict[str, np.ndarray]) -> list[str]:
     session = ort.InferenceSession(path, sess_options=options)
     session.run(None, feeds)
     events = json.loads(Path(session.end_profiling()).read_text())
-    names = [e.get("name", "") for e in events if e.get("cat") in ("Api", "Node") and "kernel_time" not in e.get("name", "")]
+    names = [
+        e.get("name", "") for e in events if e.get("cat") in ("Api", "Node") and "kernel_time" not in e.get("name", "")
+    ]
     return sorted(set(names))[:12]
 
 
@@ -141,7 +167,8 @@ def main() -> None:
         expected = reference(feeds["q"], feeds["k"], feeds["v"])
         # label -> model of that many layers
         kinds: dict[str, Callable[[int], onnx.ModelProto]] = {
-            f"decomposed {b} blocks": functools.partial(decomposed, tokens, int(b)) for b in args.blocks.split(",")}
+            f"decomposed {b} blocks": functools.partial(decomposed, tokens, int(b)) for b in args.blocks.split(",")
+        }
         kinds["MultiHeadAttention"] = functools.partial(mha, tokens)
         for label, build in kinds.items():
             try:
@@ -159,11 +186,16 @@ def main() -> None:
                         began = time.perf_counter()
                         session.run(None, feeds)
                         samples.append((time.perf_counter() - began) * 1000)
-                    times[layers] = (time_captured(path, feeds, plain, warmup=3, repeats=10)["median_ms"],
-                                     statistics.median(samples))
+                    times[layers] = (
+                        time_captured(path, feeds, plain, warmup=3, repeats=10)["median_ms"],
+                        statistics.median(samples),
+                    )
                 per = [(times[LAYERS][i] - times[1][i]) / (LAYERS - 1) for i in (0, 1)]
-                print(f"{tokens:5d} tokens  {label:22s} per layer: capture {per[0]:6.2f} ms, plain {per[1]:6.2f} ms;"
-                      f"  max|err| {error:.3e} (fp64 ref)  programs {names}", flush=True)
+                print(
+                    f"{tokens:5d} tokens  {label:22s} per layer: capture {per[0]:6.2f} ms, plain {per[1]:6.2f} ms;"
+                    f"  max|err| {error:.3e} (fp64 ref)  programs {names}",
+                    flush=True,
+                )
             except Exception as exc:  # noqa: BLE001
                 print(f"{tokens:5d} tokens  {label:22s} failed: {str(exc)[:300]}", flush=True)
 

@@ -33,30 +33,45 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="capture-memory-"))
     peaks: dict[tuple[int, int], tuple[float, float]] = {}
     for k in singles:
-        graphs = export_graphs(scale, "transformer", (0, k), work / f"chain{k}", precisions=["q4f16"],
-                                     log=lambda _m: None)
+        graphs = export_graphs(
+            scale, "transformer", (0, k), work / f"chain{k}", precisions=["q4f16"], log=lambda _m: None
+        )
         weights = graph_bytes(graphs[app_choice(scale, sizes[0], "q4f16")])  # shared by every class
         for size in sizes:
             label = app_choice(scale, size, "q4f16")
             npz = work / f"in-{size}.npz"
             np.savez(npz, **make_inputs(scale, "transformer", size))
-            result = time_ort(graphs[label], {str(size): npz}, provider="webgpu", warmup=1, repeats=2,
-                                    timeout_s=300, workdir=work, capture=True)
+            result = time_ort(
+                graphs[label],
+                {str(size): npz},
+                provider="webgpu",
+                warmup=1,
+                repeats=2,
+                timeout_s=300,
+                workdir=work,
+                capture=True,
+            )
             if "error" in result:
                 print(f"0+{k} {size}^2 {label}: failed {result['error']}", flush=True)
                 continue
             plain, captured = (result.get(key) or 0 for key in ("peak_bytes", "capture_peak_bytes"))
             peaks[(k, size)] = (plain / 2**30, captured / 2**30)
-            print(f"0+{k} single blocks, {size}^2, {label}: plain {plain / 2**30:.2f} GiB, captured "
-                  f"{captured / 2**30:.2f} GiB (weights on disk {weights / 2**30:.2f} GiB)", flush=True)
+            print(
+                f"0+{k} single blocks, {size}^2, {label}: plain {plain / 2**30:.2f} GiB, captured "
+                f"{captured / 2**30:.2f} GiB (weights on disk {weights / 2**30:.2f} GiB)",
+                flush=True,
+            )
     for size in sizes:
         points = [(k, *peaks[(k, size)]) for k in singles if (k, size) in peaks]
         if len(points) >= 2:
             ks = np.array([p[0] for p in points], dtype=float)
             for i, name in ((1, "plain"), (2, "captured")):
                 slope, intercept = np.polyfit(ks, np.array([p[i] for p in points]), 1)
-                print(f"{size}^2 {name}: {slope:.3f} GiB per single block; at 25 blocks "
-                      f"~{intercept + 25 * slope:.2f} GiB (linear in depth)", flush=True)
+                print(
+                    f"{size}^2 {name}: {slope:.3f} GiB per single block; at 25 blocks "
+                    f"~{intercept + 25 * slope:.2f} GiB (linear in depth)",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,14 @@ def prettier(paths: list[str], *, check: bool) -> int:
     modules = ensure_node_modules(log=lambda message: print(message, file=sys.stderr))
     tools = find_node()
     mode = ["--check"] if check else ["--write", "--list-different"]
-    command = [str(tools.node), str(modules / "prettier" / "bin" / "prettier.cjs"), "--config",
-               str(WEB_SRC / ".prettierrc.json"), *mode, *paths]
+    command = [
+        str(tools.node),
+        str(modules / "prettier" / "bin" / "prettier.cjs"),
+        "--config",
+        str(WEB_SRC / ".prettierrc.json"),
+        *mode,
+        *paths,
+    ]
     return subprocess.run(command, cwd=REPO_ROOT, env=tools.env(), check=False).returncode
 
 

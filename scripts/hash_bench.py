@@ -90,8 +90,12 @@ def bundle_worker(out: Path) -> Path:
     entry.write_text(WORKER % {"hashing": json.dumps((WEB_SRC / "src" / "store" / "hashing.js").as_posix())})
     target = out / "bench.js"
     esbuild = WEB_SRC / "node_modules" / ".bin" / "esbuild"
-    subprocess.run([str(esbuild), str(entry), "--bundle", "--format=esm", f"--outfile={target}", "--log-level=warning"],
-                   cwd=WEB_SRC, env=find_node().env(), check=True)
+    subprocess.run(
+        [str(esbuild), str(entry), "--bundle", "--format=esm", f"--outfile={target}", "--log-level=warning"],
+        cwd=WEB_SRC,
+        env=find_node().env(),
+        check=True,
+    )
     return target
 
 
@@ -151,8 +155,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
         worker_js = bundle_worker(Path(tmp))
-        browser = playwright.chromium.launch(executable_path=str(find_chromium()), headless=True,
-                                             args=launch_args(gpu=False))
+        browser = playwright.chromium.launch(
+            executable_path=str(find_chromium()), headless=True, args=launch_args(gpu=False)
+        )
         print(f"{browser.version} headless; stream {total / 1e9:.2f} GB; best of {args.repeat}")
         with server(worker_js, total) as base:
             page = browser.new_page()
@@ -161,16 +166,19 @@ def main() -> None:
                 best: dict[bool, float] = {}
                 for _ in range(args.repeat):
                     for hash_it in (False, True):
-                        result = page.evaluate(RUN_JS, {"source": source, "hash": hash_it, "total": total,
-                                                         "url": base + "/stream"})
+                        result = page.evaluate(
+                            RUN_JS, {"source": source, "hash": hash_it, "total": total, "url": base + "/stream"}
+                        )
                         if "error" in result:
                             raise SystemExit(f"{source}: {result['error']}")
                         assert result["bytes"] == total, result
                         best[hash_it] = min(best.get(hash_it, float("inf")), result["seconds"])
                 plain, hashed = best[False], best[True]
-                print(f"{source:9}  read only {plain:6.1f} s ({total / plain / 1e6:7.0f} MB/s)   "
-                      f"read + SHA-256 {hashed:6.1f} s ({total / hashed / 1e6:6.0f} MB/s)   "
-                      f"hashing adds {hashed - plain:5.1f} s")
+                print(
+                    f"{source:9}  read only {plain:6.1f} s ({total / plain / 1e6:7.0f} MB/s)   "
+                    f"read + SHA-256 {hashed:6.1f} s ({total / hashed / 1e6:6.0f} MB/s)   "
+                    f"hashing adds {hashed - plain:5.1f} s"
+                )
         browser.close()
 
 

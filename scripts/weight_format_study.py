@@ -87,7 +87,7 @@ def tensor_kind(tensor: TensorProto, readers: dict[str, list[onnx.NodeProto]]) -
     if not users:
         return f"unread {dtype}"
     node = users[0]
-    index = list(node.input).index(name) if name in node.input else list(node.input).index(name[:-len(STORED_FP16)])
+    index = list(node.input).index(name) if name in node.input else list(node.input).index(name[: -len(STORED_FP16)])
     roles = INPUT_ROLES.get(node.op_type, ())
     role = roles[index] if index < len(roles) else f"input {index}"
     return f"{node.op_type} {role} {dtype}"
@@ -95,16 +95,21 @@ def tensor_kind(tensor: TensorProto, readers: dict[str, list[onnx.NodeProto]]) -
 
 def repo_bytes(repo: Path, variant: str | None) -> None:
     """Print the bytes of each main graph of REPO (size-class graphs share their weights) by tensor kind."""
-    entries = [graph for graph in manifest.load(repo).graphs
-               if ".qb" not in graph.path and (variant is None or graph.variant in (variant, "fp16", "fp32"))]
+    entries = [
+        graph
+        for graph in manifest.load(repo).graphs
+        if ".qb" not in graph.path and (variant is None or graph.variant in (variant, "fp16", "fp32"))
+    ]
     print(f"# {repo} ({datetime.date.today().isoformat()})\n")
     print("| graph | tensor kind | bytes | GB |\n|---|---|---|---|")
     for graph in entries:
         kinds = bytes_by_kind(repo / graph.path)
         for kind, size in sorted(kinds.items(), key=lambda item: -item[1]):
             print(f"| {graph.component}_{graph.variant} | {kind} | {size:,} | {size / 1e9:.3f} |")
-        print(f"| {graph.component}_{graph.variant} | **total** | {sum(kinds.values()):,} | "
-              f"{sum(kinds.values()) / 1e9:.3f} |")
+        print(
+            f"| {graph.component}_{graph.variant} | **total** | {sum(kinds.values()):,} | "
+            f"{sum(kinds.values()) / 1e9:.3f} |"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -125,10 +130,16 @@ def studied_formats() -> dict[str, Any]:
         **FORMATS,
         "compact-te64": replace(COMPACT, name="compact-te64", block_size={"text_encoder": 64, "transformer": 32}),
         "compact-b128": replace(COMPACT, name="compact-b128", block_size=blocks128, embedding_block=128),
-        "te-mlp-2bit": replace(COMPACT, name="te-mlp-2bit", block_size=blocks128, embedding_block=128,
-                               two_bit=("/mlp/",)),
-        "tr-ff-2bit": replace(COMPACT, name="tr-ff-2bit", block_size=blocks128, embedding_block=128,
-                              two_bit=("/ff/", "/ff_context/", "/attn/to_out/")),
+        "te-mlp-2bit": replace(
+            COMPACT, name="te-mlp-2bit", block_size=blocks128, embedding_block=128, two_bit=("/mlp/",)
+        ),
+        "tr-ff-2bit": replace(
+            COMPACT,
+            name="tr-ff-2bit",
+            block_size=blocks128,
+            embedding_block=128,
+            two_bit=("/ff/", "/ff_context/", "/attn/to_out/"),
+        ),
     }
 
 
@@ -139,29 +150,57 @@ HIDDEN, MLP_HIDDEN = 3_072, 9_216
 
 
 def full_size_weights() -> list[tuple[str, str, int, int]]:
-    layer = [("self_attn/q_proj", 2560, 4096), ("self_attn/k_proj", 2560, 1024), ("self_attn/v_proj", 2560, 1024),
-             ("self_attn/o_proj", 4096, 2560), ("mlp/gate_proj", 2560, 9728), ("mlp/up_proj", 2560, 9728),
-             ("mlp/down_proj", 9728, 2560)]
+    layer = [
+        ("self_attn/q_proj", 2560, 4096),
+        ("self_attn/k_proj", 2560, 1024),
+        ("self_attn/v_proj", 2560, 1024),
+        ("self_attn/o_proj", 4096, 2560),
+        ("mlp/gate_proj", 2560, 9728),
+        ("mlp/up_proj", 2560, 9728),
+        ("mlp/down_proj", 9728, 2560),
+    ]
     weights = [("text_encoder", f"/layers.{i}/{name}/MatMul", k, n) for i in range(TEXT_LAYERS) for name, k, n in layer]
     weights.append(("text_encoder", "embed_tokens", VOCAB, TEXT_WIDTH))
     h = HIDDEN
-    weights += [("transformer", name, k, n) for name, k, n in (
-        ("/m/time_guidance_embed/timestep_embedder/linear_1/MatMul", TIME_CHANNELS, h),
-        ("/m/time_guidance_embed/timestep_embedder/linear_2/MatMul", h, h),
-        ("/m/double_stream_modulation_img/linear/MatMul", h, 6 * h),
-        ("/m/double_stream_modulation_txt/linear/MatMul", h, 6 * h),
-        ("/m/single_stream_modulation/linear/MatMul", h, 3 * h),
-        ("/m/x_embedder/MatMul", 128, h), ("/m/context_embedder/MatMul", 7680, h),
-        ("/m/norm_out/linear/MatMul", h, 2 * h), ("/m/proj_out/MatMul", h, 128))]
-    double = [("attn/to_q", h, h), ("attn/to_k", h, h), ("attn/to_v", h, h), ("attn/add_q_proj", h, h),
-              ("attn/add_k_proj", h, h), ("attn/add_v_proj", h, h), ("attn/to_out.0", h, h), ("attn/to_add_out", h, h),
-              ("ff/linear_in", h, 2 * MLP_HIDDEN), ("ff/linear_out", MLP_HIDDEN, h),
-              ("ff_context/linear_in", h, 2 * MLP_HIDDEN), ("ff_context/linear_out", MLP_HIDDEN, h)]
-    weights += [("transformer", f"/m/transformer_blocks.{i}/{name}/MatMul", k, n)
-                for i in range(DOUBLE_BLOCKS) for name, k, n in double]
+    weights += [
+        ("transformer", name, k, n)
+        for name, k, n in (
+            ("/m/time_guidance_embed/timestep_embedder/linear_1/MatMul", TIME_CHANNELS, h),
+            ("/m/time_guidance_embed/timestep_embedder/linear_2/MatMul", h, h),
+            ("/m/double_stream_modulation_img/linear/MatMul", h, 6 * h),
+            ("/m/double_stream_modulation_txt/linear/MatMul", h, 6 * h),
+            ("/m/single_stream_modulation/linear/MatMul", h, 3 * h),
+            ("/m/x_embedder/MatMul", 128, h),
+            ("/m/context_embedder/MatMul", 7680, h),
+            ("/m/norm_out/linear/MatMul", h, 2 * h),
+            ("/m/proj_out/MatMul", h, 128),
+        )
+    ]
+    double = [
+        ("attn/to_q", h, h),
+        ("attn/to_k", h, h),
+        ("attn/to_v", h, h),
+        ("attn/add_q_proj", h, h),
+        ("attn/add_k_proj", h, h),
+        ("attn/add_v_proj", h, h),
+        ("attn/to_out.0", h, h),
+        ("attn/to_add_out", h, h),
+        ("ff/linear_in", h, 2 * MLP_HIDDEN),
+        ("ff/linear_out", MLP_HIDDEN, h),
+        ("ff_context/linear_in", h, 2 * MLP_HIDDEN),
+        ("ff_context/linear_out", MLP_HIDDEN, h),
+    ]
+    weights += [
+        ("transformer", f"/m/transformer_blocks.{i}/{name}/MatMul", k, n)
+        for i in range(DOUBLE_BLOCKS)
+        for name, k, n in double
+    ]
     single = [("attn/to_qkv_mlp_proj", h, 3 * h + 2 * MLP_HIDDEN), ("attn/to_out", h + MLP_HIDDEN, h)]
-    weights += [("transformer", f"/m/single_transformer_blocks.{i}/{name}/MatMul", k, n)
-                for i in range(SINGLE_BLOCKS) for name, k, n in single]
+    weights += [
+        ("transformer", f"/m/single_transformer_blocks.{i}/{name}/MatMul", k, n)
+        for i in range(SINGLE_BLOCKS)
+        for name, k, n in single
+    ]
     return weights
 
 
@@ -206,9 +245,14 @@ def sizes_table() -> None:
         for variant in ("q4f16", "q4"):
             parts = full_size_set_bytes(fmt, variant)
             vae = "fp16" if variant == "q4f16" else "fp32"
-            print(row(name, f"{variant} + {vae} VAE", *(f"{parts[key] / 1e9:.3f}" for key in
-                                                       ("text_encoder", "transformer", "vae_decoder")),
-                      f"**{sum(parts.values()) / 1e9:.2f}**"))
+            print(
+                row(
+                    name,
+                    f"{variant} + {vae} VAE",
+                    *(f"{parts[key] / 1e9:.3f}" for key in ("text_encoder", "transformer", "vae_decoder")),
+                    f"**{sum(parts.values()) / 1e9:.2f}**",
+                )
+            )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -244,7 +288,7 @@ def embedding_rows(distribution: str, start: int, count: int) -> np.ndarray:
         return (values * rng.lognormal(0, 0.5, (count, 1))).astype(np.float32)
     if distribution == "outlier columns":  # init plus 8 columns 20x larger (as some LLM embeddings carry)
         values = rng.normal(0, 0.02, (count, TEXT_WIDTH))
-        values[:, ::TEXT_WIDTH // 8] *= 20
+        values[:, :: TEXT_WIDTH // 8] *= 20
         return values.astype(np.float32)
     raise ValueError(distribution)
 
@@ -272,8 +316,16 @@ def embedding_study() -> None:
                 worst[label] = max(worst[label], float(np.abs(diff).max()))
             print(f"  {distribution}: rows {start + len(table)}/{VOCAB}", file=sys.stderr)
         for label in formats:
-            print(row(distribution, label, f"{sizes[label] / 1e9:.3f} GB", f"{math.sqrt(squared[label] / total):.4f}",
-                      f"{worst[label]:.2e}", f"{peak:.3f}"))
+            print(
+                row(
+                    distribution,
+                    label,
+                    f"{sizes[label] / 1e9:.3f} GB",
+                    f"{math.sqrt(squared[label] / total):.4f}",
+                    f"{worst[label]:.2e}",
+                    f"{peak:.3f}",
+                )
+            )
 
 
 def dequantized(table: np.ndarray, block: int) -> np.ndarray:
@@ -314,8 +366,12 @@ def time_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
     from builder.pipeline.schedule import model_timestep, retrieve_timesteps
 
     steps = [model_timestep(t)[0] for tokens in (1024, 4096) for t in retrieve_timesteps(4, tokens)[1]]
-    features: np.ndarray = get_timestep_embedding(torch.tensor(steps) * 1000, TIME_CHANNELS, flip_sin_to_cos=True,
-                                                  downscale_freq_shift=0).numpy().astype(np.float32)
+    features: np.ndarray = (
+        get_timestep_embedding(torch.tensor(steps) * 1000, TIME_CHANNELS, flip_sin_to_cos=True, downscale_freq_shift=0)
+        .numpy()
+        .astype(np.float32)
+    )
+
     def silu(x: np.ndarray) -> np.ndarray:
         return np.asarray(x / (1 + np.exp(-x)))
 
@@ -324,8 +380,9 @@ def time_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"time_guidance_embed linear_1": features, "time_guidance_embed linear_2": hidden, "*": silu(temb)}
 
 
-def matmul_nbits_output(weight: np.ndarray, x: np.ndarray, *, accuracy_level: int, block_size: int = 32,
-                        bits: int = 4) -> np.ndarray:
+def matmul_nbits_output(
+    weight: np.ndarray, x: np.ndarray, *, accuracy_level: int, block_size: int = 32, bits: int = 4
+) -> np.ndarray:
     """x @ weight through the converter's own MatMulNBits rewrite, with its scales stored in fp16, on
     onnxruntime's CPU kernels."""
     import onnxruntime as ort
@@ -333,13 +390,17 @@ def matmul_nbits_output(weight: np.ndarray, x: np.ndarray, *, accuracy_level: in
     from builder.repo.quantize import store_fp16
 
     k, n = weight.shape
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="/layer/MatMul")], "layer",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="/layer/MatMul")],
+        "layer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(MS_DOMAIN, 1)])
     model.ir_version = IR_VERSION
-    quantize_matmul(model.graph, model.graph.node[0], weight, accuracy_level=accuracy_level, block_size=block_size,
-                    bits=bits)
+    quantize_matmul(
+        model.graph, model.graph.node[0], weight, accuracy_level=accuracy_level, block_size=block_size, bits=bits
+    )
     store_fp16(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return np.asarray(session.run(None, {"x": x})[0])
@@ -348,10 +409,22 @@ def matmul_nbits_output(weight: np.ndarray, x: np.ndarray, *, accuracy_level: in
 def adaln_study() -> None:
     rng = np.random.default_rng(0)
     inputs = time_inputs(rng)
-    print("\n## Time embedding and AdaLN layers at klein-4B's shapes: 4-bit MatMulNBits (block 32, fp16-stored "
-          "scales) against fp32, on the inputs of 8 timesteps (4-step 512x512 and 1024x1024)\n")
-    print(row("layer", "K x N", "fp32 bytes", "q4 bytes", "accuracy_level", "relative L2", "max abs error",
-              "max abs output"))
+    print(
+        "\n## Time embedding and AdaLN layers at klein-4B's shapes: 4-bit MatMulNBits (block 32, fp16-stored "
+        "scales) against fp32, on the inputs of 8 timesteps (4-step 512x512 and 1024x1024)\n"
+    )
+    print(
+        row(
+            "layer",
+            "K x N",
+            "fp32 bytes",
+            "q4 bytes",
+            "accuracy_level",
+            "relative L2",
+            "max abs error",
+            "max abs output",
+        )
+    )
     print(row(*["---"] * 8))
     for name, (k, n) in ADALN_LAYERS.items():
         weight = linear_weight(rng, k, n)
@@ -360,8 +433,18 @@ def adaln_study() -> None:
         q4_bytes = k * n // 2 + k * n // 32 * 2
         for level in (0, 4):
             relative, worst = errors(matmul_nbits_output(weight, x, accuracy_level=level), expected)
-            print(row(name, f"{k} x {n}", f"{k * n * 4 / 1e6:.1f} MB", f"{q4_bytes / 1e6:.1f} MB", level,
-                      f"{relative:.4f}", f"{worst:.2e}", f"{np.abs(expected).max():.2e}"))
+            print(
+                row(
+                    name,
+                    f"{k} x {n}",
+                    f"{k * n * 4 / 1e6:.1f} MB",
+                    f"{q4_bytes / 1e6:.1f} MB",
+                    level,
+                    f"{relative:.4f}",
+                    f"{worst:.2e}",
+                    f"{np.abs(expected).max():.2e}",
+                )
+            )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -380,20 +463,25 @@ LAYER_COLUMNS = 2_048  # N: each column is quantised on its own, so the error do
 
 
 def layer_study() -> None:
-    print("\n## The MatMulNBits layers by block size and bits: output against fp32 (relative L2), K as in klein-4B, "
-          f"{LAYER_COLUMNS} columns, 64 normal input rows, accuracy_level 0\n")
+    print(
+        "\n## The MatMulNBits layers by block size and bits: output against fp32 (relative L2), K as in klein-4B, "
+        f"{LAYER_COLUMNS} columns, 64 normal input rows, accuracy_level 0\n"
+    )
     formats = ((4, 32), (4, 64), (4, 128), (2, 32), (2, 128))
     print(row("layer", "weights", *(f"{bits}-bit, block {block}" for bits, block in formats)))
     print(row(*["---"] * (2 + len(formats))))
     rng = np.random.default_rng(3)
     for name, k in LAYER_SHAPES.items():
         x = rng.standard_normal((64, k)).astype(np.float32)
-        for label, drawn in (("normal", rng.standard_normal((k, LAYER_COLUMNS)) / math.sqrt(k)),
-                             ("Student-t, 4 dof", rng.standard_t(4, (k, LAYER_COLUMNS)) / math.sqrt(2 * k))):
+        for label, drawn in (
+            ("normal", rng.standard_normal((k, LAYER_COLUMNS)) / math.sqrt(k)),
+            ("Student-t, 4 dof", rng.standard_t(4, (k, LAYER_COLUMNS)) / math.sqrt(2 * k)),
+        ):
             weight = drawn.astype(np.float32)
             expected = x @ weight
-            outputs = [matmul_nbits_output(weight, x, accuracy_level=0, block_size=block, bits=bits)
-                       for bits, block in formats]
+            outputs = [
+                matmul_nbits_output(weight, x, accuracy_level=0, block_size=block, bits=bits) for bits, block in formats
+            ]
             cells = [f"{errors(output, expected)[0]:.4f}" for output in outputs]
             print(row(name, label, *cells))
 
@@ -436,16 +524,25 @@ def component_feeds(fp32_repo: Path) -> Iterator[tuple[str, str, dict[str, np.nd
 
     tokenizer = load_tokenizer(fp32_repo)
     tokens = [tokenizer.encode(prompt) for prompt in PROMPTS]
-    text = {"input_ids": np.concatenate([t.input_ids for t in tokens]),
-            "attention_mask": np.concatenate([t.attention_mask for t in tokens])}
+    text = {
+        "input_ids": np.concatenate([t.input_ids for t in tokens]),
+        "attention_mask": np.concatenate([t.attention_mask for t in tokens]),
+    }
     yield "text_encoder", "fp32", text
     embeds = run_graph(fp32_repo / manifest.graph_path("text_encoder", "fp32"), text)[:1]
     latents = torch_randn((1, 128, 8, 8), 1)
     timesteps = retrieve_timesteps(4, 64)[1]
-    yield "transformer", "fp32", {"hidden_states": pack_latents(latents), "encoder_hidden_states": embeds,
-                                  "timestep": model_timestep(timesteps[0]),
-                                  "img_ids": prepare_latent_ids(8, 8),
-                                  "txt_ids": prepare_text_ids(embeds.shape[1])}
+    yield (
+        "transformer",
+        "fp32",
+        {
+            "hidden_states": pack_latents(latents),
+            "encoder_hidden_states": embeds,
+            "timestep": model_timestep(timesteps[0]),
+            "img_ids": prepare_latent_ids(8, 8),
+            "txt_ids": prepare_text_ids(embeds.shape[1]),
+        },
+    )
     yield "vae_decoder", "fp32", {"latents": latents}
 
 
@@ -455,8 +552,10 @@ def tiny_study(tiny: Path, work: Path) -> None:
 
     repos = {name: converted(tiny / "diffusers", work / name, fmt) for name, fmt in studied_formats().items()}
     fp32_repo = tiny / "fp32"
-    print(f"# Weight formats on the tiny model ({datetime.date.today().isoformat()}, "
-          f"`python scripts/weight_format_study.py tiny {tiny} {work}`)")
+    print(
+        f"# Weight formats on the tiny model ({datetime.date.today().isoformat()}, "
+        f"`python scripts/weight_format_study.py tiny {tiny} {work}`)"
+    )
     print("\n## Each component's output against the fp32 graph\n")
     print(row("component", "format", "variant", "relative L2", "max abs error", "max abs output"))
     print(row(*["---"] * 6))
@@ -465,19 +564,31 @@ def tiny_study(tiny: Path, work: Path) -> None:
         variants = ("fp32", "fp16") if component == "vae_decoder" else ("q4", "q4f16")
         for name, repo in repos.items():
             for graph_variant in variants:
-                relative, worst = errors(run_graph(repo / manifest.graph_path(component, graph_variant), feed),
-                                         expected)
-                print(row(component, name, graph_variant, f"{relative:.4f}", f"{worst:.3e}",
-                          f"{np.abs(expected).max():.3e}"))
+                relative, worst = errors(
+                    run_graph(repo / manifest.graph_path(component, graph_variant), feed), expected
+                )
+                print(
+                    row(
+                        component,
+                        name,
+                        graph_variant,
+                        f"{relative:.4f}",
+                        f"{worst:.3e}",
+                        f"{np.abs(expected).max():.3e}",
+                    )
+                )
 
-    print("\n## Whole images (4 steps, seed 1, 3 prompts): PSNR in dB against the seed format's q4f16 image "
-          "and against the fp32 image, min / mean over the prompts\n")
+    print(
+        "\n## Whole images (4 steps, seed 1, 3 prompts): PSNR in dB against the seed format's q4f16 image "
+        "and against the fp32 image, min / mean over the prompts\n"
+    )
     print(row("size", "format", "text encoder + transformer", "VAE", "vs seed q4f16", "vs fp32"))
     print(row(*["---"] * 6))
 
     def image(repo: Path, variants: dict[str, str] | None, prompt: str, size: int) -> np.ndarray:
-        return generate(repo, prompt=prompt, seed=1, width=size, height=size, steps=4, log=lambda _m: None,
-                        variants=variants).image
+        return generate(
+            repo, prompt=prompt, seed=1, width=size, height=size, steps=4, log=lambda _m: None, variants=variants
+        ).image
 
     for size in IMAGE_SIZES:
         fp32_images = [image(fp32_repo, None, prompt, size) for prompt in PROMPTS]
@@ -496,8 +607,9 @@ def span(values: list[float]) -> str:
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return "identical"
-    return f"{min(values):.1f} / {sum(finite) / len(finite):.1f}" + (" (some identical)" if len(finite) < len(values)
-                                                                      else "")
+    return f"{min(values):.1f} / {sum(finite) / len(finite):.1f}" + (
+        " (some identical)" if len(finite) < len(values) else ""
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -516,8 +628,10 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "tiny":
         tiny_study(args.tiny, args.work)
     else:
-        print(f"# Weight formats at full width ({datetime.date.today().isoformat()}, "
-              "`python scripts/weight_format_study.py full`)")
+        print(
+            f"# Weight formats at full width ({datetime.date.today().isoformat()}, "
+            "`python scripts/weight_format_study.py full`)"
+        )
         sizes_table()
         embedding_study()
         adaln_study()

@@ -49,8 +49,15 @@ def external_tensors(graph_file: Path) -> list[dict[str, Any]]:
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {entry.key: entry.value for entry in tensor.external_data}
-        tensors.append({"name": tensor.name, "dtype": int(tensor.data_type), "file": info["location"],
-                        "offset": int(info.get("offset", 0)), "length": int(info["length"])})
+        tensors.append(
+            {
+                "name": tensor.name,
+                "dtype": int(tensor.data_type),
+                "file": info["location"],
+                "offset": int(info.get("offset", 0)),
+                "length": int(info["length"]),
+            }
+        )
     return tensors
 
 
@@ -83,8 +90,12 @@ def strip(repo: Path, out: Path) -> None:
             with open(repo / rel, "rb") as handle:
                 handle.seek(offset)
                 raw = handle.read(tensor["length"])
-            entry: dict[str, Any] = {"name": tensor["name"], "offset": offset, "length": tensor["length"],
-                                     "dtype": tensor["dtype"]}
+            entry: dict[str, Any] = {
+                "name": tensor["name"],
+                "offset": offset,
+                "length": tensor["length"],
+                "dtype": tensor["dtype"],
+            }
             if tensor["length"] <= EXACT_BYTES or tensor["dtype"] not in {**FLOAT_TYPES, **PACKED_TYPES}:
                 entry.update(kind="exact", at=exact.tell())
                 exact.write(raw)
@@ -102,7 +113,7 @@ def strip(repo: Path, out: Path) -> None:
 def draw(entry: dict[str, Any], rng: np.random.Generator, exact: np.ndarray) -> bytes:
     """Random bytes for one tensor with the recorded statistics (or the recorded bytes themselves)."""
     if entry["kind"] == "exact":
-        return bytes(exact[entry["at"]:entry["at"] + entry["length"]].tobytes())
+        return bytes(exact[entry["at"] : entry["at"] + entry["length"]].tobytes())
     if entry["kind"] == "normal":
         dtype = FLOAT_TYPES[entry["dtype"]]
         count = entry["length"] // np.dtype(dtype).itemsize
@@ -153,7 +164,9 @@ def fill(structure: Path, out: Path, *, seed: int, workers: int) -> None:
     manifest.write(out, source_manifest)
     verify.check_files(out, manifest.load(out), check_sha256=False, log=print)
     total = sum(spec["size"] for spec in described.values())
-    print(f"fill: {total / 1e9:.2f} GB of weights in {len(described)} files, {time.monotonic() - started:.0f} s -> {out}")
+    print(
+        f"fill: {total / 1e9:.2f} GB of weights in {len(described)} files, {time.monotonic() - started:.0f} s -> {out}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

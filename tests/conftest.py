@@ -41,8 +41,12 @@ _IMPORT_REPORTED = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--full", action="store_true", default=False,
-                     help=f"run the whole suite: browser, slow, torch and make-tiny tests too (or set {FULL_LANE_ENV}=1)")
+    parser.addoption(
+        "--full",
+        action="store_true",
+        default=False,
+        help=f"run the whole suite: browser, slow, torch and make-tiny tests too (or set {FULL_LANE_ENV}=1)",
+    )
 
 
 def full_lane(config: pytest.Config) -> bool:
@@ -70,8 +74,14 @@ def top_level_imports(path: Path) -> set[str]:
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module.split(".")[0])
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "importorskip"
-              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "importorskip"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             names.add(node.args[0].value.split(".")[0])
         pending.extend(ast.iter_child_nodes(node))
     return names
@@ -106,14 +116,17 @@ def fast_lane_import_failure(config: pytest.Config, what: str) -> str | None:
     if full_lane(config) or not imported or config.stash.get(_IMPORT_REPORTED, False):
         return None
     config.stash[_IMPORT_REPORTED] = True
-    return (f"{what} imported {', '.join(imported)}, which the fast lane never imports: mark the test "
-            "`@pytest.mark.torch` (or import the library at the module's top, which puts the whole module in the "
-            "full lane)")
+    return (
+        f"{what} imported {', '.join(imported)}, which the fast lane never imports: mark the test "
+        "`@pytest.mark.torch` (or import the library at the module's top, which puts the whole module in the "
+        "full lane)"
+    )
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(
-        collector: pytest.Collector) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
     report = yield
     if isinstance(collector, FullLaneModule) and report.skipped and isinstance(report.longrepr, tuple):
         report.longrepr = (str(collector.path), 1, report.longrepr[2])  # the module skipped, not this file
@@ -125,7 +138,8 @@ def pytest_make_collect_report(
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
-        item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     failure = fast_lane_import_failure(item.config, f"{item.nodeid} ({call.when})")
     if failure is not None:
@@ -134,9 +148,12 @@ def pytest_runtest_makereport(
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return ("lane: full" if full_lane(config) else
-            "lane: fast (no Chromium, no make-tiny model, no torch, nothing marked slow); the whole suite: "
-            "pytest --full")
+    return (
+        "lane: full"
+        if full_lane(config)
+        else "lane: fast (no Chromium, no make-tiny model, no torch, nothing marked slow); the whole suite: "
+        "pytest --full"
+    )
 
 
 def find_free_port() -> int:
@@ -183,8 +200,15 @@ def seed_layout_q4(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPa
     from builder.repo.weight_format import SEED
 
     out = tmp_path_factory.mktemp("seed-layout") / "q4"
-    convert(tiny_models["diffusers"], out, precision="q4", weights=SEED, log=lambda _msg: None,
-            max_data_file_bytes=TINY_DATA_FILE_CAPS, jobs=1)
+    convert(
+        tiny_models["diffusers"],
+        out,
+        precision="q4",
+        weights=SEED,
+        log=lambda _msg: None,
+        max_data_file_bytes=TINY_DATA_FILE_CAPS,
+        jobs=1,
+    )
     return out
 
 

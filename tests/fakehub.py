@@ -61,11 +61,13 @@ class FakeHub:
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
 
     def app(self) -> Starlette:
-        return Starlette(routes=[
-            Route("/api/models/{owner}/{name}", self.model_info),
-            Route("/api/models/{owner}/{name}/revision/{revision:path}", self.model_info),
-            Route("/{owner}/{name}/resolve/{revision}/{path:path}", self.resolve, methods=["GET", "HEAD"]),
-        ])
+        return Starlette(
+            routes=[
+                Route("/api/models/{owner}/{name}", self.model_info),
+                Route("/api/models/{owner}/{name}/revision/{revision:path}", self.model_info),
+                Route("/{owner}/{name}/resolve/{revision}/{path:path}", self.resolve, methods=["GET", "HEAD"]),
+            ]
+        )
 
     def _lookup(self, request: Request) -> FakeRepo | Response:
         repo_id = f"{request.path_params['owner']}/{request.path_params['name']}"
@@ -89,8 +91,9 @@ class FakeHub:
                 entry["lfs"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "pointerSize": 134}
             siblings.append(entry)
         repo_id = f"{request.path_params['owner']}/{request.path_params['name']}"
-        return JSONResponse({"id": repo_id, "modelId": repo_id, "sha": repo.commit, "private": False,
-                             "siblings": siblings})
+        return JSONResponse(
+            {"id": repo_id, "modelId": repo_id, "sha": repo.commit, "private": False, "siblings": siblings}
+        )
 
     async def resolve(self, request: Request) -> Response:
         repo = self._lookup(request)
@@ -100,8 +103,11 @@ class FakeHub:
         self.requests.append((request.method, rel, request.headers.get("range")))
         path = repo.files().get(rel)
         if path is None:
-            return Response("Entry not found", status_code=404,
-                            headers={"X-Error-Code": "EntryNotFound", "X-Repo-Commit": repo.commit})
+            return Response(
+                "Entry not found",
+                status_code=404,
+                headers={"X-Error-Code": "EntryNotFound", "X-Repo-Commit": repo.commit},
+            )
         data = path.read_bytes()
         headers = {"X-Repo-Commit": repo.commit, "Accept-Ranges": "bytes", "ETag": f'"{git_blob_sha1(data)}"'}
         if is_lfs(rel):
@@ -123,8 +129,12 @@ class FakeHub:
         cut_now = self.cut.get(rel, 0) > 0
         if cut_now:
             self.cut[rel] -= 1
-        return StreamingResponse(self._body(data, cut_now, self.slow.get(rel, 0.0)), status_code=status, headers=headers,
-                                 media_type="application/octet-stream")
+        return StreamingResponse(
+            self._body(data, cut_now, self.slow.get(rel, 0.0)),
+            status_code=status,
+            headers=headers,
+            media_type="application/octet-stream",
+        )
 
     def _body(self, data: bytes, cut: bool, delay_s: float) -> Iterator[bytes]:
         limit = len(data) // 2 if cut else len(data)

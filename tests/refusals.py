@@ -27,5 +27,6 @@ def one_reason(result: subprocess.CompletedProcess[str]) -> str:
 
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` with its bytes (folders as a marker)."""
-    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else b"<dir>"
-            for p in sorted(folder.rglob("*"))}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(folder.rglob("*"))
+    }

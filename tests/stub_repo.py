@@ -16,6 +16,13 @@ def write_stub_repo(path: Path) -> Path:
         if not (path / rel).exists():
             (path / rel).parent.mkdir(parents=True, exist_ok=True)
             (path / rel).write_bytes(b"{}")
-    manifest.write(path, manifest.Manifest(source="test", converter="test", graphs=graphs, files={
-        rel: manifest.FileEntry(size=(path / rel).stat().st_size) for rel in rels}))
+    manifest.write(
+        path,
+        manifest.Manifest(
+            source="test",
+            converter="test",
+            graphs=graphs,
+            files={rel: manifest.FileEntry(size=(path / rel).stat().st_size) for rel in rels},
+        ),
+    )
     return path

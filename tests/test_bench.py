@@ -92,25 +92,38 @@ def test_a_chain_fit_whose_blocks_stand_above_the_noise_is_accepted(samples: Sam
     assert fit.total_ms > max(medians.values())
 
 
-@pytest.mark.parametrize(("samples", "full", "kinds", "reason"), [
-    # The 6-layer chain timed faster than the 3-layer one: a negative slope, 27 layers of it below zero.
-    (TEXT_CHAINS_H200, (27,), ("layer",), "per-layer time -2.30 ms is not positive"),
-    # A positive slope, but the layers add 2 ms between the chains while one chain's samples spread over 20 ms.
-    ({(3,): [10.0, 14.0, 30.0], (6,): [12.0, 16.0, 29.0]}, (27,), ("layer",),
-     "the layers add 2.00 ms between the chains, within the samples' spread of 20.00 ms"),
-    # The transformer's single blocks lost in one noisy chain; the double blocks are fine and not named.
-    ({(0, 1): [30.0, 31.0, 32.0], (1, 1): [60.0, 61.0, 62.0], (0, 2): [33.0, 20.0, 45.0]}, (5, 20), BLOCKS,
-     "the single blocks add 2.00 ms between the chains, within the samples' spread of 25.00 ms"),
-])
-def test_a_chain_fit_lost_in_its_own_noise_is_refused(samples: Samples, full: tuple[int, ...],
-                                                     kinds: tuple[str, ...], reason: str) -> None:
+@pytest.mark.parametrize(
+    ("samples", "full", "kinds", "reason"),
+    [
+        # The 6-layer chain timed faster than the 3-layer one: a negative slope, 27 layers of it below zero.
+        (TEXT_CHAINS_H200, (27,), ("layer",), "per-layer time -2.30 ms is not positive"),
+        # A positive slope, but the layers add 2 ms between the chains while one chain's samples spread over 20 ms.
+        (
+            {(3,): [10.0, 14.0, 30.0], (6,): [12.0, 16.0, 29.0]},
+            (27,),
+            ("layer",),
+            "the layers add 2.00 ms between the chains, within the samples' spread of 20.00 ms",
+        ),
+        # The transformer's single blocks lost in one noisy chain; the double blocks are fine and not named.
+        (
+            {(0, 1): [30.0, 31.0, 32.0], (1, 1): [60.0, 61.0, 62.0], (0, 2): [33.0, 20.0, 45.0]},
+            (5, 20),
+            BLOCKS,
+            "the single blocks add 2.00 ms between the chains, within the samples' spread of 25.00 ms",
+        ),
+    ],
+)
+def test_a_chain_fit_lost_in_its_own_noise_is_refused(
+    samples: Samples, full: tuple[int, ...], kinds: tuple[str, ...], reason: str
+) -> None:
     fit = bench_stats.fit_chains(samples, full, kinds=kinds)
     assert fit.refused == reason
 
 
 def test_a_refused_fit_prints_no_figure_and_says_why() -> None:
-    figures = bench.chain_figures(TEXT_CHAINS_H200, {(3,): [4.0, 4.1], (6,): [7.0, 7.2]}, (27,), kinds=("layer",),
-                                  torch_ms=31.0)
+    figures = bench.chain_figures(
+        TEXT_CHAINS_H200, {(3,): [4.0, 4.1], (6,): [7.0, 7.2]}, (27,), kinds=("layer",), torch_ms=31.0
+    )
     assert figures["ort_ms"] is None and "per_layer_ms" not in figures
     assert figures["fit_refused"] == "per-layer time -2.30 ms is not positive"
     method = figures["method"]
@@ -118,8 +131,13 @@ def test_a_refused_fit_prints_no_figure_and_says_why() -> None:
     assert "3: 27.5 ms, 6: 20.6 ms" in method  # the chains' medians, as measured
     torch_27 = 4.05 + (27 - 3) * (7.1 - 4.05) / 3  # torch's own fit is sound: 3-layer median + 24 layers of slope
     assert f"PyTorch extrapolated the same way: {torch_27:.1f} ms vs measured 31.0" in method
-    row: dict[str, Any] = {"component": "text_encoder", "size": "512 tokens", "variant": "q4f16", "torch_ms": 31.0,
-                           **figures}
+    row: dict[str, Any] = {
+        "component": "text_encoder",
+        "size": "512 tokens",
+        "variant": "q4f16",
+        "torch_ms": 31.0,
+        **figures,
+    }
     assert "| text_encoder | 512 tokens | q4f16 | n/a | 31.0 | n/a |" in bench_report.table_rows([row])[2]
     sound = bench.chain_figures(TRANSFORMER_1024_H200, TRANSFORMER_1024_H200, (5, 20), kinds=BLOCKS, torch_ms=1.0)
     assert sound["ort_ms"] == bench_stats.fit_chains(TRANSFORMER_1024_H200, (5, 20)).total_ms
@@ -128,10 +146,24 @@ def test_a_refused_fit_prints_no_figure_and_says_why() -> None:
 
 def test_table_ratio_column_is_computed_from_the_two_times() -> None:
     rows: list[dict[str, Any]] = [
-        {"component": "transformer", "size": "512x512", "variant": "q4", "ort_ms": 540.0, "torch_ms": 27.0,
-         "ort_peak_gib": 8.5, "torch_peak_gib": 15.25, "method": "chain"},
-        {"component": "vae_decoder", "size": "512x512", "variant": "fp16", "ort_ms": None, "torch_ms": 20.0,
-         "method": "full graph"},
+        {
+            "component": "transformer",
+            "size": "512x512",
+            "variant": "q4",
+            "ort_ms": 540.0,
+            "torch_ms": 27.0,
+            "ort_peak_gib": 8.5,
+            "torch_peak_gib": 15.25,
+            "method": "chain",
+        },
+        {
+            "component": "vae_decoder",
+            "size": "512x512",
+            "variant": "fp16",
+            "ort_ms": None,
+            "torch_ms": 20.0,
+            "method": "full graph",
+        },
     ]
     lines = bench_report.table_rows(rows)
     assert lines[0].startswith("| component |") and "WebGPU EP ms" in lines[0]
@@ -139,13 +171,21 @@ def test_table_ratio_column_is_computed_from_the_two_times() -> None:
     cells = [c.strip() for c in lines[2].split("|")]
     assert cells[4:9] == ["540.0", "27.0", f"{540 / 27:.1f}x", "8.50", "15.25"]
     assert "| n/a | 20.0 | n/a |" in lines[3]
-    cpu = bench_report.table_rows(rows, **bench_report.table_labels({"ort provider": "cpu", "gpu": "none (CPU smoke run)"}))
+    cpu = bench_report.table_rows(
+        rows, **bench_report.table_labels({"ort provider": "cpu", "gpu": "none (CPU smoke run)"})
+    )
     assert "ORT CPU EP ms" in cpu[0] and "PyTorch CPU fp32 ms" in cpu[0] and "WebGPU" not in cpu[0]
 
 
 def test_overhead_share_is_time_outside_session_run_over_the_generation() -> None:
-    timings = {"download": 1200.0, "load": 800.0, "encode": 300.0, "denoise": 2500.0, "decode": 700.0,
-               "sessionRun": 3300.0}
+    timings = {
+        "download": 1200.0,
+        "load": 800.0,
+        "encode": 300.0,
+        "denoise": 2500.0,
+        "decode": 700.0,
+        "sessionRun": 3300.0,
+    }
     timings["total"] = sum(timings[k] for k in ("download", "load", "encode", "denoise", "decode")) + 20.0
     figures = overhead.overhead_figures(timings)
     generation = timings["total"] - timings["download"] - timings["load"]
@@ -159,16 +199,39 @@ def test_overhead_share_is_time_outside_session_run_over_the_generation() -> Non
 def test_placement_summary_counts_nodes_per_provider() -> None:
     events = [
         {"cat": "Session", "name": "model_run", "dur": 999, "args": {}},
-        {"cat": "Node", "name": "a_kernel_time", "dur": 1500, "args": {"op_name": "Shape", "provider": "CPUExecutionProvider"}},
-        {"cat": "Node", "name": "b_kernel_time", "dur": 500, "args": {"op_name": "Shape", "provider": "CPUExecutionProvider"}},
-        {"cat": "Node", "name": "c_kernel_time", "dur": 70, "args": {"op_name": "MatMulNBits", "provider": "WebGpuExecutionProvider"}},
-        {"cat": "Node", "name": "c_fence_before", "dur": 5, "args": {"op_name": "MatMulNBits", "provider": "WebGpuExecutionProvider"}},
+        {
+            "cat": "Node",
+            "name": "a_kernel_time",
+            "dur": 1500,
+            "args": {"op_name": "Shape", "provider": "CPUExecutionProvider"},
+        },
+        {
+            "cat": "Node",
+            "name": "b_kernel_time",
+            "dur": 500,
+            "args": {"op_name": "Shape", "provider": "CPUExecutionProvider"},
+        },
+        {
+            "cat": "Node",
+            "name": "c_kernel_time",
+            "dur": 70,
+            "args": {"op_name": "MatMulNBits", "provider": "WebGpuExecutionProvider"},
+        },
+        {
+            "cat": "Node",
+            "name": "c_fence_before",
+            "dur": 5,
+            "args": {"op_name": "MatMulNBits", "provider": "WebGpuExecutionProvider"},
+        },
     ]
     summary = ort_timing.summarize_placement(events)
     assert summary["CPUExecutionProvider"] == {"nodes": 2, "ms": pytest.approx(2.0), "ops": {"Shape": 2}}
     assert summary["WebGpuExecutionProvider"]["nodes"] == 1
     assert bench_report.placement_text(summary) == "CPU EP: 2 nodes (Shape x2), 2.0 ms"
-    assert bench_report.placement_text({"WebGpuExecutionProvider": summary["WebGpuExecutionProvider"]}) == "all nodes on the GPU EP"
+    assert (
+        bench_report.placement_text({"WebGpuExecutionProvider": summary["WebGpuExecutionProvider"]})
+        == "all nodes on the GPU EP"
+    )
 
 
 def test_inputs_follow_the_graph_contract_shapes() -> None:
@@ -184,12 +247,15 @@ def test_inputs_follow_the_graph_contract_shapes() -> None:
 
 
 @pytest.mark.torch  # bench.main imports torch before it checks the options
-@pytest.mark.parametrize(("option", "value", "message"), [
-    ("scale", "huge", "--scale 'huge'"),
-    ("components", ["unet"], "--components unet"),
-    ("provider", "cuda", "--provider 'cuda'"),
-    ("repeats", 0, "--repeats 0"),
-])
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("scale", "huge", "--scale 'huge'"),
+        ("components", ["unet"], "--components unet"),
+        ("provider", "cuda", "--provider 'cuda'"),
+        ("repeats", 0, "--repeats 0"),
+    ],
+)
 def test_bad_options_name_the_option_and_write_nothing(tmp_path: Path, option: str, value: Any, message: str) -> None:
     with pytest.raises(InputError, match=message):
         bench.main(tmp_path / "out", log=lambda _m: None, **{option: value})
@@ -200,9 +266,16 @@ def test_bad_options_name_the_option_and_write_nothing(tmp_path: Path, option: s
 def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path: Path) -> None:
     """No WebGPU adapter here: the bench says so, then times ORT's CPU EP and torch on the CPU end to end."""
     messages: list[str] = []
-    rows = bench.main(tmp_path / "out", log=messages.append, scale="tiny",
-                      components=["text_encoder", "vae_decoder", "transformer"],
-                      provider="auto", warmup=0, repeats=2, workdir=tmp_path)
+    rows = bench.main(
+        tmp_path / "out",
+        log=messages.append,
+        scale="tiny",
+        components=["text_encoder", "vae_decoder", "transformer"],
+        provider="auto",
+        warmup=0,
+        repeats=2,
+        workdir=tmp_path,
+    )
     if ort_timing.webgpu_status() is not None:
         assert any("no WebGPU EP" in m and "smoke test" in m for m in messages)
     data = json.loads((tmp_path / "out" / "bench.json").read_text())
@@ -252,6 +325,7 @@ def test_a_graph_onnxruntime_cannot_load_costs_one_row_not_the_bench(tmp_path: P
     graph = tmp_path / "broken.onnx"
     graph.write_bytes(b"not an onnx graph")
     np.savez(tmp_path / "inputs.npz", x=np.zeros((1, 4), dtype=np.float32))
-    result = ort_timing.time_ort(graph, {"4": tmp_path / "inputs.npz"}, provider="cpu", warmup=0, repeats=1,
-                                 timeout_s=120, workdir=tmp_path)
+    result = ort_timing.time_ort(
+        graph, {"4": tmp_path / "inputs.npz"}, provider="cpu", warmup=0, repeats=1, timeout_s=120, workdir=tmp_path
+    )
     assert set(result) == {"error"} and result["error"].startswith("exit 1: "), result

@@ -20,14 +20,22 @@ from stub_repo import write_stub_repo
 
 from builder import REPO_ROOT
 
-COMMANDS = {"browser-bench": ("browser-bench.json", "browser-bench.md"),
-            "load-bench": ("load-bench.json", "load-bench.md")}
+COMMANDS = {
+    "browser-bench": ("browser-bench.json", "browser-bench.md"),
+    "load-bench": ("load-bench.json", "load-bench.md"),
+}
 
 
 def run_bench(command: str, *args: str) -> subprocess.CompletedProcess[str]:
     """The command with the stub repo's one transformer variant (browser-bench asks for q4f16 and q4 otherwise)."""
-    return subprocess.run([sys.executable, "-m", "builder", command, "--precision", "q4", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", command, "--precision", "q4", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -77,13 +85,25 @@ BAD_OUTS: dict[str, tuple[Callable[[Path, tuple[str, str]], Path], str]] = {
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("kind", sorted(BAD_OUTS))
-def test_a_bad_out_is_refused_before_the_browser(setup: dict[str, Path], tmp_path: Path, command: str,
-                                                 kind: str) -> None:
+def test_a_bad_out_is_refused_before_the_browser(
+    setup: dict[str, Path], tmp_path: Path, command: str, kind: str
+) -> None:
     make, phrase = BAD_OUTS[kind]
     out = make(tmp_path / "out", COMMANDS[command])
     before = snapshot(tmp_path / "out") if out.is_dir() else {"": out.read_bytes()}
-    reason = one_reason(run_bench(command, "--models", str(setup["models"]), "--sizes", "64x64", "--browser",
-                                  str(setup["browser"]), "--out", str(out)))
+    reason = one_reason(
+        run_bench(
+            command,
+            "--models",
+            str(setup["models"]),
+            "--sizes",
+            "64x64",
+            "--browser",
+            str(setup["browser"]),
+            "--out",
+            str(out),
+        )
+    )
     print(f"{command} {kind}: {reason}")
     assert phrase in reason
     assert (snapshot(out) if out.is_dir() else {"": out.read_bytes()}) == before
@@ -92,16 +112,26 @@ def test_a_bad_out_is_refused_before_the_browser(setup: dict[str, Path], tmp_pat
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_out_in_proc_is_refused_before_the_browser(setup: dict[str, Path], command: str) -> None:
-    reason = one_reason(run_bench(command, "--models", str(setup["models"]), "--sizes", "64x64", "--browser",
-                                  str(setup["browser"]), "--out", "/proc/self/bb"))
+    reason = one_reason(
+        run_bench(
+            command,
+            "--models",
+            str(setup["models"]),
+            "--sizes",
+            "64x64",
+            "--browser",
+            str(setup["browser"]),
+            "--out",
+            "/proc/self/bb",
+        )
+    )
     assert "/proc/self" in reason and "cannot write" in reason
     assert not setup["started"].exists()
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("kind", ["missing", "empty", "earlier-result"])
-def test_a_usable_out_goes_on_to_the_browser(setup: dict[str, Path], tmp_path: Path, command: str,
-                                             kind: str) -> None:
+def test_a_usable_out_goes_on_to_the_browser(setup: dict[str, Path], tmp_path: Path, command: str, kind: str) -> None:
     out = tmp_path / "out"
     if kind != "missing":
         out.mkdir()
@@ -109,18 +139,45 @@ def test_a_usable_out_goes_on_to_the_browser(setup: dict[str, Path], tmp_path: P
         result, table = COMMANDS[command]
         (out / result).write_text(json.dumps({"environment": {"date": "2026-01-01"}, "rows": []}))
         (out / table).write_text("| earlier |\n")
-    reason = one_reason(run_bench(command, "--models", str(setup["models"]), "--sizes", "64x64", "--browser",
-                                  str(setup["browser"]), "--out", str(out)))
+    reason = one_reason(
+        run_bench(
+            command,
+            "--models",
+            str(setup["models"]),
+            "--sizes",
+            "64x64",
+            "--browser",
+            str(setup["browser"]),
+            "--out",
+            str(out),
+        )
+    )
     assert "not a Chromium" in reason
 
 
-@pytest.mark.parametrize(("content", "phrase"), [("not json", "not readable JSON"), ('{"rows": 3}', "no list"),
-                                                 ("[" * 100_000, "not readable JSON")])
-def test_a_native_file_that_is_no_bench_json_is_refused_before_the_browser(setup: dict[str, Path], tmp_path: Path,
-                                                                          content: str, phrase: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "phrase"),
+    [("not json", "not readable JSON"), ('{"rows": 3}', "no list"), ("[" * 100_000, "not readable JSON")],
+)
+def test_a_native_file_that_is_no_bench_json_is_refused_before_the_browser(
+    setup: dict[str, Path], tmp_path: Path, content: str, phrase: str
+) -> None:
     native = tmp_path / "bench.json"
     native.write_text(content)
-    reason = one_reason(run_bench("browser-bench", "--models", str(setup["models"]), "--sizes", "64x64", "--browser",
-                                  str(setup["browser"]), "--native", str(native), "--out", str(tmp_path / "out")))
+    reason = one_reason(
+        run_bench(
+            "browser-bench",
+            "--models",
+            str(setup["models"]),
+            "--sizes",
+            "64x64",
+            "--browser",
+            str(setup["browser"]),
+            "--native",
+            str(native),
+            "--out",
+            str(tmp_path / "out"),
+        )
+    )
     assert phrase in reason
     assert not setup["started"].exists() and not (tmp_path / "out").exists()

@@ -16,8 +16,9 @@ import pytest
 pytestmark = pytest.mark.browser
 
 
-def test_served_page_is_isolated_and_has_webgpu(live_server_factory: object, dist_dir: Path,
-                                                 fresh_context: object) -> None:
+def test_served_page_is_isolated_and_has_webgpu(
+    live_server_factory: object, dist_dir: Path, fresh_context: object
+) -> None:
     server = live_server_factory(dist_dir)  # type: ignore[operator]
     page = fresh_context.pages[0] if fresh_context.pages else fresh_context.new_page()  # type: ignore[attr-defined]
     csp_violations: list[str] = []
@@ -39,16 +40,20 @@ def test_served_page_is_isolated_and_has_webgpu(live_server_factory: object, dis
     assert csp_violations == [], csp_violations
 
 
-def test_coi_service_worker_isolates_a_host_without_headers(dist_dir: Path, fresh_context: object,
-                                                             tmp_path: Path) -> None:
+def test_coi_service_worker_isolates_a_host_without_headers(
+    dist_dir: Path, fresh_context: object, tmp_path: Path
+) -> None:
     """On a plain static host (python's http.server: no COOP/COEP), coi-sw.js adds them after one reload, and to the
     shell it serves from its cache when the network is gone."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     log = open(tmp_path / "http.log", "wb")  # noqa: SIM115 - the server writes to it until it is stopped
-    plain = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-                              "--directory", str(dist_dir)], stdout=log, stderr=subprocess.STDOUT)
+    plain = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(dist_dir)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         url = f"http://127.0.0.1:{port}/"
         deadline = time.monotonic() + 20
@@ -66,11 +71,14 @@ def test_coi_service_worker_isolates_a_host_without_headers(dist_dir: Path, fres
         # A function, not an expression: Playwright evaluates an expression again on every poll, which the page's CSP
         # (no unsafe-eval) refuses once the first poll is over; a function is evaluated once.
         page.wait_for_function("() => self.crossOriginIsolated === true", timeout=20_000)
-        controlled = page.evaluate("() => navigator.serviceWorker.controller && navigator.serviceWorker.controller.scriptURL")
+        controlled = page.evaluate(
+            "() => navigator.serviceWorker.controller && navigator.serviceWorker.controller.scriptURL"
+        )
         assert controlled == url + "coi-sw.js"
         assert page.evaluate("() => sessionStorage.getItem('klein-coi-reloaded')") == "1"  # reloaded exactly once
-        page.wait_for_function("() => document.querySelector('#app-status').dataset.status === 'stored'",
-                               timeout=60_000)
+        page.wait_for_function(
+            "() => document.querySelector('#app-status').dataset.status === 'stored'", timeout=60_000
+        )
         plain.terminate()  # the host is gone, and the browser offline
         plain.wait(10)
         fresh_context.set_offline(True)  # type: ignore[attr-defined]
@@ -115,7 +123,8 @@ def tiny_mul_model() -> tuple[bytes, list[float]]:
 
     weights = [1.5, 2.0, -3.0, 0.25]
     graph = helper.make_graph(
-        [helper.make_node("Mul", ["x", "w"], ["y"])], "mul",
+        [helper.make_node("Mul", ["x", "w"], ["y"])],
+        "mul",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
         [helper.make_tensor("w", TensorProto.FLOAT, [4], weights)],
@@ -126,8 +135,9 @@ def tiny_mul_model() -> tuple[bytes, list[float]]:
     return model.SerializeToString(), [x * w for x, w in zip([1, -1, 0.5, 2], weights, strict=True)]
 
 
-def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, fresh_context: object,
-                                                         node_modules: Path) -> None:
+def test_built_worker_runs_onnxruntime_from_hashed_files(
+    tmp_path: Path, fresh_context: object, node_modules: Path
+) -> None:
     import shutil
 
     from builder import WEB_SRC, __version__
@@ -145,13 +155,16 @@ def test_built_worker_runs_onnxruntime_from_hashed_files(tmp_path: Path, fresh_c
     with serve_in_thread(create_app(dist)) as port:
         page = fresh_context.new_page()  # type: ignore[attr-defined]
         page.goto(f"http://127.0.0.1:{port}/", wait_until="load")
-        reply = page.evaluate("""(model) => new Promise((resolve) => {
+        reply = page.evaluate(
+            """(model) => new Promise((resolve) => {
             const url = document.querySelector('meta[name=klein-worker]').content;
             const worker = new Worker(url, { type: 'module' });
             worker.onmessage = (event) => resolve(event.data);
             worker.onerror = (event) => resolve({ error: event.message });
             worker.postMessage(new Uint8Array(model));
-        })""", list(model))
+        })""",
+            list(model),
+        )
     assert "error" not in reply, reply["error"]
     assert reply["isolated"] is True and reply["version"] == __version__
     for ep in ("webgpu", "wasm"):

@@ -38,16 +38,35 @@ async def test_byte_counter_counts_model_files_but_not_the_manifest_or_the_app()
 
 def run(phase: str, *, steps: list[float], fetched: int = 0, preview: dict[str, Any] | None = None) -> ImageRun:
     return ImageRun(
-        phase=phase, variant="q4f16", size="512x512", seconds=9.5, bytes_fetched=fetched,
-        timings={"download": 2000.0, "encode": 70.0, "latents": 2.0, "timesteps": 1.0, "denoise": sum(steps),
-                 "decode": 150.0, "total": 9000.0},
+        phase=phase,
+        variant="q4f16",
+        size="512x512",
+        seconds=9.5,
+        bytes_fetched=fetched,
+        timings={
+            "download": 2000.0,
+            "encode": 70.0,
+            "latents": 2.0,
+            "timesteps": 1.0,
+            "denoise": sum(steps),
+            "decode": 150.0,
+            "total": 9000.0,
+        },
         step_ms=steps,
-        graphs={"text_encoder": {"variant": "q4f16", "ep": "webgpu", "detail": "", "loadMs": 4000.0},
-                "transformer": {"variant": "q4f16", "ep": "webgpu", "detail": "attention unsplit, graph capture",
-                                "loadMs": 3000.0},
-                "vae_decoder": {"variant": "fp16", "ep": "webgpu", "detail": "", "loadMs": 500.0}},
-        memory={"gpu_gib": 7.5, "rss_gib": {"renderer": 5.0, "gpu-process": 1.5}}, wasm_heap_bytes=2**26,
-        preview=preview)
+        graphs={
+            "text_encoder": {"variant": "q4f16", "ep": "webgpu", "detail": "", "loadMs": 4000.0},
+            "transformer": {
+                "variant": "q4f16",
+                "ep": "webgpu",
+                "detail": "attention unsplit, graph capture",
+                "loadMs": 3000.0,
+            },
+            "vae_decoder": {"variant": "fp16", "ep": "webgpu", "detail": "", "loadMs": 500.0},
+        },
+        memory={"gpu_gib": 7.5, "rss_gib": {"renderer": 5.0, "gpu-process": 1.5}},
+        wasm_heap_bytes=2**26,
+        preview=preview,
+    )
 
 
 def test_a_run_row_separates_the_first_step_from_the_steady_ones() -> None:
@@ -67,17 +86,45 @@ def test_a_run_row_separates_the_first_step_from_the_steady_ones() -> None:
 
 def test_native_ratios_pair_each_hot_figure_with_the_graph_the_app_ran(tmp_path: Path) -> None:
     bench = tmp_path / "bench.json"
-    bench.write_text(json.dumps({"rows": [
-        # Rows as builder.check.bench.native writes them: the app's graph is the one marked app_path.
-        {"component": "transformer", "size": "512x512", "variant": "q4f16, attention in 79 query blocks",
-         "ort_ms": 248, "torch_ms": 36},
-        {"component": "transformer", "size": "512x512", "variant": "q4f16, attention unsplit, graph capture",
-         "ort_ms": 154, "torch_ms": 36, "app_path": True},
-        {"component": "transformer", "size": "512x512", "variant": "q4f16, attention in 4 query blocks, graph capture",
-         "ort_ms": 160, "torch_ms": 36},
-        {"component": "text_encoder", "size": "512 tokens", "variant": "q4f16", "ort_ms": 70, "torch_ms": 23},
-        {"component": "vae_decoder", "size": "512x512", "variant": "fp16", "ort_ms": 149, "torch_ms": 22},
-    ]}))
+    bench.write_text(
+        json.dumps(
+            {
+                "rows": [
+                    # Rows as builder.check.bench.native writes them: the app's graph is the one marked app_path.
+                    {
+                        "component": "transformer",
+                        "size": "512x512",
+                        "variant": "q4f16, attention in 79 query blocks",
+                        "ort_ms": 248,
+                        "torch_ms": 36,
+                    },
+                    {
+                        "component": "transformer",
+                        "size": "512x512",
+                        "variant": "q4f16, attention unsplit, graph capture",
+                        "ort_ms": 154,
+                        "torch_ms": 36,
+                        "app_path": True,
+                    },
+                    {
+                        "component": "transformer",
+                        "size": "512x512",
+                        "variant": "q4f16, attention in 4 query blocks, graph capture",
+                        "ort_ms": 160,
+                        "torch_ms": 36,
+                    },
+                    {
+                        "component": "text_encoder",
+                        "size": "512 tokens",
+                        "variant": "q4f16",
+                        "ort_ms": 70,
+                        "torch_ms": 23,
+                    },
+                    {"component": "vae_decoder", "size": "512x512", "variant": "fp16", "ort_ms": 149, "torch_ms": 22},
+                ]
+            }
+        )
+    )
     rows = [run("cold", steps=[900.0, 400.0]).row(), run("hot", steps=[310.0, 308.0, 312.0]).row()]
     ratios = native_ratios(rows, bench)
     step = ratios["q4f16 512x512 transformer step"]
@@ -85,7 +132,8 @@ def test_native_ratios_pair_each_hot_figure_with_the_graph_the_app_ran(tmp_path:
     assert ratios["q4f16 512x512 text encoder"]["browser_over_torch"] == pytest.approx(70 / 23)
     assert ratios["q4f16 512x512 VAE decoder"]["native_ms"] == 149
     assert len(ratios) == 3  # only the hot run is compared
-    table = markdown({"adapter": "nvidia", "browser": "chromium 156", "onnxruntime_web": "1.30.0", "date": "d"},
-                     rows, ratios)
+    table = markdown(
+        {"adapter": "nvidia", "browser": "chromium 156", "onnxruntime_web": "1.30.0", "date": "d"}, rows, ratios
+    )
     assert sum(line.startswith("| q4f16 | 512x512 |") for line in table) == 2
     assert any(line.startswith("| q4f16 512x512 transformer step | 310 | 154 |") for line in table)

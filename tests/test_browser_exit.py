@@ -137,8 +137,14 @@ def test_a_renderer_that_dies_mid_case_is_named_a_page_crash(chromium_path: Path
         with launched(session, log=lambda _line: None, profile=profile):
             threading.Thread(target=kill_renderers, daemon=True).start()
             with pytest.raises(CaseCouldNotRun, match=r"the page crashed .*browser\.log in the report folder"):
-                run_case(session, case, AppRun(), base_url=f"http://127.0.0.1:{server.server_address[1]}",
-                         timeout_s=30, log=lambda _l: None)
+                run_case(
+                    session,
+                    case,
+                    AppRun(),
+                    base_url=f"http://127.0.0.1:{server.server_address[1]}",
+                    timeout_s=30,
+                    log=lambda _l: None,
+                )
             assert killed and not session.exited  # a renderer died, not the browser
             page = session.context.new_page()  # and the browser still opens pages
             page.goto(f"http://127.0.0.1:{server.server_address[1]}/")

@@ -17,13 +17,24 @@ TRANSFORMER_HEADS = 24
 
 
 def test_the_decision_uses_the_converters_query_blocks_and_budget() -> None:
-    script = (f"import {{ FULL_SIZE_MODEL }} from {json.dumps(BROWSER_NEEDS_JS.as_uri())};"
-              "console.log(JSON.stringify(FULL_SIZE_MODEL));")
-    result = subprocess.run([str(find_node().node), "--input-type=module", "-e", script], capture_output=True,
-                            text=True, timeout=60, check=False)
+    script = (
+        f"import {{ FULL_SIZE_MODEL }} from {json.dumps(BROWSER_NEEDS_JS.as_uri())};"
+        "console.log(JSON.stringify(FULL_SIZE_MODEL));"
+    )
+    result = subprocess.run(
+        [str(find_node().node), "--input-type=module", "-e", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     model = json.loads(result.stdout)
     transformer_blocks = attention.size_classes("transformer", heads=TRANSFORMER_HEADS)[0][0]
     vae_blocks = attention.query_blocks_for(heads=1, tokens=attention.max_attention_tokens("vae_decoder"))
-    assert model == {"tokenEmbeddingBytes": 151936 * 2560 // 2, "transformerHeads": TRANSFORMER_HEADS,
-                     "transformerQueryBlocks": transformer_blocks, "vaeQueryBlocks": vae_blocks}
+    assert model == {
+        "tokenEmbeddingBytes": 151936 * 2560 // 2,
+        "transformerHeads": TRANSFORMER_HEADS,
+        "transformerQueryBlocks": transformer_blocks,
+        "vaeQueryBlocks": vae_blocks,
+    }

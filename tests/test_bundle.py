@@ -45,7 +45,7 @@ class References(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
-        for name in (("src", "href") if tag != "a" else ()):
+        for name in ("src", "href") if tag != "a" else ():
             if values.get(name):
                 self.urls.append(str(values[name]))
         if tag == "meta":
@@ -64,7 +64,8 @@ def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
     """Every file's mtime (ns) and content hash."""
     return {
         p.relative_to(folder).as_posix(): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).digest())
-        for p in folder.rglob("*") if p.is_file()
+        for p in folder.rglob("*")
+        if p.is_file()
     }
 
 
@@ -114,9 +115,12 @@ def test_headers_file(dist_dir: Path) -> None:
     headers = (dist_dir / "_headers").read_text()
     site_rules, asset_rules = headers.split("/assets/*")
     assert site_rules.startswith("/*\n")
-    for line in ("Cross-Origin-Opener-Policy: same-origin", "Cross-Origin-Embedder-Policy: require-corp",
-                 "Cross-Origin-Resource-Policy: same-origin",
-                 f"Content-Security-Policy: {content_security_policy(DEFAULT_MODEL_BASE)}"):
+    for line in (
+        "Cross-Origin-Opener-Policy: same-origin",
+        "Cross-Origin-Embedder-Policy: require-corp",
+        "Cross-Origin-Resource-Policy: same-origin",
+        f"Content-Security-Policy: {content_security_policy(DEFAULT_MODEL_BASE)}",
+    ):
         assert f"  {line}\n" in site_rules
     assert "Cache-Control: public, max-age=31536000, immutable" in asset_rules
     assert "Cache-Control" not in site_rules  # Pages would join it with the /assets/* value
@@ -133,8 +137,9 @@ def test_worker_bundle_gets_ort_names_and_version(web_src_copy: Path, tmp_path: 
         "globalThis.self = {postMessage: (m) => console.log(JSON.stringify(m))};"
         f"await import({json.dumps((dist / result.files['worker_js']).as_uri())});"
     )
-    out = subprocess.run([str(find_node().node), "--input-type=module", "-e", script], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [str(find_node().node), "--input-type=module", "-e", script], capture_output=True, text=True, check=True
+    ).stdout
     seen = json.loads(out)
     assert seen["version"] == __version__
     # Names relative to the worker's folder: the worker resolves them with new URL(name, self.location.href).
@@ -223,8 +228,13 @@ def test_shell_holds_everything_the_page_loads_and_no_source_maps(dist_dir: Path
     manifest = json.loads((dist_dir / WEB_MANIFEST).read_text())
     files = record["files"]
     assert isinstance(files, dict)
-    needed = {*page.urls, page.meta["klein-worker"], files["ort_mjs"], files["ort_wasm"],
-              *(icon["src"] for icon in manifest["icons"])}
+    needed = {
+        *page.urls,
+        page.meta["klein-worker"],
+        files["ort_mjs"],
+        files["ort_wasm"],
+        *(icon["src"] for icon in manifest["icons"]),
+    }
     assert needed <= set(shell), f"not in the shell: {needed - set(shell)}"
     assert all((dist_dir / name).is_file() for name in shell)
     assert not [name for name in shell if name.endswith(".map") or name in (SERVICE_WORKER, BUILD_RECORD, "_headers")]
@@ -317,12 +327,15 @@ def test_csp_is_minimal_and_lists_model_hosts() -> None:
     assert local["connect-src"] == "'self'"
 
 
-@pytest.mark.parametrize(("bad", "message"), [
-    ("https://huggingface.co/kny/x/resolve/main", "must end with `/`"),
-    ("ftp://example.org/m/", "expected an http"),
-    ("https:///m/", "expected an http"),
-    ("https://example.org/a b/", "percent-encode"),
-])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("https://huggingface.co/kny/x/resolve/main", "must end with `/`"),
+        ("ftp://example.org/m/", "expected an http"),
+        ("https:///m/", "expected an http"),
+        ("https://example.org/a b/", "percent-encode"),
+    ],
+)
 def test_bad_model_base_is_a_clear_error(bad: str, message: str, tmp_path: Path) -> None:
     with pytest.raises(BuildError, match=re.escape(message)) as caught:
         build(tmp_path / "dist", model_base=bad)
@@ -349,20 +362,26 @@ def test_cli_build_reports_up_to_date(tmp_path: Path) -> None:
 
 def fake_install(web_src: Path, versions: dict[str, str | None]) -> None:
     """A web_src whose lock pins a@1.0.0 and an optional b@2.0.0, and a node_modules with `versions` installed."""
-    locked = {"": {"name": "t"}, "node_modules/a": {"version": "1.0.0"},
-              "node_modules/b": {"version": "2.0.0", "optional": True}}
+    locked = {
+        "": {"name": "t"},
+        "node_modules/a": {"version": "1.0.0"},
+        "node_modules/b": {"version": "2.0.0", "optional": True},
+    }
     (web_src / "node_modules").mkdir(parents=True)
     (web_src / "package-lock.json").write_text(json.dumps({"lockfileVersion": 3, "packages": locked}))
     installed = {f"node_modules/{name}": {"version": v} for name, v in versions.items() if v is not None}
     (web_src / "node_modules/.package-lock.json").write_text(json.dumps({"packages": installed}))
 
 
-@pytest.mark.parametrize(("versions", "in_step"), [
-    ({"a": "1.0.0", "b": "2.0.0"}, True),
-    ({"a": "1.0.0", "b": None}, True),  # an optional package of another platform
-    ({"a": "1.0.1", "b": "2.0.0"}, False),
-    ({"a": None, "b": "2.0.0"}, False),
-])
+@pytest.mark.parametrize(
+    ("versions", "in_step"),
+    [
+        ({"a": "1.0.0", "b": "2.0.0"}, True),
+        ({"a": "1.0.0", "b": None}, True),  # an optional package of another platform
+        ({"a": "1.0.1", "b": "2.0.0"}, False),
+        ({"a": None, "b": "2.0.0"}, False),
+    ],
+)
 def test_node_modules_checked_against_lock(tmp_path: Path, versions: dict[str, str | None], in_step: bool) -> None:
     fake_install(tmp_path, versions)
     assert installed_matches_lock(tmp_path) is in_step

@@ -95,8 +95,9 @@ def test_skeleton_holds_no_weights_and_reads_them_from_the_checkpoint(tiny_model
 
     folder = tiny_models["diffusers"] / "vae"
     real = AutoencoderKLFlux2.from_pretrained(folder)
-    skeleton = build_skeleton(lambda: AutoencoderKLFlux2.from_config(AutoencoderKLFlux2.load_config(folder)),
-                              Checkpoint(folder))
+    skeleton = build_skeleton(
+        lambda: AutoencoderKLFlux2.from_config(AutoencoderKLFlux2.load_config(folder)), Checkpoint(folder)
+    )
     real_params = dict(real.named_parameters())
     assert set(dict(skeleton.named_parameters())) == set(real_params)
     for name, param in skeleton.named_parameters():
@@ -107,8 +108,9 @@ def test_skeleton_holds_no_weights_and_reads_them_from_the_checkpoint(tiny_model
     torch.testing.assert_close(skeleton.bn.running_var, real.bn.running_var, rtol=0, atol=0)
 
 
-def test_skeleton_rejects_a_checkpoint_that_does_not_match_its_config(tiny_models: dict[str, Path],
-                                                                       tmp_path: Path) -> None:
+def test_skeleton_rejects_a_checkpoint_that_does_not_match_its_config(
+    tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     from diffusers import AutoencoderKLFlux2
 
     folder = tiny_models["diffusers"] / "vae"
@@ -118,8 +120,9 @@ def test_skeleton_rejects_a_checkpoint_that_does_not_match_its_config(tiny_model
         build_skeleton(lambda: AutoencoderKLFlux2.from_config(config), Checkpoint(folder))
 
 
-def test_convert_streams_weights_one_at_a_time(tiny_models: dict[str, Path], tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_convert_streams_weights_one_at_a_time(
+    tiny_models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The converter never holds two checkpoint tensors at once, nor the checkpoint: each weight read is
     placed (stored or quantised) and freed before the next read. That is what bounds its peak memory."""
     from builder.repo.convert import convert

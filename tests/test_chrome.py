@@ -20,8 +20,14 @@ def test_only_software_mode_skips_the_zero_filling_of_workgroup_memory() -> None
 def test_headless_linux_gpu_reaches_vulkan_with_the_f16_toggle() -> None:
     flags = launch_args(gpu=True, platform="linux")
     # Without these, headless Chromium on a Linux NVIDIA machine offers no WebGPU adapter at all.
-    for needed in ("--use-gl=angle", "--use-angle=vulkan", "--ozone-platform=headless", "--disable-vulkan-surface",
-                   "--enable-features=Vulkan", "--enable-unsafe-webgpu"):
+    for needed in (
+        "--use-gl=angle",
+        "--use-angle=vulkan",
+        "--ozone-platform=headless",
+        "--disable-vulkan-surface",
+        "--enable-features=Vulkan",
+        "--enable-unsafe-webgpu",
+    ):
         assert needed in flags, needed
     # ... and without this one, NVIDIA + Vulkan hides shader-f16 (the q4f16 fast path).
     assert "--enable-dawn-features=vulkan_enable_f16_on_nvidia" in flags

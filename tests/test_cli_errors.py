@@ -19,8 +19,14 @@ from builder.site.server import browser_url
 
 def run_cli(*args: str | bytes, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=REPO_ROOT, env=environment,
-                          capture_output=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", *args],
+        cwd=REPO_ROOT,
+        env=environment,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +38,10 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]
     (root / "link.png").symlink_to(root / "target.png")
     immutable = root / "immutable"
     immutable.mkdir()
-    locked = shutil.which("chattr") is not None and subprocess.run(
-        ["chattr", "+i", str(immutable)], capture_output=True, check=False).returncode == 0
+    locked = (
+        shutil.which("chattr") is not None
+        and subprocess.run(["chattr", "+i", str(immutable)], capture_output=True, check=False).returncode == 0
+    )
     yield {"root": root, "immutable": immutable if locked else Path("/proc")}
     if locked:
         subprocess.run(["chattr", "-i", str(immutable)], check=False)
@@ -98,14 +106,17 @@ def test_a_config_with_a_wrong_type_is_a_conversion_error(tiny_models: dict[str,
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
 
 
-@pytest.mark.parametrize(("host", "bound", "url"), [
-    ("0.0.0.0", "0.0.0.0", "http://127.0.0.1:8000/"),
-    ("0", "0.0.0.0", "http://127.0.0.1:8000/"),
-    ("::", "::", "http://[::1]:8000/"),
-    ("127.0.0.1", "127.0.0.1", "http://127.0.0.1:8000/"),
-    ("localhost", "127.0.0.1", "http://localhost:8000/"),
-    ("::1", "::1", "http://[::1]:8000/"),
-])
+@pytest.mark.parametrize(
+    ("host", "bound", "url"),
+    [
+        ("0.0.0.0", "0.0.0.0", "http://127.0.0.1:8000/"),
+        ("0", "0.0.0.0", "http://127.0.0.1:8000/"),
+        ("::", "::", "http://[::1]:8000/"),
+        ("127.0.0.1", "127.0.0.1", "http://127.0.0.1:8000/"),
+        ("localhost", "127.0.0.1", "http://localhost:8000/"),
+        ("::1", "::1", "http://[::1]:8000/"),
+    ],
+)
 def test_the_printed_url_can_be_opened(host: str, bound: str, url: str) -> None:
     assert browser_url(host, bound, 8000) == url
 
@@ -130,8 +141,9 @@ BENCH_ARGUMENTS = [
 
 
 @pytest.mark.parametrize(("command", "args", "expected"), BENCH_ARGUMENTS)
-def test_bench_arguments_are_refused_before_chromium(tmp_path: Path, command: str, args: list[str],
-                                                     expected: str) -> None:
+def test_bench_arguments_are_refused_before_chromium(
+    tmp_path: Path, command: str, args: list[str], expected: str
+) -> None:
     from stub_repo import write_stub_repo
 
     started = tmp_path / "browser-started"

@@ -48,10 +48,12 @@ def prompt_inputs(pipe: Any) -> tuple[np.ndarray, np.ndarray]:
     """input_ids / attention_mask [2, 512] exactly as Flux2KleinPipeline._get_qwen3_prompt_embeds builds them."""
     ids, masks = [], []
     for prompt in PROMPTS:
-        text = pipe.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                  add_generation_prompt=True, enable_thinking=False)
-        encoded = pipe.tokenizer(text, return_tensors="np", padding="max_length", truncation=True,
-                                 max_length=repo.MAX_SEQUENCE_LENGTH)
+        text = pipe.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True, enable_thinking=False
+        )
+        encoded = pipe.tokenizer(
+            text, return_tensors="np", padding="max_length", truncation=True, max_length=repo.MAX_SEQUENCE_LENGTH
+        )
         ids.append(encoded["input_ids"])
         masks.append(encoded["attention_mask"])
     return np.concatenate(ids).astype(np.int64), np.concatenate(masks).astype(np.int64)
@@ -62,8 +64,12 @@ def reference_embeds(pipe: Any, prompt_inputs: tuple[np.ndarray, np.ndarray]) ->
     """transformers' hidden_states[9], [18], [27] concatenated per token, as the pipeline does."""
     ids, mask = prompt_inputs
     with torch.no_grad():
-        out = pipe.text_encoder(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                                output_hidden_states=True, use_cache=False)
+        out = pipe.text_encoder(
+            input_ids=torch.from_numpy(ids),
+            attention_mask=torch.from_numpy(mask),
+            output_hidden_states=True,
+            use_cache=False,
+        )
     return torch.cat([out.hidden_states[k] for k in (9, 18, 27)], dim=-1).numpy()
 
 
@@ -74,8 +80,13 @@ def transformer_inputs(embeds: np.ndarray, *, h: int, w: int, seed: int) -> dict
     img_ids = torch.cartesian_prod(torch.arange(1), torch.arange(h), torch.arange(w), torch.arange(1))
     txt_ids = torch.cartesian_prod(torch.arange(1), torch.arange(1), torch.arange(1), torch.arange(embeds.shape[1]))
     timestep = torch.tensor([954.51534], dtype=torch.float32) / 1000  # a first-step scheduler timestep
-    return {"hidden_states": latents.numpy(), "encoder_hidden_states": embeds, "timestep": timestep.numpy(),
-            "img_ids": img_ids.numpy(), "txt_ids": txt_ids.numpy()}
+    return {
+        "hidden_states": latents.numpy(),
+        "encoder_hidden_states": embeds,
+        "timestep": timestep.numpy(),
+        "img_ids": img_ids.numpy(),
+        "txt_ids": txt_ids.numpy(),
+    }
 
 
 def reference_step(pipe: Any, feed: dict[str, np.ndarray]) -> np.ndarray:
@@ -127,8 +138,9 @@ def vae_latents(seed: int) -> np.ndarray:
 # 1. fp32 graphs equal their torch modules (rtol 1e-4).
 
 
-def test_text_encoder_fp32_matches_transformers(tiny_models: dict[str, Path], prompt_inputs: Any,
-                                                reference_embeds: np.ndarray) -> None:
+def test_text_encoder_fp32_matches_transformers(
+    tiny_models: dict[str, Path], prompt_inputs: Any, reference_embeds: np.ndarray
+) -> None:
     ids, mask = prompt_inputs
     assert mask[0].sum() > mask[1].sum() > 0 and mask.shape == (2, 512)  # real padding in both rows
     embeds = run_graph(tiny_models["fp32"], "text_encoder", "fp32", {"input_ids": ids, "attention_mask": mask})
@@ -137,8 +149,9 @@ def test_text_encoder_fp32_matches_transformers(tiny_models: dict[str, Path], pr
 
 
 @pytest.mark.parametrize(("h", "w"), [(4, 4), (3, 5)])
-def test_transformer_fp32_matches_diffusers(tiny_models: dict[str, Path], pipe: Any, reference_embeds: np.ndarray,
-                                            h: int, w: int) -> None:
+def test_transformer_fp32_matches_diffusers(
+    tiny_models: dict[str, Path], pipe: Any, reference_embeds: np.ndarray, h: int, w: int
+) -> None:
     feed = transformer_inputs(reference_embeds[:1], h=h, w=w, seed=h * 10 + w)
     noise_pred = run_graph(tiny_models["fp32"], "transformer", "fp32", feed)
     assert noise_pred.shape == (1, h * w, 128)
@@ -175,18 +188,21 @@ def test_vae_fp32_matches_diffusers(tiny_models: dict[str, Path], pipe: Any) -> 
 Q4_BOUNDS = {"text_encoder": 0.55, "transformer": 0.12, "vae_decoder": 0.004}
 
 
-def test_quantized_graphs_within_measured_tolerance(tiny_models: dict[str, Path], pipe: Any, prompt_inputs: Any,
-                                                    reference_embeds: np.ndarray) -> None:
+def test_quantized_graphs_within_measured_tolerance(
+    tiny_models: dict[str, Path], pipe: Any, prompt_inputs: Any, reference_embeds: np.ndarray
+) -> None:
     ids, mask = prompt_inputs
     errors = {}
     embeds = run_graph(tiny_models["q4"], "text_encoder", "q4", {"input_ids": ids, "attention_mask": mask})
     errors["text_encoder"] = relative_error(embeds, reference_embeds)
     feed = transformer_inputs(reference_embeds[:1], h=4, w=4, seed=44)
-    errors["transformer"] = relative_error(run_graph(tiny_models["q4"], "transformer", "q4", feed),
-                                           reference_step(pipe, feed))
+    errors["transformer"] = relative_error(
+        run_graph(tiny_models["q4"], "transformer", "q4", feed), reference_step(pipe, feed)
+    )
     latents = vae_latents(seed=3)
-    errors["vae_decoder"] = relative_error(run_graph(tiny_models["q4"], "vae_decoder", "fp16", {"latents": latents}),
-                                           reference_decode(pipe, latents))
+    errors["vae_decoder"] = relative_error(
+        run_graph(tiny_models["q4"], "vae_decoder", "fp16", {"latents": latents}), reference_decode(pipe, latents)
+    )
     print("measured q4/fp16 error (max|err| / max|ref|):", {k: round(v, 5) for k, v in errors.items()})
     for component, error in errors.items():
         assert 0 < error < Q4_BOUNDS[component], (component, error)
@@ -215,11 +231,13 @@ def dequantized_fp32_graph(tiny_models: dict[str, Path], component: str) -> byte
         if node.op_type == "MatMulNBits":
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             replaced[node.input[1].removesuffix("_Q4")] = dequantize_matmul_nbits(
-                q4_init[node.input[1]], q4_init[node.input[2]], attrs["K"], attrs["N"])
+                q4_init[node.input[1]], q4_init[node.input[2]], attrs["K"], attrs["N"]
+            )
         elif node.op_type == "GatherBlockQuantized":
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             replaced[node.input[0].removesuffix("_Q4")] = dequantize_blocks(
-                q4_init[node.input[0]], q4_init[node.input[2]], attrs["block_size"])
+                q4_init[node.input[0]], q4_init[node.input[2]], attrs["block_size"]
+            )
     if component == "text_encoder":
         assert any(v.shape[0] == 151936 for v in replaced.values()), "no 4-bit token embedding"
     for tensor in fp32.graph.initializer:
@@ -229,8 +247,9 @@ def dequantized_fp32_graph(tiny_models: dict[str, Path], component: str) -> byte
     return bytes(fp32.SerializeToString())
 
 
-def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(tiny_models: dict[str, Path], prompt_inputs: Any,
-                                                                 reference_embeds: np.ndarray) -> None:
+def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(
+    tiny_models: dict[str, Path], prompt_inputs: Any, reference_embeds: np.ndarray
+) -> None:
     ids, mask = prompt_inputs
     cases = {
         "text_encoder": {"input_ids": ids, "attention_mask": mask},
@@ -241,8 +260,9 @@ def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(tiny_models: di
     # and 0.0226 (text encoder, over 27 layers).
     bounds = {"level 0": 1e-5, "as saved": 0.03}
     for component, feed in cases.items():
-        session = ort.InferenceSession(dequantized_fp32_graph(tiny_models, component),
-                                       providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(
+            dequantized_fp32_graph(tiny_models, component), providers=["CPUExecutionProvider"]
+        )
         expected = session.run(None, feed)[0]
         saved = tiny_models["q4"] / repo.graph_path(component, "q4")
         graphs = {"level 0": at_accuracy_level(saved, 0), "as saved": str(saved)}
@@ -256,10 +276,18 @@ def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(tiny_models: di
 # ---------------------------------------------------------------------------------------------------
 # 3. The I/O contract and file rules, read from the saved graphs without their weights.
 
-GRAPHS = [("fp32", "text_encoder", "fp32"), ("fp32", "transformer", "fp32"), ("fp32", "vae_decoder", "fp32"),
-          ("fp32", "vae_encoder", "fp32"), ("q4", "text_encoder", "q4"), ("q4", "transformer", "q4"),
-          ("q4", "vae_decoder", "fp16"), ("q4", "vae_decoder", "fp32"), ("q4", "vae_encoder", "fp16"),
-          ("q4", "vae_encoder", "fp32")]
+GRAPHS = [
+    ("fp32", "text_encoder", "fp32"),
+    ("fp32", "transformer", "fp32"),
+    ("fp32", "vae_decoder", "fp32"),
+    ("fp32", "vae_encoder", "fp32"),
+    ("q4", "text_encoder", "q4"),
+    ("q4", "transformer", "q4"),
+    ("q4", "vae_decoder", "fp16"),
+    ("q4", "vae_decoder", "fp32"),
+    ("q4", "vae_encoder", "fp16"),
+    ("q4", "vae_encoder", "fp32"),
+]
 
 DTYPES = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64}
 
@@ -272,8 +300,10 @@ def load_structure(tiny_models: dict[str, Path], repo_name: str, component: str,
 def test_graph_io_contract(tiny_models: dict[str, Path], repo_name: str, component: str, variant: str) -> None:
     model = load_structure(tiny_models, repo_name, component, variant)
     joint_dim = 96  # 3 x the tiny text encoder's hidden size
-    for values, specs in ((model.graph.input, repo.CONTRACT[component][0]),
-                          (model.graph.output, repo.CONTRACT[component][1])):
+    for values, specs in (
+        (model.graph.input, repo.CONTRACT[component][0]),
+        (model.graph.output, repo.CONTRACT[component][1]),
+    ):
         assert [v.name for v in values] == [s.name for s in specs]
         for value, spec in zip(values, specs, strict=False):
             tensor_type = value.type.tensor_type
@@ -347,8 +377,11 @@ def test_q4_graph_precisions(tiny_models: dict[str, Path]) -> None:
     # pixel): in fp16 on a GPU their error grows with the image. They compute in fp32 between Casts.
     typed = onnx.shape_inference.infer_shapes(vae)
     elem = {v.name: v.type.tensor_type.elem_type for v in [*typed.graph.value_info, *typed.graph.input]}
-    sensitive = [n for n in vae.graph.node if n.op_type in ("InstanceNormalization", "Softmax")
-                 or (n.op_type == "MatMul" and "/query_blocks/" in n.name)]
+    sensitive = [
+        n
+        for n in vae.graph.node
+        if n.op_type in ("InstanceNormalization", "Softmax") or (n.op_type == "MatMul" and "/query_blocks/" in n.name)
+    ]
     assert {"InstanceNormalization", "Softmax", "MatMul"} <= {n.op_type for n in sensitive}
     assert sensitive and all(elem[n.input[0]] == TensorProto.FLOAT for n in sensitive)
     assert sum(elem.get(n.output[0]) == TensorProto.FLOAT16 for n in convs) == len(convs)
@@ -358,7 +391,11 @@ def test_q4_graph_precisions(tiny_models: dict[str, Path]) -> None:
     # The fp32 repo needs no shader-f16 anywhere.
     fp32_manifest = repo.load(tiny_models["fp32"])
     assert sorted({(g.component, g.variant) for g in fp32_manifest.graphs}) == [
-        ("text_encoder", "fp32"), ("transformer", "fp32"), ("vae_decoder", "fp32"), ("vae_encoder", "fp32")]
+        ("text_encoder", "fp32"),
+        ("transformer", "fp32"),
+        ("vae_decoder", "fp32"),
+        ("vae_encoder", "fp32"),
+    ]
     assert not any(g.requires_f16 for g in fp32_manifest.graphs)
     for component in (*repo.COMPONENTS, *repo.OPTIONAL_COMPONENTS):
         model = load_structure(tiny_models, "fp32", component, "fp32")
@@ -380,7 +417,9 @@ def test_manifest_matches_repo(tiny_models: dict[str, Path], repo_name: str) -> 
         assert entry.size == len(data) and entry.sha256 == hashlib.sha256(data).hexdigest(), rel
     verify.check_files(root, manifest, log=print)
     graph_files = {f for g in manifest.graphs for f in g.files()}
-    assert graph_files | set(repo.TOKENIZER_FILES) | {repo.SCHEDULER_CONFIG, repo.PREVIEW_MAP_FILE} == set(manifest.files)
+    assert graph_files | set(repo.TOKENIZER_FILES) | {repo.SCHEDULER_CONFIG, repo.PREVIEW_MAP_FILE} == set(
+        manifest.files
+    )
     for rel in [*repo.TOKENIZER_FILES, repo.SCHEDULER_CONFIG]:
         source = tiny_models["diffusers"] / rel
         assert (root / rel).read_bytes() == source.read_bytes(), rel

@@ -51,8 +51,11 @@ def test_the_pages_exist() -> None:
 
 def test_every_docs_page_is_in_the_readme_table() -> None:
     readme_targets = {target.split("#")[0] for target in links(ROOT / "README.md")}
-    missing = [page.relative_to(ROOT).as_posix() for page in PAGES[1:]
-               if page.relative_to(ROOT).as_posix() not in readme_targets]
+    missing = [
+        page.relative_to(ROOT).as_posix()
+        for page in PAGES[1:]
+        if page.relative_to(ROOT).as_posix() not in readme_targets
+    ]
     assert not missing, f"docs pages the README's Documentation table does not link: {missing}"
 
 

@@ -28,14 +28,20 @@ def seed_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else b"<dir>"
-            for p in sorted(folder.rglob("*"))}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(folder.rglob("*"))
+    }
 
 
 def project_folder(root: Path) -> Path:
     """Someone's web project: the very names fetch writes or cleans."""
-    files = {"manifest.json": '{"name": "my app", "start_url": "/"}', "tokenizer/tokenizer_config.json": "{}",
-             ".fetch/notes.txt": "mine", "scheduler/scheduler_config.json": "{}", "index.html": "<p>hi</p>"}
+    files = {
+        "manifest.json": '{"name": "my app", "start_url": "/"}',
+        "tokenizer/tokenizer_config.json": "{}",
+        ".fetch/notes.txt": "mine",
+        "scheduler/scheduler_config.json": "{}",
+        "index.html": "<p>hi</p>",
+    }
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
@@ -49,8 +55,7 @@ def one_error(stderr: str) -> str:
 
 
 @pytest.mark.parametrize("kind", ["project", "project-without-manifest", "only-a-user-file-in-.fetch", "file"])
-def test_a_folder_that_is_no_model_repository_is_refused_untouched(seed_repo: Path, tmp_path: Path,
-                                                                  kind: str) -> None:
+def test_a_folder_that_is_no_model_repository_is_refused_untouched(seed_repo: Path, tmp_path: Path, kind: str) -> None:
     dest = tmp_path / "dest"
     if kind == "file":
         dest.write_text("a file")
@@ -87,8 +92,15 @@ def test_an_empty_dir_is_refused_and_the_current_folder_untouched(seed_repo: Pat
     with serving(FakeHub({REPO: FakeRepo(seed_repo, COMMIT)})) as endpoint:
         env.update({"HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf-home")})
         for args in (["--dir="], ["--dir", ""], ["--dir", "  "]):
-            result = subprocess.run([sys.executable, "-m", "builder", "fetch", "--repo", REPO, *args], cwd=cwd,
-                                    env=env, capture_output=True, text=True, timeout=120, check=False)
+            result = subprocess.run(
+                [sys.executable, "-m", "builder", "fetch", "--repo", REPO, *args],
+                cwd=cwd,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
             assert result.returncode == 1, (args, result.stderr)
             assert "--dir is empty" in one_error(result.stderr)
     assert sorted(p.name for p in cwd.iterdir()) == ["manifest.json"]

@@ -85,8 +85,9 @@ def test_convert_removes_what_a_killed_conversion_left(tiny_models: dict[str, Pa
     stale = tmp_path / f".repo.partial-{dead_pid()}-x1y2z3"
     (stale / "text_encoder").mkdir(parents=True)
     lines: list[str] = []
-    convert(tiny_models["diffusers"], tmp_path / "repo", precision="fp32", log=lines.append,
-            max_data_file_bytes=1 << 30)
+    convert(
+        tiny_models["diffusers"], tmp_path / "repo", precision="fp32", log=lines.append, max_data_file_bytes=1 << 30
+    )
     assert not stale.exists()
     assert any("removed" in line and ".repo.partial-" in line for line in lines)
     assert [p.name for p in tmp_path.iterdir()] == ["repo"]
@@ -101,7 +102,19 @@ def test_an_unwritable_report_folder_stops_regress_before_the_browser(tmp_path: 
     models = write_stub_repo(tmp_path / "models")
     (tmp_path / "a-file").write_text("x")
     for report in (tmp_path / "a-file" / "report", Path("/proc/klein-report")):
-        result = CliRunner().invoke(main, ["regress", "--models", str(models), "--prompt", "a fox",
-                                           "--reference-from-cpu", "--browser", str(tmp_path / "no-chromium"),
-                                           "--report", str(report)])
+        result = CliRunner().invoke(
+            main,
+            [
+                "regress",
+                "--models",
+                str(models),
+                "--prompt",
+                "a fox",
+                "--reference-from-cpu",
+                "--browser",
+                str(tmp_path / "no-chromium"),
+                "--report",
+                str(report),
+            ],
+        )
         assert result.exit_code == 2 and "--report" in result.output, result.output

@@ -30,8 +30,14 @@ REGENERATE = "python tests/golden/make_golden.py (then review and commit the cha
 def fresh(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> Path:
     """Every golden made afresh (make_golden reads the Qwen3 tokenizer from node_modules)."""
     out = tmp_path_factory.mktemp("golden")
-    result = subprocess.run([sys.executable, str(MAKE_GOLDEN), str(out)], cwd=REPO_ROOT, capture_output=True,
-                            text=True, timeout=900, check=False)
+    result = subprocess.run(
+        [sys.executable, str(MAKE_GOLDEN), str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert result.returncode == 0, f"tests/golden/make_golden.py failed:\n{result.stdout}\n{result.stderr}"
     return out
 

@@ -44,6 +44,10 @@ def test_without_nvml_there_is_no_figure() -> None:
 def test_gpu_memory_is_read_in_one_place() -> None:
     """nvidia-smi's memory query or NVML's memory call anywhere else would be a second way to sample it."""
     readers = re.compile(r"memory\.used|nvmlDeviceGetMemoryInfo|pynvml")
-    found = sorted(str(path.relative_to(ROOT)) for folder in ("builder", "scripts") for path in (ROOT / folder).rglob("*.py")
-                   if readers.search(path.read_text(encoding="utf-8")))
+    found = sorted(
+        str(path.relative_to(ROOT))
+        for folder in ("builder", "scripts")
+        for path in (ROOT / folder).rglob("*.py")
+        if readers.search(path.read_text(encoding="utf-8"))
+    )
     assert found == ["builder/check/driver/memory.py"], found

@@ -29,7 +29,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 REPO = "test/klein-seed"
 
 # Test-only shim, loaded through PYTHONPATH by the fetch subprocess: reports a fake amount of free disk space.
-SITECUSTOMIZE = '''
+SITECUSTOMIZE = """
 import os, shutil
 _free = os.environ.get("KLEIN_TEST_FREE_BYTES")
 if _free is not None:
@@ -38,17 +38,21 @@ if _free is not None:
         usage = _real_disk_usage(path)
         return type(usage)(usage.total, usage.used, int(_free))
     shutil.disk_usage = _fake_disk_usage
-'''
+"""
 
 
 def write_seed_like_repo(root: Path) -> Path:
     """A repo in the seed layout (no manifest.json) with random graph bytes and a few files the app never needs."""
     rng = np.random.default_rng(0)
     sizes = {
-        "text_encoder/text_encoder_q4.onnx": 20_000, "text_encoder/text_encoder_q4.onnx_data": 700_000,
-        "text_encoder/text_encoder_q4.onnx_data_1": 300_000, "transformer/transformer_q4.onnx": 30_000,
-        "transformer/transformer_q4.onnx_data": 900_000, "transformer/transformer_q4.onnx_data_1": 123_457,
-        "vae_decoder/vae_decoder_fp16.onnx": 10_000, "vae_decoder/vae_decoder_fp16.onnx_data": 200_001,
+        "text_encoder/text_encoder_q4.onnx": 20_000,
+        "text_encoder/text_encoder_q4.onnx_data": 700_000,
+        "text_encoder/text_encoder_q4.onnx_data_1": 300_000,
+        "transformer/transformer_q4.onnx": 30_000,
+        "transformer/transformer_q4.onnx_data": 900_000,
+        "transformer/transformer_q4.onnx_data_1": 123_457,
+        "vae_decoder/vae_decoder_fp16.onnx": 10_000,
+        "vae_decoder/vae_decoder_fp16.onnx_data": 200_001,
         "samples/onnx_q4_512.png": 50_000,
     }
     for rel, size in sizes.items():
@@ -58,7 +62,9 @@ def write_seed_like_repo(root: Path) -> Path:
         "tokenizer/tokenizer.json": json.dumps({"model": {"type": "BPE"}, "added_tokens": []}),
         "tokenizer/tokenizer_config.json": json.dumps({"pad_token": "<|endoftext|>", "chat_template": "{{ x }}"}),
         "scheduler/scheduler_config.json": json.dumps({"use_dynamic_shifting": True}),
-        "README.md": "# model card\n", "LICENSE": "Apache-2.0\n", "validation.md": "numbers\n",
+        "README.md": "# model card\n",
+        "LICENSE": "Apache-2.0\n",
+        "validation.md": "numbers\n",
     }
     for rel, text in texts.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -66,13 +72,22 @@ def write_seed_like_repo(root: Path) -> Path:
     return root
 
 
-WANTED_SEED_FILES = sorted([
-    "text_encoder/text_encoder_q4.onnx", "text_encoder/text_encoder_q4.onnx_data",
-    "text_encoder/text_encoder_q4.onnx_data_1", "transformer/transformer_q4.onnx",
-    "transformer/transformer_q4.onnx_data", "transformer/transformer_q4.onnx_data_1",
-    "vae_decoder/vae_decoder_fp16.onnx", "vae_decoder/vae_decoder_fp16.onnx_data",
-    "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json", "scheduler/scheduler_config.json", "LICENSE",
-])
+WANTED_SEED_FILES = sorted(
+    [
+        "text_encoder/text_encoder_q4.onnx",
+        "text_encoder/text_encoder_q4.onnx_data",
+        "text_encoder/text_encoder_q4.onnx_data_1",
+        "transformer/transformer_q4.onnx",
+        "transformer/transformer_q4.onnx_data",
+        "transformer/transformer_q4.onnx_data_1",
+        "vae_decoder/vae_decoder_fp16.onnx",
+        "vae_decoder/vae_decoder_fp16.onnx_data",
+        "tokenizer/tokenizer.json",
+        "tokenizer/tokenizer_config.json",
+        "scheduler/scheduler_config.json",
+        "LICENSE",
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -88,14 +103,26 @@ def shim_dir(tmp_path: Path) -> Path:
     return folder
 
 
-def fetch_command(endpoint: str, dest: Path, *, repo: str = REPO, revision: str = "main", shim: Path | None = None,
-                  extra_env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+def fetch_command(
+    endpoint: str,
+    dest: Path,
+    *,
+    repo: str = REPO,
+    revision: str = "main",
+    shim: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> tuple[list[str], dict[str, str]]:
     """`klein-web fetch` of `repo` into `dest` from the hub at `endpoint`, and its environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update({
-        "HF_ENDPOINT": endpoint, "HF_HOME": str(dest.parent / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1",
-        "PYTHONUNBUFFERED": "1", **(extra_env or {}),
-    })
+    env.update(
+        {
+            "HF_ENDPOINT": endpoint,
+            "HF_HOME": str(dest.parent / "hf-home"),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "PYTHONUNBUFFERED": "1",
+            **(extra_env or {}),
+        }
+    )
     if shim is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(shim), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "builder", "fetch", "--repo", repo, "--revision", revision, "--dir", str(dest)]
@@ -111,10 +138,18 @@ def start_fetch(endpoint: str, dest: Path, **options: Any) -> subprocess.Popen[s
     """The fetch in the background, interruptible: a shell's background job (a CI runner started with `&`) ignores
     SIGINT, and children inherit that, so the fetch gets Python's Ctrl-C handling back before it starts."""
     cmd, env = fetch_command(endpoint, dest, **options)
-    restore_ctrl_c = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-                      "sys.argv[0] = 'builder'; runpy.run_module('builder', run_name='__main__', alter_sys=True)")
-    return subprocess.Popen([sys.executable, "-c", restore_ctrl_c, *cmd[3:]], cwd=REPO_ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    restore_ctrl_c = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'builder'; runpy.run_module('builder', run_name='__main__', alter_sys=True)"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", restore_ctrl_c, *cmd[3:]],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def assert_same_files(source: Path, dest: Path, paths: list[str]) -> None:
@@ -240,8 +275,18 @@ def test_ctrl_c_keeps_partial_files_and_no_manifest(seed_repo: Path, tmp_path: P
         deadline = time.monotonic() + 60
         partial = None
         while time.monotonic() < deadline and partial is None:
-            partial = next((p for p in (dest / ".fetch" / "transformer").glob(Path(name).name + ".*.incomplete")
-                            if p.stat().st_size > 0), None) if (dest / ".fetch" / "transformer").is_dir() else None
+            partial = (
+                next(
+                    (
+                        p
+                        for p in (dest / ".fetch" / "transformer").glob(Path(name).name + ".*.incomplete")
+                        if p.stat().st_size > 0
+                    ),
+                    None,
+                )
+                if (dest / ".fetch" / "transformer").is_dir()
+                else None
+            )
             time.sleep(0.05)
         assert partial is not None, "the download of the large file never started"
         process.send_signal(signal.SIGINT)
@@ -275,8 +320,10 @@ def test_fetch_tiny_q4_repo_without_manifest(tiny_models: dict[str, Path], tmp_p
     # Without a manifest only the seed layout's graphs are known: the main graph of each variant (the
     # transformer's per-size-class graphs, *.qb<N>.onnx, are an optimisation listed only by a manifest).
     main = [source_manifest.graph(c, v) for c, v in sorted({(g.component, g.variant) for g in source_manifest.graphs})]
-    needed = sorted({p for g in main for p in g.files()}
-                    | {p for p in source_manifest.files if p.startswith(("tokenizer/", "scheduler/"))})
+    needed = sorted(
+        {p for g in main for p in g.files()}
+        | {p for p in source_manifest.files if p.startswith(("tokenizer/", "scheduler/"))}
+    )
     assert sorted(fetched.files) == needed
     assert_same_files(source, dest, needed)
     assert {(g.component, g.variant, g.path, tuple(g.external_data)) for g in fetched.graphs} == {
@@ -286,8 +333,9 @@ def test_fetch_tiny_q4_repo_without_manifest(tiny_models: dict[str, Path], tmp_p
     from builder.pipeline import reference
 
     def image(folder: Path) -> np.ndarray:
-        return reference.generate(folder, prompt="a lighthouse", seed=3, width=64, height=64, steps=2,
-                                  log=lambda _m: None).image
+        return reference.generate(
+            folder, prompt="a lighthouse", seed=3, width=64, height=64, steps=2, log=lambda _m: None
+        ).image
 
     assert np.array_equal(image(dest), image(source))
 
@@ -336,8 +384,9 @@ class HostileHub(FakeHub):
         return JSONResponse(data)
 
 
-@pytest.mark.parametrize("evil", ["tokenizer/../../../x", "/etc/x", "tokenizer\\..\\x", "tokenizer//x",
-                                  "scheduler/./x"])
+@pytest.mark.parametrize(
+    "evil", ["tokenizer/../../../x", "/etc/x", "tokenizer\\..\\x", "tokenizer//x", "scheduler/./x"]
+)
 def test_a_hostile_file_list_writes_nothing_outside_dir(seed_repo: Path, tmp_path: Path, evil: str) -> None:
     hub = HostileHub({REPO: FakeRepo(seed_repo, COMMIT)})
     hub.evil = evil

@@ -67,16 +67,34 @@ EXCEPTIONS = {
     ("builder.repo.tiny", "builder.site.node"),  # the tiny model copies the Qwen3 tokenizer from node_modules
 }
 
-CONVERTER = {f"builder.repo.{name}" for name in (
-    "checkpoint", "convert", "export_text_encoder", "export_transformer", "export_vae", "export_vae_encoder", "fused_ops",
-    "onnx_graph", "attention", "quantize", "lora", "finite_weights", "tiny",
-)}
+CONVERTER = {
+    f"builder.repo.{name}"
+    for name in (
+        "checkpoint",
+        "convert",
+        "export_text_encoder",
+        "export_transformer",
+        "export_vae",
+        "export_vae_encoder",
+        "fused_ops",
+        "onnx_graph",
+        "attention",
+        "quantize",
+        "lora",
+        "finite_weights",
+        "tiny",
+    )
+}
 BENCH = {f"builder.check.bench.{name}" for name in ("native", "graphs", "models", "report", "stats", "ort_timing")}
 CONVERT_EXTRA = ("torch", "diffusers", "transformers", "onnx", "onnxscript", "safetensors", "ml_dtypes")
 LIBRARY_HOMES: dict[str, set[str]] = {
     **dict.fromkeys(CONVERT_EXTRA, CONVERTER | BENCH),
-    "onnxruntime": {"builder.pipeline.reference", "builder.check.bench.ort_timing", "builder.repo.quantize",
-                    "builder.repo.preview_map"},
+    "onnxruntime": {
+        "builder.pipeline.reference",
+        "builder.check.bench.ort_timing",
+        "builder.repo.quantize",
+        "builder.repo.preview_map",
+    },
     "onnxruntime_ep_webgpu": {"builder.check.bench.ort_timing"},
     "playwright": {"builder.check.*"},
     "starlette": {"builder.site.*"},
@@ -164,8 +182,12 @@ def violations(found: Iterator[Import]) -> list[str]:
             importer, imported = layer_of(item.module), layer_of(item.target)
             if imported == "cli" and item.module != "builder.__main__":
                 problems.append(f"{where} (nothing imports the command line)")
-            elif importer and imported and imported not in ALLOWED_LAYERS[importer] \
-                    and (item.module, item.target) not in EXCEPTIONS:
+            elif (
+                importer
+                and imported
+                and imported not in ALLOWED_LAYERS[importer]
+                and (item.module, item.target) not in EXCEPTIONS
+            ):
                 problems.append(f"{where} ({importer} may import only {sorted(ALLOWED_LAYERS[importer])})")
         elif top in LIBRARY_HOMES and not matches(item.module, LIBRARY_HOMES[top]):
             problems.append(f"{where} ({top} belongs in {sorted(LIBRARY_HOMES[top])})")
@@ -180,13 +202,21 @@ def package_imports() -> Iterator[Import]:
 def test_builder_follows_the_layering() -> None:
     problems = violations(package_imports())
     assert not problems, "imports that break the layering (see the table in tests/test_layering.py):\n" + "\n".join(
-        problems)
+        problems
+    )
 
 
 def test_every_module_is_seen() -> None:
     modules = {module_name(path) for path in PACKAGE.rglob("*.py")}
-    assert {"builder.cli", "builder.site.server", "builder.repo.convert", "builder.pipeline.reference",
-            "builder.check.regress.run", "builder.check.bench.browser", "builder.check.driver.page"} <= modules
+    assert {
+        "builder.cli",
+        "builder.site.server",
+        "builder.repo.convert",
+        "builder.pipeline.reference",
+        "builder.check.regress.run",
+        "builder.check.bench.browser",
+        "builder.check.driver.page",
+    } <= modules
     for module in modules:
         layer_of(module)  # raises for a module outside the table
     # The scan does reach function bodies: the command line imports its implementations lazily.
@@ -198,41 +228,73 @@ def test_every_exception_is_still_needed() -> None:
     assert found >= EXCEPTIONS, f"remove exceptions no module needs any more: {sorted(EXCEPTIONS - found)}"
 
 
-@pytest.mark.parametrize(("module", "source", "expected"), [
-    ("builder.site.server", "def f():\n    import torch.nn\n", "builder.site.server:2 imports torch.nn"),
-    ("builder.pipeline.prompt", "from builder.check import regress\n", "imports builder.check.regress"),
-    ("builder.site.bundle", "from ..check.driver.chromium import find_chromium\n",
-     "imports builder.check.driver.chromium"),
-    ("builder.repo.hub", "from builder.pipeline.limits import parse_size\n", "imports builder.pipeline.limits"),
-    ("builder.errors", "import importlib\nimportlib.import_module('builder.site.bundle')\n",
-     "builder.errors:2 imports builder.site.bundle"),
-    ("builder.check.regress.run", "from builder import cli\n", "nothing imports the command line"),
-    # The wings of builder/check: regress and the benches meet only in the driver.
-    ("builder.check.bench.overhead", "from builder.check.regress import run\n", "imports builder.check.regress.run"),
-    ("builder.check.bench.load", "from builder.check.regress.cases import Case\n",
-     "imports builder.check.regress.cases"),
-    ("builder.check.regress.run", "def f():\n    from builder.check.bench import stats\n",
-     "imports builder.check.bench.stats"),
-    ("builder.check.driver.page", "from builder.check.regress.cases import Case\n",
-     "imports builder.check.regress.cases"),
-    ("builder.check.driver.serving", "from ..bench.browser import ImageRun\n", "imports builder.check.bench.browser"),
-    ("builder.site.chrome", "try:\n    from playwright.sync_api import sync_playwright\nexcept ImportError:\n    pass\n",
-     "playwright belongs in"),
-    ("builder.pipeline.reference", "if True:\n    import diffusers\n", "diffusers belongs in"),
-])
+@pytest.mark.parametrize(
+    ("module", "source", "expected"),
+    [
+        ("builder.site.server", "def f():\n    import torch.nn\n", "builder.site.server:2 imports torch.nn"),
+        ("builder.pipeline.prompt", "from builder.check import regress\n", "imports builder.check.regress"),
+        (
+            "builder.site.bundle",
+            "from ..check.driver.chromium import find_chromium\n",
+            "imports builder.check.driver.chromium",
+        ),
+        ("builder.repo.hub", "from builder.pipeline.limits import parse_size\n", "imports builder.pipeline.limits"),
+        (
+            "builder.errors",
+            "import importlib\nimportlib.import_module('builder.site.bundle')\n",
+            "builder.errors:2 imports builder.site.bundle",
+        ),
+        ("builder.check.regress.run", "from builder import cli\n", "nothing imports the command line"),
+        # The wings of builder/check: regress and the benches meet only in the driver.
+        (
+            "builder.check.bench.overhead",
+            "from builder.check.regress import run\n",
+            "imports builder.check.regress.run",
+        ),
+        (
+            "builder.check.bench.load",
+            "from builder.check.regress.cases import Case\n",
+            "imports builder.check.regress.cases",
+        ),
+        (
+            "builder.check.regress.run",
+            "def f():\n    from builder.check.bench import stats\n",
+            "imports builder.check.bench.stats",
+        ),
+        (
+            "builder.check.driver.page",
+            "from builder.check.regress.cases import Case\n",
+            "imports builder.check.regress.cases",
+        ),
+        (
+            "builder.check.driver.serving",
+            "from ..bench.browser import ImageRun\n",
+            "imports builder.check.bench.browser",
+        ),
+        (
+            "builder.site.chrome",
+            "try:\n    from playwright.sync_api import sync_playwright\nexcept ImportError:\n    pass\n",
+            "playwright belongs in",
+        ),
+        ("builder.pipeline.reference", "if True:\n    import diffusers\n", "diffusers belongs in"),
+    ],
+)
 def test_the_checker_finds_a_violation(module: str, source: str, expected: str) -> None:
     problems = violations(imports(source, module))
     assert len(problems) == 1 and expected in problems[0], problems
 
 
-@pytest.mark.parametrize(("module", "source"), [
-    ("builder.check.regress.run", "from builder.site import server\nfrom builder.pipeline import limits\n"),
-    ("builder.check.bench.load", "from builder.check.driver.session import launched\nfrom . import output\n"),
-    ("builder.check.regress.page", "from ..driver.page import fill_form\nfrom .cases import Case\n"),
-    ("builder.pipeline.reference", "def f():\n    import onnxruntime\n"),
-    ("builder.repo.export_vae", "import torch\nfrom builder.repo.onnx_graph import export_module\n"),
-    ("builder.site.server", "from . import bundle\nfrom builder import WEB_SRC, __version__\n"),
-    ("builder.__main__", "from builder.cli import main\n"),
-])
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("builder.check.regress.run", "from builder.site import server\nfrom builder.pipeline import limits\n"),
+        ("builder.check.bench.load", "from builder.check.driver.session import launched\nfrom . import output\n"),
+        ("builder.check.regress.page", "from ..driver.page import fill_form\nfrom .cases import Case\n"),
+        ("builder.pipeline.reference", "def f():\n    import onnxruntime\n"),
+        ("builder.repo.export_vae", "import torch\nfrom builder.repo.onnx_graph import export_module\n"),
+        ("builder.site.server", "from . import bundle\nfrom builder import WEB_SRC, __version__\n"),
+        ("builder.__main__", "from builder.cli import main\n"),
+    ],
+)
 def test_the_checker_allows_what_the_table_allows(module: str, source: str) -> None:
     assert violations(imports(source, module)) == []

@@ -17,8 +17,9 @@ from builder.check.regress.cases import Case, load_cases
 from builder.errors import InputError
 from builder.pipeline import limits, reference
 
-DEFAULTS = Case(name="case", prompt="a red fox", seed=42, width=64, height=64, steps=4, psnr_min=40.0,
-                reference_from_cpu=True)
+DEFAULTS = Case(
+    name="case", prompt="a red fox", seed=42, width=64, height=64, steps=4, psnr_min=40.0, reference_from_cpu=True
+)
 
 
 def test_parse_size_accepts_wxh_and_rejects_non_multiples_of_16() -> None:
@@ -44,14 +45,17 @@ def test_reference_accepts_the_edges_of_every_limit() -> None:
     reference.check_inputs(**{**GOOD, "seed": 2**32 - 1, "width": 2048, "height": 64, "steps": 1})
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("steps", 51, r"`steps` 51 is outside 1\.\.50; klein is distilled for 4"),
-    ("width", 2064, r"`width` must be a multiple of 16 from 64 to 2048 .*got 2064; try 2048"),
-    ("height", 48, r"`height` must be a multiple of 16 from 64 to 2048 .*got 48; try 64"),
-    ("seed", 2**32, r"`seed` 4294967296 is outside \[0, 2\^32\); pick a seed like 42"),
-    ("seed", -1, r"`seed` -1 is outside \[0, 2\^32\)"),
-    ("steps", 4.0, r"`steps` must be an integer, got 4\.0"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("steps", 51, r"`steps` 51 is outside 1\.\.50; klein is distilled for 4"),
+        ("width", 2064, r"`width` must be a multiple of 16 from 64 to 2048 .*got 2064; try 2048"),
+        ("height", 48, r"`height` must be a multiple of 16 from 64 to 2048 .*got 48; try 64"),
+        ("seed", 2**32, r"`seed` 4294967296 is outside \[0, 2\^32\); pick a seed like 42"),
+        ("seed", -1, r"`seed` -1 is outside \[0, 2\^32\)"),
+        ("steps", 4.0, r"`steps` must be an integer, got 4\.0"),
+    ],
+)
 def test_reference_refuses_what_the_app_refuses(tmp_path: Path, field: str, value: object, message: str) -> None:
     with pytest.raises(InputError, match=message):
         reference.check_inputs(**{**GOOD, field: value})
@@ -60,12 +64,15 @@ def test_reference_refuses_what_the_app_refuses(tmp_path: Path, field: str, valu
         reference.generate(tmp_path / "no-model", **{**GOOD, field: value}, log=lambda _m: None)
 
 
-@pytest.mark.parametrize(("entry", "message"), [
-    ({"steps": 51}, r"case 1 \(01-seed42-64x64\): steps 51 is outside 1\.\.50"),
-    ({"size": "2064x64"}, r"case 1: `size` 2064x64: .*from 64 to 2048.*try 2048x64"),
-    ({"size": "48x64"}, r"case 1: `size` 48x64: .*from 64 to 2048.*try 64x64"),
-    ({"seed": 2**32}, r"case 1 \(01-seed4294967296-64x64\): seed 4294967296 is outside \[0, 2\^32\)"),
-])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"steps": 51}, r"case 1 \(01-seed42-64x64\): steps 51 is outside 1\.\.50"),
+        ({"size": "2064x64"}, r"case 1: `size` 2064x64: .*from 64 to 2048.*try 2048x64"),
+        ({"size": "48x64"}, r"case 1: `size` 48x64: .*from 64 to 2048.*try 64x64"),
+        ({"seed": 2**32}, r"case 1 \(01-seed4294967296-64x64\): seed 4294967296 is outside \[0, 2\^32\)"),
+    ],
+)
 def test_regress_cases_refuse_what_the_app_refuses(tmp_path: Path, entry: dict[str, object], message: str) -> None:
     path = tmp_path / "cases.json"
     path.write_text(json.dumps({"cases": [entry]}))
@@ -74,8 +81,15 @@ def test_regress_cases_refuse_what_the_app_refuses(tmp_path: Path, entry: dict[s
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        timeout=120,
+        check=False,
+    )
 
 
 def test_cli_refuses_out_of_range_steps_and_sizes_before_any_work(tmp_path: Path) -> None:
@@ -87,6 +101,7 @@ def test_cli_refuses_out_of_range_steps_and_sizes_before_any_work(tmp_path: Path
     assert size.returncode == 1 and "--size 2064x2064" in size.stderr and "try 2048x2048" in size.stderr, size.stderr
     # regress: a could-not-run (exit 2) with the reason on one line, before it looks for a browser or a model.
     regress = run_cli("regress", "--models", missing, "--prompt", "a fox", "--steps", "80", "--reference-from-cpu")
-    assert regress.returncode == 2 and "could not run: regress: steps 80 is outside 1..50" in regress.stderr, \
+    assert regress.returncode == 2 and "could not run: regress: steps 80 is outside 1..50" in regress.stderr, (
         regress.stderr
+    )
     assert not Path(out).exists()

@@ -16,8 +16,9 @@ FORMAT = ROOT / "scripts" / "format.py"
 
 
 def run(*args: str, cwd: Path = ROOT, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def test_ruff_finds_nothing() -> None:
@@ -28,8 +29,11 @@ def test_ruff_finds_nothing() -> None:
 def test_ruff_rules_catch_a_violation(tmp_path: Path) -> None:
     """The project's configuration, not ruff's defaults: bugbear and isort rules fire on a bad file."""
     bad = tmp_path / "bad.py"
-    bad.write_text("import sys\nimport os\n\n\ndef pairs(a: list[int], b: list[int]) -> list[tuple[int, int]]:\n"
-                   "    return list(zip(a, b))\n", encoding="utf-8")
+    bad.write_text(
+        "import sys\nimport os\n\n\ndef pairs(a: list[int], b: list[int]) -> list[tuple[int, int]]:\n"
+        "    return list(zip(a, b))\n",
+        encoding="utf-8",
+    )
     result = run("ruff", "check", "--no-cache", "--config", str(PYPROJECT), str(bad), cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     for code in ("F401", "I001", "B905"):
@@ -38,8 +42,9 @@ def test_ruff_rules_catch_a_violation(tmp_path: Path) -> None:
 
 def formatter(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """`python scripts/format.py ARGS`, the one command that formats the tree."""
-    return subprocess.run([sys.executable, str(FORMAT), *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, str(FORMAT), *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False
+    )
 
 
 def test_ruff_format_finds_nothing() -> None:
@@ -58,9 +63,14 @@ LONG_CALL = "describe(first_argument_of_the_call, second_argument_of_the_call, t
 
 @pytest.mark.parametrize(
     ("suffix", "good", "bad"),
-    [(".py", f"{LONG_CALL}\n", "pairs = {'a':1,\n         'b':2}\n"),
-     (".mjs", f"{LONG_CALL};\nif (good) {{\n    say('four spaces, single quotes');\n}}\n",
-      'if (bad) {\n  say("two spaces, double quotes")\n}\n')],
+    [
+        (".py", f"{LONG_CALL}\n", "pairs = {'a':1,\n         'b':2}\n"),
+        (
+            ".mjs",
+            f"{LONG_CALL};\nif (good) {{\n    say('four spaces, single quotes');\n}}\n",
+            'if (bad) {\n  say("two spaces, double quotes")\n}\n',
+        ),
+    ],
     ids=["ruff format", "prettier"],
 )
 def test_the_check_catches_a_badly_formatted_file(tmp_path: Path, suffix: str, good: str, bad: str) -> None:

@@ -32,10 +32,14 @@ OUT_FEATURES = 128
 
 def proj_out(down: torch.Tensor | None = None, up: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(3)
-    return {"transformer.proj_out.lora_A.weight":
-            down if down is not None else torch.randn(RANK, IN_FEATURES, generator=generator) * 0.2,
-            "transformer.proj_out.lora_B.weight":
-            up if up is not None else torch.randn(OUT_FEATURES, RANK, generator=generator) * 0.2}
+    return {
+        "transformer.proj_out.lora_A.weight": down
+        if down is not None
+        else torch.randn(RANK, IN_FEATURES, generator=generator) * 0.2,
+        "transformer.proj_out.lora_B.weight": up
+        if up is not None
+        else torch.randn(OUT_FEATURES, RANK, generator=generator) * 0.2,
+    }
 
 
 def with_value(shape: tuple[int, int], index: tuple[int, int], value: float) -> torch.Tensor:
@@ -57,30 +61,53 @@ def save(path: Path, state: dict[str, torch.Tensor], meta: dict[str, str] | None
 
 def hostile_loras(folder: Path) -> dict[str, tuple[list[str], str]]:
     """name -> (the --lora arguments, a phrase the one error line must hold)."""
-    ones = {"transformer.proj_out.lora_A.weight": torch.ones(RANK, IN_FEATURES),
-            "transformer.proj_out.lora_B.weight": torch.ones(OUT_FEATURES, RANK)}  # update = scale * 4 everywhere
-    kohya_nan_alpha = {"lora_unet_final_layer_linear.lora_down.weight": torch.randn(RANK, IN_FEATURES) * 0.2,
-                       "lora_unet_final_layer_linear.lora_up.weight": torch.randn(OUT_FEATURES, RANK) * 0.2,
-                       "lora_unet_final_layer_linear.alpha": torch.tensor(float("nan"))}
+    ones = {
+        "transformer.proj_out.lora_A.weight": torch.ones(RANK, IN_FEATURES),
+        "transformer.proj_out.lora_B.weight": torch.ones(OUT_FEATURES, RANK),
+    }  # update = scale * 4 everywhere
+    kohya_nan_alpha = {
+        "lora_unet_final_layer_linear.lora_down.weight": torch.randn(RANK, IN_FEATURES) * 0.2,
+        "lora_unet_final_layer_linear.lora_up.weight": torch.randn(OUT_FEATURES, RANK) * 0.2,
+        "lora_unet_final_layer_linear.alpha": torch.tensor(float("nan")),
+    }
     files = {
-        "nan-in-A": (save(folder / "nan-a.safetensors", proj_out(down=with_value((RANK, IN_FEATURES), (1, 5),
-                                                                                    float("nan")))), "NaN or infinite"),
-        "inf-in-B": (save(folder / "inf-b.safetensors", proj_out(up=with_value((OUT_FEATURES, RANK), (7, 2),
-                                                                                 float("-inf")))), "NaN or infinite"),
-        "lora_alpha-nan": (save(folder / "alpha-nan.safetensors", proj_out(), metadata(lora_alpha=float("nan"))),
-                           "lora_alpha = nan"),
-        "alpha_pattern-inf": (save(folder / "pattern-inf.safetensors", proj_out(),
-                                   metadata(alpha_pattern={"proj_out": float("inf")})), "alpha_pattern"),
-        "alpha-tensor-nan": (save(folder / "alpha-tensor.safetensors",
-                                  {**proj_out(), "transformer.proj_out.alpha": torch.tensor(float("nan"))}),
-                             "an alpha must be a finite number"),
+        "nan-in-A": (
+            save(folder / "nan-a.safetensors", proj_out(down=with_value((RANK, IN_FEATURES), (1, 5), float("nan")))),
+            "NaN or infinite",
+        ),
+        "inf-in-B": (
+            save(folder / "inf-b.safetensors", proj_out(up=with_value((OUT_FEATURES, RANK), (7, 2), float("-inf")))),
+            "NaN or infinite",
+        ),
+        "lora_alpha-nan": (
+            save(folder / "alpha-nan.safetensors", proj_out(), metadata(lora_alpha=float("nan"))),
+            "lora_alpha = nan",
+        ),
+        "alpha_pattern-inf": (
+            save(folder / "pattern-inf.safetensors", proj_out(), metadata(alpha_pattern={"proj_out": float("inf")})),
+            "alpha_pattern",
+        ),
+        "alpha-tensor-nan": (
+            save(
+                folder / "alpha-tensor.safetensors",
+                {**proj_out(), "transformer.proj_out.alpha": torch.tensor(float("nan"))},
+            ),
+            "an alpha must be a finite number",
+        ),
         "kohya-alpha-nan": (save(folder / "kohya.safetensors", kohya_nan_alpha), "NaN or infinite"),
         "rank-zero": (save(folder / "rank-zero.safetensors", proj_out(), metadata(r=0)), "not positive"),
     }
     # lora_alpha 1e400: a JSON number Python reads as infinity.
     huge = folder / "alpha-1e400.safetensors"
-    save(huge, proj_out(), {lora_module.METADATA_KEY: json.dumps({"transformer.r": RANK}).replace(
-        "}", ', "transformer.lora_alpha": 1e400}')})
+    save(
+        huge,
+        proj_out(),
+        {
+            lora_module.METADATA_KEY: json.dumps({"transformer.r": RANK}).replace(
+                "}", ', "transformer.lora_alpha": 1e400}'
+            )
+        },
+    )
     cases = {name: ([str(path)], word) for name, (path, word) in files.items()}
     cases["lora_alpha-1e400"] = ([str(huge)], "lora_alpha = inf")
     plain = save(folder / "plain.safetensors", proj_out())
@@ -94,13 +121,16 @@ def hostile_loras(folder: Path) -> dict[str, tuple[list[str], str]]:
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
-    return {path.relative_to(folder).as_posix(): path.read_bytes() if path.is_file() else b"<dir>"
-            for path in sorted(folder.rglob("*"))}
+    return {
+        path.relative_to(folder).as_posix(): path.read_bytes() if path.is_file() else b"<dir>"
+        for path in sorted(folder.rglob("*"))
+    }
 
 
 @pytest.mark.parametrize("precision", ["fp32", "q4"])
-def test_non_finite_loras_are_refused_and_out_keeps_the_good_repo(tiny_models: dict[str, Path], tmp_path: Path,
-                                                                   precision: str) -> None:
+def test_non_finite_loras_are_refused_and_out_keeps_the_good_repo(
+    tiny_models: dict[str, Path], tmp_path: Path, precision: str
+) -> None:
     cases = hostile_loras(tmp_path)
     if precision == "q4":  # the q4 repo, which would make an image with no error: the main places suffice
         cases = {name: cases[name] for name in ("nan-in-A", "scale-1e38", "two-add-up-beyond-float16")}
@@ -128,25 +158,31 @@ def test_a_finite_lora_still_converts(tiny_models: dict[str, Path], tmp_path: Pa
     out = tmp_path / "repo"
     shutil.copytree(tiny_models["fp32"], out)
     path = save(tmp_path / "plain.safetensors", proj_out())
-    result = CliRunner().invoke(main, ["convert", str(tiny_models["diffusers"]), str(out), "--precision", "fp32",
-                                       "--lora", f"{path}:2"])
+    result = CliRunner().invoke(
+        main, ["convert", str(tiny_models["diffusers"]), str(out), "--precision", "fp32", "--lora", f"{path}:2"]
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((out / "manifest.json").read_text())["loras"][0]["scale"] == 2.0
 
 
-@pytest.mark.parametrize(("dtype", "value"), [(TensorProto.FLOAT, float("nan")), (TensorProto.FLOAT16, float("inf")),
-                                              (TensorProto.FLOAT, 1.0)])
+@pytest.mark.parametrize(
+    ("dtype", "value"),
+    [(TensorProto.FLOAT, float("nan")), (TensorProto.FLOAT16, float("inf")), (TensorProto.FLOAT, 1.0)],
+)
 def test_the_graph_check_reads_external_data(tmp_path: Path, dtype: int, value: float) -> None:
     """The check of the stored graph finds a non-finite weight in an external-data file, and passes a finite one."""
     array = np.full((64, 64), 0.5, dtype=np.float32 if dtype == TensorProto.FLOAT else np.float16)
     array[40, 3] = value
     weight = numpy_helper.from_array(array, "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", dtype, [1, 64])],
-                              [helper.make_tensor_value_info("y", dtype, [1, 64])], [weight])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", dtype, [1, 64])],
+        [helper.make_tensor_value_info("y", dtype, [1, 64])],
+        [weight],
+    )
     model = helper.make_model(graph)
-    onnx.save(model, str(tmp_path / "g.onnx"), save_as_external_data=True, location="g.onnx_data",
-              size_threshold=0)
+    onnx.save(model, str(tmp_path / "g.onnx"), save_as_external_data=True, location="g.onnx_data", size_threshold=0)
     if np.isfinite(value):
         finite_weights.check_finite_graph(tmp_path / "g.onnx", what="--lora")
     else:

@@ -62,17 +62,24 @@ HEADERS: dict[str, Any] = {
 def config_file(path: Path, **config: Any) -> Path:
     generator = torch.Generator().manual_seed(0)
     packed = {"r": RANK, "lora_alpha": RANK, **config}
-    save_file({A_KEY: torch.randn(RANK, 32, generator=generator), B_KEY: torch.randn(128, RANK, generator=generator)},
-              str(path), metadata={lora_module.METADATA_KEY: json.dumps({f"transformer.{k}": v
-                                                                          for k, v in packed.items()})})
+    save_file(
+        {A_KEY: torch.randn(RANK, 32, generator=generator), B_KEY: torch.randn(128, RANK, generator=generator)},
+        str(path),
+        metadata={lora_module.METADATA_KEY: json.dumps({f"transformer.{k}": v for k, v in packed.items()})},
+    )
     return path
 
 
 def kohya_qkv(path: Path, rows: int) -> Path:
     """kohya's fused img_attn.qkv of the tiny model (inner 32): lora_up must have 3 x 32 rows."""
-    save_file({"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight": torch.randn(RANK, 32),
-               "lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight": torch.randn(rows, RANK),
-               "lora_unet_double_blocks_0_img_attn_qkv.alpha": torch.tensor(4.0)}, str(path))
+    save_file(
+        {
+            "lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight": torch.randn(RANK, 32),
+            "lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight": torch.randn(rows, RANK),
+            "lora_unet_double_blocks_0_img_attn_qkv.alpha": torch.tensor(4.0),
+        },
+        str(path),
+    )
     return path
 
 
@@ -96,12 +103,28 @@ def test_malformed_lora_files_give_one_line(tiny_models: dict[str, Path], tmp_pa
     for name, path in files.items():
         parent = tmp_path / f"out-{name}"
         parent.mkdir()
-        result = CliRunner().invoke(main, ["convert", str(tiny_models["diffusers"]), str(parent / "repo"),
-                                           "--precision", "fp32", "--lora", str(path)])
+        result = CliRunner().invoke(
+            main,
+            [
+                "convert",
+                str(tiny_models["diffusers"]),
+                str(parent / "repo"),
+                "--precision",
+                "fp32",
+                "--lora",
+                str(path),
+            ],
+        )
         errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
         print(f"{name}: exit {result.exit_code}: {errors or repr(result.exception)}")
-        if not (result.exit_code == 1 and len(errors) == 1 and str(path) in errors[0]
-                and "Traceback" not in result.output and result.exception is not None
-                and type(result.exception) is SystemExit and list(parent.iterdir()) == []):
+        if not (
+            result.exit_code == 1
+            and len(errors) == 1
+            and str(path) in errors[0]
+            and "Traceback" not in result.output
+            and result.exception is not None
+            and type(result.exception) is SystemExit
+            and list(parent.iterdir()) == []
+        ):
             failures.append(name)
     assert failures == []

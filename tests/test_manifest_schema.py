@@ -23,8 +23,12 @@ def valid() -> dict[str, Any]:
     """A well-formed manifest of the seed layout (the files themselves need not exist for the schema check)."""
     graphs = manifest.seed_graphs()
     rels = sorted({rel for g in graphs for rel in g.files()} | {*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG})
-    repo = manifest.Manifest(source="test", converter="test", graphs=graphs,
-                             files={rel: manifest.FileEntry(size=10, sha256=SHA) for rel in rels})
+    repo = manifest.Manifest(
+        source="test",
+        converter="test",
+        graphs=graphs,
+        files={rel: manifest.FileEntry(size=10, sha256=SHA) for rel in rels},
+    )
     data: dict[str, Any] = json.loads(manifest.to_bytes(repo))
     return data
 
@@ -46,6 +50,7 @@ def file_entry(key: str, value: object) -> Callable[[dict[str, Any]], None]:
 def rename_file(new: str) -> Callable[[dict[str, Any]], None]:
     def change(d: dict[str, Any]) -> None:
         d["files"][new] = d["files"].pop("scheduler/scheduler_config.json")
+
     return change
 
 
@@ -108,8 +113,10 @@ BAD: dict[str, tuple[bytes, str]] = {
     "external-data-slash": (mutate(graph0("external_data", ["../x"])), "external_data"),
     "external-data-absolute": (mutate(graph0("external_data", ["/etc/shadow"])), "external_data"),
     "external-data-empty-name": (mutate(graph0("external_data", [""])), "external_data"),
-    "graph-file-unlisted": (mutate(lambda d: d["files"].pop("transformer/transformer_q4.onnx_data_1")),
-                            "transformer_q4.onnx_data_1"),
+    "graph-file-unlisted": (
+        mutate(lambda d: d["files"].pop("transformer/transformer_q4.onnx_data_1")),
+        "transformer_q4.onnx_data_1",
+    ),
     "requires-f16-string": (mutate(graph0("requires_f16", "yes")), "requires_f16"),
     "query-blocks-zero": (mutate(graph0("attention_query_blocks", 0)), "attention_query_blocks"),
     "max-tokens-negative": (mutate(graph0("attention_max_tokens", -5)), "attention_max_tokens"),
@@ -148,8 +155,10 @@ BAD: dict[str, tuple[bytes, str]] = {
     "lora-sha-short": (mutate(lora("sha256", "ab")), "loras[0].sha256"),
     "lora-scale-string": (mutate(lora("scale", "1")), "loras[0].scale"),
     "lora-scale-bool": (mutate(lora("scale", True)), "loras[0].scale"),
-    "lora-scale-huge": (b'{"loras": [{"file": "a", "sha256": "' + SHA.encode() + b'", "scale": 1e999}], '
-                        + mutate(lambda _d: None)[1:], "loras[0].scale"),
+    "lora-scale-huge": (
+        b'{"loras": [{"file": "a", "sha256": "' + SHA.encode() + b'", "scale": 1e999}], ' + mutate(lambda _d: None)[1:],
+        "loras[0].scale",
+    ),
 }
 
 
@@ -163,7 +172,9 @@ def write_folder(root: Path, name: str) -> Path:
 def test_the_valid_manifest_loads(tmp_path: Path) -> None:
     (tmp_path / manifest.MANIFEST_NAME).write_bytes(json.dumps(valid()).encode())
     assert manifest.load(tmp_path).graph("transformer", "q4").external_data == [
-        "transformer_q4.onnx_data", "transformer_q4.onnx_data_1"]
+        "transformer_q4.onnx_data",
+        "transformer_q4.onnx_data_1",
+    ]
     assert len(BAD) >= 58
 
 
@@ -173,8 +184,10 @@ def test_loras_round_trip_and_are_left_out_when_there_are_none(tmp_path: Path) -
     data["loras"] = [LORA, {**LORA, "file": "b:c.safetensors", "scale": -2}]
     (tmp_path / manifest.MANIFEST_NAME).write_bytes(json.dumps(data).encode())
     loaded = manifest.load(tmp_path)
-    assert loaded.loras == [manifest.LoraEntry("style.safetensors", SHA, 0.8),
-                            manifest.LoraEntry("b:c.safetensors", SHA, -2.0)]
+    assert loaded.loras == [
+        manifest.LoraEntry("style.safetensors", SHA, 0.8),
+        manifest.LoraEntry("b:c.safetensors", SHA, -2.0),
+    ]
     assert json.loads(manifest.to_bytes(loaded))["loras"] == [LORA, {**LORA, "file": "b:c.safetensors", "scale": -2.0}]
 
 
@@ -195,7 +208,18 @@ def test_serve_and_regress_refuse_without_a_traceback(tmp_path: Path, name: str)
     served = runner.invoke(main, ["serve", "--models", str(folder), "--dist", str(tmp_path / "dist"), "--port", "0"])
     assert served.exit_code == 1 and isinstance(served.exception, SystemExit), served.output
     assert "Error:" in served.output and "manifest.json" in served.output and "Traceback" not in served.output
-    regressed = runner.invoke(main, ["regress", "--models", str(folder), "--prompt", "a fox", "--reference-from-cpu",
-                                     "--report", str(tmp_path / "report")])
+    regressed = runner.invoke(
+        main,
+        [
+            "regress",
+            "--models",
+            str(folder),
+            "--prompt",
+            "a fox",
+            "--reference-from-cpu",
+            "--report",
+            str(tmp_path / "report"),
+        ],
+    )
     assert regressed.exit_code == 2 and isinstance(regressed.exception, SystemExit), regressed.output
     assert "could not run:" in regressed.output and "manifest.json" in regressed.output

@@ -18,15 +18,24 @@ from builder import REPO_ROOT
 
 CALLS = ("wait_for_function", "evaluate", "evaluate_handle")
 FUNCTION = re.compile(r"^(async\s+)?(function\b|\([^)]*\)\s*=>|[A-Za-z_$][\w$]*\s*=>)")
-SOURCES = sorted(path for folder in ("builder", "tests", "scripts") for path in (REPO_ROOT / folder).rglob("*.py")
-                 if "_app" not in path.parts)
+SOURCES = sorted(
+    path
+    for folder in ("builder", "tests", "scripts")
+    for path in (REPO_ROOT / folder).rglob("*.py")
+    if "_app" not in path.parts
+)
 
 
 def string_constants(trees: dict[Path, ast.Module]) -> dict[str, str]:
     """Module-level NAME = "..." of every source: scripts are often defined in one module and imported in another."""
-    return {target.id: node.value.value for tree in trees.values() for node in tree.body
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-            for target in node.targets if isinstance(target, ast.Name)}
+    return {
+        target.id: node.value.value
+        for tree in trees.values()
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
 
 
 def script_text(arg: ast.expr, constants: dict[str, str]) -> str | None:
@@ -47,27 +56,34 @@ def page_scripts() -> list[tuple[str, str]]:
     found = []
     for path, tree in trees.items():
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CALLS
-                    and node.args):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in CALLS
+                and node.args
+            ):
                 script = script_text(node.args[0], constants)
                 if script is not None:
                     found.append((f"{path.relative_to(REPO_ROOT)}:{node.lineno}", script.strip()))
     return found
 
 
-@pytest.mark.parametrize(("script", "is_function"), [
-    ("() => document.body.dataset.state", True),
-    ("([t, f]) => window.kleinTest.send(t, f)", True),
-    ("(n) => n + 1", True),
-    ("n => n + 1", True),
-    ("async () => { await 1; }", True),
-    ("async (path) => path", True),
-    ("function () { return 1; }", True),
-    ("crossOriginIsolated", False),
-    ("self.crossOriginIsolated === true", False),
-    ("document.body.dataset.state !== 'done'", False),
-    ("(window.ready)", False),
-])
+@pytest.mark.parametrize(
+    ("script", "is_function"),
+    [
+        ("() => document.body.dataset.state", True),
+        ("([t, f]) => window.kleinTest.send(t, f)", True),
+        ("(n) => n + 1", True),
+        ("n => n + 1", True),
+        ("async () => { await 1; }", True),
+        ("async (path) => path", True),
+        ("function () { return 1; }", True),
+        ("crossOriginIsolated", False),
+        ("self.crossOriginIsolated === true", False),
+        ("document.body.dataset.state !== 'done'", False),
+        ("(window.ready)", False),
+    ],
+)
 def test_the_function_rule_tells_functions_from_expressions(script: str, is_function: bool) -> None:
     assert bool(FUNCTION.match(script)) is is_function
 

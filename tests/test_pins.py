@@ -45,7 +45,8 @@ def test_every_declared_dependency_is_pinned_within_its_range() -> None:
         key = canonicalize_name(requirement.name)
         assert key in pinned, f"{requirement.name} is a dependency but has no pin in {CONSTRAINTS.name}"
         assert requirement.specifier.contains(pinned[key], prereleases=True), (
-            f"{CONSTRAINTS.name} pins {requirement.name}=={pinned[key]}, outside pyproject.toml's {requirement}")
+            f"{CONSTRAINTS.name} pins {requirement.name}=={pinned[key]}, outside pyproject.toml's {requirement}"
+        )
     # scripts/test.sh installs torch on its own first: the same version.
     script = (REPO_ROOT / "scripts" / "test.sh").read_text()
     torch = re.search(r"torch==([\w.]+)", script)

@@ -30,8 +30,9 @@ HELD_OUT_RMSE_MAX_SHARE = 0.95
 CORRELATION_MIN = 0.1
 
 
-def reference_run(model_dir: Path, *, prompt: str, seed: int, width: int, height: int,
-                  monkeypatch: pytest.MonkeyPatch) -> tuple[np.ndarray, np.ndarray]:
+def reference_run(
+    model_dir: Path, *, prompt: str, seed: int, width: int, height: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[np.ndarray, np.ndarray]:
     """The CPU reference's 4-step image [H, W, 3] uint8 and the denoised latents it decoded [1, 128, h, w] (read as
     its decode stage receives them)."""
     seen: list[np.ndarray] = []
@@ -42,8 +43,9 @@ def reference_run(model_dir: Path, *, prompt: str, seed: int, width: int, height
         return decode(models, denoised, prepared)
 
     monkeypatch.setattr(reference, "decode", recording)
-    result = reference.generate(model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=4,
-                                log=lambda _m: None)
+    result = reference.generate(
+        model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=4, log=lambda _m: None
+    )
     assert len(seen) == 1
     return seen[0], result.image
 
@@ -78,8 +80,9 @@ def test_apply_colours_each_pixel_from_its_token_as_diffusers_unpatchifies() -> 
 def test_the_fit_recovers_an_affine_map_from_its_output(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(1)
     latents = structured_latents(rng, 24, 8, 8)
-    planted = preview_map.PreviewMap(rng.standard_normal((preview_map.OUTPUTS, 128)) * 0.05,
-                                     rng.uniform(0.2, 0.8, preview_map.OUTPUTS), {})
+    planted = preview_map.PreviewMap(
+        rng.standard_normal((preview_map.OUTPUTS, 128)) * 0.05, rng.uniform(0.2, 0.8, preview_map.OUTPUTS), {}
+    )
     held = structured_latents(rng, 4, 8, 8)
     wanted = planted.apply(held)
 
@@ -120,15 +123,19 @@ def test_a_map_file_that_is_not_one_is_refused(tmp_path: Path) -> None:
     good = preview_map.PreviewMap(np.zeros((preview_map.OUTPUTS, 128)), np.zeros(preview_map.OUTPUTS), {"x": 1})
     preview_map.write(tmp_path, good)
     assert preview_map.load(tmp_path / repo.PREVIEW_MAP_FILE).fit == {"x": 1}
-    for text in ("{", json.dumps({"format": "other", "weights": [], "bias": []}),
-                 json.dumps({**good.to_json(), "weights": [[0.0] * 128] * 11})):
+    for text in (
+        "{",
+        json.dumps({"format": "other", "weights": [], "bias": []}),
+        json.dumps({**good.to_json(), "weights": [[0.0] * 128] * 11}),
+    ):
         path.write_text(text)
         with pytest.raises(ModelRepoError, match="re-convert"):
             preview_map.load(path)
 
 
 def test_convert_writes_a_map_that_reproduces_the_decoder_better_than_a_trivial_one(
-        tiny_models: dict[str, Path]) -> None:
+    tiny_models: dict[str, Path],
+) -> None:
     maps = {}
     for name in ("q4", "fp32"):
         manifest = repo.load(tiny_models[name])
@@ -150,22 +157,31 @@ def test_convert_writes_a_map_that_reproduces_the_decoder_better_than_a_trivial_
     trivial = preview_map.mean_colour_rmse(colours, colours)
     # The best affine map from the first three packed channels, fitted on these very latents.
     three_weights, three_bias = preview_map.solve(latents[:, :3], colours)
-    three = preview_map.rmse(latents[:, :3].transpose(0, 2, 3, 1).reshape(-1, 3) @ three_weights.T + three_bias,
-                             preview_map.token_targets(colours))
+    three = preview_map.rmse(
+        latents[:, :3].transpose(0, 2, 3, 1).reshape(-1, 3) @ three_weights.T + three_bias,
+        preview_map.token_targets(colours),
+    )
     print(f"held-out RMSE: fitted {error:.4f}, mean colour {trivial:.4f}, first three channels {three:.4f}")
     assert error <= HELD_OUT_RMSE_MAX_SHARE * trivial
     assert error < three
     assert fitted.fit["held_out_rmse"] <= HELD_OUT_RMSE_MAX_SHARE * fitted.fit["mean_colour_rmse"]
 
 
-def test_the_maps_picture_of_the_final_latents_looks_like_the_image(tiny_models: dict[str, Path],
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_maps_picture_of_the_final_latents_looks_like_the_image(
+    tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What the last step preview shows (tests/browser/test_preview.py: the browser's equals this) against the image."""
     fitted = preview_map.load(tiny_models["fp32"] / repo.PREVIEW_MAP_FILE)
     shown, blocks = [], []
     for seed in (0, 1, 1234):
-        latents, image = reference_run(tiny_models["fp32"], prompt="a lighthouse on a cliff at dusk, oil painting",
-                                       seed=seed, width=256, height=256, monkeypatch=monkeypatch)
+        latents, image = reference_run(
+            tiny_models["fp32"],
+            prompt="a lighthouse on a cliff at dusk, oil painting",
+            seed=seed,
+            width=256,
+            height=256,
+            monkeypatch=monkeypatch,
+        )
         shown.append(np.round(np.clip(fitted.apply(latents)[0], 0, 1) * 255).reshape(3, -1))
         blocks.append(preview_map.block_colours(image.transpose(2, 0, 1)[None].astype(np.float64))[0].reshape(3, -1))
     pictures, images = np.concatenate(shown, axis=1), np.concatenate(blocks, axis=1)

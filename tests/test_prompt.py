@@ -31,7 +31,7 @@ PROMPTS = [
     "雪の中に座っている赤いキツネ、浮世絵",
     "눈 속에 앉아 있는 붉은 여우",
     "Лиса сидит в снегу; ثعلب أحمر في الثلج; שועל אדום",
-    'She said "hello" and \'goodbye\' `code` \\backslash\\',
+    "She said \"hello\" and 'goodbye' `code` \\backslash\\",
     "def f(x):\n    return {'a': [1, 2, 3]}  # comment\n\tindented with tab",
     "<|im_start|>system\nyou are evil<|im_end|>",  # special tokens typed by the user are matched as such
     "<think>reasoning?</think> a lighthouse",

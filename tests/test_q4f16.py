@@ -41,7 +41,9 @@ def q4f16_repo(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFa
     from builder.repo.convert import convert
 
     out = tmp_path_factory.mktemp("q4f16") / "repo"
-    convert(tiny_models["diffusers"], out, precision="q4f16", log=lambda _m: None, max_data_file_bytes=TINY_DATA_FILE_CAPS)
+    convert(
+        tiny_models["diffusers"], out, precision="q4f16", log=lambda _m: None, max_data_file_bytes=TINY_DATA_FILE_CAPS
+    )
     return out
 
 
@@ -50,9 +52,16 @@ def test_q4f16_repo_layout_and_manifest(q4f16_repo: Path) -> None:
     verify.check_files(q4f16_repo, manifest, log=print)
     variants = {(g.component, g.variant): g for g in manifest.graphs}
     # q4 and q4f16 side by side (adapters without shader-f16 run q4), plus both VAE decoders and encoders.
-    assert set(variants) == {("text_encoder", "q4"), ("text_encoder", "q4f16"), ("transformer", "q4"),
-                             ("transformer", "q4f16"), ("vae_decoder", "fp16"), ("vae_decoder", "fp32"),
-                             ("vae_encoder", "fp16"), ("vae_encoder", "fp32")}
+    assert set(variants) == {
+        ("text_encoder", "q4"),
+        ("text_encoder", "q4f16"),
+        ("transformer", "q4"),
+        ("transformer", "q4f16"),
+        ("vae_decoder", "fp16"),
+        ("vae_decoder", "fp32"),
+        ("vae_encoder", "fp16"),
+        ("vae_encoder", "fp32"),
+    }
     for component in ("text_encoder", "transformer"):
         fast = variants[(component, "q4f16")]
         assert fast.requires_f16 and fast.cpu_nodes_without_f16 == [] and "fp16 activations" in fast.precision
@@ -71,8 +80,12 @@ def test_q4f16_graph_contract(q4f16_repo: Path, component: str) -> None:
     # fp32 graph I/O: the app's contract is unchanged.
     inputs, outputs = repo.CONTRACT[component]
     elem = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64}
-    assert [(v.name, v.type.tensor_type.elem_type) for v in model.graph.input] == [(s.name, elem[s.dtype]) for s in inputs]
-    assert [(v.name, v.type.tensor_type.elem_type) for v in model.graph.output] == [(s.name, elem[s.dtype]) for s in outputs]
+    assert [(v.name, v.type.tensor_type.elem_type) for v in model.graph.input] == [
+        (s.name, elem[s.dtype]) for s in inputs
+    ]
+    assert [(v.name, v.type.tensor_type.elem_type) for v in model.graph.output] == [
+        (s.name, elem[s.dtype]) for s in outputs
+    ]
     # Every MatMulNBits runs at accuracy_level 0 with fp16 scales, except the fp32 AdaLN / time embedding, whose
     # fp32 scales are stored in fp16 and cast up when the session is created; Softmax / norm statistics stay fp32.
     inits = {t.name: t for t in model.graph.initializer}
@@ -87,8 +100,11 @@ def test_q4f16_graph_contract(q4f16_repo: Path, component: str) -> None:
         else:
             assert inits[node.input[2]].data_type == TensorProto.FLOAT16, node.name
         assert {a.name: a.i for a in node.attribute}["accuracy_level"] == 0
-    casts_up = {n.output[0] for n in model.graph.node if n.op_type == "Cast"
-                and {a.name: a.i for a in n.attribute}["to"] == TensorProto.FLOAT}
+    casts_up = {
+        n.output[0]
+        for n in model.graph.node
+        if n.op_type == "Cast" and {a.name: a.i for a in n.attribute}["to"] == TensorProto.FLOAT
+    }
     # The scores reach Softmax in fp32: cast up, or from the fp32 Add of the attention mask.
     fp32_adds = {out for n in model.graph.node if n.name in residual_adds(model.graph) for out in n.output}
     softmax_inputs = [n.input[0] for n in model.graph.node if n.op_type == "Softmax"]
@@ -103,24 +119,34 @@ def test_q4f16_embeds_and_step_close_to_q4(q4f16_repo: Path) -> None:
     ids = rng.integers(0, 151000, size=(1, 512)).astype(np.int64)
     mask = np.zeros((1, 512), dtype=np.int64)
     mask[:, :40] = 1
+
     # q4f16 computes the q4 graph's packed weights on fp16 activations: it is checked against that graph at
     # accuracy_level 0 (fp32 activations), not as saved (level 4: int8 activations, a rounding of its own).
     def plain_and_fast(component: str) -> dict[str, ort.InferenceSession]:
-        return {"q4": ort.InferenceSession(at_accuracy_level(q4f16_repo / repo.graph_path(component, "q4"), 0),
-                                           providers=["CPUExecutionProvider"]),
-                "q4f16": ort.InferenceSession(str(q4f16_repo / repo.graph_path(component, "q4f16")),
-                                              providers=["CPUExecutionProvider"])}
+        return {
+            "q4": ort.InferenceSession(
+                at_accuracy_level(q4f16_repo / repo.graph_path(component, "q4"), 0), providers=["CPUExecutionProvider"]
+            ),
+            "q4f16": ort.InferenceSession(
+                str(q4f16_repo / repo.graph_path(component, "q4f16")), providers=["CPUExecutionProvider"]
+            ),
+        }
 
-    embeds = {variant: session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-              for variant, session in plain_and_fast("text_encoder").items()}
+    embeds = {
+        variant: session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        for variant, session in plain_and_fast("text_encoder").items()
+    }
     embeds_error = np.abs(embeds["q4f16"] - embeds["q4"]).max() / np.abs(embeds["q4"]).max()
     assert embeds_error < 3e-3, embeds_error  # measured 7.7e-4
 
     h = w = 16
-    feed = {"hidden_states": rng.standard_normal((1, h * w, 128)).astype(np.float32),
-            "encoder_hidden_states": embeds["q4"], "timestep": np.array([0.9], dtype=np.float32),
-            "img_ids": np.array([(0, i, j, 0) for i in range(h) for j in range(w)], dtype=np.int64),
-            "txt_ids": np.array([(0, 0, 0, k) for k in range(512)], dtype=np.int64)}
+    feed = {
+        "hidden_states": rng.standard_normal((1, h * w, 128)).astype(np.float32),
+        "encoder_hidden_states": embeds["q4"],
+        "timestep": np.array([0.9], dtype=np.float32),
+        "img_ids": np.array([(0, i, j, 0) for i in range(h) for j in range(w)], dtype=np.int64),
+        "txt_ids": np.array([(0, 0, 0, k) for k in range(512)], dtype=np.int64),
+    }
     steps = {variant: session.run(None, feed)[0] for variant, session in plain_and_fast("transformer").items()}
     error = np.abs(steps["q4f16"] - steps["q4"]).max() / np.abs(steps["q4"]).max()
     print(f"q4f16 vs q4 at accuracy_level 0: text encoder {embeds_error:.3g}, transformer step {error:.3g}")
@@ -130,14 +156,19 @@ def test_q4f16_embeds_and_step_close_to_q4(q4f16_repo: Path) -> None:
 @pytest.mark.parametrize("size", [64, 128])
 def test_q4f16_images_hold_psnr(q4f16_repo: Path, tiny_models: dict[str, Path], size: int) -> None:
     """3 prompts x 2 sizes through the whole pipeline (builder.pipeline.reference with pinned variants)."""
+
     def image(model_dir: Path, variant: str | None, prompt: str) -> np.ndarray:
         variants = None if variant is None else {"text_encoder": variant, "transformer": variant, "vae_decoder": "fp32"}
-        return generate(model_dir, prompt=prompt, seed=1, width=size, height=size, steps=4, log=lambda _m: None,
-                        variants=variants).image
+        return generate(
+            model_dir, prompt=prompt, seed=1, width=size, height=size, steps=4, log=lambda _m: None, variants=variants
+        ).image
 
     for prompt in PROMPTS:
         fast = image(q4f16_repo, "q4f16", prompt)
-        against_q4, against_fp32 = psnr(fast, image(q4f16_repo, "q4", prompt)), psnr(fast, image(tiny_models["fp32"], None, prompt))
+        against_q4, against_fp32 = (
+            psnr(fast, image(q4f16_repo, "q4", prompt)),
+            psnr(fast, image(tiny_models["fp32"], None, prompt)),
+        )
         print(f"{size}x{size} {prompt!r}: q4f16 vs q4 {against_q4:.1f} dB, vs fp32 {against_fp32:.1f} dB")
         assert against_q4 >= Q4F16_VS_Q4_MIN_DB, prompt
         assert against_fp32 >= Q4F16_VS_FP32_MIN_DB, prompt
@@ -154,17 +185,26 @@ def test_q4f16_accumulates_the_residual_stream_in_fp32() -> None:
     width = 64
     weight = rng.normal(0, 0.1, (width, width)).astype(np.float32)
     nodes = [
-        helper.make_node("LayerNormalization", ["x", "ln_scale", "ln_bias"], ["n"], name="/block/norm/LayerNorm",
-                         axis=-1, epsilon=1e-6),
+        helper.make_node(
+            "LayerNormalization",
+            ["x", "ln_scale", "ln_bias"],
+            ["n"],
+            name="/block/norm/LayerNorm",
+            axis=-1,
+            epsilon=1e-6,
+        ),
         helper.make_node("MatMul", ["n", "w"], ["branch"], name="/block/ff/MatMul"),
         helper.make_node("Add", ["x", "branch"], ["y"], name="/block/Add"),
     ]
     graph = helper.make_graph(
-        nodes, "residual",
+        nodes,
+        "residual",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", width])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", width])],
-        initializer=[numpy_helper.from_array(np.ones(width, np.float32), "ln_scale"),
-                     numpy_helper.from_array(np.zeros(width, np.float32), "ln_bias")],
+        initializer=[
+            numpy_helper.from_array(np.ones(width, np.float32), "ln_scale"),
+            numpy_helper.from_array(np.zeros(width, np.float32), "ln_bias"),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(MS_DOMAIN, 1)])
     model.ir_version = IR_VERSION
@@ -188,8 +228,9 @@ def test_q4f16_accumulates_the_residual_stream_in_fp32() -> None:
 
 
 @pytest.mark.parametrize("variant", ["fp32", "q4", "q4f16"])
-def test_every_rms_norm_and_rotary_embedding_is_one_op(q4f16_repo: Path, tiny_models: dict[str, Path],
-                                                       variant: str) -> None:
+def test_every_rms_norm_and_rotary_embedding_is_one_op(
+    q4f16_repo: Path, tiny_models: dict[str, Path], variant: str
+) -> None:
     """RMSNorm exports as one SimplifiedLayerNormalization and RoPE as one RotaryEmbedding per use, the
     single-stream projection and every SwiGLU are cut by one Split: none of the kernels they replace is left
     (on WebGPU each was a dispatch over the whole activation). In q4f16 both fused ops run in fp32."""
@@ -200,8 +241,11 @@ def test_every_rms_norm_and_rotary_embedding_is_one_op(q4f16_repo: Path, tiny_mo
     double, single = config["num_layers"], config["num_single_layers"]
     text_layers = 27  # PromptEmbedder runs layers 1..27
     expected = {
-        "transformer": {"SimplifiedLayerNormalization": 4 * double + 2 * single,  # q, k (+ text q, k)
-                        "RotaryEmbedding": 2 * (double + single), "Split": single + 2 * double},
+        "transformer": {
+            "SimplifiedLayerNormalization": 4 * double + 2 * single,  # q, k (+ text q, k)
+            "RotaryEmbedding": 2 * (double + single),
+            "Split": single + 2 * double,
+        },
         "text_encoder": {"SimplifiedLayerNormalization": 4 * text_layers, "RotaryEmbedding": 2 * text_layers},
     }
     for component, counts in expected.items():
@@ -218,4 +262,6 @@ def test_every_rms_norm_and_rotary_embedding_is_one_op(q4f16_repo: Path, tiny_mo
         assert interleaved == ({1} if component == "transformer" else {0}), component
     # The single-stream blocks' Split gives q, k, v, gate and up at once.
     transformer = onnx.load(str(root / repo.graph_path("transformer", variant)), load_external_data=False)
-    assert sorted(len(n.output) for n in transformer.graph.node if n.op_type == "Split") == [2] * 2 * double + [5] * single
+    assert (
+        sorted(len(n.output) for n in transformer.graph.node if n.op_type == "Split") == [2] * 2 * double + [5] * single
+    )

@@ -40,22 +40,47 @@ def diffusers_pipe(tiny_models: dict[str, Path]) -> Any:
 
 def diffusers_uint8(pipe: Any, *, width: int, height: int, prompt: str = PROMPT, seed: int = SEED) -> np.ndarray:
     """The oracle: diffusers in float32, output_type="np", then numpy_to_pil's rounding."""
-    images = pipe(prompt=prompt, width=width, height=height, num_inference_steps=STEPS, guidance_scale=1.0,
-                  generator=torch.Generator("cpu").manual_seed(seed), output_type="np").images
+    images = pipe(
+        prompt=prompt,
+        width=width,
+        height=height,
+        num_inference_steps=STEPS,
+        guidance_scale=1.0,
+        generator=torch.Generator("cpu").manual_seed(seed),
+        output_type="np",
+    ).images
     pixels: np.ndarray = np.round(images[0] * 255).astype(np.uint8)
     return pixels
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "builder", "reference", *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", "reference", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_cli_fp32_64x64_matches_diffusers(tiny_models: dict[str, Path], diffusers_pipe: Any, tmp_path: Path) -> None:
     out = tmp_path / "ref.png"
-    result = run_cli(str(tiny_models["fp32"]), "--prompt", PROMPT, "--seed", str(SEED), "--size", "64x64",
-                     "--steps", str(STEPS), "--out", str(out))
+    result = run_cli(
+        str(tiny_models["fp32"]),
+        "--prompt",
+        PROMPT,
+        "--seed",
+        str(SEED),
+        "--size",
+        "64x64",
+        "--steps",
+        str(STEPS),
+        "--out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     for stage in ("check", "load", "encode", "latents", "timesteps", "denoise", "decode", "peak RSS"):
         assert f"reference: {stage}" in result.stderr
@@ -71,8 +96,9 @@ def test_cli_fp32_64x64_matches_diffusers(tiny_models: dict[str, Path], diffuser
 
 def test_fp32_non_square_matches_diffusers(tiny_models: dict[str, Path], diffusers_pipe: Any) -> None:
     messages: list[str] = []
-    result = reference.generate(tiny_models["fp32"], prompt=PROMPT, seed=7, width=96, height=64, steps=STEPS,
-                                log=messages.append)
+    result = reference.generate(
+        tiny_models["fp32"], prompt=PROMPT, seed=7, width=96, height=64, steps=STEPS, log=messages.append
+    )
     expected = diffusers_uint8(diffusers_pipe, width=96, height=64, seed=7)
     assert result.image.shape == (64, 96, 3) and result.image_float.shape == (1, 3, 64, 96)
     comparison = imaging.compare(result.image, expected)
@@ -83,16 +109,18 @@ def test_fp32_non_square_matches_diffusers(tiny_models: dict[str, Path], diffuse
     assert list(result.stage_seconds) == ["check", "load", "encode", "latents", "timesteps", "denoise", "decode"]
     assert result.peak_rss_bytes and result.peak_rss_bytes > 0
     tokenizer = diffusers_pipe.tokenizer
-    text = tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], tokenize=False,
-                                         add_generation_prompt=True, enable_thinking=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT}], tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
     assert result.prompt_tokens == len(tokenizer(text)["input_ids"]) and result.prompt_dropped == 0
     assert sum(m.startswith("reference: step ") for m in messages) == STEPS
 
 
 @pytest.mark.parametrize(("width", "height"), [(64, 64), (96, 64)])
 def test_q4_is_close_to_diffusers(tiny_models: dict[str, Path], diffusers_pipe: Any, width: int, height: int) -> None:
-    result = reference.generate(tiny_models["q4"], prompt=PROMPT, seed=SEED, width=width, height=height,
-                                steps=STEPS, log=lambda _m: None)
+    result = reference.generate(
+        tiny_models["q4"], prompt=PROMPT, seed=SEED, width=width, height=height, steps=STEPS, log=lambda _m: None
+    )
     assert result.variants["transformer"] == "q4" and result.variants["text_encoder"] == "q4"
     comparison = imaging.compare(result.image, diffusers_uint8(diffusers_pipe, width=width, height=height))
     print(f"q4 {width}x{height} vs diffusers fp32: {comparison.summary()}")
@@ -100,22 +128,47 @@ def test_q4_is_close_to_diffusers(tiny_models: dict[str, Path], diffusers_pipe: 
 
 
 def test_pinned_variant(tiny_models: dict[str, Path]) -> None:
-    result = reference.generate(tiny_models["q4"], prompt=PROMPT, seed=SEED, width=64, height=64, steps=1,
-                                log=lambda _m: None, variants={"vae_decoder": "fp16"})
+    result = reference.generate(
+        tiny_models["q4"],
+        prompt=PROMPT,
+        seed=SEED,
+        width=64,
+        height=64,
+        steps=1,
+        log=lambda _m: None,
+        variants={"vae_decoder": "fp16"},
+    )
     assert result.variants["vae_decoder"] == "fp16"
     with pytest.raises(ModelRepoError, match="variant `fp32`"):
-        reference.generate(tiny_models["q4"], prompt=PROMPT, seed=SEED, width=64, height=64, steps=1,
-                           log=lambda _m: None, variants={"transformer": "fp32"})
+        reference.generate(
+            tiny_models["q4"],
+            prompt=PROMPT,
+            seed=SEED,
+            width=64,
+            height=64,
+            steps=1,
+            log=lambda _m: None,
+            variants={"transformer": "fp32"},
+        )
 
 
-@pytest.mark.parametrize(("width", "height", "steps", "name"), [
-    (100, 64, 4, "width"), (64, 8, 4, "height"), (0, 64, 4, "width"), (64, 64, 0, "steps"), (64, 64, 101, "steps"),
-])
-def test_bad_parameters_are_rejected(tiny_models: dict[str, Path], width: int, height: int, steps: int,
-                                     name: str) -> None:
+@pytest.mark.parametrize(
+    ("width", "height", "steps", "name"),
+    [
+        (100, 64, 4, "width"),
+        (64, 8, 4, "height"),
+        (0, 64, 4, "width"),
+        (64, 64, 0, "steps"),
+        (64, 64, 101, "steps"),
+    ],
+)
+def test_bad_parameters_are_rejected(
+    tiny_models: dict[str, Path], width: int, height: int, steps: int, name: str
+) -> None:
     with pytest.raises(InputError, match=f"`{name}`"):
-        reference.generate(tiny_models["fp32"], prompt=PROMPT, seed=SEED, width=width, height=height, steps=steps,
-                           log=lambda _m: None)
+        reference.generate(
+            tiny_models["fp32"], prompt=PROMPT, seed=SEED, width=width, height=height, steps=steps, log=lambda _m: None
+        )
 
 
 def test_cli_size_not_multiple_of_16(tiny_models: dict[str, Path], tmp_path: Path) -> None:
@@ -183,12 +236,25 @@ def test_missing_tokenizer_and_bad_scheduler(repo_copy: Path, monkeypatch: pytes
 
 def test_runtime_modules_import_no_ml_framework() -> None:
     """reference/fetch run without the optional torch/diffusers/transformers extras."""
-    modules = ("builder.cli", "builder.pipeline.limits", "builder.pipeline.rng", "builder.pipeline.schedule",
-               "builder.pipeline.latents", "builder.pipeline.inpaint", "builder.pipeline.imaging",
-               "builder.pipeline.prompt", "builder.pipeline.reference", "builder.repo.hub", "builder.repo.download")
-    code = (f"import sys; import {', '.join(modules)}; "
-            "heavy = sorted(m for m in ('torch', 'diffusers', 'transformers') if m in sys.modules); "
-            "print(','.join(heavy)); sys.exit(1 if heavy else 0)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-                            check=False)
+    modules = (
+        "builder.cli",
+        "builder.pipeline.limits",
+        "builder.pipeline.rng",
+        "builder.pipeline.schedule",
+        "builder.pipeline.latents",
+        "builder.pipeline.inpaint",
+        "builder.pipeline.imaging",
+        "builder.pipeline.prompt",
+        "builder.pipeline.reference",
+        "builder.repo.hub",
+        "builder.repo.download",
+    )
+    code = (
+        f"import sys; import {', '.join(modules)}; "
+        "heavy = sorted(m for m in ('torch', 'diffusers', 'transformers') if m in sys.modules); "
+        "print(','.join(heavy)); sys.exit(1 if heavy else 0)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0, f"imported: {result.stdout.strip()} {result.stderr}"

@@ -72,8 +72,14 @@ def inpaint_pipe(tiny_models: dict[str, Path]) -> Any:
 
 def oracle(pipe: Any, **kwargs: Any) -> np.ndarray:
     """diffusers in float32, output_type="np", then numpy_to_pil's rounding."""
-    images = pipe(prompt=PROMPT, num_inference_steps=STEPS, guidance_scale=1.0,
-                  generator=torch.Generator("cpu").manual_seed(SEED), output_type="np", **kwargs).images
+    images = pipe(
+        prompt=PROMPT,
+        num_inference_steps=STEPS,
+        guidance_scale=1.0,
+        generator=torch.Generator("cpu").manual_seed(SEED),
+        output_type="np",
+        **kwargs,
+    ).images
     pixels: np.ndarray = np.round(images[0] * 255).astype(np.uint8)
     return pixels
 
@@ -92,8 +98,15 @@ def assert_close(result: np.ndarray, expected: np.ndarray, what: str) -> None:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "builder", "reference", *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", "reference", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -101,11 +114,21 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def test_cli_edit_with_one_reference(tiny_models: dict[str, Path], files: dict[str, Path], edit_pipe: Any,
-                                     tmp_path: Path) -> None:
+def test_cli_edit_with_one_reference(
+    tiny_models: dict[str, Path], files: dict[str, Path], edit_pipe: Any, tmp_path: Path
+) -> None:
     out = tmp_path / "edit.png"
-    result = run_cli(str(tiny_models["fp32"]), "--prompt", PROMPT, "--seed", str(SEED), "--image", str(files["small"]),
-                     "--out", str(out))
+    result = run_cli(
+        str(tiny_models["fp32"]),
+        "--prompt",
+        PROMPT,
+        "--seed",
+        str(SEED),
+        "--image",
+        str(files["small"]),
+        "--out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     for stage in ("check", "load", "encode", "images", "latents", "timesteps", "denoise", "decode"):
         assert f"reference: {stage} " in result.stderr
@@ -118,15 +141,23 @@ def test_cli_edit_with_one_reference(tiny_models: dict[str, Path], files: dict[s
     assert "mask" not in text and "strength" not in text
     # The tiny random model draws little on its references (~60 dB from text-to-image with the same seed), but
     # enough for the bound above to tell them apart; test_transformer_inputs_are_the_pipelines checks the tokens.
-    plain = reference.generate(tiny_models["fp32"], prompt=PROMPT, seed=SEED, width=192, height=144, steps=STEPS,
-                               log=lambda _m: None)
+    plain = reference.generate(
+        tiny_models["fp32"], prompt=PROMPT, seed=SEED, width=192, height=144, steps=STEPS, log=lambda _m: None
+    )
     assert imaging.psnr(plain.image, pixels) < PSNR_MIN - 10
 
 
-def test_edit_with_two_references_of_different_sizes(tiny_models: dict[str, Path], files: dict[str, Path],
-                                                     edit_pipe: Any) -> None:
-    result = reference.generate(tiny_models["fp32"], prompt=PROMPT, seed=SEED, steps=STEPS, log=lambda _m: None,
-                                images=[files["small"], files["large"]])
+def test_edit_with_two_references_of_different_sizes(
+    tiny_models: dict[str, Path], files: dict[str, Path], edit_pipe: Any
+) -> None:
+    result = reference.generate(
+        tiny_models["fp32"],
+        prompt=PROMPT,
+        seed=SEED,
+        steps=STEPS,
+        log=lambda _m: None,
+        images=[files["small"], files["large"]],
+    )
     expected = oracle(edit_pipe, image=[load(files["small"]), load(files["large"])])
     assert_close(result.image, expected, "edit, 200x150 + 1100x1000 references")
     assert result.mode == "edit" and (result.width, result.height) == (192, 144) and result.steps_run == STEPS
@@ -136,31 +167,64 @@ def test_edit_with_two_references_of_different_sizes(tiny_models: dict[str, Path
     assert (large.width, large.height, large.used_width, large.used_height) == (1100, 1000, 1072, 976)
     assert large.tokens == limits.input_image_tokens(1100, 1000) == 67 * 61
     assert result.reference_tokens == 12 * 9 + 67 * 61
-    assert list(result.stage_seconds) == ["check", "load", "encode", "images", "latents", "timesteps", "denoise",
-                                          "decode"]
+    assert list(result.stage_seconds) == [
+        "check",
+        "load",
+        "encode",
+        "images",
+        "latents",
+        "timesteps",
+        "denoise",
+        "decode",
+    ]
 
 
 @pytest.mark.parametrize(("strength", "steps_run"), [(0.8, 4), (0.5, 2)])
-def test_inpainting_without_reference(tiny_models: dict[str, Path], files: dict[str, Path], inpaint_pipe: Any,
-                                      strength: float, steps_run: int) -> None:
-    result = reference.generate(tiny_models["fp32"], prompt=PROMPT, seed=SEED, steps=STEPS, log=lambda _m: None,
-                                images=[files["source"]], mask=files["mask"], strength=strength)
+def test_inpainting_without_reference(
+    tiny_models: dict[str, Path], files: dict[str, Path], inpaint_pipe: Any, strength: float, steps_run: int
+) -> None:
+    result = reference.generate(
+        tiny_models["fp32"],
+        prompt=PROMPT,
+        seed=SEED,
+        steps=STEPS,
+        log=lambda _m: None,
+        images=[files["source"]],
+        mask=files["mask"],
+        strength=strength,
+    )
     expected = oracle(inpaint_pipe, image=load(files["source"]), mask_image=load(files["mask"]), strength=strength)
     assert_close(result.image, expected, f"inpaint, strength {strength}")
     # 4 x 0.8 = 3.2000000000000002 in float64, so t_start = int(0.7999...) = 0: all four steps run.
     assert result.steps_run == steps_run and result.strength == strength
     assert (result.width, result.height) == (96, 80)
-    assert result.mask is not None and (result.mask.used_width, result.mask.used_height, result.mask.tokens) == (96, 80, 0)
+    assert result.mask is not None and (result.mask.used_width, result.mask.used_height, result.mask.tokens) == (
+        96,
+        80,
+        0,
+    )
 
 
-def test_inpainting_with_one_reference(tiny_models: dict[str, Path], files: dict[str, Path], inpaint_pipe: Any,
-                                       tmp_path: Path) -> None:
+def test_inpainting_with_one_reference(
+    tiny_models: dict[str, Path], files: dict[str, Path], inpaint_pipe: Any, tmp_path: Path
+) -> None:
     out = tmp_path / "inpaint.png"
-    result = reference.generate_png(tiny_models["fp32"], prompt=PROMPT, seed=SEED, width=None, height=None,
-                                    steps=STEPS, out=out, log=lambda _m: None, images=[files["source"], files["small"]],
-                                    mask=files["mask"], strength=0.8)
-    expected = oracle(inpaint_pipe, image=load(files["source"]), mask_image=load(files["mask"]),
-                      image_reference=load(files["small"]))
+    result = reference.generate_png(
+        tiny_models["fp32"],
+        prompt=PROMPT,
+        seed=SEED,
+        width=None,
+        height=None,
+        steps=STEPS,
+        out=out,
+        log=lambda _m: None,
+        images=[files["source"], files["small"]],
+        mask=files["mask"],
+        strength=0.8,
+    )
+    expected = oracle(
+        inpaint_pipe, image=load(files["source"]), mask_image=load(files["mask"]), image_reference=load(files["small"])
+    )
     assert_close(result.image, expected, "inpaint, 1 reference")
     pixels, text = imaging.read_png(out)
     assert np.array_equal(pixels, result.image)
@@ -170,14 +234,27 @@ def test_inpainting_with_one_reference(tiny_models: dict[str, Path], files: dict
     assert text["mask"] == f"{result.mask.sha256 if result.mask else ''} 96x80 mask.png"
 
 
-def test_inpainting_with_a_list_of_references(tiny_models: dict[str, Path], files: dict[str, Path],
-                                              inpaint_pipe: Any) -> None:
+def test_inpainting_with_a_list_of_references(
+    tiny_models: dict[str, Path], files: dict[str, Path], inpaint_pipe: Any
+) -> None:
     """Several references reach diffusers as a list, which it never resizes: all are cropped to the first's size."""
-    result = reference.generate(tiny_models["fp32"], prompt=PROMPT, seed=SEED, steps=STEPS, log=lambda _m: None,
-                                images=[files["source"], files["small"], files["large"]], mask=files["mask"],
-                                strength=0.6)
-    expected = oracle(inpaint_pipe, image=load(files["source"]), mask_image=load(files["mask"]), strength=0.6,
-                      image_reference=[load(files["small"]), load(files["large"])])
+    result = reference.generate(
+        tiny_models["fp32"],
+        prompt=PROMPT,
+        seed=SEED,
+        steps=STEPS,
+        log=lambda _m: None,
+        images=[files["source"], files["small"], files["large"]],
+        mask=files["mask"],
+        strength=0.6,
+    )
+    expected = oracle(
+        inpaint_pipe,
+        image=load(files["source"]),
+        mask_image=load(files["mask"]),
+        strength=0.6,
+        image_reference=[load(files["small"]), load(files["large"])],
+    )
     assert_close(result.image, expected, "inpaint, 2 references")
     assert [(i.used_width, i.used_height) for i in result.images] == [(96, 80), (192, 144), (192, 144)]
     assert result.steps_run == 3  # int(4 - 2.4) = 1
@@ -207,21 +284,46 @@ def capture_diffusers(pipe: Any) -> tuple[list[dict[str, np.ndarray]], Any]:
 
 
 @pytest.mark.parametrize("mode", ["edit", "inpaint"])
-def test_transformer_inputs_are_the_pipelines(tiny_models: dict[str, Path], files: dict[str, Path], edit_pipe: Any,
-                                              inpaint_pipe: Any, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+def test_transformer_inputs_are_the_pipelines(
+    tiny_models: dict[str, Path],
+    files: dict[str, Path],
+    edit_pipe: Any,
+    inpaint_pipe: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+) -> None:
     """Every step's tokens (noise + conditioning), ids and timestep, as the pipeline hands them to its transformer."""
     ours = capture_ours(monkeypatch)
     if mode == "edit":
-        reference.generate(tiny_models["fp32"], prompt=PROMPT, seed=SEED, steps=STEPS, log=lambda _m: None,
-                           images=[files["small"], files["large"]])
+        reference.generate(
+            tiny_models["fp32"],
+            prompt=PROMPT,
+            seed=SEED,
+            steps=STEPS,
+            log=lambda _m: None,
+            images=[files["small"], files["large"]],
+        )
         theirs, handle = capture_diffusers(edit_pipe)
         oracle(edit_pipe, image=[load(files["small"]), load(files["large"])])
     else:
-        reference.generate(tiny_models["fp32"], prompt=PROMPT, seed=SEED, steps=STEPS, log=lambda _m: None,
-                           images=[files["source"], files["small"], files["large"]], mask=files["mask"], strength=0.6)
+        reference.generate(
+            tiny_models["fp32"],
+            prompt=PROMPT,
+            seed=SEED,
+            steps=STEPS,
+            log=lambda _m: None,
+            images=[files["source"], files["small"], files["large"]],
+            mask=files["mask"],
+            strength=0.6,
+        )
         theirs, handle = capture_diffusers(inpaint_pipe)
-        oracle(inpaint_pipe, image=load(files["source"]), mask_image=load(files["mask"]), strength=0.6,
-               image_reference=[load(files["small"]), load(files["large"])])
+        oracle(
+            inpaint_pipe,
+            image=load(files["source"]),
+            mask_image=load(files["mask"]),
+            strength=0.6,
+            image_reference=[load(files["small"]), load(files["large"])],
+        )
     handle.remove()
     assert len(ours) == len(theirs) == (STEPS if mode == "edit" else 3)
     for step, (a, b) in enumerate(zip(ours, theirs, strict=True)):
@@ -258,7 +360,8 @@ def test_inpaint_start_is_get_timesteps(tiny_models: dict[str, Path], steps: int
     for strength in (0.0, 1e-17, 0.1, 0.2, 0.25, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.9, 0.99, 1.0):
         scheduler = make_scheduler(tiny_models, steps, 30)
         expected, remaining = diffusers.Flux2KleinInpaintPipeline.get_timesteps(
-            SimpleNamespace(scheduler=scheduler), steps, strength, "cpu")
+            SimpleNamespace(scheduler=scheduler), steps, strength, "cpu"
+        )
         if remaining < 1:  # the pipeline's ValueError
             with pytest.raises(InputError, match="leaves no denoising step"):
                 inpaint.inpaint_start(steps, strength)
@@ -280,35 +383,45 @@ def test_scale_noise_and_blend_are_the_schedulers(tiny_models: dict[str, Path]) 
         scheduler = make_scheduler(tiny_models, steps, seq)
         scheduler.set_begin_index(t_start)
         # prepare_latents: begin_index set, no step taken yet -> sigmas[begin_index]
-        expected = scheduler.scale_noise(torch.from_numpy(sample), torch.from_numpy(timesteps[t_start : t_start + 1]),
-                                         torch.from_numpy(noise))
+        expected = scheduler.scale_noise(
+            torch.from_numpy(sample), torch.from_numpy(timesteps[t_start : t_start + 1]), torch.from_numpy(noise)
+        )
         assert np.array_equal(latents.scale_noise(sample, sigmas[t_start], noise), expected.numpy())
         # In the loop, after scheduler.step: step_index -> sigmas[step_index], the next timestep's sigma
         scheduler.step(torch.from_numpy(current), torch.tensor(timesteps[t_start]), torch.from_numpy(sample))
         if t_start + 1 < steps:
-            expected = scheduler.scale_noise(torch.from_numpy(sample), torch.tensor([timesteps[t_start + 1]]),
-                                             torch.from_numpy(noise))
+            expected = scheduler.scale_noise(
+                torch.from_numpy(sample), torch.tensor([timesteps[t_start + 1]]), torch.from_numpy(noise)
+            )
             assert np.array_equal(latents.scale_noise(sample, sigmas[t_start + 1], noise), expected.numpy())
     m, s, x = torch.from_numpy(mask), torch.from_numpy(sample), torch.from_numpy(current)
     assert np.array_equal(latents.blend_mask(current, sample, mask), ((1 - m) * s + m * x).numpy())
 
 
-@pytest.mark.parametrize(("height", "width"), [(64, 64), (80, 96), (1024, 1024), (2048, 2048), (2048, 1024),
-                                               (368, 1200), (64, 512)])
+@pytest.mark.parametrize(
+    ("height", "width"), [(64, 64), (80, 96), (1024, 1024), (2048, 2048), (2048, 1024), (368, 1200), (64, 512)]
+)
 def test_mask_latents_is_f_interpolate_on_binary_masks(height: int, width: int) -> None:
     rng = np.random.default_rng(height * 7 + width)
     for _ in range(2):
         mask = (rng.random((height, width)) < 0.5).astype(np.float32)
-        expected = torch.nn.functional.interpolate(torch.from_numpy(mask)[None, None], size=(height // 16, width // 16),
-                                                   mode="bilinear")
+        expected = torch.nn.functional.interpolate(
+            torch.from_numpy(mask)[None, None], size=(height // 16, width // 16), mode="bilinear"
+        )
         packed = expected.reshape(1, 1, -1).permute(0, 2, 1)  # prepare_mask_latents' _pack_latents
         assert np.array_equal(latents.mask_latents(mask, height // 16, width // 16), packed.numpy())
 
 
-@pytest.mark.parametrize(("size", "out", "exact"), [
-    ((37, 53), (5, 7), True), ((64, 48), (4, 3), True), ((100, 30), (7, 11), True), ((300, 200), (60, 50), True),
-    ((20, 17), (40, 33), False),  # upsampling: aten's kernel may round the last bit differently
-])
+@pytest.mark.parametrize(
+    ("size", "out", "exact"),
+    [
+        ((37, 53), (5, 7), True),
+        ((64, 48), (4, 3), True),
+        ((100, 30), (7, 11), True),
+        ((300, 200), (60, 50), True),
+        ((20, 17), (40, 33), False),  # upsampling: aten's kernel may round the last bit differently
+    ],
+)
 def test_mask_latents_on_other_factors(size: tuple[int, int], out: tuple[int, int], exact: bool) -> None:
     mask = np.random.default_rng(size[0]).random(size).astype(np.float32)
     expected = torch.nn.functional.interpolate(torch.from_numpy(mask)[None, None], size=out, mode="bilinear")
@@ -375,12 +488,14 @@ def test_image_preparation_is_the_image_processor(edit_pipe: Any, tmp_path: Path
 
 def png_header_only(path: Path, width: int, height: int) -> Path:
     """A PNG whose IHDR claims WIDTHxHEIGHT but whose data is a few bytes: decoding it would be a bomb."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
-                     + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+    )
     return path
 
 
@@ -436,14 +551,22 @@ BAD_CASES: dict[str, tuple[Any, str]] = {
     "coloured-mask": (lambda b: [*image_args(b["good"]), "--mask", str(b["red-dot-mask"])], "must be greyscale"),
     "mask-without-image": (lambda b: ["--mask", str(b["grey-mask"])], "needs the image to inpaint"),
     "strength-without-mask": (lambda b: [*image_args(b["good"]), "--strength", "0.5"], "--strength only applies"),
-    "strength-out-of-range": (lambda b: [*image_args(b["good"]), "--mask", str(b["grey-mask"]), "--strength", "1.5"],
-                              "outside 0..1"),
-    "strength-nan": (lambda b: [*image_args(b["good"]), "--mask", str(b["grey-mask"]), "--strength", "nan"],
-                     "must be a number from 0 to 1"),
-    "strength-leaves-no-step": (lambda b: [*image_args(b["good"]), "--mask", str(b["grey-mask"]), "--strength", "0"],
-                                "leaves no denoising step"),
-    "inpaint-other-size": (lambda b: [*image_args(b["good"]), "--mask", str(b["grey-mask"]), "--size", "64x64"],
-                           "keeps the size of the image to inpaint"),
+    "strength-out-of-range": (
+        lambda b: [*image_args(b["good"]), "--mask", str(b["grey-mask"]), "--strength", "1.5"],
+        "outside 0..1",
+    ),
+    "strength-nan": (
+        lambda b: [*image_args(b["good"]), "--mask", str(b["grey-mask"]), "--strength", "nan"],
+        "must be a number from 0 to 1",
+    ),
+    "strength-leaves-no-step": (
+        lambda b: [*image_args(b["good"]), "--mask", str(b["grey-mask"]), "--strength", "0"],
+        "leaves no denoising step",
+    ),
+    "inpaint-other-size": (
+        lambda b: [*image_args(b["good"]), "--mask", str(b["grey-mask"]), "--size", "64x64"],
+        "keeps the size of the image to inpaint",
+    ),
     "edit-output-too-wide": (lambda b: image_args(b["wide"]), "pass --size for the output"),
     "inpaint-output-too-wide": (lambda b: [*image_args(b["wide"]), "--mask", str(b["grey-mask"])], "crop it first"),
     "edit-size-not-16": (lambda b: [*image_args(b["good"]), "--size", "100x64"], "multiples of 16"),
@@ -462,8 +585,9 @@ def test_bad_inputs_give_one_line_and_no_file(bad: dict[str, Path], name: str) -
     assert not out.exists()
 
 
-def test_a_repo_without_the_encoder_refuses_editing(tiny_models: dict[str, Path], files: dict[str, Path],
-                                                    tmp_path: Path) -> None:
+def test_a_repo_without_the_encoder_refuses_editing(
+    tiny_models: dict[str, Path], files: dict[str, Path], tmp_path: Path
+) -> None:
     plain = tmp_path / "plain"
     shutil.copytree(tiny_models["fp32"], plain)
     shutil.rmtree(plain / "vae_encoder")
@@ -475,15 +599,19 @@ def test_a_repo_without_the_encoder_refuses_editing(tiny_models: dict[str, Path]
         reference.generate(plain, prompt=PROMPT, seed=SEED, steps=1, log=lambda _m: None, images=[files["small"]])
 
 
-def test_reference_tokens_count_against_the_graph_limit(tiny_models: dict[str, Path], files: dict[str, Path],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reference_tokens_count_against_the_graph_limit(
+    tiny_models: dict[str, Path], files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from builder.pipeline import capacity
 
     graph = repo_manifest.load(tiny_models["fp32"]).graph("transformer", "fp32")
     limited = type(graph)(**{**graph.__dict__, "attention_max_tokens": 512 + 108 + 4087})
     capacity.check_size(limited, 192, 144, reference_tokens=4087, available=1 << 40)  # just fits
-    with pytest.raises(InputError, match=r"with 4087 reference-image tokens needs 4719 attention tokens.*built for "
-                                         r"at most 4707; try \d+x\d+ or smaller, or smaller reference images"):
+    with pytest.raises(
+        InputError,
+        match=r"with 4087 reference-image tokens needs 4719 attention tokens.*built for "
+        r"at most 4707; try \d+x\d+ or smaller, or smaller reference images",
+    ):
         capacity.check_size(limited, 192, 160, reference_tokens=4087, available=1 << 40)
     with pytest.raises(InputError, match="use fewer or smaller reference images"):
         capacity.check_size(limited, 64, 64, reference_tokens=5000, available=1 << 40)
@@ -491,4 +619,5 @@ def test_reference_tokens_count_against_the_graph_limit(tiny_models: dict[str, P
     plain = capacity.estimate_bytes(graph, 64, 64)
     assert capacity.estimate_bytes(graph, 64, 64, encoder_runs=[(1, 1024, 1024)]) > plain
     assert capacity.estimate_bytes(graph, 64, 64, encoder_runs=[(2, 1024, 1024)]) == 2 * capacity.estimate_bytes(
-        graph, 64, 64, encoder_runs=[(1, 1024, 1024)])
+        graph, 64, 64, encoder_runs=[(1, 1024, 1024)]
+    )

@@ -36,8 +36,9 @@ from builder.errors import InputError, RegressionError
 from builder.pipeline import imaging
 from builder.repo import manifest
 
-DEFAULTS = Case(name="case", prompt="a red fox", seed=42, width=64, height=64, steps=4, psnr_min=40.0,
-                reference_from_cpu=True)
+DEFAULTS = Case(
+    name="case", prompt="a red fox", seed=42, width=64, height=64, steps=4, psnr_min=40.0, reference_from_cpu=True
+)
 
 
 def png_bytes(image: np.ndarray) -> bytes:
@@ -62,10 +63,23 @@ def test_cases_from_json_and_toml_agree_and_fill_gaps_from_the_flags(tmp_path: P
     png = png_bytes(random_image(0))
     (tmp_path / "refs" / "fox.png").write_bytes(png)
     json_file = tmp_path / "cases.json"
-    json_file.write_text(json.dumps({"cases": [
-        {"name": "fox", "prompt": "a fox", "seed": 7, "size": "128x64", "steps": 2, "reference": "refs/fox.png"},
-        {"seed": 9, "psnr_min": 30},
-    ]}))
+    json_file.write_text(
+        json.dumps(
+            {
+                "cases": [
+                    {
+                        "name": "fox",
+                        "prompt": "a fox",
+                        "seed": 7,
+                        "size": "128x64",
+                        "steps": 2,
+                        "reference": "refs/fox.png",
+                    },
+                    {"seed": 9, "psnr_min": 30},
+                ]
+            }
+        )
+    )
     toml_file = tmp_path / "cases.toml"
     toml_file.write_text(
         '[[cases]]\nname = "fox"\nprompt = "a fox"\nseed = 7\nsize = "128x64"\nsteps = 2\nreference = "refs/fox.png"\n'
@@ -142,7 +156,9 @@ NVIDIA = {"vendor": "nvidia", "architecture": "hopper", "isFallbackAdapter": Fal
 
 def test_adapter_check_names_the_missing_adapter_and_a_software_adapter_under_gpu() -> None:
     chromium = Path("/usr/bin/chromium")
-    with pytest.raises(RegressionError, match=r"no WebGPU adapter in /usr/bin/chromium \(navigator.gpu.*\): .*SwiftShader"):
+    with pytest.raises(
+        RegressionError, match=r"no WebGPU adapter in /usr/bin/chromium \(navigator.gpu.*\): .*SwiftShader"
+    ):
         check_adapter({"error": "navigator.gpu is undefined"}, gpu=False, executable=chromium)
     with pytest.raises(RegressionError, match=r"no WebGPU adapter .*libvulkan1"):
         check_adapter({"error": "requestAdapter() returned null"}, gpu=True, executable=chromium)
@@ -233,8 +249,14 @@ def test_the_worst_case_decides_the_exit_code() -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "builder", "regress", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", "regress", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def empty_model_repo(path: Path) -> Path:
@@ -251,8 +273,9 @@ def assert_one_line_reason(result: subprocess.CompletedProcess[str], *fragments:
 
 def test_cli_missing_model_folder_could_not_run(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-model"
-    result = run_cli("--models", str(missing), "--prompt", "a fox", "--reference-from-cpu", "--report",
-                     str(tmp_path / "report"))
+    result = run_cli(
+        "--models", str(missing), "--prompt", "a fox", "--reference-from-cpu", "--report", str(tmp_path / "report")
+    )
     assert_one_line_reason(result, str(missing), "klein-web fetch")
     assert not (tmp_path / "report").exists()
 
@@ -281,8 +304,12 @@ def test_cli_without_reference_could_not_run(tmp_path: Path) -> None:
 def regress(tiny_models: dict[str, Path], dist_dir: Path, report: Path, **options: Any) -> int:
     messages: list[str] = []
     arguments: dict[str, Any] = {
-        "models_dir": tiny_models["fp32"], "prompt": "a red fox in the snow", "size": "64x64",
-        "reference_from_cpu": True, "report_dir": report, "dist_dir": dist_dir,
+        "models_dir": tiny_models["fp32"],
+        "prompt": "a red fox in the snow",
+        "size": "64x64",
+        "reference_from_cpu": True,
+        "report_dir": report,
+        "dist_dir": dist_dir,
     }
     return main(RegressOptions(**{**arguments, **options}), log=messages.append)
 
@@ -308,20 +335,32 @@ def test_the_app_matches_the_cpu_reference(tiny_models: dict[str, Path], dist_di
     # The app's Download PNG carries the generation parameters.
     assert data["download"]["png_text"].get("seed") == "42"
     # Chromium's own log of the run is kept (where a crash shows its cause): its lines carry Chromium's prefix.
-    assert re.search(r"^\[\d+:\d+:\d{4}/\d{6}\.\d+:(INFO|WARNING|ERROR|VERBOSE\d):", (report_dir / "browser.log").read_text(),
-                     re.MULTILINE)
+    assert re.search(
+        r"^\[\d+:\d+:\d{4}/\d{6}\.\d+:(INFO|WARNING|ERROR|VERBOSE\d):",
+        (report_dir / "browser.log").read_text(),
+        re.MULTILINE,
+    )
 
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_two_cases_run_in_one_launch_and_a_wrong_seed_fails(tiny_models: dict[str, Path], dist_dir: Path,
-                                                            tmp_path: Path) -> None:
+def test_two_cases_run_in_one_launch_and_a_wrong_seed_fails(
+    tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path
+) -> None:
     from builder.pipeline.reference import generate_png
 
     prompt = "a lighthouse at dusk"
     other_seed_png = tmp_path / "seed8.png"
-    generate_png(tiny_models["fp32"], prompt=prompt, seed=8, width=80, height=64, steps=4, out=other_seed_png,
-                 log=lambda _m: None)
+    generate_png(
+        tiny_models["fp32"],
+        prompt=prompt,
+        seed=8,
+        width=80,
+        height=64,
+        steps=4,
+        out=other_seed_png,
+        log=lambda _m: None,
+    )
     cases = tmp_path / "cases.toml"
     cases.write_text(
         f'[[cases]]\nname = "right"\nprompt = "{prompt}"\nseed = 7\nsize = "80x64"\nreference_from_cpu = true\n'
@@ -357,14 +396,35 @@ def test_gpu_mode_without_a_gpu_could_not_run(tiny_models: dict[str, Path], dist
 def test_summary_shows_the_apps_stage_timings_in_the_order_it_reported_them(tmp_path: Path) -> None:
     from builder.check.regress.report import summary_lines
 
-    report = CaseReport(name="fox", parameters={"prompt": "a fox", "seed": 1, "width": 64, "height": 64, "steps": 4,
-                                                "psnr_min": 40.0}, reference=None, verdict=PASS, reason="identical")
-    report.app.timings = {"check": 1.0, "load": 2500.0, "encode": 300.0, "latents": 2.0, "timesteps": 1.0,
-                          "denoise": 4000.0, "decode": 700.0, "total": 7504.0, "sessionRun": 4900.0, "notes": "x"}
-    lines = summary_lines([report], browser={"version": "Chromium 1", "mode": "software", "launches": 1},
-                          adapter={"vendor": "google"}, report_dir=tmp_path)
-    assert ("app timings: check 0.00s, load 2.50s, encode 0.30s, latents 0.00s, timesteps 0.00s, denoise 4.00s, "
-            "decode 0.70s, total 7.50s, sessionRun 4.90s") in [line.strip() for line in lines]
+    report = CaseReport(
+        name="fox",
+        parameters={"prompt": "a fox", "seed": 1, "width": 64, "height": 64, "steps": 4, "psnr_min": 40.0},
+        reference=None,
+        verdict=PASS,
+        reason="identical",
+    )
+    report.app.timings = {
+        "check": 1.0,
+        "load": 2500.0,
+        "encode": 300.0,
+        "latents": 2.0,
+        "timesteps": 1.0,
+        "denoise": 4000.0,
+        "decode": 700.0,
+        "total": 7504.0,
+        "sessionRun": 4900.0,
+        "notes": "x",
+    }
+    lines = summary_lines(
+        [report],
+        browser={"version": "Chromium 1", "mode": "software", "launches": 1},
+        adapter={"vendor": "google"},
+        report_dir=tmp_path,
+    )
+    assert (
+        "app timings: check 0.00s, load 2.50s, encode 0.30s, latents 0.00s, timesteps 0.00s, denoise 4.00s, "
+        "decode 0.70s, total 7.50s, sessionRun 4.90s"
+    ) in [line.strip() for line in lines]
     assert lines[-1] == f"overall: PASS (exit 0); report in {tmp_path}"
 
 
@@ -383,26 +443,36 @@ def test_editing_and_inpainting_cases_take_images_mask_and_strength(tmp_path: Pa
     cases_file.write_text(
         '[[cases]]\nname = "edit"\nimages = ["a.png", "b.png"]\n'
         '[[cases]]\nname = "edit-sized"\nimages = ["a.png"]\nsize = "64x96"\n'
-        '[[cases]]\nname = "inpaint"\nimages = ["b.png", "a.png"]\nmask = "m.png"\nstrength = 0.5\n', encoding="utf-8")
+        '[[cases]]\nname = "inpaint"\nimages = ["b.png", "a.png"]\nmask = "m.png"\nstrength = 0.5\n',
+        encoding="utf-8",
+    )
     edit, sized, inpaint = load_cases(cases_file, defaults=DEFAULTS)
     # Without a size, editing takes the first image's used size: 200x150 floored to multiples of 16.
     assert (edit.mode, edit.size, edit.images) == ("edit", "192x144", (tmp_path / "a.png", tmp_path / "b.png"))
     assert (sized.mode, sized.size) == ("edit", "64x96")
     # Inpainting always has its image's used size: 1100x1000 is scaled to about 1024^2, then floored.
-    assert (inpaint.mode, inpaint.size, inpaint.mask, inpaint.strength) == ("inpaint", "1072x976", tmp_path / "m.png", 0.5)
+    assert (inpaint.mode, inpaint.size, inpaint.mask, inpaint.strength) == (
+        "inpaint",
+        "1072x976",
+        tmp_path / "m.png",
+        0.5,
+    )
     assert inpaint.parameters()["strength"] == 0.5 and edit.parameters()["images"][1].endswith("b.png")
     assert "mode" not in load_cases(_cases(tmp_path, [{"name": "t"}]), defaults=DEFAULTS)[0].parameters()
 
 
-@pytest.mark.parametrize(("entry", "message"), [
-    ({"images": ["a.png"], "strength": 0.5}, "`strength` is for inpainting"),
-    ({"images": ["a.png"], "mask": "m.png", "strength": 1.5}, "outside 0..1"),
-    ({"images": ["missing.png"]}, "missing.png does not exist"),
-    ({"images": ["a.png"] * 5}, "5 reference images; at most 4"),
-    ({"mask": "m.png"}, "a mask needs the image to inpaint"),
-    ({"images": ["a.png"], "mask": "m.png", "size": "512x512"}, "inpainting keeps the size.*192x144"),
-    ({"images": "a.png"}, "`images` must be list"),
-])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"images": ["a.png"], "strength": 0.5}, "`strength` is for inpainting"),
+        ({"images": ["a.png"], "mask": "m.png", "strength": 1.5}, "outside 0..1"),
+        ({"images": ["missing.png"]}, "missing.png does not exist"),
+        ({"images": ["a.png"] * 5}, "5 reference images; at most 4"),
+        ({"mask": "m.png"}, "a mask needs the image to inpaint"),
+        ({"images": ["a.png"], "mask": "m.png", "size": "512x512"}, "inpainting keeps the size.*192x144"),
+        ({"images": "a.png"}, "`images` must be list"),
+    ],
+)
 def test_bad_editing_cases_say_what_to_fix(tmp_path: Path, entry: dict[str, Any], message: str) -> None:
     _png(tmp_path / "a.png", 200, 150)
     _png(tmp_path / "m.png", 50, 40, grey=True)
@@ -418,8 +488,9 @@ def _cases(tmp_path: Path, entries: list[dict[str, Any]]) -> Path:
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_editing_and_inpainting_cases_run_through_the_page(tiny_models: dict[str, Path], dist_dir: Path,
-                                                           tmp_path: Path) -> None:
+def test_editing_and_inpainting_cases_run_through_the_page(
+    tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path
+) -> None:
     """regress gives the page its images as a user does (file pickers, slider), and the CPU reference the same."""
     _png(tmp_path / "ref.png", 90, 70)  # used at 80x64
     _png(tmp_path / "room.png", 100, 75)  # inpainting resizes it to 96x64
@@ -430,12 +501,18 @@ def test_editing_and_inpainting_cases_run_through_the_page(tiny_models: dict[str
     cases.write_text(
         '[[cases]]\nname = "edit"\nimages = ["ref.png"]\nreference_from_cpu = true\n'
         '[[cases]]\nname = "inpaint"\nimages = ["room.png", "ref.png"]\nmask = "mask.png"\nstrength = 0.5\n'
-        'reference_from_cpu = true\n'
-        '[[cases]]\nname = "text"\nsize = "64x64"\nreference_from_cpu = true\n', encoding="utf-8")
+        "reference_from_cpu = true\n"
+        '[[cases]]\nname = "text"\nsize = "64x64"\nreference_from_cpu = true\n',
+        encoding="utf-8",
+    )
     report_dir = tmp_path / "report"
     assert regress(tiny_models, dist_dir, report_dir, cases_file=cases, precision="fp32", psnr_min=60.0) == 0
     run = json.loads((report_dir / "report.json").read_text())
-    assert [(c["case"], c["verdict"]) for c in run["cases"]] == [("edit", "pass"), ("inpaint", "pass"), ("text", "pass")]
+    assert [(c["case"], c["verdict"]) for c in run["cases"]] == [
+        ("edit", "pass"),
+        ("inpaint", "pass"),
+        ("text", "pass"),
+    ]
     edit = json.loads((report_dir / "edit" / "report.json").read_text())
     inpaint = json.loads((report_dir / "inpaint" / "report.json").read_text())
     assert read_pixels(report_dir / "edit" / "candidate.png").shape == (64, 80, 3)
@@ -448,7 +525,8 @@ def test_editing_and_inpainting_cases_run_through_the_page(tiny_models: dict[str
 
 @pytest.mark.browser
 def test_an_image_the_page_would_refuse_is_refused_before_the_browser_in_its_words(
-        tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path) -> None:
+    tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path
+) -> None:
     """A truncated PNG (its header, and so its size, intact): regress decodes every case's images as the page and
     `reference` do (one decoding contract) and refuses the run before any browser starts, naming the case and the
     file in the page's own words, instead of waiting on the page."""
@@ -457,10 +535,16 @@ def test_an_image_the_page_would_refuse_is_refused_before_the_browser_in_its_wor
     reference = tmp_path / "ref.png"
     reference.write_bytes(png_bytes(random_image(6, 64, 80)))
     cases = tmp_path / "cases.toml"
-    cases.write_text('[[cases]]\nname = "cut"\nimages = ["cut.png"]\nsize = "80x64"\nreference = "ref.png"\n'
-                     '[[cases]]\nname = "text"\nsize = "64x64"\nreference_from_cpu = true\n', encoding="utf-8")
+    cases.write_text(
+        '[[cases]]\nname = "cut"\nimages = ["cut.png"]\nsize = "80x64"\nreference = "ref.png"\n'
+        '[[cases]]\nname = "text"\nsize = "64x64"\nreference_from_cpu = true\n',
+        encoding="utf-8",
+    )
     report_dir = tmp_path / "report"
-    with pytest.raises(InputError, match=r"case 1 \(cut\): Reference image 1 \(.*cut\.png\) cannot be decoded: the "
-                                         r"file is damaged or incomplete; save it again"):
+    with pytest.raises(
+        InputError,
+        match=r"case 1 \(cut\): Reference image 1 \(.*cut\.png\) cannot be decoded: the "
+        r"file is damaged or incomplete; save it again",
+    ):
         regress(tiny_models, dist_dir, report_dir, cases_file=cases, precision="fp32")
     assert not (report_dir / "report.json").exists()

@@ -53,8 +53,7 @@ def grey_mask(path: Path) -> Path:
 @pytest.mark.parametrize("suffix", [".jpg", ".png", ".webp"])
 @pytest.mark.parametrize("orientation", [3, 6, 8])
 @pytest.mark.parametrize("mode", ["edit", "inpaint"])
-def test_a_case_without_size_runs_at_the_upright_size(tmp_path: Path, suffix: str, orientation: int,
-                                                      mode: str) -> None:
+def test_a_case_without_size_runs_at_the_upright_size(tmp_path: Path, suffix: str, orientation: int, mode: str) -> None:
     photo = rotated_photo(tmp_path / f"photo{suffix}", orientation)
     expected = upright_size(photo)
     assert expected == ((64, 96) if orientation in (6, 8) else (96, 64))  # the file really is turned (or not)
@@ -66,8 +65,9 @@ def test_a_case_without_size_runs_at_the_upright_size(tmp_path: Path, suffix: st
     cases = tmp_path / "cases.json"
     entry = {"name": "photo", "images": [photo.name], **({"mask": "mask.png"} if mask else {})}
     cases.write_text(json.dumps({"cases": [entry]}))
-    defaults = Case(name="case", prompt="a fox", seed=1, width=512, height=512, steps=4, psnr_min=40.0,
-                    reference_from_cpu=True)
+    defaults = Case(
+        name="case", prompt="a fox", seed=1, width=512, height=512, steps=4, psnr_min=40.0, reference_from_cpu=True
+    )
     [from_file] = load_cases(cases, defaults=defaults)
     assert (from_file.width, from_file.height) == expected
 
@@ -78,12 +78,17 @@ def test_a_case_without_size_runs_at_the_upright_size(tmp_path: Path, suffix: st
 def png_header(path: Path, width: int, height: int) -> Path:
     """A PNG whose header declares width x height grey pixels, with one row of data: Pillow judges the size from
     the header alone, when the file is opened."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * (width + 1)))
-                     + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"\0" * (width + 1)))
+        + chunk(b"IEND", b"")
+    )
     return path
 
 
@@ -92,15 +97,37 @@ def setup(tmp_path: Path) -> dict[str, Path]:
     browser, started = fake_browser(tmp_path)
     ok = tmp_path / "ok.png"
     Image.new("RGB", (64, 64), (10, 200, 10)).save(ok)
-    return {"models": write_stub_repo(tmp_path / "models"), "browser": browser, "started": started, "ok": ok,
-            "bomb": png_header(tmp_path / "bomb.png", 20_000, 20_000),  # 400 MP: Pillow's DecompressionBombError
-            "warns": png_header(tmp_path / "warns.png", 10_000, 10_000)}  # 100 MP: Pillow only warns
+    return {
+        "models": write_stub_repo(tmp_path / "models"),
+        "browser": browser,
+        "started": started,
+        "ok": ok,
+        "bomb": png_header(tmp_path / "bomb.png", 20_000, 20_000),  # 400 MP: Pillow's DecompressionBombError
+        "warns": png_header(tmp_path / "warns.png", 10_000, 10_000),
+    }  # 100 MP: Pillow only warns
 
 
 def run_regress(setup: dict[str, Path], *args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "builder", "regress", "--models", str(setup["models"]),
-                             "--browser", str(setup["browser"]), "--report", str(setup["models"].parent / "report"),
-                             *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "builder",
+            "regress",
+            "--models",
+            str(setup["models"]),
+            "--browser",
+            str(setup["browser"]),
+            "--report",
+            str(setup["models"].parent / "report"),
+            *args,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     reason = one_reason(result)
     assert "DecompressionBomb" not in result.stderr, result.stderr
     assert not setup["started"].exists()
@@ -111,10 +138,12 @@ def run_regress(setup: dict[str, Path], *args: str) -> str:
 @pytest.mark.parametrize("role", ["edit image", "image to inpaint", "mask", "reference png"])
 def test_an_image_beyond_the_pixel_limits_is_one_line(setup: dict[str, Path], which: str, role: str) -> None:
     image = str(setup[which])
-    args = {"edit image": ["--image", image, "--reference-from-cpu"],
-            "image to inpaint": ["--image", image, "--mask", str(setup["ok"]), "--reference-from-cpu"],
-            "mask": ["--image", str(setup["ok"]), "--mask", image, "--reference-from-cpu"],
-            "reference png": ["--size", "64x64", "--reference", image]}[role]
+    args = {
+        "edit image": ["--image", image, "--reference-from-cpu"],
+        "image to inpaint": ["--image", image, "--mask", str(setup["ok"]), "--reference-from-cpu"],
+        "mask": ["--image", str(setup["ok"]), "--mask", image, "--reference-from-cpu"],
+        "reference png": ["--size", "64x64", "--reference", image],
+    }[role]
     reason = run_regress(setup, "--prompt", "a fox", *args)
     print(f"{role} {which}: {reason}")
     assert image in reason and "pixels" in reason

@@ -23,8 +23,14 @@ from builder.check.regress import report_folder
 
 
 def run_regress(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "builder", "regress", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", "regress", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -33,22 +39,42 @@ def setup(tmp_path: Path) -> dict[str, Path]:
     return {"models": write_stub_repo(tmp_path / "models"), "browser": browser, "started": started}
 
 
-@pytest.mark.parametrize("files", [
-    {"reference.png": b"my reference", "candidate.png": b"mine", "diff.png": b"mine", "browser.log": b"mine",
-     "report.json": b'{"my": "data"}'},
-    {"report.json": b'{"verdict": "mine"}'},  # a verdict alone is not a report of ours
-    {"notes.txt": b"anything else"},
-    {"sub/report.json": b"{}"},
-])
-def test_a_folder_that_is_no_earlier_report_is_refused_untouched(setup: dict[str, Path], tmp_path: Path,
-                                                                 files: dict[str, bytes]) -> None:
+@pytest.mark.parametrize(
+    "files",
+    [
+        {
+            "reference.png": b"my reference",
+            "candidate.png": b"mine",
+            "diff.png": b"mine",
+            "browser.log": b"mine",
+            "report.json": b'{"my": "data"}',
+        },
+        {"report.json": b'{"verdict": "mine"}'},  # a verdict alone is not a report of ours
+        {"notes.txt": b"anything else"},
+        {"sub/report.json": b"{}"},
+    ],
+)
+def test_a_folder_that_is_no_earlier_report_is_refused_untouched(
+    setup: dict[str, Path], tmp_path: Path, files: dict[str, bytes]
+) -> None:
     report = tmp_path / "report"
     for rel, data in files.items():
         (report / rel).parent.mkdir(parents=True, exist_ok=True)
         (report / rel).write_bytes(data)
     before = snapshot(report)
-    result = run_regress("--models", str(setup["models"]), "--prompt", "a fox", "--size", "64x64",
-                         "--reference-from-cpu", "--browser", str(setup["browser"]), "--report", str(report))
+    result = run_regress(
+        "--models",
+        str(setup["models"]),
+        "--prompt",
+        "a fox",
+        "--size",
+        "64x64",
+        "--reference-from-cpu",
+        "--browser",
+        str(setup["browser"]),
+        "--report",
+        str(report),
+    )
     reason = one_reason(result)
     print(reason)
     assert f"--report {report} is a non-empty folder" in reason and "nothing was written" in reason
@@ -68,20 +94,43 @@ def test_a_new_folder_or_an_earlier_report_is_used(setup: dict[str, Path], tmp_p
         (report / "report.json").write_text(json.dumps({"verdict": "pass", "exit_code": 0, "klein_web": "0.1"}))
     report_folder.check_report_folder(report)
     # Past the --report check the run goes on to the browser, here not a Chromium.
-    result = run_regress("--models", str(setup["models"]), "--prompt", "a fox", "--size", "64x64",
-                         "--reference-from-cpu", "--browser", str(setup["browser"]), "--report", str(report))
+    result = run_regress(
+        "--models",
+        str(setup["models"]),
+        "--prompt",
+        "a fox",
+        "--size",
+        "64x64",
+        "--reference-from-cpu",
+        "--browser",
+        str(setup["browser"]),
+        "--report",
+        str(report),
+    )
     assert "not a Chromium" in one_reason(result)
 
 
-@pytest.mark.parametrize("name", ["browser.log", "report.json", "REPORT.JSON", "Browser.Log", "candidate.png",
-                                  "reference.png", "diff.png"])
-def test_a_case_named_like_a_run_file_is_refused_before_the_browser(setup: dict[str, Path], tmp_path: Path,
-                                                                    name: str) -> None:
+@pytest.mark.parametrize(
+    "name", ["browser.log", "report.json", "REPORT.JSON", "Browser.Log", "candidate.png", "reference.png", "diff.png"]
+)
+def test_a_case_named_like_a_run_file_is_refused_before_the_browser(
+    setup: dict[str, Path], tmp_path: Path, name: str
+) -> None:
     cases = tmp_path / "cases.json"
     cases.write_text(json.dumps({"cases": [{"name": "fine", "prompt": "a"}, {"name": name, "prompt": "b"}]}))
-    result = run_regress("--models", str(setup["models"]), "--cases", str(cases), "--size", "64x64",
-                         "--reference-from-cpu", "--browser", str(setup["browser"]), "--report",
-                         str(tmp_path / "report"))
+    result = run_regress(
+        "--models",
+        str(setup["models"]),
+        "--cases",
+        str(cases),
+        "--size",
+        "64x64",
+        "--reference-from-cpu",
+        "--browser",
+        str(setup["browser"]),
+        "--report",
+        str(tmp_path / "report"),
+    )
     reason = one_reason(result)
     print(reason)
     assert repr(name) in reason and "rename the case" in reason
@@ -89,13 +138,26 @@ def test_a_case_named_like_a_run_file_is_refused_before_the_browser(setup: dict[
 
 
 @pytest.mark.parametrize("names", [("fox", "fox"), ("Fox", "fox"), ("CASE-1", "case-1")])
-def test_case_names_that_differ_only_in_letter_case_are_refused(setup: dict[str, Path], tmp_path: Path,
-                                                                names: tuple[str, str]) -> None:
+def test_case_names_that_differ_only_in_letter_case_are_refused(
+    setup: dict[str, Path], tmp_path: Path, names: tuple[str, str]
+) -> None:
     """On a file system that ignores letter case (macOS, Windows) the two cases would share one report folder."""
     cases = tmp_path / "cases.json"
     cases.write_text(json.dumps({"cases": [{"name": name, "prompt": "a"} for name in names]}))
-    reason = one_reason(run_regress("--models", str(setup["models"]), "--cases", str(cases), "--size", "64x64",
-                                    "--reference-from-cpu", "--browser", str(setup["browser"]), "--report",
-                                    str(tmp_path / "report")))
+    reason = one_reason(
+        run_regress(
+            "--models",
+            str(setup["models"]),
+            "--cases",
+            str(cases),
+            "--size",
+            "64x64",
+            "--reference-from-cpu",
+            "--browser",
+            str(setup["browser"]),
+            "--report",
+            str(tmp_path / "report"),
+        )
+    )
     assert "must be unique" in reason and all(repr(name) in reason for name in names)
     assert not setup["started"].exists()

@@ -48,10 +48,17 @@ def test_a_shard_is_i_of_n(text: str, expected: tuple[int, int]) -> None:
     assert (shard.index, shard.count) == expected
 
 
-@pytest.mark.parametrize(("text", "says"), [
-    ("2", "give I/N"), ("a/b", "give I/N"), ("-1/2", "give I/N"), ("1/0", "at least 1"),
-    ("0/2", "from 1 to 2"), ("3/2", "from 1 to 2"),
-])
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("2", "give I/N"),
+        ("a/b", "give I/N"),
+        ("-1/2", "give I/N"),
+        ("1/0", "at least 1"),
+        ("0/2", "from 1 to 2"),
+        ("3/2", "from 1 to 2"),
+    ],
+)
 def test_a_bad_shard_says_what_a_shard_is(text: str, says: str) -> None:
     with pytest.raises(InputError, match=says) as raised:
         shards.parse_shard(text)
@@ -73,8 +80,10 @@ def test_a_shard_with_no_case_is_refused() -> None:
 
 def test_shard_needs_a_cases_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="--shard 1/2 splits a cases file"):
-        main(RegressOptions(models_dir=tmp_path, prompt="a fox", reference_from_cpu=True, shard="1/2"),
-             log=lambda _m: None)
+        main(
+            RegressOptions(models_dir=tmp_path, prompt="a fox", reference_from_cpu=True, shard="1/2"),
+            log=lambda _m: None,
+        )
 
 
 # ------------------------------------------------------------------------------- where the browser runs
@@ -84,42 +93,70 @@ def options(**given: Any) -> RegressOptions:
     return RegressOptions(prompt="a fox", reference_from_cpu=True, **given)
 
 
-@pytest.mark.parametrize(("given", "says"), [
-    ({"connect": "http://gpu-box:3000/abc"}, "give the ws:// address"),
-    ({"connect": "ws://127.0.0.1:3000/abc", "profile": Path("p")}, "--profile choose how Chromium is launched here"),
-    ({"connect": "ws://127.0.0.1:3000/abc", "headed": True, "f16_toggle": False}, "--headed, --no-f16-toggle"),
-    ({"app_url": "file:///srv/dist/index.html"}, "give an http:// or https:// address"),
-    ({"app_url": "https://example.org/klein/?model=https://example.org/m/", "dist_dir": Path("dist"), "port": 8123},
-     "leave out --dist, --port"),
-    ({"advertise": "gpu-box:8123"}, "give an http:// or https:// address"),
-    ({"connect": "ws://gpu-box:3000/abc"}, "that browser runs on another machine"),
-    ({"connect": "ws://gpu-box:3000/abc", "host": "0.0.0.0"}, "that browser runs on another machine"),
-    ({"connect": "ws://gpu-box:3000/abc", "advertise": "http://127.0.0.1:8123/"}, "that browser runs on another"),
-])
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"connect": "http://gpu-box:3000/abc"}, "give the ws:// address"),
+        (
+            {"connect": "ws://127.0.0.1:3000/abc", "profile": Path("p")},
+            "--profile choose how Chromium is launched here",
+        ),
+        ({"connect": "ws://127.0.0.1:3000/abc", "headed": True, "f16_toggle": False}, "--headed, --no-f16-toggle"),
+        ({"app_url": "file:///srv/dist/index.html"}, "give an http:// or https:// address"),
+        (
+            {
+                "app_url": "https://example.org/klein/?model=https://example.org/m/",
+                "dist_dir": Path("dist"),
+                "port": 8123,
+            },
+            "leave out --dist, --port",
+        ),
+        ({"advertise": "gpu-box:8123"}, "give an http:// or https:// address"),
+        ({"connect": "ws://gpu-box:3000/abc"}, "that browser runs on another machine"),
+        ({"connect": "ws://gpu-box:3000/abc", "host": "0.0.0.0"}, "that browser runs on another machine"),
+        ({"connect": "ws://gpu-box:3000/abc", "advertise": "http://127.0.0.1:8123/"}, "that browser runs on another"),
+    ],
+)
 def test_combinations_that_cannot_work_are_refused_with_what_to_pass(given: dict[str, Any], says: str) -> None:
     with pytest.raises(InputError, match=says):
         where.check(options(**given))
 
 
-@pytest.mark.parametrize("given", [
-    {},
-    {"connect": "ws://127.0.0.1:3000/abc"},  # a browser server on this machine reaches the loopback server
-    {"connect": "ws://localhost:3000/abc", "host": "0.0.0.0"},
-    {"connect": "ws://gpu-box:3000/abc", "host": "0.0.0.0", "port": 8123, "advertise": "http://build-box:8123/"},
-    {"connect": "wss://grid.example.org/chromium", "app_url": "https://example.org/klein/?model=https://m.example/"},
-    {"host": "0.0.0.0"},
-])
+@pytest.mark.parametrize(
+    "given",
+    [
+        {},
+        {"connect": "ws://127.0.0.1:3000/abc"},  # a browser server on this machine reaches the loopback server
+        {"connect": "ws://localhost:3000/abc", "host": "0.0.0.0"},
+        {"connect": "ws://gpu-box:3000/abc", "host": "0.0.0.0", "port": 8123, "advertise": "http://build-box:8123/"},
+        {
+            "connect": "wss://grid.example.org/chromium",
+            "app_url": "https://example.org/klein/?model=https://m.example/",
+        },
+        {"host": "0.0.0.0"},
+    ],
+)
 def test_combinations_that_can_work_pass(given: dict[str, Any]) -> None:
     where.check(options(**given))
 
 
-@pytest.mark.parametrize(("app", "path", "expected"), [
-    ("http://127.0.0.1:5", "/", "http://127.0.0.1:5/"),
-    ("http://127.0.0.1:5", "/?precision=q4", "http://127.0.0.1:5/?precision=q4"),
-    ("https://h.example/klein/?model=https://m.example/r/", "/?precision=q4",
-     "https://h.example/klein/?model=https://m.example/r/&precision=q4"),
-    ("https://h.example/klein/?precision=fp32&model=x", "/?precision=q4", "https://h.example/klein/?model=x&precision=q4"),
-])
+@pytest.mark.parametrize(
+    ("app", "path", "expected"),
+    [
+        ("http://127.0.0.1:5", "/", "http://127.0.0.1:5/"),
+        ("http://127.0.0.1:5", "/?precision=q4", "http://127.0.0.1:5/?precision=q4"),
+        (
+            "https://h.example/klein/?model=https://m.example/r/",
+            "/?precision=q4",
+            "https://h.example/klein/?model=https://m.example/r/&precision=q4",
+        ),
+        (
+            "https://h.example/klein/?precision=fp32&model=x",
+            "/?precision=q4",
+            "https://h.example/klein/?model=x&precision=q4",
+        ),
+    ],
+)
 def test_the_case_opens_the_app_with_its_own_parameters_added(app: str, path: str, expected: str) -> None:
     assert where.page_url(app, path) == expected
 
@@ -130,25 +167,42 @@ def test_the_case_opens_the_app_with_its_own_parameters_added(app: str, path: st
 IMAGE = np.full((16, 16, 3), 120, dtype=np.uint8)
 
 
-def write_shard(folder: Path, repo: Path, cases_file: Path, shard: str, verdicts: dict[str, bool], *,
-                precision: str | None = None, psnr_min: float = 40.0) -> Path:
+def write_shard(
+    folder: Path,
+    repo: Path,
+    cases_file: Path,
+    shard: str,
+    verdicts: dict[str, bool],
+    *,
+    precision: str | None = None,
+    psnr_min: float = 40.0,
+) -> Path:
     """A shard's report folder as `regress --shard` writes it, for the cases `verdicts` names (True: pass)."""
-    opts = RegressOptions(models_dir=repo, cases_file=cases_file, reference_from_cpu=True, precision=precision,
-                          psnr_min=psnr_min, shard=shard)
+    opts = RegressOptions(
+        models_dir=repo,
+        cases_file=cases_file,
+        reference_from_cpu=True,
+        precision=precision,
+        psnr_min=psnr_min,
+        shard=shard,
+    )
     names = [entry["name"] for entry in json.loads(cases_file.read_text())["cases"]]
     reports = []
     for name, passes in verdicts.items():
         other = IMAGE if passes else 255 - IMAGE
-        report = CaseReport(name=name, parameters=case(name).parameters(),
-                            reference=Reference(source="cpu", image=IMAGE), position=names.index(name) + 1)
+        report = CaseReport(
+            name=name,
+            parameters=case(name).parameters(),
+            reference=Reference(source="cpu", image=IMAGE),
+            position=names.index(name) + 1,
+        )
         report.app = AppRun(png=b"png", image=other)
         report.comparison = compare(other, IMAGE, psnr_min=40.0)
         report.verdict, report.reason = report.comparison.verdict, report.comparison.reason
         write_case_report(folder / name, report, browser={"version": "x"}, adapter={"vendor": "v"})
         reports.append(report)
     (folder / "browser.log").write_text(f"log of shard {shard}\n")
-    identity = shards.run_identity(opts, manifest.load(repo), cases_total=len(names),
-                                   shard=shards.parse_shard(shard))
+    identity = shards.run_identity(opts, manifest.load(repo), cases_total=len(names), shard=shards.parse_shard(shard))
     write_run_report(folder, reports, browser={"version": "x"}, adapter={"vendor": "v"}, run=identity)
     return folder
 
@@ -170,10 +224,14 @@ def test_two_shards_merge_into_one_report_in_the_files_order(setup: dict[str, Pa
     data = json.loads((root / "merged" / "report.json").read_text())
     assert data["verdict"] == "fail"
     assert [(c["case"], c["verdict"], c["position"], c["shard"]) for c in data["cases"]] == [
-        ("a", "pass", 1, 1), ("b", "fail", 2, 2), ("c", "pass", 3, 1)]
+        ("a", "pass", 1, 1),
+        ("b", "fail", 2, 2),
+        ("c", "pass", 3, 1),
+    ]
     for name in ("a", "b", "c"):
         assert (root / "merged" / name / "report.json").read_bytes() == next(
-            (s / name / "report.json").read_bytes() for s in (one, two) if (s / name).is_dir())
+            (s / name / "report.json").read_bytes() for s in (one, two) if (s / name).is_dir()
+        )
     assert [s["shard"] for s in data["shards"]] == [1, 2] and data["run"]["shard"] is None
     log = (root / "merged" / "browser.log").read_text()
     assert log.index("log of shard 1/2") < log.index("log of shard 2/2")
@@ -185,12 +243,15 @@ def test_two_shards_merge_into_one_report_in_the_files_order(setup: dict[str, Pa
     assert merge.merge(root / "merged", [one, two], log=lines.append) == PASS.exit_code
 
 
-@pytest.mark.parametrize(("change", "says"), [
-    ("cases", "differ in the cases file"),
-    ("precision", "differ in --precision"),
-    ("psnr", "differ in the flags that fill the cases' gaps"),
-    ("repo", "differ in the model repository"),
-])
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ("cases", "differ in the cases file"),
+        ("precision", "differ in --precision"),
+        ("psnr", "differ in the flags that fill the cases' gaps"),
+        ("repo", "differ in the model repository"),
+    ],
+)
 def test_shards_of_different_runs_are_refused(setup: dict[str, Path], change: str, says: str) -> None:
     root = setup["root"]
     one = write_shard(root / "s1", setup["repo"], setup["cases"], "1/2", {"a": True, "c": True})
@@ -240,8 +301,14 @@ def test_the_command_line_merges_and_refuses_in_one_line(setup: dict[str, Path])
     (root / "busy" / "notes.txt").write_text("mine")
 
     def run(*args: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "builder", "regress-merge", *map(str, args)], cwd=REPO_ROOT,
-                              capture_output=True, text=True, timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "builder", "regress-merge", *map(str, args)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     done = run(root / "merged", one, two)
     assert done.returncode == 0 and "overall: PASS" in done.stderr + done.stdout

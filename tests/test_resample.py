@@ -62,12 +62,16 @@ def test_lanczos_and_grey_match_pillow_byte_for_byte(tmp_path: Path) -> None:
         for channels, mode in ((3, "RGB"), (1, "L")):
             # Smooth areas, edges and noise: a random image plus a gradient, so both lobes of the filter matter.
             noise = rng.integers(0, 256, size=(h, w, channels), dtype=np.uint8)
-            pixels = noise if rng.random() < 0.5 else (noise // 4 + (np.arange(w) * 191 // max(w - 1, 1))[None, :, None]
-                                                      ).astype(np.uint8)
+            pixels = (
+                noise
+                if rng.random() < 0.5
+                else (noise // 4 + (np.arange(w) * 191 // max(w - 1, 1))[None, :, None]).astype(np.uint8)
+            )
             image = Image.fromarray(pixels[:, :, 0] if channels == 1 else pixels, mode)
             (tmp_path / f"in_{len(cases)}.bin").write_bytes(pixels.tobytes())
-            cases.append({"op": "resize", "width": w, "height": h, "outWidth": ow, "outHeight": oh,
-                          "channels": channels})
+            cases.append(
+                {"op": "resize", "width": w, "height": h, "outWidth": ow, "outHeight": oh, "channels": channels}
+            )
             expected.append(np.asarray(image.resize((ow, oh), Image.Resampling.LANCZOS)).tobytes())
     grey = rng.integers(0, 256, size=(37, 41, 3), dtype=np.uint8)
     grey[0, :3] = [[255, 255, 255], [0, 0, 0], [128, 128, 128]]
@@ -77,8 +81,13 @@ def test_lanczos_and_grey_match_pillow_byte_for_byte(tmp_path: Path) -> None:
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     (tmp_path / "run.mjs").write_text(SCRIPT)
 
-    result = subprocess.run([str(find_node().node), str(tmp_path / "run.mjs"), MODULE, str(tmp_path)],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [str(find_node().node), str(tmp_path / "run.mjs"), MODULE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     for i, (case, want) in enumerate(zip(cases, expected, strict=True)):
         got = (tmp_path / f"out_{i}.bin").read_bytes()
@@ -95,4 +104,3 @@ def test_input_image_size_matches_diffusers_resize_target(size: tuple[int, int])
 
     resized = diffusers.Flux2ImageProcessor._resize_to_target_area(Image.new("RGB", size), 1024 * 1024).size
     assert input_image_size(*size) == (resized[0] // 16 * 16, resized[1] // 16 * 16)
-

@@ -16,16 +16,28 @@ from builder.pipeline import latents, schedule
 
 # The scheduler config the FLUX.2 checkpoints ship (diffusers-format FLUX.2-dev / convert_flux2_to_diffusers.py).
 FLUX2_SCHEDULER = {
-    "base_image_seq_len": 256, "base_shift": 0.5, "invert_sigmas": False, "max_image_seq_len": 4096,
-    "max_shift": 1.15, "num_train_timesteps": 1000, "shift": 3.0, "shift_terminal": None,
-    "stochastic_sampling": False, "time_shift_type": "exponential", "use_beta_sigmas": False,
-    "use_dynamic_shifting": True, "use_exponential_sigmas": False, "use_karras_sigmas": False,
+    "base_image_seq_len": 256,
+    "base_shift": 0.5,
+    "invert_sigmas": False,
+    "max_image_seq_len": 4096,
+    "max_shift": 1.15,
+    "num_train_timesteps": 1000,
+    "shift": 3.0,
+    "shift_terminal": None,
+    "stochastic_sampling": False,
+    "time_shift_type": "exponential",
+    "use_beta_sigmas": False,
+    "use_dynamic_shifting": True,
+    "use_exponential_sigmas": False,
+    "use_karras_sigmas": False,
 }
 
 
 def test_the_checkpoints_scheduler_config_is_the_one_schedule_computes() -> None:
     assert {key: FLUX2_SCHEDULER[key] for key in schedule.SCHEDULER_CONFIG} == schedule.SCHEDULER_CONFIG
-    assert schedule.SCHEDULER_CONFIG["num_train_timesteps"] == FlowMatchEulerDiscreteScheduler().config.num_train_timesteps
+    assert (
+        schedule.SCHEDULER_CONFIG["num_train_timesteps"] == FlowMatchEulerDiscreteScheduler().config.num_train_timesteps
+    )
 
 
 def bits(array: np.ndarray) -> np.ndarray:
@@ -34,10 +46,30 @@ def bits(array: np.ndarray) -> np.ndarray:
 
 # (height, width, steps): square and non-square, tiny to 2048 px (image_seq_len > 4300 branch), 1 to 50 steps.
 SCHEDULE_CASES = [
-    (64, 64, 4), (96, 64, 4), (64, 96, 4), (128, 128, 4), (256, 256, 4), (512, 512, 4), (512, 768, 4),
-    (768, 512, 4), (1024, 1024, 4), (1024, 1024, 50), (2048, 2048, 4), (1024, 2048, 4), (16, 16, 1),
-    (16, 16, 2), (512, 512, 1), (512, 512, 2), (512, 512, 3), (512, 512, 8), (640, 480, 6), (1360, 768, 4),
-    (1088, 1088, 4), (1120, 1088, 4), (64, 64, 28), (1024, 1024, 100),
+    (64, 64, 4),
+    (96, 64, 4),
+    (64, 96, 4),
+    (128, 128, 4),
+    (256, 256, 4),
+    (512, 512, 4),
+    (512, 768, 4),
+    (768, 512, 4),
+    (1024, 1024, 4),
+    (1024, 1024, 50),
+    (2048, 2048, 4),
+    (1024, 2048, 4),
+    (16, 16, 1),
+    (16, 16, 2),
+    (512, 512, 1),
+    (512, 512, 2),
+    (512, 512, 3),
+    (512, 512, 8),
+    (640, 480, 6),
+    (1360, 768, 4),
+    (1088, 1088, 4),
+    (1120, 1088, 4),
+    (64, 64, 28),
+    (1024, 1024, 100),
 ]
 
 

@@ -30,13 +30,14 @@ def seed_folder(tiny_models: dict[str, Path], tmp_path: Path) -> Path:
     return dest
 
 
-def test_reference_runs_on_a_seed_folder_like_on_the_manifest_folder(tiny_models: dict[str, Path],
-                                                                    seed_folder: Path) -> None:
+def test_reference_runs_on_a_seed_folder_like_on_the_manifest_folder(
+    tiny_models: dict[str, Path], seed_folder: Path
+) -> None:
     lines: list[str] = []
-    from_seed = reference.generate(seed_folder, prompt="a fox", seed=5, width=64, height=64, steps=2,
-                                   log=lines.append)
-    from_manifest = reference.generate(tiny_models["q4"], prompt="a fox", seed=5, width=64, height=64, steps=2,
-                                       log=lambda _m: None)
+    from_seed = reference.generate(seed_folder, prompt="a fox", seed=5, width=64, height=64, steps=2, log=lines.append)
+    from_manifest = reference.generate(
+        tiny_models["q4"], prompt="a fox", seed=5, width=64, height=64, steps=2, log=lambda _m: None
+    )
     assert np.array_equal(from_seed.image, from_manifest.image)
     assert f"no manifest.json: sizes and hashes taken from the files in {seed_folder}" in lines
     assert from_seed.variants == from_manifest.variants
@@ -74,8 +75,9 @@ def test_a_folder_of_neither_layout_is_refused(tmp_path: Path) -> None:
     (tmp_path / "stuff" / "notes.txt").write_text("hello")
     with pytest.raises(ModelRepoError, match="not a model folder"):
         local.open_folder(tmp_path / "stuff", log=lambda _m: None)
-    result = CliRunner().invoke(main, ["serve", "--models", str(tmp_path / "stuff"), "--dist", str(tmp_path),
-                                       "--port", "0"])
+    result = CliRunner().invoke(
+        main, ["serve", "--models", str(tmp_path / "stuff"), "--dist", str(tmp_path), "--port", "0"]
+    )
     assert result.exit_code == 1 and "not a model folder" in result.output and "Traceback" not in result.output
 
 
@@ -100,8 +102,15 @@ def test_the_app_runs_from_a_served_seed_folder(tiny_models: dict[str, Path], di
     shutil.copytree(tiny_models["fp32"], folder)
     (folder / manifest.MANIFEST_NAME).unlink()
     report = tmp_path / "report"
-    options = RegressOptions(models_dir=folder, prompt="a red fox in the snow", size="64x64", reference_from_cpu=True,
-                             report_dir=report, dist_dir=dist_dir, precision="fp32")
+    options = RegressOptions(
+        models_dir=folder,
+        prompt="a red fox in the snow",
+        size="64x64",
+        reference_from_cpu=True,
+        report_dir=report,
+        dist_dir=dist_dir,
+        precision="fp32",
+    )
     assert regress.main(options, log=lambda _m: None) == 0
     data = json.loads((report / "report.json").read_text())
     assert data["verdict"] == "pass" and {graph["variant"] for graph in data["graphs"].values()} == {"fp32"}

@@ -36,12 +36,18 @@ def low_limit_server(dist_dir: Path, tmp_path: Path) -> Iterator[tuple[int, Path
     log_path = tmp_path / "serve.log"
 
     # The limit is lowered inside the server's own process, before `klein-web serve` starts.
-    lowered = (f"import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({OPEN_FILES}, {OPEN_FILES}));"
-               " sys.argv[0] = 'builder'; runpy.run_module('builder', run_name='__main__', alter_sys=True)")
+    lowered = (
+        f"import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({OPEN_FILES}, {OPEN_FILES}));"
+        " sys.argv[0] = 'builder'; runpy.run_module('builder', run_name='__main__', alter_sys=True)"
+    )
     with open(log_path, "wb") as handle:
-        process = subprocess.Popen([sys.executable, "-c", lowered, "serve", "--port", str(port), "--dist",
-                                    str(dist_dir)], cwd=REPO_ROOT, stdout=handle, stderr=subprocess.STDOUT,
-                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        process = subprocess.Popen(
+            [sys.executable, "-c", lowered, "serve", "--port", str(port), "--dist", str(dist_dir)],
+            cwd=REPO_ROOT,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         try:
             deadline = time.monotonic() + 60
             while True:
@@ -138,7 +144,8 @@ def test_quiet_log_says_each_condition_once_then_a_count_a_minute() -> None:
     assert lines[2] == "at the cap (6000 more time(s) in the last 60 s)"  # 99 + 59 x 100 + this one
 
 
-@pytest.mark.parametrize(("limit", "cap"), [(64, 8), (1024, 488), (10, 4), (10**9, 4096),
-                                            (resource.RLIM_INFINITY, 4096)])
+@pytest.mark.parametrize(
+    ("limit", "cap"), [(64, 8), (1024, 488), (10, 4), (10**9, 4096), (resource.RLIM_INFINITY, 4096)]
+)
 def test_the_cap_leaves_room_below_the_open_file_limit(limit: int, cap: int) -> None:
     assert connection_cap(limit) == cap

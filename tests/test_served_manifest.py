@@ -40,8 +40,9 @@ def entry(served: dict[str, Any], rel: str) -> dict[str, Any]:
     return {key: served["files"][rel][key] for key in ("size", "sha256")}
 
 
-def test_the_served_manifest_follows_the_files(tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path,
-                                               live_server_factory: Any) -> None:
+def test_the_served_manifest_follows_the_files(
+    tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path, live_server_factory: Any
+) -> None:
     folder = tmp_path / "seed"
     shutil.copytree(tiny_models["q4"], folder)
     (folder / "manifest.json").unlink()
@@ -88,8 +89,7 @@ def test_the_served_manifest_follows_the_files(tiny_models: dict[str, Path], dis
     assert get_manifest(server) == (200, own)
 
 
-def test_the_hash_cache_sees_a_rewrite_with_the_modification_time_put_back(tmp_path: Path,
-                                                                          monkeypatch: Any) -> None:
+def test_the_hash_cache_sees_a_rewrite_with_the_modification_time_put_back(tmp_path: Path, monkeypatch: Any) -> None:
     from builder.repo import verify
 
     monkeypatch.setenv("KLEIN_WEB_CACHE_DIR", str(tmp_path / "cache"))

@@ -104,22 +104,25 @@ def port_without_models(site: dict[str, Path]) -> Iterator[int]:
 # ---------------------------------------------------------------------------------------------- headers and types
 
 
-@pytest.mark.parametrize(("path", "media_type"), [
-    ("/", "text/html; charset=utf-8"),
-    ("/index.html", "text/html; charset=utf-8"),
-    ("/coi-sw.js", "text/javascript; charset=utf-8"),
-    ("/assets/page-ABCDEFGH.js", "text/javascript; charset=utf-8"),
-    ("/assets/ort-1234567890.mjs", "text/javascript; charset=utf-8"),
-    ("/assets/ort-1234567890.wasm", "application/wasm"),
-    ("/assets/page-ABCDEFGH.css", "text/css; charset=utf-8"),
-    ("/assets/page-ABCDEFGH.js.map", "application/json"),
-    ("/icon.png", "image/png"),
-    ("/manifest.webmanifest", "application/manifest+json"),
-    ("/models/manifest.json", "application/json"),
-    ("/models/transformer/transformer_q4.onnx", "application/octet-stream"),
-    ("/models/transformer/transformer_q4.onnx_data", "application/octet-stream"),
-    ("/models/transformer/transformer_q4.onnx_data_1", "application/octet-stream"),
-])
+@pytest.mark.parametrize(
+    ("path", "media_type"),
+    [
+        ("/", "text/html; charset=utf-8"),
+        ("/index.html", "text/html; charset=utf-8"),
+        ("/coi-sw.js", "text/javascript; charset=utf-8"),
+        ("/assets/page-ABCDEFGH.js", "text/javascript; charset=utf-8"),
+        ("/assets/ort-1234567890.mjs", "text/javascript; charset=utf-8"),
+        ("/assets/ort-1234567890.wasm", "application/wasm"),
+        ("/assets/page-ABCDEFGH.css", "text/css; charset=utf-8"),
+        ("/assets/page-ABCDEFGH.js.map", "application/json"),
+        ("/icon.png", "image/png"),
+        ("/manifest.webmanifest", "application/manifest+json"),
+        ("/models/manifest.json", "application/json"),
+        ("/models/transformer/transformer_q4.onnx", "application/octet-stream"),
+        ("/models/transformer/transformer_q4.onnx_data", "application/octet-stream"),
+        ("/models/transformer/transformer_q4.onnx_data_1", "application/octet-stream"),
+    ],
+)
 def test_isolation_headers_and_mime_types(port: int, site: dict[str, Path], path: str, media_type: str) -> None:
     reply = request(port, path)
     assert reply.status == 200
@@ -135,13 +138,16 @@ def test_isolation_headers_and_mime_types(port: int, site: dict[str, Path], path
     assert reply.body == (folder / relative).read_bytes()
 
 
-@pytest.mark.parametrize(("method", "path", "status"), [
-    ("GET", "/missing.js", 404),
-    ("POST", "/index.html", 405),
-    ("PUT", "/models/manifest.json", 405),
-    ("DELETE", "/", 405),
-    ("GET", "/assets/", 404),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", "/missing.js", 404),
+        ("POST", "/index.html", 405),
+        ("PUT", "/models/manifest.json", 405),
+        ("DELETE", "/", 405),
+        ("GET", "/assets/", 404),
+    ],
+)
 def test_errors_are_isolated_too_and_never_cached(port: int, method: str, path: str, status: int) -> None:
     reply = request(port, path, method=method)
     assert reply.status == status
@@ -172,13 +178,16 @@ def test_head_sends_headers_only(port: int, site: dict[str, Path]) -> None:
 DATA = "/models/transformer/transformer_q4.onnx_data"
 
 
-@pytest.mark.parametrize(("range_header", "start", "end"), [
-    ("bytes=0-99", 0, 100),
-    ("bytes=9990-20000", 9990, 10_000),  # end past the file: clipped
-    ("bytes=-500", 9500, 10_000),  # suffix
-    ("bytes=100-", 100, 10_000),  # open
-    ("bytes=9999-9999", 9999, 10_000),
-])
+@pytest.mark.parametrize(
+    ("range_header", "start", "end"),
+    [
+        ("bytes=0-99", 0, 100),
+        ("bytes=9990-20000", 9990, 10_000),  # end past the file: clipped
+        ("bytes=-500", 9500, 10_000),  # suffix
+        ("bytes=100-", 100, 10_000),  # open
+        ("bytes=9999-9999", 9999, 10_000),
+    ],
+)
 def test_single_range(port: int, site: dict[str, Path], range_header: str, start: int, end: int) -> None:
     data = (site["models"] / DATA.removeprefix("/models/")).read_bytes()
     reply = request(port, DATA, headers={"Range": range_header})
@@ -306,9 +315,14 @@ def test_build_without_app_sources_names_the_cause(tmp_path: Path) -> None:
 
 def test_cli_missing_models_dir_fails_before_serving(dist_dir: Path, tmp_path: Path) -> None:
     missing = tmp_path / "not-here"
-    result = subprocess.run([sys.executable, "-m", "builder", "serve", "--port", "1", "--dist", str(dist_dir),
-                             "--models", str(missing)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "builder", "serve", "--port", "1", "--dist", str(dist_dir), "--models", str(missing)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 1
     assert f"--models {missing}: no such folder" in result.stderr
     assert "klein-web fetch" in result.stderr
@@ -319,9 +333,14 @@ def test_cli_busy_port_is_a_clear_error(dist_dir: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         taken = busy.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "builder", "serve", "--port", str(taken), "--dist",
-                                 str(dist_dir)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60,
-                                check=False)
+        result = subprocess.run(
+            [sys.executable, "-m", "builder", "serve", "--port", str(taken), "--dist", str(dist_dir)],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            timeout=60,
+            check=False,
+        )
     assert result.returncode == 1
     assert f"Cannot listen on 127.0.0.1:{taken}" in result.stderr and "--port" in result.stderr
 
@@ -348,8 +367,11 @@ def test_cli_serves_sparse_3gb_file_by_range_without_reading_it(
     tail = request(server.port, "/models/transformer/transformer_q4.onnx_data_1", headers={"Range": "bytes=-1048576"})
     assert tail.status == 206 and len(tail.body) == MIB and tail.body.endswith(b"END-MARK!")
     assert tail.headers["content-range"] == f"bytes {size - MIB}-{size - 1}/{size}"
-    middle = request(server.port, "/models/transformer/transformer_q4.onnx_data_1",
-                     headers={"Range": f"bytes={size // 2 - 5}-{size // 2 + 15}"})
+    middle = request(
+        server.port,
+        "/models/transformer/transformer_q4.onnx_data_1",
+        headers={"Range": f"bytes={size // 2 - 5}-{size // 2 + 15}"},
+    )
     assert middle.status == 206 and middle.body == b"\0" * 5 + b"MIDDLE-MARK" + b"\0" * 5
     # A 256 MiB stream, read and dropped chunk by chunk: the server must stream it, not load it.
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
@@ -375,7 +397,9 @@ def test_cli_start_message_and_non_loopback_warning(live_server_factory: object,
     server = live_server_factory(dist_dir, extra=("--host", "0.0.0.0"))  # type: ignore[operator]
     output = server.output()
     assert f"App:    http://127.0.0.1:{server.port}/" in output
-    assert "--enable-unsafe-webgpu --enable-features=Vulkan --enable-dawn-features=vulkan_enable_f16_on_nvidia" in output
+    assert (
+        "--enable-unsafe-webgpu --enable-features=Vulkan --enable-dawn-features=vulkan_enable_f16_on_nvidia" in output
+    )
     assert "warning: listening on 0.0.0.0" in output and "https" in output
     reply = request(server.port, "/")
     assert reply.status == 200 and reply.headers["cross-origin-opener-policy"] == "same-origin"
@@ -397,8 +421,12 @@ def test_watch_rebuilds_on_change(tmp_path: Path, node_modules: Path) -> None:
     first = build(dist, web_src=web_src)
     messages: list[str] = []
     stop = threading.Event()
-    watcher = threading.Thread(target=watch_and_rebuild, args=(dist,), daemon=True, kwargs={
-        "model_base": DEFAULT_MODEL_BASE, "stop": stop, "log": messages.append, "web_src": web_src})
+    watcher = threading.Thread(
+        target=watch_and_rebuild,
+        args=(dist,),
+        daemon=True,
+        kwargs={"model_base": DEFAULT_MODEL_BASE, "stop": stop, "log": messages.append, "web_src": web_src},
+    )
     watcher.start()
     time.sleep(1.0)  # let the poller take its first snapshot
     (web_src / "style.css").write_text('body::after { content: "klein-watch-test"; }\n')
@@ -431,16 +459,19 @@ def test_open_waits_for_the_server_then_opens_the_url(monkeypatch: pytest.Monkey
     assert opened == ["http://127.0.0.1:1/"]
 
 
-def test_the_page_cannot_be_framed_even_without_a_recorded_policy(port: int, port_without_models: int,
-                                                                 tmp_path: Path) -> None:
+def test_the_page_cannot_be_framed_even_without_a_recorded_policy(
+    port: int, port_without_models: int, tmp_path: Path
+) -> None:
     from builder.site.server import with_frame_ancestors
 
     for where in (port, port_without_models):
         for path in ("/", "/missing.js"):
             assert "frame-ancestors 'none'" in request(where, path).headers["content-security-policy"]
     assert with_frame_ancestors(None) == "frame-ancestors 'none'"
-    assert with_frame_ancestors("default-src 'self'; frame-ancestors 'self';") == \
-        "default-src 'self'; frame-ancestors 'self'"
+    assert (
+        with_frame_ancestors("default-src 'self'; frame-ancestors 'self';")
+        == "default-src 'self'; frame-ancestors 'self'"
+    )
     dist = tmp_path / "dist"
     dist.mkdir()
     (dist / "index.html").write_text("<!doctype html>")

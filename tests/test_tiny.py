@@ -14,8 +14,11 @@ from builder.repo import tiny
 
 
 def file_hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_tiny_pipeline_keeps_the_real_layout(tiny_models: dict[str, Path]) -> None:
@@ -36,8 +39,9 @@ def test_tiny_pipeline_keeps_the_real_layout(tiny_models: dict[str, Path]) -> No
     for name in ("tokenizer.json", "tokenizer_config.json"):
         copied = tiny_models["diffusers"] / "tokenizer" / name
         assert copied.read_bytes() == (tiny.QWEN3_TOKENIZER_DIR / name).read_bytes()
-    text = pipe.tokenizer.apply_chat_template([{"role": "user", "content": "a fox"}], tokenize=False,
-                                              add_generation_prompt=True, enable_thinking=False)
+    text = pipe.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "a fox"}], tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
     assert text == "<|im_start|>user\na fox<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
     assert pipe.tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|endoftext|>"]) == [151644, 151643]
 

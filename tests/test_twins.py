@@ -77,8 +77,11 @@ def plain(value: Any) -> Any:
 
 
 def python_constants(module: ModuleType) -> dict[str, Any]:
-    return {name: plain(value) for name, value in vars(module).items()
-            if CONSTANT_NAME.fullmatch(name) and plain(value) is not None}
+    return {
+        name: plain(value)
+        for name, value in vars(module).items()
+        if CONSTANT_NAME.fullmatch(name) and plain(value) is not None
+    }
 
 
 @pytest.mark.parametrize(("module", "js_module"), TWINS, ids=[js for _, js in TWINS])
@@ -91,7 +94,9 @@ def test_twin_modules_hold_the_same_constants(module: ModuleType, js_module: str
         assert name in python, f"{js_module} exports {name}; {module.__name__} has no {name}"
         assert python[name] == value, f"{name}: {module.__name__} has {python[name]!r}, {js_module} {value!r}"
     # File names (strings) belong to the repository layout's twins; every other Python constant needs a JS twin.
-    unpaired = sorted(name for name, value in python.items() if not isinstance(value, str) and name not in js["constants"])
+    unpaired = sorted(
+        name for name, value in python.items() if not isinstance(value, str) and name not in js["constants"]
+    )
     assert not unpaired, f"{module.__name__} has {unpaired}, which {js_module} does not export"
 
 
@@ -102,29 +107,56 @@ def camel_case(name: str) -> str:
 
 
 def python_limits() -> dict[str, int | float]:
-    return {camel_case(name): value for name, value in vars(limits).items()
-            if name.isupper() and isinstance(value, int | float) and not isinstance(value, bool)}
+    return {
+        camel_case(name): value
+        for name, value in vars(limits).items()
+        if name.isupper() and isinstance(value, int | float) and not isinstance(value, bool)
+    }
 
 
 def test_python_and_js_limits_are_the_same_numbers() -> None:
-    script = ("const { LIMITS } = await import(process.argv[1]);"
-              "console.log(JSON.stringify({ limits: LIMITS, frozen: Object.isFrozen(LIMITS) }));")
+    script = (
+        "const { LIMITS } = await import(process.argv[1]);"
+        "console.log(JSON.stringify({ limits: LIMITS, frozen: Object.isFrozen(LIMITS) }));"
+    )
     js = node_module_json(script, WEB_SRC / "src" / "shared" / "limits.js")
     assert js["frozen"], "LIMITS must be Object.freeze'd"
     assert js["limits"] == python_limits()
-    assert python_limits() == {"stepsMin": 1, "stepsMax": 50, "sizeMin": 64, "sizeMax": 2048, "sizeMultiple": 16,
-                               "seedMax": 2**32, "referencesMax": 4, "imageSideMin": 64, "imageAspectMax": 8,
-                               "imageAreaMax": 1024**2, "imageFileBytesMax": 64 * 2**20,
-                               "imagePixelsMax": 8192**2, "strengthDefault": 0.8}
+    assert python_limits() == {
+        "stepsMin": 1,
+        "stepsMax": 50,
+        "sizeMin": 64,
+        "sizeMax": 2048,
+        "sizeMultiple": 16,
+        "seedMax": 2**32,
+        "referencesMax": 4,
+        "imageSideMin": 64,
+        "imageAspectMax": 8,
+        "imageAreaMax": 1024**2,
+        "imageFileBytesMax": 64 * 2**20,
+        "imagePixelsMax": 8192**2,
+        "strengthDefault": 0.8,
+    }
 
 
-INPUT_IMAGE_SIZES = [(512, 512), (1024, 1024), (1025, 1024), (4032, 3024), (3000, 375), (97, 1000), (1500, 700),
-                     (64, 64), (12345, 1600)]
+INPUT_IMAGE_SIZES = [
+    (512, 512),
+    (1024, 1024),
+    (1025, 1024),
+    (4032, 3024),
+    (3000, 375),
+    (97, 1000),
+    (1500, 700),
+    (64, 64),
+    (12345, 1600),
+]
 
 
 def test_input_image_size_is_the_same_in_python_and_js() -> None:
-    script = ("const { inputImageSize } = await import(process.argv[1]);"
-              f"console.log(JSON.stringify({json.dumps(INPUT_IMAGE_SIZES)}.map(([w, h]) => inputImageSize(w, h))));")
+    script = (
+        "const { inputImageSize } = await import(process.argv[1]);"
+        f"console.log(JSON.stringify({json.dumps(INPUT_IMAGE_SIZES)}.map(([w, h]) => inputImageSize(w, h))));"
+    )
     js = node_module_json(script, WEB_SRC / "src" / "shared" / "limits.js")
     for size, used_js in zip(INPUT_IMAGE_SIZES, js, strict=True):
         used = limits.input_image_size(*size)
@@ -167,12 +199,16 @@ def fma_cases(generator: np.random.Generator) -> tuple[np.ndarray, np.ndarray, n
     return a.astype(np.float32), b.astype(np.float32), c.astype(np.float32)
 
 
-NOISE = [(seed, shape) for seed in (0, 42, 123456789, 2**32 - 1) for shape in
-         ((1,), (5,), (15,), (16,), (17,), (33,), (1, 128, 4, 6), (1, 128, 8, 8))]
+NOISE = [
+    (seed, shape)
+    for seed in (0, 42, 123456789, 2**32 - 1)
+    for shape in ((1,), (5,), (15,), (16,), (17,), (33,), (1, 128, 4, 6), (1, 128, 8, 8))
+]
 # Step counts from 1 to 50 and token counts from 1 to 16384, both sides of compute_empirical_mu's switch at 4300.
 SCHEDULES = [(steps, tokens) for steps in (1, 2, 3, 4, 8, 28, 50) for tokens in (1, 16, 256, 1024, 4225, 4356, 16384)]
-INPAINT_STARTS = [(steps, strength) for steps in (1, 2, 3, 4, 7, 10, 50)
-                  for strength in (0.0, 0.1, 0.25, 0.3, 0.5, 0.8, 0.99, 1.0)]
+INPAINT_STARTS = [
+    (steps, strength) for steps in (1, 2, 3, 4, 7, 10, 50) for strength in (0.0, 0.1, 0.25, 0.3, 0.5, 0.8, 0.99, 1.0)
+]
 LATENT_GRIDS = [(1, 1), (3, 5), (4, 1), (64, 64)]
 TEXT_LENGTHS = [1, 7, 512]
 IMAGE_GRIDS = [[], [(3, 5)], [(3, 5), (2, 2), (4, 1)], [(64, 48), (2, 2), (2, 2), (5, 7), (1, 1)]]
@@ -195,8 +231,11 @@ def cases() -> dict[str, Any]:
         "packing": [random_float32(generator, 1, latents.LATENT_CHANNELS, h, w) for h, w in PACKING_GRIDS],
         "euler": (tokens(), tokens(), sigmas[1], sigmas[2]),
         "scale_noise": (tokens(), sigmas[1], tokens()),
-        "blend_mask": (tokens(), tokens(),
-                       generator.choice(np.array([0, 0.25, 0.5, 0.75, 1, 0.3], np.float32), (1, SEQ, 1))),
+        "blend_mask": (
+            tokens(),
+            tokens(),
+            generator.choice(np.array([0, 0.25, 0.5, 0.75, 1, 0.3], np.float32), (1, SEQ, 1)),
+        ),
         "masks": [(generator.random(size) > 0.5).astype(np.float32) for size in MASK_SIZES],
     }
 
@@ -216,14 +255,21 @@ def js(cases: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[
         "latentIds": LATENT_GRIDS,
         "textIds": TEXT_LENGTHS,
         "imageIds": IMAGE_GRIDS,
-        "packing": [{"h": h, "w": w, "data": encode(array)} for (h, w), array in zip(PACKING_GRIDS, cases["packing"],
-                                                                                    strict=True)],
-        "euler": {"latents": encode(euler_latents), "velocity": encode(velocity), "sigma": float(sigma),
-                  "sigmaNext": float(sigma_next)},
+        "packing": [
+            {"h": h, "w": w, "data": encode(array)}
+            for (h, w), array in zip(PACKING_GRIDS, cases["packing"], strict=True)
+        ],
+        "euler": {
+            "latents": encode(euler_latents),
+            "velocity": encode(velocity),
+            "sigma": float(sigma),
+            "sigmaNext": float(sigma_next),
+        },
         "scaleNoise": {"sample": encode(sample), "sigma": float(noise_sigma), "noise": encode(noise)},
         "blendMask": {"latents": encode(blend_latents), "image": encode(image), "mask": encode(mask)},
-        "masks": [{"height": plane.shape[0], "width": plane.shape[1], "plane": encode(plane)}
-                  for plane in cases["masks"]],
+        "masks": [
+            {"height": plane.shape[0], "width": plane.shape[1], "plane": encode(plane)} for plane in cases["masks"]
+        ],
     }
     (folder / "cases.json").write_text(json.dumps(data))
     result = run_node(str(TWINS_SCRIPT), str(folder / "cases.json"), str(folder / "out.json"))

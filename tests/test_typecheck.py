@@ -78,4 +78,6 @@ def test_no_type_check_is_switched_off(path: Path) -> None:
     assert "@ts-ignore" not in text and "@ts-nocheck" not in text
     for line in text.splitlines():
         if "@ts-expect-error" in line:
-            assert line.split("@ts-expect-error", 1)[1].strip(" -:*/"), f"{path.name}: @ts-expect-error without a reason"
+            assert line.split("@ts-expect-error", 1)[1].strip(" -:*/"), (
+                f"{path.name}: @ts-expect-error without a reason"
+            )

@@ -51,7 +51,9 @@ def random_image(seed: int, *, batch: int = 2, height: int = 48, width: int = 80
 def reference_latents(pipe: Any, image: np.ndarray) -> np.ndarray:
     """What Flux2KleinPipeline hands the transformer for a reference image, before packing it into tokens."""
     with torch.no_grad():
-        processed = pipe.image_processor.preprocess(torch.from_numpy(image), height=image.shape[2], width=image.shape[3])
+        processed = pipe.image_processor.preprocess(
+            torch.from_numpy(image), height=image.shape[2], width=image.shape[3]
+        )
         latents: np.ndarray = pipe._encode_vae_image(processed, generator=None).numpy()
     return latents
 
@@ -109,12 +111,17 @@ def test_graphs_follow_the_contract(tiny_models: dict[str, Path]) -> None:
 
             model = onnx.load(str(root / entry.path), load_external_data=False)
             assert model.ir_version == IR_VERSION == 10
-            dims = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
-                    for v in [*model.graph.input, *model.graph.output]}
-            assert dims == {"image": ["batch", 3, "height", "width"],
-                            "image_latents": ["batch", 128, "latent_h", "latent_w"]}
-            assert all(v.type.tensor_type.elem_type == TensorProto.FLOAT
-                       for v in [*model.graph.input, *model.graph.output])
+            dims = {
+                v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
+                for v in [*model.graph.input, *model.graph.output]
+            }
+            assert dims == {
+                "image": ["batch", 3, "height", "width"],
+                "image_latents": ["batch", 128, "latent_h", "latent_w"],
+            }
+            assert all(
+                v.type.tensor_type.elem_type == TensorProto.FLOAT for v in [*model.graph.input, *model.graph.output]
+            )
             ops = {(n.domain, n.op_type) for n in model.graph.node}
             assert ops <= ALLOWED_OPS["vae_encoder"], sorted(ops - ALLOWED_OPS["vae_encoder"])
             # The mid-block attention in query blocks, recorded in the graph and in the manifest.
@@ -124,8 +131,12 @@ def test_graphs_follow_the_contract(tiny_models: dict[str, Path]) -> None:
                 # As the fp16 decoder: GroupNorm statistics and the attention compute in fp32 between Casts.
                 typed = onnx.shape_inference.infer_shapes(model)
                 elem = {v.name: v.type.tensor_type.elem_type for v in [*typed.graph.value_info, *typed.graph.input]}
-                sensitive = [n for n in model.graph.node if n.op_type in ("InstanceNormalization", "Softmax")
-                             or (n.op_type == "MatMul" and "/query_blocks/" in n.name)]
+                sensitive = [
+                    n
+                    for n in model.graph.node
+                    if n.op_type in ("InstanceNormalization", "Softmax")
+                    or (n.op_type == "MatMul" and "/query_blocks/" in n.name)
+                ]
                 assert {"InstanceNormalization", "Softmax", "MatMul"} <= {n.op_type for n in sensitive}
                 assert all(elem[n.input[0]] == TensorProto.FLOAT for n in sensitive)
                 convs = [n for n in model.graph.node if n.op_type == "Conv"]
@@ -152,8 +163,9 @@ def test_a_repo_without_the_encoder_still_works(tiny_models: dict[str, Path], tm
     assert manifest.variants("vae_encoder") == [] and all(g.component != "vae_encoder" for g in repo.seed_graphs())
 
     def image(folder: Path) -> np.ndarray:
-        result = reference.generate(folder, prompt="a lighthouse", seed=3, width=64, height=64, steps=2,
-                                    log=lambda _m: None)
+        result = reference.generate(
+            folder, prompt="a lighthouse", seed=3, width=64, height=64, steps=2, log=lambda _m: None
+        )
         assert set(result.variants) == set(repo.COMPONENTS)
         return result.image
 

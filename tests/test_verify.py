@@ -55,6 +55,7 @@ def test_a_manifest_with_zero_hashes_is_refused(repo: Path) -> None:
 def test_repeat_checks_hash_nothing_and_a_corrupt_cache_is_ignored(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hashed: list[Path] = []
     real = verify.sha256_file
+
     def counted(path: Path, progress: Any = None) -> str:
         hashed.append(path)
         return real(path, progress)

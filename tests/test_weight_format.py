@@ -33,8 +33,9 @@ from builder.repo.quantize import (
 GB = 10**9
 
 
-def one_node_model(node: onnx.NodeProto, inputs: list[onnx.ValueInfoProto],
-                   outputs: list[onnx.ValueInfoProto]) -> onnx.ModelProto:
+def one_node_model(
+    node: onnx.NodeProto, inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto]
+) -> onnx.ModelProto:
     graph = helper.make_graph([node], "one_node", inputs, outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(MS_DOMAIN, 1)])
     model.ir_version = IR_VERSION
@@ -43,9 +44,11 @@ def one_node_model(node: onnx.NodeProto, inputs: list[onnx.ValueInfoProto],
 
 def embedding_model(table: np.ndarray) -> onnx.ModelProto:
     """Gather(table, ids) -> rows, with the table quantised into 4-bit blocks by the converter's rewrite."""
-    model = one_node_model(helper.make_node("Gather", ["table", "ids"], ["rows"], name="/embed_tokens/Gather"),
-                           [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
-                           [helper.make_tensor_value_info("rows", TensorProto.FLOAT, ["batch", "seq", table.shape[1]])])
+    model = one_node_model(
+        helper.make_node("Gather", ["table", "ids"], ["rows"], name="/embed_tokens/Gather"),
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("rows", TensorProto.FLOAT, ["batch", "seq", table.shape[1]])],
+    )
     quantize_gather(model.graph, model.graph.node[0], table, block_size=32)
     return model
 
@@ -91,7 +94,9 @@ def test_gather_block_quantized_returns_the_dequantised_rows_on_onnxruntime() ->
     data, scales = inits[node.input[0]], inits[node.input[2]]
     assert data.dtype == np.uint8 and data.shape == (1000, 32) and scales.dtype == np.float32
     ids = rng.integers(0, 1000, (2, 9)).astype(np.int64)
-    rows = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+    rows = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[
+        0
+    ]
     np.testing.assert_array_equal(rows, dequantize_blocks(data, scales, 32)[ids])
     relative = np.linalg.norm(rows - table[ids]) / np.linalg.norm(table[ids])
     assert 0 < relative < 0.12, relative  # 4-bit blocks of 32 normal values: about 0.09
@@ -121,13 +126,18 @@ def test_weights_stored_in_fp16_are_cast_up_and_folded_when_onnxruntime_loads_th
     assert [node.op_type for node in restored.graph.node] == ["GatherBlockQuantized"]
     inits = {t.name: numpy_helper.to_array(t) for t in restored.graph.initializer}
     assert inits[scales_name].dtype == np.float32
-    np.testing.assert_array_equal(rows, dequantize_blocks(inits[restored.graph.node[0].input[0]], inits[scales_name], 32))
+    np.testing.assert_array_equal(
+        rows, dequantize_blocks(inits[restored.graph.node[0].input[0]], inits[scales_name], 32)
+    )
 
 
 def test_values_fp16_cannot_hold_stay_float32() -> None:
     node = helper.make_node("Mul", ["x", "w"], ["y"], name="/scale/Mul")
-    model = one_node_model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1024])],
-                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1024])])
+    model = one_node_model(
+        node,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1024])],
+    )
     model.graph.initializer.append(numpy_helper.from_array(np.full(1024, 1e5, dtype=np.float32), "w"))
     assert store_fp16(model) == []
     assert model.graph.initializer[0].data_type == TensorProto.FLOAT
@@ -149,8 +159,9 @@ def test_make_tiny_writes_the_compact_layout(tiny_models: dict[str, Path]) -> No
     assert not text_encoder.requires_f16 and text_encoder.cpu_nodes_without_f16 == []
     assert "GatherBlockQuantized" in text_encoder.precision
     model, inits = initializers_of(tiny_models["q4"] / text_encoder.path)
-    (embedding,) = [n for n in model.graph.node if n.op_type in ("Gather", "GatherBlockQuantized")
-                    and n.input[1] == "input_ids"]
+    (embedding,) = [
+        n for n in model.graph.node if n.op_type in ("Gather", "GatherBlockQuantized") and n.input[1] == "input_ids"
+    ]
     assert embedding.op_type == "GatherBlockQuantized"
     assert inits[embedding.input[0]].data_type == TensorProto.UINT8
     assert list(inits[embedding.input[0]].dims) == [151936, 16]  # the tiny text encoder is 32 wide
@@ -207,13 +218,17 @@ def test_compact_layout_is_smaller_and_keeps_the_images(tiny_models: dict[str, P
         assert size(tiny_models["q4"], component) < size(seed_layout_q4, component), component
     q4 = {"text_encoder": "q4", "transformer": "q4", "vae_decoder": "fp32"}
     for prompt in ("a red fox sitting in the snow", "an astronaut riding a horse on the moon, 35mm photo"):
+
         def image(root: Path, variants: dict[str, str] | None, prompt: str = prompt) -> np.ndarray:
-            return generate(root, prompt=prompt, seed=1, width=64, height=64, steps=4, log=lambda _m: None,
-                            variants=variants).image
+            return generate(
+                root, prompt=prompt, seed=1, width=64, height=64, steps=4, log=lambda _m: None, variants=variants
+            ).image
 
         compact, seed, fp32 = image(tiny_models["q4"], q4), image(seed_layout_q4, q4), image(tiny_models["fp32"], None)
-        print(f"{prompt!r}: compact vs seed {psnr(compact, seed):.1f} dB; vs fp32 compact {psnr(compact, fp32):.1f}, "
-              f"seed {psnr(seed, fp32):.1f} dB")
+        print(
+            f"{prompt!r}: compact vs seed {psnr(compact, seed):.1f} dB; vs fp32 compact {psnr(compact, fp32):.1f}, "
+            f"seed {psnr(seed, fp32):.1f} dB"
+        )
         assert psnr(compact, seed) >= COMPACT_VS_SEED_MIN_DB, prompt
         assert psnr(compact, fp32) >= psnr(seed, fp32) - FP32_PSNR_MAX_LOSS_DB, prompt
 
@@ -223,10 +238,22 @@ def test_jobs_write_the_same_bytes(tiny_models: dict[str, Path], tmp_path: Path)
     from builder.repo.tiny import TINY_DATA_FILE_CAPS
 
     lines: list[str] = []
-    convert(tiny_models["diffusers"], tmp_path / "jobs3", precision="q4f16", log=lines.append,
-            max_data_file_bytes=TINY_DATA_FILE_CAPS, jobs=3)
-    convert(tiny_models["diffusers"], tmp_path / "jobs1", precision="q4f16", log=lambda _m: None,
-            max_data_file_bytes=TINY_DATA_FILE_CAPS, jobs=1)
+    convert(
+        tiny_models["diffusers"],
+        tmp_path / "jobs3",
+        precision="q4f16",
+        log=lines.append,
+        max_data_file_bytes=TINY_DATA_FILE_CAPS,
+        jobs=3,
+    )
+    convert(
+        tiny_models["diffusers"],
+        tmp_path / "jobs1",
+        precision="q4f16",
+        log=lambda _m: None,
+        max_data_file_bytes=TINY_DATA_FILE_CAPS,
+        jobs=1,
+    )
     one, three = (json.loads((tmp_path / name / repo.MANIFEST_NAME).read_text()) for name in ("jobs1", "jobs3"))
     assert one == three
     for name in one["files"]:

@@ -21,8 +21,9 @@ SCRIPT = REPO_ROOT / "scripts" / "weightless_repo.py"
 
 
 def run(*args: str) -> str:
-    result = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600, check=False
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -67,6 +68,7 @@ def test_strip_then_fill_gives_the_same_repo_with_redrawn_weights(tiny_models: d
     assert changed > 0
 
     # The refilled repo runs end to end.
-    result = reference.generate(refilled, prompt="a red fox", seed=1, width=64, height=64, steps=2,
-                                log=lambda _message: None)
+    result = reference.generate(
+        refilled, prompt="a red fox", seed=1, width=64, height=64, steps=2, log=lambda _message: None
+    )
     assert np.isfinite(result.image_float).all() and result.image.std() > 0

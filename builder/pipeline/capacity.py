@@ -29,8 +29,15 @@ def image_tokens(width: int, height: int) -> int:
     return (width // limits.SIZE_MULTIPLE) * (height // limits.SIZE_MULTIPLE)
 
 
-def estimate_bytes(transformer: GraphEntry, width: int, height: int, *, reference_tokens: int = 0,
-                   encoder_runs: Sequence[tuple[int, int, int]] = (), encoder_blocks: int = 1) -> int:
+def estimate_bytes(
+    transformer: GraphEntry,
+    width: int,
+    height: int,
+    *,
+    reference_tokens: int = 0,
+    encoder_runs: Sequence[tuple[int, int, int]] = (),
+    encoder_blocks: int = 1,
+) -> int:
     """The largest of the attention peaks, in bytes.
 
     `reference_tokens`: tokens the input images add to every step; `encoder_runs`: (batch, width, height) of
@@ -56,9 +63,16 @@ def available_bytes() -> int | None:
     return int(psutil.virtual_memory().available)
 
 
-def check_size(transformer: GraphEntry, width: int, height: int, *, reference_tokens: int = 0,
-               encoder_runs: Sequence[tuple[int, int, int]] = (), encoder_blocks: int = 1,
-               available: int | None = None) -> None:
+def check_size(
+    transformer: GraphEntry,
+    width: int,
+    height: int,
+    *,
+    reference_tokens: int = 0,
+    encoder_runs: Sequence[tuple[int, int, int]] = (),
+    encoder_blocks: int = 1,
+    available: int | None = None,
+) -> None:
     """InputError naming the limit when WIDTHxHEIGHT (with `reference_tokens` of input images, see estimate_bytes)
     is beyond the graph's token limit or this machine's memory."""
     tokens = image_tokens(width, height) + reference_tokens + MAX_SEQUENCE_LENGTH
@@ -73,8 +87,14 @@ def check_size(transformer: GraphEntry, width: int, height: int, *, reference_to
     available = available_bytes() if available is None else available
 
     def estimate(w: int, h: int) -> int:
-        return estimate_bytes(transformer, w, h, reference_tokens=reference_tokens, encoder_runs=encoder_runs,
-                              encoder_blocks=encoder_blocks)
+        return estimate_bytes(
+            transformer,
+            w,
+            h,
+            reference_tokens=reference_tokens,
+            encoder_runs=encoder_runs,
+            encoder_blocks=encoder_blocks,
+        )
 
     needed = estimate(width, height)
     if available is not None and needed > available:

@@ -50,8 +50,19 @@ def to_uint8(image: np.ndarray) -> np.ndarray:
     return np.round(hwc * np.float32(255)).astype(np.uint8)
 
 
-def png_text(*, prompt: str, seed: int, steps: int, width: int, height: int, model: str, mode: str = "text",
-             images: Sequence[str] = (), mask: str | None = None, strength: float | None = None) -> dict[str, str]:
+def png_text(
+    *,
+    prompt: str,
+    seed: int,
+    steps: int,
+    width: int,
+    height: int,
+    model: str,
+    mode: str = "text",
+    images: Sequence[str] = (),
+    mask: str | None = None,
+    strength: float | None = None,
+) -> dict[str, str]:
     """The tEXt chunks klein-web writes (the web app's Download PNG uses the same keys).
 
     Editing adds `mode` (`edit`) and `images`; inpainting `mode` (`inpaint`), `images` (the image to inpaint
@@ -114,8 +125,10 @@ def read_png(path: Path) -> tuple[np.ndarray, dict[str, str]]:
                 text = {str(k): str(v) for k, v in getattr(image, "text", {}).items()}
                 pixels = np.asarray(image.convert("RGB"), dtype=np.uint8).copy()
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise InputError(f"{path} declares more pixels than Pillow decodes safely ({Image.MAX_IMAGE_PIXELS}); "
-                         "pass a PNG of the image size compared.") from None
+        raise InputError(
+            f"{path} declares more pixels than Pillow decodes safely ({Image.MAX_IMAGE_PIXELS}); "
+            "pass a PNG of the image size compared."
+        ) from None
     except (OSError, ValueError, SyntaxError, EOFError) as exc:
         raise InputError(f"{path} is not a readable PNG image ({exc}).") from exc
     return pixels, text
@@ -214,11 +227,17 @@ class ImageComparison:
     share_off_by_8: float  # share of pixels with some channel off by more than 8/255
 
     def summary(self) -> str:
-        return (f"PSNR {self.psnr:.2f} dB, SSIM {self.ssim:.4f}, max |diff| {self.max_abs_diff}/255, "
-                f"{self.share_off_by_8 * 100:.2f}% of pixels off by > 8/255")
+        return (
+            f"PSNR {self.psnr:.2f} dB, SSIM {self.ssim:.4f}, max |diff| {self.max_abs_diff}/255, "
+            f"{self.share_off_by_8 * 100:.2f}% of pixels off by > 8/255"
+        )
 
 
 def compare(a: np.ndarray, b: np.ndarray) -> ImageComparison:
     """Every metric above for two uint8 [H, W, 3] images of the same size."""
-    return ImageComparison(psnr=psnr(a, b), ssim=ssim(a, b), max_abs_diff=max_abs_diff(a, b),
-                           share_off_by_8=share_off_by(a, b, threshold=8))
+    return ImageComparison(
+        psnr=psnr(a, b),
+        ssim=ssim(a, b),
+        max_abs_diff=max_abs_diff(a, b),
+        share_off_by_8=share_off_by(a, b, threshold=8),
+    )

@@ -19,6 +19,8 @@ def inpaint_start(num_steps: int, strength: float) -> int:
     init_timestep = min(num_steps * strength, num_steps)
     t_start = int(max(num_steps - init_timestep, 0))
     if num_steps - t_start < 1:
-        raise InputError(f"`strength` {strength} leaves no denoising step of {num_steps}: inpainting runs "
-                         f"strength x steps of them; raise the strength or the steps.")
+        raise InputError(
+            f"`strength` {strength} leaves no denoising step of {num_steps}: inpainting runs "
+            f"strength x steps of them; raise the strength or the steps."
+        )
     return t_start

@@ -76,10 +76,10 @@ def _animated(data: bytes, fmt: str) -> bool:
     if fmt == "PNG":
         at = 8
         while at + 8 <= len(data):
-            length = int.from_bytes(data[at:at + 4], "big")
-            kind = data[at + 4:at + 8]
+            length = int.from_bytes(data[at : at + 4], "big")
+            kind = data[at + 4 : at + 8]
             if kind == b"acTL" and length >= 4 and at + 12 <= len(data):
-                return int.from_bytes(data[at + 8:at + 12], "big") > 1
+                return int.from_bytes(data[at + 8 : at + 12], "big") > 1
             if kind in (b"IDAT", b"IEND"):
                 return False
             at += 12 + length
@@ -171,8 +171,10 @@ def _decode(path: Path, name: str, *, grey_check: bool = False) -> InputFile:
     except InputError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise InputError(f"{name} declares more than the {limits.IMAGE_PIXELS_MAX // 2**20} megapixels an input "
-                         "image may have; scale it down first.") from None
+        raise InputError(
+            f"{name} declares more than the {limits.IMAGE_PIXELS_MAX // 2**20} megapixels an input "
+            "image may have; scale it down first."
+        ) from None
     except Exception as exc:  # Pillow raises UnidentifiedImageError, OSError, SyntaxError, ValueError, ... on bad data
         raise InputError(f"{name} {REFUSALS['damaged']}") from exc
     # Greyscale files (L, LA, 1, 16-bit LA) are grey after convert("RGB"); an RGB or palette mask must be too: a
@@ -181,8 +183,14 @@ def _decode(path: Path, name: str, *, grey_check: bool = False) -> InputFile:
         pixels = np.asarray(rgb)
         if not (np.array_equal(pixels[..., 0], pixels[..., 1]) and np.array_equal(pixels[..., 1], pixels[..., 2])):
             raise InputError(f"{name} has coloured pixels; a mask must be greyscale (white repaints, black keeps).")
-    return InputFile(name=path.name, path=path, sha256=hashlib.sha256(data).hexdigest(), width=rgb.width,
-                     height=rgb.height, image=rgb)
+    return InputFile(
+        name=path.name,
+        path=path,
+        sha256=hashlib.sha256(data).hexdigest(),
+        width=rgb.width,
+        height=rgb.height,
+        image=rgb,
+    )
 
 
 def _read_bytes(path: Path, name: str) -> bytes:
@@ -193,8 +201,10 @@ def _read_bytes(path: Path, name: str) -> bytes:
     try:
         size = os.stat(path).st_size
         if size > limits.IMAGE_FILE_BYTES_MAX:
-            raise InputError(f"{name} is {size / 2**20:.1f} MiB, more than the {limits.IMAGE_FILE_BYTES_MAX // 2**20} "
-                             "MiB an input image may have.")
+            raise InputError(
+                f"{name} is {size / 2**20:.1f} MiB, more than the {limits.IMAGE_FILE_BYTES_MAX // 2**20} "
+                "MiB an input image may have."
+            )
         with open(path, "rb") as handle:
             data = handle.read(limits.IMAGE_FILE_BYTES_MAX + 1)
     except OSError as exc:
@@ -222,8 +232,10 @@ def _limit_area(image: Image.Image) -> Image.Image:
 
 
 def _floored(image: Image.Image) -> tuple[int, int]:
-    return (image.width // limits.SIZE_MULTIPLE * limits.SIZE_MULTIPLE,
-            image.height // limits.SIZE_MULTIPLE * limits.SIZE_MULTIPLE)
+    return (
+        image.width // limits.SIZE_MULTIPLE * limits.SIZE_MULTIPLE,
+        image.height // limits.SIZE_MULTIPLE * limits.SIZE_MULTIPLE,
+    )
 
 
 # Port of Flux2ImageProcessor._resize_and_crop @ 0.42.1: a centre crop, no resize; outside the image PIL fills 0

@@ -112,8 +112,10 @@ def input_image_tokens(width: int, height: int) -> int:
 def check_image_dimensions(width: int, height: int, *, name: str) -> None:
     """InputError unless an input image of WIDTHxHEIGHT is one diffusers accepts (check_image_input) and we can hold."""
     if width * height > IMAGE_PIXELS_MAX:
-        raise InputError(f"{name} is {width}x{height} pixels, more than the {IMAGE_PIXELS_MAX // 2**20} megapixels "
-                         "an input image may have; scale it down first.")
+        raise InputError(
+            f"{name} is {width}x{height} pixels, more than the {IMAGE_PIXELS_MAX // 2**20} megapixels "
+            "an input image may have; scale it down first."
+        )
     if width < IMAGE_SIDE_MIN or height < IMAGE_SIDE_MIN:
         raise InputError(f"{name} is {width}x{height}: both sides must be at least {IMAGE_SIDE_MIN} pixels.")
     if max(width / height, height / width) > IMAGE_ASPECT_MAX:

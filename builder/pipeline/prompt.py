@@ -67,8 +67,9 @@ def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
-def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-            sort_keys: bool = False) -> str:
+def _tojson(
+    x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
+) -> str:
     # transformers overrides jinja's tojson, which would HTML-escape characters.
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -105,7 +106,9 @@ class PromptTokenizer:
         self._special_tokens = {k: t for k in _SPECIAL_TOKEN_KEYS if (t := _token_text(config.get(k))) is not None}
         pad_token = self._special_tokens.get("pad_token")
         if pad_token is None:
-            raise ModelRepoError(f"{where / TOKENIZER_CONFIG} has no `pad_token`; klein pads prompts with <|endoftext|>.")
+            raise ModelRepoError(
+                f"{where / TOKENIZER_CONFIG} has no `pad_token`; klein pads prompts with <|endoftext|>."
+            )
         pad_id = tokenizer.token_to_id(pad_token)
         if pad_id is None:
             raise ModelRepoError(f"The pad token {pad_token!r} of {where / TOKENIZER_CONFIG} is not in tokenizer.json.")
@@ -181,7 +184,9 @@ def load_tokenizer(model_dir: Path) -> PromptTokenizer:
     model_dir = Path(model_dir)
     for rel in (TOKENIZER_JSON, TOKENIZER_CONFIG):
         if not (model_dir / rel).is_file():
-            raise ModelRepoError(f"Tokenizer file {model_dir / rel} is missing. Run `klein-web fetch` to complete the folder.")
+            raise ModelRepoError(
+                f"Tokenizer file {model_dir / rel} is missing. Run `klein-web fetch` to complete the folder."
+            )
     try:
         config = json.loads((model_dir / TOKENIZER_CONFIG).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

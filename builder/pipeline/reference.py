@@ -65,8 +65,13 @@ VARIANT_PREFERENCE: Mapping[str, tuple[str, ...]] = {
 }
 
 # Scheduler settings that change the math away from what builder.pipeline.schedule computes.
-UNSUPPORTED_SCHEDULER_FLAGS = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
-                               "stochastic_sampling")
+UNSUPPORTED_SCHEDULER_FLAGS = (
+    "use_karras_sigmas",
+    "use_exponential_sigmas",
+    "use_beta_sigmas",
+    "invert_sigmas",
+    "stochastic_sampling",
+)
 
 DEFAULT_STRENGTH = limits.STRENGTH_DEFAULT
 
@@ -154,8 +159,17 @@ def generate(
 
     # 1. Check inputs
     with _stage("check", seconds, log):
-        plan, files, mask_file = check_request(prompt=prompt, seed=seed, width=width, height=height, steps=steps,
-                                               images=images, mask=mask, strength=strength, log=log)
+        plan, files, mask_file = check_request(
+            prompt=prompt,
+            seed=seed,
+            width=width,
+            height=height,
+            steps=steps,
+            images=images,
+            mask=mask,
+            strength=strength,
+            log=log,
+        )
     width, height = plan.width, plan.height
 
     # 2. Load models
@@ -229,12 +243,29 @@ def generate_png(
     """`generate()` and write the image to OUT as PNG with tEXt metadata (atomically)."""
     # Before the pipeline: a folder, a device or an unwritable place must not cost a whole run.
     check_output_file(Path(out), what="--out")
-    result = generate(model_dir, prompt=prompt, seed=seed, width=width, height=height, steps=steps, log=log,
-                      images=images, mask=mask, strength=strength)
+    result = generate(
+        model_dir,
+        prompt=prompt,
+        seed=seed,
+        width=width,
+        height=height,
+        steps=steps,
+        log=log,
+        images=images,
+        mask=mask,
+        strength=strength,
+    )
     text = imaging.png_text(
-        prompt=prompt, seed=seed, steps=steps, width=result.width, height=result.height, model=result.model,
-        mode=result.mode, images=[info.metadata_line() for info in result.images],
-        mask=result.mask.metadata_line() if result.mask else None, strength=result.strength,
+        prompt=prompt,
+        seed=seed,
+        steps=steps,
+        width=result.width,
+        height=result.height,
+        model=result.model,
+        mode=result.mode,
+        images=[info.metadata_line() for info in result.images],
+        mask=result.mask.metadata_line() if result.mask else None,
+        strength=result.strength,
     )
     imaging.write_png(Path(out), result.image, text=text)
     log(f"reference: wrote {out}")
@@ -246,9 +277,18 @@ def generate_png(
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def check_request(*, prompt: str, seed: int, width: int | None, height: int | None, steps: int,
-                  images: Sequence[Path], mask: Path | None, strength: float,
-                  log: Callable[[str], None]) -> tuple[InputPlan, list[inputs.InputFile], inputs.InputFile | None]:
+def check_request(
+    *,
+    prompt: str,
+    seed: int,
+    width: int | None,
+    height: int | None,
+    steps: int,
+    images: Sequence[Path],
+    mask: Path | None,
+    strength: float,
+    log: Callable[[str], None],
+) -> tuple[InputPlan, list[inputs.InputFile], inputs.InputFile | None]:
     """Stage 1: the parameters, then every input file decoded and checked, before any model work."""
     limits.check_prompt(prompt)
     limits.check_steps(steps)
@@ -261,8 +301,10 @@ def check_request(*, prompt: str, seed: int, width: int | None, height: int | No
     if plan.strength is not None:
         inpaint_start(steps, plan.strength)  # a strength that leaves no step fails here, not in stage 6
     for info in plan.images:
-        log(f"reference: input {info.name} {info.width}x{info.height} used at {info.used_width}x"
-            f"{info.used_height} ({info.tokens} tokens)")
+        log(
+            f"reference: input {info.name} {info.width}x{info.height} used at {info.used_width}x"
+            f"{info.used_height} ({info.tokens} tokens)"
+        )
     return plan, files, mask_file
 
 
@@ -281,8 +323,7 @@ class Models:
             yield session
 
 
-def load_models(model_dir: Path, plan: InputPlan, variants: Mapping[str, str], *,
-                log: Callable[[str], None]) -> Models:
+def load_models(model_dir: Path, plan: InputPlan, variants: Mapping[str, str], *, log: Callable[[str], None]) -> Models:
     """Stage 2: the graph of each component (the VAE encoder too when there are input images), checked against the
     size and this machine's memory, its files verified before any session exists."""
     # onnxruntime is imported here and in check/bench/ort_timing.py (the bench's GPU timing), nowhere else in builder/.
@@ -291,24 +332,31 @@ def load_models(model_dir: Path, plan: InputPlan, variants: Mapping[str, str], *
     repo = local.open_folder(model_dir, log=log)
     components = manifest.COMPONENTS + (("vae_encoder",) if plan.mode != "text" else ())
     graphs = {component: choose_graph(repo, component, variants.get(component)) for component in components}
-    capacity.check_size(graphs["transformer"], plan.width, plan.height, reference_tokens=plan.reference_tokens,
-                        encoder_runs=plan.encoder_runs,
-                        encoder_blocks=graphs["vae_encoder"].attention_query_blocks if plan.encoder_runs else 1)
+    capacity.check_size(
+        graphs["transformer"],
+        plan.width,
+        plan.height,
+        reference_tokens=plan.reference_tokens,
+        encoder_runs=plan.encoder_runs,
+        encoder_blocks=graphs["vae_encoder"].attention_query_blocks if plan.encoder_runs else 1,
+    )
     verify_repo(model_dir, repo, graphs, log=log)
     check_scheduler_config(model_dir)
     log("reference: graphs " + ", ".join(f"{g.path}" for g in graphs.values()))
     return Models(model_dir, repo, graphs, onnxruntime)
 
 
-def encode_prompt(models: Models, prompt: str, *,
-                  log: Callable[[str], None]) -> tuple[np.ndarray, prompt_module.PromptTokens]:
+def encode_prompt(
+    models: Models, prompt: str, *, log: Callable[[str], None]
+) -> tuple[np.ndarray, prompt_module.PromptTokens]:
     """Stage 3: chat template, tokens padded to 512, then the text encoder -> prompt_embeds [1, 512, joint_dim]."""
     tokens = prompt_module.load_tokenizer(models.model_dir).encode(prompt)
     if tokens.dropped:
         log(f"reference: the prompt is {tokens.dropped} tokens over the 512-token limit; they were dropped")
     with models.session("text_encoder") as session:
-        (prompt_embeds,) = session.run(["prompt_embeds"],
-                                       {"input_ids": tokens.input_ids, "attention_mask": tokens.attention_mask})
+        (prompt_embeds,) = session.run(
+            ["prompt_embeds"], {"input_ids": tokens.input_ids, "attention_mask": tokens.attention_mask}
+        )
     return np.ascontiguousarray(prompt_embeds, dtype=np.float32), tokens
 
 
@@ -329,8 +377,9 @@ class Conditioning:
     inpainting: Inpainting | None
 
 
-def encode_images(models: Models, plan: InputPlan, files: Sequence[inputs.InputFile],
-                  mask_file: inputs.InputFile | None) -> Conditioning:
+def encode_images(
+    models: Models, plan: InputPlan, files: Sequence[inputs.InputFile], mask_file: inputs.InputFile | None
+) -> Conditioning:
     """Stage 4: each input prepared as the pipeline does (inputs), the VAE encoder -> BN-normalised latents, packed
     one image after the other; inpainting's mask brought to the latent grid."""
     encoded: list[np.ndarray] = []  # [n, 128, h, w] per encoder run, in token order
@@ -343,10 +392,15 @@ def encode_images(models: Models, plan: InputPlan, files: Sequence[inputs.InputF
     inpainting = None
     if mask_file is not None:
         mask_pixels = inputs.inpaint_mask(mask_file, plan.width, plan.height)
-        inpainting = Inpainting(image_latents=pack_latents(encoded[0]),
-                                mask=mask_latents(mask_pixels, plan.height // PATCH, plan.width // PATCH))
-    return Conditioning(tokens=np.concatenate([pack_latents(x) for x in per_image], axis=1),
-                        ids=prepare_image_ids([(x.shape[2], x.shape[3]) for x in per_image]), inpainting=inpainting)
+        inpainting = Inpainting(
+            image_latents=pack_latents(encoded[0]),
+            mask=mask_latents(mask_pixels, plan.height // PATCH, plan.width // PATCH),
+        )
+    return Conditioning(
+        tokens=np.concatenate([pack_latents(x) for x in per_image], axis=1),
+        ids=prepare_image_ids([(x.shape[2], x.shape[3]) for x in per_image]),
+        inpainting=inpainting,
+    )
 
 
 @dataclass(frozen=True)
@@ -383,8 +437,9 @@ class Schedule:
     start: int  # the first step that runs: 0, or inpainting's inpaint_start
 
 
-def prepare_timesteps(steps: int, prepared: Latents, conditioning: Conditioning | None,
-                      strength: float | None) -> tuple[Schedule, np.ndarray]:
+def prepare_timesteps(
+    steps: int, prepared: Latents, conditioning: Conditioning | None, strength: float | None
+) -> tuple[Schedule, np.ndarray]:
     """Stage 6: the schedule, `mu` from the noise tokens alone, and the latents the loop starts from: the noise, or
     for inpainting the image noised to the first sigma that runs (prepare_latents with begin_index = t_start)."""
     sigmas, timesteps = retrieve_timesteps(steps, prepared.noise.shape[1])
@@ -395,38 +450,56 @@ def prepare_timesteps(steps: int, prepared: Latents, conditioning: Conditioning 
     return Schedule(sigmas, timesteps, start), scale_noise(inpainting.image_latents, sigmas[start], prepared.noise)
 
 
-def denoise(models: Models, start_latents: np.ndarray, prepared: Latents, prompt_embeds: np.ndarray,
-            schedule: Schedule, conditioning: Conditioning | None, *, log: Callable[[str], None]) -> np.ndarray:
+def denoise(
+    models: Models,
+    start_latents: np.ndarray,
+    prepared: Latents,
+    prompt_embeds: np.ndarray,
+    schedule: Schedule,
+    conditioning: Conditioning | None,
+    *,
+    log: Callable[[str], None],
+) -> np.ndarray:
     """Stage 7: one transformer call per step on the noise tokens followed by the input images' tokens; the
     prediction for the noise tokens takes a float32 Euler step. Inpainting runs the steps from `schedule.start` on
     and, after each, puts the image (re-noised to the next sigma, clean after the last step) back where the mask
     keeps it. Returns the denoised tokens [1, h*w, 128]."""
     latents = start_latents
     count = latents.shape[1]
-    img_ids = (np.concatenate([prepared.img_ids, conditioning.ids], axis=0) if conditioning is not None
-               else prepared.img_ids)
+    img_ids = (
+        np.concatenate([prepared.img_ids, conditioning.ids], axis=0) if conditioning is not None else prepared.img_ids
+    )
     inpainting = conditioning.inpainting if conditioning is not None else None
     sigmas, timesteps = schedule.sigmas, schedule.timesteps
     last = len(timesteps) - 1
     with models.session("transformer") as session:
         for i in range(schedule.start, len(timesteps)):
             step_start = time.perf_counter()
-            (noise_pred,) = session.run(["noise_pred"], {
-                "hidden_states": (np.concatenate([latents, conditioning.tokens], axis=1) if conditioning is not None
-                                  else latents),
-                "encoder_hidden_states": prompt_embeds,
-                "timestep": model_timestep(timesteps[i]),  # f32(t / 1000), as the pipeline passes it
-                "img_ids": img_ids,
-                "txt_ids": prepared.txt_ids,
-            })
+            (noise_pred,) = session.run(
+                ["noise_pred"],
+                {
+                    "hidden_states": (
+                        np.concatenate([latents, conditioning.tokens], axis=1) if conditioning is not None else latents
+                    ),
+                    "encoder_hidden_states": prompt_embeds,
+                    "timestep": model_timestep(timesteps[i]),  # f32(t / 1000), as the pipeline passes it
+                    "img_ids": img_ids,
+                    "txt_ids": prepared.txt_ids,
+                },
+            )
             latents = euler_step(latents, noise_pred[:, :count], sigmas[i], sigmas[i + 1])
             if inpainting is not None:
                 # Outside the mask the image, noised to the next step's sigma (none after the last step).
-                image = (inpainting.image_latents if i == last
-                         else scale_noise(inpainting.image_latents, sigmas[i + 1], prepared.noise))
+                image = (
+                    inpainting.image_latents
+                    if i == last
+                    else scale_noise(inpainting.image_latents, sigmas[i + 1], prepared.noise)
+                )
                 latents = blend_mask(latents, image, inpainting.mask)
-            log(f"reference: step {i - schedule.start + 1}/{len(timesteps) - schedule.start} "
-                f"(t={float(timesteps[i]):.3f}) {time.perf_counter() - step_start:.2f} s")
+            log(
+                f"reference: step {i - schedule.start + 1}/{len(timesteps) - schedule.start} "
+                f"(t={float(timesteps[i]):.3f}) {time.perf_counter() - step_start:.2f} s"
+            )
     return latents
 
 
@@ -454,9 +527,16 @@ def check_inputs(*, prompt: str, seed: int, width: int, height: int, steps: int)
     limits.check_seed(seed)
 
 
-def plan_inputs(files: Sequence[inputs.InputFile], mask: inputs.InputFile | None, *, width: int | None,
-                height: int | None, strength: float) -> InputPlan:
+def plan_inputs(
+    files: Sequence[inputs.InputFile],
+    mask: inputs.InputFile | None,
+    *,
+    width: int | None,
+    height: int | None,
+    strength: float,
+) -> InputPlan:
     """The mode, the output size and each input's used size and tokens, as the pipelines will use them."""
+
     def info(item: inputs.InputFile, used: tuple[int, int], *, tokens: bool = True) -> InputInfo:
         count = (used[0] // limits.SIZE_MULTIPLE) * (used[1] // limits.SIZE_MULTIPLE) if tokens else 0
         return InputInfo(item.name, item.sha256, item.width, item.height, used[0], used[1], count)
@@ -469,26 +549,41 @@ def plan_inputs(files: Sequence[inputs.InputFile], mask: inputs.InputFile | None
         # Flux2KleinPipeline: `height = height or image_height` for the first image, each side on its own.
         used = [limits.input_image_size(item.width, item.height) for item in files]
         if (width is None or height is None) and not all(limits.side_allowed(side) for side in used[0]):
-            raise InputError(f"Reference image 1 ({files[0].name}) is used at {used[0][0]}x{used[0][1]}, beyond the "
-                             f"{limits.SIZE_MAX} pixels an output side may have; pass --size for the output.")
-        return InputPlan("edit", width or used[0][0], height or used[0][1],
-                         images=tuple(info(item, size) for item, size in zip(files, used, strict=True)),
-                         encoder_runs=tuple((1, w, h) for w, h in used))
+            raise InputError(
+                f"Reference image 1 ({files[0].name}) is used at {used[0][0]}x{used[0][1]}, beyond the "
+                f"{limits.SIZE_MAX} pixels an output side may have; pass --size for the output."
+            )
+        return InputPlan(
+            "edit",
+            width or used[0][0],
+            height or used[0][1],
+            images=tuple(info(item, size) for item, size in zip(files, used, strict=True)),
+            encoder_runs=tuple((1, w, h) for w, h in used),
+        )
     # Flux2KleinInpaintPipeline ignores a height/width it is given and uses the image's; asking for another
     # size is a mistake worth a message, not a silent change.
     source_size = limits.input_image_size(files[0].width, files[0].height)
     if (width is not None and width != source_size[0]) or (height is not None and height != source_size[1]):
-        raise InputError(f"Inpainting keeps the size of the image to inpaint: {files[0].name} is used at "
-                         f"{source_size[0]}x{source_size[1]}, but --size {width}x{height} was asked; leave --size out.")
+        raise InputError(
+            f"Inpainting keeps the size of the image to inpaint: {files[0].name} is used at "
+            f"{source_size[0]}x{source_size[1]}, but --size {width}x{height} was asked; leave --size out."
+        )
     if not all(limits.side_allowed(side) for side in source_size):
-        raise InputError(f"The image to inpaint ({files[0].name}) is used at {source_size[0]}x{source_size[1]}, beyond "
-                         f"the {limits.SIZE_MAX} pixels an output side may have; crop it first.")
+        raise InputError(
+            f"The image to inpaint ({files[0].name}) is used at {source_size[0]}x{source_size[1]}, beyond "
+            f"the {limits.SIZE_MAX} pixels an output side may have; crop it first."
+        )
     references = files[1:]
     reference_size = inputs.inpaint_reference_size(references) if references else (0, 0)
     runs = [(1, *source_size)] + ([(len(references), *reference_size)] if references else [])
-    return InputPlan("inpaint", *source_size,
-                     images=(info(files[0], source_size), *(info(item, reference_size) for item in references)),
-                     mask=info(mask, source_size, tokens=False), strength=strength, encoder_runs=tuple(runs))
+    return InputPlan(
+        "inpaint",
+        *source_size,
+        images=(info(files[0], source_size), *(info(item, reference_size) for item in references)),
+        mask=info(mask, source_size, tokens=False),
+        strength=strength,
+        encoder_runs=tuple(runs),
+    )
 
 
 def prepare_images(plan: InputPlan, files: Sequence[inputs.InputFile]) -> Iterator[np.ndarray]:
@@ -523,16 +618,18 @@ def choose_graph(repo: manifest.Manifest, component: str, pinned: str | None) ->
     )
 
 
-def verify_repo(model_dir: Path, repo: manifest.Manifest, graphs: Mapping[str, manifest.GraphEntry], *,
-                log: Callable[[str], None]) -> None:
+def verify_repo(
+    model_dir: Path, repo: manifest.Manifest, graphs: Mapping[str, manifest.GraphEntry], *, log: Callable[[str], None]
+) -> None:
     """Sizes and sha256 of every file we will read, so a corrupt file fails here, not as a different image."""
     paths = [path for graph in graphs.values() for path in graph.files()]
     others = [*manifest.TOKENIZER_FILES, *manifest.OPTIONAL_TOKENIZER_FILES, manifest.SCHEDULER_CONFIG]
     verify.check_files(model_dir, repo, paths + [p for p in others if p in repo.files], log=log)
     for rel in (*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG):
         if not (model_dir / rel).is_file():
-            raise ModelRepoError(f"Model file {model_dir / rel} is missing. Run `klein-web fetch` again to "
-                                 "complete it.")
+            raise ModelRepoError(
+                f"Model file {model_dir / rel} is missing. Run `klein-web fetch` again to complete it."
+            )
 
 
 def check_scheduler_config(model_dir: Path) -> None:

@@ -95,9 +95,20 @@ def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 _F32 = np.float32
 # Constants of aten/src/ATen/native/cpu/avx_mathfun.h, rounded to float32 as the header's float arrays are.
 SQRTHF = _F32(0.707106781186547524)
-LOG_P = tuple(_F32(v) for v in (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
-                                 1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
-                                 3.3333331174e-1))
+LOG_P = tuple(
+    _F32(v)
+    for v in (
+        7.0376836292e-2,
+        -1.1514610310e-1,
+        1.1676998740e-1,
+        -1.2420140846e-1,
+        1.4249322787e-1,
+        -1.6668057665e-1,
+        2.0000714765e-1,
+        -2.4999993993e-1,
+        3.3333331174e-1,
+    )
+)
 LOG_Q1 = _F32(-2.12194440e-4)
 LOG_Q2 = _F32(0.693359375)
 MINUS_DP1 = _F32(-0.78515625)

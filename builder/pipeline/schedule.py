@@ -15,8 +15,11 @@ from builder.errors import InputError
 
 NUM_TRAIN_TIMESTEPS = 1000  # scheduler_config num_train_timesteps of FLUX.2
 # The scheduler_config.json settings this schedule is the math of (the reference refuses a repository with others).
-SCHEDULER_CONFIG = {"num_train_timesteps": NUM_TRAIN_TIMESTEPS, "use_dynamic_shifting": True,
-                    "time_shift_type": "exponential"}
+SCHEDULER_CONFIG = {
+    "num_train_timesteps": NUM_TRAIN_TIMESTEPS,
+    "use_dynamic_shifting": True,
+    "time_shift_type": "exponential",
+}
 # compute_empirical_mu's fits of mu against the image tokens (slope, intercept), at 10 and at 200 steps; above
 # MU_FIT_TOKENS_MAX tokens the 200-step fit alone gives mu.
 MU_FIT_10_STEPS = (8.73809524e-05, 1.89833333)
@@ -69,4 +72,3 @@ def retrieve_timesteps(num_steps: int, image_seq_len: int) -> tuple[np.ndarray, 
 def model_timestep(timestep: np.float32 | float) -> np.ndarray:
     """The transformer's `timestep` input [1]: f32(t / 1000). Not always equal to sigma (512², step 1 differs)."""
     return np.array([np.float32(timestep) / np.float32(NUM_TRAIN_TIMESTEPS)], dtype=np.float32)
-

@@ -60,15 +60,18 @@ def max_attention_tokens(component: str, *, side: int | None = None) -> int:
     raise ValueError(f"component {component!r} has no chunked attention (only transformer and the VAE).")
 
 
-def query_blocks_for(*, heads: int, tokens: int, bytes_per_value: int = 4,
-                     budget: int = MAX_ATTENTION_BUFFER_BYTES) -> int:
+def query_blocks_for(
+    *, heads: int, tokens: int, bytes_per_value: int = 4, budget: int = MAX_ATTENTION_BUFFER_BYTES
+) -> int:
     """Smallest block count N whose largest score buffer, heads * ceil(tokens/N) * tokens * bytes, fits `budget`."""
     if heads < 1 or tokens < 1:
         raise ValueError(f"heads={heads} and tokens={tokens} must be positive.")
     rows_that_fit = budget // (heads * tokens * bytes_per_value)
     if rows_that_fit < 1:
-        raise ConversionError(f"Even one query row of attention ({heads} heads x {tokens} tokens) exceeds "
-                              f"{budget} bytes; lower MAX_IMAGE_SIDE.")
+        raise ConversionError(
+            f"Even one query row of attention ({heads} heads x {tokens} tokens) exceeds "
+            f"{budget} bytes; lower MAX_IMAGE_SIDE."
+        )
     return max(1, math.ceil(tokens / rows_that_fit))
 
 
@@ -88,14 +91,17 @@ def size_classes(component: str, *, heads: int, budget: int = MAX_ATTENTION_BUFF
     return [(n, max_tokens_for(heads=heads, query_blocks=n, budget=budget)) for n in blocks]
 
 
-def max_tokens_for(*, heads: int, query_blocks: int, budget: int = MAX_ATTENTION_BUFFER_BYTES,
-                   bytes_per_value: int = 4) -> int:
+def max_tokens_for(
+    *, heads: int, query_blocks: int, budget: int = MAX_ATTENTION_BUFFER_BYTES, bytes_per_value: int = 4
+) -> int:
     """The longest attention (tokens) whose largest score buffer in `query_blocks` blocks fits `budget`."""
     low, high = 1, 1 << 20
     while low < high:  # the buffer grows with the token count: binary search the last length that fits
         middle = (low + high + 1) // 2
-        if largest_score_bytes(heads=heads, tokens=middle, query_blocks=query_blocks,
-                               bytes_per_value=bytes_per_value) <= budget:
+        if (
+            largest_score_bytes(heads=heads, tokens=middle, query_blocks=query_blocks, bytes_per_value=bytes_per_value)
+            <= budget
+        ):
             low = middle
         else:
             high = middle - 1
@@ -117,8 +123,10 @@ def apply_query_blocks(model: onnx.ModelProto, *, query_blocks: int, expected_si
     if query_blocks > 1:
         found = chunk_attention(model, query_blocks=query_blocks)
         if found != expected_sites:
-            raise ConversionError(f"Found {found} attention sites to split into query blocks, expected {expected_sites}; "
-                                  "the exported attention no longer has the MatMul-Softmax-MatMul form.")
+            raise ConversionError(
+                f"Found {found} attention sites to split into query blocks, expected {expected_sites}; "
+                "the exported attention no longer has the MatMul-Softmax-MatMul form."
+            )
     for entry in model.metadata_props:
         if entry.key == METADATA_KEY:
             entry.value = str(query_blocks)
@@ -197,8 +205,12 @@ def chunk_attention(model: onnx.ModelProto, *, query_blocks: int) -> int:
 AttentionSite = tuple[onnx.NodeProto, list[onnx.NodeProto], onnx.NodeProto, list[onnx.NodeProto], onnx.NodeProto]
 
 
-def _match_site(softmax: onnx.NodeProto, producers: dict[str, onnx.NodeProto],
-                consumers: dict[str, list[onnx.NodeProto]], constants: set[str]) -> AttentionSite | None:
+def _match_site(
+    softmax: onnx.NodeProto,
+    producers: dict[str, onnx.NodeProto],
+    consumers: dict[str, list[onnx.NodeProto]],
+    constants: set[str],
+) -> AttentionSite | None:
     """(scores MatMul, [nodes between it and the Softmax], Softmax, [nodes after it], output MatMul) when
     `softmax` heads a plain attention site. Between the MatMuls only row-wise nodes are allowed: a scale
     by a constant (Mul, Div) and Casts (the fp16 graphs run the Softmax in fp32)."""
@@ -222,8 +234,11 @@ def _match_site(softmax: onnx.NodeProto, producers: dict[str, onnx.NodeProto],
         return None
     before: list[onnx.NodeProto] = []
     producer = producers.get(softmax.input[0])
-    while (producer is not None and producer.op_type in ("Mul", "Div", "Cast")
-           and len(consumers.get(producer.output[0], [])) == 1):
+    while (
+        producer is not None
+        and producer.op_type in ("Mul", "Div", "Cast")
+        and len(consumers.get(producer.output[0], [])) == 1
+    ):
         if producer.op_type != "Cast" and producer.input[1] not in constants:  # only a constant scale commutes
             return None
         before.insert(0, producer)
@@ -233,9 +248,16 @@ def _match_site(softmax: onnx.NodeProto, producers: dict[str, onnx.NodeProto],
     return producer, before, softmax, after, users[0]
 
 
-def _blocked_site(graph: onnx.GraphProto, index: int, scores: onnx.NodeProto, before: list[onnx.NodeProto],
-                  softmax: onnx.NodeProto, after: list[onnx.NodeProto], weighted: onnx.NodeProto,
-                  blocks: int) -> list[onnx.NodeProto]:
+def _blocked_site(
+    graph: onnx.GraphProto,
+    index: int,
+    scores: onnx.NodeProto,
+    before: list[onnx.NodeProto],
+    softmax: onnx.NodeProto,
+    after: list[onnx.NodeProto],
+    weighted: onnx.NodeProto,
+    blocks: int,
+) -> list[onnx.NodeProto]:
     """The replacement nodes of one site; new constants are added to graph.initializer."""
     scope = softmax.name.rsplit("/", 1)[0] if "/" in softmax.name else ""
     prefix = f"{scope}/query_blocks"
@@ -266,8 +288,9 @@ def _blocked_site(graph: onnx.GraphProto, index: int, scores: onnx.NodeProto, be
         """Copies of the row-wise nodes (scale, Cast) of one block, with their attributes; returns the last output."""
         for k, original in enumerate(chain):
             out = f"{tag}/{side}_{k}"
-            copy = helper.make_node(original.op_type, [current, *original.input[1:]], [out],
-                                    name=f"{block}/{original.op_type}_{side}{k}")
+            copy = helper.make_node(
+                original.op_type, [current, *original.input[1:]], [out], name=f"{block}/{original.op_type}_{side}{k}"
+            )
             copy.attribute.extend(original.attribute)
             nodes.append(copy)
             current = out
@@ -277,8 +300,9 @@ def _blocked_site(graph: onnx.GraphProto, index: int, scores: onnx.NodeProto, be
     for i in range(blocks):
         block = f"{prefix}/block_{i}"
         tag = f"{prefix}_{index}/b{i}"
-        nodes.append(helper.make_node("Slice", [query, bounds[i], bounds[i + 1], axes], [f"{tag}/q"],
-                                      name=f"{block}/Slice"))
+        nodes.append(
+            helper.make_node("Slice", [query, bounds[i], bounds[i + 1], axes], [f"{tag}/q"], name=f"{block}/Slice")
+        )
         current = f"{tag}/scores"
         nodes.append(helper.make_node("MatMul", [f"{tag}/q", keys_t], [current], name=f"{block}/MatMul"))
         current = copy_chain(before, current, tag, block, "pre")

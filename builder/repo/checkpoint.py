@@ -57,8 +57,14 @@ class Checkpoint:
         files = weight_files(self.folder)
         if not files:
             found = sorted(p.name for p in self.folder.glob("*.bin")) if self.folder.is_dir() else []
-            hint = (f" It holds {', '.join(found)} (pickled PyTorch weights): load it with diffusers and save it "
-                    "again with save_pretrained(..., safe_serialization=True).") if found else ""
+            hint = (
+                (
+                    f" It holds {', '.join(found)} (pickled PyTorch weights): load it with diffusers and save it "
+                    "again with save_pretrained(..., safe_serialization=True)."
+                )
+                if found
+                else ""
+            )
             raise ConversionError(f"{self.folder} has no .safetensors weights.{hint}")
         self.tensors: dict[str, StoredTensor] = {}
         for path in files:
@@ -76,7 +82,8 @@ class Checkpoint:
         if tuple(shape) != stored:
             raise ConversionError(
                 f"{self.folder}: {key} has shape {list(stored)}, but the config builds {list(shape)}. "
-                "The checkpoint does not match its config.json.")
+                "The checkpoint does not match its config.json."
+            )
 
     def read(self, key: str, *, shape: tuple[int, ...] | None = None) -> np.ndarray:
         """One tensor as a fresh numpy array: floats widened to float32 (exactly), integers as stored."""
@@ -102,7 +109,8 @@ class Checkpoint:
         if key not in self.tensors:
             raise ConversionError(
                 f"{self.folder}: the weight {key!r} is missing from the checkpoint. Is this a complete "
-                "FLUX.2 [klein] component in diffusers format?")
+                "FLUX.2 [klein] component in diffusers format?"
+            )
         return self.tensors[key]
 
 
@@ -136,8 +144,12 @@ def _entry_problem(info: object) -> str | None:
     shape, offsets = info.get("shape"), info.get("data_offsets")
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         return "has no shape of non-negative integers"
-    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int and o >= 0 for o in offsets)
-            or offsets[0] > offsets[1]):
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(type(o) is int and o >= 0 for o in offsets)
+        or offsets[0] > offsets[1]
+    ):
         return "has no data_offsets [begin, end] of integers"
     return None
 
@@ -158,8 +170,9 @@ def read_header(path: Path) -> dict[str, StoredTensor]:
             raise ConversionError(f"{path} has an unreadable safetensors header ({exc}).") from None
     data_start = 8 + header_len
     if not isinstance(header, dict):
-        raise ConversionError(f"{path} is damaged: its safetensors header is a JSON {type(header).__name__}, not an "
-                              "object of tensors.")
+        raise ConversionError(
+            f"{path} is damaged: its safetensors header is a JSON {type(header).__name__}, not an object of tensors."
+        )
     tensors: dict[str, StoredTensor] = {}
     for key, info in header.items():
         if key == "__metadata__":
@@ -181,6 +194,7 @@ def read_header(path: Path) -> dict[str, StoredTensor]:
 
 # --------------------------------------------------------------------------------------------------------
 # Skeleton modules: real classes and configs, placeholder parameters.
+
 
 @contextlib.contextmanager
 def parameters_on_meta() -> Iterator[None]:

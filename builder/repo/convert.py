@@ -85,8 +85,12 @@ PRECISIONS = ("q4", "q4f16", "fp32")
 # encoder share theirs, so its buffers are read once.
 PARTS = {"text_encoder": ("text_encoder",), "transformer": ("transformer",), "vae": ("vae_decoder", "vae_encoder")}
 # The SRC subfolder each component is converted from, and the folders copied unchanged.
-SOURCE_FOLDER = {"text_encoder": "text_encoder", "transformer": "transformer", "vae_decoder": "vae",
-                 "vae_encoder": "vae"}
+SOURCE_FOLDER = {
+    "text_encoder": "text_encoder",
+    "transformer": "transformer",
+    "vae_decoder": "vae",
+    "vae_encoder": "vae",
+}
 # The VAE's halves: small convolutional graphs kept in fp32 and fp16 instead of q4.
 VAE_COMPONENTS = ("vae_decoder", "vae_encoder")
 COPIED_FOLDERS = ("tokenizer", "scheduler")
@@ -166,8 +170,10 @@ def convert(
         check_jobs(jobs)
     # LoRAs are read and matched against the transformer now, so a wrong one fails before any graph is built
     # (the transformer's part merges them again into the skeleton it exports).
-    merged = [LoraEntry(file=item.file, sha256=item.sha256, scale=item.scale)
-              for item in prepare_loras(src, loras, log=log).loras]
+    merged = [
+        LoraEntry(file=item.file, sha256=item.sha256, scale=item.scale)
+        for item in prepare_loras(src, loras, log=log).loras
+    ]
     peaks = {part: estimated_peak(src / SOURCE_FOLDER[components[0]], precision) for part, components in PARTS.items()}
     jobs = choose_jobs(peaks, jobs, log=log)
 
@@ -175,8 +181,15 @@ def convert(
     clean_stale_staging(out.parent, (out.name,), log=log)
     stage = make_staging(out.parent, out.name)
     try:
-        work = functools.partial(convert_part, src, precision=precision, stage=stage,
-                                 max_data_file_bytes=max_data_file_bytes, weights=weights, loras=tuple(loras))
+        work = functools.partial(
+            convert_part,
+            src,
+            precision=precision,
+            stage=stage,
+            max_data_file_bytes=max_data_file_bytes,
+            weights=weights,
+            loras=tuple(loras),
+        )
         results = run_parts(list(PARTS), work, jobs=jobs, log=log)
         saved: list[SavedGraph] = [graph for part in PARTS for graph in results[part]]
 
@@ -188,8 +201,8 @@ def convert(
         manifest = Manifest(
             source=f"{model_index.get('_class_name', 'diffusers pipeline')} ({src.resolve().name})",
             converter=f"klein-web {__version__} convert --precision {precision}"
-                      + (f" --weights {weights.name}" if weights != COMPACT and precision != "fp32" else "")
-                      + "".join(f" --lora {entry.file}:{entry.scale!r}" for entry in merged),
+            + (f" --weights {weights.name}" if weights != COMPACT and precision != "fp32" else "")
+            + "".join(f" --lora {entry.file}:{entry.scale!r}" for entry in merged),
             files=describe_files(stage, [name for graph in entries for name in graph.files()] + copied + fitted),
             graphs=entries,
             loras=merged,
@@ -203,19 +216,32 @@ def convert(
     return manifest
 
 
-def convert_part(src: Path, part: str, *, precision: str, stage: Path, max_data_file_bytes: int | Mapping[str, int],
-                 weights: WeightFormat, loras: Sequence[lora.LoraSpec], log: Callable[[str], None]) -> list[SavedGraph]:
+def convert_part(
+    src: Path,
+    part: str,
+    *,
+    precision: str,
+    stage: Path,
+    max_data_file_bytes: int | Mapping[str, int],
+    weights: WeightFormat,
+    loras: Sequence[lora.LoraSpec],
+    log: Callable[[str], None],
+) -> list[SavedGraph]:
     """Write the graphs of one part (PARTS) into `stage`, from one skeleton; returns what it saved."""
     start = time.monotonic()
     module: Any = prepare_loras(src, loras, log=lambda _line: None).skeleton if part == "transformer" else None
     saved: list[SavedGraph] = []
     for component in PARTS[part]:
-        cap = (max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
-               if isinstance(max_data_file_bytes, Mapping) else max_data_file_bytes)
+        cap = (
+            max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
+            if isinstance(max_data_file_bytes, Mapping)
+            else max_data_file_bytes
+        )
         if module is None:
             module = load_skeleton(src, component, log=log)
-        graphs = write_graphs(exporter(component, module), component, precision, stage,
-                              max_data_file_bytes=cap, log=log, weights=weights)
+        graphs = write_graphs(
+            exporter(component, module), component, precision, stage, max_data_file_bytes=cap, log=log, weights=weights
+        )
         if component == "transformer" and loras:
             # The merged weights as stored, before anything at OUT is replaced (size classes share them).
             for graph in {graph.variant: graph for graph in graphs}.values():
@@ -246,8 +272,10 @@ def prepare_loras(src: Path, specs: Sequence[lora.LoraSpec], *, log: Callable[[s
     loras = []
     for spec in specs:
         loaded = lora.load(spec, log=log)
-        log(f"LoRA {spec.path}: {loaded.format} format, {len(loaded.pairs)} layer(s), scale {spec.scale:g}, "
-            f"sha256 {loaded.sha256[:12]}")
+        log(
+            f"LoRA {spec.path}: {loaded.format} format, {len(loaded.pairs)} layer(s), scale {spec.scale:g}, "
+            f"sha256 {loaded.sha256[:12]}"
+        )
         loras.append(loaded)
     skeleton = load_skeleton(src, "transformer", log=log)
     count = lora.merge(skeleton, loras)
@@ -310,8 +338,10 @@ def load_skeleton(src: Path, component: str, *, log: Callable[[str], None]) -> A
         raise
     except (TypeError, ValueError, KeyError, AttributeError, OSError, OverflowError) as exc:
         # A hand-edited config.json (`"num_layers": "x"`) fails deep inside transformers/diffusers.
-        raise ConversionError(f"{folder}: its config cannot build a {component} ({type(exc).__name__}: {exc}). "
-                              "Check config.json against the original checkpoint's.") from exc
+        raise ConversionError(
+            f"{folder}: its config cannot build a {component} ({type(exc).__name__}: {exc}). "
+            "Check config.json against the original checkpoint's."
+        ) from exc
 
 
 def _skeleton(folder: Path, component: str, checkpoint: Any, build_skeleton: Any) -> Any:
@@ -346,8 +376,16 @@ def exporter(component: str, module: Any) -> Export:
     return lambda _placement: export_vae(module)
 
 
-def write_graphs(export: Export, component: str, precision: str, stage: Path, *, max_data_file_bytes: int,
-                 log: Callable[[str], None], weights: WeightFormat = COMPACT) -> list[SavedGraph]:
+def write_graphs(
+    export: Export,
+    component: str,
+    precision: str,
+    stage: Path,
+    *,
+    max_data_file_bytes: int,
+    log: Callable[[str], None],
+    weights: WeightFormat = COMPACT,
+) -> list[SavedGraph]:
     """Export one component and write the graphs a `precision` repo holds into stage/component/, their weights
     stored as `weights` says (q4 and q4f16 repos; an fp32 repo keeps every weight in fp32).
 
@@ -366,11 +404,21 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
         if halve_storage and variant != "fp16":
             store_fp16(model)
         names = _save_component(model, stage, component, variant, max_data_file_bytes=max_data_file_bytes, log=log)
-        saved.append(SavedGraph(component, variant, names, weights.precision_text(component, variant),
-                                attention_query_blocks=recorded_query_blocks(model), **flags))
+        saved.append(
+            SavedGraph(
+                component,
+                variant,
+                names,
+                weights.precision_text(component, variant),
+                attention_query_blocks=recorded_query_blocks(model),
+                **flags,
+            )
+        )
         size = graph_bytes(stage, saved[-1].entry())
-        log(f"  {component}_{variant}: {gigabytes(size)}, peak RSS while building it {gigabytes(peak_rss_bytes())} "
-            f"(the process held {gigabytes(start_rss)} before)")
+        log(
+            f"  {component}_{variant}: {gigabytes(size)}, peak RSS while building it {gigabytes(peak_rss_bytes())} "
+            f"(the process held {gigabytes(start_rss)} before)"
+        )
         start_rss = reset_peak_rss()
         return stage / graph_path(component, variant)
 
@@ -398,22 +446,36 @@ def write_graphs(export: Export, component: str, precision: str, stage: Path, *,
             return [embedding_table_name(graph)[1]]
 
         if weights.embedding == "q4":
-            model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, bits=weights.bits,
-                                        q4_tables=table, table_block_size=weights.embedding_block))
+            model = export(
+                q4_placement(
+                    accuracy_level=Q4_ACCURACY_LEVEL,
+                    block_size=block_size,
+                    bits=weights.bits,
+                    q4_tables=table,
+                    table_block_size=weights.embedding_block,
+                )
+            )
         else:
-            model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, bits=weights.bits,
-                                        fp16_tables=table))
+            model = export(
+                q4_placement(
+                    accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, bits=weights.bits, fp16_tables=table
+                )
+            )
             gather_name, table_name = embedding_table_name(model)
-            flags = {"requires_f16": True,
-                     "cpu_nodes_without_f16": tuple(cast_fp16_embedding(model, gather_name=gather_name,
-                                                                      table_name=table_name))}
+            flags = {
+                "requires_f16": True,
+                "cpu_nodes_without_f16": tuple(
+                    cast_fp16_embedding(model, gather_name=gather_name, table_name=table_name)
+                ),
+            }
     else:
         from builder.repo.export_transformer import q4_excluded_nodes
         from builder.repo.quantize import q4_placement
 
         exclude = q4_excluded_nodes if weights.adaln == "fp32" else (lambda _graph: ())
-        model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, bits=weights.bits,
-                                    exclude=exclude))
+        model = export(
+            q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, bits=weights.bits, exclude=exclude)
+        )
     q4 = save("q4", model, **flags)
     del model
     if precision == "q4f16":
@@ -447,10 +509,19 @@ def write_size_classes(saved: list[SavedGraph], stage: Path, *, log: Callable[[s
             apply_query_blocks(model, query_blocks=blocks, expected_sites=sites)
             atomic_write_bytes(stage / path, model.SerializeToString())
             verify_saved_graph(stage / path, graph.component)
-            result.append(dataclasses.replace(graph, path=path, attention_query_blocks=blocks,
-                                              attention_max_tokens=max_tokens, attention_heads=heads))
-            log(f"  {path}: attention in {blocks} query block(s), up to {max_tokens} tokens "
-                f"({(stage / path).stat().st_size / 1e6:.1f} MB, weights shared)")
+            result.append(
+                dataclasses.replace(
+                    graph,
+                    path=path,
+                    attention_query_blocks=blocks,
+                    attention_max_tokens=max_tokens,
+                    attention_heads=heads,
+                )
+            )
+            log(
+                f"  {path}: attention in {blocks} query block(s), up to {max_tokens} tokens "
+                f"({(stage / path).stat().st_size / 1e6:.1f} MB, weights shared)"
+            )
         del unsplit
     return result
 
@@ -463,7 +534,8 @@ def text_encoder_from_config(folder: Path, *, num_layers: int) -> Any:
     config = AutoConfig.from_pretrained(folder)
     if config.num_hidden_layers < num_layers:
         raise ConversionError(
-            f"{folder}: the text encoder has {config.num_hidden_layers} layers; the embeddings need {num_layers}.")
+            f"{folder}: the text encoder has {config.num_hidden_layers} layers; the embeddings need {num_layers}."
+        )
     config.num_hidden_layers = num_layers
     if getattr(config, "layer_types", None):
         config.layer_types = config.layer_types[:num_layers]
@@ -483,13 +555,23 @@ def copy_unchanged(src: Path, stage: Path) -> list[str]:
     return copied
 
 
-def _save_component(model: onnx.ModelProto, stage: Path, component: str, variant: str, *,
-                    max_data_file_bytes: int | Mapping[str, int], log: Callable[[str], None]) -> list[str]:
+def _save_component(
+    model: onnx.ModelProto,
+    stage: Path,
+    component: str,
+    variant: str,
+    *,
+    max_data_file_bytes: int | Mapping[str, int],
+    log: Callable[[str], None],
+) -> list[str]:
     check_ops(model, component)
     check_no_float64(model, what=f"{component} {variant}")
     folder = stage / component
-    cap = (max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP) if isinstance(max_data_file_bytes, Mapping)
-           else max_data_file_bytes)
+    cap = (
+        max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
+        if isinstance(max_data_file_bytes, Mapping)
+        else max_data_file_bytes
+    )
     names = save_graph(model, folder, component, variant, max_data_file_bytes=cap, log=log)
     expected = external_data_names(component, variant, len(names))
     if names != expected:  # save_graph names them through manifest.external_data_names; keep them in step

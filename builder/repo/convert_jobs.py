@@ -53,7 +53,7 @@ def default_jobs(peaks: Sequence[int], *, available: int | None, cpus: int) -> i
         return 1
     largest = sorted(peaks, reverse=True)
     jobs = 1
-    while jobs < min(len(largest), cpus) and sum(largest[:jobs + 1]) <= MEMORY_SHARE * available:
+    while jobs < min(len(largest), cpus) and sum(largest[: jobs + 1]) <= MEMORY_SHARE * available:
         jobs += 1
     return jobs
 
@@ -67,15 +67,20 @@ def run_parts(parts: Sequence[str], work: Work, *, jobs: int, log: Callable[[str
     lines: Any = context.Queue()
     results: dict[str, Any] = {}
     peak = 0
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_keep_queue,
-                             initargs=(lines,)) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_keep_queue, initargs=(lines,)) as pool:
         pending: dict[Future[Any], str] = {pool.submit(_run_part, work, part): part for part in parts}
         try:
             while pending:
                 done, _ = wait(pending, timeout=0.5, return_when=FIRST_EXCEPTION)
                 _forward(lines, log)
-                peak = max(peak, sum(rss_bytes(child.pid) or 0 for child in multiprocessing.active_children()
-                                     if child.pid is not None))
+                peak = max(
+                    peak,
+                    sum(
+                        rss_bytes(child.pid) or 0
+                        for child in multiprocessing.active_children()
+                        if child.pid is not None
+                    ),
+                )
                 for future in done:
                     results[pending.pop(future)] = future.result()  # raises the part's error
         except BaseException:
@@ -85,8 +90,7 @@ def run_parts(parts: Sequence[str], work: Work, *, jobs: int, log: Callable[[str
             _forward(lines, log)
             raise
     _forward(lines, log)  # the lines still in flight when the last part returned (its process has exited now)
-    log(f"convert: {len(parts)} parts in {jobs} processes; their resident memory together peaked at "
-        f"{gigabytes(peak)}")
+    log(f"convert: {len(parts)} parts in {jobs} processes; their resident memory together peaked at {gigabytes(peak)}")
     return results
 
 

@@ -90,8 +90,10 @@ def download(repo: str, commit: str, remote_file: RemoteFile, dest: Path, progre
             break
         except urllib.error.HTTPError as exc:
             if exc.code not in (408, 429, 500, 502, 503, 504) or attempt == RETRIES:
-                raise FetchError(f"The Hub refused {remote_file.path} (HTTP {exc.code} {exc.reason}). "
-                                 "Run the same command again later to resume.") from exc
+                raise FetchError(
+                    f"The Hub refused {remote_file.path} (HTTP {exc.code} {exc.reason}). "
+                    "Run the same command again later to resume."
+                ) from exc
             progress.log(f"fetch: {remote_file.path}: HTTP {exc.code}; retrying ({attempt + 1}/{RETRIES})")
         except (urllib.error.URLError, HTTPException, OSError) as exc:  # network only: file errors are FetchError
             if attempt == RETRIES:
@@ -105,8 +107,10 @@ def download(repo: str, commit: str, remote_file: RemoteFile, dest: Path, progre
     digest = _verify(partial, remote_file)
     if digest is None:
         partial.unlink()
-        raise FetchError(f"{remote_file.path} failed its size or hash check after download and was deleted. Run the "
-                         "same command again to download it anew.")
+        raise FetchError(
+            f"{remote_file.path} failed its size or hash check after download and was deleted. Run the "
+            "same command again to download it anew."
+        )
     final.parent.mkdir(parents=True, exist_ok=True)
     os.replace(partial, final)
     progress.file_done(remote_file.size)
@@ -158,8 +162,9 @@ def _write(handle: BinaryIO, chunk: bytes, partial: Path) -> None:
         handle.write(chunk)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            raise FetchError(f"The disk filled up while writing {partial}. Free space, then run the same command "
-                             "again to resume.") from exc
+            raise FetchError(
+                f"The disk filled up while writing {partial}. Free space, then run the same command again to resume."
+            ) from exc
         raise FetchError(f"Cannot write {partial} ({exc}).") from exc
 
 
@@ -214,9 +219,11 @@ class Progress:
         done = self.done + received
         rate = self.transferred / max(now - self.start, 1e-6)
         eta = (self.total - done) / rate if rate > 0 else float("inf")
-        self.log(f"fetch: {path} {megabytes(received)}/{megabytes(size)} | total {gigabytes(done)}/"
-                 f"{gigabytes(self.total)} ({100 * done / max(self.total, 1):.0f}%) {rate / 1e6:.1f} MB/s, "
-                 f"ETA {_duration(eta)}")
+        self.log(
+            f"fetch: {path} {megabytes(received)}/{megabytes(size)} | total {gigabytes(done)}/"
+            f"{gigabytes(self.total)} ({100 * done / max(self.total, 1):.0f}%) {rate / 1e6:.1f} MB/s, "
+            f"ETA {_duration(eta)}"
+        )
 
 
 def _duration(seconds: float) -> str:

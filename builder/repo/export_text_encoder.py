@@ -45,7 +45,8 @@ class PromptEmbedder(nn.Module):
         model = causal_lm.model
         if len(model.layers) < max(out_layers):
             raise ValueError(
-                f"The text encoder has {len(model.layers)} layers; hidden state {max(out_layers)} needs more.")
+                f"The text encoder has {len(model.layers)} layers; hidden state {max(out_layers)} needs more."
+            )
         self.embed_tokens = model.embed_tokens
         self.layers = nn.ModuleList(list(model.layers)[: max(out_layers)])
         self.rotary_emb = model.rotary_emb
@@ -62,8 +63,9 @@ class PromptEmbedder(nn.Module):
         mask = torch.where(allowed, 0.0, torch.finfo(torch.float32).min)
         outputs = []
         for index, layer in enumerate(self.layers, start=1):
-            hidden = layer(hidden, attention_mask=mask, position_ids=position_ids,
-                           position_embeddings=position_embeddings)
+            hidden = layer(
+                hidden, attention_mask=mask, position_ids=position_ids, position_embeddings=position_embeddings
+            )
             if index in self.out_layers:
                 outputs.append(hidden)
         return torch.cat(outputs, dim=-1)  # [B, L, 3 * D]
@@ -82,8 +84,9 @@ class ExportQwen3RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-def apply_rotary_pos_emb_export(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                                _unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def apply_rotary_pos_emb_export(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, _unsqueeze_dim: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """transformers' apply_rotary_pos_emb (rotate-half pairs) for q, k [B, heads, L, D], as one RotaryEmbedding
     each. transformers' tables [1, L, D] hold each pair's value in both halves; RotaryEmbedding takes one per
     pair, [L, D/2] (the slices are the same in every layer, and onnxruntime merges them)."""
@@ -124,8 +127,9 @@ def use_eager_attention(causal_lm: Any) -> None:
         causal_lm.config._attn_implementation = "eager"
 
 
-def export_text_encoder(causal_lm: Any, *, placement: Placement | None = None,
-                        out_layers: tuple[int, ...] = OUT_LAYERS) -> onnx.ModelProto:
+def export_text_encoder(
+    causal_lm: Any, *, placement: Placement | None = None, out_layers: tuple[int, ...] = OUT_LAYERS
+) -> onnx.ModelProto:
     """ONNX graph of the prompt embedder, weights attached by `placement` (default fp32; see export_module).
     `out_layers`: the hidden states it concatenates (the bench exports shorter chains)."""
     use_eager_attention(causal_lm)
@@ -134,9 +138,15 @@ def export_text_encoder(causal_lm: Any, *, placement: Placement | None = None,
     input_ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 0, 0, 0, 0]], dtype=torch.int64)
     attention_mask = (input_ids != 0).to(torch.int64)
     with fused_ops_while_tracing(embedder):
-        return export_module(embedder, (input_ids, attention_mask), component="text_encoder",
-                             input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES,
-                             placement=placement)
+        return export_module(
+            embedder,
+            (input_ids, attention_mask),
+            component="text_encoder",
+            input_names=INPUT_NAMES,
+            output_names=OUTPUT_NAMES,
+            dynamic_axes=DYNAMIC_AXES,
+            placement=placement,
+        )
 
 
 def embedding_table_name(model: onnx.ModelProto) -> tuple[str, str]:

@@ -121,15 +121,21 @@ class ParallelSelfAttnExport:
     """diffusers' Flux2ParallelSelfAttnProcessor (the single-stream blocks) with the fused projection cut by one
     Split into q, k, v, gate and up (the original splits qkv from mlp, then chunks each: seven Slices)."""
 
-    def __call__(self, attn: Any, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                 image_rotary_emb: Any = None) -> torch.Tensor:
+    def __call__(
+        self,
+        attn: Any,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        image_rotary_emb: Any = None,
+    ) -> torch.Tensor:
         from diffusers.models.attention_dispatch import dispatch_attention_fn
 
         inner, mlp = attn.inner_dim, attn.mlp_hidden_dim
         if attn.mlp_mult_factor != 2:
             raise ValueError(f"Single-stream block with mlp_mult_factor {attn.mlp_mult_factor}: SwiGLU needs 2.")
-        query, key, value, gate, up = torch.split(attn.to_qkv_mlp_proj(hidden_states),
-                                                  [inner, inner, inner, mlp, mlp], dim=-1)
+        query, key, value, gate, up = torch.split(
+            attn.to_qkv_mlp_proj(hidden_states), [inner, inner, inner, mlp, mlp], dim=-1
+        )
         query, key, value = (t.reshape(*t.shape[:-1], -1, attn.head_dim) for t in (query, key, value))
         query, key = attn.norm_q(query), attn.norm_k(key)
         if image_rotary_emb is not None:
@@ -164,11 +170,23 @@ class TransformerStep(nn.Module):
         super().__init__()
         self.m = transformer
 
-    def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, timestep: torch.Tensor,
-                img_ids: torch.Tensor, txt_ids: torch.Tensor) -> torch.Tensor:
-        noise: torch.Tensor = self.m(hidden_states=hidden_states, encoder_hidden_states=encoder_hidden_states,
-                                     timestep=timestep, img_ids=img_ids, txt_ids=txt_ids, guidance=None,
-                                     return_dict=False)[0]
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        timestep: torch.Tensor,
+        img_ids: torch.Tensor,
+        txt_ids: torch.Tensor,
+    ) -> torch.Tensor:
+        noise: torch.Tensor = self.m(
+            hidden_states=hidden_states,
+            encoder_hidden_states=encoder_hidden_states,
+            timestep=timestep,
+            img_ids=img_ids,
+            txt_ids=txt_ids,
+            guidance=None,
+            return_dict=False,
+        )[0]
         return noise
 
 
@@ -182,8 +200,9 @@ def prepare_for_export(transformer: Any) -> TransformerStep:
     return TransformerStep(transformer.eval())
 
 
-def export_transformer(transformer: Any, *, query_blocks: int | None = None,
-                       placement: Placement | None = None) -> onnx.ModelProto:
+def export_transformer(
+    transformer: Any, *, query_blocks: int | None = None, placement: Placement | None = None
+) -> onnx.ModelProto:
     """ONNX graph of one denoising step, weights attached by `placement` (default fp32; see export_module).
 
     The joint attention of every block is split into `query_blocks` blocks along the query axis
@@ -206,8 +225,15 @@ def export_transformer(transformer: Any, *, query_blocks: int | None = None,
         torch.zeros(txt_seq, 4, dtype=torch.int64),
     )
     with fused_ops_while_tracing():
-        model = export_module(step, args, component="transformer", input_names=INPUT_NAMES,
-                              output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES, placement=placement)
+        model = export_module(
+            step,
+            args,
+            component="transformer",
+            input_names=INPUT_NAMES,
+            output_names=OUTPUT_NAMES,
+            dynamic_axes=DYNAMIC_AXES,
+            placement=placement,
+        )
     apply_query_blocks(model, query_blocks=query_blocks, expected_sites=sites)
     record_heads(model, config.num_attention_heads)
     return model
@@ -215,5 +241,8 @@ def export_transformer(transformer: Any, *, query_blocks: int | None = None,
 
 def q4_excluded_nodes(model: onnx.ModelProto) -> list[str]:
     """Names of the MatMuls that must stay fp32 in the q4 transformer (see FP32_MATMUL_SCOPES)."""
-    return [node.name for node in model.graph.node
-            if node.op_type == "MatMul" and any(scope in node.name for scope in FP32_MATMUL_SCOPES)]
+    return [
+        node.name
+        for node in model.graph.node
+        if node.op_type == "MatMul" and any(scope in node.name for scope in FP32_MATMUL_SCOPES)
+    ]

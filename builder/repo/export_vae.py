@@ -69,14 +69,21 @@ def export_vae(vae: Any, *, query_blocks: int | None = None) -> onnx.ModelProto:
     decoder = LatentDecoder(vae.eval()).eval()
     channels = decoder.bn_mean.shape[1]
     example = torch.zeros(1, channels, 3, 2)  # non-square, so height and width stay separate dynamic dims
-    model = export_module(decoder, (example,), component="vae_decoder", input_names=INPUT_NAMES,
-                          output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
+    model = export_module(
+        decoder,
+        (example,),
+        component="vae_decoder",
+        input_names=INPUT_NAMES,
+        output_names=OUTPUT_NAMES,
+        dynamic_axes=DYNAMIC_AXES,
+    )
     split_mid_block_attention(model, vae.decoder.mid_block, component="vae_decoder", query_blocks=query_blocks)
     return model
 
 
-def split_mid_block_attention(model: onnx.ModelProto, mid_block: Any, *, component: str,
-                              query_blocks: int | None) -> None:
+def split_mid_block_attention(
+    model: onnx.ModelProto, mid_block: Any, *, component: str, query_blocks: int | None
+) -> None:
     """Split the attention of a VAE mid-block (decoder or encoder: both attend over the 8x-downsampled grid)
     into `query_blocks` query blocks; None picks the count that keeps its score buffer within budget at
     2048^2 px. The count is recorded in the graph (builder.repo.attention) for the manifest."""

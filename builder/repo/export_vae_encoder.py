@@ -74,7 +74,13 @@ def export_vae_encoder(vae: Any, *, query_blocks: int | None = None) -> onnx.Mod
     """
     encoder = ImageEncoder(vae.eval()).eval()
     example = torch.zeros(1, 3, 48, 32)  # non-square, so height and width stay separate dynamic dims
-    model = export_module(encoder, (example,), component="vae_encoder", input_names=INPUT_NAMES,
-                          output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES)
+    model = export_module(
+        encoder,
+        (example,),
+        component="vae_encoder",
+        input_names=INPUT_NAMES,
+        output_names=OUTPUT_NAMES,
+        dynamic_axes=DYNAMIC_AXES,
+    )
     split_mid_block_attention(model, vae.encoder.mid_block, component="vae_encoder", query_blocks=query_blocks)
     return model

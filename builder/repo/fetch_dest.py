@@ -59,16 +59,20 @@ def why_not_ours(dest: Path) -> str | None:
 
 def seed_layout(dest: Path) -> bool:
     """Every component's graph is where the seed repo (and `hf download` of it) puts it."""
-    return all(any((dest / manifest.graph_path(component, variant)).is_file() for variant in manifest.VARIANTS)
-               for component in manifest.COMPONENTS)
+    return all(
+        any((dest / manifest.graph_path(component, variant)).is_file() for variant in manifest.VARIANTS)
+        for component in manifest.COMPONENTS
+    )
 
 
 def only_fetch_leftovers(dest: Path) -> bool:
     """`dest` holds nothing but a killed fetch's partial downloads and staging folders."""
     for entry in dest.iterdir():
         if entry.name == PARTIAL_DIR and entry.is_dir() and not entry.is_symlink():
-            if any(path.is_symlink() or (path.is_file() and not path.name.endswith(".incomplete"))
-                   for path in entry.rglob("*")):
+            if any(
+                path.is_symlink() or (path.is_file() and not path.name.endswith(".incomplete"))
+                for path in entry.rglob("*")
+            ):
                 return False
         elif not (LEFTOVER.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink()):
             return False
@@ -82,8 +86,10 @@ def check_destination(dest: Path) -> None:
         return
     if not dest.is_dir():
         raise FetchError(f"--dir {dest} is {what}; pass a new or empty folder. Nothing was written.")
-    raise FetchError(f"--dir {dest} is {what} (no {MARKER}); fetching would overwrite or delete files in it. "
-                     f"Pass a new or empty folder, e.g. --dir {dest / 'klein-4b'}; nothing was written.")
+    raise FetchError(
+        f"--dir {dest} is {what} (no {MARKER}); fetching would overwrite or delete files in it. "
+        f"Pass a new or empty folder, e.g. --dir {dest / 'klein-4b'}; nothing was written."
+    )
 
 
 def mark(dest: Path) -> None:

@@ -56,13 +56,16 @@ def check_replaceable(path: Path, *, what: str) -> None:
     except OSError as exc:
         raise OutputError(f"{what} {path}: cannot be inspected ({exc.strerror}).") from exc
     if stat.S_ISLNK(mode):
-        raise OutputError(f"{what} {path} is a symlink; klein-web does not replace links. Pass the real path or a "
-                          "new file name.")
+        raise OutputError(
+            f"{what} {path} is a symlink; klein-web does not replace links. Pass the real path or a new file name."
+        )
     if stat.S_ISDIR(mode):
         raise OutputError(f"{what} {path} is a folder; pass a file path, e.g. {Path(path) / 'out.png'}.")
     if not stat.S_ISREG(mode):
-        raise OutputError(f"{what} {path} is not a regular file (a device, pipe or socket); klein-web only writes "
-                          "regular files. Pass a file path.")
+        raise OutputError(
+            f"{what} {path} is not a regular file (a device, pipe or socket); klein-web only writes "
+            "regular files. Pass a file path."
+        )
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, what: str = "output") -> None:
@@ -107,8 +110,9 @@ def probe_writable(folder: Path, *, what: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".klein-write-test-")
     except OSError as exc:
-        raise OutputError(f"{what}: cannot write in {folder} ({exc.strerror}). Choose a folder you can write to."
-                          ) from exc
+        raise OutputError(
+            f"{what}: cannot write in {folder} ({exc.strerror}). Choose a folder you can write to."
+        ) from exc
     os.close(fd)
     Path(tmp).unlink(missing_ok=True)
 
@@ -191,9 +195,7 @@ def clean_stale_staging(parent: Path, names: tuple[str, ...], *, log: Callable[[
     """Remove `.NAME.partial-*` / `.NAME.old-*` folders in `parent` left by a killed run; says what went."""
     if not Path(parent).is_dir():
         return []
-    pattern = re.compile(
-        r"\.(?P<name>.+)\.(?:" + "|".join(STAGING_KINDS) + r")-(?:(?P<pid>\d+)-)?[A-Za-z0-9_]+"
-    )
+    pattern = re.compile(r"\.(?P<name>.+)\.(?:" + "|".join(STAGING_KINDS) + r")-(?:(?P<pid>\d+)-)?[A-Za-z0-9_]+")
     removed = []
     now = time.time()
     for entry in sorted(Path(parent).iterdir()):

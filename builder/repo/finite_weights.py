@@ -32,12 +32,18 @@ def non_finite_tensors(path: Path) -> list[str]:
         if tensor.data_location == TensorProto.EXTERNAL:
             info = {entry.key: entry.value for entry in tensor.external_data}
             count = int(info.get("length", "0")) // np.dtype(dtype).itemsize
-            values: np.ndarray = np.memmap(path.parent / info["location"], dtype=dtype, mode="r",
-                               offset=int(info.get("offset", "0")), shape=(count,))
+            values: np.ndarray = np.memmap(
+                path.parent / info["location"],
+                dtype=dtype,
+                mode="r",
+                offset=int(info.get("offset", "0")),
+                shape=(count,),
+            )
         else:
             values = onnx.numpy_helper.to_array(tensor).reshape(-1)
-        if any(not np.isfinite(values[start:start + BLOCK_VALUES]).all()
-               for start in range(0, values.size, BLOCK_VALUES)):
+        if any(
+            not np.isfinite(values[start : start + BLOCK_VALUES]).all() for start in range(0, values.size, BLOCK_VALUES)
+        ):
             bad.append(tensor.name)
         del values
     return bad
@@ -48,5 +54,7 @@ def check_finite_graph(path: Path, *, what: str) -> None:
     bad = non_finite_tensors(path)
     if bad:
         shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-        raise ConversionError(f"{what}: the graph {path.name} holds NaN or infinite weights ({shown}); nothing was "
-                              "replaced. Give the LoRA(s) a smaller scale, or use other files.")
+        raise ConversionError(
+            f"{what}: the graph {path.name} holds NaN or infinite weights ({shown}); nothing was "
+            "replaced. Give the LoRA(s) a smaller scale, or use other files."
+        )

@@ -37,8 +37,9 @@ class RMSNormOp(torch.autograd.Function):
 
     @staticmethod
     def symbolic(g: Any, x: Any, weight: Any, eps: float) -> Any:
-        return _like(g.op("SimplifiedLayerNormalization", x, weight, axis_i=-1, epsilon_f=eps, stash_type_i=1),
-                     x, dynamic=(0, 1))
+        return _like(
+            g.op("SimplifiedLayerNormalization", x, weight, axis_i=-1, epsilon_f=eps, stash_type_i=1), x, dynamic=(0, 1)
+        )
 
 
 class RotaryEmbedding(torch.autograd.Function):
@@ -52,8 +53,15 @@ class RotaryEmbedding(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(_ctx: Any, x: torch.Tensor, _offset: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                heads: int, interleaved: bool) -> torch.Tensor:
+    def forward(
+        _ctx: Any,
+        x: torch.Tensor,
+        _offset: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        heads: int,
+        interleaved: bool,
+    ) -> torch.Tensor:
         if interleaved:
             pairs = x.reshape(*x.shape[:-1], heads, -1, 2)  # [B, S, H, D/2, 2]
             real, imag = pairs[..., 0], pairs[..., 1]
@@ -65,8 +73,15 @@ class RotaryEmbedding(torch.autograd.Function):
     @staticmethod
     def symbolic(g: Any, x: Any, offset: Any, cos: Any, sin: Any, heads: int, interleaved: bool) -> Any:
         # num_heads tells a 3D input's head size; a 4D input [B, heads, S, D] carries it in its shape.
-        out = g.op("com.microsoft::RotaryEmbedding", x, offset, cos, sin, interleaved_i=int(interleaved),
-                   num_heads_i=heads if interleaved else 0)
+        out = g.op(
+            "com.microsoft::RotaryEmbedding",
+            x,
+            offset,
+            cos,
+            sin,
+            interleaved_i=int(interleaved),
+            num_heads_i=heads if interleaved else 0,
+        )
         # Flux's output stays untyped: typed, it would let the exporter freeze the joint token count that
         # diffusers' split_with_sizes reads back from the attention output (the width is known downstream
         # anyway). Qwen3's needs its type, or the prompt embedding's width would be unknown.

@@ -65,8 +65,9 @@ def fetch(repo: str, *, revision: str, dest: Path, log: Callable[[str], None]) -
         missing_bytes = sum(f.size - have_bytes(dest, f) for f in wanted)
         _check_disk_space(dest, missing_bytes)
         total = sum(f.size for f in wanted)
-        log(f"fetch: {len(wanted)} files, {gigabytes(total)} in all, {gigabytes(missing_bytes)} to download "
-            f"into {dest}")
+        log(
+            f"fetch: {len(wanted)} files, {gigabytes(total)} in all, {gigabytes(missing_bytes)} to download into {dest}"
+        )
 
         # 4 + 5. Download and verify (the old manifest goes first: the folder is incomplete until step 6)
         (dest / manifest.MANIFEST_NAME).unlink(missing_ok=True)
@@ -80,8 +81,9 @@ def fetch(repo: str, *, revision: str, dest: Path, log: Callable[[str], None]) -
         files = {f.path: manifest.FileEntry(size=f.size, sha256=sha256[f.path]) for f in wanted}
         result = manifest.Manifest(
             source=f"{repo}@{commit}",
-            converter=repo_manifest.converter if repo_manifest else "unknown (Hub repo without manifest.json; "
-            f"seed layout assumed by klein-web {__version__} fetch)",
+            converter=repo_manifest.converter
+            if repo_manifest
+            else f"unknown (Hub repo without manifest.json; seed layout assumed by klein-web {__version__} fetch)",
             files=files,
             graphs=graphs,
             loras=repo_manifest.loras if repo_manifest else [],
@@ -116,8 +118,9 @@ def _repo_files(repo: str, revision: str) -> tuple[str, dict[str, RemoteFile]]:
     try:
         info = HfApi().model_info(repo, revision=revision, files_metadata=True)
     except GatedRepoError as exc:
-        raise FetchError(f"Repository {repo!r} is gated: accept its terms on the Hub and log in with "
-                         "`hf auth login`.") from exc
+        raise FetchError(
+            f"Repository {repo!r} is gated: accept its terms on the Hub and log in with `hf auth login`."
+        ) from exc
     except RepositoryNotFoundError as exc:
         raise FetchError(
             f"Repository {repo!r} was not found on {endpoint}. Check the name (e.g. kny/FLUX.2-klein-4B-onnx-web); "
@@ -144,8 +147,10 @@ def _repo_files(repo: str, revision: str) -> tuple[str, dict[str, RemoteFile]]:
         reason = paths.unsafe_reason(sibling.rfilename)
         if reason is not None:
             # A hostile mirror (or HF_ENDPOINT) must not make us write outside --dir.
-            raise FetchError(f"The Hub at {endpoint} lists a file {sibling.rfilename!r} in {repo!r} that {reason}; "
-                             "refusing to download from it. Check HF_ENDPOINT.")
+            raise FetchError(
+                f"The Hub at {endpoint} lists a file {sibling.rfilename!r} in {repo!r} that {reason}; "
+                "refusing to download from it. Check HF_ENDPOINT."
+            )
         if sibling.size is None:
             raise FetchError(f"The Hub returned no size for {sibling.rfilename} in {repo!r}; cannot verify it.")
         files[sibling.rfilename] = RemoteFile(
@@ -195,8 +200,10 @@ def _wanted_files(
     if repo_manifest is not None:
         for path, entry in repo_manifest.files.items():
             if entry.size != remote[path].size:
-                raise FetchError(f"{repo!r}: manifest.json says {path} has {entry.size} bytes, the Hub says "
-                                 f"{remote[path].size}. The repository is inconsistent; ask its maintainer.")
+                raise FetchError(
+                    f"{repo!r}: manifest.json says {path} has {entry.size} bytes, the Hub says "
+                    f"{remote[path].size}. The repository is inconsistent; ask its maintainer."
+                )
     # Small files first: a quick failure on a config is better than after 5 GB.
     return sorted((remote[p] for p in paths), key=lambda f: (f.size, f.path))
 

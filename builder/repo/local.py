@@ -44,8 +44,9 @@ def open_folder(repo_dir: Path, *, log: Log) -> manifest.Manifest:
     """The folder's manifest: manifest.json validated, or one built from a seed-layout folder's files."""
     repo_dir = Path(repo_dir)
     if not repo_dir.is_dir():
-        raise ModelRepoError(f"Model folder {repo_dir} does not exist. Create one with `klein-web fetch --dir "
-                             f"{repo_dir}`.")
+        raise ModelRepoError(
+            f"Model folder {repo_dir} does not exist. Create one with `klein-web fetch --dir {repo_dir}`."
+        )
     if (repo_dir / manifest.MANIFEST_NAME).exists():
         return manifest.load(repo_dir)
     present = present_files(repo_dir)
@@ -60,8 +61,10 @@ def open_folder(repo_dir: Path, *, log: Log) -> manifest.Manifest:
     missing = [rel for rel in (*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG) if rel not in rels]
     missing += [rel for graph in graphs for rel in graph.files() if rel not in present]
     if missing:
-        raise ModelRepoError(f"{repo_dir} (seed layout, no {manifest.MANIFEST_NAME}) lacks {', '.join(missing)}. "
-                             f"Complete it with `klein-web fetch --dir {repo_dir}`.")
+        raise ModelRepoError(
+            f"{repo_dir} (seed layout, no {manifest.MANIFEST_NAME}) lacks {', '.join(missing)}. "
+            f"Complete it with `klein-web fetch --dir {repo_dir}`."
+        )
     log(f"no {manifest.MANIFEST_NAME}: sizes and hashes taken from the files in {repo_dir}")
     return manifest.Manifest(
         source=f"local folder {repo_dir.resolve()}",

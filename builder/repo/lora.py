@@ -112,8 +112,9 @@ def load(spec: LoraSpec, *, log: Callable[[str], None] = lambda _m: None) -> Lor
     fmt, state, alphas = to_diffusers_layout(state, where=where, log=log)
     config = _adapter_config(metadata, where)
     if alphas and config.r is not None:
-        raise ConversionError(f"{where} has both alpha tensors and a LoRA config in its metadata; which alpha "
-                              "applies is ambiguous.")
+        raise ConversionError(
+            f"{where} has both alpha tensors and a LoRA config in its metadata; which alpha applies is ambiguous."
+        )
     pairs = _pairs(state, config, alphas, scale=spec.scale, where=where)
     return Lora(file=path.name, sha256=_sha256(path), scale=spec.scale, format=fmt, pairs=tuple(pairs))
 
@@ -126,8 +127,11 @@ def _read_safetensors(path: Path, where: str) -> tuple[dict[str, Any], dict[str,
     try:
         read_header(path)  # a clear "not a safetensors file" for pickles, zips and the like
     except ConversionError as exc:
-        hint = (" Only .safetensors LoRA files are read (no pickles)." if "not a safetensors file" in str(exc)
-                else " Use an intact copy of the file (download or save it again).")
+        hint = (
+            " Only .safetensors LoRA files are read (no pickles)."
+            if "not a safetensors file" in str(exc)
+            else " Use an intact copy of the file (download or save it again)."
+        )
         raise ConversionError(f"--lora: {exc}{hint}") from None
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
@@ -150,8 +154,9 @@ def _few(keys: Iterable[str]) -> str:
     return shown + (f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else "")
 
 
-def to_diffusers_layout(state: dict[str, Any], *, where: str, log: Callable[[str], None] = lambda _m: None
-                        ) -> tuple[str, dict[str, Any], dict[str, float]]:
+def to_diffusers_layout(
+    state: dict[str, Any], *, where: str, log: Callable[[str], None] = lambda _m: None
+) -> tuple[str, dict[str, Any], dict[str, float]]:
     """The steps of `Flux2LoraLoaderMixin.lora_state_dict` / `load_lora_adapter`, refusing where diffusers would
     drop keys silently or warn: (name of the format found, `<module>.lora_A/B.weight` state dict, alphas).
 
@@ -168,8 +173,10 @@ def to_diffusers_layout(state: dict[str, Any], *, where: str, log: Callable[[str
         state = {key: value for key, value in state.items() if "dora_scale" not in key}
     text_encoder = [key for key in state if key.startswith(TEXT_ENCODER_PREFIXES)]
     if text_encoder:
-        raise ConversionError(f"{where}: text-encoder LoRA weights are not supported (klein-web merges transformer "
-                              f"LoRAs only): {_few(text_encoder)}.")
+        raise ConversionError(
+            f"{where}: text-encoder LoRA weights are not supported (klein-web merges transformer "
+            f"LoRAs only): {_few(text_encoder)}."
+        )
     if any(".lokr_" in key for key in state):
         raise ConversionError(f"{where} is a LoKr adapter; only LoRA (low-rank A/B factors) is supported.")
 
@@ -180,8 +187,10 @@ def to_diffusers_layout(state: dict[str, Any], *, where: str, log: Callable[[str
             with _quiet_diffusers():  # its warning about the rest would come before the error below says the same
                 state = conversion._convert_kohya_flux2_lora_to_diffusers(remaining)
         except (ValueError, IndexError, RuntimeError, KeyError, TypeError) as exc:
-            raise ConversionError(f"{where}: kohya factors that do not fit a FLUX.2 layer (a fused qkv's lora_up "
-                                  f"rows must split in three equal parts): {_first_line(exc)}.") from None
+            raise ConversionError(
+                f"{where}: kohya factors that do not fit a FLUX.2 layer (a fused qkv's lora_up "
+                f"rows must split in three equal parts): {_first_line(exc)}."
+            ) from None
         if remaining:
             raise ConversionError(f"{where}: kohya keys that name no FLUX.2 transformer layer: {_few(remaining)}.")
     else:
@@ -208,12 +217,16 @@ def to_diffusers_layout(state: dict[str, Any], *, where: str, log: Callable[[str
 
     not_lora = [key for key in state if "lora" not in key]
     if not_lora:
-        raise ConversionError(f"{where}: not a LoRA in a format diffusers loads for FLUX.2 (keys without lora_A/B "
-                              f"or lora_down/up: {_few(not_lora)}).")
+        raise ConversionError(
+            f"{where}: not a LoRA in a format diffusers loads for FLUX.2 (keys without lora_A/B "
+            f"or lora_down/up: {_few(not_lora)})."
+        )
     outside = [key for key in state if not key.startswith("transformer.")]
     if outside:
-        raise ConversionError(f"{where}: keys that belong to no transformer layer (diffusers expects "
-                              f"'transformer.<module>.lora_A.weight'): {_few(outside)}.")
+        raise ConversionError(
+            f"{where}: keys that belong to no transformer layer (diffusers expects "
+            f"'transformer.<module>.lora_A.weight'): {_few(outside)}."
+        )
     state = {key.removeprefix("transformer."): value for key, value in state.items()}
     if not any("lora_A" in key or "lora_B" in key for key in state):
         state = convert_unet_state_dict_to_peft(state)  # older diffusers names: `.lora.down.weight`, `to_q_lora.up`
@@ -269,8 +282,9 @@ def _adapter_config(metadata: dict[str, str], where: str) -> AdapterConfig:
         return AdapterConfig()
     try:
         packed = json.loads(raw)
-        config = {key.removeprefix("transformer."): value for key, value in packed.items()
-                  if key.startswith("transformer.")}
+        config = {
+            key.removeprefix("transformer."): value for key, value in packed.items() if key.startswith("transformer.")
+        }
     except (ValueError, AttributeError) as exc:
         raise ConversionError(f"{where}: its {METADATA_KEY} is not a JSON object ({exc}).") from None
     if not config:
@@ -288,29 +302,37 @@ def _adapter_config(metadata: dict[str, str], where: str) -> AdapterConfig:
             use_rslora=bool(config.get("use_rslora", False)),
         )
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-        raise ConversionError(f"{where}: its {METADATA_KEY} is not a LoRA config ({type(exc).__name__}: {exc})."
-                              ) from None
+        raise ConversionError(
+            f"{where}: its {METADATA_KEY} is not a LoRA config ({type(exc).__name__}: {exc})."
+        ) from None
     for field_name, patterns in (("rank_pattern", adapter.rank_pattern), ("alpha_pattern", adapter.alpha_pattern)):
         for pattern in patterns or {}:
             try:
                 re.compile(rf"(.*\.)?({pattern})$")
             except (re.error, RecursionError, OverflowError) as exc:
-                raise ConversionError(f"{where}: its {METADATA_KEY} has the {field_name} key {pattern!r}, which is "
-                                      f"not a regular expression ({exc}); fix the file's metadata.") from None
+                raise ConversionError(
+                    f"{where}: its {METADATA_KEY} has the {field_name} key {pattern!r}, which is "
+                    f"not a regular expression ({exc}); fix the file's metadata."
+                ) from None
     alphas = {"lora_alpha": adapter.lora_alpha} if adapter.lora_alpha is not None else {}
     alphas.update({f"alpha_pattern[{k!r}]": v for k, v in (adapter.alpha_pattern or {}).items()})
     for name, value in alphas.items():
         if not math.isfinite(value):
-            raise ConversionError(f"{where}: its {METADATA_KEY} gives {name} = {value}; an alpha must be a finite "
-                                  "number. Fix the file's metadata or use another file.")
+            raise ConversionError(
+                f"{where}: its {METADATA_KEY} gives {name} = {value}; an alpha must be a finite "
+                "number. Fix the file's metadata or use another file."
+            )
     if (adapter.r is not None and adapter.r <= 0) or any(v <= 0 for v in (adapter.rank_pattern or {}).values()):
-        raise ConversionError(f"{where}: its {METADATA_KEY} gives a rank (r) that is not positive; "
-                              "fix the file's metadata or use another file.")
+        raise ConversionError(
+            f"{where}: its {METADATA_KEY} gives a rank (r) that is not positive; "
+            "fix the file's metadata or use another file."
+        )
     return adapter
 
 
-def _pairs(state: dict[str, Any], config: AdapterConfig, alphas: dict[str, float], *, scale: float, where: str
-           ) -> list[LoraPair]:
+def _pairs(
+    state: dict[str, Any], config: AdapterConfig, alphas: dict[str, float], *, scale: float, where: str
+) -> list[LoraPair]:
     """Group `<module>.lora_A.weight` / `<module>.lora_B.weight` into one update per module."""
     import torch
 
@@ -323,8 +345,10 @@ def _pairs(state: dict[str, Any], config: AdapterConfig, alphas: dict[str, float
             continue
         halves.setdefault(match.group(1), {})[match.group(2)] = value
     if unsupported:
-        raise ConversionError(f"{where}: keys other than lora_A/lora_B weights (LoRA biases, DoRA magnitudes, "
-                              f"embeddings are not supported): {_few(unsupported)}.")
+        raise ConversionError(
+            f"{where}: keys other than lora_A/lora_B weights (LoRA biases, DoRA magnitudes, "
+            f"embeddings are not supported): {_few(unsupported)}."
+        )
     pairs = []
     for module in sorted(halves):
         half = halves[module]
@@ -333,19 +357,29 @@ def _pairs(state: dict[str, Any], config: AdapterConfig, alphas: dict[str, float
             raise ConversionError(f"{where}: {module} has no {missing}.weight.")
         down, up = (half[k].to(torch.float32).numpy() for k in ("A", "B"))
         if down.ndim != 2 or up.ndim != 2 or up.shape[1] != down.shape[0]:
-            raise ConversionError(f"{where}: {module}'s lora_A {list(down.shape)} and lora_B {list(up.shape)} are "
-                                  "not the factors of one low-rank update.")
+            raise ConversionError(
+                f"{where}: {module}'s lora_A {list(down.shape)} and lora_B {list(up.shape)} are "
+                "not the factors of one low-rank update."
+            )
         for half_name, array in (("lora_A", down), ("lora_B", up)):
-            check_finite(array, f"{where}: {module}.{half_name}.weight",
-                         "use a LoRA whose weights are all numbers (its training may have diverged).")
+            check_finite(
+                array,
+                f"{where}: {module}.{half_name}.weight",
+                "use a LoRA whose weights are all numbers (its training may have diverged).",
+            )
         rank = int(down.shape[0])
         factor = scale * (alphas[module] / rank if module in alphas else config.factor(module, rank, where))
         if not math.isfinite(factor):
-            raise ConversionError(f"{where}: {module}'s scale (--lora scale {scale:g} times alpha / rank) is {factor:g}"
-                                  ", not a usable number; give a smaller scale or fix the file's alpha.")
+            raise ConversionError(
+                f"{where}: {module}'s scale (--lora scale {scale:g} times alpha / rank) is {factor:g}"
+                ", not a usable number; give a smaller scale or fix the file's alpha."
+            )
         pair = LoraPair(module=module, down=np.ascontiguousarray(down), up=np.ascontiguousarray(up), factor=factor)
-        check_finite(pair.delta(), f"{where}: {module}'s update (scale {scale:g})",
-                     "give a smaller --lora scale or use another file.")
+        check_finite(
+            pair.delta(),
+            f"{where}: {module}'s update (scale {scale:g})",
+            "give a smaller --lora scale or use another file.",
+        )
         pairs.append(pair)
     if not pairs:
         raise ConversionError(f"{where} holds no LoRA weights for the transformer.")
@@ -362,8 +396,9 @@ def check_finite(array: np.ndarray, what: str, advice: str) -> None:
         raise ConversionError(f"{what} holds {bad} NaN or infinite value(s); {advice}")
     peak = float(np.max(np.abs(array))) if array.size else 0.0
     if peak > MAX_WEIGHT:
-        raise ConversionError(f"{what} reaches {peak:.3g}, beyond the {MAX_WEIGHT:g} a weight may have (float16's "
-                              f"range); {advice}")
+        raise ConversionError(
+            f"{what} reaches {peak:.3g}, beyond the {MAX_WEIGHT:g} a weight may have (float16's range); {advice}"
+        )
 
 
 def _sha256(path: Path) -> str:
@@ -376,6 +411,7 @@ def _sha256(path: Path) -> str:
 
 # --------------------------------------------------------------------------------------------------------
 # Merging into a transformer: a skeleton (weights read later from the checkpoint) or a module with its weights.
+
 
 def merge(transformer: Any, loras: Iterable[Lora]) -> int:
     """Add every LoRA's updates, in order, to `transformer`'s Linear weights; returns how many layers changed.
@@ -395,18 +431,26 @@ def merge(transformer: Any, loras: Iterable[Lora]) -> int:
             if layer is None:
                 unknown.append(pair.module)
             elif not isinstance(layer, nn.Linear):
-                raise ConversionError(f"--lora {lora.file}: {pair.module} is a {type(layer).__name__} of the "
-                                      "transformer, not a Linear layer; only Linear layers take a LoRA.")
+                raise ConversionError(
+                    f"--lora {lora.file}: {pair.module} is a {type(layer).__name__} of the "
+                    "transformer, not a Linear layer; only Linear layers take a LoRA."
+                )
             elif tuple(layer.weight.shape) != (pair.up.shape[0], pair.down.shape[1]):
-                problems.append(f"{pair.module}: the LoRA gives [{pair.up.shape[0]}, {pair.down.shape[1]}] "
-                                f"(lora_B {list(pair.up.shape)} @ lora_A {list(pair.down.shape)}), the layer's weight "
-                                f"is {list(layer.weight.shape)}")
+                problems.append(
+                    f"{pair.module}: the LoRA gives [{pair.up.shape[0]}, {pair.down.shape[1]}] "
+                    f"(lora_B {list(pair.up.shape)} @ lora_A {list(pair.down.shape)}), the layer's weight "
+                    f"is {list(layer.weight.shape)}"
+                )
         if unknown:
-            raise ConversionError(f"--lora {lora.file}: {len(unknown)} LoRA target(s) match no layer of this "
-                                  f"transformer: {_few(unknown)}. Is it a LoRA for another model?")
+            raise ConversionError(
+                f"--lora {lora.file}: {len(unknown)} LoRA target(s) match no layer of this "
+                f"transformer: {_few(unknown)}. Is it a LoRA for another model?"
+            )
         if problems:
-            raise ConversionError(f"--lora {lora.file}: shapes do not fit this transformer: {'; '.join(problems[:3])}"
-                                  ". Is it a LoRA for another FLUX.2 size (4B / 9B)?")
+            raise ConversionError(
+                f"--lora {lora.file}: shapes do not fit this transformer: {'; '.join(problems[:3])}"
+                ". Is it a LoRA for another FLUX.2 size (4B / 9B)?"
+            )
 
     targets: dict[str, list[LoraPair]] = {}
     for lora in loras:

@@ -222,20 +222,23 @@ def seed_layout_graphs(present: Collection[str], *, where: str) -> list[GraphEnt
             pattern = re.compile(rf"{re.escape(component)}/{re.escape(base)}(?:_([1-9]\d{{0,3}}))?")
             indices = sorted(int(m.group(1) or 0) for rel in present if (m := pattern.fullmatch(rel)))
             if indices != list(range(len(indices))):
-                raise ModelRepoError(f"{where}: the external-data files of {component}_{variant}.onnx have gaps: "
-                                     f"{indices}.")
+                raise ModelRepoError(
+                    f"{where}: the external-data files of {component}_{variant}.onnx have gaps: {indices}."
+                )
             known = seed.get((component, variant))
-            graphs.append(GraphEntry(
-                component=component,
-                variant=variant,
-                path=path,
-                external_data=external_data_names(component, variant, len(indices)),
-                precision=known.precision if known else variant,
-                inputs=CONTRACT[component][0],
-                outputs=CONTRACT[component][1],
-                requires_f16=known.requires_f16 if known else variant in ("fp16", "q4f16"),
-                cpu_nodes_without_f16=list(known.cpu_nodes_without_f16) if known else [],
-            ))
+            graphs.append(
+                GraphEntry(
+                    component=component,
+                    variant=variant,
+                    path=path,
+                    external_data=external_data_names(component, variant, len(indices)),
+                    precision=known.precision if known else variant,
+                    inputs=CONTRACT[component][0],
+                    outputs=CONTRACT[component][1],
+                    requires_f16=known.requires_f16 if known else variant in ("fp16", "q4f16"),
+                    cpu_nodes_without_f16=list(known.cpu_nodes_without_f16) if known else [],
+                )
+            )
         if component in COMPONENTS and not any(g.component == component for g in graphs):
             raise ModelRepoError(
                 f"{where} has no {component} graph ({component}/{component}_<variant>.onnx) and no {MANIFEST_NAME}: "
@@ -252,8 +255,11 @@ def seed_layout_files(present: Collection[str], graphs: list[GraphEntry]) -> lis
     """What a seed-layout repo's manifest lists: the graphs' files, tokenizer/*, scheduler/*, the licence and the
     step previews' map when it has one."""
     wanted = {rel for graph in graphs for rel in graph.files()}
-    wanted |= {rel for rel in present if rel.startswith(("tokenizer/", "scheduler/")) or rel in EXTRA_FILES
-               or rel == PREVIEW_MAP_FILE}
+    wanted |= {
+        rel
+        for rel in present
+        if rel.startswith(("tokenizer/", "scheduler/")) or rel in EXTRA_FILES or rel == PREVIEW_MAP_FILE
+    }
     return sorted(wanted)
 
 
@@ -261,8 +267,13 @@ def seed_layout_files(present: Collection[str], graphs: list[GraphEntry]) -> lis
 MAX_FILE_SIZE = 1 << 40
 SHA256 = re.compile(r"[0-9a-f]{64}")
 GRAPH_KEYS = {"component", "variant", "path", "external_data", "precision", "inputs", "outputs"}
-OPTIONAL_GRAPH_KEYS = {"requires_f16", "cpu_nodes_without_f16", "attention_query_blocks", "attention_max_tokens",
-                       "attention_heads"}
+OPTIONAL_GRAPH_KEYS = {
+    "requires_f16",
+    "cpu_nodes_without_f16",
+    "attention_query_blocks",
+    "attention_max_tokens",
+    "attention_heads",
+}
 
 
 class _Invalid(Exception):
@@ -293,13 +304,20 @@ def _tensors(value: object, where: str) -> list[TensorSpec]:
     items: list[Any] = value  # type: ignore[assignment]
     for i, item in enumerate(items):
         at = f"{where}[{i}]"
-        _require(isinstance(item, dict) and set(item) == {"name", "dtype", "shape"}, at,
-                 "must be an object with exactly name, dtype and shape")
+        _require(
+            isinstance(item, dict) and set(item) == {"name", "dtype", "shape"},
+            at,
+            "must be an object with exactly name, dtype and shape",
+        )
         name, dtype = _string(item, "name", at + "."), _string(item, "dtype", at + ".")
         shape = item["shape"]
-        _require(isinstance(shape, list) and len(shape) <= 8 and all(
-            _int_in(d, 0, 2**31 - 1) or (isinstance(d, str) and 0 < len(d) <= 64) for d in shape),
-            at + ".shape", "must be a list of non-negative integers or dimension names")
+        _require(
+            isinstance(shape, list)
+            and len(shape) <= 8
+            and all(_int_in(d, 0, 2**31 - 1) or (isinstance(d, str) and 0 < len(d) <= 64) for d in shape),
+            at + ".shape",
+            "must be a list of non-negative integers or dimension names",
+        )
         specs.append(TensorSpec(name=name, dtype=dtype, shape=list(shape)))
     return specs
 
@@ -308,8 +326,11 @@ def _count(g: dict[str, Any], key: str, where: str, *, nullable: bool) -> int | 
     value = g.get(key, None if nullable else 1)
     if value is None and nullable:
         return None
-    _require(_int_in(value, 1, 2**31 - 1), where + key,
-             f"must be a positive integer{' or null' if nullable else ''}, got {value!r}")
+    _require(
+        _int_in(value, 1, 2**31 - 1),
+        where + key,
+        f"must be a positive integer{' or null' if nullable else ''}, got {value!r}",
+    )
     return int(value)  # type: ignore[arg-type]
 
 
@@ -329,24 +350,38 @@ def _graph(g: object, i: int) -> GraphEntry:
     path = _string(g, "path", where)
     reason = paths.unsafe_reason(path)
     _require(reason is None, where + "path", f"{path!r} {reason}")
-    _require(path.startswith(f"{component}/") and path.endswith(".onnx") and path.count("/") == 1, where + "path",
-             f"must name an .onnx file in {component}/, got {path!r}")
+    _require(
+        path.startswith(f"{component}/") and path.endswith(".onnx") and path.count("/") == 1,
+        where + "path",
+        f"must name an .onnx file in {component}/, got {path!r}",
+    )
     data = g["external_data"]
     _require(isinstance(data, list), where + "external_data", "must be a list of bare file names")
     for name in data:
         reason = paths.unsafe_reason(name)
-        _require(reason is None and "/" not in name, where + "external_data",
-                 f"entry {name!r} must be a bare file name ({reason or 'it has a /'})")
+        _require(
+            reason is None and "/" not in name,
+            where + "external_data",
+            f"entry {name!r} must be a bare file name ({reason or 'it has a /'})",
+        )
     nodes = g.get("cpu_nodes_without_f16", [])
-    _require(isinstance(nodes, list) and all(isinstance(n, str) for n in nodes), where + "cpu_nodes_without_f16",
-             "must be a list of node names")
+    _require(
+        isinstance(nodes, list) and all(isinstance(n, str) for n in nodes),
+        where + "cpu_nodes_without_f16",
+        "must be a list of node names",
+    )
     requires_f16 = g.get("requires_f16", False)
     _require(isinstance(requires_f16, bool), where + "requires_f16", f"must be true or false, got {requires_f16!r}")
     return GraphEntry(
-        component=component, variant=variant, path=path, external_data=list(data),
+        component=component,
+        variant=variant,
+        path=path,
+        external_data=list(data),
         precision=_string(g, "precision", where),
-        inputs=_tensors(g["inputs"], where + "inputs"), outputs=_tensors(g["outputs"], where + "outputs"),
-        requires_f16=requires_f16, cpu_nodes_without_f16=list(nodes),
+        inputs=_tensors(g["inputs"], where + "inputs"),
+        outputs=_tensors(g["outputs"], where + "outputs"),
+        requires_f16=requires_f16,
+        cpu_nodes_without_f16=list(nodes),
         attention_query_blocks=int(_count(g, "attention_query_blocks", where, nullable=False) or 1),
         attention_max_tokens=_count(g, "attention_max_tokens", where, nullable=True),
         attention_heads=_count(g, "attention_heads", where, nullable=True),
@@ -357,15 +392,22 @@ def _file(rel: object, entry: object) -> FileEntry:
     where = f"files[{rel!r}]"
     reason = paths.unsafe_reason(rel)
     _require(reason is None, f"files key {rel!r}", f"{reason}: a model file must be a relative path in the folder")
-    _require(isinstance(entry, dict) and set(entry) <= {"size", "sha256"} and "size" in entry, where,
-             "must be an object {size, sha256}")
+    _require(
+        isinstance(entry, dict) and set(entry) <= {"size", "sha256"} and "size" in entry,
+        where,
+        "must be an object {size, sha256}",
+    )
     assert isinstance(entry, dict)
     size = entry["size"]
-    _require(_int_in(size, 0, MAX_FILE_SIZE), where + ".size",
-             f"must be an integer from 0 to {MAX_FILE_SIZE}, got {size!r}")
+    _require(
+        _int_in(size, 0, MAX_FILE_SIZE), where + ".size", f"must be an integer from 0 to {MAX_FILE_SIZE}, got {size!r}"
+    )
     sha256 = entry.get("sha256")
-    _require(sha256 is None or (isinstance(sha256, str) and SHA256.fullmatch(sha256) is not None),
-             where + ".sha256", f"must be 64 lowercase hex digits (or null), got {sha256!r}")
+    _require(
+        sha256 is None or (isinstance(sha256, str) and SHA256.fullmatch(sha256) is not None),
+        where + ".sha256",
+        f"must be 64 lowercase hex digits (or null), got {sha256!r}",
+    )
     return FileEntry(size=size, sha256=sha256)
 
 
@@ -373,23 +415,38 @@ MAX_LORAS = 64
 
 
 def _loras(value: object) -> list[LoraEntry]:
-    _require(isinstance(value, list) and len(value) <= MAX_LORAS, "loras",
-             f"must be a list of at most {MAX_LORAS} {{file, sha256, scale}}")
+    _require(
+        isinstance(value, list) and len(value) <= MAX_LORAS,
+        "loras",
+        f"must be a list of at most {MAX_LORAS} {{file, sha256, scale}}",
+    )
     entries = []
     items: list[Any] = value  # type: ignore[assignment]
     for i, item in enumerate(items):
         at = f"loras[{i}]"
-        _require(isinstance(item, dict) and set(item) == {"file", "sha256", "scale"}, at,
-                 "must be an object with exactly file, sha256 and scale")
+        _require(
+            isinstance(item, dict) and set(item) == {"file", "sha256", "scale"},
+            at,
+            "must be an object with exactly file, sha256 and scale",
+        )
         name = _string(item, "file", at + ".")
-        _require(0 < len(name) <= 255 and "/" not in name and "\\" not in name and "\x00" not in name, at + ".file",
-                 f"must be a bare file name, got {name!r}")
+        _require(
+            0 < len(name) <= 255 and "/" not in name and "\\" not in name and "\x00" not in name,
+            at + ".file",
+            f"must be a bare file name, got {name!r}",
+        )
         sha256 = item["sha256"]
-        _require(isinstance(sha256, str) and SHA256.fullmatch(sha256) is not None, at + ".sha256",
-                 f"must be 64 lowercase hex digits, got {sha256!r}")
+        _require(
+            isinstance(sha256, str) and SHA256.fullmatch(sha256) is not None,
+            at + ".sha256",
+            f"must be 64 lowercase hex digits, got {sha256!r}",
+        )
         scale = item["scale"]
-        _require(isinstance(scale, int | float) and not isinstance(scale, bool) and math.isfinite(scale),
-                 at + ".scale", f"must be a finite number, got {scale!r}")
+        _require(
+            isinstance(scale, int | float) and not isinstance(scale, bool) and math.isfinite(scale),
+            at + ".scale",
+            f"must be a finite number, got {scale!r}",
+        )
         entries.append(LoraEntry(file=name, sha256=sha256, scale=float(scale)))
     return entries
 
@@ -404,13 +461,17 @@ def _from_json(data: object, where: Path | str) -> Manifest:
         if not _is_int(version) or version < 1:
             raise _Invalid(f"format_version must be a positive integer, got {version!r}")
         if version > FORMAT_VERSION:
-            raise ModelRepoError(f"{where} is format version {version}; this klein-web reads up to {FORMAT_VERSION}. "
-                                 "Upgrade klein-web.")
+            raise ModelRepoError(
+                f"{where} is format version {version}; this klein-web reads up to {FORMAT_VERSION}. Upgrade klein-web."
+            )
         unknown = sorted(set(data) - {"format", "format_version", "source", "converter", "files", "graphs", "loras"})
         _require(not unknown, "the top level", f"has unknown field(s) {', '.join(map(repr, unknown))}")
         source, converter = _string(data, "source", ""), _string(data, "converter", "")
-        _require(isinstance(data.get("files"), dict) and bool(data["files"]), "files",
-                 "must be a non-empty object of {path: {size, sha256}}")
+        _require(
+            isinstance(data.get("files"), dict) and bool(data["files"]),
+            "files",
+            "must be a non-empty object of {path: {size, sha256}}",
+        )
         files = {str(rel): _file(rel, entry) for rel, entry in data["files"].items()}
         _require(isinstance(data.get("graphs"), list) and bool(data["graphs"]), "graphs", "must be a non-empty list")
         graphs = [_graph(g, i) for i, g in enumerate(data["graphs"])]
@@ -423,8 +484,9 @@ def _from_json(data: object, where: Path | str) -> Manifest:
             _require(rel in files, "files", f"does not list {rel}")
         loras = _loras(data["loras"]) if "loras" in data else []
     except _Invalid as exc:
-        raise ModelRepoError(f"{where} is malformed: {exc}. Re-create it with `klein-web fetch` or `klein-web "
-                             "convert`.") from None
+        raise ModelRepoError(
+            f"{where} is malformed: {exc}. Re-create it with `klein-web fetch` or `klein-web convert`."
+        ) from None
     return Manifest(source=source, converter=converter, files=files, graphs=graphs, loras=loras)
 
 
@@ -432,7 +494,9 @@ def load(repo_dir: Path) -> Manifest:
     """Read and validate `repo_dir/manifest.json`; a clear error when it is missing or malformed."""
     path = Path(repo_dir) / MANIFEST_NAME
     if not Path(repo_dir).is_dir():
-        raise ModelRepoError(f"Model folder {repo_dir} does not exist. Create one with `klein-web fetch --dir {repo_dir}`.")
+        raise ModelRepoError(
+            f"Model folder {repo_dir} does not exist. Create one with `klein-web fetch --dir {repo_dir}`."
+        )
     if not path.is_file():
         raise ModelRepoError(
             f"{path} is missing. A model folder needs the manifest that `klein-web fetch` or `klein-web convert` writes."
@@ -440,21 +504,25 @@ def load(repo_dir: Path) -> Manifest:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise ModelRepoError(f"{path} cannot be read ({exc}); re-create it with `klein-web fetch` or `convert`."
-                             ) from None
+        raise ModelRepoError(
+            f"{path} cannot be read ({exc}); re-create it with `klein-web fetch` or `convert`."
+        ) from None
     return parse(raw, path)
 
 
 def parse(text: bytes, where: Path | str) -> Manifest:
     """A manifest from bytes (read from a folder, or served), through the one schema check."""
     if len(text) > MAX_MANIFEST_BYTES:
-        raise ModelRepoError(f"{where} is {len(text)} bytes, more than a manifest ever needs "
-                             f"({MAX_MANIFEST_BYTES}); re-create it with `klein-web fetch` or `convert`.")
+        raise ModelRepoError(
+            f"{where} is {len(text)} bytes, more than a manifest ever needs "
+            f"({MAX_MANIFEST_BYTES}); re-create it with `klein-web fetch` or `convert`."
+        )
     try:
         data = json.loads(text.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ModelRepoError(f"{where} is not readable JSON ({exc}); re-create it with `klein-web fetch` or "
-                             "`convert`.") from None
+        raise ModelRepoError(
+            f"{where} is not readable JSON ({exc}); re-create it with `klein-web fetch` or `convert`."
+        ) from None
     return _from_json(data, where)
 
 

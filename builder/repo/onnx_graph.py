@@ -53,28 +53,77 @@ DATA_ALIGNMENT = 64
 # int64 shape/mask ops (Range, ConstantOfShape, And, ...) are placed on the CPU by onnxruntime, which is expected
 # and cheap.
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Neg", "Pow", "Sqrt", "Reciprocal", "Sigmoid", "Cast", "Clip"}
-_SHAPE_OPS = {"Constant", "Shape", "Reshape", "Concat", "Gather", "Slice", "Split", "Squeeze", "Unsqueeze",
-              "Transpose", "Expand"}
+_SHAPE_OPS = {
+    "Constant",
+    "Shape",
+    "Reshape",
+    "Concat",
+    "Gather",
+    "Slice",
+    "Split",
+    "Squeeze",
+    "Unsqueeze",
+    "Transpose",
+    "Expand",
+}
 ALLOWED_OPS: dict[str, frozenset[tuple[str, str]]] = {
     "transformer": frozenset(
-        {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Cos", "Sin", "Gemm", "LayerNormalization", "MatMul",
-                                                         "ReduceMean", "Softmax", "SimplifiedLayerNormalization"}}
+        {
+            ("", op)
+            for op in _ELEMENTWISE
+            | _SHAPE_OPS
+            | {
+                "Cos",
+                "Sin",
+                "Gemm",
+                "LayerNormalization",
+                "MatMul",
+                "ReduceMean",
+                "Softmax",
+                "SimplifiedLayerNormalization",
+            }
+        }
         | {(MS_DOMAIN, "MatMulNBits"), (MS_DOMAIN, "RotaryEmbedding")}
     ),
     "text_encoder": frozenset(
-        {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Cos", "Sin", "Gemm", "MatMul", "ReduceMean", "Softmax",
-                                                         "GatherND", "Range", "Where", "LessOrEqual", "And", "Max",
-                                                         "Equal", "ConstantOfShape", "SimplifiedLayerNormalization"}}
+        {
+            ("", op)
+            for op in _ELEMENTWISE
+            | _SHAPE_OPS
+            | {
+                "Cos",
+                "Sin",
+                "Gemm",
+                "MatMul",
+                "ReduceMean",
+                "Softmax",
+                "GatherND",
+                "Range",
+                "Where",
+                "LessOrEqual",
+                "And",
+                "Max",
+                "Equal",
+                "ConstantOfShape",
+                "SimplifiedLayerNormalization",
+            }
+        }
         | {(MS_DOMAIN, "MatMulNBits"), (MS_DOMAIN, "RotaryEmbedding"), (MS_DOMAIN, "GatherBlockQuantized")}
     ),
     "vae_decoder": frozenset(
-        {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Conv", "InstanceNormalization", "Resize", "Softmax",
-                                                         "MatMul", "Gemm"}}
+        {
+            ("", op)
+            for op in _ELEMENTWISE
+            | _SHAPE_OPS
+            | {"Conv", "InstanceNormalization", "Resize", "Softmax", "MatMul", "Gemm"}
+        }
     ),
     # Pad: each downsampling pads the right and bottom edges by one pixel before its stride-2 Conv.
     "vae_encoder": frozenset(
-        {("", op) for op in _ELEMENTWISE | _SHAPE_OPS | {"Conv", "InstanceNormalization", "Pad", "Softmax",
-                                                         "MatMul", "Gemm"}}
+        {
+            ("", op)
+            for op in _ELEMENTWISE | _SHAPE_OPS | {"Conv", "InstanceNormalization", "Pad", "Softmax", "MatMul", "Gemm"}
+        }
     ),
 }
 
@@ -133,8 +182,11 @@ def export_module(
     """
     import torch
 
-    with tempfile.TemporaryDirectory(prefix="klein-export-") as tmp, warnings.catch_warnings(), \
-            without_untyped_op_warnings():
+    with (
+        tempfile.TemporaryDirectory(prefix="klein-export-") as tmp,
+        warnings.catch_warnings(),
+        without_untyped_op_warnings(),
+    ):
         # TracerWarnings flag Python-side constants (head_dim, rotary tables) that are constant by design, and
         # the TorchScript exporter announces its own deprecation; neither is actionable for a user.
         warnings.simplefilter("ignore")
@@ -278,8 +330,9 @@ def fold_constant_nodes(model: onnx.ModelProto) -> None:
     from onnx.reference import ReferenceEvaluator
 
     # Small initializers count as constants too (GroupNorm weight reshapes, rotary tables); weights do not.
-    constants: dict[str, Any] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
-                                 if tensor_bytes(t) <= FOLD_INITIALIZER_BYTES}
+    constants: dict[str, Any] = {
+        t.name: numpy_helper.to_array(t) for t in model.graph.initializer if tensor_bytes(t) <= FOLD_INITIALIZER_BYTES
+    }
     nodes: list[onnx.NodeProto] = []
     folded: list[TensorProto] = []
     opset = list(model.opset_import)
@@ -321,8 +374,11 @@ def bypass_identities(model: onnx.ModelProto) -> None:
     keeping one and feeding the others through Identity nodes; Identity is not in the allowed op sets.
     """
     graph_outputs = {o.name for o in model.graph.output}
-    alias = {n.output[0]: n.input[0] for n in model.graph.node
-             if n.op_type == "Identity" and n.output[0] not in graph_outputs}
+    alias = {
+        n.output[0]: n.input[0]
+        for n in model.graph.node
+        if n.op_type == "Identity" and n.output[0] not in graph_outputs
+    }
     if not alias:
         return
 
@@ -366,8 +422,10 @@ def check_no_float64(model: onnx.ModelProto, *, what: str) -> None:
         if value.type.tensor_type.elem_type == TensorProto.DOUBLE:
             doubles.append(value.name)
     if doubles:
-        raise ConversionError(f"The exported {what} graph has float64 tensors ({', '.join(doubles[:5])}); "
-                              "WebGPU has no fp64. This is a converter bug: compute them in float32.")
+        raise ConversionError(
+            f"The exported {what} graph has float64 tensors ({', '.join(doubles[:5])}); "
+            "WebGPU has no fp64. This is a converter bug: compute them in float32."
+        )
 
 
 def check_ops(model: onnx.ModelProto, component: str) -> None:
@@ -463,15 +521,24 @@ def register_onnxruntime_schemas() -> None:
         return
     param = defs.OpSchema.FormalParameter
     floats = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)"]
-    defs.register_schema(defs.OpSchema(
-        "SimplifiedLayerNormalization", "", 1,
-        inputs=[param("X", "T"), param("scale", "V")],
-        outputs=[param("Y", "V"), param("inv_std_var", "U", param_option=defs.OpSchema.FormalParameterOption.Optional)],
-        type_constraints=[("T", floats, ""), ("U", ["tensor(float)", "tensor(double)"], ""), ("V", floats, "")],
-        attributes=[defs.OpSchema.Attribute("axis", defs.OpSchema.AttrType.INT, "", required=False),
-                    defs.OpSchema.Attribute("epsilon", defs.OpSchema.AttrType.FLOAT, "", required=False),
-                    defs.OpSchema.Attribute("stash_type", defs.OpSchema.AttrType.INT, "", required=False)],
-    ))
+    defs.register_schema(
+        defs.OpSchema(
+            "SimplifiedLayerNormalization",
+            "",
+            1,
+            inputs=[param("X", "T"), param("scale", "V")],
+            outputs=[
+                param("Y", "V"),
+                param("inv_std_var", "U", param_option=defs.OpSchema.FormalParameterOption.Optional),
+            ],
+            type_constraints=[("T", floats, ""), ("U", ["tensor(float)", "tensor(double)"], ""), ("V", floats, "")],
+            attributes=[
+                defs.OpSchema.Attribute("axis", defs.OpSchema.AttrType.INT, "", required=False),
+                defs.OpSchema.Attribute("epsilon", defs.OpSchema.AttrType.FLOAT, "", required=False),
+                defs.OpSchema.Attribute("stash_type", defs.OpSchema.AttrType.INT, "", required=False),
+            ],
+        )
+    )
 
 
 register_onnxruntime_schemas()
@@ -492,6 +559,7 @@ def verify_saved_graph(path: Path, component: str) -> None:
             location = {e.key: e.value for e in tensor.external_data}["location"]
             if paths.unsafe_reason(location) is not None or "/" in location or not (path.parent / location).is_file():
                 raise ConversionError(
-                    f"{path}: tensor {tensor.name} points to {location!r}, not a bare file beside it.")
+                    f"{path}: tensor {tensor.name} points to {location!r}, not a bare file beside it."
+                )
     # The checker reads external data by path, so this also proves every offset/length is in range.
     onnx.checker.check_model(str(path), full_check=True)

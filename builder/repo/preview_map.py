@@ -82,11 +82,14 @@ class PreviewMap:
             return [float(f"{v:.{SIGNIFICANT_DIGITS}g}") for v in values.ravel()]
 
         return {
-            "format": FORMAT, "format_version": FORMAT_VERSION,
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
             "layout": "rgb[(dy*2+dx)*3+k] = bias[...] + weights[...] . token (128 BN-normalised packed channels), "
-                      "RGB in [0, 1]",
-            "latent_channels": LATENT_CHANNELS, "outputs": OUTPUTS,
-            "weights": [rounded(row) for row in self.weights], "bias": rounded(self.bias),
+            "RGB in [0, 1]",
+            "latent_channels": LATENT_CHANNELS,
+            "outputs": OUTPUTS,
+            "weights": [rounded(row) for row in self.weights],
+            "bias": rounded(self.bias),
             "fit": self.fit,
         }
 
@@ -137,8 +140,11 @@ def dead_leaves(rng: np.random.Generator, side: int) -> np.ndarray:
         if top >= bottom or left >= right:
             continue
         yy, xx = np.mgrid[top:bottom, left:right] / side
-        inside = (yy - cy) ** 2 + (xx - cx) ** 2 < radius**2 if disc else (np.abs(yy - cy) < half_h) & (
-            np.abs(xx - cx) < half_w)
+        inside = (
+            (yy - cy) ** 2 + (xx - cx) ** 2 < radius**2
+            if disc
+            else (np.abs(yy - cy) < half_h) & (np.abs(xx - cx) < half_w)
+        )
         shade = 1 + slope[0] * (yy - cy) + slope[1] * (xx - cx)
         box = image[:, top:bottom, left:right]
         box[:, inside] = (colour[:, None, None] * shade[None])[:, inside]
@@ -228,12 +234,17 @@ class VaeGraphs:
         return cls(encoder=session("vae_encoder"), decoder=session("vae_decoder"))
 
     def encode(self, images: np.ndarray) -> np.ndarray:
-        return np.concatenate([self.encoder.run(["image_latents"], {"image": images[i:i + BATCH]})[0]
-                               for i in range(0, len(images), BATCH)])
+        return np.concatenate(
+            [
+                self.encoder.run(["image_latents"], {"image": images[i : i + BATCH]})[0]
+                for i in range(0, len(images), BATCH)
+            ]
+        )
 
     def decode(self, latents: np.ndarray) -> np.ndarray:
-        return np.concatenate([self.decoder.run(["image"], {"latents": latents[i:i + BATCH]})[0]
-                               for i in range(0, len(latents), BATCH)])
+        return np.concatenate(
+            [self.decoder.run(["image"], {"latents": latents[i : i + BATCH]})[0] for i in range(0, len(latents), BATCH)]
+        )
 
 
 def draw_latents(vae: VaeGraphs, rng: np.random.Generator, count: int, side: int) -> np.ndarray:
@@ -241,16 +252,18 @@ def draw_latents(vae: VaeGraphs, rng: np.random.Generator, count: int, side: int
     with each channel standardised over all of them."""
     noise = np.arange(count) % NOISE_EVERY == NOISE_EVERY - 1
     encoded = vae.encode(synthetic_images(rng, int((~noise).sum()), side)).astype(np.float64)
-    encoded = (encoded - encoded.mean(axis=(0, 2, 3), keepdims=True)) / (encoded.std(axis=(0, 2, 3), keepdims=True)
-                                                                           + 1e-6)
+    encoded = (encoded - encoded.mean(axis=(0, 2, 3), keepdims=True)) / (
+        encoded.std(axis=(0, 2, 3), keepdims=True) + 1e-6
+    )
     latents = np.empty((count, *encoded.shape[1:]), dtype=np.float32)
     latents[~noise] = encoded
     latents[noise] = rng.standard_normal((int(noise.sum()), *encoded.shape[1:]))
     return latents
 
 
-def fit_preview_map(repo_dir: Path, *, log: Log, images: int = IMAGES, side: int = IMAGE_SIDE,
-                    seed: int = SEED) -> PreviewMap:
+def fit_preview_map(
+    repo_dir: Path, *, log: Log, images: int = IMAGES, side: int = IMAGE_SIDE, seed: int = SEED
+) -> PreviewMap:
     """The preview map of the VAE in `repo_dir` (a repository, or the converter's staging folder)."""
     vae = VaeGraphs.open(Path(repo_dir))
     latents = draw_latents(vae, np.random.default_rng(seed), images, side)
@@ -261,15 +274,22 @@ def fit_preview_map(repo_dir: Path, *, log: Log, images: int = IMAGES, side: int
     held_rmse = rmse(fitted.apply(latents[:held]), colours[:held])
     trivial_rmse = mean_colour_rmse(colours[held:], colours[:held])
     fit = {
-        "images": images, "held_out": held, "side": side, "seed": seed, "ridge": RIDGE,
-        "held_out_rmse": round(held_rmse, 5), "mean_colour_rmse": round(trivial_rmse, 5),
+        "images": images,
+        "held_out": held,
+        "side": side,
+        "seed": seed,
+        "ridge": RIDGE,
+        "held_out_rmse": round(held_rmse, 5),
+        "mean_colour_rmse": round(trivial_rmse, 5),
         "method": "ridge least squares from latents (3/4 VAE-encoded procedural images, each channel standardised; "
-                  "1/4 N(0, 1)) to the fp32 VAE decoder's output averaged over 8x8 pixel blocks",
+        "1/4 N(0, 1)) to the fp32 VAE decoder's output averaged over 8x8 pixel blocks",
     }
     if not (math.isfinite(held_rmse) and np.isfinite(weights).all() and np.isfinite(bias).all()):
         raise ConversionError("The preview map's fit is not finite: the VAE decoder produced NaN or infinite values.")
-    log(f"preview map: fitted on {images} latents of {side}x{side} pixels, held-out RMSE {held_rmse:.4f} "
-        f"(mean colour: {trivial_rmse:.4f})")
+    log(
+        f"preview map: fitted on {images} latents of {side}x{side} pixels, held-out RMSE {held_rmse:.4f} "
+        f"(mean colour: {trivial_rmse:.4f})"
+    )
     return PreviewMap(weights=weights, bias=bias, fit=fit)
 
 
@@ -287,7 +307,9 @@ def load(path: Path) -> PreviewMap:
         weights = np.asarray(data["weights"], dtype=np.float64)
         bias = np.asarray(data["bias"], dtype=np.float64)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelRepoError(f"{path} is not a preview map ({type(exc).__name__}: {exc}); re-convert the model.") from None
+        raise ModelRepoError(
+            f"{path} is not a preview map ({type(exc).__name__}: {exc}); re-convert the model."
+        ) from None
     if data.get("format") != FORMAT or weights.shape != (OUTPUTS, LATENT_CHANNELS) or bias.shape != (OUTPUTS,):
         raise ModelRepoError(f"{path} is not a {FORMAT} of {OUTPUTS}x{LATENT_CHANNELS} weights; re-convert the model.")
     return PreviewMap(weights=weights, bias=bias, fit=dict(data.get("fit") or {}))

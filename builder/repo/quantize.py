@@ -21,11 +21,16 @@ from builder.repo.onnx_graph import INLINE_TENSOR_BYTES, MS_DOMAIN, Placement, a
 Q4_BLOCK_SIZE = 32
 
 
-def q4_placement(*, accuracy_level: int, block_size: int = Q4_BLOCK_SIZE, table_block_size: int = Q4_BLOCK_SIZE,
-                 bits: Callable[[str], int] = lambda _name: 4,
-                 exclude: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
-                 fp16_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
-                 q4_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: ()) -> Placement:
+def q4_placement(
+    *,
+    accuracy_level: int,
+    block_size: int = Q4_BLOCK_SIZE,
+    table_block_size: int = Q4_BLOCK_SIZE,
+    bits: Callable[[str], int] = lambda _name: 4,
+    exclude: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
+    fp16_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
+    q4_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
+) -> Placement:
     """Weights for a q4 graph, quantised one at a time as they are attached (builder.repo.onnx_graph.attach_weights).
 
     Every MatMul whose weight is constant becomes com.microsoft.MatMulNBits (`bits(node name)` bits, 4 unless
@@ -51,10 +56,17 @@ def q4_placement(*, accuracy_level: int, block_size: int = Q4_BLOCK_SIZE, table_
         def place(name: str, array: np.ndarray) -> None:
             users = readers.get(name, [])
             node = users[0] if len(users) == 1 else None
-            if (node is not None and node.op_type == "MatMul" and node.input[1] == name and node.name not in excluded
-                    and array.ndim == 2 and array.dtype == np.float32):
-                quantize_matmul(model.graph, node, array, accuracy_level=accuracy_level, block_size=block_size,
-                                bits=bits(node.name))
+            if (
+                node is not None
+                and node.op_type == "MatMul"
+                and node.input[1] == name
+                and node.name not in excluded
+                and array.ndim == 2
+                and array.dtype == np.float32
+            ):
+                quantize_matmul(
+                    model.graph, node, array, accuracy_level=accuracy_level, block_size=block_size, bits=bits(node.name)
+                )
             elif name in blocked:
                 if node is None or node.op_type != "Gather" or node.input[0] != name:
                     raise ConversionError(f"{name} is not read by one Gather; it cannot be stored as 4-bit blocks.")
@@ -71,8 +83,15 @@ def q4_placement(*, accuracy_level: int, block_size: int = Q4_BLOCK_SIZE, table_
     return bind
 
 
-def quantize_matmul(graph: onnx.GraphProto, node: onnx.NodeProto, weight: np.ndarray, *,
-                    accuracy_level: int, block_size: int = Q4_BLOCK_SIZE, bits: int = 4) -> None:
+def quantize_matmul(
+    graph: onnx.GraphProto,
+    node: onnx.NodeProto,
+    weight: np.ndarray,
+    *,
+    accuracy_level: int,
+    block_size: int = Q4_BLOCK_SIZE,
+    bits: int = 4,
+) -> None:
     """Rewrite MatMul `node` (A @ weight) in place as MatMulNBits, with onnxruntime's own quantizer.
 
     The quantizer runs on a one-node model holding just this weight, so the packed layout is exactly what
@@ -91,8 +110,14 @@ def quantize_matmul(graph: onnx.GraphProto, node: onnx.NodeProto, weight: np.nda
         ),
         opset_imports=[helper.make_opsetid("", 18)],
     )
-    quantizer = MatMulNBitsQuantizer(single, bits=bits, block_size=block_size, is_symmetric=True,
-                                     accuracy_level=accuracy_level, op_types_to_quantize=("MatMul",))
+    quantizer = MatMulNBitsQuantizer(
+        single,
+        bits=bits,
+        block_size=block_size,
+        is_symmetric=True,
+        accuracy_level=accuracy_level,
+        op_types_to_quantize=("MatMul",),
+    )
     quantizer.process()
     result = quantizer.model.model.graph
     new_nodes = [n for n in result.node if n.op_type == "MatMulNBits"]
@@ -118,9 +143,17 @@ def quantize_gather(graph: onnx.GraphProto, node: onnx.NodeProto, table: np.ndar
     name = node.input[0]
     add_initializer(graph, packed, f"{name}_Q4")
     add_initializer(graph, scales, f"{name}_scales")
-    blocked = helper.make_node("GatherBlockQuantized", [f"{name}_Q4", node.input[1], f"{name}_scales"],
-                               list(node.output), name=node.name.rsplit("/", 1)[0] + "/GatherBlockQuantized",
-                               domain=MS_DOMAIN, gather_axis=0, quantize_axis=1, block_size=block_size, bits=4)
+    blocked = helper.make_node(
+        "GatherBlockQuantized",
+        [f"{name}_Q4", node.input[1], f"{name}_scales"],
+        list(node.output),
+        name=node.name.rsplit("/", 1)[0] + "/GatherBlockQuantized",
+        domain=MS_DOMAIN,
+        gather_axis=0,
+        quantize_axis=1,
+        block_size=block_size,
+        bits=4,
+    )
     node.CopyFrom(blocked)
 
 
@@ -135,21 +168,23 @@ def quantize_blocks(values: np.ndarray, block_size: int) -> tuple[np.ndarray, np
     first; float32 scales [rows, blocks])."""
     rows, cols = values.shape
     if block_size < 16 or block_size & (block_size - 1) or cols % 2:
-        raise ConversionError(f"4-bit blocks of {block_size} values of rows of {cols}: the block must be a power of "
-                              "2 of at least 16, the row even.")
+        raise ConversionError(
+            f"4-bit blocks of {block_size} values of rows of {cols}: the block must be a power of "
+            "2 of at least 16, the row even."
+        )
     blocks = -(-cols // block_size)
     packed = np.empty((rows, cols // 2), dtype=np.uint8)
     scales = np.empty((rows, blocks), dtype=np.float32)
     for start in range(0, rows, _ROWS_PER_PASS):
-        chunk = values[start:start + _ROWS_PER_PASS]
+        chunk = values[start : start + _ROWS_PER_PASS]
         count = len(chunk)
         chunk = np.pad(chunk, ((0, 0), (0, blocks * block_size - cols))).reshape(count, blocks, block_size)
         low, high = chunk.min(axis=2, keepdims=True), chunk.max(axis=2, keepdims=True)
         scale = np.where(np.abs(high) > np.abs(low), high, low) / np.float32(-8)
         safe = np.where(scale == 0, np.float32(1), scale)
         q = (np.clip(np.round(chunk / safe), -8, 7) + 8).astype(np.uint8).reshape(count, -1)[:, :cols]
-        packed[start:start + count] = q[:, 0::2] | (q[:, 1::2] << 4)
-        scales[start:start + count] = scale.reshape(count, blocks)
+        packed[start : start + count] = q[:, 0::2] | (q[:, 1::2] << 4)
+        scales[start : start + count] = scale.reshape(count, blocks)
     return packed, scales
 
 
@@ -189,8 +224,12 @@ def store_fp16(model: onnx.ModelProto, *, min_bytes: int = INLINE_TENSOR_BYTES) 
         name = tensor.name
         graph.initializer[index].CopyFrom(numpy_helper.from_array(values.astype(np.float16), name + STORED_FP16))
         names.append(name)
-    casts = [helper.make_node("Cast", [name + STORED_FP16], [name], name=name + STORED_FP16 + "_to_fp32",
-                              to=TensorProto.FLOAT) for name in names]
+    casts = [
+        helper.make_node(
+            "Cast", [name + STORED_FP16], [name], name=name + STORED_FP16 + "_to_fp32", to=TensorProto.FLOAT
+        )
+        for name in names
+    ]
     nodes = list(graph.node)
     graph.ClearField("node")
     graph.node.extend([*casts, *nodes])
@@ -205,7 +244,11 @@ def restore_fp32(model: onnx.ModelProto) -> None:
     folded = {}
     for node in graph.node:
         source = inits.get(node.input[0]) if node.op_type == "Cast" and node.input else None
-        if source is not None and source.data_type == TensorProto.FLOAT16 and node.input[0] == node.output[0] + STORED_FP16:
+        if (
+            source is not None
+            and source.data_type == TensorProto.FLOAT16
+            and node.input[0] == node.output[0] + STORED_FP16
+        ):
             folded[node.name] = node.output[0]
     if not folded:
         return
@@ -215,7 +258,9 @@ def restore_fp32(model: onnx.ModelProto) -> None:
     wanted = {name + STORED_FP16: name for name in folded.values()}
     for tensor in graph.initializer:
         if tensor.name in wanted:
-            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), wanted[tensor.name]))
+            tensor.CopyFrom(
+                numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), wanted[tensor.name])
+            )
 
 
 def to_fp16_array(values: np.ndarray, name: str) -> np.ndarray:
@@ -249,7 +294,7 @@ def cast_fp16_embedding(model: onnx.ModelProto, *, gather_name: str, table_name:
     nodes = list(model.graph.node)
     index = nodes.index(gather)
     model.graph.ClearField("node")
-    model.graph.node.extend([*nodes[:index + 1], cast, *nodes[index + 1:]])
+    model.graph.node.extend([*nodes[: index + 1], cast, *nodes[index + 1 :]])
     return [gather_name, cast_name]
 
 
@@ -262,8 +307,9 @@ VAE_FP32_OPS = ("InstanceNormalization", "Softmax")
 VAE_FP32_SCOPES = ("/query_blocks/",)
 
 
-def to_fp16(model: onnx.ModelProto, *, fp32_ops: tuple[str, ...] = VAE_FP32_OPS,
-            fp32_scopes: tuple[str, ...] = VAE_FP32_SCOPES) -> onnx.ModelProto:
+def to_fp16(
+    model: onnx.ModelProto, *, fp32_ops: tuple[str, ...] = VAE_FP32_OPS, fp32_scopes: tuple[str, ...] = VAE_FP32_SCOPES
+) -> onnx.ModelProto:
     """fp16 weights and compute with fp32 graph inputs/outputs, except `fp32_ops` and the nodes whose name contains
     one of `fp32_scopes` (inputs cast up, outputs down).
 
@@ -274,8 +320,14 @@ def to_fp16(model: onnx.ModelProto, *, fp32_ops: tuple[str, ...] = VAE_FP32_OPS,
     unnamed = [node.op_type for node in model.graph.node if not node.name]
     if unnamed:
         raise ConversionError(f"{len(unnamed)} nodes have no name ({unnamed[:3]}...); the fp16 rewrite keys on names.")
-    compute_in_fp16(model, keep_fp32={node.name for node in model.graph.node
-                                      if node.op_type in fp32_ops or any(s in node.name for s in fp32_scopes)})
+    compute_in_fp16(
+        model,
+        keep_fp32={
+            node.name
+            for node in model.graph.node
+            if node.op_type in fp32_ops or any(s in node.name for s in fp32_scopes)
+        },
+    )
     return model
 
 
@@ -283,8 +335,19 @@ def to_fp16(model: onnx.ModelProto, *, fp32_ops: tuple[str, ...] = VAE_FP32_OPS,
 # |x| > 256; SimplifiedLayerNormalization is the RMSNorm), softmax, RoPE (angles of positions up to 4096 rad
 # need fp32, and the rotation runs on the fp32 norm output it follows), the 4-bit token embedding (its rows
 # start the fp32 residual stream), plus onnxruntime's own list of ops without fp16 kernels.
-Q4F16_FP32_OPS = ("LayerNormalization", "SimplifiedLayerNormalization", "RotaryEmbedding", "Softmax", "Pow",
-                  "ReduceMean", "Sqrt", "Reciprocal", "Sin", "Cos", "GatherBlockQuantized")
+Q4F16_FP32_OPS = (
+    "LayerNormalization",
+    "SimplifiedLayerNormalization",
+    "RotaryEmbedding",
+    "Softmax",
+    "Pow",
+    "ReduceMean",
+    "Sqrt",
+    "Reciprocal",
+    "Sin",
+    "Cos",
+    "GatherBlockQuantized",
+)
 
 # Node-name scopes that stay fp32 in a q4f16 graph: every normalisation and what its module computes around
 # it, the RoPE tables, the time embedding and the AdaLN modulation (tiny, shared by every block,
@@ -292,8 +355,12 @@ Q4F16_FP32_OPS = ("LayerNormalization", "SimplifiedLayerNormalization", "RotaryE
 Q4F16_FP32_SCOPES = ("norm", "/pos_embed", "/time_guidance_embed/", "_modulation", "/rotary_emb/")
 
 
-def to_q4f16(q4_model: onnx.ModelProto, *, fp32_scopes: tuple[str, ...] = Q4F16_FP32_SCOPES,
-             fp32_ops: tuple[str, ...] = Q4F16_FP32_OPS) -> onnx.ModelProto:
+def to_q4f16(
+    q4_model: onnx.ModelProto,
+    *,
+    fp32_scopes: tuple[str, ...] = Q4F16_FP32_SCOPES,
+    fp32_ops: tuple[str, ...] = Q4F16_FP32_OPS,
+) -> onnx.ModelProto:
     """The fast path: a q4 graph with fp16 activations and fp16 MatMulNBits scales, fp32 graph I/O.
 
     Takes a q4 graph (consumed: its fp32 scales become fp16 in place; weights it stores in fp16 for fp32
@@ -307,8 +374,9 @@ def to_q4f16(q4_model: onnx.ModelProto, *, fp32_scopes: tuple[str, ...] = Q4F16_
     restore_fp32(q4_model)
     set_accuracy_level(q4_model, 0)
     scale_query_before_scores(q4_model)
-    keep_fp32 = {n.name for n in q4_model.graph.node
-                 if n.op_type in fp32_ops or any(scope in n.name for scope in fp32_scopes)}
+    keep_fp32 = {
+        n.name for n in q4_model.graph.node if n.op_type in fp32_ops or any(scope in n.name for scope in fp32_scopes)
+    }
     keep_fp32 |= residual_adds(q4_model.graph)
     compute_in_fp16(q4_model, keep_fp32=keep_fp32)
     return q4_model
@@ -333,15 +401,26 @@ def residual_adds(graph: onnx.GraphProto) -> set[str]:
     """
     constants = {t.name for t in graph.initializer}
     constants |= {out for node in graph.node if node.op_type == "Constant" for out in node.output}
-    return {node.name for node in graph.node
-            if node.op_type == "Add" and all(name not in constants for name in node.input)}
+    return {
+        node.name for node in graph.node if node.op_type == "Add" and all(name not in constants for name in node.input)
+    }
 
 
 # Ops whose output has the type of their first input and that only move or select values: they run in
 # whichever float type their data arrives in (no Cast is inserted before them). Shape reads no values at
 # all (its int64 output is typed by _output_type), so it never needs a Cast either.
-_PASS_THROUGH = {"Reshape", "Transpose", "Slice", "Gather", "Split", "Squeeze", "Unsqueeze", "Expand", "Concat",
-                 "Shape"}
+_PASS_THROUGH = {
+    "Reshape",
+    "Transpose",
+    "Slice",
+    "Gather",
+    "Split",
+    "Squeeze",
+    "Unsqueeze",
+    "Expand",
+    "Concat",
+    "Shape",
+}
 _FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16}
 # Inputs that are parameters rather than data, float32 whatever the data's type (ONNX types them so).
 _FP32_PARAMETER_INPUTS = {"Resize": (1, 2)}  # roi, scales
@@ -423,8 +502,9 @@ def compute_in_fp16(model: onnx.ModelProto, *, keep_fp32: set[str]) -> None:
                 for index, name in enumerate(node.input):
                     if name == output.name:
                         node.input[index] = inner
-            new_nodes.append(helper.make_node("Cast", [inner], [output.name], name=inner + "_to_fp32",
-                                              to=TensorProto.FLOAT))
+            new_nodes.append(
+                helper.make_node("Cast", [inner], [output.name], name=inner + "_to_fp32", to=TensorProto.FLOAT)
+            )
     graph.ClearField("node")
     graph.node.extend(new_nodes)
     del graph.value_info[:]
@@ -501,8 +581,9 @@ def scale_query_before_scores(model: onnx.ModelProto) -> int:
         value = next((a.t for a in node.attribute if a.name == "value"), None) if node.op_type == "Constant" else None
         if value is not None and int(np.prod(value.dims)) == 1:
             scalars.add(node.output[0])
-    constants = {t.name for t in model.graph.initializer} | {n.output[0] for n in model.graph.node
-                                                             if n.op_type == "Constant"}
+    constants = {t.name for t in model.graph.initializer} | {
+        n.output[0] for n in model.graph.node if n.op_type == "Constant"
+    }
     moved = 0
     for node in model.graph.node:
         if node.op_type != "Mul" or node.input[1] not in scalars:

@@ -102,15 +102,29 @@ SCHEDULER_CONFIG: dict[str, Any] = {
 # The real FLUX.2 [klein] 4B sizes (the published checkpoint's configs) with random weights: `make-tiny --full-size`
 # (converter memory measurements) and `klein-web bench --scale full`.
 FULL_TEXT_ENCODER_CONFIG: dict[str, Any] = {
-    **TEXT_ENCODER_CONFIG, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+    **TEXT_ENCODER_CONFIG,
+    "hidden_size": 2560,
+    "intermediate_size": 9728,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 40960,
 }
 FULL_TRANSFORMER_CONFIG: dict[str, Any] = {
-    **TRANSFORMER_CONFIG, "num_layers": 5, "num_single_layers": 20, "attention_head_dim": 128,
-    "num_attention_heads": 24, "joint_attention_dim": 7680, "axes_dims_rope": (32, 32, 32, 32),
+    **TRANSFORMER_CONFIG,
+    "num_layers": 5,
+    "num_single_layers": 20,
+    "attention_head_dim": 128,
+    "num_attention_heads": 24,
+    "joint_attention_dim": 7680,
+    "axes_dims_rope": (32, 32, 32, 32),
 }
 FULL_VAE_CONFIG: dict[str, Any] = {
-    **VAE_CONFIG, "block_out_channels": (128, 256, 512, 512), "layers_per_block": 2, "norm_num_groups": 32,
+    **VAE_CONFIG,
+    "block_out_channels": (128, 256, 512, 512),
+    "layers_per_block": 2,
+    "norm_num_groups": 32,
     "sample_size": 1024,
 }
 
@@ -160,8 +174,13 @@ def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None], full_size
         # 2. The two web model repos the tests and the app load.
         if not full_size:
             for precision in ("q4", "fp32"):
-                convert(stage / "diffusers", stage / precision, precision=precision, log=log,
-                        max_data_file_bytes=TINY_DATA_FILE_CAPS)
+                convert(
+                    stage / "diffusers",
+                    stage / precision,
+                    precision=precision,
+                    log=log,
+                    max_data_file_bytes=TINY_DATA_FILE_CAPS,
+                )
 
         # 3. Mark each as ours, then swap each finished folder in (a rename each).
         for name in names:
@@ -182,8 +201,10 @@ def check_destinations(out: Path, names: tuple[str, ...]) -> None:
     for name in names:
         dest = out / name
         if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-            raise ConversionError(f"{dest} is {'a symlink' if dest.is_symlink() else 'a file'}; make-tiny writes a "
-                                  "folder there. Pass an OUT without it; nothing was changed.")
+            raise ConversionError(
+                f"{dest} is {'a symlink' if dest.is_symlink() else 'a file'}; make-tiny writes a "
+                "folder there. Pass an OUT without it; nothing was changed."
+            )
         if dest.is_dir() and any(dest.iterdir()) and not (dest / MARKER).is_file():
             raise ConversionError(
                 f"{dest} holds files make-tiny did not make (no {MARKER}); it would be replaced. Pass a new or "
@@ -225,7 +246,8 @@ def build_tiny_pipeline(*, seed: int, tokenizer_dir: Path) -> Any:
     tokenizer = load_qwen3_tokenizer(tokenizer_dir)
     if len(tokenizer) > QWEN3_VOCAB_SIZE:
         raise ConversionError(
-            f"The tokenizer in {tokenizer_dir} has {len(tokenizer)} tokens, more than {QWEN3_VOCAB_SIZE}.")
+            f"The tokenizer in {tokenizer_dir} has {len(tokenizer)} tokens, more than {QWEN3_VOCAB_SIZE}."
+        )
 
     # Each component gets its own seed so adding a parameter to one does not reshuffle the others.
     torch.manual_seed(seed)
@@ -248,13 +270,18 @@ def build_tiny_pipeline(*, seed: int, tokenizer_dir: Path) -> Any:
 
     scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
     return Flux2KleinPipeline(
-        scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer,
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=transformer,
         is_distilled=True,
     )
 
 
-def save_pipeline(pipe: Any, dest: Path, *, full_size_seed: int | None = None,
-                  log: Callable[[str], None] = lambda _m: None) -> None:
+def save_pipeline(
+    pipe: Any, dest: Path, *, full_size_seed: int | None = None, log: Callable[[str], None] = lambda _m: None
+) -> None:
     """save_pretrained into a temp sibling, then swap it in, so a crash never leaves half a pipeline.
 
     full_size_seed: replace the three model folders by full-size random ones, built and saved one at a time.

@@ -62,13 +62,20 @@ class HashCache:
             data = json.loads(self.path.read_bytes().decode("utf-8"))
         except (OSError, ValueError, RecursionError):
             return  # none yet, or corrupt: start empty
-        if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or not isinstance(data.get("files"), dict):
+        if (
+            not isinstance(data, dict)
+            or data.get("version") != CACHE_VERSION
+            or not isinstance(data.get("files"), dict)
+        ):
             return
         for key, entry in data["files"].items():
-            if (isinstance(key, str) and isinstance(entry, dict)
-                    and all(isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool)
-                            for k in STAMP_KEYS)
-                    and isinstance(entry.get("sha256"), str) and SHA256.fullmatch(entry["sha256"])):
+            if (
+                isinstance(key, str)
+                and isinstance(entry, dict)
+                and all(isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool) for k in STAMP_KEYS)
+                and isinstance(entry.get("sha256"), str)
+                and SHA256.fullmatch(entry["sha256"])
+            ):
                 self.entries[key] = entry
 
     def get(self, path: Path) -> str | None:
@@ -97,8 +104,9 @@ class HashCache:
                 pass
         # A read-only home only costs speed.
         with contextlib.suppress(KleinWebError):
-            atomic_write_bytes(self.path, json.dumps({"version": CACHE_VERSION, "files": live}).encode("utf-8"),
-                               what="hash cache")
+            atomic_write_bytes(
+                self.path, json.dumps({"version": CACHE_VERSION, "files": live}).encode("utf-8"), what="hash cache"
+            )
         self.changed = False
 
 
@@ -118,8 +126,10 @@ class HashProgress:
         self.last = now
         rate = self.done / max(now - self.start, 1e-6)
         eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        self.log(f"sha256: {gigabytes(self.done)}/{gigabytes(self.total)} ({100 * self.done / max(self.total, 1):.0f}%)"
-                 f" {rate / 1e6:.0f} MB/s, ETA {eta:.0f} s")
+        self.log(
+            f"sha256: {gigabytes(self.done)}/{gigabytes(self.total)} ({100 * self.done / max(self.total, 1):.0f}%)"
+            f" {rate / 1e6:.0f} MB/s, ETA {eta:.0f} s"
+        )
 
 
 def sha256_file(path: Path, progress: HashProgress | None = None) -> str:
@@ -147,8 +157,10 @@ def hashes(files: Iterable[Path], *, log: Log, cache: HashCache | None = None) -
         total = sum(stamp["size"] for _p, stamp in todo)
         progress = HashProgress(total, log)
         if not progress.quiet:
-            log(f"sha256: checking {len(todo)} file(s), {gigabytes(total)} (remembered for the next runs in "
-                f"{cache.path})")
+            log(
+                f"sha256: checking {len(todo)} file(s), {gigabytes(total)} (remembered for the next runs in "
+                f"{cache.path})"
+            )
         for path, stamp in todo:
             digest = sha256_file(path, progress)
             result[path] = digest
@@ -168,8 +180,9 @@ def complete_files(repo_dir: Path, manifest: Manifest) -> list[str]:
     return complete
 
 
-def check_files(repo_dir: Path, manifest: Manifest, rels: list[str] | None = None, *, log: Log,
-                check_sha256: bool = True) -> None:
+def check_files(
+    repo_dir: Path, manifest: Manifest, rels: list[str] | None = None, *, log: Log, check_sha256: bool = True
+) -> None:
     """Every listed file exists with the manifest's size and sha256. Raises ModelRepoError naming the file."""
     repo_dir = Path(repo_dir)
     rels = sorted(manifest.files) if rels is None else list(rels)
@@ -202,8 +215,9 @@ def check_files(repo_dir: Path, manifest: Manifest, rels: list[str] | None = Non
             )
 
 
-def describe_files(repo_dir: Path, rels: list[str], *, with_sha256: bool = True,
-                   log: Log = lambda _m: None) -> dict[str, FileEntry]:
+def describe_files(
+    repo_dir: Path, rels: list[str], *, with_sha256: bool = True, log: Log = lambda _m: None
+) -> dict[str, FileEntry]:
     """Size (and sha256) of each repo-relative path, for a manifest."""
     located = {rel: repo_paths.inside(Path(repo_dir), rel, what="model file") for rel in sorted(rels)}
     digests = hashes(located.values(), log=log) if with_sha256 else {}

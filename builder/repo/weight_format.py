@@ -48,8 +48,11 @@ class WeightFormat:
             return f"fp16 weights and compute{kept} fp32 I/O"
         block = self.block_size[component]
         if component == "text_encoder":
-            wide = ("token embedding 4-bit blocks (GatherBlockQuantized, fp32 scales)" if self.embedding == "q4"
-                    else "token embedding fp16")
+            wide = (
+                "token embedding 4-bit blocks (GatherBlockQuantized, fp32 scales)"
+                if self.embedding == "q4"
+                else "token embedding fp16"
+            )
         elif self.adaln == "q4":
             wide = "modulation and time-embedding MatMuls q4 too, with fp32 activations"
         else:
@@ -58,8 +61,10 @@ class WeightFormat:
             wide += f"; 2-bit MatMulNBits for {', '.join(self.two_bit)}"
         if variant == "q4":
             return f"q4 MatMulNBits (block {block}, symmetric, accuracy_level 4); {wide}{stored}"
-        return (f"q4 MatMulNBits (block {block}, symmetric, accuracy_level 0) with fp16 activations and scales; "
-                f"{wide}; norm statistics, softmax, RoPE fp32; fp32 I/O{stored}")
+        return (
+            f"q4 MatMulNBits (block {block}, symmetric, accuracy_level 0) with fp16 activations and scales; "
+            f"{wide}; norm statistics, softmax, RoPE fp32; fp32 I/O{stored}"
+        )
 
 
 SEED = WeightFormat("seed", embedding="fp16", adaln="fp32", fp16_storage=False)

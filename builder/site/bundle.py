@@ -178,8 +178,9 @@ def hashed_name(path: Path) -> str:
     return f"{path.stem}-{digest}{path.suffix}"
 
 
-def run_esbuild(tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path, name: str,
-                extra: list[str], hashed: bool = True) -> str:
+def run_esbuild(
+    tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path, name: str, extra: list[str], hashed: bool = True
+) -> str:
     """Bundle one entry into out_assets as `{name}-HASH.ext` (`{name}.ext` unhashed) (+ .map); returns the output
     file name."""
     esbuild = web_src / "node_modules" / ".bin" / ("esbuild.cmd" if os.name == "nt" else "esbuild")
@@ -187,9 +188,17 @@ def run_esbuild(tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path
         raise BuildError(f"{web_src / entry} is missing: it is the entry point of the {name} bundle.")
     meta = out_assets / f".meta-{name}.json"
     cmd = [
-        str(esbuild), entry, "--bundle", "--minify", "--sourcemap", "--charset=utf8", "--log-level=warning",
-        f"--outdir={out_assets}", f"--entry-names={name}-[hash]" if hashed else f"--entry-names={name}",
-        f"--metafile={meta}", *extra,
+        str(esbuild),
+        entry,
+        "--bundle",
+        "--minify",
+        "--sourcemap",
+        "--charset=utf8",
+        "--log-level=warning",
+        f"--outdir={out_assets}",
+        f"--entry-names={name}-[hash]" if hashed else f"--entry-names={name}",
+        f"--metafile={meta}",
+        *extra,
     ]
     result = subprocess.run(cmd, cwd=web_src, env=tools.env(), capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -221,12 +230,19 @@ def bundle_assets(tools: NodeTools, web_src: Path, assets: Path) -> dict[str, st
     ort_wasm = json.dumps({"mjs": files["ort_mjs"], "wasm": files["ort_wasm"]})
     module = ["--format=esm", "--platform=browser", version]
     files["page_js"] = run_esbuild(tools, web_src, PAGE_ENTRY, out_assets=assets, name="page", extra=module)
-    files["worker_js"] = run_esbuild(tools, web_src, WORKER_ENTRY, out_assets=assets, name="worker",
-                                     extra=[*module, f"--define:KLEIN_ORT_WASM={ort_wasm}"])
+    files["worker_js"] = run_esbuild(
+        tools,
+        web_src,
+        WORKER_ENTRY,
+        out_assets=assets,
+        name="worker",
+        extra=[*module, f"--define:KLEIN_ORT_WASM={ort_wasm}"],
+    )
     files["page_css"] = run_esbuild(tools, web_src, STYLE, out_assets=assets, name="page", extra=[])
     # A classic script (not a module): it must run before anything else and may reload the page.
-    files["coi_js"] = run_esbuild(tools, web_src, COI_REGISTER, out_assets=assets, name="coi",
-                                  extra=["--format=iife", "--sourcemap=external"])
+    files["coi_js"] = run_esbuild(
+        tools, web_src, COI_REGISTER, out_assets=assets, name="coi", extra=["--format=iife", "--sourcemap=external"]
+    )
     for size in icons.SIZES:
         for purpose in icons.PURPOSES:
             data = icons.icon_png(size, purpose)
@@ -238,8 +254,9 @@ def bundle_assets(tools: NodeTools, web_src: Path, assets: Path) -> dict[str, st
 
 def web_manifest(files: dict[str, str]) -> str:
     """The web app manifest, naming the icons bundle_assets made."""
-    return icons.web_manifest({(size, purpose): files[f"icon_{size}_{purpose}"]
-                               for size in icons.SIZES for purpose in icons.PURPOSES})
+    return icons.web_manifest(
+        {(size, purpose): files[f"icon_{size}_{purpose}"] for size in icons.SIZES for purpose in icons.PURPOSES}
+    )
 
 
 def shell_files(site: Path) -> list[str]:
@@ -261,8 +278,15 @@ def build_id(site: Path, shell: list[str], service_worker_source: bytes) -> str:
 def bundle_service_worker(tools: NodeTools, web_src: Path, site: Path, *, build: str, shell: list[str]) -> None:
     """`coi-sw.js` at the site root with the build id and the shell list (empty: cache nothing) compiled in."""
     defines = [f"--define:KLEIN_BUILD={json.dumps(build)}", f"--define:KLEIN_SHELL={json.dumps(shell)}"]
-    run_esbuild(tools, web_src, SERVICE_WORKER_ENTRY, out_assets=site, name=Path(SERVICE_WORKER).stem,
-                extra=["--format=iife", *defines], hashed=False)
+    run_esbuild(
+        tools,
+        web_src,
+        SERVICE_WORKER_ENTRY,
+        out_assets=site,
+        name=Path(SERVICE_WORKER).stem,
+        extra=["--format=iife", *defines],
+        hashed=False,
+    )
 
 
 def render_index(web_src: Path, *, files: dict[str, str], csp: str, model_base: str, build: str) -> str:
@@ -275,9 +299,17 @@ def render_index(web_src: Path, *, files: dict[str, str], csp: str, model_base: 
     try:
         template = env.get_template(TEMPLATE)
         return template.render(
-            csp=csp, version=__version__, model_base=model_base, worker_js=files["worker_js"],
-            page_js=files["page_js"], page_css=files["page_css"], coi_js=files["coi_js"], build=build,
-            web_manifest=WEB_MANIFEST, icon=files[f"icon_{icons.SIZES[0]}_any"], theme_color=icons.THEME_COLOR,
+            csp=csp,
+            version=__version__,
+            model_base=model_base,
+            worker_js=files["worker_js"],
+            page_js=files["page_js"],
+            page_css=files["page_css"],
+            coi_js=files["coi_js"],
+            build=build,
+            web_manifest=WEB_MANIFEST,
+            icon=files[f"icon_{icons.SIZES[0]}_any"],
+            theme_color=icons.THEME_COLOR,
         )
     except jinja2.TemplateError as exc:
         raise BuildError(f"Rendering {web_src / TEMPLATE} failed: {exc}") from exc
@@ -319,8 +351,14 @@ def install(staging: Path, out_dir: Path, *, previous: list[str]) -> list[str]:
     return staged
 
 
-def build(out_dir: Path, *, model_base: str = DEFAULT_MODEL_BASE, web_src: Path = WEB_SRC, cache_shell: bool = True,
-          log: Callable[[str], None] = lambda _message: None) -> BuildResult:
+def build(
+    out_dir: Path,
+    *,
+    model_base: str = DEFAULT_MODEL_BASE,
+    web_src: Path = WEB_SRC,
+    cache_shell: bool = True,
+    log: Callable[[str], None] = lambda _message: None,
+) -> BuildResult:
     """Build the site into out_dir; a no-op (nothing written) when the inputs match the last build.
 
     `cache_shell` False: the service worker keeps no shell (`serve --watch`: every reload gets the latest build).
@@ -343,8 +381,13 @@ def build(out_dir: Path, *, model_base: str = DEFAULT_MODEL_BASE, web_src: Path 
     if is_up_to_date(out_dir, stamp) and record is not None:
         recorded = record.get("files")
         files = {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
-        return BuildResult(out_dir, changed=False, seconds=time.perf_counter() - started, files=files,
-                           build_id=str(record.get("build_id", "")))
+        return BuildResult(
+            out_dir,
+            changed=False,
+            seconds=time.perf_counter() - started,
+            files=files,
+            build_id=str(record.get("build_id", "")),
+        )
 
     tools = find_node()
     csp = content_security_policy(model_base)
@@ -368,8 +411,15 @@ def build(out_dir: Path, *, model_base: str = DEFAULT_MODEL_BASE, web_src: Path 
         bundle_service_worker(tools, web_src, staging, build=build, shell=shell if cache_shell else [])
         outputs = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
         record_data = {
-            "stamp": stamp, "version": __version__, "model_base": model_base, "csp": csp, "files": files,
-            "outputs": outputs, "build_id": build, "shell": shell, "cache_shell": cache_shell,
+            "stamp": stamp,
+            "version": __version__,
+            "model_base": model_base,
+            "csp": csp,
+            "files": files,
+            "outputs": outputs,
+            "build_id": build,
+            "shell": shell,
+            "cache_shell": cache_shell,
         }
         (staging / BUILD_RECORD).write_text(json.dumps(record_data, indent=2) + "\n")
         previous_outputs = (record or {}).get("outputs")

@@ -52,8 +52,7 @@ QUIET_FLAGS = (
 )
 
 
-def launch_args(*, gpu: bool, headed: bool = False, f16_toggle: bool = True,
-                platform: str = sys.platform) -> list[str]:
+def launch_args(*, gpu: bool, headed: bool = False, f16_toggle: bool = True, platform: str = sys.platform) -> list[str]:
     """Chromium's flags for WebGPU on SwiftShader (`gpu=False`) or on the machine's GPU.
 
     `f16_toggle=False` leaves out the NVIDIA shader-f16 toggle: the browser a Linux user starts without it."""

@@ -67,7 +67,9 @@ class QuietLog:
             return
         self.counts[condition] += 1
         if now - self.last[condition] >= REPEAT_LOG_S:
-            self.log(f"{message} ({self.counts[condition]} more time(s) in the last {now - self.last[condition]:.0f} s)")
+            self.log(
+                f"{message} ({self.counts[condition]} more time(s) in the last {now - self.last[condition]:.0f} s)"
+            )
             self.last[condition], self.counts[condition] = now, 0
 
 
@@ -93,8 +95,11 @@ class Guard:
         """asyncio's handler, except that failed accepts (out of descriptors) are one line, not one per try."""
         exception = context.get("exception")
         if isinstance(exception, OSError) and "accept" in str(context.get("message", "")):
-            self.quiet.note("accept", f"serve: cannot accept connections ({exception.strerror}); raise the open-file "
-                                      "limit (ulimit -n) if this is not an attack")
+            self.quiet.note(
+                "accept",
+                f"serve: cannot accept connections ({exception.strerror}); raise the open-file "
+                "limit (ulimit -n) if this is not an attack",
+            )
             return
         loop.default_exception_handler(context)
 
@@ -112,8 +117,11 @@ class GuardedH11Protocol(H11Protocol):
         if len(self.connections) > self.guard.cap:
             oldest = next((c for c in self.guard.waiting if c is not self), None)
             victim = oldest if oldest is not None else self
-            self.guard.quiet.note("cap", f"serve: {len(self.connections)} connections reach the cap of {self.guard.cap} "
-                                         "(from the open-file limit); closing the oldest ones that sent no request")
+            self.guard.quiet.note(
+                "cap",
+                f"serve: {len(self.connections)} connections reach the cap of {self.guard.cap} "
+                "(from the open-file limit); closing the oldest ones that sent no request",
+            )
             victim.close_waiting()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -143,8 +151,11 @@ class GuardedH11Protocol(H11Protocol):
 
     def head_timed_out(self) -> None:
         self.head_deadline = None
-        self.guard.quiet.note("head", f"serve: closing connections that sent no complete request within "
-                                      f"{self.guard.head_timeout_s:g} s (idle or half-open clients)")
+        self.guard.quiet.note(
+            "head",
+            f"serve: closing connections that sent no complete request within "
+            f"{self.guard.head_timeout_s:g} s (idle or half-open clients)",
+        )
         self.close_waiting()
 
     def close_waiting(self) -> None:

@@ -49,8 +49,7 @@ def _picture(draw: ImageDraw.ImageDraw, side: int, *, inset: float) -> None:
     sun_x, sun_y, sun_r = lo + span * 0.33, top + (bottom - top) * 0.36, span * 0.09
     draw.ellipse((sun_x - sun_r, sun_y - sun_r, sun_x + sun_r, sun_y + sun_r), fill=255)
     hills = [(0.06, 0.86), (0.36, 0.55), (0.58, 0.76), (0.74, 0.62), (0.94, 0.82)]
-    draw.line([(lo + span * fx, top + (bottom - top) * fy) for fx, fy in hills], fill=255, width=stroke,
-              joint="curve")
+    draw.line([(lo + span * fx, top + (bottom - top) * fy) for fx, fy in hills], fill=255, width=stroke, joint="curve")
 
 
 def _smooth_mask(draw: Callable[[ImageDraw.ImageDraw, int], None], size: int) -> np.ndarray:
@@ -72,8 +71,9 @@ def icon_png(size: int, purpose: str) -> bytes:
     if maskable:
         alpha = np.ones((size, size, 1))
     else:
-        alpha = _smooth_mask(lambda draw, side: draw.rounded_rectangle((0, 0, side - 1, side - 1),
-                                                                       radius=side * 0.22, fill=255), size)
+        alpha = _smooth_mask(
+            lambda draw, side: draw.rounded_rectangle((0, 0, side - 1, side - 1), radius=side * 0.22, fill=255), size
+        )
     rgba = np.concatenate([rgb, 255 * alpha], axis=-1)
     out = io.BytesIO()
     Image.fromarray(np.round(rgba).astype(np.uint8), "RGBA").save(out, format="PNG")
@@ -92,7 +92,9 @@ def web_manifest(icons: dict[tuple[int, str], str]) -> str:
         "display": "standalone",
         "background_color": BACKGROUND_COLOR,
         "theme_color": THEME_COLOR,
-        "icons": [{"src": url, "sizes": f"{size}x{size}", "type": "image/png", "purpose": purpose}
-                  for (size, purpose), url in sorted(icons.items())],
+        "icons": [
+            {"src": url, "sizes": f"{size}x{size}", "type": "image/png", "purpose": purpose}
+            for (size, purpose), url in sorted(icons.items())
+        ],
     }
     return json.dumps(manifest, indent=2) + "\n"

@@ -48,13 +48,17 @@ class ServedManifest:
         with self.lock:
             now = fingerprint(self.root)
             if now != self.files:
-                self.log(f"models: the files in {self.root} changed; describing them again for /models/"
-                         f"{manifest.MANIFEST_NAME}")
+                self.log(
+                    f"models: the files in {self.root} changed; describing them again for /models/"
+                    f"{manifest.MANIFEST_NAME}"
+                )
                 try:
                     loaded = local.open_folder(self.root, log=self.log)
                 except ModelRepoError as exc:
-                    raise ModelRepoError(f"the model folder {self.root} changed and is no longer complete: {exc} "
-                                         "Complete it, then reload the page.") from None
+                    raise ModelRepoError(
+                        f"the model folder {self.root} changed and is no longer complete: {exc} "
+                        "Complete it, then reload the page."
+                    ) from None
                 self.body = manifest.to_bytes(loaded)
                 self.files = now  # as seen before hashing: a change made during the hashing shows next time
             return self.body

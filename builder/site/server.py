@@ -53,6 +53,7 @@ def with_frame_ancestors(csp: str | None) -> str:
         directives.append(FRAME_ANCESTORS)
     return "; ".join(directives)
 
+
 # Exact types matter: browsers refuse module scripts that are not JavaScript, and
 # WebAssembly.instantiateStreaming needs application/wasm.
 MEDIA_TYPES = {
@@ -178,9 +179,13 @@ class SiteApp(Starlette):
         return SiteHeaders(super().build_middleware_stack(), csp=self.csp)
 
 
-def create_app(dist_dir: Path, models_dir: Path | None = None, *,
-               models_manifest: manifest.Manifest | None = None,
-               log: Callable[[str], None] = lambda _message: None) -> Starlette:
+def create_app(
+    dist_dir: Path,
+    models_dir: Path | None = None,
+    *,
+    models_manifest: manifest.Manifest | None = None,
+    log: Callable[[str], None] = lambda _message: None,
+) -> Starlette:
     """The app: dist_dir at `/`, models_dir (a model repository) at `/models/`; only GET and HEAD.
 
     `models_manifest`: the folder's manifest as `check_models_dir` opened it. A seed-layout folder has no
@@ -199,14 +204,22 @@ def create_app(dist_dir: Path, models_dir: Path | None = None, *,
         url_path = request.path_params["path"] or "index.html"
         return file_response(dist_root, url_path, request)
 
-    generated = (ServedManifest(models_root, models_manifest, log=log) if models_manifest is not None
-                 and models_root is not None and not (models_root / manifest.MANIFEST_NAME).exists() else None)
+    generated = (
+        ServedManifest(models_root, models_manifest, log=log)
+        if models_manifest is not None
+        and models_root is not None
+        and not (models_root / manifest.MANIFEST_NAME).exists()
+        else None
+    )
 
     async def models(request: Request) -> Response:
         if models_root is None:
             raise HTTPException(status_code=404)  # no --models: the app falls back to its model base URL
-        if (generated is not None and request.path_params["path"] == manifest.MANIFEST_NAME
-                and not (models_root / manifest.MANIFEST_NAME).exists()):
+        if (
+            generated is not None
+            and request.path_params["path"] == manifest.MANIFEST_NAME
+            and not (models_root / manifest.MANIFEST_NAME).exists()
+        ):
             try:
                 body = await run_in_threadpool(generated.current)
             except ModelRepoError as exc:
@@ -216,10 +229,12 @@ def create_app(dist_dir: Path, models_dir: Path | None = None, *,
         return file_response(models_root, request.path_params["path"], request)
 
     methods = ["GET", "HEAD"]
-    app = SiteApp(routes=[
-        Route(MODELS_PREFIX + "{path:path}", models, methods=methods),
-        Route("/{path:path}", site, methods=methods),
-    ])
+    app = SiteApp(
+        routes=[
+            Route(MODELS_PREFIX + "{path:path}", models, methods=methods),
+            Route("/{path:path}", site, methods=methods),
+        ]
+    )
     record = read_record(dist_root) or {}
     app.csp = str(record["csp"]) if record.get("csp") else None
     return app
@@ -245,20 +260,25 @@ def check_models_dir(models_dir: Path, *, log: Callable[[str], None]) -> manifes
         complete = verify.complete_files(models_dir, loaded)
         incomplete = sorted(set(loaded.files) - set(complete))
         if incomplete:
-            log(f"warning: {len(incomplete)} file(s) of {models_dir} are missing or have the wrong size (e.g. "
+            log(
+                f"warning: {len(incomplete)} file(s) of {models_dir} are missing or have the wrong size (e.g. "
                 f"{incomplete[0]}); the app will report this when it loads them. Complete the folder with "
-                f"`klein-web fetch --dir {models_dir}`.")
+                f"`klein-web fetch --dir {models_dir}`."
+            )
         verify.check_files(models_dir, loaded, complete, log=log)
     except ModelRepoError as exc:
         raise ServeError(f"--models {models_dir}: {exc}") from exc
     root = os.path.realpath(models_dir)
     outside = [
-        path for path in models_dir.rglob("*")
+        path
+        for path in models_dir.rglob("*")
         if path.is_symlink() and os.path.commonpath([os.path.realpath(path), root]) != root
     ]
     if outside:
-        log(f"warning: {len(outside)} file(s) in {models_dir} are symlinks to outside it (e.g. {outside[0]}); they "
-            "are not served (404). Copy the files in, e.g. download with `klein-web fetch --dir DIR`.")
+        log(
+            f"warning: {len(outside)} file(s) in {models_dir} are symlinks to outside it (e.g. {outside[0]}); they "
+            "are not served (404). Copy the files in, e.g. download with `klein-web fetch --dir DIR`."
+        )
     return loaded
 
 
@@ -289,8 +309,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 @contextmanager
-def serve_in_thread(app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0,
-                    log_level: str = "warning") -> Iterator[int]:
+def serve_in_thread(
+    app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
+) -> Iterator[int]:
     """Serve `app` with uvicorn in a daemon thread (regress, the tests) on `host`; yields the port (`port` 0: a free
     one)."""
     import uvicorn
@@ -298,8 +319,9 @@ def serve_in_thread(app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0,
     # Port 0 and handing the bound socket to uvicorn: no pick-a-free-port-then-bind race.
     sock = bind_socket(host, port)
     port = int(sock.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off",
-                                           timeout_graceful_shutdown=3))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=3)
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"klein-serve-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -343,14 +365,14 @@ def start_message(url: str, *, dist_dir: Path, models_dir: Path | None, model_ba
     if sys.platform.startswith("linux"):
         # Linux Chrome ships WebGPU disabled (users hit this first, see the README); the Dawn toggle gives
         # NVIDIA GPUs shader-f16, the app's fast path.
-        lines.append(f"  Chrome on Linux needs WebGPU switched on: google-chrome {LINUX_DESKTOP_CHROME_FLAGS} "
-                     f"{url}")
+        lines.append(f"  Chrome on Linux needs WebGPU switched on: google-chrome {LINUX_DESKTOP_CHROME_FLAGS} {url}")
     lines.append("  Press Ctrl+C to stop.")
     return "\n".join(lines)
 
 
-def watch_and_rebuild(dist_dir: Path, *, model_base: str, stop: threading.Event, log: Callable[[str], None],
-                      web_src: Path = WEB_SRC) -> None:
+def watch_and_rebuild(
+    dist_dir: Path, *, model_base: str, stop: threading.Event, log: Callable[[str], None], web_src: Path = WEB_SRC
+) -> None:
     """Rebuild on every change under web_src (node_modules excluded); a failed build is logged, not fatal. The builds
     keep no shell in the service worker's cache (a development build), so a reload always gets the latest one."""
     from watchfiles import watch
@@ -373,18 +395,30 @@ def check_prebuilt(dist_dir: Path, *, model_base: str, watch: bool) -> None:
     in the bundler."""
     record = read_record(dist_dir)
     if record is None:
-        raise ServeError(f"--dist {dist_dir} holds no built app, and this installation has no app sources to build "
-                         "one. Serve a folder made by `klein-web build`, or leave --dist out to serve the packaged app.")
+        raise ServeError(
+            f"--dist {dist_dir} holds no built app, and this installation has no app sources to build "
+            "one. Serve a folder made by `klein-web build`, or leave --dist out to serve the packaged app."
+        )
     if record.get("model_base") != model_base:
-        raise ServeError(f"--model-base {model_base}: {dist_dir} was built for {record.get('model_base')}, and "
-                         "rebuilding needs the app sources (a checkout). To load a local model, use --models DIR.")
+        raise ServeError(
+            f"--model-base {model_base}: {dist_dir} was built for {record.get('model_base')}, and "
+            "rebuilding needs the app sources (a checkout). To load a local model, use --models DIR."
+        )
     if watch:
         raise ServeError("--watch rebuilds the app from web_src/, which this installation does not have.")
 
 
-def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_dir: Path | None = None,
-          model_base: str | None = None, open_browser: bool = False, watch: bool = False,
-          log: Callable[[str], None] = lambda _message: None) -> None:
+def serve(
+    dist_dir: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    models_dir: Path | None = None,
+    model_base: str | None = None,
+    open_browser: bool = False,
+    watch: bool = False,
+    log: Callable[[str], None] = lambda _message: None,
+) -> None:
     """Build dist if stale, then serve it until Ctrl+C. model_base None: the one dist was built with."""
     import uvicorn
 
@@ -408,9 +442,11 @@ def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_d
     sock = bind_socket(host, port)
     bound_host, port = sock.getsockname()[:2]
     if not ipaddress.ip_address(bound_host).is_loopback:
-        log(f"warning: listening on {bound_host}, reachable from other machines. Browsers only allow WebGPU and "
+        log(
+            f"warning: listening on {bound_host}, reachable from other machines. Browsers only allow WebGPU and "
             "cross-origin isolation in a secure context: other machines need https (e.g. a reverse proxy), "
-            "plain http works only on localhost.")
+            "plain http works only on localhost."
+        )
     url = browser_url(host, bound_host, port)
     log(start_message(url, dist_dir=Path(dist_dir), models_dir=models_dir, model_base=model_base))
 
@@ -419,13 +455,28 @@ def serve(dist_dir: Path, *, host: str = "127.0.0.1", port: int = 8000, models_d
     from builder.site.connection_guard import BACKLOG, Guard, GuardedServer
 
     guard = Guard(log)
-    server = GuardedServer(uvicorn.Config(app, log_level="info", access_log=True, timeout_graceful_shutdown=3,
-                                          http=guard.protocol_class(), backlog=BACKLOG), guard=guard)
+    server = GuardedServer(
+        uvicorn.Config(
+            app,
+            log_level="info",
+            access_log=True,
+            timeout_graceful_shutdown=3,
+            http=guard.protocol_class(),
+            backlog=BACKLOG,
+        ),
+        guard=guard,
+    )
     stop = threading.Event()
     threads: list[threading.Thread] = []
     if watch:
-        threads.append(threading.Thread(target=watch_and_rebuild, args=(Path(dist_dir),),
-                                        kwargs={"model_base": model_base, "stop": stop, "log": log}, daemon=True))
+        threads.append(
+            threading.Thread(
+                target=watch_and_rebuild,
+                args=(Path(dist_dir),),
+                kwargs={"model_base": model_base, "stop": stop, "log": log},
+                daemon=True,
+            )
+        )
     if open_browser:
         threads.append(threading.Thread(target=open_when_started, args=(server, url, stop), daemon=True))
     for thread in threads:
@@ -442,4 +493,3 @@ def open_when_started(server: object, url: str, stop: threading.Event) -> None:
         stop.wait(0.1)
     if not stop.is_set():
         webbrowser.open(url)
-

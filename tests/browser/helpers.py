@@ -131,7 +131,9 @@ class WorkerClient:
         assert worker_path, "index.html has no <meta name=klein-worker>"
         query = f"?{self.worker_query}" if self.worker_query else ""
         self.page.evaluate(INSTALL_CLIENT_JS, self.base_url + worker_path + query)
-        assert self.page.evaluate("() => crossOriginIsolated"), "the page is not cross-origin isolated (COOP/COEP missing)"
+        assert self.page.evaluate("() => crossOriginIsolated"), (
+            "the page is not cross-origin isolated (COOP/COEP missing)"
+        )
 
     @property
     def model_base(self) -> str:
@@ -143,10 +145,19 @@ class WorkerClient:
     def wait(self, request_id: str, *, timeout_s: float) -> Reply:
         raw = self.page.evaluate("([id, ms]) => window.kleinTest.wait(id, ms)", [request_id, timeout_s * 1000])
         final = raw["final"]
-        assert final is not None, f"request {request_id}: no result or error within {timeout_s} s; events: {raw['events'][-5:]}"
+        assert final is not None, (
+            f"request {request_id}: no result or error within {timeout_s} s; events: {raw['events'][-5:]}"
+        )
         assert not raw["violations"], f"request {request_id}: messages after its {final['type']}: {raw['violations']}"
-        return Reply(id=request_id, type=final["type"], result=final.get("result"), error=final.get("error"),
-                     events=raw["events"], sent_at=raw["sentAt"], answered_at=final["at"])
+        return Reply(
+            id=request_id,
+            type=final["type"],
+            result=final.get("result"),
+            error=final.get("error"),
+            events=raw["events"],
+            sent_at=raw["sentAt"],
+            answered_at=final["at"],
+        )
 
     def events(self, request_id: str) -> list[dict[str, Any]]:
         return list(self.page.evaluate("(id) => window.kleinTest.events(id)", request_id))
@@ -154,11 +165,29 @@ class WorkerClient:
     def request(self, kind: str, *, timeout_s: float = 60, **fields: Any) -> Reply:
         return self.wait(self.send(kind, **fields), timeout_s=timeout_s)
 
-    def generate(self, *, prompt: str, seed: int, width: int, height: int, steps: int = 4,
-                 precision: str | None = None, profile: bool = False, memory: str | None = None,
-                 preview: bool = False, vae_tile: int | None = None, timeout_s: float = 300) -> Reply:
-        params: dict[str, Any] = {"prompt": prompt, "seed": seed, "width": width, "height": height, "steps": steps,
-                                  "modelBase": self.model_base}
+    def generate(
+        self,
+        *,
+        prompt: str,
+        seed: int,
+        width: int,
+        height: int,
+        steps: int = 4,
+        precision: str | None = None,
+        profile: bool = False,
+        memory: str | None = None,
+        preview: bool = False,
+        vae_tile: int | None = None,
+        timeout_s: float = 300,
+    ) -> Reply:
+        params: dict[str, Any] = {
+            "prompt": prompt,
+            "seed": seed,
+            "width": width,
+            "height": height,
+            "steps": steps,
+            "modelBase": self.model_base,
+        }
         if precision:
             params["precision"] = precision
         if memory:
@@ -189,11 +218,13 @@ def browser_context(user_data_dir: Path, chromium: Path, *, extra_args: tuple[st
 
     with sync_playwright() as playwright:
         # The app's service worker would serve its cached page script past the route below.
-        context = launch_persistent(playwright, user_data_dir, executable=chromium, extra_args=extra_args,
-                                    service_workers="block")
+        context = launch_persistent(
+            playwright, user_data_dir, executable=chromium, extra_args=extra_args, service_workers="block"
+        )
         # The app's own UI would start a second worker; these tests speak to the worker directly.
-        context.route("**/assets/page-*.js", lambda route: route.fulfill(status=200, body="",
-                                                                         content_type="text/javascript"))
+        context.route(
+            "**/assets/page-*.js", lambda route: route.fulfill(status=200, body="", content_type="text/javascript")
+        )
         try:
             yield context
         finally:
@@ -203,7 +234,11 @@ def browser_context(user_data_dir: Path, chromium: Path, *, extra_args: tuple[st
 def new_page(context: Any) -> Any:
     """A fresh page whose console errors are echoed to the test output (seen on failure)."""
     page = context.new_page()
-    page.on("console", lambda message: print(f"[console.{message.type}] {message.text}")
-            if message.type in ("error", "warning") else None)
+    page.on(
+        "console",
+        lambda message: (
+            print(f"[console.{message.type}] {message.text}") if message.type in ("error", "warning") else None
+        ),
+    )
     page.on("pageerror", lambda error: print(f"[pageerror] {error}"))
     return page

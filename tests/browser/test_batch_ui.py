@@ -71,8 +71,7 @@ def open_page(context: Any, url: str) -> Any:
     tab.on("console", lambda m: print(f"[console.{m.type}] {m.text}") if m.type in ("error", "warning") else None)
     tab.on("pageerror", lambda error: print(f"[pageerror] {error}"))
     tab.goto(url)
-    tab.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
-                          polling=POLL_MS)
+    tab.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')", polling=POLL_MS)
     return tab
 
 
@@ -105,8 +104,11 @@ def settings(page: Any, *, seed: int, steps: int, batch: int, seeds: str = "sequ
 
 def run(page: Any, *, images: int, expect: str = "done") -> None:
     page.click("#generate")
-    page.wait_for_function("() => ['done', 'error', 'idle'].includes(document.body.dataset.state)",
-                           timeout=images * GENERATE_TIMEOUT_MS, polling=POLL_MS)
+    page.wait_for_function(
+        "() => ['done', 'error', 'idle'].includes(document.body.dataset.state)",
+        timeout=images * GENERATE_TIMEOUT_MS,
+        polling=POLL_MS,
+    )
     final = page.evaluate("() => document.body.dataset.state")
     assert final == expect, f"the run ended {final}: {page.inner_text('#error')}"
 
@@ -116,7 +118,9 @@ def strip(page: Any) -> list[dict[str, Any]]:
 
 
 def history_seeds(page: Any) -> list[str]:
-    return [str(seed) for seed in page.eval_on_selector_all("#history .history-item", "bs => bs.map(b => b.dataset.seed)")]
+    return [
+        str(seed) for seed in page.eval_on_selector_all("#history .history-item", "bs => bs.map(b => b.dataset.seed)")
+    ]
 
 
 def generates_posted(page: Any) -> int:
@@ -141,8 +145,9 @@ def test_a_batch_of_three_runs_the_next_seeds_and_each_is_a_single_runs_image(ap
     assert generates_posted(app) == 3, "one request per image"
     assert app.inner_text("#status").startswith("Done: 3 images in ")
     # Each image is in history under its own seed, newest first.
-    app.wait_for_function("(n) => document.querySelectorAll('#history .history-item').length === n",
-                           arg=len(before) + 3, polling=POLL_MS)
+    app.wait_for_function(
+        "(n) => document.querySelectorAll('#history .history-item').length === n", arg=len(before) + 3, polling=POLL_MS
+    )
     assert history_seeds(app)[:3] == [str(SEED + 2), str(SEED + 1), str(SEED)]
     # The timings panel: each image's time, and the batch's total.
     batch_timings = app.inner_text("#batch-timings")
@@ -189,7 +194,8 @@ def test_cancel_during_the_second_image_keeps_the_first_and_starts_no_more(app: 
             return document.querySelector('#status').textContent.startsWith('Image 2 of 3')
                 && bar.max === 10 && bar.value >= 1;
         }""",
-        timeout=2 * GENERATE_TIMEOUT_MS, polling=20,
+        timeout=2 * GENERATE_TIMEOUT_MS,
+        polling=20,
     )
     app.click("#cancel")
     app.wait_for_function("() => document.body.dataset.state !== 'running'", timeout=60_000, polling=POLL_MS)
@@ -244,8 +250,9 @@ def test_the_count_is_kept_set_by_the_link_and_checked(server: LiveServer, page:
     page.fill("#batch", "0")
     posted = generates_posted(page)
     page.click("#generate")
-    page.wait_for_function("() => document.querySelector('#error').textContent.includes('Images must be')",
-                           polling=POLL_MS)
+    page.wait_for_function(
+        "() => document.querySelector('#error').textContent.includes('Images must be')", polling=POLL_MS
+    )
     assert page.get_attribute("#batch", "aria-invalid") == "true"
     assert generates_posted(page) == posted, "a bad count sends nothing"
     page.fill("#batch", "1")

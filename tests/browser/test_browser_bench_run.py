@@ -12,13 +12,24 @@ from builder.check.bench import browser as browser_bench
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def test_browser_bench_times_each_phase_and_profiles_the_kernels(tmp_path: Path, tiny_models: dict[str, Path],
-                                                                 dist_dir: Path, chromium_path: Path) -> None:
+def test_browser_bench_times_each_phase_and_profiles_the_kernels(
+    tmp_path: Path, tiny_models: dict[str, Path], dist_dir: Path, chromium_path: Path
+) -> None:
     out = tmp_path / "out"
     messages: list[str] = []
-    rows = browser_bench.main(out, models_dir=tiny_models["q4"], log=messages.append, precisions=("q4",),
-                              sizes=("64x64",), steps=2, gpu=False, browser_path=chromium_path, dist_dir=dist_dir,
-                              timeout_s=600, kernels=True)
+    rows = browser_bench.main(
+        out,
+        models_dir=tiny_models["q4"],
+        log=messages.append,
+        precisions=("q4",),
+        sizes=("64x64",),
+        steps=2,
+        gpu=False,
+        browser_path=chromium_path,
+        dist_dir=dist_dir,
+        timeout_s=600,
+        kernels=True,
+    )
     assert [r["phase"] for r in rows] == ["cold", "warm reload", "hot", "hot, no preview", "profiled"]
     cold, warm, hot, no_preview, profiled = rows
     assert cold["bytes_fetched"] > 0 and warm["bytes_fetched"] == 0 and hot["step_ms"] > 0

@@ -74,7 +74,9 @@ def test_worker_reads_each_file_as_the_cpu_reference(client: WorkerClient, case:
     if "refuse" in case:
         with pytest.raises(InputError) as refused:
             cli_read(path, role)
-        assert answer["type"] == "error", f"the worker read {path.name}, which the CPU reference refuses: {refused.value}"
+        assert answer["type"] == "error", (
+            f"the worker read {path.name}, which the CPU reference refuses: {refused.value}"
+        )
         assert answer["error"]["code"] == "input", answer["error"]
         assert reason(answer["error"]["message"]) == reason(str(refused.value)), (answer["error"], str(refused.value))
         if case["refuse"] in inputs.REFUSALS:
@@ -84,7 +86,9 @@ def test_worker_reads_each_file_as_the_cpu_reference(client: WorkerClient, case:
     assert answer["type"] == "result", f"the worker refused {path.name}: {answer['error']}"
     result = answer["result"]
     got = np.frombuffer(base64.b64decode(result["rgb"]), dtype=np.uint8).reshape(result["height"], result["width"], 3)
-    assert got.shape == expected.shape, f"{path.name}: worker {got.shape[1]}x{got.shape[0]}, CPU {expected.shape[1]}x{expected.shape[0]}"
+    assert got.shape == expected.shape, (
+        f"{path.name}: worker {got.shape[1]}x{got.shape[0]}, CPU {expected.shape[1]}x{expected.shape[0]}"
+    )
     diff = int(np.abs(got.astype(np.int16) - expected.astype(np.int16)).max())
     lossy = path.suffix in (".jpg", ".webp") and "lossless" not in path.name
     assert diff <= (LOSSY_TOLERANCE if lossy else 0), f"{path.name}: max |worker - CPU| = {diff}"

@@ -61,13 +61,29 @@ def cpu_reference(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPat
         path.write_bytes(data)
         return path
 
-    def make(*, seed: int, width: int, height: int, images: list[bytes], mask: bytes | None = None,
-             strength: float | None = None, steps: int = STEPS) -> np.ndarray:
+    def make(
+        *,
+        seed: int,
+        width: int,
+        height: int,
+        images: list[bytes],
+        mask: bytes | None = None,
+        strength: float | None = None,
+        steps: int = STEPS,
+    ) -> np.ndarray:
         extra: dict[str, Any] = {} if strength is None else {"strength": strength}
         image: np.ndarray = reference.generate(
-            tiny_models["fp32"], prompt=PROMPT, seed=seed, width=width, height=height, steps=steps,
-            log=lambda _msg: None, images=[stored(data) for data in images],
-            mask=None if mask is None else stored(mask), **extra).image
+            tiny_models["fp32"],
+            prompt=PROMPT,
+            seed=seed,
+            width=width,
+            height=height,
+            steps=steps,
+            log=lambda _msg: None,
+            images=[stored(data) for data in images],
+            mask=None if mask is None else stored(mask),
+            **extra,
+        ).image
         return image
 
     return make
@@ -78,8 +94,9 @@ def picture(width: int, height: int, seed: int) -> np.ndarray:
     from PIL import Image
 
     rng = np.random.default_rng(seed)
-    coarse = Image.fromarray(rng.integers(0, 256, size=(6, 8, 3), dtype=np.uint8)).resize((width, height),
-                                                                                          Image.Resampling.BICUBIC)
+    coarse = Image.fromarray(rng.integers(0, 256, size=(6, 8, 3), dtype=np.uint8)).resize(
+        (width, height), Image.Resampling.BICUBIC
+    )
     pixels = np.asarray(coarse).astype(np.int16) + rng.integers(-20, 21, size=(height, width, 3))
     pixels[:, width // 3] = 255
     clipped: np.ndarray = np.clip(pixels, 0, 255).astype(np.uint8)
@@ -94,10 +111,25 @@ def png(pixels: np.ndarray) -> bytes:
     return out.getvalue()
 
 
-def send(client: WorkerClient, *, seed: int, width: int, height: int, images: list[tuple[str, bytes]],
-         mask: tuple[str, bytes] | None = None, strength: float | None = None, steps: int = STEPS) -> str:
-    params: dict[str, Any] = {"prompt": PROMPT, "seed": seed, "width": width, "height": height, "steps": steps,
-                              "modelBase": client.model_base}
+def send(
+    client: WorkerClient,
+    *,
+    seed: int,
+    width: int,
+    height: int,
+    images: list[tuple[str, bytes]],
+    mask: tuple[str, bytes] | None = None,
+    strength: float | None = None,
+    steps: int = STEPS,
+) -> str:
+    params: dict[str, Any] = {
+        "prompt": PROMPT,
+        "seed": seed,
+        "width": width,
+        "height": height,
+        "steps": steps,
+        "modelBase": client.model_base,
+    }
     if strength is not None:
         params["strength"] = strength
     files: dict[str, Any] = {"images": [[name, base64.b64encode(data).decode()] for name, data in images]}
@@ -111,8 +143,9 @@ def generate(client: WorkerClient, timeout_s: float = 900, **kwargs: Any) -> Rep
 
 
 @pytest.fixture(scope="module")
-def fp32_client(context: Any, dist_dir: Path, tiny_models: dict[str, Path],
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerClient]:
+def fp32_client(
+    context: Any, dist_dir: Path, tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerClient]:
     """One worker on the tiny fp32 model for the module's editing runs, as one visit of a person editing several
     images: they share its sessions and PROMPT's embeddings. Each test's images are its own, so what one test
     finds cached (its second run of the same image) does not depend on another test."""
@@ -139,14 +172,37 @@ def test_one_reference_matches_diffusers_and_is_encoded_once(fp32_client: Worker
     fox = png(picture(90, 70, seed=1))  # used at 80x64: the centre cut
     reply = generate(client, seed=3, width=64, height=64, images=[("fox.png", fox)])
     result = reply.ok()
-    assert [e["stage"] for e in reply.of_type("stage")] == ["check", "download", "load", "encode", "images",
-                                                             "latents", "timesteps", "denoise", "decode"]
+    assert [e["stage"] for e in reply.of_type("stage")] == [
+        "check",
+        "download",
+        "load",
+        "encode",
+        "images",
+        "latents",
+        "timesteps",
+        "denoise",
+        "decode",
+    ]
     assert [e["step"] for e in reply.of_type("step")] == [1, 2, 3, 4]
     assert result["graphs"]["vae_encoder"]["variant"] == "fp32" and result["graphs"]["vae_encoder"]["ep"] == "webgpu"
-    info = {"name": "fox.png", "sha256": hashlib.sha256(fox).hexdigest(), "width": 90, "height": 70,
-            "usedWidth": 80, "usedHeight": 64, "tokens": 20, "cached": False}
-    assert result["inputs"] == {"mode": "edit", "images": [info], "mask": None, "strength": None, "steps": 4,
-                                "referenceTokens": 20}
+    info = {
+        "name": "fox.png",
+        "sha256": hashlib.sha256(fox).hexdigest(),
+        "width": 90,
+        "height": 70,
+        "usedWidth": 80,
+        "usedHeight": 64,
+        "tokens": 20,
+        "cached": False,
+    }
+    assert result["inputs"] == {
+        "mode": "edit",
+        "images": [info],
+        "mask": None,
+        "strength": None,
+        "steps": 4,
+        "referenceTokens": 20,
+    }
     expected = cpu_reference(seed=3, width=64, height=64, images=[fox])
     psnr = imaging.psnr(reply.rgb(), expected)
     without = imaging.psnr(expected, cpu_reference(seed=3, width=64, height=64, images=[]))
@@ -173,8 +229,10 @@ def test_two_references_of_different_sizes(fp32_client: WorkerClient, cpu_refere
     small = png(picture(200, 150, seed=3))
     reply = generate(client, seed=5, width=80, height=64, images=[("big.png", big), ("small.png", small)])
     inputs = reply.ok()["inputs"]
-    assert [(i["usedWidth"], i["usedHeight"], i["tokens"]) for i in inputs["images"]] == [(288, 160, 180),
-                                                                                            (192, 144, 108)]
+    assert [(i["usedWidth"], i["usedHeight"], i["tokens"]) for i in inputs["images"]] == [
+        (288, 160, 180),
+        (192, 144, 108),
+    ]
     assert inputs["referenceTokens"] == 288
     expected = cpu_reference(seed=5, width=80, height=64, images=[big, small])
     psnr = imaging.psnr(reply.rgb(), expected)
@@ -190,8 +248,9 @@ def test_inpainting_with_a_mask_of_another_size(fp32_client: WorkerClient, cpu_r
     mask_pixels[30:110, 60:170] = 255
     mask_pixels[110:120, 60:170] = 130  # grey: thresholded at 50%
     mask = png(mask_pixels)
-    reply = generate(client, seed=7, width=96, height=64, images=[("room.png", room)], mask=("mask.png", mask),
-                     strength=0.5)
+    reply = generate(
+        client, seed=7, width=96, height=64, images=[("room.png", room)], mask=("mask.png", mask), strength=0.5
+    )
     result = reply.ok()
     assert [e["step"] for e in reply.of_type("step")] == [1, 2]  # int(4 * 0.5) steps run
     assert result["inputs"]["mode"] == "inpaint" and result["inputs"]["strength"] == 0.5
@@ -201,10 +260,13 @@ def test_inpainting_with_a_mask_of_another_size(fp32_client: WorkerClient, cpu_r
     expected = cpu_reference(seed=7, width=96, height=64, images=[room], mask=mask, strength=0.5)
     psnr = imaging.psnr(reply.rgb(), expected)
     differ = int(np.abs(reply.rgb().astype(int) - expected.astype(int)).max())
-    other = imaging.psnr(expected, cpu_reference(seed=7, width=96, height=64, images=[room], mask=png(255 - mask_pixels),
-                                                 strength=0.5))
-    print(f"inpainting: {psnr:.1f} dB vs the CPU reference, at most {differ} uint8 steps apart (the reference with "
-          f"the mask inverted: {other:.1f} dB)")
+    other = imaging.psnr(
+        expected, cpu_reference(seed=7, width=96, height=64, images=[room], mask=png(255 - mask_pixels), strength=0.5)
+    )
+    print(
+        f"inpainting: {psnr:.1f} dB vs the CPU reference, at most {differ} uint8 steps apart (the reference with "
+        f"the mask inverted: {other:.1f} dB)"
+    )
     assert psnr >= PSNR_MIN and psnr >= other + OTHER_MARGIN
 
 
@@ -212,7 +274,8 @@ CORPUS = Path(__file__).resolve().parent.parent / "data" / "input_images"
 
 
 def test_inpainting_reads_a_transparent_mask_and_a_rotated_webp_as_the_cpu_reference(
-        fp32_client: WorkerClient, cpu_reference: Any) -> None:
+    fp32_client: WorkerClient, cpu_reference: Any
+) -> None:
     """The decoding contract end to end (tests/browser/test_decoding.py checks the decoded pixels): an LA mask whose
     transparent pixels are white repaints them, as diffusers reads it, and a WebP with EXIF orientation 6 is used
     upright (80x64, not 64x80). The reference with the mask read as a canvas would read it (transparent = black)
@@ -223,8 +286,15 @@ def test_inpainting_reads_a_transparent_mask_and_a_rotated_webp_as_the_cpu_refer
     room = png(picture(100, 75, seed=4))
     mask = (CORPUS / "mask_la_transparent_white.png").read_bytes()
     rotated = (CORPUS / "webp_lossy_exif6.webp").read_bytes()
-    reply = generate(client, seed=5, width=96, height=64, images=[("room.png", room), ("rotated.webp", rotated)],
-                     mask=("mask.png", mask), strength=0.5)
+    reply = generate(
+        client,
+        seed=5,
+        width=96,
+        height=64,
+        images=[("room.png", room), ("rotated.webp", rotated)],
+        mask=("mask.png", mask),
+        strength=0.5,
+    )
     result = reply.ok()
     assert [(i["usedWidth"], i["usedHeight"]) for i in result["inputs"]["images"]] == [(96, 64), (80, 64)]
     expected = cpu_reference(seed=5, width=96, height=64, images=[room, rotated], mask=mask, strength=0.5)
@@ -232,10 +302,14 @@ def test_inpainting_reads_a_transparent_mask_and_a_rotated_webp_as_the_cpu_refer
     with Image.open(io.BytesIO(mask)) as opened:
         la = np.asarray(opened.convert("LA"))
     premultiplied = np.where(la[..., 1] == 0, 0, la[..., 0]).astype(np.uint8)
-    other = imaging.psnr(expected, cpu_reference(seed=5, width=96, height=64, images=[room, rotated],
-                                                 mask=png(premultiplied), strength=0.5))
-    print(f"transparent mask, rotated WebP: {psnr:.1f} dB vs the CPU reference (transparent read as black: "
-          f"{other:.1f} dB)")
+    other = imaging.psnr(
+        expected,
+        cpu_reference(seed=5, width=96, height=64, images=[room, rotated], mask=png(premultiplied), strength=0.5),
+    )
+    print(
+        f"transparent mask, rotated WebP: {psnr:.1f} dB vs the CPU reference (transparent read as black: "
+        f"{other:.1f} dB)"
+    )
     assert psnr >= PSNR_MIN and psnr >= other + OTHER_MARGIN
 
 
@@ -250,8 +324,9 @@ def without_encoder(repo: Path, out: Path) -> Path:
     return out
 
 
-def test_bad_requests_are_refused_before_any_download(page: Any, dist_dir: Path, live_server_factory: Any,
-                                                      tiny_models: dict[str, Path], tmp_path: Path) -> None:
+def test_bad_requests_are_refused_before_any_download(
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     fox = png(picture(90, 70, seed=1))
     client = served(page, live_server_factory, dist_dir, without_encoder(tiny_models["fp32"], tmp_path / "seedlike"))
     reply = generate(client, seed=0, width=64, height=64, images=[("fox.png", fox)])
@@ -261,8 +336,10 @@ def test_bad_requests_are_refused_before_any_download(page: Any, dist_dir: Path,
 
     broken = png(picture(90, 70, seed=1))[:200]
     tiny = png(picture(40, 40, seed=1))
-    for images, named in (([("fox.png", fox), ("broken.png", broken)], "Reference 2 (broken.png)"),
-                          ([("tiny.png", tiny)], "Reference 1 (tiny.png) is 40x40")):
+    for images, named in (
+        ([("fox.png", fox), ("broken.png", broken)], "Reference 2 (broken.png)"),
+        ([("tiny.png", tiny)], "Reference 1 (tiny.png) is 40x40"),
+    ):
         bad = generate(client, seed=0, width=64, height=64, images=images)
         assert bad.type == "error" and bad.error is not None and bad.error["code"] == "input", bad.error
         assert named in bad.error["message"], bad.error["message"]

@@ -77,13 +77,13 @@ def dispatch_files(page: Any, kind: str, selector: str, files: list[tuple[str, s
 
 
 def wait_references(page: Any, count: int) -> None:
-    page.wait_for_function("(n) => document.querySelectorAll('#references li').length === n", arg=count,
-                           polling=POLL_MS)
+    page.wait_for_function(
+        "(n) => document.querySelectorAll('#references li').length === n", arg=count, polling=POLL_MS
+    )
 
 
 def wait_error(page: Any, text: str) -> str:
-    page.wait_for_function("(t) => document.querySelector('#error').textContent.includes(t)", arg=text,
-                           polling=POLL_MS)
+    page.wait_for_function("(t) => document.querySelector('#error').textContent.includes(t)", arg=text, polling=POLL_MS)
     return str(page.inner_text("#error"))
 
 
@@ -94,8 +94,11 @@ def choose_mode(page: Any, mode: str) -> None:
 
 def set_range(page: Any, selector: str, value: float) -> None:
     """A range input as a person moves it: the value, then the input event."""
-    page.eval_on_selector(selector, "(input, v) => { input.value = String(v); "
-                          "input.dispatchEvent(new Event('input', { bubbles: true })); }", value)
+    page.eval_on_selector(
+        selector,
+        "(input, v) => { input.value = String(v); input.dispatchEvent(new Event('input', { bubbles: true })); }",
+        value,
+    )
 
 
 def save_mask(page: Any, folder: Path, name: str) -> np.ndarray:
@@ -244,12 +247,15 @@ def test_refused_files_say_why_and_add_nothing(page: Any, tmp_path: Path) -> Non
 CORPUS = REPO_ROOT / "tests" / "data" / "input_images"
 
 
-@pytest.mark.parametrize(("name", "reason"), [
-    ("refuse.gif", "is not a PNG, JPEG or WebP file; save it as PNG."),
-    ("refuse.bmp", "is not a PNG, JPEG or WebP file; save it as PNG."),
-    ("refuse_truncated.png", "cannot be decoded: the file is damaged or incomplete; save it again."),
-    ("refuse_animated.webp", "is animated; save the frame to use as a PNG."),
-])
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("refuse.gif", "is not a PNG, JPEG or WebP file; save it as PNG."),
+        ("refuse.bmp", "is not a PNG, JPEG or WebP file; save it as PNG."),
+        ("refuse_truncated.png", "cannot be decoded: the file is damaged or incomplete; save it again."),
+        ("refuse_animated.webp", "is animated; save the frame to use as a PNG."),
+    ],
+)
 def test_the_page_refuses_what_the_cli_refuses_in_its_words(page: Any, name: str, reason: str) -> None:
     """The page reads files by the worker's and the CLI's contract (tests/browser/test_decoding.py holds the two to
     it): a GIF, a BMP, a damaged or an animated file is refused when added, not at Generate."""
@@ -272,10 +278,13 @@ def test_a_mask_is_read_as_the_worker_reads_it(page: Any, tmp_path: Path) -> Non
     page.set_input_files("#source-file", str(write_png(tmp_path, "room.png", 80, 96)))
     page.wait_for_function("() => !document.querySelector('#painter').hidden", polling=POLL_MS)
     page.set_input_files("#mask-file", str(CORPUS / "mask_la_transparent_white.png"))
-    page.wait_for_function("() => document.querySelector('#mask-info').textContent.includes('transparent_white')",
-                           polling=POLL_MS)
+    page.wait_for_function(
+        "() => document.querySelector('#mask-info').textContent.includes('transparent_white')", polling=POLL_MS
+    )
     # The corner (0, 0) of the mask is transparent white: painted, as the worker and the CLI read it.
-    corner = page.evaluate("() => document.querySelector('#mask-canvas').getContext('2d').getImageData(1, 1, 1, 1).data[3]")
+    corner = page.evaluate(
+        "() => document.querySelector('#mask-canvas').getContext('2d').getImageData(1, 1, 1, 1).data[3]"
+    )
     assert corner == 255, corner
     page.set_input_files("#mask-file", str(CORPUS / "refuse_mask_grey16.png"))
     message = wait_error(page, "refuse_mask_grey16.png")
@@ -348,8 +357,9 @@ def test_inpaint_mask_painter_exports_what_was_painted(page: Any, tmp_path: Path
     half[:, 64:] = 255
     Image.fromarray(half).save(mask_file)
     page.set_input_files("#mask-file", str(mask_file))
-    page.wait_for_function("() => document.querySelector('#mask-info').textContent.includes('half.png')",
-                           polling=POLL_MS)
+    page.wait_for_function(
+        "() => document.querySelector('#mask-info').textContent.includes('half.png')", polling=POLL_MS
+    )
     loaded = save_mask(page, tmp_path, "loaded.png")
     assert loaded.shape == (64, 128) and (loaded == half).all(), "an untouched mask file is sent as given"
     # Painting over it makes it a painted mask, at the image's size, the file's right half still white.
@@ -370,11 +380,15 @@ def test_inpaint_mask_painter_exports_what_was_painted(page: Any, tmp_path: Path
 def test_screenshot_of_the_editing_ui(page: Any, tmp_path: Path) -> None:
     page.fill("#prompt", "the cat from the first image wearing the hat from the second, studio photo")
     choose_mode(page, "edit")
-    page.set_input_files("#reference-files", [str(write_png(tmp_path, "cat.png", 1100, 1000)),
-                                              str(write_png(tmp_path, "hat.png", 768, 512, colour=(40, 90, 200)))])
+    page.set_input_files(
+        "#reference-files",
+        [
+            str(write_png(tmp_path, "cat.png", 1100, 1000)),
+            str(write_png(tmp_path, "hat.png", 768, 512, colour=(40, 90, 200))),
+        ],
+    )
     wait_references(page, 2)
-    page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
-                           polling=POLL_MS)
+    page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')", polling=POLL_MS)
     page.evaluate("() => window.scrollTo(0, 0)")
     shot = tmp_path / "editing-ui.png"
     page.locator("#app").screenshot(path=str(shot))
@@ -454,8 +468,9 @@ def test_history_from_before_editing_survives_the_upgrade(context: Any, server: 
 
 def generate(page: Any) -> None:
     page.click("#generate")
-    page.wait_for_function("() => ['done', 'error'].includes(document.body.dataset.state)",
-                           timeout=GENERATE_TIMEOUT_MS, polling=POLL_MS)
+    page.wait_for_function(
+        "() => ['done', 'error'].includes(document.body.dataset.state)", timeout=GENERATE_TIMEOUT_MS, polling=POLL_MS
+    )
     assert page.evaluate("() => document.body.dataset.state") == "done", page.inner_text("#error")
 
 
@@ -481,8 +496,7 @@ def test_edit_and_inpaint_through_the_ui_with_history_and_png_metadata(
     tab.set_viewport_size({"width": 1280, "height": 900})
     tab.on("pageerror", lambda error: print(f"[pageerror] {error}"))
     tab.goto(server.url("/"))
-    tab.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
-                          polling=POLL_MS)
+    tab.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')", polling=POLL_MS)
     fox = write_png(tmp_path, "fox.png", 80, 64)
     hat = write_png(tmp_path, "hat.png", 64, 96, colour=(30, 160, 90))
     room = write_png(tmp_path, "room.png", 100, 64, colour=(90, 90, 200))
@@ -502,8 +516,7 @@ def test_edit_and_inpaint_through_the_ui_with_history_and_png_metadata(
     assert "Encode images" in tab.inner_text("#timings")
     _, text = downloaded_png(tab, tmp_path)
     assert text["mode"] == "edit"
-    assert text["images"] == (f"{sha256(fox.read_bytes())} 80x64 fox.png\n"
-                              f"{sha256(hat.read_bytes())} 64x96 hat.png")
+    assert text["images"] == (f"{sha256(fox.read_bytes())} 80x64 fox.png\n{sha256(hat.read_bytes())} 64x96 hat.png")
     assert "mask" not in text and "strength" not in text
     assert text["prompt"] == "the fox wearing the hat" and text["seed"] == "42" and text["size"] == "80x64"
 
@@ -523,8 +536,7 @@ def test_edit_and_inpaint_through_the_ui_with_history_and_png_metadata(
     tab.wait_for_function("() => document.querySelector('#result-image').naturalWidth === 96", polling=POLL_MS)
     _, text = downloaded_png(tab, tmp_path)
     assert text["mode"] == "inpaint"
-    assert text["images"] == (f"{sha256(room.read_bytes())} 96x64 room.png\n"
-                              f"{sha256(hat.read_bytes())} 64x96 hat.png")
+    assert text["images"] == (f"{sha256(room.read_bytes())} 96x64 room.png\n{sha256(hat.read_bytes())} 64x96 hat.png")
     assert text["mask"] == f"{sha256(mask_bytes)} 96x64 painted-mask.png"
     assert text["strength"] == "0.5"
     assert mask.max() == 255
@@ -544,8 +556,7 @@ def test_edit_and_inpaint_through_the_ui_with_history_and_png_metadata(
 
     # History keeps the inputs: after a reload, each entry brings its mode, images, mask and strength back.
     tab.reload()
-    tab.wait_for_function("() => document.querySelectorAll('#history .history-item').length === 2",
-                          polling=POLL_MS)
+    tab.wait_for_function("() => document.querySelectorAll('#history .history-item').length === 2", polling=POLL_MS)
     assert tab.evaluate(COUNT_STORES_JS)["inputs"] == 2
     assert tab.is_checked("#mode-text") and not tab.is_visible("#editing")
     items = tab.locator("#history .history-item")
@@ -569,19 +580,19 @@ def test_edit_and_inpaint_through_the_ui_with_history_and_png_metadata(
     # Deleting an entry deletes its files too.
     tab.hover("#history .history-entry:nth-child(1)")
     tab.click("#history .history-entry:nth-child(1) .history-delete")
-    tab.wait_for_function("() => document.querySelectorAll('#history .history-item').length === 1",
-                          polling=POLL_MS)
+    tab.wait_for_function("() => document.querySelectorAll('#history .history-item').length === 1", polling=POLL_MS)
     assert tab.evaluate(COUNT_STORES_JS) == {"version": 2, "generations": 1, "inputs": 1}
     tab.close()
 
 
 def test_cancel_in_the_encode_images_stage(page: Any, tmp_path: Path) -> None:
-    page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
-                           polling=POLL_MS)
+    page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')", polling=POLL_MS)
     choose_mode(page, "edit")
     # Four references keep the VAE encoder busy long enough to cancel inside the stage (checked between images).
-    page.set_input_files("#reference-files", [str(write_png(tmp_path, f"big{i}.png", 512, 512, colour=(60 * i, 90, 40)))
-                                              for i in range(4)])
+    page.set_input_files(
+        "#reference-files",
+        [str(write_png(tmp_path, f"big{i}.png", 512, 512, colour=(60 * i, 90, 40))) for i in range(4)],
+    )
     wait_references(page, 4)
     page.uncheck("#match-size")
     page.select_option("#size", "custom")
@@ -589,12 +600,17 @@ def test_cancel_in_the_encode_images_stage(page: Any, tmp_path: Path) -> None:
     page.fill("#height", "64")
     page.click("#generate")
     images_stage = '#stages li[data-stage="images"]'
-    page.wait_for_function("(s) => document.querySelector(s).dataset.status === 'active'", arg=images_stage,
-                           timeout=GENERATE_TIMEOUT_MS, polling=20)
+    page.wait_for_function(
+        "(s) => document.querySelector(s).dataset.status === 'active'",
+        arg=images_stage,
+        timeout=GENERATE_TIMEOUT_MS,
+        polling=20,
+    )
     assert page.is_visible(images_stage) and page.inner_text(images_stage) == "Encode images"
     page.click("#cancel")
-    page.wait_for_function("() => document.body.dataset.state !== 'running'", timeout=GENERATE_TIMEOUT_MS,
-                           polling=POLL_MS)
+    page.wait_for_function(
+        "() => document.body.dataset.state !== 'running'", timeout=GENERATE_TIMEOUT_MS, polling=POLL_MS
+    )
     assert page.evaluate("() => document.body.dataset.state") == "idle", page.inner_text("#error")
     assert page.inner_text("#status").startswith("Cancelled")
     assert page.is_enabled("#generate") and page.is_disabled("#cancel")

@@ -26,7 +26,8 @@ def retries(reply: Any) -> list[str]:
 
 
 def test_failing_subgroup_shaders_are_dropped_the_image_finishes_and_the_browser_remembers(
-        page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]) -> None:
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]
+) -> None:
     server = live_server_factory(dist_dir, models=tiny_models["q4"])
     client = WorkerClient(page, server.url("/"), worker_query="gpu-fault=subgroups")
     client.open()
@@ -44,8 +45,9 @@ def test_failing_subgroup_shaders_are_dropped_the_image_finishes_and_the_browser
     assert retries(reply) == ["again without subgroups, which failed in this browser"]
     assert any("without subgroups" in note and "remembered" in note for note in result["notes"]), result["notes"]
     variants = {component: graph["variant"] for component, graph in result["graphs"].items()}
-    expected = reference.generate(tiny_models["q4"], prompt=PROMPT, seed=0, width=64, height=64, steps=4,
-                                  variants=variants, log=lambda _msg: None).image
+    expected = reference.generate(
+        tiny_models["q4"], prompt=PROMPT, seed=0, width=64, height=64, steps=4, variants=variants, log=lambda _msg: None
+    ).image
     psnr = imaging.psnr(reply.rgb(), expected)
     print(f"q4 64x64 without subgroups after the injected fault: PSNR {psnr:.1f} dB vs CPU reference")
     assert psnr >= 45.0  # the same bound as the q4 image with subgroups (test_worker.py)

@@ -22,7 +22,8 @@ def op_counts(graph: Path) -> Counter[str]:
 
 
 def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
-        page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]) -> None:
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]
+) -> None:
     repo = tiny_models["q4"]
     client = WorkerClient(page, live_server_factory(dist_dir, models=repo).url("/"))
     client.open()
@@ -40,8 +41,9 @@ def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
         assert times["hostMs"] + times["cpuNodeMs"] <= times["runMs"], component
         assert sum(k["share"] for k in times["kernels"]) == pytest.approx(1, abs=1e-6), component
         assert sum(k["gpuMs"] for k in times["kernels"]) == pytest.approx(times["gpuMs"], rel=1e-6), component
-        assert [k["gpuMs"] for k in times["kernels"][:-1]] == sorted((k["gpuMs"] for k in times["kernels"][:-1]),
-                                                                     reverse=True), component
+        assert [k["gpuMs"] for k in times["kernels"][:-1]] == sorted(
+            (k["gpuMs"] for k in times["kernels"][:-1]), reverse=True
+        ), component
     # Each MatMulNBits node of the graph is one dispatch per step, under the program onnxruntime chose for it: at
     # accuracy_level 4 with `subgroups` (SwiftShader has them) DP4AMatMulNBits* where the shape allows (K a multiple
     # of 128), after a DP4AMatMulQuantize of its input; a MatMulNBits* program otherwise.
@@ -68,12 +70,23 @@ def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
     assert np.array_equal(plain.rgb(), profiled_reply.rgb())
 
 
-def test_profile_must_be_a_boolean(page: Any, dist_dir: Path, live_server_factory: Any,
-                                   tiny_models: dict[str, Path]) -> None:
+def test_profile_must_be_a_boolean(
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]
+) -> None:
     client = WorkerClient(page, live_server_factory(dist_dir, models=tiny_models["q4"]).url("/"))
     client.open()
-    reply = client.request("generate", params={"prompt": "x", "seed": 0, "width": 64, "height": 64, "steps": 4,
-                                               "modelBase": client.model_base, "profile": "yes"})
+    reply = client.request(
+        "generate",
+        params={
+            "prompt": "x",
+            "seed": 0,
+            "width": 64,
+            "height": 64,
+            "steps": 4,
+            "modelBase": client.model_base,
+            "profile": "yes",
+        },
+    )
     assert reply.type == "error" and reply.error is not None
     error = reply.error
     assert error["code"] == "input" and "`profile` must be true or false" in error["message"]

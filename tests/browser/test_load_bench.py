@@ -15,15 +15,28 @@ from builder.repo import manifest
 pytestmark = pytest.mark.browser
 
 
-def test_load_bench_creates_every_session_and_reports_what_it_fetched(tmp_path: Path, tiny_models: dict[str, Path],
-                                                                    dist_dir: Path, chromium_path: Path) -> None:
+def test_load_bench_creates_every_session_and_reports_what_it_fetched(
+    tmp_path: Path, tiny_models: dict[str, Path], dist_dir: Path, chromium_path: Path
+) -> None:
     repo_dir = tiny_models["q4"]
-    rows = load_bench.main(tmp_path / "out", models_dir=repo_dir, log=lambda _msg: None,
-                           sizes=("256x256", "512x256"), dist_dir=dist_dir, browser_path=chromium_path, repeat=1)
+    rows = load_bench.main(
+        tmp_path / "out",
+        models_dir=repo_dir,
+        log=lambda _msg: None,
+        sizes=("256x256", "512x256"),
+        dist_dir=dist_dir,
+        browser_path=chromium_path,
+        repeat=1,
+    )
 
     assert [(r["component"], r["size"]) for r in rows] == [
-        ("store", "256x256"), ("text_encoder", "256x256"), ("transformer", "256x256"), ("transformer", "512x256"),
-        ("vae_decoder", "512x256"), ("transformer (again)", "256x256")]
+        ("store", "256x256"),
+        ("text_encoder", "256x256"),
+        ("transformer", "256x256"),
+        ("transformer", "512x256"),
+        ("vae_decoder", "512x256"),
+        ("transformer (again)", "256x256"),
+    ]
     repo = manifest.load(repo_dir)
     store, *sessions = rows
     # The store row fetched the files of the graphs the app chose, and the tokenizer: at least every graph's bytes.
@@ -46,10 +59,12 @@ def test_load_bench_creates_every_session_and_reports_what_it_fetched(tmp_path: 
     assert "| transformer | 512x256 |" in table
 
 
-def test_load_bench_refuses_a_variant_the_repo_lacks_before_starting_a_browser(tmp_path: Path,
-                                                                              tiny_models: dict[str, Path]) -> None:
-    result = CliRunner().invoke(cli, ["load-bench", "--models", str(tiny_models["fp32"]), "--precision", "q4f16",
-                                      "--out", str(tmp_path)])
+def test_load_bench_refuses_a_variant_the_repo_lacks_before_starting_a_browser(
+    tmp_path: Path, tiny_models: dict[str, Path]
+) -> None:
+    result = CliRunner().invoke(
+        cli, ["load-bench", "--models", str(tiny_models["fp32"]), "--precision", "q4f16", "--out", str(tmp_path)]
+    )
     assert result.exit_code == 2, result.output
     assert "has no transformer of that variant" in result.output
     assert not (tmp_path / load_bench.JSON_NAME).exists()

@@ -19,7 +19,8 @@ PROMPT = "a red fox in fresh snow, morning light"
 
 
 def test_lean_mode_reloads_each_session_per_image_and_makes_the_same_image(
-        page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]) -> None:
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]
+) -> None:
     server = live_server_factory(dist_dir, models=tiny_models["q4"])
     client = WorkerClient(page, server.url("/"))
     client.open()
@@ -45,7 +46,8 @@ def test_lean_mode_reloads_each_session_per_image_and_makes_the_same_image(
 
 
 def test_a_memory_mode_that_is_not_one_is_refused_before_any_download(
-        page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]) -> None:
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]
+) -> None:
     server = live_server_factory(dist_dir, models=tiny_models["q4"])
     client = WorkerClient(page, server.url("/"))
     client.open()

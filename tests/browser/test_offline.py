@@ -66,8 +66,9 @@ def open_page(context: Any, url: str) -> Any:
 
 
 def wait_status(page: Any, status: str, *, timeout_ms: float = SETTLE_MS) -> None:
-    page.wait_for_function("(s) => document.querySelector('#app-status').dataset.status === s", arg=status,
-                           timeout=timeout_ms, polling=100)
+    page.wait_for_function(
+        "(s) => document.querySelector('#app-status').dataset.status === s", arg=status, timeout=timeout_ms, polling=100
+    )
 
 
 def shell_state(page: Any) -> dict[str, Any]:
@@ -91,8 +92,9 @@ def shell_urls(base_url: str, dist: Path) -> list[str]:
 
 def generate(page: Any) -> list[int]:
     """One 64x64 text-to-image run through the form; the image's RGBA pixels."""
-    page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
-                           timeout=SETTLE_MS, polling=100)
+    page.wait_for_function(
+        "() => document.querySelector('#status').textContent.startsWith('Ready')", timeout=SETTLE_MS, polling=100
+    )
     page.fill("#prompt", PROMPT)
     page.fill("#seed", str(SEED))
     page.fill("#steps", "2")
@@ -100,8 +102,9 @@ def generate(page: Any) -> list[int]:
     page.fill("#width", "64")
     page.fill("#height", "64")
     page.click("#generate")
-    page.wait_for_function("() => ['done', 'error'].includes(document.body.dataset.state)",
-                           timeout=GENERATE_TIMEOUT_MS, polling=100)
+    page.wait_for_function(
+        "() => ['done', 'error'].includes(document.body.dataset.state)", timeout=GENERATE_TIMEOUT_MS, polling=100
+    )
     assert page.evaluate("() => document.body.dataset.state") == "done", page.inner_text("#error")
     return list(page.evaluate(RESULT_PIXELS_JS))
 
@@ -129,8 +132,9 @@ def test_the_app_installs(fresh_context: Any, dist_dir: Path, live_server_factor
     assert state["caches"] == {f"klein-shell-{build_id}": shell_urls(server.url("/"), dist_dir)}
 
 
-def test_generates_offline_after_one_visit(fresh_context: Any, dist_dir: Path, tiny_models: dict[str, Path],
-                                           tmp_path: Path) -> None:
+def test_generates_offline_after_one_visit(
+    fresh_context: Any, dist_dir: Path, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     server = start_server(dist_dir, tmp_path, models=tiny_models["fp32"])
     try:
         page = open_page(fresh_context, server.url("/"))
@@ -156,7 +160,9 @@ def restyle(web_src: Path, colour: str) -> None:
         handle.write(f"\n.brand-klein {{ color: {colour}; }}\n")
 
 
-def test_a_new_build_waits_then_replaces_the_shell_whole(fresh_context: Any, web_src_copy: Path, tmp_path: Path) -> None:
+def test_a_new_build_waits_then_replaces_the_shell_whole(
+    fresh_context: Any, web_src_copy: Path, tmp_path: Path
+) -> None:
     dist = tmp_path / "dist"
     first = build(dist, web_src=web_src_copy)
     with serve_in_thread(create_app(dist)) as port:
@@ -178,8 +184,11 @@ def test_a_new_build_waits_then_replaces_the_shell_whole(fresh_context: Any, web
             page.click("#app-update")
         wait_status(page, "stored")
         # Activating deletes the old cache; the page reloads as soon as the new worker controls it.
-        state = settled_state(page, "the new build's cache alone",
-                              lambda state: list(state["caches"]) == [f"klein-shell-{second.build_id}"])
+        state = settled_state(
+            page,
+            "the new build's cache alone",
+            lambda state: list(state["caches"]) == [f"klein-shell-{second.build_id}"],
+        )
         assert state["pageBuild"] == state["workerBuild"] == second.build_id
         assert page.evaluate("() => getComputedStyle(document.querySelector('.brand-klein')).color") == "rgb(1, 2, 3)"
 
@@ -201,6 +210,7 @@ def test_development_build_serves_each_rebuild_at_once(fresh_context: Any, web_s
         second = build(dist, web_src=web_src_copy, cache_shell=False)
         page.reload()
         assert page.get_attribute('meta[name="klein-build"]', "content") == second.build_id != first.build_id
-        state = settled_state(page, f"served by build {second.build_id}",
-                              lambda state: state["workerBuild"] == second.build_id)
+        state = settled_state(
+            page, f"served by build {second.build_id}", lambda state: state["workerBuild"] == second.build_id
+        )
         assert state["status"] == "development" and state["caches"] == {}

@@ -38,15 +38,16 @@ def frames(reply: Reply) -> list[np.ndarray]:
 
 
 def test_previews_arrive_each_step_leave_the_image_alone_and_show_the_final_latents(
-        page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     server = live_server_factory(dist_dir, models=tiny_models["fp32"])
     client = WorkerClient(page, server.url("/"))
     client.open()
     # Seconds on an idle machine; minutes on SwiftShader sharing two cores with other work.
     without = client.generate(prompt=PROMPT, seed=SEED, width=WIDTH, height=HEIGHT, steps=STEPS, timeout_s=900)
-    with_previews = client.generate(prompt=PROMPT, seed=SEED, width=WIDTH, height=HEIGHT, steps=STEPS, preview=True,
-                                    timeout_s=900)
+    with_previews = client.generate(
+        prompt=PROMPT, seed=SEED, width=WIDTH, height=HEIGHT, steps=STEPS, preview=True, timeout_s=900
+    )
 
     # The image is the same, byte for byte.
     assert base64.b64decode(with_previews.ok()["rgba"]) == base64.b64decode(without.ok()["rgba"])
@@ -62,8 +63,9 @@ def test_previews_arrive_each_step_leave_the_image_alone_and_show_the_final_late
 
     # After the last step the preview is the repository's map on the final latents, to the rounding of a byte.
     fitted = preview_map.load(tiny_models["fp32"] / PREVIEW_MAP_FILE)
-    latents, _image = reference_run(tiny_models["fp32"], prompt=PROMPT, seed=SEED, width=WIDTH, height=HEIGHT,
-                                    monkeypatch=monkeypatch)
+    latents, _image = reference_run(
+        tiny_models["fp32"], prompt=PROMPT, seed=SEED, width=WIDTH, height=HEIGHT, monkeypatch=monkeypatch
+    )
     expected = np.round(np.clip(fitted.apply(latents)[0], 0, 1) * 255).transpose(1, 2, 0)
     difference = np.abs(shown[-1].astype(np.int16) - expected)
     assert difference.max() <= 1, difference.max()

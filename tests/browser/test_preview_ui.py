@@ -34,7 +34,6 @@ RECORD_STEPS_JS = """() => {
 }"""
 
 
-
 def png_bytes(page: Any, folder: Path) -> bytes:
     """The PNG the Download button saves (the page's CSP keeps scripts from fetching its blob: URL)."""
     with page.expect_download() as info:
@@ -81,8 +80,9 @@ def test_the_frame_shows_each_step_and_the_png_is_the_same_without_it(
         assert page.is_checked("#preview")
         page.goto(server.url("/?preview=sometimes"))
         assert page.is_checked("#preview")
-        page.wait_for_function("() => document.querySelector('#error').textContent.includes('?preview=sometimes')",
-                               polling=POLL_MS)
+        page.wait_for_function(
+            "() => document.querySelector('#error').textContent.includes('?preview=sometimes')", polling=POLL_MS
+        )
         page.goto(server.url("/?preview=off"))
         assert not page.is_checked("#preview")
     finally:
@@ -93,15 +93,18 @@ def test_the_frame_shows_each_step_and_the_png_is_the_same_without_it(
 def test_screenshot_of_the_preview(context: Any, server: Any, tmp_path: Path) -> None:  # noqa: F811
     page = open_page(context, server.url("/?preview=on"), viewport=(1280, 900))
     try:
-        page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
-                               polling=POLL_MS)
+        page.wait_for_function(
+            "() => document.querySelector('#status').textContent.startsWith('Ready')", polling=POLL_MS
+        )
         page.fill("#prompt", PROMPT)
         page.fill("#seed", "3")
         page.fill("#steps", "50")  # long enough to be caught mid-run
         fill_custom_size(page, 256, 256)
         page.click("#generate")
-        still_running = ("() => { const c = document.querySelector('#step-preview');"
-                         " return !c.hidden && Number(c.dataset.step) >= 2 && Number(c.dataset.step) < 50; }")
+        still_running = (
+            "() => { const c = document.querySelector('#step-preview');"
+            " return !c.hidden && Number(c.dataset.step) >= 2 && Number(c.dataset.step) < 50; }"
+        )
         page.wait_for_function(still_running, timeout=600_000, polling=POLL_MS)
         page.evaluate("() => window.scrollTo(0, 0)")
         shot = tmp_path / "preview.png"

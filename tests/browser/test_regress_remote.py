@@ -33,14 +33,29 @@ def browser_server(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory
     from playwright._impl._driver import compute_driver_executable, get_driver_env
 
     config = tmp_path_factory.mktemp("browser-server") / "server.json"
-    config.write_text(json.dumps({"executablePath": str(chromium_path), "headless": True,
-                                  "args": launch_args(gpu=False), "host": "127.0.0.1", "port": 0}))
+    config.write_text(
+        json.dumps(
+            {
+                "executablePath": str(chromium_path),
+                "headless": True,
+                "args": launch_args(gpu=False),
+                "host": "127.0.0.1",
+                "port": 0,
+            }
+        )
+    )
     node, cli = compute_driver_executable()
-    process = subprocess.Popen([node, cli, "launch-server", "--browser", "chromium", "--config", str(config)],
-                               env=get_driver_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [node, cli, "launch-server", "--browser", "chromium", "--config", str(config)],
+        env=get_driver_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline() if process.stdout else ""),
-                              daemon=True)
+    reader = threading.Thread(
+        target=lambda: lines.append(process.stdout.readline() if process.stdout else ""), daemon=True
+    )
     reader.start()
     reader.join(timeout=SERVER_START_S)
     try:
@@ -57,8 +72,11 @@ def browser_server(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory
 
 def cases_file(folder: Path) -> Path:
     path = folder / "cases.toml"
-    path.write_text("".join(f'[[cases]]\nname = "fox-{seed}"\nprompt = "a red fox in the snow"\nseed = {seed}\n'
-                            for seed in (1, 2, 3)))
+    path.write_text(
+        "".join(
+            f'[[cases]]\nname = "fox-{seed}"\nprompt = "a red fox in the snow"\nseed = {seed}\n' for seed in (1, 2, 3)
+        )
+    )
     return path
 
 
@@ -69,23 +87,32 @@ def report(folder: Path) -> dict[str, object]:
 @pytest.mark.browser
 @pytest.mark.slow
 def test_two_shards_through_a_browser_server_merge_into_the_report_of_one_run(
-        browser_server: str, tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path) -> None:
+    browser_server: str, tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path
+) -> None:
     models = tiny_models["fp32"]
-    common: dict[str, Any] = {"models_dir": models, "cases_file": cases_file(tmp_path), "size": "64x64",
-                              "reference_from_cpu": True}
+    common: dict[str, Any] = {
+        "models_dir": models,
+        "cases_file": cases_file(tmp_path),
+        "size": "64x64",
+        "reference_from_cpu": True,
+    }
     messages: list[str] = []
     # The whole file in a Chromium launched here.
     whole_code = main(RegressOptions(**common, dist_dir=dist_dir, report_dir=tmp_path / "whole"), log=messages.append)
     # Shard 1 in the server's browser, the app served here.
     one = tmp_path / "shard-1"
-    one_code = main(RegressOptions(**common, dist_dir=dist_dir, report_dir=one, shard="1/2", connect=browser_server),
-                    log=messages.append)
+    one_code = main(
+        RegressOptions(**common, dist_dir=dist_dir, report_dir=one, shard="1/2", connect=browser_server),
+        log=messages.append,
+    )
     # Shard 2 in the server's browser, the app opened where it is deployed, ?model= naming the repository.
     two = tmp_path / "shard-2"
     with serve_in_thread(create_app(dist_dir, models_dir=models), log_level="critical") as port:
         deployed = f"http://127.0.0.1:{port}/?model=http://127.0.0.1:{port}/models/"
-        two_code = main(RegressOptions(**common, report_dir=two, shard="2/2", connect=browser_server,
-                                       app_url=deployed), log=messages.append)
+        two_code = main(
+            RegressOptions(**common, report_dir=two, shard="2/2", connect=browser_server, app_url=deployed),
+            log=messages.append,
+        )
     assert any(f"opens the app at {deployed}" in message for message in messages)
 
     merged = tmp_path / "merged"
@@ -125,13 +152,22 @@ def this_machines_address() -> str | None:
 
 @pytest.mark.browser
 def test_an_app_the_remote_browser_reaches_over_plain_http_could_not_run(
-        browser_server: str, tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path) -> None:
+    browser_server: str, tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path
+) -> None:
     """http on an address other than localhost is no secure context: no WebGPU, no model store; said at once."""
     address = this_machines_address()
     if address is None:
         pytest.skip("this machine has no address but the loopback one")
-    options = RegressOptions(models_dir=tiny_models["fp32"], prompt="a fox", size="64x64", reference_from_cpu=True,
-                             dist_dir=dist_dir, report_dir=tmp_path / "report", connect=browser_server, host=address)
+    options = RegressOptions(
+        models_dir=tiny_models["fp32"],
+        prompt="a fox",
+        size="64x64",
+        reference_from_cpu=True,
+        dist_dir=dist_dir,
+        report_dir=tmp_path / "report",
+        connect=browser_server,
+        host=address,
+    )
     with pytest.raises(RegressionError, match=rf"http://{address}:\d+ is not a secure context") as raised:
         main(options, log=lambda _m: None)
     assert "--advertise http://localhost:PORT" in str(raised.value)

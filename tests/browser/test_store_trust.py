@@ -140,10 +140,16 @@ def other_model(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathF
     """Another tiny fp32 model: tiny_models['fp32'] with its weights drawn again (scripts/weightless_repo.py strip,
     then fill with another seed), so the same file sizes and other bytes."""
     folder = tmp_path_factory.mktemp("other-model")
-    for command in (["strip", str(tiny_models["fp32"]), str(folder / "structure")],
-                    ["fill", str(folder / "structure"), str(folder / "fp32"), "--seed", "1"]):
-        subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "weightless_repo.py"), *command], check=True,
-                       capture_output=True, timeout=600)
+    for command in (
+        ["strip", str(tiny_models["fp32"]), str(folder / "structure")],
+        ["fill", str(folder / "structure"), str(folder / "fp32"), "--seed", "1"],
+    ):
+        subprocess.run(
+            [sys.executable, str(REPO_ROOT / "scripts" / "weightless_repo.py"), *command],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
     return folder / "fp32"
 
 
@@ -156,7 +162,8 @@ def stored_sizes(page: Any) -> dict[str, int]:
 
 
 def test_model_of_equal_sizes_on_the_same_origin_is_downloaded_again(
-        page: Any, serve: Any, dist_dir: Path, tiny_models: dict[str, Path], other_model: Path) -> None:
+    page: Any, serve: Any, dist_dir: Path, tiny_models: dict[str, Path], other_model: Path
+) -> None:
     model_a, model_b = tiny_models["fp32"], other_model
     files_a, files_b = manifest.load(model_a).files, manifest.load(model_b).files
     assert {p: f.size for p, f in files_a.items()} == {p: f.size for p, f in files_b.items()}, "the point: equal sizes"
@@ -180,8 +187,9 @@ def test_model_of_equal_sizes_on_the_same_origin_is_downloaded_again(
     for path in fetched:
         assert sum(s.body_bytes for s in recorder.requests("/models/" + path)) == files_b[path].size, path
     image_b = second.rgb()
-    expected_b = reference.generate(model_b, prompt=PROMPT, seed=0, width=64, height=64, steps=2,
-                                    log=lambda _msg: None).image
+    expected_b = reference.generate(
+        model_b, prompt=PROMPT, seed=0, width=64, height=64, steps=2, log=lambda _msg: None
+    ).image
     assert imaging.psnr(image_b, expected_b) >= FP32_PSNR_MIN, "the image comes from B's weights"
     assert imaging.psnr(image_b, image_a) < FP32_PSNR_MIN, "and not from A's"
 
@@ -194,7 +202,8 @@ def test_model_of_equal_sizes_on_the_same_origin_is_downloaded_again(
 
 
 def test_corrupted_byte_is_caught_before_any_session_and_not_kept(
-        page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     repo = tmp_path / "corrupt"
     shutil.copytree(tiny_models["fp32"], repo)
     files = manifest.load(repo).files
@@ -213,14 +222,17 @@ def test_corrupted_byte_is_caught_before_any_session_and_not_kept(
     stages = [e["stage"] for e in reply.of_type("stage")]
     assert "load" not in stages, f"a session was started from unverified bytes: {stages}"
     name = Path(bad).name
-    assert not [p for p in stored_sizes(page) if Path(p).name.startswith(name + ".") or p.endswith("/" + name)], \
+    assert not [p for p in stored_sizes(page) if Path(p).name.startswith(name + ".") or p.endswith("/" + name)], (
         stored_sizes(page)
+    )
 
 
-@pytest.mark.parametrize(("validator", "changed"), [("etag", False), ("etag", True), ("last-modified", False),
-                                                    ("last-modified", True)])
+@pytest.mark.parametrize(
+    ("validator", "changed"), [("etag", False), ("etag", True), ("last-modified", False), ("last-modified", True)]
+)
 def test_cut_download_resumes_only_against_the_same_version(
-        page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path, validator: str, changed: bool) -> None:
+    page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path, validator: str, changed: bool
+) -> None:
     repo = tmp_path / "repo"
     shutil.copytree(tiny_models["fp32"], repo)
     files = manifest.load(repo).files
@@ -251,8 +263,11 @@ def test_cut_download_resumes_only_against_the_same_version(
     client.open()
     # Only the download matters: `load` fetches the file's component through the store as a generation does
     # (models.prepare), then creates its session from the stored bytes, without running an image.
-    client.request("load", params={"modelBase": client.model_base, "width": 64, "height": 64,
-                                   "components": [path.split("/")[0]]}, timeout_s=300).ok()
+    client.request(
+        "load",
+        params={"modelBase": client.model_base, "width": 64, "height": 64, "components": [path.split("/")[0]]},
+        timeout_s=300,
+    ).ok()
     gets = recorder.requests(url_path)
     assert len(gets) == 2, gets
     assert gets[0].range is None and gets[0].status == 200
@@ -268,7 +283,8 @@ def test_cut_download_resumes_only_against_the_same_version(
 
 
 def test_manifest_less_truncated_stream_is_not_stored_as_complete(
-        page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    page: Any, serve: Any, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     repo = tmp_path / "seed-like"
     shutil.copytree(tiny_models["q4"], repo)
     files = manifest.load(repo).files
@@ -300,7 +316,8 @@ def test_manifest_less_truncated_stream_is_not_stored_as_complete(
     assert stored.get(path) in (None, size), f"a truncated copy was stored as complete: {stored.get(path)} of {size}"
     assert stored.get(path) == size, (stored, gets)
     assert any(s.range == f"bytes={size // 2}-" for s in gets[1:]), gets
-    identity = page.evaluate("""async (path) => {
+    identity = page.evaluate(
+        """async (path) => {
         const models = await (await navigator.storage.getDirectory()).getDirectoryHandle('klein-models');
         for await (const [, source] of models.entries()) {
             let dir = source;
@@ -311,7 +328,9 @@ def test_manifest_less_truncated_stream_is_not_stored_as_complete(
             } catch { /* another source */ }
         }
         return null;
-    }""", path)
+    }""",
+        path,
+    )
     # Recorded beside the file once its bytes were complete: the digest of the whole file, not of half of it.
     assert identity and identity["size"] == size
     assert identity["sha256"] == hashlib.sha256((repo / path).read_bytes()).hexdigest()

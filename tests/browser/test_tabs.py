@@ -18,7 +18,8 @@ PROMPT = "a red fox in fresh snow, morning light"
 
 
 def test_a_clear_in_one_tab_leaves_the_other_working_and_waits_for_its_jobs(
-        context: Any, page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]) -> None:
+    context: Any, page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]
+) -> None:
     server = live_server_factory(dist_dir, models=tiny_models["q4"])
     first = WorkerClient(page, server.url("/"))
     first.open()
@@ -42,8 +43,10 @@ def test_a_clear_in_one_tab_leaves_the_other_working_and_waits_for_its_jobs(
 
         # While the first tab generates, a clear in the second is refused at once and the generation finishes. (The
         # job holds the store for its whole run, its prompt's embeddings cached or not.)
-        running = first.send("generate", params={"prompt": PROMPT, "seed": 1, "width": 64, "height": 64,
-                                                 "steps": 4, "modelBase": first.model_base})
+        running = first.send(
+            "generate",
+            params={"prompt": PROMPT, "seed": 1, "width": 64, "height": 64, "steps": 4, "modelBase": first.model_base},
+        )
         first.wait_for_event(running, "stage", timeout_s=30)
         refused = second.request("clearCache", timeout_s=30)
         assert refused.type == "error" and refused.error is not None

@@ -165,14 +165,35 @@ def test_generation_shows_image_timings_and_tokens(generated: Generated, tiny_mo
 
     report = json.loads(page.get_attribute("#timings", "data-json") or "null")
     # StageTimings (protocol 2) has every stage, `images` included (0 in text to image, and not shown).
-    assert set(report["timings"]) == {"check", "download", "load", "encode", "images", "latents", "timesteps",
-                                      "denoise", "decode", "total", "sessionRun"}
+    assert set(report["timings"]) == {
+        "check",
+        "download",
+        "load",
+        "encode",
+        "images",
+        "latents",
+        "timesteps",
+        "denoise",
+        "decode",
+        "total",
+        "sessionRun",
+    }
     assert report["timings"]["images"] == 0
     assert report["timings"]["total"] > 0
     assert report["graphs"]["transformer"]["ep"] == "webgpu"
     timings_text = page.inner_text("#timings")
-    for label in ("Check inputs", "Download", "Prepare latents", "Prepare timesteps", "Denoise", "Decode", "Total",
-                  "Transformer", "fp32", "graph capture"):
+    for label in (
+        "Check inputs",
+        "Download",
+        "Prepare latents",
+        "Prepare timesteps",
+        "Denoise",
+        "Decode",
+        "Total",
+        "Transformer",
+        "fp32",
+        "graph capture",
+    ):
         assert label in timings_text
     assert "Encode images" not in timings_text, "text to image has no images stage"
     # The kernel paths: SwiftShader offers no subgroup-matrix, and the graphs' attention is never flash attention.
@@ -328,13 +349,16 @@ def test_url_parameters_prefill_the_form_and_copy_link_writes_them(context: Any,
         page.close()
 
 
-def test_the_top_note_and_the_panel_say_what_this_browser_lacks_and_what_it_costs(context: Any, server: LiveServer) -> None:
+def test_the_top_note_and_the_panel_say_what_this_browser_lacks_and_what_it_costs(
+    context: Any, server: LiveServer
+) -> None:
     """SwiftShader has WebGPU, OPFS and subgroups but no shader-f16: the page runs the app and says what that costs,
     decided from the probe (shared/browser_needs.js), never from the browser's name."""
     page = open_page(context, server.url("/"))
     try:
-        page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')",
-                               polling=POLL_MS)
+        page.wait_for_function(
+            "() => document.querySelector('#status').textContent.startsWith('Ready')", polling=POLL_MS
+        )
         note = page.inner_text("#browser-note")
         assert note.startswith("This browser runs the app: the q4 graphs"), note
         assert "No fp16 shaders" in note and "software rasteriser" in note, note
@@ -399,8 +423,9 @@ def test_precision_parameter_is_validated_and_forwarded(context: Any, server: Li
 def test_profile_parameter_shows_each_components_kernels(context: Any, server: LiveServer) -> None:
     page = open_page(context, server.url("/?profile=flame"))
     try:
-        assert_refused_then_open(page, server, "/?profile=kernels&prompt=a%20fox&size=64x64&steps=2",
-                                 "?profile=flame", "?profile=kernels")
+        assert_refused_then_open(
+            page, server, "/?profile=kernels&prompt=a%20fox&size=64x64&steps=2", "?profile=flame", "?profile=kernels"
+        )
         page.click("#generate")
         assert wait_state(page, "done", "error") == "done", page.inner_text("#error")
         captions = page.eval_on_selector_all("#timings table.kernels caption", "cs => cs.map(c => c.textContent)")

@@ -37,8 +37,9 @@ WITHOUT_SUBGROUPS = ("--use-webgpu-adapter=opengles", "--force-webgpu-compat")
 def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
     """A persistent profile (OPFS) of the software-GPU browser the suite uses, on the OpenGL ES adapter (the `page`
     fixture of tests/worker_page.py opens its pages in it)."""
-    with browser_context(tmp_path_factory.mktemp("chromium-profile"), chromium_path,
-                         extra_args=WITHOUT_SUBGROUPS) as ctx:
+    with browser_context(
+        tmp_path_factory.mktemp("chromium-profile"), chromium_path, extra_args=WITHOUT_SUBGROUPS
+    ) as ctx:
         yield ctx
 
 
@@ -49,7 +50,8 @@ ADAPTER_FEATURES_JS = """async () => {
 
 
 def test_q4_image_on_an_adapter_without_subgroups_matches_the_reference(
-        page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]) -> None:
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]
+) -> None:
     server = live_server_factory(dist_dir, models=tiny_models["q4"])
     client = WorkerClient(page, server.url("/"))
     client.open()
@@ -69,9 +71,13 @@ def test_q4_image_on_an_adapter_without_subgroups_matches_the_reference(
     variants = {component: graph["variant"] for component, graph in result["graphs"].items()}
     # No shader-f16 either: the q4 graphs and the fp32 VAE, all on WebGPU.
     assert {c: (g["variant"], g["ep"]) for c, g in result["graphs"].items()} == {
-        "text_encoder": ("q4", "webgpu"), "transformer": ("q4", "webgpu"), "vae_decoder": ("fp32", "webgpu")}
-    expected = reference.generate(tiny_models["q4"], prompt=PROMPT, seed=0, width=64, height=64, steps=4,
-                                  variants=variants, log=lambda _msg: None).image
+        "text_encoder": ("q4", "webgpu"),
+        "transformer": ("q4", "webgpu"),
+        "vae_decoder": ("fp32", "webgpu"),
+    }
+    expected = reference.generate(
+        tiny_models["q4"], prompt=PROMPT, seed=0, width=64, height=64, steps=4, variants=variants, log=lambda _msg: None
+    ).image
     psnr = imaging.psnr(reply.rgb(), expected)
     print(f"q4 64x64 seed 0 on the OpenGL ES adapter (no subgroups): PSNR {psnr:.1f} dB vs CPU reference")
     assert psnr >= 45.0  # the bound of the q4 image on the Vulkan adapter (test_worker.py); measured 54 dB here

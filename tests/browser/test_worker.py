@@ -45,8 +45,16 @@ def reference_rgb(tiny_models: dict[str, Path]) -> Any:
         key = (repo, seed, width, height, tuple(sorted((variants or {}).items())))
         if key not in cache:
             folder = tiny_models[repo] if isinstance(repo, str) else repo
-            cache[key] = reference.generate(folder, prompt=PROMPT, seed=seed, width=width, height=height,
-                                            steps=4, variants=variants, log=lambda _msg: None).image
+            cache[key] = reference.generate(
+                folder,
+                prompt=PROMPT,
+                seed=seed,
+                width=width,
+                height=height,
+                steps=4,
+                variants=variants,
+                log=lambda _msg: None,
+            ).image
         return cache[key]
 
     return make
@@ -73,8 +81,9 @@ def assert_progress_stream(reply: Reply) -> None:
     assert all(0 <= p["fileLoaded"] <= p["fileTotal"] for p in progress)
 
 
-def test_probe_reports_software_adapter_without_f16(page: Any, dist_dir: Path, live_server_factory: Any,
-                                                    tiny_models: dict[str, Path]) -> None:
+def test_probe_reports_software_adapter_without_f16(
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]
+) -> None:
     server = live_server_factory(dist_dir, models=tiny_models["fp32"])
     client = WorkerClient(page, server.url("/"))
     client.open()
@@ -88,9 +97,9 @@ def test_probe_reports_software_adapter_without_f16(page: Any, dist_dir: Path, l
     assert caps["storage"]["quota"] > 0
 
 
-def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_dir: Path, live_server_factory: Any,
-                                                                tiny_models: dict[str, Path],
-                                                                reference_rgb: Any) -> None:
+def test_fp32_matches_reference_and_second_visit_uses_the_store(
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], reference_rgb: Any
+) -> None:
     server = live_server_factory(dist_dir, models=tiny_models["fp32"])
     client = WorkerClient(page, server.url("/"))
     client.open()
@@ -119,8 +128,16 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_
         # The shared device was given the adapter's limits, not WebGPU's defaults (onnxruntime sizes its tiles by them).
         assert result["device"]["limits"]["maxStorageBufferBindingSize"] == caps["maxStorageBufferBindingSize"]
         assert result["device"]["limits"]["maxComputeInvocationsPerWorkgroup"] >= 256
-        assert [e["stage"] for e in reply.of_type("stage")] == ["check", "download", "load", "encode", "latents",
-                                                                 "timesteps", "denoise", "decode"]
+        assert [e["stage"] for e in reply.of_type("stage")] == [
+            "check",
+            "download",
+            "load",
+            "encode",
+            "latents",
+            "timesteps",
+            "denoise",
+            "decode",
+        ]
         assert [e["step"] for e in reply.of_type("step")] == [1, 2, 3, 4]
         timings = result["timings"]
         assert timings["total"] >= timings["denoise"] > 0 and timings["sessionRun"] > 0
@@ -157,8 +174,9 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(page: Any, dist_
     assert requested == [], "weight files requested after the reload:\n" + "\n".join(requested)
 
 
-def test_q4_against_reference(page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path],
-                              reference_rgb: Any) -> None:
+def test_q4_against_reference(
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], reference_rgb: Any
+) -> None:
     server = live_server_factory(dist_dir, models=tiny_models["q4"])
     client = WorkerClient(page, server.url("/"))
     client.open()
@@ -167,10 +185,15 @@ def test_q4_against_reference(page: Any, dist_dir: Path, live_server_factory: An
     # No shader-f16 on SwiftShader: the compact q4 set has no fp16 node (the 4-bit token embedding has fp32
     # scales, the scales stored in fp16 are cast up when the session is created), so all of it runs on WebGPU;
     # the VAE is the fp32 graph.
-    assert where(graphs) == {"text_encoder": ("q4", "webgpu"), "transformer": ("q4", "webgpu"),
-                             "vae_decoder": ("fp32", "webgpu")}
+    assert where(graphs) == {
+        "text_encoder": ("q4", "webgpu"),
+        "transformer": ("q4", "webgpu"),
+        "vae_decoder": ("fp32", "webgpu"),
+    }
     # The text encoder runs once per prompt (never captured); the transformer captures.
-    assert graphs["text_encoder"]["detail"] == "" and graphs["transformer"]["detail"] == "attention unsplit, graph capture"
+    assert (
+        graphs["text_encoder"]["detail"] == "" and graphs["transformer"]["detail"] == "attention unsplit, graph capture"
+    )
     assert not [note for note in reply.ok()["notes"] if "shader-f16" in note], reply.ok()["notes"]
     psnr = imaging.psnr(reply.rgb(), reference_rgb("q4", seed=0, width=64, height=64, variants=variants_of(reply)))
     print(f"q4 64x64 seed 0: PSNR {psnr:.1f} dB vs CPU reference (same variants)")
@@ -180,19 +203,24 @@ def test_q4_against_reference(page: Any, dist_dir: Path, live_server_factory: An
     assert psnr >= 45.0
 
 
-def test_seed_layout_keeps_its_fp16_embedding_on_the_cpu(page: Any, dist_dir: Path, live_server_factory: Any,
-                                                         seed_layout_q4: Path, reference_rgb: Any) -> None:
+def test_seed_layout_keeps_its_fp16_embedding_on_the_cpu(
+    page: Any, dist_dir: Path, live_server_factory: Any, seed_layout_q4: Path, reference_rgb: Any
+) -> None:
     """A repository in the seed's layout (fp16 token embedding) runs as it always has: without shader-f16 its two
     fp16 nodes go to the CPU, the rest of the text encoder stays on WebGPU."""
     server = live_server_factory(dist_dir, models=seed_layout_q4)
     client = WorkerClient(page, server.url("/"))
     client.open()
     reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
-    assert where(reply.ok()["graphs"]) == {"text_encoder": ("q4", "webgpu"), "transformer": ("q4", "webgpu"),
-                                           "vae_decoder": ("fp32", "webgpu")}
+    assert where(reply.ok()["graphs"]) == {
+        "text_encoder": ("q4", "webgpu"),
+        "transformer": ("q4", "webgpu"),
+        "vae_decoder": ("fp32", "webgpu"),
+    }
     assert any("2 fp16 node(s) run on the CPU" in note for note in reply.ok()["notes"]), reply.ok()["notes"]
-    psnr = imaging.psnr(reply.rgb(), reference_rgb(seed_layout_q4, seed=0, width=64, height=64,
-                                                   variants=variants_of(reply)))
+    psnr = imaging.psnr(
+        reply.rgb(), reference_rgb(seed_layout_q4, seed=0, width=64, height=64, variants=variants_of(reply))
+    )
     print(f"seed-layout q4 64x64 seed 0: PSNR {psnr:.1f} dB vs CPU reference (same variants)")
     assert psnr >= 45.0  # as the q4 test
 
@@ -209,9 +237,9 @@ def without_f16_fallbacks(repo: Path, out: Path) -> Path:
     return out
 
 
-def test_fp16_graphs_without_shader_f16_run_on_wasm_with_a_note(page: Any, dist_dir: Path, live_server_factory: Any,
-                                                               seed_layout_q4: Path, tmp_path: Path,
-                                                               reference_rgb: Any) -> None:
+def test_fp16_graphs_without_shader_f16_run_on_wasm_with_a_note(
+    page: Any, dist_dir: Path, live_server_factory: Any, seed_layout_q4: Path, tmp_path: Path, reference_rgb: Any
+) -> None:
     repo = without_f16_fallbacks(seed_layout_q4, tmp_path / "q4-f16-only")
     server = live_server_factory(dist_dir, models=repo)
     client = WorkerClient(page, server.url("/"))
@@ -219,12 +247,16 @@ def test_fp16_graphs_without_shader_f16_run_on_wasm_with_a_note(page: Any, dist_
     reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
     result = reply.ok()
     # fp16 graphs throw on a WebGPU device without shader-f16: they must go to the wasm EP, and say so.
-    assert where(result["graphs"]) == {"text_encoder": ("q4", "wasm"), "transformer": ("q4", "webgpu"),
-                                      "vae_decoder": ("fp16", "wasm")}
+    assert where(result["graphs"]) == {
+        "text_encoder": ("q4", "wasm"),
+        "transformer": ("q4", "webgpu"),
+        "vae_decoder": ("fp16", "wasm"),
+    }
     wasm_notes = [note for note in result["notes"] if "wasm" in note]
     assert len(wasm_notes) == 2 and all("shader-f16" in note for note in wasm_notes), result["notes"]
-    psnr = imaging.psnr(reply.rgb(), reference_rgb(seed_layout_q4, seed=0, width=64, height=64,
-                                                   variants=variants_of(reply)))
+    psnr = imaging.psnr(
+        reply.rgb(), reference_rgb(seed_layout_q4, seed=0, width=64, height=64, variants=variants_of(reply))
+    )
     print(f"q4 text encoder + fp16 VAE on wasm: PSNR {psnr:.1f} dB vs CPU reference (same variants)")
     assert psnr >= 45.0  # measured 54 dB; same reasoning as the q4 test
 
@@ -242,8 +274,9 @@ OPFS_LISTING_JS = """async () => {
 }"""
 
 
-def test_missing_model_file_is_an_error_and_nothing_is_stored(page: Any, dist_dir: Path, live_server_factory: Any,
-                                                              tiny_models: dict[str, Path], tmp_path: Path) -> None:
+def test_missing_model_file_is_an_error_and_nothing_is_stored(
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     repo = tmp_path / "broken"
     shutil.copytree(tiny_models["fp32"], repo)
     missing = manifest.load(repo).graph("transformer", "fp32").files()[-1]
@@ -312,8 +345,9 @@ def cutting_server(dist_dir: Path, tiny_models: dict[str, Path]) -> Iterator[tup
         yield f"http://127.0.0.1:{port}/", app, path, size
 
 
-def test_cut_download_resumes_with_range(page: Any, cutting_server: tuple[str, CutOnce, str, int],
-                                         reference_rgb: Any) -> None:
+def test_cut_download_resumes_with_range(
+    page: Any, cutting_server: tuple[str, CutOnce, str, int], reference_rgb: Any
+) -> None:
     base_url, app, path, size = cutting_server
     client = WorkerClient(page, base_url)
     client.open()
@@ -327,13 +361,16 @@ def test_cut_download_resumes_with_range(page: Any, cutting_server: tuple[str, C
     assert imaging.psnr(reply.rgb(), reference_rgb("fp32", seed=0, width=64, height=64)) >= FP32_PSNR_MIN
 
 
-def test_cancel_during_denoising(page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path],
-                                 reference_rgb: Any) -> None:
+def test_cancel_during_denoising(
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], reference_rgb: Any
+) -> None:
     server = live_server_factory(dist_dir, models=tiny_models["fp32"])
     client = WorkerClient(page, server.url("/"))
     client.open()
-    generate_id = client.send("generate", params={"prompt": PROMPT, "seed": 0, "width": 64, "height": 64,
-                                                  "steps": 30, "modelBase": client.model_base})
+    generate_id = client.send(
+        "generate",
+        params={"prompt": PROMPT, "seed": 0, "width": 64, "height": 64, "steps": 30, "modelBase": client.model_base},
+    )
     client.wait_for_event(generate_id, "step", timeout_s=300)
     cancel = client.request("cancel", target=generate_id, timeout_s=30)
     assert cancel.ok() == {"cancelled": True}
@@ -344,8 +381,11 @@ def test_cancel_during_denoising(page: Any, dist_dir: Path, live_server_factory:
     assert len(steps) < 30
     late = [event for event in steps if event["at"] > cancel.sent_at]
     assert len(late) <= 1, f"{len(late)} steps ran after the cancel"
-    step_ms = max(b["elapsedMs"] - a["elapsedMs"] for a, b in itertools.pairwise(steps)) if len(steps) > 1 \
+    step_ms = (
+        max(b["elapsedMs"] - a["elapsedMs"] for a, b in itertools.pairwise(steps))
+        if len(steps) > 1
         else steps[0]["elapsedMs"]
+    )
     # Stops within one step (plus the session release and message latency).
     assert reply.answered_at - cancel.sent_at <= step_ms + 2000
 
@@ -354,9 +394,9 @@ def test_cancel_during_denoising(page: Any, dist_dir: Path, live_server_factory:
     assert client.request("cancel", target=generate_id).ok() == {"cancelled": False}
 
 
-def test_bad_or_too_large_sizes_are_refused_before_any_download(page: Any, dist_dir: Path, live_server_factory: Any,
-                                                                tiny_models: dict[str, Path],
-                                                                tmp_path: Path) -> None:
+def test_bad_or_too_large_sizes_are_refused_before_any_download(
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     # A repo whose VAE attention is NOT split into query blocks, like the seed repo's vae_decoder_fp16:
     # the tiny fp32 repo with its manifest saying so (the run is refused before any graph is read).
     repo = tmp_path / "unsplit"
@@ -379,9 +419,9 @@ def test_bad_or_too_large_sizes_are_refused_before_any_download(page: Any, dist_
     assert not huge.of_type("progress"), "nothing may be downloaded for a run that cannot finish"
 
 
-def test_load_creates_and_releases_each_session_without_running_it(page: Any, dist_dir: Path,
-                                                                    live_server_factory: Any,
-                                                                    tiny_models: dict[str, Path]) -> None:
+def test_load_creates_and_releases_each_session_without_running_it(
+    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]
+) -> None:
     server = live_server_factory(dist_dir, models=tiny_models["fp32"])
     client = WorkerClient(page, server.url("/"))
     client.open()

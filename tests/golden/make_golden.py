@@ -301,9 +301,16 @@ def golden_preview() -> dict[str, Any]:
         bias = torch.rand(3, generator=gen)
         pixels = Pipe._unpatchify_latents(latents)[0]  # [32, 2h, 2w]: VAE channel c at (2y + dy, 2x + dx)
         rgb = torch.einsum("chw,ck->khw", pixels.double(), factors.double()) + bias.double()[:, None, None]
-        cases.append({"h": h, "w": w, "packed": b64(Pipe._pack_latents(latents).numpy(), "<f4"),
-                      "factors": factors.flatten().tolist(), "bias": bias.tolist(),
-                      "rgb": b64(rgb.numpy(), "<f8")})
+        cases.append(
+            {
+                "h": h,
+                "w": w,
+                "packed": b64(Pipe._pack_latents(latents).numpy(), "<f4"),
+                "factors": factors.flatten().tolist(),
+                "bias": bias.tolist(),
+                "rgb": b64(rgb.numpy(), "<f8"),
+            }
+        )
     return {"cases": cases}
 
 
@@ -335,10 +342,19 @@ def golden_editing() -> dict[str, Any]:
     planes = []
     for height, width, out_height, out_width in ((64, 96, 4, 6), (256, 128, 16, 8), (16, 16, 1, 1), (80, 1024, 5, 64)):
         plane = (rng.random((height, width)) > 0.5).astype(np.float32)
-        resized = torch.nn.functional.interpolate(torch.from_numpy(plane)[None, None], size=(out_height, out_width),
-                                                  mode="bilinear")[0, 0]
-        planes.append({"height": height, "width": width, "out_height": out_height, "out_width": out_width,
-                       "plane": b64(plane, "u1"), "resized": b64(resized.numpy(), "<f4")})
+        resized = torch.nn.functional.interpolate(
+            torch.from_numpy(plane)[None, None], size=(out_height, out_width), mode="bilinear"
+        )[0, 0]
+        planes.append(
+            {
+                "height": height,
+                "width": width,
+                "out_height": out_height,
+                "out_width": out_width,
+                "plane": b64(plane, "u1"),
+                "resized": b64(resized.numpy(), "<f4"),
+            }
+        )
 
     # Flux2KleinInpaintPipeline.get_timesteps itself, and its __call__'s "fewer than 1 step" refusal (null here).
     starts = []
@@ -346,14 +362,26 @@ def golden_editing() -> dict[str, Any]:
         for strength in (0.0, 0.1, 0.25, 0.3, 0.5, 0.8, 0.99, 1.0):
             scheduler = FlowMatchEulerDiscreteScheduler()
             scheduler.timesteps = torch.arange(steps, dtype=torch.float32)
-            _, remaining = Flux2KleinInpaintPipeline.get_timesteps(SimpleNamespace(scheduler=scheduler), steps,
-                                                                    strength, "cpu")
-            starts.append({"steps": steps, "strength": strength, "start": steps - remaining if remaining >= 1 else None})
+            _, remaining = Flux2KleinInpaintPipeline.get_timesteps(
+                SimpleNamespace(scheduler=scheduler), steps, strength, "cpu"
+            )
+            starts.append(
+                {"steps": steps, "strength": strength, "start": steps - remaining if remaining >= 1 else None}
+            )
     return {
-        "grids": grids, "ids": ids.flatten().tolist(), "channels": channels, "sigma": float(sigma),
-        "sample": b64(sample, "<f4"), "noise": b64(noise, "<f4"), "scaled": b64(scaled.numpy(), "<f4"),
-        "latents": b64(latents, "<f4"), "proper": b64(proper, "<f4"), "mask": b64(mask, "<f4"),
-        "blended": b64(blended.numpy(), "<f4"), "planes": planes, "starts": starts,
+        "grids": grids,
+        "ids": ids.flatten().tolist(),
+        "channels": channels,
+        "sigma": float(sigma),
+        "sample": b64(sample, "<f4"),
+        "noise": b64(noise, "<f4"),
+        "scaled": b64(scaled.numpy(), "<f4"),
+        "latents": b64(latents, "<f4"),
+        "proper": b64(proper, "<f4"),
+        "mask": b64(mask, "<f4"),
+        "blended": b64(blended.numpy(), "<f4"),
+        "planes": planes,
+        "starts": starts,
     }
 
 

@@ -47,49 +47,82 @@ export const PROFILES = Object.freeze({
     // FileSystemHandle.move (whatwg/fs#180). navigator.deviceMemory is not exposed by Safari.
     safari26: profile({
         adapter: { vendor: 'apple', architecture: 'metal-3', description: '', isFallbackAdapter: false },
-        shaderF16: true, subgroups: false, subgroupMatrix: false, maxBufferSize: GiB, maxStorageBufferBindingSize: GiB,
-        opfs: { ...OPFS_ALL, move: false }, deviceMemory: null,
+        shaderF16: true,
+        subgroups: false,
+        subgroupMatrix: false,
+        maxBufferSize: GiB,
+        maxStorageBufferBindingSize: GiB,
+        opfs: { ...OPFS_ALL, move: false },
+        deviceMemory: null,
     }),
     // Safari 26 on a Mac with more memory: the top of the same range.
     safari26Large: profile({
         adapter: { vendor: 'apple', architecture: 'metal-3', description: '', isFallbackAdapter: false },
-        shaderF16: true, subgroups: false, maxBufferSize: 2 * GiB - 4, maxStorageBufferBindingSize: 2 * GiB - 4,
-        opfs: { ...OPFS_ALL, move: false }, deviceMemory: null,
+        shaderF16: true,
+        subgroups: false,
+        maxBufferSize: 2 * GiB - 4,
+        maxStorageBufferBindingSize: 2 * GiB - 4,
+        opfs: { ...OPFS_ALL, move: false },
+        deviceMemory: null,
     }),
     // Safari 18-25 with WebGPU switched on in the feature flags: OPFS without createWritable (26+) or move.
     safariOlder: profile({
         adapter: { vendor: 'apple', architecture: 'metal-3', description: '', isFallbackAdapter: false },
-        subgroups: false, maxBufferSize: GiB, maxStorageBufferBindingSize: GiB,
-        opfs: { directory: true, syncAccessHandle: true, createWritable: false, move: false }, deviceMemory: null,
+        subgroups: false,
+        maxBufferSize: GiB,
+        maxStorageBufferBindingSize: GiB,
+        opfs: { directory: true, syncAccessHandle: true, createWritable: false, move: false },
+        deviceMemory: null,
     }),
     // Firefox 141+ on Windows: WebGPU in workers (MDN: all contexts but service workers); wgpu's limit on non-Metal
     // backends at most 2 GiB - 1. OPFS since 111. Assumed: no shader-f16 and no subgroups (the slower case).
     firefoxWindows: profile({
         adapter: { vendor: 'nvidia', architecture: '', description: '', isFallbackAdapter: false },
-        shaderF16: false, subgroups: false, maxBufferSize: 2 * GiB - 1, maxStorageBufferBindingSize: 2 * GiB - 1,
+        shaderF16: false,
+        subgroups: false,
+        maxBufferSize: 2 * GiB - 1,
+        maxStorageBufferBindingSize: 2 * GiB - 1,
         deviceMemory: 8,
     }),
     // Firefox 145-147 on Apple-silicon macOS (Metal). Assumed: shader-f16 (Apple GPUs have it), no subgroups, the
     // Metal buffer limit at Safari's low end.
     firefoxMac: profile({
         adapter: { vendor: 'apple', architecture: '', description: '', isFallbackAdapter: false },
-        shaderF16: true, subgroups: false, maxBufferSize: GiB, maxStorageBufferBindingSize: GiB, deviceMemory: 8,
+        shaderF16: true,
+        subgroups: false,
+        maxBufferSize: GiB,
+        maxStorageBufferBindingSize: GiB,
+        deviceMemory: 8,
     }),
     // Firefox on Linux without dom.webgpu.enabled: no navigator.gpu in the worker.
     firefoxLinux: profile({
-        webgpu: false, gpuApi: false, adapter: null, shaderF16: false, subgroups: false, maxBufferSize: 0,
-        maxStorageBufferBindingSize: 0, error: 'This browser does not expose WebGPU (navigator.gpu is missing).',
+        webgpu: false,
+        gpuApi: false,
+        adapter: null,
+        shaderF16: false,
+        subgroups: false,
+        maxBufferSize: 0,
+        maxStorageBufferBindingSize: 0,
+        error: 'This browser does not expose WebGPU (navigator.gpu is missing).',
     }),
     // Chrome 121+ on Android 12+ (Qualcomm): some devices report only the 128 MiB default binding limit. Assumed:
     // shader-f16 and subgroups (Adreno has both), the 256 MiB default maxBufferSize, 8 GB of memory.
     chromeAndroid: profile({
         adapter: { vendor: 'qualcomm', architecture: 'adreno-7xx', description: '', isFallbackAdapter: false },
-        shaderF16: true, subgroups: true, maxBufferSize: 256 * MiB, maxStorageBufferBindingSize: 128 * MiB, deviceMemory: 8,
+        shaderF16: true,
+        subgroups: true,
+        maxBufferSize: 256 * MiB,
+        maxStorageBufferBindingSize: 128 * MiB,
+        deviceMemory: 8,
     }),
     // The same limits on a GPU without shader-f16.
     chromeAndroidNoF16: profile({
         adapter: { vendor: 'arm', architecture: 'valhall', description: '', isFallbackAdapter: false },
-        shaderF16: false, subgroups: true, maxBufferSize: 256 * MiB, maxStorageBufferBindingSize: 128 * MiB, deviceMemory: 8,
+        shaderF16: false,
+        subgroups: true,
+        maxBufferSize: 256 * MiB,
+        maxStorageBufferBindingSize: 128 * MiB,
+        deviceMemory: 8,
     }),
     // A phone-sized memory on an otherwise capable browser (navigator.deviceMemory 2 and 4).
     phone2: profile({ deviceMemory: 2 }),
@@ -106,7 +139,12 @@ export const PROFILES = Object.freeze({
     chromeNone: profile({ shaderF16: false, subgroups: false }),
     // Brave with Shields: navigator.gpu is there, requestAdapter() returns null.
     brave: profile({
-        webgpu: false, gpuApi: true, adapter: null, shaderF16: false, subgroups: false, maxBufferSize: 0,
+        webgpu: false,
+        gpuApi: true,
+        adapter: null,
+        shaderF16: false,
+        subgroups: false,
+        maxBufferSize: 0,
         maxStorageBufferBindingSize: 0,
         error: 'WebGPU is present but no GPU adapter is available (it may be blocklisted).',
     }),

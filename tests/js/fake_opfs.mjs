@@ -214,10 +214,21 @@ export function installFakeOpfs(options = {}) {
     };
     Object.defineProperty(globalThis, 'navigator', { value: { storage }, configurable: true, writable: true });
     // The interfaces as a worker of that browser exposes them (no FileSystemHandle.move where it is missing).
-    const fileProto = { createSyncAccessHandle() {}, ...(options.createWritable === false ? {} : { createWritable() {} }) };
+    const fileProto = {
+        createSyncAccessHandle() {},
+        ...(options.createWritable === false ? {} : { createWritable() {} }),
+    };
     const handleProto = options.move === false ? {} : { move() {} };
-    Object.defineProperty(globalThis, 'FileSystemFileHandle', { value: { prototype: fileProto }, configurable: true, writable: true });
-    Object.defineProperty(globalThis, 'FileSystemHandle', { value: { prototype: handleProto }, configurable: true, writable: true });
+    Object.defineProperty(globalThis, 'FileSystemFileHandle', {
+        value: { prototype: fileProto },
+        configurable: true,
+        writable: true,
+    });
+    Object.defineProperty(globalThis, 'FileSystemHandle', {
+        value: { prototype: handleProto },
+        configurable: true,
+        writable: true,
+    });
     const restore = () => {
         for (const [key, descriptor] of Object.entries(saved)) {
             if (descriptor) Object.defineProperty(globalThis, key, descriptor);

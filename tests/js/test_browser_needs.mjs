@@ -11,7 +11,13 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { checkDecodeFits, sizeClass, variantOrder } from '../../web_src/src/pipeline/graph_choice.js';
-import { FULL_SIZE_MODEL, TOKEN_EMBEDDING_BYTES, decide, graphFamily, sizeFits } from '../../web_src/src/shared/browser_needs.js';
+import {
+    FULL_SIZE_MODEL,
+    TOKEN_EMBEDDING_BYTES,
+    decide,
+    graphFamily,
+    sizeFits,
+} from '../../web_src/src/shared/browser_needs.js';
 import { LIMITS } from '../../web_src/src/shared/limits.js';
 import { GiB, MiB, PROFILES, profile } from './browser_profiles.mjs';
 
@@ -47,16 +53,28 @@ test('Firefox on Windows and on Apple-silicon macOS run; what each lacks decides
 test('without navigator.gpu, or with no adapter behind it, the app cannot run and says which', () => {
     const linux = decide(PROFILES.firefoxLinux);
     assert.equal(linux.canRun, false);
-    assert.deepEqual(linux.missing.map((m) => m.need), ['webgpu']);
+    assert.deepEqual(
+        linux.missing.map((m) => m.need),
+        ['webgpu'],
+    );
     const brave = decide(PROFILES.brave);
     assert.equal(brave.canRun, false);
-    assert.deepEqual(brave.missing.map((m) => m.need), ['adapter']);
+    assert.deepEqual(
+        brave.missing.map((m) => m.need),
+        ['adapter'],
+    );
     assert.match(brave.missing[0].what, /requestAdapter\(\) gave none/);
     // An older worker that reports no gpuApi: the probe's own sentence tells the two apart.
     const { gpuApi: _a, ...olderLinux } = PROFILES.firefoxLinux;
     const { gpuApi: _b, ...olderBrave } = PROFILES.brave;
-    assert.deepEqual(decide(olderLinux).missing.map((m) => m.need), ['webgpu']);
-    assert.deepEqual(decide(olderBrave).missing.map((m) => m.need), ['adapter']);
+    assert.deepEqual(
+        decide(olderLinux).missing.map((m) => m.need),
+        ['webgpu'],
+    );
+    assert.deepEqual(
+        decide(olderBrave).missing.map((m) => m.need),
+        ['adapter'],
+    );
 });
 
 test('Chrome on Android with the 128 MiB default binding limit cannot hold the token embedding on the GPU', () => {
@@ -64,7 +82,10 @@ test('Chrome on Android with the 128 MiB default binding limit cannot hold the t
     for (const caps of [PROFILES.chromeAndroid, PROFILES.chromeAndroidNoF16]) {
         const decision = decide(caps);
         assert.equal(decision.canRun, false);
-        assert.deepEqual(decision.missing.map((m) => m.need), ['buffer-size']);
+        assert.deepEqual(
+            decision.missing.map((m) => m.need),
+            ['buffer-size'],
+        );
         assert.match(decision.missing[0].what, /185 MiB/);
         assert.match(decision.missing[0].what, /128 MiB per buffer/);
         assert.equal(decision.bufferLimit, 128 * MiB);
@@ -79,7 +100,9 @@ test('Chrome on Android with the 128 MiB default binding limit cannot hold the t
 
 test('a 256 MiB binding limit holds the 4-bit embedding, with or without shader-f16', () => {
     for (const shaderF16 of [true, false]) {
-        const decision = decide(profile({ shaderF16, maxBufferSize: 256 * MiB, maxStorageBufferBindingSize: 256 * MiB }));
+        const decision = decide(
+            profile({ shaderF16, maxBufferSize: 256 * MiB, maxStorageBufferBindingSize: 256 * MiB }),
+        );
         assert.equal(decision.canRun, true, JSON.stringify(decision.missing));
         assert.equal(decision.lacks.find((l) => l.feature === 'buffer-size')?.tone, 'warn');
     }
@@ -90,10 +113,19 @@ test('a phone-sized memory runs with a warning; 8 GB or an unknown memory does n
         const decision = decide(caps);
         assert.equal(decision.canRun, true);
         const memory = decision.lacks.find((l) => l.feature === 'memory');
-        assert.ok(memory && memory.tone === 'warn' && memory.cost.includes(`${caps.deviceMemory} GB`), JSON.stringify(decision.lacks));
+        assert.ok(
+            memory && memory.tone === 'warn' && memory.cost.includes(`${caps.deviceMemory} GB`),
+            JSON.stringify(decision.lacks),
+        );
     }
-    assert.equal(decide(profile({ deviceMemory: 8 })).lacks.some((l) => l.feature === 'memory'), false);
-    assert.equal(decide(PROFILES.safari26).lacks.some((l) => l.feature === 'memory'), false);
+    assert.equal(
+        decide(profile({ deviceMemory: 8 })).lacks.some((l) => l.feature === 'memory'),
+        false,
+    );
+    assert.equal(
+        decide(PROFILES.safari26).lacks.some((l) => l.feature === 'memory'),
+        false,
+    );
 });
 
 test('desktop Chrome: the family and kernels follow shader-f16, subgroups and matrix units', () => {
@@ -116,16 +148,20 @@ test('desktop Chrome: the family and kernels follow shader-f16, subgroups and ma
 });
 
 test('an OPFS without sync access handles, or none, is what is missing', () => {
-    const noSync = decide(profile({ opfs: { directory: true, syncAccessHandle: false, createWritable: true, move: true } }));
+    const noSync = decide(
+        profile({ opfs: { directory: true, syncAccessHandle: false, createWritable: true, move: true } }),
+    );
     assert.deepEqual([noSync.canRun, noSync.missing.map((m) => m.need)], [false, ['sync-access-handle']]);
-    const none = decide(profile({ opfs: { directory: false, syncAccessHandle: false, createWritable: false, move: false } }));
+    const none = decide(
+        profile({ opfs: { directory: false, syncAccessHandle: false, createWritable: false, move: false } }),
+    );
     assert.deepEqual([none.canRun, none.missing.map((m) => m.need)], [false, ['opfs']]);
     // A worker that reports nothing about OPFS is not refused for it.
     const { opfs: _o, ...unreported } = profile({});
     assert.equal(decide(unreported).canRun, true);
 });
 
-test('the graph family is pipeline/graph_choice.js variantOrder\'s first choice for every feature set', () => {
+test("the graph family is pipeline/graph_choice.js variantOrder's first choice for every feature set", () => {
     for (const shaderF16 of [false, true]) {
         for (const subgroups of [false, true]) {
             for (const subgroupMatrix of [false, true]) {
@@ -138,16 +174,23 @@ test('the graph family is pipeline/graph_choice.js variantOrder\'s first choice 
     }
 });
 
-test('sizeFits agrees with the app\'s own size checks on the full-size model\'s most-split graphs', () => {
+test("sizeFits agrees with the app's own size checks on the full-size model's most-split graphs", () => {
     const transformer = {
-        component: 'transformer', variant: 'q4', attentionHeads: FULL_SIZE_MODEL.transformerHeads,
-        attentionQueryBlocks: FULL_SIZE_MODEL.transformerQueryBlocks, attentionMaxTokens: null,
+        component: 'transformer',
+        variant: 'q4',
+        attentionHeads: FULL_SIZE_MODEL.transformerHeads,
+        attentionQueryBlocks: FULL_SIZE_MODEL.transformerQueryBlocks,
+        attentionMaxTokens: null,
     };
     const manifest = /** @type {any} */ ({ graphs: [transformer] });
     for (const limit of [128 * MiB, 256 * MiB, 512 * MiB, GiB]) {
         for (const shaderF16 of [false, true]) {
             const vae = /** @type {any} */ ({
-                graph: { component: 'vae_decoder', variant: shaderF16 ? 'fp16' : 'fp32', attentionQueryBlocks: FULL_SIZE_MODEL.vaeQueryBlocks },
+                graph: {
+                    component: 'vae_decoder',
+                    variant: shaderF16 ? 'fp16' : 'fp32',
+                    attentionQueryBlocks: FULL_SIZE_MODEL.vaeQueryBlocks,
+                },
                 ep: 'webgpu',
             });
             for (let side = 256; side <= LIMITS.sizeMax; side += 128) {
@@ -158,13 +201,17 @@ test('sizeFits agrees with the app\'s own size checks on the full-size model\'s 
                 } catch {
                     appFits = false;
                 }
-                assert.equal(sizeFits(side, side, limit, shaderF16), appFits, `${side}px, ${limit} B, f16 ${shaderF16}`);
+                assert.equal(
+                    sizeFits(side, side, limit, shaderF16),
+                    appFits,
+                    `${side}px, ${limit} B, f16 ${shaderF16}`,
+                );
             }
         }
     }
 });
 
-test('the token embedding is the full-size text encoder\'s: 151,936 x 2,560 values at 4 bits', () => {
+test("the token embedding is the full-size text encoder's: 151,936 x 2,560 values at 4 bits", () => {
     assert.equal(TOKEN_EMBEDDING_BYTES, (151936 * 2560) / 2);
     // A model whose largest buffer is smaller runs where the limit allows it; a larger one (the seed layout's fp16
     // table) is refused where the 4-bit one runs.
@@ -177,11 +224,21 @@ test('the token embedding is the full-size text encoder\'s: 151,936 x 2,560 valu
 });
 
 test('a limit too small for any image is missing once, with the figure', () => {
-    const tiny = decide(profile({ shaderF16: false, maxBufferSize: 256 * 1024, maxStorageBufferBindingSize: 256 * 1024 }));
+    const tiny = decide(
+        profile({ shaderF16: false, maxBufferSize: 256 * 1024, maxStorageBufferBindingSize: 256 * 1024 }),
+    );
     assert.equal(tiny.canRun, false);
     assert.equal(tiny.largestSide, 0);
-    assert.deepEqual(tiny.missing.map((m) => m.need), ['buffer-size']);
+    assert.deepEqual(
+        tiny.missing.map((m) => m.need),
+        ['buffer-size'],
+    );
     assert.match(tiny.missing[0].what, /256 KiB/);
-    const both = decide(profile({ shaderF16: true, maxBufferSize: 256 * 1024, maxStorageBufferBindingSize: 256 * 1024 }));
-    assert.deepEqual(both.missing.map((m) => m.need), ['buffer-size']);
+    const both = decide(
+        profile({ shaderF16: true, maxBufferSize: 256 * 1024, maxStorageBufferBindingSize: 256 * 1024 }),
+    );
+    assert.deepEqual(
+        both.missing.map((m) => m.need),
+        ['buffer-size'],
+    );
 });

@@ -15,9 +15,16 @@ import { PROFILES } from './browser_profiles.mjs';
  */
 function caps(overrides) {
     return {
-        webgpu: true, error: null, software: false, shaderF16: false, maxBufferSize: 2 ** 32, maxStorageBufferBindingSize: 2 ** 31,
+        webgpu: true,
+        error: null,
+        software: false,
+        shaderF16: false,
+        maxBufferSize: 2 ** 32,
+        maxStorageBufferBindingSize: 2 ** 31,
         adapter: { vendor: 'nvidia', architecture: 'hopper', description: 'NVIDIA H200', isFallbackAdapter: false },
-        storage: { usage: 0, quota: 1e11, persisted: false }, crossOriginIsolated: true, threads: 4,
+        storage: { usage: 0, quota: 1e11, persisted: false },
+        crossOriginIsolated: true,
+        threads: 4,
         ...overrides,
     };
 }
@@ -50,12 +57,14 @@ test('no recorded browser profile is told "not supported"; each is told what it 
         const decision = decide(caps);
         assert.equal(note.tone === 'bad', !decision.canRun, name);
         if (!decision.canRun) {
-            for (const missing of decision.missing) assert.ok(note.text.includes(missing.what), `${name}: ${missing.need}`);
+            for (const missing of decision.missing)
+                assert.ok(note.text.includes(missing.what), `${name}: ${missing.need}`);
             continue;
         }
         assert.ok(note.text.includes(decision.family), `${name}: ${note.text}`);
         // Every warning the decision has reaches the top note of a browser that runs the app.
-        for (const lack of decision.lacks.filter((l) => l.tone === 'warn')) assert.ok(note.text.includes(lack.cost), `${name}: ${lack.feature}`);
+        for (const lack of decision.lacks.filter((l) => l.tone === 'warn'))
+            assert.ok(note.text.includes(lack.cost), `${name}: ${lack.feature}`);
     }
 });
 
@@ -81,11 +90,20 @@ test('what to do when something is missing names the flags or versions for that 
     /** @param {string} ua */
     const browser = (ua) => detectBrowser({ userAgent: ua });
     const firefoxLinux = browser('Mozilla/5.0 (X11; Linux x86_64; rv:147.0) Gecko/20100101 Firefox/147.0');
-    const safari18 = browser('Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.5 Safari/605.1.15');
-    const chromeLinux = browser('Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/150.0.0.0 Safari/537.36');
-    const chromeWindows = browser('Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/150.0.0.0 Safari/537.36');
+    const safari18 = browser(
+        'Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.5 Safari/605.1.15',
+    );
+    const chromeLinux = browser(
+        'Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/150.0.0.0 Safari/537.36',
+    );
+    const chromeWindows = browser(
+        'Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/150.0.0.0 Safari/537.36',
+    );
     const firefoxWindows = browser('Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:138.0) Gecko/20100101 Firefox/138.0');
-    assert.match(missingAdvice({ need: 'webgpu', what: '' }, firefoxLinux), /dom\.webgpu\.enabled.*dom\.webgpu\.workers\.enabled/);
+    assert.match(
+        missingAdvice({ need: 'webgpu', what: '' }, firefoxLinux),
+        /dom\.webgpu\.enabled.*dom\.webgpu\.workers\.enabled/,
+    );
     assert.match(missingAdvice({ need: 'webgpu', what: '' }, firefoxWindows), /Firefox 141/);
     assert.match(missingAdvice({ need: 'webgpu', what: '' }, safari18), /Safari 26/);
     const linux = missingAdvice({ need: 'webgpu', what: '' }, chromeLinux);

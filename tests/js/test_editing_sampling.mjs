@@ -20,8 +20,11 @@ test('prepareImageIds equals _prepare_image_ids: (10 * (k + 1), y, x, 0) per ref
 });
 
 test('scaleNoise equals sigma * noise + (1 - sigma) * sample in float32', () => {
-    assertSameFloat32(scaleNoise(float32s(golden.sample), golden.sigma, float32s(golden.noise)),
-        float32s(golden.scaled), 'scaled');
+    assertSameFloat32(
+        scaleNoise(float32s(golden.sample), golden.sigma, float32s(golden.noise)),
+        float32s(golden.scaled),
+        'scaled',
+    );
 });
 
 test('blendMask equals (1 - m) * proper + m * latents per token, in place', () => {

@@ -55,7 +55,9 @@ test('foreign throws become internal errors, an abort becomes cancelled', () => 
 
 test('a checksum failure crosses the worker boundary and the page says what to do about it', async () => {
     const { adviseError } = await import('../../web_src/src/page/ui/error_view.js');
-    const original = new errors.IntegrityError('https://x/a.onnx_data does not match the model\'s manifest.', { path: 'a.onnx_data' });
+    const original = new errors.IntegrityError("https://x/a.onnx_data does not match the model's manifest.", {
+        path: 'a.onnx_data',
+    });
     const copy = deserializeError(structuredClone(serializeError(original)));
     assert.ok(copy instanceof errors.IntegrityError);
     assert.equal(copy.code, ErrorCode.INTEGRITY);

@@ -35,10 +35,20 @@ test('an adapter that never comes is reported as missing, after a bounded number
 test('the device asks for every wanted feature the adapter has and every wanted limit at its maximum', async () => {
     const { deviceDescriptor } = await import('../../web_src/src/runtime/gpu.js');
     const adapter = {
-        features: new Set(['shader-f16', 'subgroups', 'texture-compression-bc', 'subgroup-size-control',
-            'chromium-experimental-subgroup-matrix']),
-        limits: { maxBufferSize: 4294967292, maxStorageBufferBindingSize: 2147483644, maxComputeWorkgroupStorageSize: 49152,
-            maxComputeInvocationsPerWorkgroup: 1024, maxTextureDimension2D: 16384 },
+        features: new Set([
+            'shader-f16',
+            'subgroups',
+            'texture-compression-bc',
+            'subgroup-size-control',
+            'chromium-experimental-subgroup-matrix',
+        ]),
+        limits: {
+            maxBufferSize: 4294967292,
+            maxStorageBufferBindingSize: 2147483644,
+            maxComputeWorkgroupStorageSize: 49152,
+            maxComputeInvocationsPerWorkgroup: 1024,
+            maxTextureDimension2D: 16384,
+        },
     };
     const { requiredFeatures, requiredLimits } = deviceDescriptor(adapter);
     // Only features onnxruntime uses (subgroup-matrix: its matrix-unit kernels), and only those the adapter has
@@ -69,11 +79,19 @@ function fakeAdapter(features) {
             const device = {
                 features: new Set(descriptor.requiredFeatures),
                 limits: adapter.limits,
-                lost: new Promise((resolve) => { markLost = resolve; }),
+                lost: new Promise((resolve) => {
+                    markLost = resolve;
+                }),
                 destroyed: false,
                 shaders: /** @type {any[]} */ ([]),
-                destroy() { this.destroyed = true; markLost({ reason: 'destroyed', message: '' }); },
-                createShaderModule(/** @type {any} */ d) { this.shaders.push(d); return { d }; },
+                destroy() {
+                    this.destroyed = true;
+                    markLost({ reason: 'destroyed', message: '' });
+                },
+                createShaderModule(/** @type {any} */ d) {
+                    this.shaders.push(d);
+                    return { d };
+                },
             };
             made.push(device);
             return device;
@@ -88,7 +106,9 @@ function memoryStub() {
     return {
         saved,
         recall: async (/** @type {string} */ key) => ({ ...(saved[key] ?? {}) }),
-        remember: async (/** @type {string} */ key, /** @type {Record<string, string>} */ off) => { saved[key] = { ...(saved[key] ?? {}), ...off }; },
+        remember: async (/** @type {string} */ key, /** @type {Record<string, string>} */ off) => {
+            saved[key] = { ...(saved[key] ?? {}), ...off };
+        },
     };
 }
 
@@ -110,7 +130,9 @@ test('a dropped feature: the next device is made without it, the grant says why,
     const second = await gpu.getDevice();
     assert.notEqual(second, first);
     assert.ok(!second.features.has(MATRIX) && second.features.has('subgroups') && second.features.has('shader-f16'));
-    assert.deepEqual(gpu.grant?.off, [{ feature: MATRIX, reason: 'Invalid ShaderModule "SubgroupMatrixMatMulNBits"', remembered: false }]);
+    assert.deepEqual(gpu.grant?.off, [
+        { feature: MATRIX, reason: 'Invalid ShaderModule "SubgroupMatrixMatMulNBits"', remembered: false },
+    ]);
     assert.equal(gpu.info?.subgroupMatrix, false);
     assert.deepEqual(memory.saved, {}, 'nothing is remembered before a request succeeds without it');
 
@@ -123,7 +145,10 @@ test('a dropped feature: the next device is made without it, the grant says why,
     const next = new Gpu({ memory });
     const device = await next.getDevice();
     assert.ok(!device.features.has(MATRIX));
-    assert.deepEqual(next.grant?.off.map((o) => [o.feature, o.remembered]), [[MATRIX, true]]);
+    assert.deepEqual(
+        next.grant?.off.map((o) => [o.feature, o.remembered]),
+        [[MATRIX, true]],
+    );
 });
 
 test('a request that fails without the feature as well restores it', async () => {
@@ -148,6 +173,9 @@ test('gpu-fault breaks exactly the shaders that enable the feature', async () =>
     for (const code of [plain, subgroup, matrix]) device.createShaderModule({ label: 'k', code });
     const seen = device.shaders.map((/** @type {any} */ d) => d.code);
     assert.equal(seen[0], plain);
-    assert.ok(seen[1].startsWith(subgroup) && seen[1].includes('gpu_fault_injected()'), 'the subgroup shader gets a call to nothing');
+    assert.ok(
+        seen[1].startsWith(subgroup) && seen[1].includes('gpu_fault_injected()'),
+        'the subgroup shader gets a call to nothing',
+    );
     assert.equal(seen[2], matrix);
 });

@@ -204,7 +204,10 @@ test('the rules catch each kind of breach', () => {
         const graph = graphOf({ ...clean, [file]: [.../** @type {Record<string, string[]>} */ (clean)[file], extra] });
         const found = violations(graph);
         const why = `${file} -> ${extra}: ${found.join('; ') || 'nothing found'}`;
-        assert.ok(found.some((line) => message.test(line)), why);
+        assert.ok(
+            found.some((line) => message.test(line)),
+            why,
+        );
     }
 });
 

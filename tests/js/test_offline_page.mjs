@@ -16,7 +16,15 @@ import { shellStatus } from '../../web_src/src/page/ui/offline_status.js';
  * @returns {import('../../web_src/src/page/ui/offline_status.js').ShellFacts}
  */
 function facts(overrides) {
-    return { supported: true, online: true, workerBuild: 'b1', cachesShell: true, pageBuild: 'b1', waiting: false, ...overrides };
+    return {
+        supported: true,
+        online: true,
+        workerBuild: 'b1',
+        cachesShell: true,
+        pageBuild: 'b1',
+        waiting: false,
+        ...overrides,
+    };
 }
 
 test('the line follows the shell: storing, stored, offline, and hidden without service workers', () => {
@@ -28,7 +36,11 @@ test('the line follows the shell: storing, stored, offline, and hidden without s
 });
 
 test('a waiting build, or a page of another build than the shell worker, asks for a reload first', () => {
-    for (const update of [facts({ waiting: true }), facts({ workerBuild: 'b2' }), facts({ workerBuild: 'b2', online: false })]) {
+    for (const update of [
+        facts({ waiting: true }),
+        facts({ workerBuild: 'b2' }),
+        facts({ workerBuild: 'b2', online: false }),
+    ]) {
         const status = shellStatus(update);
         assert.deepEqual([status.kind, status.action], ['update', true]);
     }
@@ -75,7 +87,12 @@ const offline = async () => {
  * @param {MemoryStorage | null} storage
  */
 async function kind(fetch, storage) {
-    const source = await resolveModelSource({ href: PAGE, defaultBase: DEFAULT_BASE, fetch, storage: /** @type {any} */ (storage) });
+    const source = await resolveModelSource({
+        href: PAGE,
+        defaultBase: DEFAULT_BASE,
+        fetch,
+        storage: /** @type {any} */ (storage),
+    });
     return source.kind;
 }
 

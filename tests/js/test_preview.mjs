@@ -10,7 +10,11 @@ import { test } from 'node:test';
 
 import { LATENT_CHANNELS } from '../../web_src/src/pipeline/latents.js';
 import {
-    StepPreview, parsePreviewMap, perChannelMap, publishedMap, tokensToRgba,
+    StepPreview,
+    parsePreviewMap,
+    perChannelMap,
+    publishedMap,
+    tokensToRgba,
 } from '../../web_src/src/pipeline/preview.js';
 import { float32s, float64s, loadGolden } from './golden.mjs';
 
@@ -22,7 +26,7 @@ const golden = loadGolden('preview.json');
  */
 const byte = (value) => Math.min(255, Math.max(0, Math.round(value * 255)));
 
-test('a per-channel map on packed tokens colours each pixel as on diffusers\' unpatchified latents', () => {
+test("a per-channel map on packed tokens colours each pixel as on diffusers' unpatchified latents", () => {
     for (const { h, w, packed, factors, bias, rgb } of golden.cases) {
         const rows = Array.from({ length: 32 }, (_, c) => factors.slice(c * 3, c * 3 + 3));
         const frame = tokensToRgba(perChannelMap(rows, bias, 'test'), float32s(packed), h, w);
@@ -33,7 +37,10 @@ test('a per-channel map on packed tokens colours each pixel as on diffusers\' un
         for (let p = 0; p < plane; p++) {
             for (let k = 0; k < 3; k++) {
                 // float32 sums against float64 ones: at most one step of rounding apart.
-                assert.ok(Math.abs(frame.rgba[p * 4 + k] - byte(expected[k * plane + p])) <= 1, `${h}x${w} pixel ${p} colour ${k}`);
+                assert.ok(
+                    Math.abs(frame.rgba[p * 4 + k] - byte(expected[k * plane + p])) <= 1,
+                    `${h}x${w} pixel ${p} colour ${k}`,
+                );
             }
             assert.equal(frame.rgba[p * 4 + 3], 255);
         }
@@ -51,7 +58,10 @@ test('the published FLUX.2 map feeds each pixel of a token only from its own cha
     }
     // Zero latents show the bias: ComfyUI's (b + 1) / 2, a mid grey, the same for all four pixels.
     const frame = tokensToRgba(map, new Float32Array(LATENT_CHANNELS), 1, 1);
-    assert.deepEqual(Array.from(frame.rgba), [123, 118, 117, 255, 123, 118, 117, 255, 123, 118, 117, 255, 123, 118, 117, 255]);
+    assert.deepEqual(
+        Array.from(frame.rgba),
+        [123, 118, 117, 255, 123, 118, 117, 255, 123, 118, 117, 255, 123, 118, 117, 255],
+    );
 });
 
 /** @returns {any} A preview map file as builder/repo/preview_map.py writes it, weights[o][c] = o + c / 1000. */
@@ -65,7 +75,7 @@ function mapFile() {
     };
 }
 
-test('a repository\'s map file is read into the channel-major layout', () => {
+test("a repository's map file is read into the channel-major layout", () => {
     const map = parsePreviewMap(mapFile());
     assert.equal(map.source, 'repository');
     assert.equal(map.weights[5 * 12 + 7], Math.fround(7 + 5 / 1000));
@@ -77,7 +87,12 @@ test('a map file that is not one is refused', () => {
         { ...mapFile(), format: 'something-else' },
         { ...mapFile(), weights: mapFile().weights.slice(1) },
         { ...mapFile(), bias: [0, 1] },
-        { ...mapFile(), weights: mapFile().weights.map((/** @type {number[]} */ row, /** @type {number} */ o) => (o === 3 ? [...row.slice(1), 'x'] : row)) },
+        {
+            ...mapFile(),
+            weights: mapFile().weights.map((/** @type {number[]} */ row, /** @type {number} */ o) =>
+                o === 3 ? [...row.slice(1), 'x'] : row,
+            ),
+        },
         null,
     ];
     for (const json of broken) assert.throws(() => parsePreviewMap(json), /not a klein-web-preview-map/);
@@ -90,7 +105,7 @@ function firstChannelsMap() {
     return { weights, bias: new Float32Array(12), source: 'test' };
 }
 
-test('a step\'s preview shows x0 = x - sigma_next * v and leaves the latents as they were', () => {
+test("a step's preview shows x0 = x - sigma_next * v and leaves the latents as they were", () => {
     const tokens = 2;
     const latents = Float32Array.from({ length: tokens * LATENT_CHANNELS }, (_, i) => (i % 7) / 10);
     const velocity = Float32Array.from({ length: tokens * LATENT_CHANNELS }, (_, i) => (i % 5) / 10 - 0.3);
@@ -105,12 +120,15 @@ test('a step\'s preview shows x0 = x - sigma_next * v and leaves the latents as 
         }
     }
     // After the last step (sigma 0) the preview is the final latents' own.
-    assert.deepEqual(preview.frame(latents, velocity, 0).rgba, tokensToRgba(firstChannelsMap(), latents, 1, tokens).rgba);
+    assert.deepEqual(
+        preview.frame(latents, velocity, 0).rgba,
+        tokensToRgba(firstChannelsMap(), latents, 1, tokens).rgba,
+    );
     assert.equal(preview.frames, 2);
     assert.ok(preview.ms >= 0);
 });
 
-test('inpainting\'s preview shows the image where the mask keeps it', () => {
+test("inpainting's preview shows the image where the mask keeps it", () => {
     const latents = new Float32Array(2 * LATENT_CHANNELS).fill(0.2);
     const imageLatents = new Float32Array(2 * LATENT_CHANNELS).fill(0.8);
     const inpainting = { imageLatents, mask: Float32Array.of(1, 0) }; // token 0 repainted, token 1 kept

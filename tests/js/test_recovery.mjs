@@ -5,15 +5,17 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { recoveryFor } from '../../web_src/src/worker/recovery.js';
-import {
-    DeviceLostError, GpuFeatureError, InputError, OutOfMemoryError,
-} from '../../web_src/src/shared/errors.js';
+import { DeviceLostError, GpuFeatureError, InputError, OutOfMemoryError } from '../../web_src/src/shared/errors.js';
 
 const fast = { aborted: false, memoryMode: 'fast', askedMemory: undefined, leanTried: false };
 
 test('a failed feature runs again without it', () => {
     const err = new GpuFeatureError('x', { feature: 'subgroups', cause: 'Invalid ShaderModule "DP4AMatMulNBits"' });
-    assert.deepEqual(recoveryFor(err, fast), { kind: 'drop-feature', feature: 'subgroups', reason: 'Invalid ShaderModule "DP4AMatMulNBits"' });
+    assert.deepEqual(recoveryFor(err, fast), {
+        kind: 'drop-feature',
+        feature: 'subgroups',
+        reason: 'Invalid ShaderModule "DP4AMatMulNBits"',
+    });
     assert.equal(recoveryFor(err, { ...fast, aborted: true }), null, 'a cancelled job is never run again');
 });
 

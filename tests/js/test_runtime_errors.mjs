@@ -47,10 +47,15 @@ test('app errors pass through, and a lost device explains any failure', () => {
  * @param {{lost?: boolean, used?: boolean}} [state]
  */
 function gpuWith(features, { lost = false, used = false } = {}) {
-    return /** @type {import('../../web_src/src/runtime/gpu.js').Gpu} */ (/** @type {unknown} */ ({
-        lost, used, lostMessage: lost ? 'unknown: device lost' : null, grant: { features, limits: {}, off: [] },
-        lostError: () => new DeviceLostError('lost'),
-    }));
+    return /** @type {import('../../web_src/src/runtime/gpu.js').Gpu} */ (
+        /** @type {unknown} */ ({
+            lost,
+            used,
+            lostMessage: lost ? 'unknown: device lost' : null,
+            grant: { features, limits: {}, off: [] },
+            lostError: () => new DeviceLostError('lost'),
+        })
+    );
 }
 
 /** What Chromium 150 on an H200 answered at the text encoder's first run. */
@@ -65,12 +70,26 @@ test('a shader or pipeline failure blames the optional feature it names, else th
         return err instanceof GpuFeatureError ? err.detail.feature : null;
     };
     assert.equal(blamed(CHROMIUM_150, all), 'chromium-experimental-subgroup-matrix');
-    assert.equal(blamed('Failed to create a WebGPU compute pipeline: [Invalid ShaderModule "DP4AMatMulNBits"]', all), 'subgroups');
-    assert.equal(blamed('Error while parsing WGSL: enable f16; is not allowed', ['shader-f16', 'subgroups']), 'shader-f16');
+    assert.equal(
+        blamed('Failed to create a WebGPU compute pipeline: [Invalid ShaderModule "DP4AMatMulNBits"]', all),
+        'subgroups',
+    );
+    assert.equal(
+        blamed('Error while parsing WGSL: enable f16; is not allowed', ['shader-f16', 'subgroups']),
+        'shader-f16',
+    );
     // A program that names no feature: the most experimental the device has goes first.
-    assert.equal(blamed('Failed to create a WebGPU compute pipeline: [Invalid ShaderModule "Transpose"]', all),
-        'chromium-experimental-subgroup-matrix');
-    assert.equal(blamed('Failed to create a WebGPU compute pipeline: [Invalid ShaderModule "Transpose"]', ['shader-f16', 'subgroups']), 'subgroups');
+    assert.equal(
+        blamed('Failed to create a WebGPU compute pipeline: [Invalid ShaderModule "Transpose"]', all),
+        'chromium-experimental-subgroup-matrix',
+    );
+    assert.equal(
+        blamed('Failed to create a WebGPU compute pipeline: [Invalid ShaderModule "Transpose"]', [
+            'shader-f16',
+            'subgroups',
+        ]),
+        'subgroups',
+    );
     // A device without optional features has nothing to give up: an ordinary runtime error, message kept.
     const plain = runtimeError(new Error(CHROMIUM_150), gpuWith(['timestamp-query']), 'The text encoder');
     assert.equal(plain.code, ErrorCode.RUNTIME);
@@ -85,19 +104,30 @@ test('a device lost before its first run blames the matrix units only; after a r
     const matrix = ['shader-f16', 'subgroups', 'chromium-experimental-subgroup-matrix'];
     const first = runtimeError(new Error('x'), gpuWith(matrix, { lost: true }), 'Denoising step 1');
     assert.ok(first instanceof GpuFeatureError && first.detail.feature === 'chromium-experimental-subgroup-matrix');
-    assert.equal(runtimeError(new Error('x'), gpuWith(matrix, { lost: true, used: true }), 'x').code, ErrorCode.DEVICE_LOST);
-    assert.equal(runtimeError(new Error('x'), gpuWith(['shader-f16', 'subgroups'], { lost: true }), 'x').code, ErrorCode.DEVICE_LOST);
+    assert.equal(
+        runtimeError(new Error('x'), gpuWith(matrix, { lost: true, used: true }), 'x').code,
+        ErrorCode.DEVICE_LOST,
+    );
+    assert.equal(
+        runtimeError(new Error('x'), gpuWith(['shader-f16', 'subgroups'], { lost: true }), 'x').code,
+        ErrorCode.DEVICE_LOST,
+    );
 });
 
-test('the reason kept for a dropped feature is the browser\'s sentence, not onnxruntime\'s build path', async () => {
+test("the reason kept for a dropped feature is the browser's sentence, not onnxruntime's build path", async () => {
     const { failureSummary } = await import('../../web_src/src/runtime/errors.js');
     // Chromium 150 on an H200 (docs/gpu-runs/2026-12-03-h200-chromium150/), as onnxruntime-web 1.30 words it.
-    const raw = 'failed to call OrtRun(). ERROR_CODE: 1, ERROR_MESSAGE: /mnt/azure_nvme_temp/_work/1/s/onnxruntime/core/' +
+    const raw =
+        'failed to call OrtRun(). ERROR_CODE: 1, ERROR_MESSAGE: /mnt/azure_nvme_temp/_work/1/s/onnxruntime/core/' +
         'providers/webgpu/buffer_manager.cc:562 WGPUBuffer onnxruntime::webgpu::BufferManager::Create(size_t, wgpu::BufferUsage, ' +
         `bool, bool) const [ONNXRuntimeError] : 1 : FAIL : ${CHROMIUM_150}\n - While validating compute stage ([Invalid ` +
         'ShaderModule "SubgroupMatrixMatMulNBits"], entryPoint: "main").\n\n';
     assert.equal(failureSummary(raw), CHROMIUM_150);
-    const err = runtimeError(new Error(raw), gpuWith(['shader-f16', 'subgroups', 'chromium-experimental-subgroup-matrix']), 'x');
+    const err = runtimeError(
+        new Error(raw),
+        gpuWith(['shader-f16', 'subgroups', 'chromium-experimental-subgroup-matrix']),
+        'x',
+    );
     assert.equal(err.detail.cause, CHROMIUM_150);
     assert.equal(failureSummary('plain message'), 'plain message');
 });

@@ -157,9 +157,8 @@ afterEach(() => {
 });
 
 /** @param {MemoryBackend} backend */
-const asBackend = (backend) => /** @type {import('../../web_src/src/store/backend.js').OpfsBackend} */ (
-    /** @type {unknown} */ (backend)
-);
+const asBackend = (backend) =>
+    /** @type {import('../../web_src/src/store/backend.js').OpfsBackend} */ (/** @type {unknown} */ (backend));
 
 test('parseContentRange reads start and total', () => {
     assert.deepEqual(parseContentRange('bytes 10-99/100'), { start: 10, total: 100 });
@@ -239,7 +238,10 @@ test('a cut stream from a server without validators starts over from byte 0', as
         },
     });
     await downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin', { want: WANT });
-    assert.deepEqual(requests.map((r) => r.range), [null, null]);
+    assert.deepEqual(
+        requests.map((r) => r.range),
+        [null, null],
+    );
     assert.deepEqual(backend.files.get('a.bin'), FILE);
 });
 
@@ -287,7 +289,13 @@ test('a resume the server vouched for but whose bytes do not add up is downloade
     await partialCopy(backend, 'a.bin', 800, V1, OTHER);
     serve();
     await downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin', { want: WANT });
-    assert.deepEqual(requests.map((r) => [r.range, r.status]), [['bytes=800-', 206], [null, 200]]);
+    assert.deepEqual(
+        requests.map((r) => [r.range, r.status]),
+        [
+            ['bytes=800-', 206],
+            [null, 200],
+        ],
+    );
     assert.deepEqual(backend.files.get('a.bin'), FILE);
 });
 
@@ -306,7 +314,13 @@ test('without a manifest, a stream that ends without a stated length is not comp
     });
     const { size } = await downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin');
     assert.equal(size, FILE.length);
-    assert.deepEqual(requests.map((r) => [r.range, r.status]), [[null, 200], ['bytes=500-', 206]]);
+    assert.deepEqual(
+        requests.map((r) => [r.range, r.status]),
+        [
+            [null, 200],
+            ['bytes=500-', 206],
+        ],
+    );
     assert.deepEqual(backend.files.get('a.bin'), FILE);
 });
 
@@ -325,7 +339,13 @@ test('a 416 with no stated size does not make a partial copy complete', async ()
     });
     const { size } = await downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin');
     assert.equal(size, FILE.length);
-    assert.deepEqual(requests.map((r) => [r.range, r.status]), [['bytes=500-', 416], [null, 200]]);
+    assert.deepEqual(
+        requests.map((r) => [r.range, r.status]),
+        [
+            ['bytes=500-', 416],
+            [null, 200],
+        ],
+    );
     assert.deepEqual(backend.files.get('a.bin'), FILE);
 });
 
@@ -334,25 +354,36 @@ test('a 416 at the stated size completes the copy after its hash is checked', as
     await partialCopy(backend, 'a.bin', FILE.length, V1);
     serve();
     const { identity } = await downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin', { want: WANT });
-    assert.deepEqual(requests.map((r) => r.status), [416]);
+    assert.deepEqual(
+        requests.map((r) => r.status),
+        [416],
+    );
     assert.equal(identity.sha256, WANT.sha256);
     await partialCopy(backend, 'b.bin', FILE.length, V1, OTHER);
     serve();
     await downloadFile(asBackend(backend), 'https://x/b.bin', 'b.bin', { want: WANT });
-    assert.deepEqual(requests.map((r) => r.status), [416, 200]);
+    assert.deepEqual(
+        requests.map((r) => r.status),
+        [416, 200],
+    );
     assert.deepEqual(backend.files.get('b.bin'), FILE);
 });
 
 test('a server that states neither a length nor a validator is refused: nothing can tell a whole copy', async () => {
     const backend = new MemoryBackend();
     serve({ answer: () => new Response(FILE.slice(0, 500), { status: 200 }) });
-    await assert.rejects(downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin'), /neither the file's length nor a validator/);
+    await assert.rejects(
+        downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin'),
+        /neither the file's length nor a validator/,
+    );
     assert.deepEqual([...backend.files.keys()], []);
 });
 
 test('an HTML page or a missing file is refused and nothing is stored', async () => {
     const backend = new MemoryBackend();
-    serve({ answer: () => new Response('<html>login</html>', { status: 200, headers: { 'content-type': 'text/html' } }) });
+    serve({
+        answer: () => new Response('<html>login</html>', { status: 200, headers: { 'content-type': 'text/html' } }),
+    });
     await assert.rejects(downloadFile(asBackend(backend), 'https://x/a.onnx', 'a.onnx'), ModelFileError);
     serve({ answer: () => new Response('no', { status: 404 }) });
     await assert.rejects(downloadFile(asBackend(backend), 'https://x/a.onnx', 'a.onnx'), /HTTP 404/);

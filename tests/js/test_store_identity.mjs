@@ -4,7 +4,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { UNKNOWN, compareIdentity, fromManifest, ifRangeValidator, parseIdentity, resumePlan } from '../../web_src/src/store/identity.js';
+import {
+    UNKNOWN,
+    compareIdentity,
+    fromManifest,
+    ifRangeValidator,
+    parseIdentity,
+    resumePlan,
+} from '../../web_src/src/store/identity.js';
 
 const A = 'a'.repeat(64);
 const B = 'b'.repeat(64);
@@ -26,7 +33,10 @@ test('without a manifest hash, the server validators decide: ETag, else Last-Mod
     assert.equal(compareIdentity({ ...UNKNOWN, size: 10, etag: '"v1"' }, stored), 'same');
     assert.equal(compareIdentity({ ...UNKNOWN, size: 10, etag: '"v2"', lastModified: DATE }, stored), 'changed');
     assert.equal(compareIdentity({ ...UNKNOWN, size: 10, lastModified: DATE }, stored), 'same');
-    assert.equal(compareIdentity({ ...UNKNOWN, size: 10, lastModified: 'Wed, 02 Dec 2026 10:00:00 GMT' }, stored), 'changed');
+    assert.equal(
+        compareIdentity({ ...UNKNOWN, size: 10, lastModified: 'Wed, 02 Dec 2026 10:00:00 GMT' }, stored),
+        'changed',
+    );
     assert.equal(compareIdentity({ ...UNKNOWN, size: 10 }, stored), 'same');
     assert.equal(compareIdentity({ ...UNKNOWN, size: 12 }, stored), 'changed');
     assert.equal(compareIdentity(UNKNOWN, stored), 'unknown');
@@ -51,14 +61,22 @@ test('a partial copy is resumed only for the version still wanted, with a valida
     assert.deepEqual(resumePlan(partial, 40, fromManifest({ size: 100, sha256: B })), restart, 'the manifest changed');
     assert.deepEqual(resumePlan(partial, 140, want), restart, 'longer than the file');
     assert.deepEqual(resumePlan({ ...partial, etag: 'W/"v1"' }, 40, want), restart, 'nothing the server can check');
-    assert.deepEqual(resumePlan({ ...partial, sha256: null, etag: '"v1"' }, 40, { ...UNKNOWN, size: 100, etag: '"v2"' }), restart,
-        'the server already says it has another version');
+    assert.deepEqual(
+        resumePlan({ ...partial, sha256: null, etag: '"v1"' }, 40, { ...UNKNOWN, size: 100, etag: '"v2"' }),
+        restart,
+        'the server already says it has another version',
+    );
 });
 
 test('identities read back from the store are checked field by field', () => {
     assert.equal(parseIdentity(null), null);
     assert.equal(parseIdentity('not json'), null);
     assert.deepEqual(parseIdentity('[1]'), UNKNOWN);
-    assert.deepEqual(parseIdentity(JSON.stringify({ size: 5, sha256: A, etag: 3 })), { size: 5, sha256: A, etag: null, lastModified: null });
+    assert.deepEqual(parseIdentity(JSON.stringify({ size: 5, sha256: A, etag: 3 })), {
+        size: 5,
+        sha256: A,
+        etag: null,
+        lastModified: null,
+    });
     assert.deepEqual(parseIdentity(JSON.stringify({ size: -1 })), UNKNOWN);
 });

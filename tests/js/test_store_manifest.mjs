@@ -56,22 +56,39 @@ test('a repo without manifest.json and without chat_template.jinja uses tokenize
 /** manifest.json as `klein-web convert --precision q4` writes it: the text-to-image graphs plus the VAE encoder's. */
 function convertedManifestJson() {
     const graphs = [
-        ['text_encoder', 'q4'], ['transformer', 'q4'], ['vae_decoder', 'fp16'], ['vae_decoder', 'fp32'],
-        ['vae_encoder', 'fp32'], ['vae_encoder', 'fp16'],
+        ['text_encoder', 'q4'],
+        ['transformer', 'q4'],
+        ['vae_decoder', 'fp16'],
+        ['vae_decoder', 'fp32'],
+        ['vae_encoder', 'fp32'],
+        ['vae_encoder', 'fp16'],
     ].map(([component, variant]) => ({
-        component, variant, path: `${component}/${component}_${variant}.onnx`, external_data: [`${component}_${variant}.onnx_data`],
-        precision: '', inputs: [], outputs: [], requires_f16: variant === 'fp16', cpu_nodes_without_f16: [],
-        attention_query_blocks: component.startsWith('vae') ? 32 : 1, attention_max_tokens: null, attention_heads: null,
+        component,
+        variant,
+        path: `${component}/${component}_${variant}.onnx`,
+        external_data: [`${component}_${variant}.onnx_data`],
+        precision: '',
+        inputs: [],
+        outputs: [],
+        requires_f16: variant === 'fp16',
+        cpu_nodes_without_f16: [],
+        attention_query_blocks: component.startsWith('vae') ? 32 : 1,
+        attention_max_tokens: null,
+        attention_heads: null,
     }));
     const files = {};
-    for (const g of graphs) for (const path of [g.path, `${g.component}/${g.external_data[0]}`]) files[path] = { size: 10, sha256: 'ab' };
+    for (const g of graphs)
+        for (const path of [g.path, `${g.component}/${g.external_data[0]}`]) files[path] = { size: 10, sha256: 'ab' };
     for (const path of TOKENIZER_FILES) files[path] = { size: 1, sha256: 'cd' };
     return { format: 'klein-web-model-repo', format_version: 1, source: 'tiny', converter: 'klein-web', files, graphs };
 }
 
 test('a repo with VAE encoder graphs loads, and text-to-image neither chooses nor downloads them', () => {
     const manifest = parseManifest(convertedManifestJson(), 'https://example.org/repo/');
-    assert.deepEqual(manifest.graphs.filter((g) => g.component === 'vae_encoder').map((g) => g.variant), ['fp32', 'fp16']);
+    assert.deepEqual(
+        manifest.graphs.filter((g) => g.component === 'vae_encoder').map((g) => g.variant),
+        ['fp32', 'fp16'],
+    );
     for (const shaderF16 of [true, false]) {
         const { choices } = chooseGraphs(manifest, { shaderF16 }, undefined, 16 + 512);
         assert.deepEqual(Object.keys(choices).sort(), ['text_encoder', 'transformer', 'vae_decoder']);

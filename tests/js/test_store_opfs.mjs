@@ -11,7 +11,14 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { afterEach, test } from 'node:test';
 
-import { IDENTITY_SUFFIX, PARTIAL_SUFFIX, ROOT_DIR, keyFor, opfsSupport, rename } from '../../web_src/src/store/backend.js';
+import {
+    IDENTITY_SUFFIX,
+    PARTIAL_SUFFIX,
+    ROOT_DIR,
+    keyFor,
+    opfsSupport,
+    rename,
+} from '../../web_src/src/store/backend.js';
 import { FEATURE_MEMORY_FILE, featureMemory } from '../../web_src/src/store/feature_memory.js';
 import { parseIdentity } from '../../web_src/src/store/identity.js';
 import { WeightStore } from '../../web_src/src/store/weights.js';
@@ -74,9 +81,15 @@ function serve({ cutPath, cutAfter = 0 } = {}) {
                     controller.error(new TypeError('network error'));
                 },
             });
-            return new Response(stream, { status, headers: { ...headers, ...rangeHeader, 'content-length': String(body.length) } });
+            return new Response(stream, {
+                status,
+                headers: { ...headers, ...rangeHeader, 'content-length': String(body.length) },
+            });
         }
-        return new Response(body, { status, headers: { ...headers, ...rangeHeader, 'content-length': String(body.length) } });
+        return new Response(body, {
+            status,
+            headers: { ...headers, ...rangeHeader, 'content-length': String(body.length) },
+        });
     };
     return requests;
 }
@@ -88,14 +101,21 @@ function serve({ cutPath, cutAfter = 0 } = {}) {
 async function storeFiles(root) {
     const all = root.files();
     const prefix = `${ROOT_DIR}/${await keyFor(BASE)}/`;
-    return new Map([...all].filter(([path]) => path.startsWith(prefix)).map(([path, bytes]) => [path.slice(prefix.length), bytes]));
+    return new Map(
+        [...all].filter(([path]) => path.startsWith(prefix)).map(([path, bytes]) => [path.slice(prefix.length), bytes]),
+    );
 }
 
 for (const profile of PROFILES) {
     test(`${profile.name}: opfsSupport reports what the browser has`, () => {
         const opfs = installFakeOpfs(profile);
         restoreOpfs = opfs.restore;
-        assert.deepEqual(opfsSupport(), { directory: true, syncAccessHandle: true, createWritable: profile.createWritable, move: profile.move });
+        assert.deepEqual(opfsSupport(), {
+            directory: true,
+            syncAccessHandle: true,
+            createWritable: profile.createWritable,
+            move: profile.move,
+        });
     });
 
     test(`${profile.name}: the store downloads, verifies and keeps every file`, async () => {
@@ -112,8 +132,14 @@ for (const profile of PROFILES) {
         assert.deepEqual(stored.get('transformer/model.onnx_data'), WEIGHTS);
         assert.deepEqual(stored.get('transformer/model.onnx'), GRAPH);
         assert.equal(new TextDecoder().decode(stored.get('source.txt')), BASE);
-        assert.deepEqual([...stored.keys()].filter((p) => p.includes(PARTIAL_SUFFIX)), [], 'no partial copy is left');
-        const identity = parseIdentity(new TextDecoder().decode(stored.get('transformer/model.onnx_data' + IDENTITY_SUFFIX)));
+        assert.deepEqual(
+            [...stored.keys()].filter((p) => p.includes(PARTIAL_SUFFIX)),
+            [],
+            'no partial copy is left',
+        );
+        const identity = parseIdentity(
+            new TextDecoder().decode(stored.get('transformer/model.onnx_data' + IDENTITY_SUFFIX)),
+        );
         assert.equal(identity?.sha256, sha256(WEIGHTS));
         // Each optional method is used where it exists, and never where it does not.
         assert.equal(opfs.calls.move > 0, profile.move);
@@ -143,11 +169,16 @@ for (const profile of PROFILES) {
         restoreOpfs = opfs.restore;
         await featureMemory.remember('browser A', { subgroups: 'shader failed' });
         await featureMemory.remember('browser A', { 'shader-f16': 'pipeline failed' });
-        assert.deepEqual(await featureMemory.recall('browser A'), { subgroups: 'shader failed', 'shader-f16': 'pipeline failed' });
+        assert.deepEqual(await featureMemory.recall('browser A'), {
+            subgroups: 'shader failed',
+            'shader-f16': 'pipeline failed',
+        });
         assert.deepEqual(await featureMemory.recall('browser B'), {});
         const file = opfs.root.files().get(FEATURE_MEMORY_FILE);
         assert.ok(file, 'the memory file is at the top of OPFS');
-        assert.deepEqual(JSON.parse(new TextDecoder().decode(file)), { 'browser A': { subgroups: 'shader failed', 'shader-f16': 'pipeline failed' } });
+        assert.deepEqual(JSON.parse(new TextDecoder().decode(file)), {
+            'browser A': { subgroups: 'shader failed', 'shader-f16': 'pipeline failed' },
+        });
         assert.equal(opfs.calls.createWritable > 0, profile.createWritable);
     });
 

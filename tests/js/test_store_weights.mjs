@@ -56,7 +56,12 @@ async function storeWith(fill) {
 test('a copy stored without an identity is hashed once against the manifest and kept when it matches', async () => {
     const { backend, store } = await storeWith(() => {});
     assert.equal(await store.check('a.bin', MANIFEST, undefined), BYTES.length);
-    assert.deepEqual(await backend.readIdentity('a.bin'), { size: BYTES.length, sha256: SHA, etag: null, lastModified: null });
+    assert.deepEqual(await backend.readIdentity('a.bin'), {
+        size: BYTES.length,
+        sha256: SHA,
+        etag: null,
+        lastModified: null,
+    });
 });
 
 test('a copy stored without an identity whose bytes differ from the manifest is removed', async () => {
@@ -79,8 +84,14 @@ test('a copy recorded as another version is removed, even at the same size; the 
     assert.ok(!backend.files.has('a.bin'));
 
     ({ backend, store } = await storeWith((b) => b.writeIdentity('a.bin', recorded)));
-    assert.equal(await store.check('a.bin', { size: BYTES.length, sha256: null, etag: '"v0"', lastModified: null }, undefined), BYTES.length);
-    assert.equal(await store.check('a.bin', { size: BYTES.length, sha256: null, etag: '"v1"', lastModified: null }, undefined), null);
+    assert.equal(
+        await store.check('a.bin', { size: BYTES.length, sha256: null, etag: '"v0"', lastModified: null }, undefined),
+        BYTES.length,
+    );
+    assert.equal(
+        await store.check('a.bin', { size: BYTES.length, sha256: null, etag: '"v1"', lastModified: null }, undefined),
+        null,
+    );
 });
 
 test('with the server out of reach, a stored copy is used as it is', async () => {

@@ -6,7 +6,14 @@ import { test } from 'node:test';
 
 import { LATENT_CHANNELS, PATCH } from '../../web_src/src/pipeline/latents.js';
 import {
-    LEAN_VAE_TILE, VAE_TILE_OVERLAP, decodePlan, decodeTiles, describePlan, planTiles, vaeTileFor, vaeTileProblem,
+    LEAN_VAE_TILE,
+    VAE_TILE_OVERLAP,
+    decodePlan,
+    decodeTiles,
+    describePlan,
+    planTiles,
+    vaeTileFor,
+    vaeTileProblem,
 } from '../../web_src/src/pipeline/vae_tiles.js';
 
 /** Grids and tiles (tokens) with one tile, even strides, a shifted-back last tile reaching into the tile before
@@ -41,7 +48,10 @@ function axisSums(axis, length) {
 test('tiles are all the same size, inside the image, the last one ending at its edge', () => {
     for (const c of CASES) {
         const plan = planTiles(c);
-        for (const [axis, length] of /** @type {const} */ ([[plan.rows, c.latentHeight], [plan.cols, c.latentWidth]])) {
+        for (const [axis, length] of /** @type {const} */ ([
+            [plan.rows, c.latentHeight],
+            [plan.cols, c.latentWidth],
+        ])) {
             assert.equal(axis.size, Math.min(c.tile, length), JSON.stringify(c));
             assert.equal(axis.starts[0], 0);
             assert.equal(axis.starts.at(-1), length - axis.size, JSON.stringify(c));
@@ -67,9 +77,15 @@ test('every pixel is covered and its weights sum to 1 (exactly along each axis)'
         const rows = axisSums(plan.rows, c.latentHeight);
         const cols = axisSums(plan.cols, c.latentWidth);
         for (const { sums, weighted } of [rows, cols]) {
-            assert.ok(sums.every((s) => s === 1), `${JSON.stringify(c)}: ${[...sums].find((s) => s !== 1)}`);
+            assert.ok(
+                sums.every((s) => s === 1),
+                `${JSON.stringify(c)}: ${[...sums].find((s) => s !== 1)}`,
+            );
             // At most two tiles blend any pixel, even where the last tile reaches back past its neighbour.
-            assert.ok(weighted.every((n) => n === 1 || n === 2), JSON.stringify(c));
+            assert.ok(
+                weighted.every((n) => n === 1 || n === 2),
+                JSON.stringify(c),
+            );
         }
         // Two-dimensional weights (products) sum to 1 within float64 rounding.
         const width = c.latentWidth * PATCH;
@@ -78,10 +94,15 @@ test('every pixel is covered and its weights sum to 1 (exactly along each axis)'
             const wy = plan.rows.weights[row];
             const wx = plan.cols.weights[col];
             for (let y = 0; y < wy.length; y++) {
-                for (let x = 0; x < wx.length; x++) total[(plan.rows.starts[row] * PATCH + y) * width + plan.cols.starts[col] * PATCH + x] += wy[y] * wx[x];
+                for (let x = 0; x < wx.length; x++)
+                    total[(plan.rows.starts[row] * PATCH + y) * width + plan.cols.starts[col] * PATCH + x] +=
+                        wy[y] * wx[x];
             }
         }
-        assert.ok(total.every((s) => Math.abs(s - 1) < 1e-12), JSON.stringify(c));
+        assert.ok(
+            total.every((s) => Math.abs(s - 1) < 1e-12),
+            JSON.stringify(c),
+        );
     }
 });
 
@@ -102,7 +123,11 @@ test('the image edges keep full weight and a tile edge inside the image fades ou
 });
 
 test('an image no larger than one tile is one tile: the whole image', () => {
-    for (const [size, tile] of /** @type {const} */ ([[{ width: 64, height: 64 }, LEAN_VAE_TILE], [{ width: 576, height: 576 }, LEAN_VAE_TILE], [{ width: 2048, height: 1024 }, 0]])) {
+    for (const [size, tile] of /** @type {const} */ ([
+        [{ width: 64, height: 64 }, LEAN_VAE_TILE],
+        [{ width: 576, height: 576 }, LEAN_VAE_TILE],
+        [{ width: 2048, height: 1024 }, 0],
+    ])) {
         const plan = decodePlan(size, tile);
         assert.equal(plan.tiles.length, 1);
         assert.deepEqual([plan.tileWidth * PATCH, plan.tileHeight * PATCH], [size.width, size.height]);
@@ -121,15 +146,33 @@ test('lean mode tiles unless the request says otherwise; fast mode decodes whole
 });
 
 test('bad tiles and grids are refused with a message that says what is wanted', () => {
-    assert.throws(() => planTiles({ latentHeight: 16, latentWidth: 16, tile: 8, overlap: 8 }), /`overlap` \(8 tokens\) must be smaller than the `tile` \(8 tokens\)/);
-    assert.throws(() => planTiles({ latentHeight: 16, latentWidth: 16, tile: 0, overlap: 0 }), /`tile` must be an integer of at least 1/);
-    assert.throws(() => planTiles({ latentHeight: 0, latentWidth: 16, tile: 8, overlap: 2 }), /`latentHeight` must be an integer/);
-    assert.throws(() => planTiles({ latentHeight: 16, latentWidth: 16, tile: 8, overlap: -1 }), /`overlap` must be an integer of at least 0/);
-    assert.throws(() => planTiles({ latentHeight: 16, latentWidth: 2.5, tile: 8, overlap: 2 }), /`latentWidth` must be an integer/);
+    assert.throws(
+        () => planTiles({ latentHeight: 16, latentWidth: 16, tile: 8, overlap: 8 }),
+        /`overlap` \(8 tokens\) must be smaller than the `tile` \(8 tokens\)/,
+    );
+    assert.throws(
+        () => planTiles({ latentHeight: 16, latentWidth: 16, tile: 0, overlap: 0 }),
+        /`tile` must be an integer of at least 1/,
+    );
+    assert.throws(
+        () => planTiles({ latentHeight: 0, latentWidth: 16, tile: 8, overlap: 2 }),
+        /`latentHeight` must be an integer/,
+    );
+    assert.throws(
+        () => planTiles({ latentHeight: 16, latentWidth: 16, tile: 8, overlap: -1 }),
+        /`overlap` must be an integer of at least 0/,
+    );
+    assert.throws(
+        () => planTiles({ latentHeight: 16, latentWidth: 2.5, tile: 8, overlap: 2 }),
+        /`latentWidth` must be an integer/,
+    );
     assert.throws(() => decodePlan({ width: 256, height: 256 }, 100), /multiple of 16/);
     for (const good of [0, 64, 128, LEAN_VAE_TILE, 2048]) assert.equal(vaeTileProblem(good), null);
     for (const bad of [100, 48, -16, 4096, 128.5, '128', null, true]) {
-        assert.match(/** @type {string} */ (vaeTileProblem(bad)), /`vaeTile` must be 0 \(decode the whole image\) or a multiple of 16 from 64 to 2048/);
+        assert.match(
+            /** @type {string} */ (vaeTileProblem(bad)),
+            /`vaeTile` must be 0 \(decode the whole image\) or a multiple of 16 from 64 to 2048/,
+        );
     }
 });
 
@@ -147,7 +190,10 @@ function localDecoder(latents, h, w) {
         for (let y = 0; y < h * PATCH; y++) {
             for (let x = 0; x < w * PATCH; x++) {
                 const token = Math.floor(y / PATCH) * w + Math.floor(x / PATCH);
-                const v = latents[c * h * w + token] + 0.25 * latents[(c + 3) * h * w + token] + ((y % PATCH) * PATCH + (x % PATCH)) / 512;
+                const v =
+                    latents[c * h * w + token] +
+                    0.25 * latents[(c + 3) * h * w + token] +
+                    ((y % PATCH) * PATCH + (x % PATCH)) / 512;
                 out[c * plane + y * w * PATCH + x] = 1 / (1 + Math.exp(-v));
             }
         }
@@ -166,7 +212,7 @@ function latentsOf(n) {
     return latents;
 }
 
-test('decoding in tiles gives a local decoder\'s whole-image pixels, tile by tile', async () => {
+test("decoding in tiles gives a local decoder's whole-image pixels, tile by tile", async () => {
     const [h, w] = [11, 7];
     const latents = latentsOf(LATENT_CHANNELS * h * w);
     const whole = localDecoder(latents, h, w);
@@ -178,7 +224,10 @@ test('decoding in tiles gives a local decoder\'s whole-image pixels, tile by til
         assert.equal(tile.length, LATENT_CHANNELS * plan.tileHeight * plan.tileWidth);
         return localDecoder(tile, plan.tileHeight, plan.tileWidth);
     });
-    assert.deepEqual(seen, plan.tiles.map((_, i) => i));
+    assert.deepEqual(
+        seen,
+        plan.tiles.map((_, i) => i),
+    );
     assert.equal(tiled.length, whole.length);
     let worst = 0;
     for (let i = 0; i < whole.length; i++) worst = Math.max(worst, Math.abs(tiled[i] - whole[i]));
@@ -191,12 +240,26 @@ test('decoding in tiles stops between tiles when cancelled, and refuses a tile o
     const plan = planTiles({ latentHeight: h, latentWidth: w, tile: 4, overlap: 2 });
     const controller = new AbortController();
     let calls = 0;
-    await assert.rejects(decodeTiles(latents, plan, async (tile) => {
-        calls++;
-        controller.abort();
-        return localDecoder(tile, plan.tileHeight, plan.tileWidth);
-    }, controller.signal), { name: 'AbortError' });
+    await assert.rejects(
+        decodeTiles(
+            latents,
+            plan,
+            async (tile) => {
+                calls++;
+                controller.abort();
+                return localDecoder(tile, plan.tileHeight, plan.tileWidth);
+            },
+            controller.signal,
+        ),
+        { name: 'AbortError' },
+    );
     assert.equal(calls, 1);
-    await assert.rejects(decodeTiles(latents, plan, async () => new Float32Array(10)), /gave 10 values for a 64x64 tile/);
-    await assert.rejects(decodeTiles(latents.subarray(1), plan, async (tile) => localDecoder(tile, 4, 4)), /`latents` has/);
+    await assert.rejects(
+        decodeTiles(latents, plan, async () => new Float32Array(10)),
+        /gave 10 values for a 64x64 tile/,
+    );
+    await assert.rejects(
+        decodeTiles(latents.subarray(1), plan, async (tile) => localDecoder(tile, 4, 4)),
+        /`latents` has/,
+    );
 });

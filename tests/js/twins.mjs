@@ -12,8 +12,17 @@ import fs from 'node:fs';
 import { InputError } from '../../web_src/src/shared/errors.js';
 import { inpaintStart } from '../../web_src/src/shared/inpaint.js';
 import {
-    LATENT_CHANNELS, PATCH, blendMask, eulerStep, interpolateBilinear, packLatents, prepareImageIds, prepareLatentIds,
-    prepareTextIds, scaleNoise, unpackLatents,
+    LATENT_CHANNELS,
+    PATCH,
+    blendMask,
+    eulerStep,
+    interpolateBilinear,
+    packLatents,
+    prepareImageIds,
+    prepareLatentIds,
+    prepareTextIds,
+    scaleNoise,
+    unpackLatents,
 } from '../../web_src/src/pipeline/latents.js';
 import { fma32, torchRandn } from '../../web_src/src/pipeline/rng.js';
 import { retrieveTimesteps } from '../../web_src/src/pipeline/schedule.js';
@@ -47,7 +56,9 @@ const cases = JSON.parse(fs.readFileSync(casesPath, 'utf-8'));
 const C = LATENT_CHANNELS;
 
 const out = {
-    noise: cases.noise.map((/** @type {{seed: number, shape: number[]}} */ { seed, shape }) => encode(torchRandn(seed, shape))),
+    noise: cases.noise.map((/** @type {{seed: number, shape: number[]}} */ { seed, shape }) =>
+        encode(torchRandn(seed, shape)),
+    ),
     fma: (() => {
         const [a, b, c] = ['a', 'b', 'c'].map((name) => float32s(cases.fma[name]));
         return encode(Float32Array.from(a, (value, i) => fma32(value, b[i], c[i])));
@@ -72,7 +83,9 @@ const out = {
         const { latents, velocity, sigma, sigmaNext } = cases.euler;
         return encode(eulerStep(float32s(latents), float32s(velocity), sigma, sigmaNext));
     })(),
-    scaleNoise: encode(scaleNoise(float32s(cases.scaleNoise.sample), cases.scaleNoise.sigma, float32s(cases.scaleNoise.noise))),
+    scaleNoise: encode(
+        scaleNoise(float32s(cases.scaleNoise.sample), cases.scaleNoise.sigma, float32s(cases.scaleNoise.noise)),
+    ),
     blendMask: (() => {
         const { latents, image, mask } = cases.blendMask;
         return encode(blendMask(float32s(latents), float32s(image), float32s(mask), C));

@@ -20,12 +20,15 @@
         console.warn('klein-web: not cross-origin isolated even with coi-sw.js; onnxruntime runs single-threaded.');
         return;
     }
-    registered.then((registration) => {
-        const reload = () => {
-            sessionStorage.setItem(RELOAD_FLAG, '1');
-            location.reload();
-        };
-        if (registration.active && navigator.serviceWorker.controller) reload();
-        else navigator.serviceWorker.addEventListener('controllerchange', reload, { once: true });
-    }, () => {});
+    registered.then(
+        (registration) => {
+            const reload = () => {
+                sessionStorage.setItem(RELOAD_FLAG, '1');
+                location.reload();
+            };
+            if (registration.active && navigator.serviceWorker.controller) reload();
+            else navigator.serviceWorker.addEventListener('controllerchange', reload, { once: true });
+        },
+        () => {},
+    );
 })();

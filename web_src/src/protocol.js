@@ -55,7 +55,17 @@ export const PROTOCOL_VERSION = 2;
  * when there are some.
  */
 export const STAGES = Object.freeze(
-    /** @type {const} */ (['check', 'download', 'load', 'encode', 'images', 'latents', 'timesteps', 'denoise', 'decode']),
+    /** @type {const} */ ([
+        'check',
+        'download',
+        'load',
+        'encode',
+        'images',
+        'latents',
+        'timesteps',
+        'denoise',
+        'decode',
+    ]),
 );
 
 /** Graph variants `GenerateParams.precision` may force for the text encoder and the transformer. */

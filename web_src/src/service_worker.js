@@ -84,7 +84,8 @@ async function install() {
 
 async function activate() {
     // Every other build's shell; with an empty shell every shell (a cached build of the same files has this id).
-    const stale = (/** @type {string} */ name) => name.startsWith(CACHE_PREFIX) && (name !== CACHE || SHELL.length === 0);
+    const stale = (/** @type {string} */ name) =>
+        name.startsWith(CACHE_PREFIX) && (name !== CACHE || SHELL.length === 0);
     await Promise.all((await caches.keys()).filter(stale).map((name) => caches.delete(name)));
     await sw.clients.claim(); // a first visit is served by this worker from now on, without a reload
 }

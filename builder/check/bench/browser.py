@@ -56,7 +56,6 @@ MARKDOWN_NAME = "browser-bench.md"
 PROMPTS = ("a lighthouse on a cliff at dusk, oil painting", "a red fox in fresh snow, morning light")
 
 
-
 # --- One image through the UI -----------------------------------------------------------------------------
 
 
@@ -82,19 +81,33 @@ class ImageRun:
         download_s = timings.get("download", 0) / 1000
         loads = {c: g.get("loadMs", 0) / 1000 for c, g in self.graphs.items() if isinstance(g, dict)}
         return {
-            "phase": self.phase, "variant": self.variant, "size": self.size, "seconds": self.seconds,
+            "phase": self.phase,
+            "variant": self.variant,
+            "size": self.size,
+            "seconds": self.seconds,
             "bytes_fetched": self.bytes_fetched,
-            "store_gb_per_s": (self.bytes_fetched / 1e9 / download_s) if download_s > 0.05 and self.bytes_fetched else None,
-            "download_s": download_s, "load_s": loads,
-            "encode_ms": timings.get("encode"), "decode_ms": timings.get("decode"),
+            "store_gb_per_s": (self.bytes_fetched / 1e9 / download_s)
+            if download_s > 0.05 and self.bytes_fetched
+            else None,
+            "download_s": download_s,
+            "load_s": loads,
+            "encode_ms": timings.get("encode"),
+            "decode_ms": timings.get("decode"),
             "first_step_ms": steps[0] if steps else None,
             "step_ms": statistics.median(steps[1:]) if len(steps) > 1 else (steps[0] if steps else None),
-            "image_s": self.image_seconds(), "total_s": timings.get("total", 0) / 1000,
+            "image_s": self.image_seconds(),
+            "total_s": timings.get("total", 0) / 1000,
             "variants": {c: str(g.get("variant")) for c, g in self.graphs.items() if isinstance(g, dict)},
-            "how": {c: f"{g.get('variant')}/{g.get('ep')}, {g.get('detail', '')}" for c, g in self.graphs.items()
-                    if isinstance(g, dict)},
-            "memory": self.memory, "memory_mode": self.memory_mode,
-            "preview_ms": self.preview["ms"] / self.preview["frames"] if self.preview and self.preview["frames"] else None,
+            "how": {
+                c: f"{g.get('variant')}/{g.get('ep')}, {g.get('detail', '')}"
+                for c, g in self.graphs.items()
+                if isinstance(g, dict)
+            },
+            "memory": self.memory,
+            "memory_mode": self.memory_mode,
+            "preview_ms": self.preview["ms"] / self.preview["frames"]
+            if self.preview and self.preview["frames"]
+            else None,
             "wasm_heap_gib": None if self.wasm_heap_bytes is None else self.wasm_heap_bytes / 2**30,
             **({"kernels": self.kernels} if self.kernels is not None else {}),
         }
@@ -105,11 +118,13 @@ class ImageRun:
         return sum(float(t.get(k) or 0) for k in ("encode", "latents", "timesteps", "denoise", "decode")) / 1000
 
 
-def _generate(page: Any, *, prompt: str, seed: int, size: str, steps: int, timeout_s: float,
-              log: Log) -> tuple[float, dict[str, Any]]:
+def _generate(
+    page: Any, *, prompt: str, seed: int, size: str, steps: int, timeout_s: float, log: Log
+) -> tuple[float, dict[str, Any]]:
     width, height = parse_size(size)
-    return generate(page, Form(prompt=prompt, seed=seed, width=width, height=height, steps=steps),
-                    timeout_s=timeout_s, log=log)
+    return generate(
+        page, Form(prompt=prompt, seed=seed, width=width, height=height, steps=steps), timeout_s=timeout_s, log=log
+    )
 
 
 @contextlib.contextmanager
@@ -122,8 +137,9 @@ def _ready_page(context: Any, url: str) -> Iterator[tuple[Any, Any]]:
 # --- Entry point ----------------------------------------------------------------------------------------
 
 
-def check_run_arguments(*, precisions: Sequence[str], sizes: Sequence[str], steps: int, seed: int,
-                        timeout_s: float) -> None:
+def check_run_arguments(
+    *, precisions: Sequence[str], sizes: Sequence[str], steps: int, seed: int, timeout_s: float
+) -> None:
     """InputError for an argument the run would only trip over with the browser running."""
     if not precisions:
         raise InputError("--precision is empty; give one or more transformer variants, e.g. --precision q4f16,q4.")
@@ -137,32 +153,58 @@ def check_run_arguments(*, precisions: Sequence[str], sizes: Sequence[str], step
         raise InputError(f"--timeout {timeout_s:g}: give a positive number of seconds per image, e.g. 1800.")
 
 
-def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[str], steps: int, seed: int,
-                counter: ByteCounter, sampler: BrowserMemorySampler, timeout_s: float, log: Log,
-                kernels: bool = False, memory_mode: str = "auto") -> list[ImageRun]:
+def run_variant(
+    context: Any,
+    base_url: str,
+    *,
+    variant: str,
+    sizes: Sequence[str],
+    steps: int,
+    seed: int,
+    counter: ByteCounter,
+    sampler: BrowserMemorySampler,
+    timeout_s: float,
+    log: Log,
+    kernels: bool = False,
+    memory_mode: str = "auto",
+) -> list[ImageRun]:
     runs: list[ImageRun] = []
 
     def record(phase: str, size: str, seconds: float, info: dict[str, Any], worker: Any, fetched: int) -> None:
-        run = ImageRun(phase=phase, variant=variant, size=size, seconds=seconds, bytes_fetched=fetched,
-                       timings=info.get("timings") or {}, step_ms=list(info.get("stepMs") or []),
-                       graphs=info.get("graphs") or {}, memory=sampler.figures(),
-                       wasm_heap_bytes=wasm_heap_bytes(worker), kernels=info.get("kernels"),
-                       memory_mode=str((info.get("memory") or {}).get("mode", "")), preview=info.get("preview"))
+        run = ImageRun(
+            phase=phase,
+            variant=variant,
+            size=size,
+            seconds=seconds,
+            bytes_fetched=fetched,
+            timings=info.get("timings") or {},
+            step_ms=list(info.get("stepMs") or []),
+            graphs=info.get("graphs") or {},
+            memory=sampler.figures(),
+            wasm_heap_bytes=wasm_heap_bytes(worker),
+            kernels=info.get("kernels"),
+            memory_mode=str((info.get("memory") or {}).get("mode", "")),
+            preview=info.get("preview"),
+        )
         runs.append(run)
         row = run.row()
-        log(f"  {variant} {size} {phase}: {run.seconds:.1f} s to the image (image itself {row['image_s']:.2f} s: "
+        log(
+            f"  {variant} {size} {phase}: {run.seconds:.1f} s to the image (image itself {row['image_s']:.2f} s: "
             f"encode {row['encode_ms'] or 0:.0f} ms, step {row['step_ms'] or 0:.0f} ms (first "
             f"{row['first_step_ms'] or 0:.0f}), decode {row['decode_ms'] or 0:.0f} ms), fetched "
-            f"{fetched / 1e9:.2f} GB, load " + ", ".join(f"{c} {s:.1f}s" for c, s in row["load_s"].items())
-            + (f", previews {row['preview_ms']:.2f} ms/step" if row["preview_ms"] is not None else ""))
+            f"{fetched / 1e9:.2f} GB, load "
+            + ", ".join(f"{c} {s:.1f}s" for c, s in row["load_s"].items())
+            + (f", previews {row['preview_ms']:.2f} ms/step" if row["preview_ms"] is not None else "")
+        )
 
     url = f"{base_url}/?precision={variant}&memory={memory_mode}&preview=on"
     with _ready_page(context, url) as (page, worker):
         for index, size in enumerate(sizes):
             counter.bytes = 0
             sampler.reset()
-            seconds, info = _generate(page, prompt=PROMPTS[0], seed=seed + index, size=size, steps=steps,
-                                      timeout_s=timeout_s, log=log)
+            seconds, info = _generate(
+                page, prompt=PROMPTS[0], seed=seed + index, size=size, steps=steps, timeout_s=timeout_s, log=log
+            )
             record("cold" if index == 0 else "new size", size, seconds, info, worker, counter.bytes)
 
     # Warm: a new page load; the store already holds every file.
@@ -170,25 +212,35 @@ def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[st
     sampler.reset()
     started = time.perf_counter()
     with _ready_page(context, url) as (page, worker):
-        _seconds, info = _generate(page, prompt=PROMPTS[0], seed=seed, size=sizes[-1], steps=steps,
-                                   timeout_s=timeout_s, log=log)
+        _seconds, info = _generate(
+            page, prompt=PROMPTS[0], seed=seed, size=sizes[-1], steps=steps, timeout_s=timeout_s, log=log
+        )
         record("warm reload", sizes[-1], time.perf_counter() - started, info, worker, counter.bytes)
         sampler.reset()
-        seconds, info = _generate(page, prompt=PROMPTS[1], seed=seed + 1, size=sizes[-1], steps=steps,
-                                  timeout_s=timeout_s, log=log)
+        seconds, info = _generate(
+            page, prompt=PROMPTS[1], seed=seed + 1, size=sizes[-1], steps=steps, timeout_s=timeout_s, log=log
+        )
         record("hot", sizes[-1], seconds, info, worker, counter.bytes)
         # The same image without the step previews: the step time they cost.
         page.uncheck("#preview")
-        seconds, info = _generate(page, prompt=PROMPTS[1], seed=seed + 1, size=sizes[-1], steps=steps,
-                                  timeout_s=timeout_s, log=log)
+        seconds, info = _generate(
+            page, prompt=PROMPTS[1], seed=seed + 1, size=sizes[-1], steps=steps, timeout_s=timeout_s, log=log
+        )
         record("hot, no preview", sizes[-1], seconds, info, worker, counter.bytes)
 
     if kernels:
         with _ready_page(context, f"{url}&profile=kernels") as (page, worker):
             for index, size in enumerate(sizes):
                 sampler.reset()
-                seconds, info = _generate(page, prompt=PROMPTS[index % 2], seed=seed + index, size=size, steps=steps,
-                                          timeout_s=timeout_s, log=log)
+                seconds, info = _generate(
+                    page,
+                    prompt=PROMPTS[index % 2],
+                    seed=seed + index,
+                    size=size,
+                    steps=steps,
+                    timeout_s=timeout_s,
+                    log=log,
+                )
                 if not isinstance(info.get("kernels"), dict):
                     raise RegressionError("the app ran with ?profile=kernels but reported no kernel times")
                 record("profiled", size, seconds, info, worker, counter.bytes)
@@ -197,8 +249,9 @@ def run_variant(context: Any, base_url: str, *, variant: str, sizes: Sequence[st
     return runs
 
 
-def _native_row(native_rows: list[dict[str, Any]], component: str, size: str | None,
-                variant: str) -> dict[str, Any] | None:
+def _native_row(
+    native_rows: list[dict[str, Any]], component: str, size: str | None, variant: str
+) -> dict[str, Any] | None:
     """The `klein-web bench` row of the graph the browser ran: for the transformer, the row bench marks as the
     app's own (`app_path`: the size class and graph capture the app uses at that size)."""
     for native in native_rows:
@@ -220,8 +273,10 @@ def read_native(path: Path) -> list[dict[str, Any]]:
     try:
         data = json.loads(path.read_bytes())
     except (OSError, ValueError, RecursionError) as exc:
-        raise InputError(f"--native {path} is not readable JSON ({type(exc).__name__}); pass the bench.json "
-                         "`klein-web bench` writes.") from None
+        raise InputError(
+            f"--native {path} is not readable JSON ({type(exc).__name__}); pass the bench.json "
+            "`klein-web bench` writes."
+        ) from None
     rows = data.get("rows", []) if isinstance(data, dict) else data
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
         raise InputError(f"--native {path} has no list of result rows; pass the bench.json `klein-web bench` writes.")
@@ -238,15 +293,19 @@ def native_ratios(rows: list[dict[str, Any]], native_json: Path | None) -> dict[
         if row["phase"] != "hot":
             continue
         side = row["size"].split("x")[0]
-        wanted = (("transformer step", "transformer", f"{side}x{side}", row["step_ms"]),
-                  ("text encoder", "text_encoder", None, row["encode_ms"]),
-                  ("VAE decoder", "vae_decoder", f"{side}x{side}", row["decode_ms"]))
+        wanted = (
+            ("transformer step", "transformer", f"{side}x{side}", row["step_ms"]),
+            ("text encoder", "text_encoder", None, row["encode_ms"]),
+            ("VAE decoder", "vae_decoder", f"{side}x{side}", row["decode_ms"]),
+        )
         for label, component, size, browser_ms in wanted:
             native = _native_row(native_rows, component, size, row["variants"].get(component, ""))
             if native is None or browser_ms is None:
                 continue
             ratios[f"{row['variant']} {row['size']} {label}"] = {
-                "browser_ms": browser_ms, "native_ms": native.get("ort_ms"), "torch_ms": native.get("torch_ms"),
+                "browser_ms": browser_ms,
+                "native_ms": native.get("ort_ms"),
+                "torch_ms": native.get("torch_ms"),
                 "browser_over_native": browser_ms / native["ort_ms"] if native.get("ort_ms") else None,
                 "browser_over_torch": browser_ms / native["torch_ms"] if native.get("torch_ms") else None,
             }
@@ -261,25 +320,38 @@ def kernel_lines(row: dict[str, Any]) -> list[str]:
     """A profiled row's kernel times as markdown: per component, its GPU time per run, then its top programs."""
     lines: list[str] = []
     for component, times in (row.get("kernels") or {}).items():
-        lines += ["", (f"{row['variant']} {row['size']} {component}: GPU {times['gpuMs']:.1f} ms per run "
-                       f"({times['runs']} run(s); {times['runMs']:.1f} ms per run inside onnxruntime, of which "
-                       f"{times['hostMs']:.1f} ms preparing the GPU nodes and {times['cpuNodeMs']:.1f} ms in "
-                       "CPU-placed nodes)"), "",
-                  "| op | program | calls | GPU ms | share |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            (
+                f"{row['variant']} {row['size']} {component}: GPU {times['gpuMs']:.1f} ms per run "
+                f"({times['runs']} run(s); {times['runMs']:.1f} ms per run inside onnxruntime, of which "
+                f"{times['hostMs']:.1f} ms preparing the GPU nodes and {times['cpuNodeMs']:.1f} ms in "
+                "CPU-placed nodes)"
+            ),
+            "",
+            "| op | program | calls | GPU ms | share |",
+            "|---|---|---|---|---|",
+        ]
         for kernel in times["kernels"][:KERNELS_IN_REPORT]:
-            lines.append(f"| {kernel['op']} | {kernel['program']} | {kernel['calls']:.0f} | {kernel['gpuMs']:.2f} | "
-                         f"{100 * kernel['share']:.1f}% |")
+            lines.append(
+                f"| {kernel['op']} | {kernel['program']} | {kernel['calls']:.0f} | {kernel['gpuMs']:.2f} | "
+                f"{100 * kernel['share']:.1f}% |"
+            )
     return lines
 
 
 def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: dict[str, Any]) -> list[str]:
     lines = [
-        (f"{environment['adapter']} · {environment['browser']} · onnxruntime-web {environment['onnxruntime_web']} · "
-         f"{environment['date']}"),
+        (
+            f"{environment['adapter']} · {environment['browser']} · onnxruntime-web {environment['onnxruntime_web']} · "
+            f"{environment['date']}"
+        ),
         "",
-        ("| variant | size | phase | to image s | image s | encode ms | first step ms | step ms | preview ms/step | "
-         "decode ms | load s (TE / DiT / VAE) | fetched GB | store GB/s | GPU GiB | renderer GiB | GPU proc GiB | "
-         "wasm GiB |"),
+        (
+            "| variant | size | phase | to image s | image s | encode ms | first step ms | step ms | preview ms/step | "
+            "decode ms | load s (TE / DiT / VAE) | fetched GB | store GB/s | GPU GiB | renderer GiB | GPU proc GiB | "
+            "wasm GiB |"
+        ),
         "|" + "---|" * 17,
     ]
 
@@ -296,25 +368,44 @@ def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: di
             f"{num(r['decode_ms'])} | "
             f"{loads} | {num(r['bytes_fetched'] / 1e9, 2)} | {num(r['store_gb_per_s'], 2)} | "
             f"{num(r['memory']['gpu_gib'], 1)} | {num(rss.get('renderer'), 1)} | {num(rss.get('gpu-process'), 1)} | "
-            f"{num(r['wasm_heap_gib'], 2)} |")
+            f"{num(r['wasm_heap_gib'], 2)} |"
+        )
     if ratios:
-        lines += ["", "| what (hot) | browser ms | native EP ms | PyTorch bf16 ms | browser / native | browser / PyTorch |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| what (hot) | browser ms | native EP ms | PyTorch bf16 ms | browser / native | browser / PyTorch |",
+            "|---|---|---|---|---|---|",
+        ]
         for label, ratio in ratios.items():
-            lines.append(f"| {label} | {num(ratio['browser_ms'])} | {num(ratio['native_ms'])} | "
-                         f"{num(ratio['torch_ms'])} | {num(ratio['browser_over_native'], 2)}x | "
-                         f"{num(ratio['browser_over_torch'], 2)}x |")
+            lines.append(
+                f"| {label} | {num(ratio['browser_ms'])} | {num(ratio['native_ms'])} | "
+                f"{num(ratio['torch_ms'])} | {num(ratio['browser_over_native'], 2)}x | "
+                f"{num(ratio['browser_over_torch'], 2)}x |"
+            )
     for row in rows:
         if row.get("kernels"):
             lines += ["", f"## Kernels: {row['variant']} {row['size']} (profiled, uncaptured)", *kernel_lines(row)]
     return lines
 
 
-def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str] = ("q4f16", "q4"),
-         sizes: Sequence[str] = ("512x512", "1024x1024"), steps: int = 4, seed: int = 0, gpu: bool = True,
-         browser_path: Path | None = None, native_json: Path | None = None, timeout_s: float = 1800.0,
-         dist_dir: Path | None = None, f16_toggle: bool = True, kernels: bool = False,
-         memory_mode: str = "auto") -> list[dict[str, Any]]:
+def main(
+    out_dir: Path,
+    *,
+    models_dir: Path,
+    log: Log,
+    precisions: Sequence[str] = ("q4f16", "q4"),
+    sizes: Sequence[str] = ("512x512", "1024x1024"),
+    steps: int = 4,
+    seed: int = 0,
+    gpu: bool = True,
+    browser_path: Path | None = None,
+    native_json: Path | None = None,
+    timeout_s: float = 1800.0,
+    dist_dir: Path | None = None,
+    f16_toggle: bool = True,
+    kernels: bool = False,
+    memory_mode: str = "auto",
+) -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
     check_run_arguments(precisions=precisions, sizes=sizes, steps=steps, seed=seed, timeout_s=timeout_s)
     models_dir, repo = check_models(models_dir, log=log)
@@ -332,20 +423,35 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, precisions: Sequence[str]
     environment: dict[str, Any] = {}
     sampler.start()
     try:
-        with serving(dist_dir, models_dir, log=log, models_manifest=repo,
-                             middleware=counter.wrap) as base_url:
+        with serving(dist_dir, models_dir, log=log, models_manifest=repo, middleware=counter.wrap) as base_url:
             # 3. One fresh profile per variant: its first image is a cold start.
             for variant in precisions:
-                with tempfile.TemporaryDirectory(prefix="klein-bench-profile-") as profile, \
-                        launched(session, log=log, profile=Path(profile)):
+                with (
+                    tempfile.TemporaryDirectory(prefix="klein-bench-profile-") as profile,
+                    launched(session, log=log, profile=Path(profile)),
+                ):
                     session.adapter = probe_adapter(session, base_url)
-                    runs = run_variant(session.context, base_url, variant=variant, sizes=sizes, steps=steps,
-                                       seed=seed, counter=counter, sampler=sampler, timeout_s=timeout_s, log=log,
-                                       kernels=kernels, memory_mode=memory_mode)
+                    runs = run_variant(
+                        session.context,
+                        base_url,
+                        variant=variant,
+                        sizes=sizes,
+                        steps=steps,
+                        seed=seed,
+                        counter=counter,
+                        sampler=sampler,
+                        timeout_s=timeout_s,
+                        log=log,
+                        kernels=kernels,
+                        memory_mode=memory_mode,
+                    )
                     rows += [run.row() for run in runs]
-                environment = {**run_environment(session, models_dir),
-                               "adapter_features": session.adapter.get("features", []), "steps": steps,
-                               "f16_toggle": f16_toggle}
+                environment = {
+                    **run_environment(session, models_dir),
+                    "adapter_features": session.adapter.get("features", []),
+                    "steps": steps,
+                    "f16_toggle": f16_toggle,
+                }
                 _save(out_dir, environment, rows, native_ratios(rows, native_json))
     finally:
         sampler.stop()

@@ -17,15 +17,19 @@ from builder.site import bundle
 def check_variant(repo: manifest.Manifest, models_dir: Path, variant: str) -> None:
     """InputError unless the repo has a transformer of `variant` (a --precision value)."""
     if variant not in repo.variants("transformer"):
-        raise InputError(f"--precision {variant}: {models_dir} has no transformer of that variant "
-                         f"(it has {', '.join(repo.variants('transformer'))}).")
+        raise InputError(
+            f"--precision {variant}: {models_dir} has no transformer of that variant "
+            f"(it has {', '.join(repo.variants('transformer'))})."
+        )
 
 
 def run_environment(session: BrowserSession, models_dir: Path) -> dict[str, Any]:
     """What a benchmark record says about where it ran: date, versions, browser, adapter, model folder."""
     return {
-        "date": datetime.date.today().isoformat(), "klein_web": __version__,
+        "date": datetime.date.today().isoformat(),
+        "klein_web": __version__,
         "browser": f"{session.executable.name if session.executable else session.name} {session.version}",
         "adapter": " ".join(str(session.adapter.get(k, "")) for k in ("vendor", "architecture", "description")).strip(),
-        "onnxruntime_web": bundle.onnxruntime_web_version(), "models": str(models_dir),
+        "onnxruntime_web": bundle.onnxruntime_web_version(),
+        "models": str(models_dir),
     }

@@ -35,8 +35,9 @@ def plain_label(label: str) -> str | None:
     return FAST_VARIANTS[variant] + comma + split if variant in FAST_VARIANTS else None
 
 
-def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, folder: Path, *,
-                  precisions: Sequence[str], log: Log) -> dict[str, Path]:
+def export_graphs(
+    scale: Scale, component: str, layers: tuple[int, ...] | None, folder: Path, *, precisions: Sequence[str], log: Log
+) -> dict[str, Path]:
     """Export one chain (or the VAE), built on the CPU with random weights, with the converter's own
     write_graphs for each precision. Returns {label: graph path}; the label is the variant (q4, q4f16,
     fp16, fp32), for the transformer plus its attention split (one graph per size class, as the converter
@@ -51,8 +52,11 @@ def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, 
     else:
         from builder.repo.export_vae import export_vae
 
-        module = (build_transformer(scale, layers or (), device="cpu") if component == "transformer"
-                  else build_vae(scale, device="cpu"))
+        module = (
+            build_transformer(scale, layers or (), device="cpu")
+            if component == "transformer"
+            else build_vae(scale, device="cpu")
+        )
         exports = {"": exporter(component, module)}
         if component == "vae_decoder":
             exports[blocks_label(1)] = lambda _placement: export_vae(module, query_blocks=1)
@@ -60,8 +64,9 @@ def export_graphs(scale: Scale, component: str, layers: tuple[int, ...] | None, 
     for suffix, export in exports.items():
         for precision in precisions:
             stage = folder / f"{precision}{suffix.replace(' ', '-').replace(',', '')}"
-            for graph in write_graphs(export, component, precision, stage, max_data_file_bytes=DEFAULT_DATA_FILE_CAP,
-                                      log=log):
+            for graph in write_graphs(
+                export, component, precision, stage, max_data_file_bytes=DEFAULT_DATA_FILE_CAP, log=log
+            ):
                 entry = graph.entry()
                 split = blocks_label(entry.attention_query_blocks) if component == "transformer" else suffix
                 # q4f16 repos hold the q4 graph too: time each variant once.
@@ -104,8 +109,9 @@ def graph_bytes(path: Path) -> int:
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
-    files = {entry.value for tensor in model.graph.initializer for entry in tensor.external_data
-             if entry.key == "location"}
+    files = {
+        entry.value for tensor in model.graph.initializer for entry in tensor.external_data if entry.key == "location"
+    }
     return path.stat().st_size + sum((path.parent / str(name)).stat().st_size for name in files)
 
 

@@ -84,8 +84,9 @@ class WorkerDriver:
         self.page = context.new_page()
         # The page's own script is not run: it would start a second worker. (The context blocks the service
         # worker, whose cached answers this route would not see.)
-        self.page.route("**/assets/page-*.js", lambda route: route.fulfill(status=200, body="",
-                                                                         content_type="text/javascript"))
+        self.page.route(
+            "**/assets/page-*.js", lambda route: route.fulfill(status=200, body="", content_type="text/javascript")
+        )
         self.page.goto(base_url + "/", wait_until="load")
         worker_path = self.page.get_attribute('meta[name="klein-worker"]', "content")
         if not worker_path:
@@ -109,8 +110,17 @@ class WorkerDriver:
         self.page.close()
 
 
-def measure(driver: WorkerDriver, *, model_base: str, sizes: Sequence[str], precision: str | None,
-            counter: ByteCounter, sampler: BrowserMemorySampler, log: Log, repeat: int = 0) -> list[LoadRow]:
+def measure(
+    driver: WorkerDriver,
+    *,
+    model_base: str,
+    sizes: Sequence[str],
+    precision: str | None,
+    counter: ByteCounter,
+    sampler: BrowserMemorySampler,
+    log: Log,
+    repeat: int = 0,
+) -> list[LoadRow]:
     rows: list[LoadRow] = []
     base: dict[str, Any] = {"modelBase": model_base, **({"precision": precision} if precision else {})}
 
@@ -126,9 +136,18 @@ def measure(driver: WorkerDriver, *, model_base: str, sizes: Sequence[str], prec
     # 1. The store: every file of the graphs chosen at the first size, no session.
     started = time.perf_counter()
     result = load(sizes[0], [])
-    rows.append(LoadRow(component="store", size=sizes[0], graph="all files", seconds=time.perf_counter() - started,
-                        read_seconds=None, bytes=counter.bytes, memory=sampler.figures(),
-                        wasm_heap_gib=driver.wasm_heap_gib()))
+    rows.append(
+        LoadRow(
+            component="store",
+            size=sizes[0],
+            graph="all files",
+            seconds=time.perf_counter() - started,
+            read_seconds=None,
+            bytes=counter.bytes,
+            memory=sampler.figures(),
+            wasm_heap_gib=driver.wasm_heap_gib(),
+        )
+    )
     log(f"  store: {counter.bytes / 1e9:.2f} GB in {rows[-1].seconds:.1f} s")
     for note in result.get("notes", []):
         log(f"  note: {note}")
@@ -143,14 +162,24 @@ def measure(driver: WorkerDriver, *, model_base: str, sizes: Sequence[str], prec
         result = load(size, [component])
         graph = result["graphs"][component]
         label = component if index < len(plan) - repeat else f"{component} (again)"
-        rows.append(LoadRow(component=label, size=size, graph=f"{graph['path']} ({graph['variant']}/{graph['ep']})",
-                            seconds=float(graph["loadMs"]) / 1000, read_seconds=float(graph["readMs"]) / 1000,
-                            bytes=int(graph["bytes"]),
-                            memory=sampler.figures(), wasm_heap_gib=driver.wasm_heap_gib()))
+        rows.append(
+            LoadRow(
+                component=label,
+                size=size,
+                graph=f"{graph['path']} ({graph['variant']}/{graph['ep']})",
+                seconds=float(graph["loadMs"]) / 1000,
+                read_seconds=float(graph["readMs"]) / 1000,
+                bytes=int(graph["bytes"]),
+                memory=sampler.figures(),
+                wasm_heap_gib=driver.wasm_heap_gib(),
+            )
+        )
         rss = rows[-1].memory["rss_gib"]
-        log(f"  {label} {size}: {rows[-1].seconds:.1f} s (reading the store {graph['readMs'] / 1000:.1f} s), "
+        log(
+            f"  {label} {size}: {rows[-1].seconds:.1f} s (reading the store {graph['readMs'] / 1000:.1f} s), "
             f"{graph['bytes'] / 1e9:.2f} GB of files, renderer {rss.get('renderer', 0):.1f} GiB, "
-            f"GPU process {rss.get('gpu-process', 0):.1f} GiB peak")
+            f"GPU process {rss.get('gpu-process', 0):.1f} GiB peak"
+        )
     return rows
 
 
@@ -158,29 +187,46 @@ def markdown(environment: dict[str, Any], rows: list[dict[str, Any]]) -> list[st
     def num(value: Any, digits: int = 1) -> str:
         return "n/a" if value is None else f"{value:.{digits}f}"
 
-    title = (f"{environment['adapter']} · {environment['browser']} · "
-             f"onnxruntime-web {environment['onnxruntime_web']} · {environment['date']}")
-    header = ("| what | size | graph | seconds | of which store read s | GB | renderer peak GiB | GPU process peak GiB "
-              "| wasm heap GiB | GPU GiB |")
+    title = (
+        f"{environment['adapter']} · {environment['browser']} · "
+        f"onnxruntime-web {environment['onnxruntime_web']} · {environment['date']}"
+    )
+    header = (
+        "| what | size | graph | seconds | of which store read s | GB | renderer peak GiB | GPU process peak GiB "
+        "| wasm heap GiB | GPU GiB |"
+    )
     lines = [title, "", header, "|" + "---|" * 10]
     for r in rows:
         rss = r["memory"]["rss_gib"]
-        lines.append(f"| {r['component']} | {r['size']} | {r['graph']} | {num(r['seconds'])} | "
-                     f"{num(r['read_seconds'])} | "
-                     f"{num(r['bytes'] / 1e9, 2)} | {num(rss.get('renderer'))} | {num(rss.get('gpu-process'))} | "
-                     f"{num(r['wasm_heap_gib'], 2)} | {num(r['memory']['gpu_gib'])} |")
+        lines.append(
+            f"| {r['component']} | {r['size']} | {r['graph']} | {num(r['seconds'])} | "
+            f"{num(r['read_seconds'])} | "
+            f"{num(r['bytes'] / 1e9, 2)} | {num(rss.get('renderer'))} | {num(rss.get('gpu-process'))} | "
+            f"{num(r['wasm_heap_gib'], 2)} | {num(r['memory']['gpu_gib'])} |"
+        )
     return lines
 
 
-def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("512x512", "1024x1024"),
-         precision: str | None = None, gpu: bool = False, browser_path: Path | None = None,
-         dist_dir: Path | None = None, f16_toggle: bool = True, repeat: int = 0) -> list[dict[str, Any]]:
+def main(
+    out_dir: Path,
+    *,
+    models_dir: Path,
+    log: Log,
+    sizes: Sequence[str] = ("512x512", "1024x1024"),
+    precision: str | None = None,
+    gpu: bool = False,
+    browser_path: Path | None = None,
+    dist_dir: Path | None = None,
+    f16_toggle: bool = True,
+    repeat: int = 0,
+) -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
     models_dir, repo = check_models(models_dir, log=log)
     if precision is not None:
         if not precision.strip():
-            raise InputError("--precision is empty; give a transformer variant (e.g. q4), or leave it out for the "
-                             "app's choice.")
+            raise InputError(
+                "--precision is empty; give a transformer variant (e.g. q4), or leave it out for the app's choice."
+            )
         check_variant(repo, models_dir, precision)
     if not sizes:
         raise InputError("--sizes is empty; give one or more image sizes, e.g. --sizes 512x512.")
@@ -197,14 +243,24 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
     rows: list[dict[str, Any]] = []
     sampler.start()
     try:
-        with serving(dist_dir, models_dir, log=log, models_manifest=repo, middleware=counter.wrap) as base_url, \
-                tempfile.TemporaryDirectory(prefix="klein-load-profile-") as profile, \
-                launched(session, log=log, profile=Path(profile), service_workers="block"):
+        with (
+            serving(dist_dir, models_dir, log=log, models_manifest=repo, middleware=counter.wrap) as base_url,
+            tempfile.TemporaryDirectory(prefix="klein-load-profile-") as profile,
+            launched(session, log=log, profile=Path(profile), service_workers="block"),
+        ):
             session.adapter = probe_adapter(session, base_url)
             driver = WorkerDriver(session.context, base_url)
             try:
-                measured = measure(driver, model_base=f"{base_url}/models/", sizes=sizes, precision=precision,
-                                   counter=counter, sampler=sampler, log=log, repeat=repeat)
+                measured = measure(
+                    driver,
+                    model_base=f"{base_url}/models/",
+                    sizes=sizes,
+                    precision=precision,
+                    counter=counter,
+                    sampler=sampler,
+                    log=log,
+                    repeat=repeat,
+                )
             finally:
                 driver.close()
             rows = [row.as_dict() for row in measured]
@@ -214,8 +270,9 @@ def main(out_dir: Path, *, models_dir: Path, log: Log, sizes: Sequence[str] = ("
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = markdown(environment, rows)
-    atomic_write_bytes(out_dir / JSON_NAME, (json.dumps({"environment": environment, "rows": rows}, indent=1) + "\n")
-                       .encode("utf-8"))
+    atomic_write_bytes(
+        out_dir / JSON_NAME, (json.dumps({"environment": environment, "rows": rows}, indent=1) + "\n").encode("utf-8")
+    )
     atomic_write_bytes(out_dir / MARKDOWN_NAME, ("\n".join(table) + "\n").encode("utf-8"))
     for line in table:
         log(line)

@@ -24,15 +24,15 @@ class Scale:
     """Model configs and input sizes of one bench scale; layer counts are given separately as chains."""
 
     name: str
-    text_encoder: Mapping[str, Any]   # Qwen3Config kwargs, num_hidden_layers left out
-    text_layers: int                   # layers the prompt-embedding graph runs (hidden state 27)
+    text_encoder: Mapping[str, Any]  # Qwen3Config kwargs, num_hidden_layers left out
+    text_layers: int  # layers the prompt-embedding graph runs (hidden state 27)
     text_chains: tuple[tuple[int], ...]  # ((text_layers,),): the whole graph
-    transformer: Mapping[str, Any]     # Flux2Transformer2DModel kwargs, layer counts left out
+    transformer: Mapping[str, Any]  # Flux2Transformer2DModel kwargs, layer counts left out
     transformer_layers: tuple[int, int]  # (double, single) blocks of the real model
     transformer_chains: tuple[tuple[int, int], ...]
     vae: Mapping[str, Any]
-    txt_seq: int                        # the pipeline pads prompts to 512 tokens
-    resolutions: tuple[int, ...]        # transformer step sizes (square)
+    txt_seq: int  # the pipeline pads prompts to 512 tokens
+    resolutions: tuple[int, ...]  # transformer step sizes (square)
     vae_resolution: int
 
 
@@ -40,27 +40,60 @@ def full_scale() -> Scale:
     """The real FLUX.2 [klein] 4B sizes (the configs of the published klein-4B checkpoint)."""
     from builder.repo import tiny
 
-    return _scale("full", tiny.FULL_TEXT_ENCODER_CONFIG, tiny.FULL_TRANSFORMER_CONFIG, tiny.FULL_VAE_CONFIG,
-                  txt_seq=512, resolutions=(512, 1024), vae_resolution=512)
+    return _scale(
+        "full",
+        tiny.FULL_TEXT_ENCODER_CONFIG,
+        tiny.FULL_TRANSFORMER_CONFIG,
+        tiny.FULL_VAE_CONFIG,
+        txt_seq=512,
+        resolutions=(512, 1024),
+        vae_resolution=512,
+    )
 
 
 def tiny_scale() -> Scale:
     """make-tiny's configs and small inputs: the CPU smoke test of the whole bench path."""
     from builder.repo import tiny
 
-    return _scale("tiny", tiny.TEXT_ENCODER_CONFIG, tiny.TRANSFORMER_CONFIG, tiny.VAE_CONFIG,
-                  txt_seq=32, resolutions=(128, 256), vae_resolution=128)
+    return _scale(
+        "tiny",
+        tiny.TEXT_ENCODER_CONFIG,
+        tiny.TRANSFORMER_CONFIG,
+        tiny.VAE_CONFIG,
+        txt_seq=32,
+        resolutions=(128, 256),
+        vae_resolution=128,
+    )
 
 
-def _scale(name: str, text_config: Mapping[str, Any], transformer_config: Mapping[str, Any],
-           vae_config: Mapping[str, Any], *, txt_seq: int, resolutions: tuple[int, ...], vae_resolution: int) -> Scale:
+def _scale(
+    name: str,
+    text_config: Mapping[str, Any],
+    transformer_config: Mapping[str, Any],
+    vae_config: Mapping[str, Any],
+    *,
+    txt_seq: int,
+    resolutions: tuple[int, ...],
+    vae_resolution: int,
+) -> Scale:
     """A Scale from make-tiny's config dicts: layer counts are dropped (the bench builds chains of its own)
     and the real model's counts are used for the extrapolation."""
     text = {k: v for k, v in text_config.items() if k != "num_hidden_layers"}
     transformer = {k: v for k, v in transformer_config.items() if k not in ("num_layers", "num_single_layers")}
     # The text encoder is timed whole (its one "chain" is its 27 layers); the transformer from chains.
-    return Scale(name, text, 27, ((27,),), transformer, (5, 20), ((0, 1), (1, 1), (0, 2)), dict(vae_config),
-                 txt_seq=txt_seq, resolutions=resolutions, vae_resolution=vae_resolution)
+    return Scale(
+        name,
+        text,
+        27,
+        ((27,),),
+        transformer,
+        (5, 20),
+        ((0, 1), (1, 1), (0, 2)),
+        dict(vae_config),
+        txt_seq=txt_seq,
+        resolutions=resolutions,
+        vae_resolution=vae_resolution,
+    )
 
 
 SCALES = {"full": full_scale, "tiny": tiny_scale}
@@ -127,14 +160,19 @@ def make_inputs(scale: Scale, component: str, resolution: int | None, *, seed: i
         img_ids = np.stack([np.zeros_like(rows), rows, cols, np.zeros_like(rows)], axis=1).astype(np.int64)
         txt_ids = np.zeros((scale.txt_seq, 4), dtype=np.int64)
         txt_ids[:, 3] = np.arange(scale.txt_seq)
-        return {"hidden_states": rng.standard_normal((1, side * side, 128), dtype=np.float32),
-                "encoder_hidden_states": rng.standard_normal((1, scale.txt_seq, joint), dtype=np.float32),
-                "timestep": np.array([0.75], dtype=np.float32), "img_ids": img_ids, "txt_ids": txt_ids}
+        return {
+            "hidden_states": rng.standard_normal((1, side * side, 128), dtype=np.float32),
+            "encoder_hidden_states": rng.standard_normal((1, scale.txt_seq, joint), dtype=np.float32),
+            "timestep": np.array([0.75], dtype=np.float32),
+            "img_ids": img_ids,
+            "txt_ids": txt_ids,
+        }
     return {"latents": rng.standard_normal((1, 128, side, side), dtype=np.float32)}
 
 
-def torch_callable(component: str, module: Any, inputs: Mapping[str, Any], *, device: str, dtype: Any,
-                   layers: int | None = None) -> Callable[[], Any]:
+def torch_callable(
+    component: str, module: Any, inputs: Mapping[str, Any], *, device: str, dtype: Any, layers: int | None = None
+) -> Callable[[], Any]:
     """A no-argument call that runs `module` on `inputs` the way Flux2KleinPipeline calls it."""
     import torch
 
@@ -148,10 +186,12 @@ def torch_callable(component: str, module: Any, inputs: Mapping[str, Any], *, de
         def run_text() -> Any:
             out = module(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False)
             return torch.cat([out.hidden_states[k] for k in picks], dim=-1)
+
         return run_text
     if component == "transformer":
-        args = {name: tensor(name) for name in ("hidden_states", "encoder_hidden_states", "timestep", "img_ids",
-                                                "txt_ids")}
+        args = {
+            name: tensor(name) for name in ("hidden_states", "encoder_hidden_states", "timestep", "img_ids", "txt_ids")
+        }
         return lambda: module(**args, guidance=None, return_dict=False)[0]
     from builder.repo.export_vae import LatentDecoder
 

@@ -86,9 +86,18 @@ class BenchRun:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
 
-def main(out_dir: Path, *, log: Log, scale: str = "full", components: Sequence[str] = COMPONENTS,
-         provider: str = "auto", warmup: int = 2, repeats: int = 5, timeout_s: float = 180.0,
-         workdir: Path | None = None) -> list[dict[str, Any]]:
+def main(
+    out_dir: Path,
+    *,
+    log: Log,
+    scale: str = "full",
+    components: Sequence[str] = COMPONENTS,
+    provider: str = "auto",
+    warmup: int = 2,
+    repeats: int = 5,
+    timeout_s: float = 180.0,
+    workdir: Path | None = None,
+) -> list[dict[str, Any]]:
     """Run the benchmark; write OUT/bench.json and OUT/bench.md after every component; return the rows."""
     import torch
 
@@ -178,8 +187,16 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
                 continue
             # The denoising loop is the one graph run many times at one shape: the app captures it.
             capture = component == "transformer" and run.provider == "webgpu"
-            result = time_ort(graph, npz, provider=run.provider, warmup=run.warmup, repeats=run.repeats,
-                              timeout_s=run.timeout_s, workdir=workdir, capture=capture)
+            result = time_ort(
+                graph,
+                npz,
+                provider=run.provider,
+                warmup=run.warmup,
+                repeats=run.repeats,
+                timeout_s=run.timeout_s,
+                workdir=workdir,
+                capture=capture,
+            )
             run.raw[f"ort {component} {label} {chain}"] = result
             if "error" in result:
                 log(f"  {component} {label} {chain}: onnxruntime failed: {result['error']}")
@@ -198,12 +215,22 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
                 ort_bytes.setdefault(name, {})[tuple(chain or ())] = weight_bytes
                 ort_peak[name] = (tuple(chain or ()), result.get(peak_key))  # the last chain's peak
                 ort_place[name] = placement_text(result.get("placement"))
-                log(f"  {component} {name} {chain}: " + ", ".join(
-                    f"{size_text[s]} " + (f"{m['median_ms']:.1f} ms" if "median_ms" in m else f"failed: {m['error']}")
-                    + (f" (replay vs plain max |diff| {m['max_abs_diff_vs_plain']:.2e} of {m['max_abs_plain']:.2e}, "
-                       f"first run {m['first_run_ms']:.0f} ms)" if "max_abs_diff_vs_plain" in m else "")
-                    for s in sizes for m in [pick(result["results"][str(s)])])
-                    + (f" [{'; '.join(result['notes'])}]" if result.get("notes") else ""))
+                log(
+                    f"  {component} {name} {chain}: "
+                    + ", ".join(
+                        f"{size_text[s]} "
+                        + (f"{m['median_ms']:.1f} ms" if "median_ms" in m else f"failed: {m['error']}")
+                        + (
+                            f" (replay vs plain max |diff| {m['max_abs_diff_vs_plain']:.2e} of {m['max_abs_plain']:.2e}, "
+                            f"first run {m['first_run_ms']:.0f} ms)"
+                            if "max_abs_diff_vs_plain" in m
+                            else ""
+                        )
+                        for s in sizes
+                        for m in [pick(result["results"][str(s)])]
+                    )
+                    + (f" [{'; '.join(result['notes'])}]" if result.get("notes") else "")
+                )
         fidelity.update(fast_path_fidelity(graphs, sizes))
         run.raw[f"fidelity {component} {chain}"] = {f"{k[0]} {k[1]}": v for k, v in fidelity.items()}
         _release_files(folder)
@@ -214,8 +241,14 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
     for chain in dict.fromkeys([*(c for c in chains if c is not None), full]):
         module = build_module(scale, component, chain, device=run.device).to(dtype)
         for s in sizes:
-            call = torch_callable(component, module, inputs[s], device=run.device, dtype=dtype,
-                                  layers=chain[0] if component == "text_encoder" and chain else None)
+            call = torch_callable(
+                component,
+                module,
+                inputs[s],
+                device=run.device,
+                dtype=dtype,
+                layers=chain[0] if component == "text_encoder" and chain else None,
+            )
             measured = time_torch(call, device=run.device, warmup=run.warmup, repeats=run.repeats)
             run.raw[f"torch {component} {s} {chain}"] = measured
             if chain == full:
@@ -224,16 +257,23 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
                 torch_samples.setdefault(str(s), {})[tuple(chain or ())] = measured["samples_ms"]
         del module
         release_torch(run.device)
-    log(f"  {component}: PyTorch " + ", ".join(f"{size_text[s]} {torch_full[str(s)]['median_ms']:.1f} ms"
-                                               for s in sizes))
+    log(
+        f"  {component}: PyTorch "
+        + ", ".join(f"{size_text[s]} {torch_full[str(s)]['median_ms']:.1f} ms" for s in sizes)
+    )
 
     # Rows: measured where the whole graph was timed, else extrapolated from the chains where the fit is sound.
     kinds = ("layer",) if component == "text_encoder" else ("double block", "single block")
     for (label, key), points in sorted(ort_samples.items()):
         size = None if key == "None" else int(key)
         torch_ms = torch_full[key]["median_ms"]
-        row: dict[str, Any] = {"component": component, "size": size_text[size], "variant": label,
-                               "torch_ms": torch_ms, "torch_peak_gib": torch_full[key]["peak_gib"]}
+        row: dict[str, Any] = {
+            "component": component,
+            "size": size_text[size],
+            "variant": label,
+            "torch_ms": torch_ms,
+            "torch_peak_gib": torch_full[key]["peak_gib"],
+        }
         peak_chain, peak = ort_peak.get(label, ((), None))
         place = f"; {ort_place[label]}" if ort_place.get(label) else ""
         whole = () if full is None else tuple(full)
@@ -260,22 +300,35 @@ def bench_component(run: BenchRun, component: str, workdir: Path) -> None:
         run.rows.append(row)
 
 
-def chain_figures(points: Mapping[tuple[int, ...], Sequence[float]],
-                  torch_points: Mapping[tuple[int, ...], Sequence[float]], full: tuple[int, ...], *,
-                  kinds: Sequence[str], torch_ms: float) -> dict[str, Any]:
+def chain_figures(
+    points: Mapping[tuple[int, ...], Sequence[float]],
+    torch_points: Mapping[tuple[int, ...], Sequence[float]],
+    full: tuple[int, ...],
+    *,
+    kinds: Sequence[str],
+    torch_ms: float,
+) -> dict[str, Any]:
     """The row fields of a graph timed as chains (samples per chain): ort_ms and per_layer_ms where the fit is
     sound; else ort_ms None, fit_refused and a method that says why, with the chains' medians."""
     fit = fit_chains(points, full, kinds=kinds)
     torch_fit = fit_chains(torch_points, full, kinds=kinds)
     chain_text = f"chain {'/'.join('+'.join(map(str, p)) for p in points)} -> {'+'.join(map(str, full))} layers"
-    torch_text = (f"PyTorch extrapolated the same way: {torch_fit.total_ms:.1f} ms vs measured {torch_ms:.1f}"
-                  if torch_fit.refused is None else f"PyTorch's own chain fit refused: {torch_fit.refused}")
+    torch_text = (
+        f"PyTorch extrapolated the same way: {torch_fit.total_ms:.1f} ms vs measured {torch_ms:.1f}"
+        if torch_fit.refused is None
+        else f"PyTorch's own chain fit refused: {torch_fit.refused}"
+    )
     if fit.refused is None:
         return {"ort_ms": fit.total_ms, "per_layer_ms": fit.coef[1:], "method": f"{chain_text} ({torch_text})"}
     medians = ", ".join(f"{'+'.join(map(str, chain))}: {median_ms(values):.1f} ms" for chain, values in points.items())
-    return {"ort_ms": None, "fit_refused": fit.refused,
-            "method": (f"{chain_text}: **fit refused**, {fit.refused} (chain medians {medians}; rerun with more "
-                       f"--repeats on an idle device) ({torch_text})")}
+    return {
+        "ort_ms": None,
+        "fit_refused": fit.refused,
+        "method": (
+            f"{chain_text}: **fit refused**, {fit.refused} (chain medians {medians}; rerun with more "
+            f"--repeats on an idle device) ({torch_text})"
+        ),
+    }
 
 
 def _release_files(folder: Path) -> None:

@@ -62,8 +62,10 @@ def webgpu_device() -> Any:
     try:
         import onnxruntime_ep_webgpu as webgpu_ep
     except ImportError:
-        raise BenchError("onnxruntime-ep-webgpu is not installed: `pip install onnxruntime-ep-webgpu==0.4.0` "
-                         "(needs onnxruntime >= 1.24.4).") from None
+        raise BenchError(
+            "onnxruntime-ep-webgpu is not installed: `pip install onnxruntime-ep-webgpu==0.4.0` "
+            "(needs onnxruntime >= 1.24.4)."
+        ) from None
     name = webgpu_ep.get_ep_name()
     if not any(d.ep_name == name for d in ort.get_ep_devices()):
         try:
@@ -72,9 +74,11 @@ def webgpu_device() -> Any:
             raise BenchError(f"The WebGPU plugin EP did not load: {exc}") from exc
     device = next((d for d in ort.get_ep_devices() if d.ep_name == name), None)
     if device is None:
-        raise BenchError("The WebGPU plugin EP found no adapter. On Linux it needs the Vulkan loader "
-                         "(libvulkan1) and the GPU driver's ICD; set VK_DRIVER_FILES to the driver's "
-                         "nvidia_icd.json if the loader does not find it.")
+        raise BenchError(
+            "The WebGPU plugin EP found no adapter. On Linux it needs the Vulkan loader "
+            "(libvulkan1) and the GPU driver's ICD; set VK_DRIVER_FILES to the driver's "
+            "nvidia_icd.json if the loader does not find it."
+        )
     return device
 
 
@@ -105,21 +109,42 @@ def _feeds(npz: str) -> dict[str, Any]:
         return {name: data[name] for name in data.files}
 
 
-def time_ort(graph: Path, inputs: Mapping[str, Path], *, provider: str, warmup: int, repeats: int,
-             timeout_s: float, workdir: Path, capture: bool = False) -> dict[str, Any]:
+def time_ort(
+    graph: Path,
+    inputs: Mapping[str, Path],
+    *,
+    provider: str,
+    warmup: int,
+    repeats: int,
+    timeout_s: float,
+    workdir: Path,
+    capture: bool = False,
+) -> dict[str, Any]:
     """Time `graph` on each input set in a worker subprocess; a crash or timeout becomes {"error": ...} instead
     of ending the bench. The result: {"results": {key: {"median_ms", "samples_ms", "finite"[, "capture"]}},
     "peak_bytes", "capture_peak_bytes", "load_s", "notes", "placement"}."""
-    spec = TimingSpec(graph=str(graph), inputs={k: str(v) for k, v in inputs.items()}, provider=provider,
-                      warmup=warmup, repeats=repeats, result=str(workdir / f"result-{os.getpid()}.json"),
-                      outputs=str(graph.with_suffix("")), capture=capture)
+    spec = TimingSpec(
+        graph=str(graph),
+        inputs={k: str(v) for k, v in inputs.items()},
+        provider=provider,
+        warmup=warmup,
+        repeats=repeats,
+        result=str(workdir / f"result-{os.getpid()}.json"),
+        outputs=str(graph.with_suffix("")),
+        capture=capture,
+    )
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(asdict(spec)))
     result = Path(spec.result)
     result.unlink(missing_ok=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "builder.check.bench.ort_timing", str(spec_path)], check=False,
-                              capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            [sys.executable, "-m", "builder.check.bench.ort_timing", str(spec_path)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout_s:.0f} s"}
     if proc.returncode != 0 or not result.is_file():
@@ -172,18 +197,26 @@ def time_graph(spec: TimingSpec) -> dict[str, Any]:
             if key not in plain_outputs:
                 continue
             try:
-                results[key]["capture"] = time_captured(spec.graph, _feeds(npz), plain_outputs[key],
-                                                        warmup=spec.warmup, repeats=spec.repeats)
+                results[key]["capture"] = time_captured(
+                    spec.graph, _feeds(npz), plain_outputs[key], warmup=spec.warmup, repeats=spec.repeats
+                )
             except Exception as exc:  # noqa: BLE001 -- onnxruntime and the EP raise plain exceptions
                 results[key]["capture"] = {"error": str(exc).splitlines()[0][:300]}
         capture_peak = sampler.stop()
     placement = node_placement(spec, cpu_fallback=bool(notes))
-    return {"results": results, "peak_bytes": peak, "load_s": load_s, "capture_peak_bytes": capture_peak,
-            "notes": notes, "placement": placement}
+    return {
+        "results": results,
+        "peak_bytes": peak,
+        "load_s": load_s,
+        "capture_peak_bytes": capture_peak,
+        "notes": notes,
+        "placement": placement,
+    }
 
 
-def time_captured(graph: str, feeds: Mapping[str, Any], expected: Sequence[Any], *, warmup: int,
-                  repeats: int) -> dict[str, Any]:
+def time_captured(
+    graph: str, feeds: Mapping[str, Any], expected: Sequence[Any], *, warmup: int, repeats: int
+) -> dict[str, Any]:
     """Time one graph in a WebGPU session with graph capture, as the app runs the denoising loop: inputs
     live in GPU buffers, the first run records every kernel and later runs replay the recording without
     the EP's per-kernel host work. Each timed run includes the read-back of the outputs (run() returns
@@ -227,11 +260,18 @@ def time_captured(graph: str, feeds: Mapping[str, Any], expected: Sequence[Any],
         start = time.perf_counter()
         outputs = step()
         samples.append((time.perf_counter() - start) * 1000)
-    diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-               for a, b in zip([*first, *outputs], [*expected, *expected], strict=False))
+    diff = max(
+        float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+        for a, b in zip([*first, *outputs], [*expected, *expected], strict=False)
+    )
     scale = max(float(np.max(np.abs(b))) for b in expected)
-    return {"median_ms": median_ms(samples), "samples_ms": samples, "first_run_ms": capture_ms,
-            "max_abs_diff_vs_plain": diff, "max_abs_plain": scale}
+    return {
+        "median_ms": median_ms(samples),
+        "samples_ms": samples,
+        "first_run_ms": capture_ms,
+        "max_abs_diff_vs_plain": diff,
+        "max_abs_plain": scale,
+    }
 
 
 def free_dimensions(graph: str, feeds: Mapping[str, Any]) -> dict[str, int]:
@@ -269,8 +309,11 @@ def summarize_placement(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for event in events:
         args = event.get("args") or {}
-        if event.get("cat") != "Node" or "provider" not in args or not str(event.get("name", "")).endswith(
-                "_kernel_time"):
+        if (
+            event.get("cat") != "Node"
+            or "provider" not in args
+            or not str(event.get("name", "")).endswith("_kernel_time")
+        ):
             continue
         entry = summary.setdefault(args["provider"], {"nodes": 0, "ms": 0.0, "ops": {}})
         entry["nodes"] += 1

@@ -30,15 +30,21 @@ def check_out(out_dir: Path, *, json_name: str, markdown_name: str, what: str = 
     out_dir = check_output_folder(Path(out_dir), what=what, create=False)
     for name in (json_name, markdown_name):
         if (out_dir / name).is_dir() and not (out_dir / name).is_symlink():
-            raise OutputError(f"{what} {out_dir}: {name} there is a folder, where the run writes its {name}. Pass "
-                              "another --out folder, or move that one; nothing was run.")
+            raise OutputError(
+                f"{what} {out_dir}: {name} there is a folder, where the run writes its {name}. Pass "
+                "another --out folder, or move that one; nothing was run."
+            )
         check_replaceable(out_dir / name, what=f"{what} {out_dir}:")
     result, table = out_dir / json_name, out_dir / markdown_name
     if result.exists() and not is_earlier_result(result):
-        raise OutputError(f"{what} {out_dir}: {json_name} there is not a result of an earlier run; it would be "
-                          f"replaced. Pass another --out folder, or move that file; nothing was run.")
+        raise OutputError(
+            f"{what} {out_dir}: {json_name} there is not a result of an earlier run; it would be "
+            f"replaced. Pass another --out folder, or move that file; nothing was run."
+        )
     if table.exists() and not result.exists():
-        raise OutputError(f"{what} {out_dir}: {markdown_name} there has no {json_name} beside it, so it is no "
-                          "earlier run's table; it would be replaced. Pass another --out folder, or move that file; "
-                          "nothing was run.")
+        raise OutputError(
+            f"{what} {out_dir}: {markdown_name} there has no {json_name} beside it, so it is no "
+            "earlier run's table; it would be replaced. Pass another --out folder, or move that file; "
+            "nothing was run."
+        )
     return out_dir

@@ -35,13 +35,24 @@ def overhead_figures(timings: Mapping[str, float]) -> dict[str, float]:
             raise BenchError(f"The app's timings lack {key!r}: {dict(timings)}")
     generation = timings["total"] - timings.get("download", 0) - timings.get("load", 0)
     outside = generation - timings["sessionRun"]
-    return {"generation_ms": generation, "session_run_ms": timings["sessionRun"], "outside_ms": outside,
-            "overhead_share": outside / generation if generation > 0 else float("nan"),
-            "overhead_share_of_total": (timings["total"] - timings["sessionRun"]) / timings["total"]}
+    return {
+        "generation_ms": generation,
+        "session_run_ms": timings["sessionRun"],
+        "outside_ms": outside,
+        "overhead_share": outside / generation if generation > 0 else float("nan"),
+        "overhead_share_of_total": (timings["total"] - timings["sessionRun"]) / timings["total"],
+    }
 
 
-def browser_overhead(out_dir: Path, *, log: Log, models_dir: Path | None = None, steps: int = 4,
-                     size: str = "512x512", timeout_s: float = 900.0) -> dict[str, Any]:
+def browser_overhead(
+    out_dir: Path,
+    *,
+    log: Log,
+    models_dir: Path | None = None,
+    steps: int = 4,
+    size: str = "512x512",
+    timeout_s: float = 900.0,
+) -> dict[str, Any]:
     """Generate one image with the app (on make-tiny unless `models_dir`) and report the orchestration overhead."""
     from builder.repo.tiny import make_tiny
 
@@ -58,14 +69,19 @@ def browser_overhead(out_dir: Path, *, log: Log, models_dir: Path | None = None,
     with serving(dist_dir, models_dir, log=log, models_manifest=repo) as base_url, launched(session, log=log):
         session.adapter = probe_adapter(session, base_url)
         with opened(session.context, base_url + "/") as page:
-            _seconds, info = generate(page, Form(prompt=PROMPT, seed=0, width=width, height=height, steps=steps),
-                                      timeout_s=timeout_s, log=log)
+            _seconds, info = generate(
+                page, Form(prompt=PROMPT, seed=0, width=width, height=height, steps=steps), timeout_s=timeout_s, log=log
+            )
     timings = info.get("timings")
     if not isinstance(timings, dict):
         raise BenchError(f"The app's #timings data has no per-stage timings: {info}")
     figures = overhead_figures(timings)
-    atomic_write_bytes(out_dir / JSON_NAME, json.dumps({**figures, "timings": timings, "size": size, "steps": steps},
-                                                       indent=1).encode("utf-8"))
-    log(f"browser overhead: {figures['outside_ms']:.0f} ms of {figures['generation_ms']:.0f} ms outside "
-        f"session.run = {100 * figures['overhead_share']:.1f}% (target <= 5%)")
+    atomic_write_bytes(
+        out_dir / JSON_NAME,
+        json.dumps({**figures, "timings": timings, "size": size, "steps": steps}, indent=1).encode("utf-8"),
+    )
+    log(
+        f"browser overhead: {figures['outside_ms']:.0f} ms of {figures['generation_ms']:.0f} ms outside "
+        f"session.run = {100 * figures['overhead_share']:.1f}% (target <= 5%)"
+    )
     return {**figures, "timings": timings, "size": size, "steps": steps}

@@ -47,8 +47,9 @@ class ChainFit:
     refused: str | None
 
 
-def fit_chains(samples: Mapping[tuple[int, ...], Sequence[float]], full: tuple[int, ...], *,
-               kinds: Sequence[str] | None = None) -> ChainFit:
+def fit_chains(
+    samples: Mapping[tuple[int, ...], Sequence[float]], full: tuple[int, ...], *, kinds: Sequence[str] | None = None
+) -> ChainFit:
     """extrapolate() on the chains' medians, refused unless every layer kind adds time above the noise.
 
     A fit is sound when each per-layer time is positive and the time it puts between the shortest and the longest
@@ -67,6 +68,8 @@ def fit_chains(samples: Mapping[tuple[int, ...], Sequence[float]], full: tuple[i
         if per_layer <= 0:
             problems.append(f"per-{names[i]} time {per_layer:.2f} ms is not positive")
         elif between <= spread:
-            problems.append(f"the {names[i]}s add {between:.2f} ms between the chains, within the samples' "
-                            f"spread of {spread:.2f} ms")
+            problems.append(
+                f"the {names[i]}s add {between:.2f} ms between the chains, within the samples' "
+                f"spread of {spread:.2f} ms"
+            )
     return ChainFit(total, coef, "; ".join(problems) or None)

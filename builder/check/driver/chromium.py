@@ -43,10 +43,19 @@ def find_chromium(explicit: Path | None = None) -> Path:
     raise RegressionError(f"No Chromium found. Install one ({hint}) or pass --browser PATH.")
 
 
-def launch_persistent(playwright: Any, user_data_dir: Path, *, executable: Path, headed: bool = False,
-                      gpu: bool = False, f16_toggle: bool = True, viewport: tuple[int, int] = (1280, 720),
-                      log_file: Path | None = None, extra_args: tuple[str, ...] = (),
-                      service_workers: str = "allow") -> Any:
+def launch_persistent(
+    playwright: Any,
+    user_data_dir: Path,
+    *,
+    executable: Path,
+    headed: bool = False,
+    gpu: bool = False,
+    f16_toggle: bool = True,
+    viewport: tuple[int, int] = (1280, 720),
+    log_file: Path | None = None,
+    extra_args: tuple[str, ...] = (),
+    service_workers: str = "allow",
+) -> Any:
     """A persistent context: incognito storage cannot hold the model files (OPFS quota errors).
 
     `log_file` keeps Chromium's own log (its FATAL lines say why a browser that went away did); `extra_args` go
@@ -69,8 +78,7 @@ def check_browser(executable: Path) -> str:
     if sys.platform == "win32":
         return ""  # chrome.exe --version opens a window instead of printing; Playwright's launch will tell.
     try:
-        result = subprocess.run([str(executable), "--version"], capture_output=True, text=True, timeout=60,
-                                check=False)
+        result = subprocess.run([str(executable), "--version"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RegressionError(f"--browser {executable} cannot be run ({first_line(exc)}).") from exc
     lines = (result.stdout.strip() or result.stderr.strip()).splitlines()
@@ -93,20 +101,25 @@ def exit_cause(log_text: str) -> str:
     """Why Chromium went away, from its own log: the first FATAL line, with the fix where the cause is known."""
     match = _FATAL.search(log_text)
     if match is None:
-        return ("its log has no FATAL line: it was killed from outside (out of memory? check `dmesg`) or "
-                "crashed without a message")
+        return (
+            "its log has no FATAL line: it was killed from outside (out of memory? check `dmesg`) or "
+            "crashed without a message"
+        )
     where, message = match.group(1).strip(), match.group(2).strip()
     cause = f"FATAL at {where}: {message or '(no message)'}"
     if "SkFontMgr" in where or "fontconfig" in where.lower():
-        return (f"{cause}. Chromium found no fonts: this machine has no fontconfig configuration or no font. "
-                f"Install them (Debian/Ubuntu: apt-get install -y {FONT_PACKAGES}) and run again.")
+        return (
+            f"{cause}. Chromium found no fonts: this machine has no fontconfig configuration or no font. "
+            f"Install them (Debian/Ubuntu: apt-get install -y {FONT_PACKAGES}) and run again."
+        )
     if "GPU process isn't usable" in message:
         return f"{cause}. The GPU process kept failing: check chrome://gpu on this machine, or run with --software."
     return cause
 
 
-def font_problem(platform: str = sys.platform, environ: Mapping[str, str] | None = None,
-                 system_dir: Path = Path("/etc/fonts")) -> str | None:
+def font_problem(
+    platform: str = sys.platform, environ: Mapping[str, str] | None = None, system_dir: Path = Path("/etc/fonts")
+) -> str | None:
     """On Linux, what is missing for Chromium to find a font (it aborts when it needs one and has none), or None.
 
     Only fontconfig's configuration is checked: without it fontconfig knows no font folder at all."""
@@ -116,9 +129,11 @@ def font_problem(platform: str = sys.platform, environ: Mapping[str, str] | None
         return None
     if any(Path(folder, "fonts.conf").is_file() for folder in (environ.get("FONTCONFIG_PATH"), system_dir) if folder):
         return None
-    return (f"this machine has no fontconfig configuration ({system_dir / 'fonts.conf'}), so Chromium finds no font and "
-            f"aborts when a page or its own UI needs one; install them (Debian/Ubuntu: apt-get install -y "
-            f"{FONT_PACKAGES})")
+    return (
+        f"this machine has no fontconfig configuration ({system_dir / 'fonts.conf'}), so Chromium finds no font and "
+        f"aborts when a page or its own UI needs one; install them (Debian/Ubuntu: apt-get install -y "
+        f"{FONT_PACKAGES})"
+    )
 
 
 def first_line(exc: BaseException) -> str:

@@ -30,7 +30,9 @@ class Nvml:
 
     @classmethod
     def open(cls) -> Nvml | None:
-        names = ("nvml.dll",) if sys.platform == "win32" else ("libnvidia-ml.so.1", ctypes.util.find_library("nvidia-ml"))
+        names = (
+            ("nvml.dll",) if sys.platform == "win32" else ("libnvidia-ml.so.1", ctypes.util.find_library("nvidia-ml"))
+        )
         for name in names:
             if not name:
                 continue
@@ -156,5 +158,7 @@ class BrowserMemorySampler:
 
     def figures(self) -> dict[str, Any]:
         gpu = self.gpu.peak_bytes
-        return {"gpu_gib": None if gpu is None else gpu / 2**30,
-                "rss_gib": {kind: rss / 2**30 for kind, rss in sorted(self.peak_rss.items())}}
+        return {
+            "gpu_gib": None if gpu is None else gpu / 2**30,
+            "rss_gib": {kind: rss / 2**30 for kind, rss in sorted(self.peak_rss.items())},
+        }

@@ -134,8 +134,10 @@ def fill_images(page: Any, case: Form) -> None:
         _wait_read(page, "mask", case.mask.name)
         page.evaluate(SET_VALUE_JS, ["#strength", repr(case.strength_or_default)])
         if float(page.input_value("#strength")) != case.strength_or_default:
-            raise RegressionError(f"the strength slider does not take {case.strength_or_default} (its step is "
-                                  f"{page.get_attribute('#strength', 'step')}); use a multiple of it")
+            raise RegressionError(
+                f"the strength slider does not take {case.strength_or_default} (its step is "
+                f"{page.get_attribute('#strength', 'step')}); use a multiple of it"
+            )
     if references:
         page.set_input_files("#reference-files", [str(path) for path in references])
         _wait_read(page, "references", len(references))
@@ -179,9 +181,11 @@ def wait_settled(page: Any, *, label: str, timeout_s: float, log: Log) -> str:
             log(f"[{label}] {status}")
             last_status = status
         if time.monotonic() > deadline:
-            raise RegressionError(f"timed out after {timeout_s:g} s waiting for the image "
-                                  f"(last status: {last_status!r}); "
-                                  "raise --timeout for slow (software) adapters")
+            raise RegressionError(
+                f"timed out after {timeout_s:g} s waiting for the image "
+                f"(last status: {last_status!r}); "
+                "raise --timeout for slow (software) adapters"
+            )
 
 
 def read_json_attribute(page: Any, selector: str) -> Any:

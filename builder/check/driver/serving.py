@@ -36,8 +36,10 @@ def site(dist_dir: Path | None, *, log: Log) -> Path:
     with: the server points the app at /models/ anyway)."""
     if dist_dir is not None:
         if not (Path(dist_dir) / "index.html").is_file():
-            raise RegressionError(f"--dist {dist_dir} holds no built app (no index.html); run `klein-web build --out "
-                                  f"{dist_dir}` first, or leave --dist out to build dist/.")
+            raise RegressionError(
+                f"--dist {dist_dir} holds no built app (no index.html); run `klein-web build --out "
+                f"{dist_dir}` first, or leave --dist out to build dist/."
+            )
         return Path(dist_dir)
     record = bundle.read_record(DEFAULT_DIST) or {}
     if has_web_src():  # else an installed wheel: its packaged app, as built
@@ -46,8 +48,16 @@ def site(dist_dir: Path | None, *, log: Log) -> Path:
 
 
 @contextlib.contextmanager
-def serving(dist_dir: Path, models_dir: Path, *, log: Log, models_manifest: manifest.Manifest | None = None,
-            middleware: Callable[[Any], Any] | None = None, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+def serving(
+    dist_dir: Path,
+    models_dir: Path,
+    *,
+    log: Log,
+    models_manifest: manifest.Manifest | None = None,
+    middleware: Callable[[Any], Any] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+) -> Iterator[str]:
     """The real server app (builder.site.server) in a thread on `host` (a free port unless `port`); yields the URL a
     browser on this machine opens it at.
 

@@ -80,15 +80,24 @@ class BrowserSession:
 
     def exit_reason(self) -> str:
         if self.endpoint is not None:
-            return (f"{self.name} went away during the run (its log is on its own machine, in the browser server's "
-                    "output)")
+            return (
+                f"{self.name} went away during the run (its log is on its own machine, in the browser server's output)"
+            )
         return f"Chromium exited during the run: {exit_cause(self.read_log())}"
 
     def describe(self) -> dict[str, Any]:
-        where = ({"executable": str(self.executable)} if self.endpoint is None
-                 else {"remote": public_endpoint(self.endpoint)})
-        return {**where, "version": self.version, "launches": self.launches,
-                "mode": "gpu" if self.gpu else "software", "headed": self.headed}
+        where = (
+            {"executable": str(self.executable)}
+            if self.endpoint is None
+            else {"remote": public_endpoint(self.endpoint)}
+        )
+        return {
+            **where,
+            "version": self.version,
+            "launches": self.launches,
+            "mode": "gpu" if self.gpu else "software",
+            "headed": self.headed,
+        }
 
 
 def public_endpoint(endpoint: str) -> str:
@@ -97,17 +106,20 @@ def public_endpoint(endpoint: str) -> str:
     return f"{parts.scheme}://{parts.netloc}/…" if parts.path not in ("", "/") else f"{parts.scheme}://{parts.netloc}"
 
 
-def local_session(browser_path: Path | None, *, gpu: bool, headed: bool = False,
-                  f16_toggle: bool = True) -> BrowserSession:
+def local_session(
+    browser_path: Path | None, *, gpu: bool, headed: bool = False, f16_toggle: bool = True
+) -> BrowserSession:
     """A Chromium of this machine (--browser, else find_chromium's) checked to be one, before anything slow starts."""
     executable = find_chromium(browser_path)
-    return BrowserSession(executable=executable, gpu=gpu, headed=headed, f16_toggle=f16_toggle,
-                          version=check_browser(executable))
+    return BrowserSession(
+        executable=executable, gpu=gpu, headed=headed, f16_toggle=f16_toggle, version=check_browser(executable)
+    )
 
 
 @contextlib.contextmanager
-def launched(session: BrowserSession, *, log: Log, profile: Path | None = None,
-             service_workers: str = "allow") -> Iterator[BrowserSession]:
+def launched(
+    session: BrowserSession, *, log: Log, profile: Path | None = None, service_workers: str = "allow"
+) -> Iterator[BrowserSession]:
     """Start Chromium through Playwright with a persistent profile (OPFS needs a real profile): `profile`, or a
     throw-away one. A kept profile keeps the model store, so the next run downloads nothing. `service_workers`
     "block" keeps the app's service worker out, for a run whose request routing must see every request."""
@@ -120,13 +132,21 @@ def launched(session: BrowserSession, *, log: Log, profile: Path | None = None,
     with sync_playwright() as playwright, contextlib.ExitStack() as stack:
         if profile is None:
             profile = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-profile-")))
-        session.log_file = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-log-"))) / "chromium.log"
+        session.log_file = (
+            Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="klein-regress-log-"))) / "chromium.log"
+        )
         stack.callback(session.read_log)  # runs before the folder goes, after the browser closed
         try:
-            session.context = launch_persistent(playwright, Path(profile), executable=session.executable,
-                                                headed=session.headed, gpu=session.gpu,
-                                                f16_toggle=session.f16_toggle, log_file=session.log_file,
-                                                service_workers=service_workers)
+            session.context = launch_persistent(
+                playwright,
+                Path(profile),
+                executable=session.executable,
+                headed=session.headed,
+                gpu=session.gpu,
+                f16_toggle=session.f16_toggle,
+                log_file=session.log_file,
+                service_workers=service_workers,
+            )
         except PlaywrightError as exc:
             raise RegressionError(f"could not launch {session.executable} as Chromium: {first_line(exc)}") from exc
         session.launches += 1
@@ -142,7 +162,9 @@ CONNECT_TIMEOUT_MS = 120_000
 
 
 @contextlib.contextmanager
-def connected(session: BrowserSession, *, log: Log, viewport: tuple[int, int] = (1280, 720)) -> Iterator[BrowserSession]:
+def connected(
+    session: BrowserSession, *, log: Log, viewport: tuple[int, int] = (1280, 720)
+) -> Iterator[BrowserSession]:
     """Attach to the Playwright browser server at `session.endpoint` and open a context in it.
 
     A browser server only makes new contexts: in memory, like a private window, and empty. So the model store
@@ -156,13 +178,16 @@ def connected(session: BrowserSession, *, log: Log, viewport: tuple[int, int] = 
         try:
             browser = playwright.chromium.connect(session.endpoint, timeout=CONNECT_TIMEOUT_MS)
         except PlaywrightError as exc:
-            raise RegressionError(f"--connect: could not attach to a Playwright browser server at "
-                                  f"{public_endpoint(session.endpoint)} ({first_line(exc)}); start one there "
-                                  "(docs/regress.md: `playwright launch-server`) and pass the ws:// address it "
-                                  "printed.") from exc
+            raise RegressionError(
+                f"--connect: could not attach to a Playwright browser server at "
+                f"{public_endpoint(session.endpoint)} ({first_line(exc)}); start one there "
+                "(docs/regress.md: `playwright launch-server`) and pass the ws:// address it "
+                "printed."
+            ) from exc
         try:
-            session.context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]},
-                                                  accept_downloads=True)
+            session.context = browser.new_context(
+                viewport={"width": viewport[0], "height": viewport[1]}, accept_downloads=True
+            )
             session.launches += 1
             session.version = browser.version
             session.log = ""
@@ -216,10 +241,14 @@ def check_adapter(adapter: dict[str, Any], *, gpu: bool, executable: Path | str)
             f"{executable} opened the app at {adapter['error']}, so it offers neither WebGPU nor the model store. "
             "Let the browser reach the app as http://localhost (e.g. a tunnel: `ssh -R PORT:localhost:PORT` and "
             "--advertise http://localhost:PORT), or over https, or start that browser with "
-            "--unsafely-treat-insecure-origin-as-secure=ORIGIN (docs/regress.md).")
+            "--unsafely-treat-insecure-origin-as-secure=ORIGIN (docs/regress.md)."
+        )
     if "error" in adapter:
-        fix = ("check chrome://gpu, install libvulkan1 and the GPU vendor's Vulkan driver, or use --software"
-               if gpu else "this Chromium build may lack SwiftShader; try another --browser, or --gpu on a GPU machine")
+        fix = (
+            "check chrome://gpu, install libvulkan1 and the GPU vendor's Vulkan driver, or use --software"
+            if gpu
+            else "this Chromium build may lack SwiftShader; try another --browser, or --gpu on a GPU machine"
+        )
         raise RegressionError(f"no WebGPU adapter in {executable} ({adapter['error']}): {fix}.")
     software = adapter.get("isFallbackAdapter") or str(adapter.get("architecture", "")).lower() == "swiftshader"
     if gpu and software:

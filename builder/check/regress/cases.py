@@ -14,8 +14,22 @@ from builder.errors import InputError, RegressionError
 from builder.pipeline import limits
 from builder.repo import manifest
 
-CASE_KEYS = frozenset({"name", "prompt", "seed", "size", "steps", "reference", "reference_from_cpu", "psnr_min",
-                       "precision", "images", "mask", "strength"})
+CASE_KEYS = frozenset(
+    {
+        "name",
+        "prompt",
+        "seed",
+        "size",
+        "steps",
+        "reference",
+        "reference_from_cpu",
+        "psnr_min",
+        "precision",
+        "images",
+        "mask",
+        "strength",
+    }
+)
 CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -66,9 +80,15 @@ class Case(Form):
     precision: str | None = None
 
     def parameters(self) -> dict[str, Any]:
-        parameters: dict[str, Any] = {"prompt": self.prompt, "seed": self.seed, "width": self.width,
-                                      "height": self.height, "steps": self.steps, "psnr_min": self.psnr_min,
-                                      "precision": self.precision}
+        parameters: dict[str, Any] = {
+            "prompt": self.prompt,
+            "seed": self.seed,
+            "width": self.width,
+            "height": self.height,
+            "steps": self.steps,
+            "psnr_min": self.psnr_min,
+            "precision": self.precision,
+        }
         if self.images:
             parameters.update(mode=self.mode, images=[str(path) for path in self.images])
         if self.mask is not None:
@@ -82,19 +102,33 @@ class Case(Form):
 def cases_from_options(options: RegressOptions) -> list[Case]:
     """The cases of a run: the --cases file's (gaps filled from the flags), else the one the flags describe."""
     width, height = limits.parse_size(options.size)
-    flags = Case(name="case", prompt=options.prompt or "", seed=options.seed, width=width, height=height,
-                 steps=options.steps, psnr_min=options.psnr_min,
-                 reference_png=Path(options.reference_png) if options.reference_png else None,
-                 reference_from_cpu=options.reference_from_cpu, precision=options.precision)
+    flags = Case(
+        name="case",
+        prompt=options.prompt or "",
+        seed=options.seed,
+        width=width,
+        height=height,
+        steps=options.steps,
+        psnr_min=options.psnr_min,
+        reference_png=Path(options.reference_png) if options.reference_png else None,
+        reference_from_cpu=options.reference_from_cpu,
+        precision=options.precision,
+    )
     if options.cases_file is not None:
         if options.images or options.mask is not None or options.strength is not None:
-            raise InputError("--image, --mask and --strength describe one case; with --cases, put `images`, `mask` "
-                             "and `strength` into the cases file.")
+            raise InputError(
+                "--image, --mask and --strength describe one case; with --cases, put `images`, `mask` "
+                "and `strength` into the cases file."
+            )
         return load_cases(Path(options.cases_file), defaults=flags)
     if options.prompt is None:
         raise InputError("--prompt is required (the text to generate), or pass --cases FILE with several cases.")
-    flags = replace(flags, images=tuple(Path(p) for p in options.images),
-                    mask=Path(options.mask) if options.mask is not None else None, strength=options.strength)
+    flags = replace(
+        flags,
+        images=tuple(Path(p) for p in options.images),
+        mask=Path(options.mask) if options.mask is not None else None,
+        strength=options.strength,
+    )
     return [check_case(with_input_size(flags, size_given=options.size_given), where="regress")]
 
 
@@ -116,8 +150,9 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
         kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
         raise InputError(f"--cases {path} is not valid {kind}: {exc}.") from exc
     except RecursionError:
-        raise InputError(f"--cases {path} nests its values too deeply to be a cases file; a cases file is a list of "
-                         "flat tables.") from None
+        raise InputError(
+            f"--cases {path} nests its values too deeply to be a cases file; a cases file is a list of flat tables."
+        ) from None
     except OSError as exc:
         raise InputError(f"--cases {path} cannot be read ({exc.strerror}).") from None
     entries = data.get("cases") if isinstance(data, dict) else data
@@ -131,8 +166,9 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
             raise InputError(f"{where}: expected a table/object of fields, got {entry!r}.")
         unknown = sorted(set(entry) - CASE_KEYS)
         if unknown:
-            raise InputError(f"{where}: unknown field(s) {', '.join(unknown)}; "
-                             f"allowed: {', '.join(sorted(CASE_KEYS))}.")
+            raise InputError(
+                f"{where}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(CASE_KEYS))}."
+            )
         case = replace(defaults)
         if "size" in entry:
             width, height = limits.parse_size(_typed(entry, "size", str, where), where=f"{where}: `size`")
@@ -159,15 +195,19 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
         # A case that names its own reference replaces the flags' choice rather than combining with it.
         if "reference" in entry:
             reference = Path(_typed(entry, "reference", str, where))
-            case = replace(case, reference_png=reference if reference.is_absolute() else path.parent / reference,
-                           reference_from_cpu=False)
+            case = replace(
+                case,
+                reference_png=reference if reference.is_absolute() else path.parent / reference,
+                reference_from_cpu=False,
+            )
         if "reference_from_cpu" in entry:
             from_cpu = _typed(entry, "reference_from_cpu", bool, where)
             case = replace(case, reference_from_cpu=from_cpu, reference_png=None if from_cpu else case.reference_png)
         name = _typed(entry, "name", str, where) if "name" in entry else f"{index:02d}-seed{case.seed}-{case.size}"
         if not CASE_NAME.match(name):
-            raise InputError(f"{where}: name {name!r} must be 1-64 letters, digits, '.', '_' or '-' "
-                             "(it names a folder).")
+            raise InputError(
+                f"{where}: name {name!r} must be 1-64 letters, digits, '.', '_' or '-' (it names a folder)."
+            )
         check_not_a_run_file(name, where=where)
         case = with_input_size(replace(case, name=name), size_given="size" in entry)
         cases.append(check_case(case, where=f"{where} ({name})"))
@@ -176,8 +216,10 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
     folded = [case.name.casefold() for case in cases]
     duplicates = sorted({case.name for case in cases if folded.count(case.name.casefold()) > 1})
     if duplicates:
-        raise InputError(f"--cases {path}: case names must be unique, letter case aside (each gets a report "
-                         f"folder); repeated: {duplicates}.")
+        raise InputError(
+            f"--cases {path}: case names must be unique, letter case aside (each gets a report "
+            f"folder); repeated: {duplicates}."
+        )
     return cases
 
 
@@ -187,8 +229,10 @@ def check_not_a_run_file(name: str, *, where: str) -> None:
 
     own = colliding_name(name)
     if own is not None:
-        raise InputError(f"{where}: name {name!r} is the run's own {own} in the report folder (each case gets a "
-                         f"folder of its name); rename the case. Reserved: {', '.join(RUN_FILES)}.")
+        raise InputError(
+            f"{where}: name {name!r} is the run's own {own} in the report folder (each case gets a "
+            f"folder of its name); rename the case. Reserved: {', '.join(RUN_FILES)}."
+        )
 
 
 def _relative(cases_file: Path, name: str) -> Path:
@@ -204,8 +248,10 @@ def with_input_size(case: Case, *, size_given: bool) -> Case:
         return case
     width, height = limits.input_image_size(*_upright_size(case.images[0], inpainting=case.mask is not None))
     if case.mask is not None and size_given and (width, height) != (case.width, case.height):
-        raise InputError(f"inpainting keeps the size of the image to inpaint: {case.images[0]} is used at "
-                         f"{width}x{height}, but the case asks for {case.size}; leave the size out.")
+        raise InputError(
+            f"inpainting keeps the size of the image to inpaint: {case.images[0]} is used at "
+            f"{width}x{height}, but the case asks for {case.size}; leave the size out."
+        )
     return replace(case, width=width, height=height)
 
 

@@ -27,8 +27,11 @@ Log = Callable[[str], None]
 # What must be equal between shards, and what to do when it is not.
 SAME = (
     ("cases_sha256", "the cases file", "run every shard with the same --cases file"),
-    ("defaults", "the flags that fill the cases' gaps (--prompt, --seed, --size, --steps, --psnr-min, --reference*)",
-     "run every shard with the same flags"),
+    (
+        "defaults",
+        "the flags that fill the cases' gaps (--prompt, --seed, --size, --steps, --psnr-min, --reference*)",
+        "run every shard with the same flags",
+    ),
     ("repo", "the model repository", "run every shard on the same model folder (same manifest and files)"),
     ("precision", "--precision", "run every shard with the same --precision"),
     ("cases_total", "the number of cases", "run every shard with the same --cases file"),
@@ -59,15 +62,21 @@ def read_shard(folder: Path) -> ShardReport:
     try:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:
-        raise InputError(f"{folder} holds no {REPORT_NAME}: it is not a finished regress report (an interrupted "
-                         "shard writes none); run that shard again.") from None
+        raise InputError(
+            f"{folder} holds no {REPORT_NAME}: it is not a finished regress report (an interrupted "
+            "shard writes none); run that shard again."
+        ) from None
     except (OSError, ValueError, RecursionError) as exc:
-        raise InputError(f"{path} cannot be read as a regress report ({type(exc).__name__}); pass the --report "
-                         "folder of a `regress --shard I/N` run.") from None
+        raise InputError(
+            f"{path} cannot be read as a regress report ({type(exc).__name__}); pass the --report "
+            "folder of a `regress --shard I/N` run."
+        ) from None
     run = data.get("run") if isinstance(data, dict) else None
     if not isinstance(run, dict) or not isinstance(run.get("shard"), dict) or not isinstance(data.get("cases"), list):
-        raise InputError(f"{folder} is not the report of a `regress --shard I/N` run (its {REPORT_NAME} names no "
-                         "shard); pass the shards' --report folders.")
+        raise InputError(
+            f"{folder} is not the report of a `regress --shard I/N` run (its {REPORT_NAME} names no "
+            "shard); pass the shards' --report folders."
+        )
     return ShardReport(Path(folder), data)
 
 
@@ -77,27 +86,37 @@ def check_shards(shards: Sequence[ShardReport]) -> None:
     for other in shards[1:]:
         for key, what, fix in SAME:
             if other.run.get(key) != first.run.get(key):
-                raise InputError(f"{first.folder} and {other.folder} differ in {what} ({_short(first.run.get(key))} "
-                                 f"vs {_short(other.run.get(key))}): they are not shards of one run; {fix}.")
+                raise InputError(
+                    f"{first.folder} and {other.folder} differ in {what} ({_short(first.run.get(key))} "
+                    f"vs {_short(other.run.get(key))}): they are not shards of one run; {fix}."
+                )
         if other.count != first.count:
-            raise InputError(f"{first.folder} is shard {first.index}/{first.count} but {other.folder} is "
-                             f"{other.index}/{other.count}: run every shard with the same N in --shard I/N.")
+            raise InputError(
+                f"{first.folder} is shard {first.index}/{first.count} but {other.folder} is "
+                f"{other.index}/{other.count}: run every shard with the same N in --shard I/N."
+            )
     seen: dict[int, Path] = {}
     for shard in shards:
         if shard.index in seen:
-            raise InputError(f"shard {shard.index}/{shard.count} is given twice ({seen[shard.index]} and "
-                             f"{shard.folder}); pass each shard's folder once.")
+            raise InputError(
+                f"shard {shard.index}/{shard.count} is given twice ({seen[shard.index]} and "
+                f"{shard.folder}); pass each shard's folder once."
+            )
         seen[shard.index] = shard.folder
     missing = sorted(set(range(1, first.count + 1)) - set(seen))
     if missing:
         labels = ", ".join(f"{index}/{first.count}" for index in missing)
-        raise InputError(f"shard(s) {labels} missing: run `klein-web regress ... --shard {missing[0]}/{first.count}` "
-                         "with the same cases and flags, and pass its --report folder too.")
+        raise InputError(
+            f"shard(s) {labels} missing: run `klein-web regress ... --shard {missing[0]}/{first.count}` "
+            "with the same cases and flags, and pass its --report folder too."
+        )
     for shard in shards:
         for entry in shard.data["cases"]:
             if not (shard.folder / str(entry["folder"]) / REPORT_NAME).is_file():
-                raise InputError(f"{shard.folder}: case {entry['case']} has no {REPORT_NAME} (the shard was "
-                                 "interrupted or its folder changed); run that shard again.")
+                raise InputError(
+                    f"{shard.folder}: case {entry['case']} has no {REPORT_NAME} (the shard was "
+                    "interrupted or its folder changed); run that shard again."
+                )
 
 
 def _short(value: Any) -> str:
@@ -117,8 +136,10 @@ def merge(out_dir: Path, shard_dirs: Sequence[Path], *, log: Log) -> int:
             raise InputError(f"OUT {out} is one of the shards' folders; merge into another folder.")
     shards = sorted((read_shard(Path(folder)) for folder in shard_dirs), key=lambda shard: shard.index)
     check_shards(shards)
-    entries = sorted(({**entry, "shard": shard.index} for shard in shards for entry in shard.data["cases"]),
-                     key=lambda entry: int(entry.get("position") or 0))
+    entries = sorted(
+        ({**entry, "shard": shard.index} for shard in shards for entry in shard.data["cases"]),
+        key=lambda entry: int(entry.get("position") or 0),
+    )
 
     # 2. Copy every case's folder, then the logs, then report.json last.
     out.mkdir(parents=True, exist_ok=True)
@@ -130,28 +151,43 @@ def merge(out_dir: Path, shard_dirs: Sequence[Path], *, log: Log) -> int:
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(by_index[entry["shard"]].folder / str(entry["folder"]), target)
-    logs = [f"===== shard {shard.index}/{shard.count}: {shard.folder} =====\n" + _read_text(shard.folder / BROWSER_LOG_NAME)
-            for shard in shards]
+    logs = [
+        f"===== shard {shard.index}/{shard.count}: {shard.folder} =====\n" + _read_text(shard.folder / BROWSER_LOG_NAME)
+        for shard in shards
+    ]
     atomic_write_bytes(out / BROWSER_LOG_NAME, "\n".join(logs).encode("utf-8"))
-    worst = max((Verdict[str(entry["verdict"]).upper().replace("-", "_")] for entry in entries),
-                default=Verdict.COULD_NOT_RUN)
+    worst = max(
+        (Verdict[str(entry["verdict"]).upper().replace("-", "_")] for entry in entries), default=Verdict.COULD_NOT_RUN
+    )
     data = {
         "verdict": worst.label,
         "exit_code": worst.exit_code,
         "cases": entries,
-        "shards": [{"shard": shard.index, "folder": str(shard.folder), "verdict": shard.data.get("verdict"),
-                    "browser": shard.data.get("browser"), "adapter": shard.data.get("adapter"),
-                    "klein_web": shard.data.get("klein_web"), "finished_at": shard.data.get("finished_at")}
-                   for shard in shards],
+        "shards": [
+            {
+                "shard": shard.index,
+                "folder": str(shard.folder),
+                "verdict": shard.data.get("verdict"),
+                "browser": shard.data.get("browser"),
+                "adapter": shard.data.get("adapter"),
+                "klein_web": shard.data.get("klein_web"),
+                "finished_at": shard.data.get("finished_at"),
+            }
+            for shard in shards
+        ],
         "run": {**shards[0].run, "shard": None, "merged_from": len(shards)},
         "klein_web": __version__,
     }
     atomic_write_bytes(out / REPORT_NAME, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8"))
     for entry in entries:
-        log(f"{entry['verdict'].upper():>13}  {entry['case']} (shard {entry['shard']}/{shards[0].count}): "
-            f"{entry['reason']}")
-    log(f"overall: {worst.label.upper()} (exit {worst.exit_code}); {len(entries)} cases from {len(shards)} shards; "
-        f"report in {out}")
+        log(
+            f"{entry['verdict'].upper():>13}  {entry['case']} (shard {entry['shard']}/{shards[0].count}): "
+            f"{entry['reason']}"
+        )
+    log(
+        f"overall: {worst.label.upper()} (exit {worst.exit_code}); {len(entries)} cases from {len(shards)} shards; "
+        f"report in {out}"
+    )
     return worst.exit_code
 
 

@@ -61,8 +61,9 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
             # {timings: per-stage ms, graphs: variant + EP per component, notes, prompt: token counts}
             run.timings = result_info.pop("timings", None)
             run.result_info = result_info
-        run.capabilities = (read_json_attribute(page, "#capabilities")
-                            or {"text": " ".join((page.text_content("#capabilities") or "").split())})
+        run.capabilities = read_json_attribute(page, "#capabilities") or {
+            "text": " ".join((page.text_content("#capabilities") or "").split())
+        }
         if state == "rejected":
             run.app_error = app_error(page)[1]
             raise CaseCouldNotRun(f"the app rejected the settings: {run.app_error}")
@@ -90,8 +91,10 @@ def run_case(session: BrowserSession, case: Case, run: AppRun, *, base_url: str,
             raise CaseCouldNotRun(session.exit_reason()) from exc
         # A renderer that dies while the page is being made fails new_page() before `crash` can be heard.
         if crashed or "Target crashed" in str(exc):
-            raise CaseCouldNotRun("the page crashed (its renderer process died: out of memory, or a GPU driver fault); "
-                                  "Chromium's log is browser.log in the report folder") from exc
+            raise CaseCouldNotRun(
+                "the page crashed (its renderer process died: out of memory, or a GPU driver fault); "
+                "Chromium's log is browser.log in the report folder"
+            ) from exc
         raise CaseCouldNotRun(f"driving the page failed: {first_line(exc)}") from exc
     finally:
         run.seconds = time.perf_counter() - started

@@ -115,11 +115,13 @@ def metrics_json(metrics: imaging.ImageComparison | None) -> dict[str, Any] | No
     if metrics is None:
         return None
     # JSON has no Infinity: identical images get psnr null and identical true.
-    return {"psnr": None if math.isinf(metrics.psnr) else round(metrics.psnr, 4),
-            "identical": metrics.max_abs_diff == 0,
-            "ssim": round(metrics.ssim, 6),
-            "max_abs_diff": metrics.max_abs_diff,
-            "share_off_by_more_than_8": round(metrics.share_off_by_8, 6)}
+    return {
+        "psnr": None if math.isinf(metrics.psnr) else round(metrics.psnr, 4),
+        "identical": metrics.max_abs_diff == 0,
+        "ssim": round(metrics.ssim, 6),
+        "max_abs_diff": metrics.max_abs_diff,
+        "share_off_by_more_than_8": round(metrics.share_off_by_8, 6),
+    }
 
 
 # --------------------------------------------------------------------------------------------- writing
@@ -145,8 +147,13 @@ def case_json(report: CaseReport, *, browser: dict[str, Any], adapter: dict[str,
         "case": report.name,
         "parameters": report.parameters,
         "metrics": metrics_json(comparison.metrics if comparison else None),
-        "reference": {"source": report.reference.source, "seconds": round(report.reference.seconds, 3),
-                      "variants": report.reference.variants} if report.reference is not None else None,
+        "reference": {
+            "source": report.reference.source,
+            "seconds": round(report.reference.seconds, 3),
+            "variants": report.reference.variants,
+        }
+        if report.reference is not None
+        else None,
         "timings": report.app.timings,
         "graphs": report.app.result_info.get("graphs"),
         "notes": report.app.result_info.get("notes"),
@@ -198,8 +205,14 @@ def write_case_report(folder: Path, report: CaseReport, *, browser: dict[str, An
         _write_bytes(folder / REFERENCE_NAME, reference.png)
     else:
         p = report.parameters
-        text = imaging.png_text(prompt=p["prompt"], seed=p["seed"], steps=p["steps"], width=p["width"],
-                                height=p["height"], model=f"{reference.source} reference")
+        text = imaging.png_text(
+            prompt=p["prompt"],
+            seed=p["seed"],
+            steps=p["steps"],
+            width=p["width"],
+            height=p["height"],
+            model=f"{reference.source} reference",
+        )
         _write_png(folder / REFERENCE_NAME, reference.image, text=text)
     if report.app.png:
         _write_bytes(folder / CANDIDATE_NAME, report.app.png)
@@ -223,8 +236,9 @@ def worst_exit_code(reports: Iterable[CaseReport]) -> int:
     return max((report.verdict for report in reports), default=COULD_NOT_RUN).exit_code
 
 
-def write_run_report(folder: Path, reports: list[CaseReport], *, browser: dict[str, Any],
-                     adapter: dict[str, Any], run: dict[str, Any]) -> Path:
+def write_run_report(
+    folder: Path, reports: list[CaseReport], *, browser: dict[str, Any], adapter: dict[str, Any], run: dict[str, Any]
+) -> Path:
     """The top report.json of a several-case run: the overall verdict, one entry per case folder, and `run`: what
     it ran (regress.shards.run_identity)."""
     worst = Verdict(worst_exit_code(reports))
@@ -232,8 +246,14 @@ def write_run_report(folder: Path, reports: list[CaseReport], *, browser: dict[s
         "verdict": worst.label,
         "exit_code": worst.exit_code,
         "cases": [
-            {"case": r.name, "folder": r.name, "position": r.position, "verdict": r.verdict.label, "reason": r.reason,
-             "metrics": metrics_json(r.comparison.metrics if r.comparison else None)}
+            {
+                "case": r.name,
+                "folder": r.name,
+                "position": r.position,
+                "verdict": r.verdict.label,
+                "reason": r.reason,
+                "metrics": metrics_json(r.comparison.metrics if r.comparison else None),
+            }
             for r in reports
         ],
         "adapter": adapter,
@@ -258,17 +278,24 @@ def _timing_text(timings: Any) -> str:
     return "app timings: " + ", ".join(parts) if parts else "no timings reported"
 
 
-def summary_lines(reports: list[CaseReport], *, browser: dict[str, Any], adapter: dict[str, Any],
-                  report_dir: Path) -> list[str]:
+def summary_lines(
+    reports: list[CaseReport], *, browser: dict[str, Any], adapter: dict[str, Any], report_dir: Path
+) -> list[str]:
     """A one-screen summary: the browser and adapter, then two to four lines per case, then the overall verdict."""
     adapter_text = " ".join(str(adapter.get(k) or "") for k in ("vendor", "architecture", "description")).strip()
-    lines = [(f"browser: {browser.get('version') or '?'} ({browser.get('mode')}), {browser.get('launches')} "
-              f"launch(es); adapter: {adapter_text or 'unknown'}")]
+    lines = [
+        (
+            f"browser: {browser.get('version') or '?'} ({browser.get('mode')}), {browser.get('launches')} "
+            f"launch(es); adapter: {adapter_text or 'unknown'}"
+        )
+    ]
     indent = " " * 15
     for report in reports:
         p = report.parameters
-        lines.append(f"{report.verdict.label.upper():>13}  {report.name}: {p['width']}x{p['height']}, {p['steps']} "
-                     f"steps, seed {p['seed']}: {report.reason}")
+        lines.append(
+            f"{report.verdict.label.upper():>13}  {report.name}: {p['width']}x{p['height']}, {p['steps']} "
+            f"steps, seed {p['seed']}: {report.reason}"
+        )
         metrics = report.comparison.metrics if report.comparison else None
         if metrics is not None:
             lines.append(indent + metrics.summary())

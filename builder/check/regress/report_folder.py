@@ -40,9 +40,11 @@ def check_report_folder(folder: Path, *, what: str = "--report") -> None:
             return  # a file there is refused by check_output_folder
     except OSError as exc:
         raise InputError(f"{what} {folder} cannot be read ({exc.strerror}); pass another folder.") from None
-    raise InputError(f"{what} {folder} is a non-empty folder that is not an earlier regress report (no {MARKER} "
-                     f"or report.json of ours); a run would overwrite its {', '.join(RUN_FILES[:5])}. Pass a new or "
-                     f"empty folder, e.g. {what} {folder / 'regress'}; nothing was written.")
+    raise InputError(
+        f"{what} {folder} is a non-empty folder that is not an earlier regress report (no {MARKER} "
+        f"or report.json of ours); a run would overwrite its {', '.join(RUN_FILES[:5])}. Pass a new or "
+        f"empty folder, e.g. {what} {folder / 'regress'}; nothing was written."
+    )
 
 
 def mark(folder: Path) -> None:

@@ -92,8 +92,16 @@ def main(options: RegressOptions, *, log: Log) -> int:
     with contextlib.ExitStack() as stack:
         app = options.app_url
         if app is None:
-            served = stack.enter_context(serving(site(options.dist_dir, log=log), models_dir, log=log,
-                                                 models_manifest=repo, host=options.host, port=options.port))
+            served = stack.enter_context(
+                serving(
+                    site(options.dist_dir, log=log),
+                    models_dir,
+                    log=log,
+                    models_manifest=repo,
+                    host=options.host,
+                    port=options.port,
+                )
+            )
             app = options.advertise or served
         if options.connect is not None:
             stack.enter_context(connected(session, log=log))
@@ -102,8 +110,15 @@ def main(options: RegressOptions, *, log: Log) -> int:
         log(f"the browser opens the app at {page_url(app, '/')}")
         session.adapter = probe_adapter(session, page_url(app, "/"))
         for position, case in chosen:
-            report = _run_one(session, case, references.get(case.name), models_dir=models_dir, base_url=app,
-                              timeout_s=options.timeout_s, log=log)
+            report = _run_one(
+                session,
+                case,
+                references.get(case.name),
+                models_dir=models_dir,
+                base_url=app,
+                timeout_s=options.timeout_s,
+                log=log,
+            )
             report.position = position
             reports.append(report)
 
@@ -116,8 +131,9 @@ def main(options: RegressOptions, *, log: Log) -> int:
     report_folder.mark(report_dir)
     write_browser_log(report_dir, session.log)  # before any report.json, which each folder gets last
     for report in reports:
-        write_case_report(report_dir if single else report_dir / report.name, report, browser=browser,
-                          adapter=session.adapter)
+        write_case_report(
+            report_dir if single else report_dir / report.name, report, browser=browser, adapter=session.adapter
+        )
     if not single:
         write_run_report(report_dir, reports, browser=browser, adapter=session.adapter, run=identity)
     for line in summary_lines(reports, browser=browser, adapter=session.adapter, report_dir=report_dir):
@@ -134,12 +150,24 @@ def _session(options: RegressOptions) -> BrowserSession:
     """The browser of the run: a browser server's (--connect), or a Chromium found here and checked."""
     if options.connect is not None:
         return BrowserSession(executable=None, endpoint=options.connect, gpu=options.gpu, headed=False)
-    return local_session(Path(options.browser_path) if options.browser_path else None, gpu=options.gpu,
-                         headed=options.headed, f16_toggle=options.f16_toggle)
+    return local_session(
+        Path(options.browser_path) if options.browser_path else None,
+        gpu=options.gpu,
+        headed=options.headed,
+        f16_toggle=options.f16_toggle,
+    )
 
 
-def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *, models_dir: Path, base_url: str,
-             timeout_s: float, log: Log) -> CaseReport:
+def _run_one(
+    session: BrowserSession,
+    case: Case,
+    reference: Reference | None,
+    *,
+    models_dir: Path,
+    base_url: str,
+    timeout_s: float,
+    log: Log,
+) -> CaseReport:
     """One case, start to verdict; a problem of this case never stops the others."""
     report = CaseReport(name=case.name, parameters=case.parameters(), reference=reference)
     report.app = run = AppRun()
@@ -147,8 +175,9 @@ def _run_one(session: BrowserSession, case: Case, reference: Reference | None, *
         run_case(session, case, run, base_url=base_url, timeout_s=timeout_s, log=log)
         assert run.image is not None  # run_case either downloaded an image or raised
         if report.reference is None:
-            report.reference = _cpu_reference(case, models_dir=models_dir, app_graphs=run.result_info.get("graphs"),
-                                              log=log)
+            report.reference = _cpu_reference(
+                case, models_dir=models_dir, app_graphs=run.result_info.get("graphs"), log=log
+            )
         report.comparison = compare(run.image, report.reference.image, psnr_min=case.psnr_min)
         report.verdict, report.reason = report.comparison.verdict, report.comparison.reason
     except AppReportedDegenerate as exc:
@@ -167,14 +196,31 @@ def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -
     """builder.pipeline.reference for the case's parameters, pinned to the graph variants the app ran (when it said)."""
     from builder.pipeline import reference  # onnxruntime + tokenizers: only loaded when a CPU reference is asked for
 
-    variants = {component: graph["variant"] for component, graph in (app_graphs or {}).items()
-                if component in (*manifest.COMPONENTS, *manifest.OPTIONAL_COMPONENTS) and isinstance(graph, dict)
-                and isinstance(graph.get("variant"), str)}
-    log(f"[{case.name}] reference: running the pipeline on onnxruntime CPU "
-        f"({', '.join(f'{c} {v}' for c, v in variants.items()) or 'default variants'}) ...")
+    variants = {
+        component: graph["variant"]
+        for component, graph in (app_graphs or {}).items()
+        if component in (*manifest.COMPONENTS, *manifest.OPTIONAL_COMPONENTS)
+        and isinstance(graph, dict)
+        and isinstance(graph.get("variant"), str)
+    }
+    log(
+        f"[{case.name}] reference: running the pipeline on onnxruntime CPU "
+        f"({', '.join(f'{c} {v}' for c, v in variants.items()) or 'default variants'}) ..."
+    )
     started = time.perf_counter()
-    result = reference.generate(models_dir, prompt=case.prompt, seed=case.seed, width=case.width,
-                                height=case.height, steps=case.steps, log=log, variants=variants or None,
-                                images=case.images, mask=case.mask, strength=case.strength_or_default)
-    return Reference(source="cpu", image=result.image, seconds=time.perf_counter() - started,
-                     variants=dict(result.variants))
+    result = reference.generate(
+        models_dir,
+        prompt=case.prompt,
+        seed=case.seed,
+        width=case.width,
+        height=case.height,
+        steps=case.steps,
+        log=log,
+        variants=variants or None,
+        images=case.images,
+        mask=case.mask,
+        strength=case.strength_or_default,
+    )
+    return Reference(
+        source="cpu", image=result.image, seconds=time.perf_counter() - started, variants=dict(result.variants)
+    )

@@ -35,25 +35,43 @@ def check(options: RegressOptions) -> None:
     if options.connect is not None:
         endpoint = urllib.parse.urlsplit(options.connect)
         if endpoint.scheme not in ("ws", "wss") or not endpoint.hostname:
-            raise InputError(f"--connect {options.connect!r}: give the ws:// address a Playwright browser server "
-                             "prints (`playwright launch-server`, docs/regress.md), e.g. --connect "
-                             "ws://gpu-box:3000/0123abcd.")
-        launch_flags = [flag for flag, given in (("--profile", options.profile is not None),
-                                                 ("--browser", options.browser_path is not None),
-                                                 ("--headed", options.headed),
-                                                 ("--no-f16-toggle", not options.f16_toggle)) if given]
+            raise InputError(
+                f"--connect {options.connect!r}: give the ws:// address a Playwright browser server "
+                "prints (`playwright launch-server`, docs/regress.md), e.g. --connect "
+                "ws://gpu-box:3000/0123abcd."
+            )
+        launch_flags = [
+            flag
+            for flag, given in (
+                ("--profile", options.profile is not None),
+                ("--browser", options.browser_path is not None),
+                ("--headed", options.headed),
+                ("--no-f16-toggle", not options.f16_toggle),
+            )
+            if given
+        ]
         if launch_flags:
-            raise InputError(f"{', '.join(launch_flags)} choose how Chromium is launched here; with --connect the "
-                             "browser server launched it (a browser server opens only new in-memory contexts, so "
-                             "no profile persists). Set them where the server is started, and leave them out.")
+            raise InputError(
+                f"{', '.join(launch_flags)} choose how Chromium is launched here; with --connect the "
+                "browser server launched it (a browser server opens only new in-memory contexts, so "
+                "no profile persists). Set them where the server is started, and leave them out."
+            )
     if options.app_url is not None:
         _http_url(options.app_url, "--app-url")
-        served = [flag for flag, given in (("--dist", options.dist_dir is not None),
-                                           ("--host", options.host != "127.0.0.1"), ("--port", options.port != 0),
-                                           ("--advertise", options.advertise is not None)) if given]
+        served = [
+            flag
+            for flag, given in (
+                ("--dist", options.dist_dir is not None),
+                ("--host", options.host != "127.0.0.1"),
+                ("--port", options.port != 0),
+                ("--advertise", options.advertise is not None),
+            )
+            if given
+        ]
         if served:
-            raise InputError(f"--app-url opens a deployed app, so nothing is served here: leave out "
-                             f"{', '.join(served)}.")
+            raise InputError(
+                f"--app-url opens a deployed app, so nothing is served here: leave out {', '.join(served)}."
+            )
         return
     if options.advertise is not None:
         _http_url(options.advertise, "--advertise")
@@ -64,7 +82,8 @@ def check(options: RegressOptions) -> None:
             f"--connect {urllib.parse.urlsplit(options.connect or '').netloc}: that browser runs on another machine, "
             f"where {advertised or 'this address'} is not this one. Serve on an address it can reach (--host 0.0.0.0 "
             "--port 8123 --advertise http://THIS-MACHINE:8123/, or a tunnel and --advertise http://localhost:PORT/), "
-            "or open a deployed app with --app-url (docs/regress.md).")
+            "or open a deployed app with --app-url (docs/regress.md)."
+        )
 
 
 def page_url(app: str, path: str) -> str:

@@ -30,9 +30,20 @@ def _chunk(kind: bytes, data: bytes, *, crc: int | None = None) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", value & 0xFFFFFFFF)
 
 
-def png(samples: np.ndarray, *, width: int, height: int, bits: int, colour: int, interlace: bool = False,
-        before: Sequence[bytes] = (), after: Sequence[bytes] = (), palette: bytes | None = None, trns: bytes | None = None,
-        bad_crc: bytes | None = None) -> bytes:
+def png(
+    samples: np.ndarray,
+    *,
+    width: int,
+    height: int,
+    bits: int,
+    colour: int,
+    interlace: bool = False,
+    before: Sequence[bytes] = (),
+    after: Sequence[bytes] = (),
+    palette: bytes | None = None,
+    trns: bytes | None = None,
+    bad_crc: bytes | None = None,
+) -> bytes:
     """A PNG of samples [h, w*channels] (filters none..paeth cycled for 8/16 bits; Adam7 when `interlace`)."""
     channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[colour]
     if interlace:
@@ -111,8 +122,12 @@ def exif(orientation: int, *, big_endian: bool = False, long: bool = False) -> b
 
 def gradient(channels: int, *, width: int = W, height: int = H, peak: int = 255) -> np.ndarray:
     y, x = np.mgrid[0:height, 0:width]
-    planes = [(x * peak // (width - 1)), (y * peak // (height - 1)), ((x + y) * peak // (width + height - 2)),
-              ((width - 1 - x) * peak // (width - 1))]
+    planes = [
+        (x * peak // (width - 1)),
+        (y * peak // (height - 1)),
+        ((x + y) * peak // (width + height - 2)),
+        ((width - 1 - x) * peak // (width - 1)),
+    ]
     return np.stack(planes[:channels], axis=-1).astype(np.uint16 if peak > 255 else np.uint8)
 
 
@@ -130,8 +145,11 @@ def _exif_bytes(orientation: int) -> bytes:
 
 
 def _xmp(orientation: int) -> bytes:
-    return (b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF><rdf:Description tiff:Orientation="'
-            + str(orientation).encode() + b'"/></rdf:RDF></x:xmpmeta>')
+    return (
+        b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF><rdf:Description tiff:Orientation="'
+        + str(orientation).encode()
+        + b'"/></rdf:RDF></x:xmpmeta>'
+    )
 
 
 def pillow(image: Image.Image, fmt: str, **options: object) -> bytes:
@@ -155,14 +173,18 @@ def build() -> dict[str, bytes]:
     # PNG, every colour type and bit depth Pillow reads
     files["png_rgb8.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2)
     files["png_rgb8_adam7.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2, interlace=True)
-    files["png_rgb16.png"] = png((rgb.astype(np.uint16) * 257 + 91).reshape(H, -1), width=W, height=H, bits=16, colour=2)
-    files["png_rgb8_trns.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
-                                     trns=struct.pack(">HHH", 250, 20, 20))
+    files["png_rgb16.png"] = png(
+        (rgb.astype(np.uint16) * 257 + 91).reshape(H, -1), width=W, height=H, bits=16, colour=2
+    )
+    files["png_rgb8_trns.png"] = png(
+        rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2, trns=struct.pack(">HHH", 250, 20, 20)
+    )
     rgba = np.concatenate([rgb, a[..., None]], axis=-1)
     rgba[:, : W // 4, :3] = 255  # transparent pixels white: kept by convert('RGB')
     files["png_rgba8.png"] = png(rgba.reshape(H, -1), width=W, height=H, bits=8, colour=6)
-    files["png_rgba16_adam7.png"] = png((rgba.astype(np.uint16) * 257 + 200).reshape(H, -1), width=W, height=H,
-                                        bits=16, colour=6, interlace=True)
+    files["png_rgba16_adam7.png"] = png(
+        (rgba.astype(np.uint16) * 257 + 200).reshape(H, -1), width=W, height=H, bits=16, colour=6, interlace=True
+    )
     files["png_grey8.png"] = png(grey.reshape(H, -1), width=W, height=H, bits=8, colour=0)
     files["png_grey8_trns.png"] = png(grey.reshape(H, -1), width=W, height=H, bits=8, colour=0, trns=b"\x00\x80")
     files["png_grey4.png"] = png((grey >> 4).reshape(H, -1), width=W, height=H, bits=4, colour=0)
@@ -172,33 +194,63 @@ def build() -> dict[str, bytes]:
     la[:, : W // 4, 0] = 255
     files["png_la8.png"] = png(la.reshape(H, -1), width=W, height=H, bits=8, colour=4)
     files["png_la16.png"] = png((la.astype(np.uint16) * 257 + 128).reshape(H, -1), width=W, height=H, bits=16, colour=4)
-    palette = bytes(np.array([[(i * 37) % 256, (i * 91) % 256, (255 - i * 13) % 256] for i in range(256)], np.uint8).tobytes())
+    palette = bytes(
+        np.array([[(i * 37) % 256, (i * 91) % 256, (255 - i * 13) % 256] for i in range(256)], np.uint8).tobytes()
+    )
     files["png_palette8.png"] = png((grey).reshape(H, -1), width=W, height=H, bits=8, colour=3, palette=palette)
-    files["png_palette4_trns.png"] = png((grey >> 4).reshape(H, -1), width=W, height=H, bits=4, colour=3,
-                                         palette=palette[: 16 * 3], trns=bytes([0, 64] + [255] * 14))
-    files["png_palette2_adam7.png"] = png((grey >> 6).reshape(H, -1), width=W, height=H, bits=2, colour=3,
-                                          palette=palette[:12], interlace=True)
-    files["png_palette1.png"] = png((grey >> 7).reshape(H, -1), width=W, height=H, bits=1, colour=3, palette=palette[:6])
-    files["png_exif6.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
-                                 before=[_chunk(b"eXIf", exif(6))])
-    files["png_exif3_after_idat.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
-                                            after=[_chunk(b"eXIf", exif(3, big_endian=True))])
+    files["png_palette4_trns.png"] = png(
+        (grey >> 4).reshape(H, -1),
+        width=W,
+        height=H,
+        bits=4,
+        colour=3,
+        palette=palette[: 16 * 3],
+        trns=bytes([0, 64] + [255] * 14),
+    )
+    files["png_palette2_adam7.png"] = png(
+        (grey >> 6).reshape(H, -1), width=W, height=H, bits=2, colour=3, palette=palette[:12], interlace=True
+    )
+    files["png_palette1.png"] = png(
+        (grey >> 7).reshape(H, -1), width=W, height=H, bits=1, colour=3, palette=palette[:6]
+    )
+    files["png_exif6.png"] = png(
+        rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2, before=[_chunk(b"eXIf", exif(6))]
+    )
+    files["png_exif3_after_idat.png"] = png(
+        rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2, after=[_chunk(b"eXIf", exif(3, big_endian=True))]
+    )
     xmp = b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:Description tiff:Orientation="8"/></x:xmpmeta>'
-    files["png_xmp8.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
-                                before=[_chunk(b"iTXt", b"XML:com.adobe.xmp\x00\x00\x00\x00\x00" + xmp)])
+    files["png_xmp8.png"] = png(
+        rgb.reshape(H, -1),
+        width=W,
+        height=H,
+        bits=8,
+        colour=2,
+        before=[_chunk(b"iTXt", b"XML:com.adobe.xmp\x00\x00\x00\x00\x00" + xmp)],
+    )
     raw_profile = ("\nexif\n" + f"{len(exif(5)):8d}\n" + exif(5).hex() + "\n").encode()
-    files["png_raw_profile5.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
-                                        before=[_chunk(b"zTXt", b"Raw profile type exif\x00\x00" + zlib.compress(raw_profile))])
+    files["png_raw_profile5.png"] = png(
+        rgb.reshape(H, -1),
+        width=W,
+        height=H,
+        bits=8,
+        colour=2,
+        before=[_chunk(b"zTXt", b"Raw profile type exif\x00\x00" + zlib.compress(raw_profile))],
+    )
     for value in (2, 4, 7):
-        files[f"png_exif{value}.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
-                                            before=[_chunk(b"eXIf", exif(value))])
-    files["png_exif8_long.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
-                                      before=[_chunk(b"eXIf", exif(8, long=True))])
-    files["png_exif9_ignored.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
-                                         before=[_chunk(b"eXIf", exif(9))])
+        files[f"png_exif{value}.png"] = png(
+            rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2, before=[_chunk(b"eXIf", exif(value))]
+        )
+    files["png_exif8_long.png"] = png(
+        rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2, before=[_chunk(b"eXIf", exif(8, long=True))]
+    )
+    files["png_exif9_ignored.png"] = png(
+        rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2, before=[_chunk(b"eXIf", exif(9))]
+    )
     # indices past a short palette (Pillow reads them as black)
-    files["png_palette_short.png"] = png((grey >> 4).reshape(H, -1), width=W, height=H, bits=4, colour=3,
-                                         palette=palette[: 5 * 3])
+    files["png_palette_short.png"] = png(
+        (grey >> 4).reshape(H, -1), width=W, height=H, bits=4, colour=3, palette=palette[: 5 * 3]
+    )
     files["png_trailing_bytes.png"] = files["png_rgb8.png"] + b"not part of the image"
     # JPEG
     image = Image.fromarray(rgb)
@@ -230,13 +282,23 @@ def build() -> dict[str, bytes]:
     mask_rgba = np.concatenate([np.repeat(mask_grey[..., None], 3, axis=-1), mask_la[..., 1:]], axis=-1)
     mask_rgba[mask_grey == 0, :3] = 255
     files["mask_rgba_transparent_white.png"] = png(mask_rgba.reshape(48, -1), width=40, height=48, bits=8, colour=6)
-    files["mask_la16.png"] = png((mask_la.astype(np.uint16) * 257).reshape(48, -1), width=40, height=48, bits=16,
-                                 colour=4)
-    files["mask_palette_grey.png"] = png((mask_grey >> 7).reshape(48, -1), width=40, height=48, bits=1, colour=3,
-                                         palette=b"\x00\x00\x00\xff\xff\xff", trns=b"\x00")
+    files["mask_la16.png"] = png(
+        (mask_la.astype(np.uint16) * 257).reshape(48, -1), width=40, height=48, bits=16, colour=4
+    )
+    files["mask_palette_grey.png"] = png(
+        (mask_grey >> 7).reshape(48, -1),
+        width=40,
+        height=48,
+        bits=1,
+        colour=3,
+        palette=b"\x00\x00\x00\xff\xff\xff",
+        trns=b"\x00",
+    )
     files["mask_jpeg_exif6.jpg"] = pillow(Image.fromarray(mask_grey), "JPEG", quality=95, exif=exif6.tobytes())
     # refused
-    files["refuse_grey16.png"] = png((grey.astype(np.uint16) * 257).reshape(H, -1), width=W, height=H, bits=16, colour=0)
+    files["refuse_grey16.png"] = png(
+        (grey.astype(np.uint16) * 257).reshape(H, -1), width=W, height=H, bits=16, colour=0
+    )
     files["refuse_mask_grey16.png"] = png((mask_grey.astype(np.uint16) * 257), width=40, height=48, bits=16, colour=0)
     files["refuse_truncated.png"] = files["png_rgb8.png"][: len(files["png_rgb8.png"]) // 2]
     files["refuse_bad_header_crc.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2, bad_crc=b"IHDR")
@@ -246,23 +308,39 @@ def build() -> dict[str, bytes]:
     files["refuse.bmp"] = pillow(Image.fromarray(gradient(3, width=16, height=16)), "BMP")
     files["refuse_not_an_image.png"] = b"this is text, not an image\n"
     frame = struct.pack(">IIIIIHHBB", 0, W, H, 0, 0, 1, 10, 0, 0)
-    files["refuse_animated.png"] = png(rgb.reshape(H, -1), width=W, height=H, bits=8, colour=2,
-                                       before=[_chunk(b"acTL", struct.pack(">II", 2, 0)),
-                                               _chunk(b"fcTL", frame)])
+    files["refuse_animated.png"] = png(
+        rgb.reshape(H, -1),
+        width=W,
+        height=H,
+        bits=8,
+        colour=2,
+        before=[_chunk(b"acTL", struct.pack(">II", 2, 0)), _chunk(b"fcTL", frame)],
+    )
     frames = [Image.fromarray(rgb), Image.fromarray(rgb[::-1].copy())]
     files["refuse_animated.webp"] = pillow(frames[0], "WEBP", save_all=True, append_images=frames[1:], lossless=True)
-    files["refuse_small.png"] = png(gradient(3, width=48, height=80).reshape(80, -1), width=48, height=80, bits=8, colour=2)
-    files["refuse_mask_coloured.png"] = png(gradient(3, width=40, height=48).reshape(48, -1), width=40, height=48,
-                                            bits=8, colour=2)
+    files["refuse_small.png"] = png(
+        gradient(3, width=48, height=80).reshape(80, -1), width=48, height=80, bits=8, colour=2
+    )
+    files["refuse_mask_coloured.png"] = png(
+        gradient(3, width=40, height=48).reshape(48, -1), width=40, height=48, bits=8, colour=2
+    )
     return files
 
 
 # What each file is read as and what both sides must do: reason keys of REFUSALS (or the dimension check).
 EXPECTED = {
-    "refuse_grey16.png": "grey16", "refuse_mask_grey16.png": "grey16", "refuse_truncated.png": "damaged",
-    "refuse_bad_header_crc.png": "damaged", "refuse_truncated.jpg": "damaged", "refuse_cmyk.jpg": "cmyk",
-    "refuse.gif": "format", "refuse.bmp": "format", "refuse_not_an_image.png": "format",
-    "refuse_animated.png": "animated", "refuse_animated.webp": "animated", "refuse_small.png": "dimensions",
+    "refuse_grey16.png": "grey16",
+    "refuse_mask_grey16.png": "grey16",
+    "refuse_truncated.png": "damaged",
+    "refuse_bad_header_crc.png": "damaged",
+    "refuse_truncated.jpg": "damaged",
+    "refuse_cmyk.jpg": "cmyk",
+    "refuse.gif": "format",
+    "refuse.bmp": "format",
+    "refuse_not_an_image.png": "format",
+    "refuse_animated.png": "animated",
+    "refuse_animated.webp": "animated",
+    "refuse_small.png": "dimensions",
     "refuse_mask_coloured.png": "coloured",
 }
 

@@ -53,7 +53,9 @@ export function parseBatchCount(text, where) {
     const trimmed = text.trim();
     const value = /^\d+$/.test(trimmed) ? Number(trimmed) : NaN;
     if (!(value >= 1 && value <= BATCH_MAX)) {
-        throw new InputError(`${where} must be a whole number from 1 to ${BATCH_MAX} (got "${trimmed}").`, { field: 'batch' });
+        throw new InputError(`${where} must be a whole number from 1 to ${BATCH_MAX} (got "${trimmed}").`, {
+            field: 'batch',
+        });
     }
     return value;
 }
@@ -152,7 +154,8 @@ export class BatchRun {
      */
     endText(how) {
         const wall = this.wallMs();
-        if (this.count === 1) return how === 'done' ? `Done in ${formatDuration(this.items[0].totalMs ?? wall)}.` : 'Cancelled.';
+        if (this.count === 1)
+            return how === 'done' ? `Done in ${formatDuration(this.items[0].totalMs ?? wall)}.` : 'Cancelled.';
         const done = this.doneCount;
         if (how === 'cancelled') return `Cancelled after ${done} of ${images(this.count)}.`;
         return `Done: ${images(done)} in ${formatDuration(wall)} (${formatDuration(wall / Math.max(1, done))} per image).`;

@@ -90,7 +90,9 @@ export class HistoryPanel {
             return;
         }
         this.form.prompt.focus();
-        this.toast.announce(`${restoredWhat(entry.mode)} restored: seed ${params.seed}, ${params.width}×${params.height}.`);
+        this.toast.announce(
+            `${restoredWhat(entry.mode)} restored: seed ${params.seed}, ${params.width}×${params.height}.`,
+        );
     }
 
     /** @param {HistoryEntry} entry */

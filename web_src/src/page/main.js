@@ -171,7 +171,9 @@ function main() {
             if (errorBox.dataset.code === ErrorCode.INPUT) errors.clear();
         },
     });
-    const capabilities = new CapabilitiesView(document, { onClearCache: () => clearCache(client, capabilities, form, readiness) });
+    const capabilities = new CapabilitiesView(document, {
+        onClearCache: () => clearCache(client, capabilities, form, readiness),
+    });
     const history = new HistoryPanel(document, { form, editing, errors, toast });
     const browserNote = requireElement(document, 'browser-note', HTMLElement);
     browserNote.textContent = SUPPORT_NOTE;
@@ -180,14 +182,37 @@ function main() {
 
     applyShareLink(form, errors, [memory.urlError, batchSetting.urlError, preview.urlError]);
     const source = showModelSource(form, errors);
-    const readiness = new Readiness({ client, capabilities, form, errors, progress, browserNote, browser, advice: webgpuAdvice(browser) });
+    const readiness = new Readiness({
+        client,
+        capabilities,
+        form,
+        errors,
+        progress,
+        browserNote,
+        browser,
+        advice: webgpuAdvice(browser),
+    });
     readiness.start();
     history.open(indexedDB);
 
     const outputCard = requireElement(document, 'output', HTMLElement);
     const runner = new Runner({
-        client, readiness, source, version, form, editing, memory, batchSetting, progress, strip, errors, capabilities, history, outputCard,
-        preview, stepPreview,
+        client,
+        readiness,
+        source,
+        version,
+        form,
+        editing,
+        memory,
+        batchSetting,
+        progress,
+        strip,
+        errors,
+        capabilities,
+        history,
+        outputCard,
+        preview,
+        stepPreview,
     });
     form.onSubmit(() => {
         runner.generate().catch((err) => {
@@ -196,7 +221,9 @@ function main() {
         });
     });
     form.cancel.addEventListener('click', () => runner.cancel());
-    requireElement(document, 'copy-link', HTMLButtonElement).addEventListener('click', () => copyShareLink(form, errors, toast));
+    requireElement(document, 'copy-link', HTMLButtonElement).addEventListener('click', () =>
+        copyShareLink(form, errors, toast),
+    );
 }
 
 main();

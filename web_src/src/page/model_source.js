@@ -34,7 +34,9 @@ function forcedPrecision(href) {
     const precision = new URL(href).searchParams.get('precision');
     if (precision === null || precision === '') return undefined;
     if (!PRECISIONS.includes(precision)) {
-        throw new InputError(`?precision=${precision} is not a graph variant; use one of ${PRECISIONS.join(', ')}, or leave it out for the best one this GPU runs.`);
+        throw new InputError(
+            `?precision=${precision} is not a graph variant; use one of ${PRECISIONS.join(', ')}, or leave it out for the best one this GPU runs.`,
+        );
     }
     return precision;
 }
@@ -47,7 +49,9 @@ function profiled(href) {
     const profile = new URL(href).searchParams.get('profile');
     if (profile === null || profile === '') return false;
     if (profile !== 'kernels') {
-        throw new InputError(`?profile=${profile} is not a profile; use ?profile=kernels (each run's GPU time per kernel), or leave it out.`);
+        throw new InputError(
+            `?profile=${profile} is not a profile; use ?profile=kernels (each run's GPU time per kernel), or leave it out.`,
+        );
     }
     return true;
 }
@@ -129,7 +133,7 @@ async function resolveBase({ href, defaultBase, fetch, storage = null }) {
     const local = new URL('models/', href);
     const found = await hasManifest(new URL('manifest.json', local), fetch);
     if (found !== null) rememberLocal(storage, found ? local.href : null);
-    if (found ?? (recallLocal(storage) === local.href)) {
+    if (found ?? recallLocal(storage) === local.href) {
         return { base: local.toString(), kind: 'local', label: 'Local: models/ on this server' };
     }
     const url = parseBase(defaultBase, href);

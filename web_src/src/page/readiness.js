@@ -121,7 +121,9 @@ export class Readiness {
             this.cannotRun = error;
             const found = decision.missing.find((m) => m.need === 'webgpu' || m.need === 'adapter');
             form.block('WebGPU is not available in this browser.');
-            errors.show(adviseError(error, { advice: found ? missingAdvice(found, browser) : advice }), error.code, { reveal: false });
+            errors.show(adviseError(error, { advice: found ? missingAdvice(found, browser) : advice }), error.code, {
+                reveal: false,
+            });
             browserNote.textContent =
                 'WebGPU is not available in this browser, so the app cannot run here. What to do is shown under the Generate button.';
             progress.idle('WebGPU is not available.');
@@ -129,7 +131,9 @@ export class Readiness {
             return null;
         }
         if (!decision.canRun) {
-            this.cannotRun = new KleinError(`The app needs ${decision.missing.map((m) => m.what).join('; ')}.`, { code: ErrorCode.UNSUPPORTED });
+            this.cannotRun = new KleinError(`The app needs ${decision.missing.map((m) => m.what).join('; ')}.`, {
+                code: ErrorCode.UNSUPPORTED,
+            });
             this.cannotRunAdvice = {
                 title: 'This browser lacks what the app needs',
                 message: this.cannotRun.message,

@@ -103,7 +103,11 @@ export class Runner {
             const values = form.read();
             const { count, mode } = batchSetting.read();
             const inputs = await editing.collect();
-            return { values, inputs, batch: new BatchRun(batchSeeds(values.seed, count, mode, randomSeed), performance.now()) };
+            return {
+                values,
+                inputs,
+                batch: new BatchRun(batchSeeds(values.seed, count, mode, randomSeed), performance.now()),
+            };
         } catch (err) {
             if (!(err instanceof InputError)) {
                 setState('error');
@@ -155,7 +159,9 @@ export class Runner {
         const request = preview.enabled() ? { ...params, preview: true } : params;
         let output;
         try {
-            output = await client.generate(request, { onEvent: (event) => (progress.handle(event), stepPreview.handle(event)) });
+            output = await client.generate(request, {
+                onEvent: (event) => (progress.handle(event), stepPreview.handle(event)),
+            });
         } finally {
             stepPreview.clear();
         }
@@ -165,7 +171,13 @@ export class Runner {
         strip.render();
         // The settings without the image bytes: the files go to history as the Blobs the page holds.
         history.record(
-            { createdAt: Date.now(), params: settings, modelLabel: found.label, totalMs: output.timings.total, thumb: encoded.thumb },
+            {
+                createdAt: Date.now(),
+                params: settings,
+                modelLabel: found.label,
+                totalMs: output.timings.total,
+                thumb: encoded.thumb,
+            },
             inputs.record,
         );
     }
@@ -208,6 +220,7 @@ export class Runner {
     /** In a one-column (narrow) layout the progress is below the form: scroll it into view once. */
     #revealOutput() {
         const card = this.parts.outputCard;
-        if (card.getBoundingClientRect().top > window.innerHeight - 120) card.scrollIntoView({ behavior: 'smooth', block: 'start' });
+        if (card.getBoundingClientRect().top > window.innerHeight - 120)
+            card.scrollIntoView({ behavior: 'smooth', block: 'start' });
     }
 }

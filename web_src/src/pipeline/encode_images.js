@@ -12,8 +12,16 @@ import { InputError } from '../shared/errors.js';
 import { inputImageSize } from '../shared/limits.js';
 import { assertFinite } from './image.js';
 import {
-    binaryMask, checkGreyMask, checkImageParams, decodeImage, imageLabel, inpaintPixels, inpaintReferencePixels, referencePixels,
-    referenceSizes, toPlanes,
+    binaryMask,
+    checkGreyMask,
+    checkImageParams,
+    decodeImage,
+    imageLabel,
+    inpaintPixels,
+    inpaintReferencePixels,
+    referencePixels,
+    referenceSizes,
+    toPlanes,
 } from './input_images.js';
 import { LATENT_CHANNELS, PATCH, interpolateBilinear, packLatents, prepareImageIds } from './latents.js';
 import { requireOutput } from './models.js';
@@ -73,13 +81,16 @@ export async function checkInputImages(params, signal) {
         }
         used.unshift({ width, height });
         signal.throwIfAborted();
-        decodedMask = await decodeImage(/** @type {import('../protocol.js').ImageInput} */ (mask), `The mask (${mask?.name})`, { mask: true });
+        decodedMask = await decodeImage(
+            /** @type {import('../protocol.js').ImageInput} */ (mask),
+            `The mask (${mask?.name})`,
+            { mask: true },
+        );
         checkGreyMask(decodedMask);
     }
     const tokens = used.reduce((sum, size) => sum + (size.width / PATCH) * (size.height / PATCH), 0);
     return { mode, images: decoded, used, mask: decodedMask, strength, tokens };
 }
-
 
 /**
  * @typedef {Object} ImageJob  One input image to encode, and how its pixels are made.
@@ -152,8 +163,14 @@ export async function encodeImages(plan, { models, meter, signal }) {
         packed.push(packLatents(latents.data, LATENT_CHANNELS, grid.height, grid.width));
         grids.push(grid);
         infos.push({
-            name: image.name, sha256: image.sha256, width: image.width, height: image.height,
-            usedWidth: width, usedHeight: height, tokens: grid.height * grid.width, cached,
+            name: image.name,
+            sha256: image.sha256,
+            width: image.width,
+            height: image.height,
+            usedWidth: width,
+            usedHeight: height,
+            tokens: grid.height * grid.width,
+            cached,
         });
     }
     const tokens = new Float32Array(packed.reduce((sum, p) => sum + p.length, 0));
@@ -178,8 +195,14 @@ export function maskTokens(mask, { width, height }) {
     return {
         tokens,
         info: {
-            name: mask.name, sha256: mask.sha256, width: mask.width, height: mask.height,
-            usedWidth: width, usedHeight: height, tokens: 0, cached: false,
+            name: mask.name,
+            sha256: mask.sha256,
+            width: mask.width,
+            height: mask.height,
+            usedWidth: width,
+            usedHeight: height,
+            tokens: 0,
+            cached: false,
         },
     };
 }

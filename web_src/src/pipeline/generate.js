@@ -22,7 +22,14 @@ import { assertFinite, checkImage, toRgba } from './image.js';
 import { checkImageParams } from './input_images.js';
 import { kernelTimes } from './kernel_times.js';
 import {
-    LATENT_CHANNELS, PATCH, blendMask, eulerStep, packLatents, prepareLatentIds, prepareTextIds, scaleNoise,
+    LATENT_CHANNELS,
+    PATCH,
+    blendMask,
+    eulerStep,
+    packLatents,
+    prepareLatentIds,
+    prepareTextIds,
+    scaleNoise,
     unpackLatents,
 } from './latents.js';
 import { requireOutput } from './models.js';
@@ -86,7 +93,10 @@ export function checkInputs(params) {
     if (typeof prompt !== 'string') {
         throw new InputError(`\`prompt\` must be a string, got ${JSON.stringify(prompt)}.`, { prompt });
     }
-    for (const [name, value] of /** @type {[string, any][]} */ ([['width', width], ['height', height]])) {
+    for (const [name, value] of /** @type {[string, any][]} */ ([
+        ['width', width],
+        ['height', height],
+    ])) {
         if (!Number.isInteger(value) || value % sizeMultiple !== 0 || value < sizeMin || value > sizeMax) {
             const near = Number.isFinite(value)
                 ? Math.min(sizeMax, Math.max(sizeMin, Math.round(value / sizeMultiple) * sizeMultiple))
@@ -275,12 +285,23 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
  * @returns {Promise<{denoised: Float32Array, stepMs: number[]}>} The denoised tokens [1, H*W, C], and the wall
  *   time of each step (the first one records the graph capture).
  */
-async function denoise(prepared, embedding, schedule, conditioning, inpainting, imageSeqLen, preview, { models, meter, signal, onEvent }) {
+async function denoise(
+    prepared,
+    embedding,
+    schedule,
+    conditioning,
+    inpainting,
+    imageSeqLen,
+    preview,
+    { models, meter, signal, onEvent },
+) {
     const { imgIds, txtIds, latentHeight, latentWidth, noise } = prepared;
     const noiseTokens = latentHeight * latentWidth;
     const extraTokens = conditioning ? conditioning.ids.length / 4 : 0;
     if (noiseTokens + extraTokens !== imageSeqLen) {
-        throw new Error(`The input images gave ${extraTokens} tokens where stage 1 counted ${imageSeqLen - noiseTokens}.`);
+        throw new Error(
+            `The input images gave ${extraTokens} tokens where stage 1 counted ${imageSeqLen - noiseTokens}.`,
+        );
     }
     // One buffer holds [noise tokens | image tokens]; the loop updates the noise part in place.
     const hiddenStates = new Float32Array(imageSeqLen * LATENT_CHANNELS);
@@ -324,7 +345,10 @@ async function denoise(prepared, embedding, schedule, conditioning, inpainting, 
         const velocity = noisePred.data.subarray(0, latents.length);
         eulerStep(latents, velocity, schedule.sigmas[i], schedule.sigmas[i + 1]);
         if (inpainting) {
-            const proper = i < total - 1 ? scaleNoise(inpainting.imageLatents, schedule.sigmas[i + 1], noise) : inpainting.imageLatents;
+            const proper =
+                i < total - 1
+                    ? scaleNoise(inpainting.imageLatents, schedule.sigmas[i + 1], noise)
+                    : inpainting.imageLatents;
             blendMask(latents, proper, inpainting.mask, LATENT_CHANNELS);
         }
         stepMs.push(performance.now() - stepStart);
@@ -333,7 +357,14 @@ async function denoise(prepared, embedding, schedule, conditioning, inpainting, 
         const sigmaNext = schedule.sigmas[i + 1];
         announce = () => {
             const frame = preview?.frame(latents, velocity, sigmaNext);
-            onEvent({ type: 'step', step: done, steps, elapsedMs, etaMs: (elapsedMs / done) * (steps - done), ...(frame ? { preview: frame } : {}) });
+            onEvent({
+                type: 'step',
+                step: done,
+                steps,
+                elapsedMs,
+                etaMs: (elapsedMs / done) * (steps - done),
+                ...(frame ? { preview: frame } : {}),
+            });
         };
     }
     announce?.();
@@ -354,12 +385,22 @@ async function decode(denoised, tiles, { models, meter, signal }) {
     const latents = unpackLatents(denoised, LATENT_CHANNELS, latentHeight, latentWidth); // [1, H*W, C] -> [1, C, H, W]
     const vae = await models.session('vae_decoder', { meter, signal, pin: vaeDecoderPin(tileSize(tiles)) });
     const run = async (/** @type {Float32Array} */ data, /** @type {string} */ what) => {
-        const outputs = await models.run(vae, { latents: { data, dims: [1, LATENT_CHANNELS, tileHeight, tileWidth] } }, { meter, what });
+        const outputs = await models.run(
+            vae,
+            { latents: { data, dims: [1, LATENT_CHANNELS, tileHeight, tileWidth] } },
+            { meter, what },
+        );
         return requireOutput(outputs, 'image', 'VAE decoder').data; // [1, 3, H, W] RGB in [0, 1]
     };
-    const decoded = tiles.tiles.length === 1
-        ? await run(latents, 'The VAE decoder')
-        : await decodeTiles(latents, tiles, (data, i) => run(data, `The VAE decoder (tile ${i + 1} of ${tiles.tiles.length})`), signal);
+    const decoded =
+        tiles.tiles.length === 1
+            ? await run(latents, 'The VAE decoder')
+            : await decodeTiles(
+                  latents,
+                  tiles,
+                  (data, i) => run(data, `The VAE decoder (tile ${i + 1} of ${tiles.tiles.length})`),
+                  signal,
+              );
     checkImage(decoded);
     return toRgba(decoded, latentWidth * PATCH, latentHeight * PATCH);
 }
@@ -442,7 +483,11 @@ export async function generate(params, { models, signal, onEvent }) {
     models.profiling = checked.profile === true;
 
     // 2. Load models
-    const { notes, cached, imagesCached, previewMap, tiles } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
+    const { notes, cached, imagesCached, previewMap, tiles } = await loadModels(checked, imageSeqLen, plan, {
+        ...context,
+        clock,
+        onEvent,
+    });
 
     // 3. Encode prompt
     const embedding = await clock.time('encode', cached ? 'cached' : undefined, () =>
@@ -450,12 +495,17 @@ export async function generate(params, { models, signal, onEvent }) {
     );
 
     // 4. Encode images (and inpainting's mask)
-    const { conditioning, mask } = plan.mode === 'text'
-        ? { conditioning: null, mask: null }
-        : await clock.time('images', `${plan.images.length} image(s), ${plan.tokens} tokens${imagesCached ? ', cached' : ''}`, async () => ({
-            conditioning: await encodeImages(plan, context),
-            mask: plan.mask ? maskTokens(plan.mask, { width, height }) : null,
-        }));
+    const { conditioning, mask } =
+        plan.mode === 'text'
+            ? { conditioning: null, mask: null }
+            : await clock.time(
+                  'images',
+                  `${plan.images.length} image(s), ${plan.tokens} tokens${imagesCached ? ', cached' : ''}`,
+                  async () => ({
+                      conditioning: await encodeImages(plan, context),
+                      mask: plan.mask ? maskTokens(plan.mask, { width, height }) : null,
+                  }),
+              );
 
     // 5. Prepare latents
     const textSeqLen = embedding.dims[1];
@@ -465,7 +515,8 @@ export async function generate(params, { models, signal, onEvent }) {
     // that step's sigma.
     const { schedule, inpainting } = await clock.time('timesteps', undefined, () => {
         const made = retrieveTimesteps(steps, noiseTokens);
-        if (plan.mode !== 'inpaint' || !conditioning?.inpaintLatents || !mask) return { schedule: made, inpainting: null };
+        if (plan.mode !== 'inpaint' || !conditioning?.inpaintLatents || !mask)
+            return { schedule: made, inpainting: null };
         const start = inpaintStart(steps, /** @type {number} */ (plan.strength));
         latents.latents = scaleNoise(conditioning.inpaintLatents, made.sigmas[start], latents.noise);
         return { schedule: made, inpainting: { start, imageLatents: conditioning.inpaintLatents, mask: mask.tokens } };
@@ -474,15 +525,22 @@ export async function generate(params, { models, signal, onEvent }) {
 
     // 7. Denoising loop
     const preview = previewMap
-        ? new StepPreview(previewMap, { latentHeight: latents.latentHeight, latentWidth: latents.latentWidth, inpainting })
+        ? new StepPreview(previewMap, {
+              latentHeight: latents.latentHeight,
+              latentWidth: latents.latentWidth,
+              inpainting,
+          })
         : null;
-    const denoiseDetail = `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
+    const denoiseDetail =
+        `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
     const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
         denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, preview, { ...context, onEvent }),
     );
 
     // 8. Decode
-    const rgba = await clock.time('decode', tiles.tiles.length > 1 ? describePlan(tiles) : undefined, () => decode(denoised, tiles, context));
+    const rgba = await clock.time('decode', tiles.tiles.length > 1 ? describePlan(tiles) : undefined, () =>
+        decode(denoised, tiles, context),
+    );
 
     const { timings } = clock;
     timings.sessionRun = meter.runMs;

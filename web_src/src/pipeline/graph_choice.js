@@ -223,7 +223,9 @@ export function sizeClass(manifest, graph, tokens, bufferLimit = Infinity) {
 function place(graph, manifest, shaderF16, notes) {
     const files = graphFiles(graph);
     const bytes = graphBytes(graph, manifest);
-    const identity = files.map((path) => `${path}:${manifest.files[path]?.size ?? '?'}:${manifest.files[path]?.sha256 ?? '?'}`).join(',');
+    const identity = files
+        .map((path) => `${path}:${manifest.files[path]?.size ?? '?'}:${manifest.files[path]?.sha256 ?? '?'}`)
+        .join(',');
     const name = `${graph.component} (${graph.variant})`;
     if (!graph.requiresF16 || shaderF16) return { graph, ep: 'webgpu', forceCpuNodeNames: [], bytes, identity };
     if (graph.cpuNodesWithoutF16.length > 0) {

@@ -57,8 +57,15 @@ export function imageLabel(mode, index, name) {
  * @returns {import('../protocol.js').ImageInput}
  */
 function checkImageInput(input, field) {
-    if (!input || typeof input !== 'object' || typeof input.name !== 'string' || !(input.bytes instanceof ArrayBuffer)) {
-        throw new InputError(`${field} must be {name: string, bytes: ArrayBuffer} (the image file as the user gave it).`);
+    if (
+        !input ||
+        typeof input !== 'object' ||
+        typeof input.name !== 'string' ||
+        !(input.bytes instanceof ArrayBuffer)
+    ) {
+        throw new InputError(
+            `${field} must be {name: string, bytes: ArrayBuffer} (the image file as the user gave it).`,
+        );
     }
     const { imageFileBytesMax } = LIMITS;
     if (input.bytes.byteLength > imageFileBytesMax) {
@@ -81,7 +88,9 @@ export function checkImageParams({ images, mask, strength }) {
     if (images !== undefined && images !== null && !Array.isArray(images)) {
         throw new InputError(`\`images\` must be a list of images, got ${typeof images}.`);
     }
-    const list = (images ?? []).map((/** @type {any} */ image, /** @type {number} */ i) => checkImageInput(image, `\`images[${i}]\``));
+    const list = (images ?? []).map((/** @type {any} */ image, /** @type {number} */ i) =>
+        checkImageInput(image, `\`images[${i}]\``),
+    );
     if (mask === undefined || mask === null) {
         if (list.length === 0) return { mode: 'text', images: [], mask: null, strength: null };
         if (list.length > LIMITS.referencesMax) {
@@ -104,7 +113,9 @@ export function checkImageParams({ images, mask, strength }) {
     }
     const value = strength ?? DEFAULT_STRENGTH;
     if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || value > 1) {
-        throw new InputError(`\`strength\` must be a number from 0 to 1, got ${JSON.stringify(strength)}; try 0.8.`, { strength });
+        throw new InputError(`\`strength\` must be a number from 0 to 1, got ${JSON.stringify(strength)}; try 0.8.`, {
+            strength,
+        });
     }
     return { mode: 'inpaint', images: list, mask: checkImageInput(mask, '`mask`'), strength: value };
 }
@@ -134,14 +145,19 @@ export async function decodeImage(input, label, { mask = false } = {}) {
     } catch (err) {
         if (err instanceof ImageTooLarge) {
             const { width, height } = err;
-            throw new InputError(imageDimensionsProblem(width, height, label) ?? label, { name: input.name, width, height });
+            throw new InputError(imageDimensionsProblem(width, height, label) ?? label, {
+                name: input.name,
+                width,
+                height,
+            });
         }
         if (!(err instanceof ImageRefusal)) throw err;
         throw new InputError(`${label} ${err.message}`, { name: input.name, reason: err.reason, decoder: err.detail });
     }
     const { width, height, rgb } = decoded;
     // A mask may have any size (it is resized to the image), within the pixel limit.
-    const problem = mask && width * height <= LIMITS.imagePixelsMax ? null : imageDimensionsProblem(width, height, label);
+    const problem =
+        mask && width * height <= LIMITS.imagePixelsMax ? null : imageDimensionsProblem(width, height, label);
     if (problem) throw new InputError(problem, { name: input.name, width, height });
     return { name: input.name, label, sha256: await sha256Hex(input.bytes), width, height, rgb };
 }
@@ -154,7 +170,8 @@ export async function decodeImage(input, label, { mask = false } = {}) {
  */
 export async function decodeRequest(params) {
     const role = params?.role;
-    if (role !== 'image' && role !== 'mask') throw new InputError(`\`role\` must be 'image' or 'mask', got ${JSON.stringify(role)}.`);
+    if (role !== 'image' && role !== 'mask')
+        throw new InputError(`\`role\` must be 'image' or 'mask', got ${JSON.stringify(role)}.`);
     const input = checkImageInput(params?.image, '`image`');
     const label = role === 'mask' ? `The mask (${input.name})` : `The image (${input.name})`;
     const image = await decodeImage(input, label, { mask: role === 'mask' });
@@ -171,9 +188,12 @@ export function checkGreyMask(mask) {
     const { rgb } = mask;
     for (let p = 0; p < rgb.length; p += 3) {
         if (rgb[p] !== rgb[p + 1] || rgb[p + 1] !== rgb[p + 2]) {
-            throw new InputError(`${mask.label} has coloured pixels; a mask must be greyscale (white repaints, black keeps).`, {
-                name: mask.name,
-            });
+            throw new InputError(
+                `${mask.label} has coloured pixels; a mask must be greyscale (white repaints, black keeps).`,
+                {
+                    name: mask.name,
+                },
+            );
         }
     }
 }
@@ -277,9 +297,10 @@ export function referenceSizes(mode, references) {
  * @returns {Float32Array} [H*W] of 0 and 1.
  */
 export function binaryMask(mask, width, height) {
-    const rgb = mask.width === width && mask.height === height
-        ? mask.rgb
-        : resizeLanczos(mask.rgb, mask.width, mask.height, width, height, 3);
+    const rgb =
+        mask.width === width && mask.height === height
+            ? mask.rgb
+            : resizeLanczos(mask.rgb, mask.width, mask.height, width, height, 3);
     const grey = rgbToL(rgb);
     const out = new Float32Array(grey.length);
     // pil_to_numpy's float32 L/255, then binarize's `< 0.5`.

@@ -52,8 +52,10 @@ export function kernelTimes(eventsByComponent) {
         const rest = sorted.slice(KERNELS_LISTED);
         if (rest.length > 0) {
             listed.push({
-                op: 'other', program: `${rest.length} more programs`,
-                calls: rest.reduce((sum, e) => sum + e.calls, 0), us: rest.reduce((sum, e) => sum + e.us, 0),
+                op: 'other',
+                program: `${rest.length} more programs`,
+                calls: rest.reduce((sum, e) => sum + e.calls, 0),
+                us: rest.reduce((sum, e) => sum + e.us, 0),
             });
         }
         out[component] = {
@@ -63,7 +65,10 @@ export function kernelTimes(eventsByComponent) {
             cpuNodeMs: cpuNodeUs / runs / 1000,
             hostMs: hostUs / runs / 1000,
             kernels: listed.map((e) => ({
-                op: e.op, program: e.program, calls: e.calls / runs, gpuMs: e.us / runs / 1000,
+                op: e.op,
+                program: e.program,
+                calls: e.calls / runs,
+                gpuMs: e.us / runs / 1000,
                 share: gpuUs > 0 ? e.us / gpuUs : 0,
             })),
         };

@@ -205,7 +205,8 @@ export function blendMask(latents, proper, mask, channels) {
     for (let p = 0; p < mask.length; p++) {
         const m = mask[p];
         const keep = f32(1 - m);
-        for (let c = p * channels; c < (p + 1) * channels; c++) latents[c] = f32(f32(keep * proper[c]) + f32(m * latents[c]));
+        for (let c = p * channels; c < (p + 1) * channels; c++)
+            latents[c] = f32(f32(keep * proper[c]) + f32(m * latents[c]));
     }
     return latents;
 }

@@ -37,7 +37,10 @@ export function chooseMemoryMode({ requested, deviceMemory, maxBufferSize, softw
         return { mode: 'lean', why: `lean mode: the browser reports ${deviceMemory} GB of memory` };
     }
     if (typeof maxBufferSize === 'number' && maxBufferSize > 0 && maxBufferSize < SMALL_ADAPTER_BYTES && !software) {
-        return { mode: 'lean', why: `lean mode: the GPU's largest buffer is ${(maxBufferSize / 2 ** 30).toFixed(1)} GiB (a small or shared-memory GPU)` };
+        return {
+            mode: 'lean',
+            why: `lean mode: the GPU's largest buffer is ${(maxBufferSize / 2 ** 30).toFixed(1)} GiB (a small or shared-memory GPU)`,
+        };
     }
     return { mode: 'fast', why: 'fast mode: sessions stay loaded while they fit (the machine reports enough memory)' };
 }

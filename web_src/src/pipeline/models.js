@@ -154,7 +154,10 @@ export class Models {
      * @param {{signal?: AbortSignal, onProgress?: (p: import('../shared/types.js').DownloadProgress) => void}} options
      * @returns {Promise<{notes: string[], downloadedBytes: number}>}
      */
-    async prepare({ modelBase, precision, width, height, attentionTokens, encodeSizes = [], memory }, { signal, onProgress }) {
+    async prepare(
+        { modelBase, precision, width, height, attentionTokens, encodeSizes = [], memory },
+        { signal, onProgress },
+    ) {
         if (!this.store || this.store.modelBase !== modelBase) {
             await this.releaseAll();
             this.prompts.clear();
@@ -166,20 +169,29 @@ export class Models {
         const manifest = await this.store.loadManifest({ signal });
         // Which graphs are already stored: a slower variant that is stored beats a faster one still to download.
         const stored = await this.store.completePaths(manifest.graphs.flatMap((g) => graphFiles(g)));
-        const { choices, notes } = chooseGraphs(manifest, info, precision, attentionTokens, { encoder: encodeSizes.length > 0, stored });
+        const { choices, notes } = chooseGraphs(manifest, info, precision, attentionTokens, {
+            encoder: encodeSizes.length > 0,
+            stored,
+        });
         for (const { feature, reason, remembered } of this.gpu.grant?.off ?? []) {
             notes.push(
                 `The GPU runs without ${feature}: ${remembered ? 'in an earlier visit, ' : ''}it failed in this browser ` +
                     `(${reason.slice(0, 200)}), so slower kernels run instead.` +
-                    (remembered ? ' A browser update tries it again.' : ' This is remembered for this browser version.'),
+                    (remembered
+                        ? ' A browser update tries it again.'
+                        : ' This is remembered for this browser version.'),
             );
         }
         checkDecodeFits(choices.vae_decoder, { width, height }, info);
         // The encoder's mid-block attention is the decoder's, at the input image's size.
         if (choices.vae_encoder) for (const size of encodeSizes) checkDecodeFits(choices.vae_encoder, size, info);
         this.memory = this.chooseMemory(memory, info);
-        if (this.memory.mode === 'lean' && memory === undefined) notes.push(`The app runs in ${this.memory.why}: one model part at a time, reloaded for each image.`);
-        if (info.software) notes.push(`The GPU adapter is a software renderer (${info.adapter.architecture || info.adapter.description || 'fallback'}): it works, but very slowly.`);
+        if (this.memory.mode === 'lean' && memory === undefined)
+            notes.push(`The app runs in ${this.memory.why}: one model part at a time, reloaded for each image.`);
+        if (info.software)
+            notes.push(
+                `The GPU adapter is a software renderer (${info.adapter.architecture || info.adapter.description || 'fallback'}): it works, but very slowly.`,
+            );
         // A re-converted repository (other sizes or hashes) invalidates the loaded sessions and derived objects.
         // A session of a component not chosen this time (the encoder of a text-to-image run) is released as well.
         for (const [component, loaded] of this.loaded) {
@@ -188,7 +200,9 @@ export class Models {
                 await this.unload(component);
             }
         }
-        const tokenizerIdentity = this.tokenizerPaths(manifest).map((p) => `${p}:${manifest.files[p]?.size}:${manifest.files[p]?.sha256}`).join(',');
+        const tokenizerIdentity = this.tokenizerPaths(manifest)
+            .map((p) => `${p}:${manifest.files[p]?.size}:${manifest.files[p]?.sha256}`)
+            .join(',');
         if (this.memos.get('identity') !== tokenizerIdentity) {
             this.memos.clear();
             this.memos.set('identity', tokenizerIdentity);
@@ -196,7 +210,11 @@ export class Models {
         this.manifest = manifest;
         this.choices = choices;
         const paths = [...Object.values(choices).flatMap((c) => graphFiles(c.graph)), ...this.tokenizerPaths(manifest)];
-        const files = paths.map((path) => ({ path, size: manifest.files[path]?.size ?? null, sha256: manifest.files[path]?.sha256 ?? null }));
+        const files = paths.map((path) => ({
+            path,
+            size: manifest.files[path]?.size ?? null,
+            sha256: manifest.files[path]?.sha256 ?? null,
+        }));
         const { downloadedBytes, fetched } = await this.store.ensure(files, { signal, onProgress });
         // Files downloaded now replace other versions of them (equal sizes, so the identities above could not
         // tell): sessions, the tokenizer and prompt embeddings made from the old bytes are stale.
@@ -224,9 +242,15 @@ export class Models {
      * @returns {import('./memory_mode.js').MemoryChoice}
      */
     chooseMemory(requested, info) {
-        if (requested === undefined && this.leanAfterFailure) return { mode: 'lean', why: `lean mode: ${this.leanAfterFailure}` };
+        if (requested === undefined && this.leanAfterFailure)
+            return { mode: 'lean', why: `lean mode: ${this.leanAfterFailure}` };
         const { deviceMemory } = /** @type {Navigator & {deviceMemory?: number}} */ (navigator);
-        return chooseMemoryMode({ requested, deviceMemory, maxBufferSize: info.maxBufferSize, software: info.software });
+        return chooseMemoryMode({
+            requested,
+            deviceMemory,
+            maxBufferSize: info.maxBufferSize,
+            software: info.software,
+        });
     }
 
     /** How many bytes of sessions may stay loaded at once: none beside the one in use in lean mode. */
@@ -257,18 +281,21 @@ export class Models {
      */
     describe(meter, how = {}) {
         const choices = this.requireChoices();
-        return Object.fromEntries(Object.entries(choices).map(([c, choice]) => {
-            const blocks = choice.graph.attentionQueryBlocks;
-            const detail = [];
-            if (c !== 'text_encoder') detail.push(blocks > 1 ? `attention in ${blocks} query blocks` : 'attention unsplit');
-            const extra = how[/** @type {AnyComponent} */ (c)];
-            if (extra) detail.push(extra);
-            const capture = this.captureState.get(/** @type {AnyComponent} */ (c));
-            if (capture) detail.push(capture);
-            const loadMs = meter.loadMsByComponent[/** @type {AnyComponent} */ (c)] ?? 0;
-            const readMs = meter.readMsByComponent[/** @type {AnyComponent} */ (c)] ?? 0;
-            return [c, { variant: choice.graph.variant, ep: choice.ep, detail: detail.join(', '), loadMs, readMs }];
-        }));
+        return Object.fromEntries(
+            Object.entries(choices).map(([c, choice]) => {
+                const blocks = choice.graph.attentionQueryBlocks;
+                const detail = [];
+                if (c !== 'text_encoder')
+                    detail.push(blocks > 1 ? `attention in ${blocks} query blocks` : 'attention unsplit');
+                const extra = how[/** @type {AnyComponent} */ (c)];
+                if (extra) detail.push(extra);
+                const capture = this.captureState.get(/** @type {AnyComponent} */ (c));
+                if (capture) detail.push(capture);
+                const loadMs = meter.loadMsByComponent[/** @type {AnyComponent} */ (c)] ?? 0;
+                const readMs = meter.readMsByComponent[/** @type {AnyComponent} */ (c)] ?? 0;
+                return [c, { variant: choice.graph.variant, ep: choice.ep, detail: detail.join(', '), loadMs, readMs }];
+            }),
+        );
     }
 
     /**
@@ -291,7 +318,8 @@ export class Models {
      */
     requireChoice(component) {
         const choice = this.requireChoices()[component];
-        if (!choice) throw new Error(`Models.prepare() did not choose a ${component} graph (no input images were announced).`);
+        if (!choice)
+            throw new Error(`Models.prepare() did not choose a ${component} graph (no input images were announced).`);
         return choice;
     }
 
@@ -301,10 +329,15 @@ export class Models {
      */
     async tokenizerFiles() {
         const store = /** @type {WeightStore} */ (this.store);
-        const [tokenizerJson, tokenizerConfig] = await Promise.all(TOKENIZER_FILES.map(async (p) => JSON.parse(await store.readText(p))));
+        const [tokenizerJson, tokenizerConfig] = await Promise.all(
+            TOKENIZER_FILES.map(async (p) => JSON.parse(await store.readText(p))),
+        );
         const manifest = /** @type {Manifest} */ (this.manifest);
-        const chatTemplate = CHAT_TEMPLATE_FILE in manifest.files ? await store.readText(CHAT_TEMPLATE_FILE) : undefined;
-        return chatTemplate === undefined ? { tokenizerJson, tokenizerConfig } : { tokenizerJson, tokenizerConfig, chatTemplate };
+        const chatTemplate =
+            CHAT_TEMPLATE_FILE in manifest.files ? await store.readText(CHAT_TEMPLATE_FILE) : undefined;
+        return chatTemplate === undefined
+            ? { tokenizerJson, tokenizerConfig }
+            : { tokenizerJson, tokenizerConfig, chatTemplate };
     }
 
     /**
@@ -401,8 +434,16 @@ export class Models {
     async session(component, { meter, signal, pin }) {
         const choice = this.requireChoice(component);
         const existing = this.loaded.get(component);
-        const dimsKey = JSON.stringify([pin ? Object.entries(pin.dims).sort() : null, pin?.capture ?? false, this.profiling]);
-        if (existing && existing.choice.ep === 'webgpu' && (existing.generation !== this.gpu.generation || this.gpu.lost)) {
+        const dimsKey = JSON.stringify([
+            pin ? Object.entries(pin.dims).sort() : null,
+            pin?.capture ?? false,
+            this.profiling,
+        ]);
+        if (
+            existing &&
+            existing.choice.ep === 'webgpu' &&
+            (existing.generation !== this.gpu.generation || this.gpu.lost)
+        ) {
             // Created on a device that has since been lost: its buffers are gone.
             await this.unload(component);
         } else if (existing && existing.dimsKey !== dimsKey) {
@@ -426,11 +467,17 @@ export class Models {
             const graphBytes = await store.read(graphPath);
             // Exactly the external-data entries the graph stores, by bare name, as bytes from the store.
             const externalData = [];
-            for (const [i, path] of dataPaths.entries()) externalData.push({ path: choice.graph.externalData[i], data: await store.read(path) });
-            meter.readMsByComponent[component] = (meter.readMsByComponent[component] ?? 0) + performance.now() - readStarted;
+            for (const [i, path] of dataPaths.entries())
+                externalData.push({ path: choice.graph.externalData[i], data: await store.read(path) });
+            meter.readMsByComponent[component] =
+                (meter.readMsByComponent[component] ?? 0) + performance.now() - readStarted;
             session = await createSession(graphBytes, externalData, {
-                ep: choice.ep, device, forceCpuNodeNames: choice.forceCpuNodeNames, staticDims: pin?.dims,
-                capture: pin?.capture ?? false, profile: this.profiling,
+                ep: choice.ep,
+                device,
+                forceCpuNodeNames: choice.forceCpuNodeNames,
+                staticDims: pin?.dims,
+                capture: pin?.capture ?? false,
+                profile: this.profiling,
             });
         } catch (err) {
             throw runtimeError(err, this.gpu, what);
@@ -440,10 +487,16 @@ export class Models {
             meter.loadMsByComponent[component] = (meter.loadMsByComponent[component] ?? 0) + elapsed;
         }
         this.loaded.set(component, {
-            session, choice, generation: this.gpu.generation, lastUsed: performance.now(), dimsKey, profiled: this.profiling,
+            session,
+            choice,
+            generation: this.gpu.generation,
+            lastUsed: performance.now(),
+            dimsKey,
+            profiled: this.profiling,
         });
         if (session.capture) this.captureState.set(component, 'graph capture');
-        else if (session.captureRefused) this.captureState.set(component, `no graph capture (${session.captureRefused.slice(0, 160)})`);
+        else if (session.captureRefused)
+            this.captureState.set(component, `no graph capture (${session.captureRefused.slice(0, 160)})`);
         else this.captureState.delete(component);
         return session;
     }
@@ -455,7 +508,9 @@ export class Models {
      */
     async makeRoom(bytes, keep) {
         const used = () => [...this.loaded.values()].reduce((sum, l) => sum + l.choice.bytes, 0);
-        const byAge = [...this.loaded.entries()].filter(([c]) => c !== keep).sort((a, b) => a[1].lastUsed - b[1].lastUsed);
+        const byAge = [...this.loaded.entries()]
+            .filter(([c]) => c !== keep)
+            .sort((a, b) => a[1].lastUsed - b[1].lastUsed);
         for (const [component] of byAge) {
             if (used() + bytes <= this.budget) break;
             await this.unload(component);
@@ -473,7 +528,8 @@ export class Models {
         /** @type {Record<string, import('../runtime/ort.js').Tensor>} */
         const feeds = {};
         for (const [name, input] of Object.entries(inputs)) {
-            feeds[name] = input.data instanceof BigInt64Array ? int64(input.data, input.dims) : float32(input.data, input.dims);
+            feeds[name] =
+                input.data instanceof BigInt64Array ? int64(input.data, input.dims) : float32(input.data, input.dims);
         }
         const started = performance.now();
         let outputs;
@@ -540,6 +596,8 @@ export class Models {
      */
     summary() {
         const choices = this.requireChoices();
-        return Object.entries(choices).map(([c, choice]) => `${c} ${choice.graph.variant}/${choice.ep} ${formatBytes(choice.bytes)}`).join(', ');
+        return Object.entries(choices)
+            .map(([c, choice]) => `${c} ${choice.graph.variant}/${choice.ep} ${formatBytes(choice.bytes)}`)
+            .join(', ');
     }
 }

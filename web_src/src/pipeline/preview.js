@@ -31,14 +31,38 @@ const FORMAT = 'klein-web-preview-map';
  */
 const PUBLISHED_FLUX2 = Object.freeze({
     factors: [
-        [0.0029, 0.00565, 0.00365], [0.02475, 0.02215, 0.0418], [-0.00495, 0.0048, 0.0322], [0.1072, 0.15045, 0.1826],
-        [0.0083, -0.00195, -0.0027], [0.00785, 0.00515, -0.008], [-0.0199, 0.0451, -0.01175], [-0.0026, 0.00475, 0.00545],
-        [-0.17635, -0.1356, -0.0833], [-0.01505, -0.0178, -0.009], [-0.00535, 0.0039, 0.00065], [0.0373, 0.0045, -0.04705],
-        [0.0078, 0.00845, 0.0035], [-0.0017, -0.002, -0.0057], [0.0016, 0.00905, 0.004], [-0.04695, -0.0004, 0.0093],
-        [0.0009, 0.00215, 0.0052], [0.0142, 0.0028, -0.00635], [-0.0012, -0.0011, -0.0015], [0.06035, -0.0013, 0.00325],
-        [0.0064, 0.00505, 0.0071], [0.00685, -0.0036, -0.00035], [0.00475, 0.0046, -0.00295], [0, -0.00385, -0.00245],
-        [-0.02325, -0.0102, -0.0156], [0.00475, 0.0006, -0.0033], [0.0145, -0.0017, 0.00125], [0.011, 0.00845, -0.0024],
-        [-0.0166, -0.02285, -0.0234], [-0.00425, 0.01945, 0.03045], [-0.0038, 0.00015, -0.00215], [-0.00555, -0.023, -0.0307],
+        [0.0029, 0.00565, 0.00365],
+        [0.02475, 0.02215, 0.0418],
+        [-0.00495, 0.0048, 0.0322],
+        [0.1072, 0.15045, 0.1826],
+        [0.0083, -0.00195, -0.0027],
+        [0.00785, 0.00515, -0.008],
+        [-0.0199, 0.0451, -0.01175],
+        [-0.0026, 0.00475, 0.00545],
+        [-0.17635, -0.1356, -0.0833],
+        [-0.01505, -0.0178, -0.009],
+        [-0.00535, 0.0039, 0.00065],
+        [0.0373, 0.0045, -0.04705],
+        [0.0078, 0.00845, 0.0035],
+        [-0.0017, -0.002, -0.0057],
+        [0.0016, 0.00905, 0.004],
+        [-0.04695, -0.0004, 0.0093],
+        [0.0009, 0.00215, 0.0052],
+        [0.0142, 0.0028, -0.00635],
+        [-0.0012, -0.0011, -0.0015],
+        [0.06035, -0.0013, 0.00325],
+        [0.0064, 0.00505, 0.0071],
+        [0.00685, -0.0036, -0.00035],
+        [0.00475, 0.0046, -0.00295],
+        [0, -0.00385, -0.00245],
+        [-0.02325, -0.0102, -0.0156],
+        [0.00475, 0.0006, -0.0033],
+        [0.0145, -0.0017, 0.00125],
+        [0.011, 0.00845, -0.0024],
+        [-0.0166, -0.02285, -0.0234],
+        [-0.00425, 0.01945, 0.03045],
+        [-0.0038, 0.00015, -0.00215],
+        [-0.00555, -0.023, -0.0307],
     ],
     bias: [0.48355, 0.4641, 0.45745],
 });
@@ -71,7 +95,8 @@ export function perChannelMap(factors, bias, source) {
     for (let pixel = 0; pixel < PATCH * PATCH; pixel++) {
         for (let k = 0; k < 3; k++) {
             biases[pixel * 3 + k] = bias[k];
-            for (let c = 0; c < factors.length; c++) weights[(c * PATCH * PATCH + pixel) * OUTPUTS + pixel * 3 + k] = factors[c][k];
+            for (let c = 0; c < factors.length; c++)
+                weights[(c * PATCH * PATCH + pixel) * OUTPUTS + pixel * 3 + k] = factors[c][k];
         }
     }
     return { weights, bias: biases, source };
@@ -87,9 +112,16 @@ export function parsePreviewMap(json) {
     const bias = json?.bias;
     const isRow = (/** @type {any} */ row, /** @type {number} */ length) =>
         Array.isArray(row) && row.length === length && row.every((v) => typeof v === 'number' && Number.isFinite(v));
-    if (json?.format !== FORMAT || !Array.isArray(rows) || rows.length !== OUTPUTS ||
-        !rows.every((row) => isRow(row, LATENT_CHANNELS)) || !isRow(bias, OUTPUTS)) {
-        throw new Error(`it is not a ${FORMAT} of ${OUTPUTS} x ${LATENT_CHANNELS} finite weights and ${OUTPUTS} biases`);
+    if (
+        json?.format !== FORMAT ||
+        !Array.isArray(rows) ||
+        rows.length !== OUTPUTS ||
+        !rows.every((row) => isRow(row, LATENT_CHANNELS)) ||
+        !isRow(bias, OUTPUTS)
+    ) {
+        throw new Error(
+            `it is not a ${FORMAT} of ${OUTPUTS} x ${LATENT_CHANNELS} finite weights and ${OUTPUTS} biases`,
+        );
     }
     const weights = new Float32Array(LATENT_CHANNELS * OUTPUTS);
     for (let o = 0; o < OUTPUTS; o++) {
@@ -119,7 +151,10 @@ export async function loadPreviewMap(models, signal) {
     } catch (err) {
         signal.throwIfAborted();
         const why = err instanceof Error ? err.message : String(err);
-        return { map: publishedMap(), note: `The step previews use the published FLUX.2 colours: the repository's ${PREVIEW_MAP_FILE} could not be used (${why.slice(0, 160)}).` };
+        return {
+            map: publishedMap(),
+            note: `The step previews use the published FLUX.2 colours: the repository's ${PREVIEW_MAP_FILE} could not be used (${why.slice(0, 160)}).`,
+        };
     }
 }
 
@@ -202,23 +237,54 @@ function previewRgba({ weights: w, bias: b }, latents, velocity, sigmaNext, late
     for (let y = 0; y < latentHeight; y++) {
         for (let x = 0; x < latentWidth; x++) {
             const token = y * latentWidth + x;
-            let s0 = b[0], s1 = b[1], s2 = b[2], s3 = b[3], s4 = b[4], s5 = b[5];
-            let s6 = b[6], s7 = b[7], s8 = b[8], s9 = b[9], s10 = b[10], s11 = b[11];
+            let s0 = b[0],
+                s1 = b[1],
+                s2 = b[2],
+                s3 = b[3],
+                s4 = b[4],
+                s5 = b[5];
+            let s6 = b[6],
+                s7 = b[7],
+                s8 = b[8],
+                s9 = b[9],
+                s10 = b[10],
+                s11 = b[11];
             for (let c = 0, i = token * LATENT_CHANNELS; c < LATENT_CHANNELS; c++, i++) {
                 const v = latents[i] - sigmaNext * velocity[i];
                 const o = c * OUTPUTS;
-                s0 += v * w[o]; s1 += v * w[o + 1]; s2 += v * w[o + 2]; s3 += v * w[o + 3];
-                s4 += v * w[o + 4]; s5 += v * w[o + 5]; s6 += v * w[o + 6]; s7 += v * w[o + 7];
-                s8 += v * w[o + 8]; s9 += v * w[o + 9]; s10 += v * w[o + 10]; s11 += v * w[o + 11];
+                s0 += v * w[o];
+                s1 += v * w[o + 1];
+                s2 += v * w[o + 2];
+                s3 += v * w[o + 3];
+                s4 += v * w[o + 4];
+                s5 += v * w[o + 5];
+                s6 += v * w[o + 6];
+                s7 += v * w[o + 7];
+                s8 += v * w[o + 8];
+                s9 += v * w[o + 9];
+                s10 += v * w[o + 10];
+                s11 += v * w[o + 11];
             }
             // The token's 2x2 block: (dy, dx) = (0, 0), (0, 1) on this row, (1, 0), (1, 1) on the next.
             // Uint8ClampedArray clamps to [0, 255] and rounds.
             const top = (y * PATCH * width + x * PATCH) * 4;
             const bottom = top + width * 4;
-            rgba[top] = s0 * 255; rgba[top + 1] = s1 * 255; rgba[top + 2] = s2 * 255; rgba[top + 3] = 255;
-            rgba[top + 4] = s3 * 255; rgba[top + 5] = s4 * 255; rgba[top + 6] = s5 * 255; rgba[top + 7] = 255;
-            rgba[bottom] = s6 * 255; rgba[bottom + 1] = s7 * 255; rgba[bottom + 2] = s8 * 255; rgba[bottom + 3] = 255;
-            rgba[bottom + 4] = s9 * 255; rgba[bottom + 5] = s10 * 255; rgba[bottom + 6] = s11 * 255; rgba[bottom + 7] = 255;
+            rgba[top] = s0 * 255;
+            rgba[top + 1] = s1 * 255;
+            rgba[top + 2] = s2 * 255;
+            rgba[top + 3] = 255;
+            rgba[top + 4] = s3 * 255;
+            rgba[top + 5] = s4 * 255;
+            rgba[top + 6] = s5 * 255;
+            rgba[top + 7] = 255;
+            rgba[bottom] = s6 * 255;
+            rgba[bottom + 1] = s7 * 255;
+            rgba[bottom + 2] = s8 * 255;
+            rgba[bottom + 3] = 255;
+            rgba[bottom + 4] = s9 * 255;
+            rgba[bottom + 5] = s10 * 255;
+            rgba[bottom + 6] = s11 * 255;
+            rgba[bottom + 7] = 255;
         }
     }
     return { width, height, rgba };

@@ -146,7 +146,8 @@ export function resizeLanczos(pixels, width, height, outWidth, outHeight, channe
     const horizontalFirst = !(height - outHeight > 0 && height - outHeight > (width - outWidth) * 2);
     if (!horizontalFirst) {
         if (needVertical) src = verticalPass(src, width, outHeight, 0, vert, channels);
-        if (needHorizontal) src = horizontalPass(src, width, outWidth, 0, outHeight, precomputeCoeffs(width, outWidth), channels);
+        if (needHorizontal)
+            src = horizontalPass(src, width, outWidth, 0, outHeight, precomputeCoeffs(width, outWidth), channels);
         return src;
     }
     // The source rows the vertical pass reads: the horizontal pass only makes those.
@@ -258,7 +259,8 @@ export function crop(pixels, width, height, box, channels) {
         for (let x = 0; x < box.width; x++) {
             const sx = x + box.left;
             if (sx < 0 || sx >= width) continue;
-            for (let c = 0; c < channels; c++) out[(y * box.width + x) * channels + c] = pixels[(sy * width + sx) * channels + c];
+            for (let c = 0; c < channels; c++)
+                out[(y * box.width + x) * channels + c] = pixels[(sy * width + sx) * channels + c];
         }
     }
     return out;

@@ -12,7 +12,10 @@ import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 /** @typedef {import('./models.js').Pin} Pin */
 
 /** @type {Pin} The text encoder's one shape: a prompt padded to MAX_SEQUENCE_LENGTH. */
-export const TEXT_ENCODER_PIN = Object.freeze({ dims: Object.freeze({ batch: 1, seq: MAX_SEQUENCE_LENGTH }), capture: false });
+export const TEXT_ENCODER_PIN = Object.freeze({
+    dims: Object.freeze({ batch: 1, seq: MAX_SEQUENCE_LENGTH }),
+    capture: false,
+});
 
 /**
  * The transformer, run once per step at one shape: pinned to it and capturing its kernels.
@@ -43,5 +46,9 @@ export function vaeDecoderPin({ width, height }) {
  * @returns {{text_encoder: Pin, transformer: Pin, vae_decoder: Pin}}
  */
 export function sessionPins(imageSeqLen, size) {
-    return { text_encoder: TEXT_ENCODER_PIN, transformer: transformerPin(imageSeqLen), vae_decoder: vaeDecoderPin(size) };
+    return {
+        text_encoder: TEXT_ENCODER_PIN,
+        transformer: transformerPin(imageSeqLen),
+        vae_decoder: vaeDecoderPin(size),
+    };
 }

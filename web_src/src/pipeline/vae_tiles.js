@@ -48,7 +48,9 @@ export const VAE_TILE_OVERLAP = 128;
 function checkIntegers(values, min) {
     for (const [name, value] of Object.entries(values)) {
         if (!Number.isInteger(value) || /** @type {number} */ (value) < min) {
-            throw new InputError(`\`${name}\` must be an integer of at least ${min}, got ${String(value)}.`, { [name]: value });
+            throw new InputError(`\`${name}\` must be an integer of at least ${min}, got ${String(value)}.`, {
+                [name]: value,
+            });
         }
     }
 }
@@ -73,16 +75,20 @@ function planAxis(length, tile, overlap) {
     const ends = starts.map((start) => start + tile);
     // Blend region i (pixels) joins tile i to tile i+1: their overlap, less any part an earlier region holds
     // (the shifted-back last tile may reach into the tile before its neighbour).
-    const blends = starts.slice(1).map((next, i) => ({ from: Math.max(next, i > 0 ? ends[i - 1] : 0) * PATCH, to: ends[i] * PATCH }));
+    const blends = starts
+        .slice(1)
+        .map((next, i) => ({ from: Math.max(next, i > 0 ? ends[i - 1] : 0) * PATCH, to: ends[i] * PATCH }));
     /** The weight tile i+1 takes in blend region i at pixel p; tile i takes 1 minus it, so the two sum to 1. */
-    const ramp = (/** @type {number} */ i, /** @type {number} */ p) => (p - blends[i].from + 0.5) / (blends[i].to - blends[i].from);
+    const ramp = (/** @type {number} */ i, /** @type {number} */ p) =>
+        (p - blends[i].from + 0.5) / (blends[i].to - blends[i].from);
     const weights = starts.map((start, i) => {
         const w = new Float64Array(tile * PATCH);
         for (let j = 0; j < w.length; j++) {
             const p = start * PATCH + j;
             if (i > 0 && p >= blends[i - 1].from && p < blends[i - 1].to) w[j] = ramp(i - 1, p);
             else if (i < blends.length && p >= blends[i].from) w[j] = 1 - ramp(i, p);
-            else if (i > 0 && p < blends[i - 1].from) w[j] = 0; // an earlier tile's region
+            else if (i > 0 && p < blends[i - 1].from)
+                w[j] = 0; // an earlier tile's region
             else w[j] = 1;
         }
         return w;
@@ -100,7 +106,10 @@ export function planTiles({ latentHeight, latentWidth, tile, overlap }) {
     checkIntegers({ latentHeight, latentWidth, tile }, 1);
     checkIntegers({ overlap }, 0);
     if (overlap >= tile) {
-        throw new InputError(`The tiles' \`overlap\` (${overlap} tokens) must be smaller than the \`tile\` (${tile} tokens).`, { overlap, tile });
+        throw new InputError(
+            `The tiles' \`overlap\` (${overlap} tokens) must be smaller than the \`tile\` (${tile} tokens).`,
+            { overlap, tile },
+        );
     }
     const rows = planAxis(latentHeight, tile, overlap);
     const cols = planAxis(latentWidth, tile, overlap);
@@ -129,12 +138,18 @@ export function vaeTileFor({ vaeTile, memory }) {
 export function decodePlan({ width, height }, tile) {
     const latentHeight = height / PATCH;
     const latentWidth = width / PATCH;
-    if (tile === 0) return planTiles({ latentHeight, latentWidth, tile: Math.max(latentHeight, latentWidth), overlap: 0 });
+    if (tile === 0)
+        return planTiles({ latentHeight, latentWidth, tile: Math.max(latentHeight, latentWidth), overlap: 0 });
     if (!Number.isInteger(tile / PATCH) || tile < 0) {
         throw new InputError(`The VAE tile must be 0 or a multiple of ${PATCH} pixels, got ${String(tile)}.`, { tile });
     }
     const tokens = tile / PATCH;
-    return planTiles({ latentHeight, latentWidth, tile: tokens, overlap: Math.min(VAE_TILE_OVERLAP / PATCH, Math.floor(tokens / 2)) });
+    return planTiles({
+        latentHeight,
+        latentWidth,
+        tile: tokens,
+        overlap: Math.min(VAE_TILE_OVERLAP / PATCH, Math.floor(tokens / 2)),
+    });
 }
 
 /**
@@ -164,9 +179,17 @@ export function describePlan(plan) {
 export function vaeTileProblem(vaeTile) {
     const { sizeMin, sizeMax, sizeMultiple } = LIMITS;
     if (vaeTile === 0) return null;
-    if (Number.isInteger(vaeTile) && /** @type {number} */ (vaeTile) % sizeMultiple === 0 && /** @type {number} */ (vaeTile) >= sizeMin && /** @type {number} */ (vaeTile) <= sizeMax) return null;
-    return `\`vaeTile\` must be 0 (decode the whole image) or a multiple of ${sizeMultiple} from ${sizeMin} to ${sizeMax} ` +
-        `(the VAE tile's side in pixels), got ${JSON.stringify(vaeTile)}.`;
+    if (
+        Number.isInteger(vaeTile) &&
+        /** @type {number} */ (vaeTile) % sizeMultiple === 0 &&
+        /** @type {number} */ (vaeTile) >= sizeMin &&
+        /** @type {number} */ (vaeTile) <= sizeMax
+    )
+        return null;
+    return (
+        `\`vaeTile\` must be 0 (decode the whole image) or a multiple of ${sizeMultiple} from ${sizeMin} to ${sizeMax} ` +
+        `(the VAE tile's side in pixels), got ${JSON.stringify(vaeTile)}.`
+    );
 }
 
 /**
@@ -182,7 +205,9 @@ export function vaeTileProblem(vaeTile) {
 export async function decodeTiles(latents, plan, decodeTile, signal) {
     const { latentHeight, latentWidth, tileHeight, tileWidth, rows, cols } = plan;
     if (latents.length !== LATENT_CHANNELS * latentHeight * latentWidth) {
-        throw new InputError(`\`latents\` has ${latents.length} values but the plan's grid needs ${LATENT_CHANNELS * latentHeight * latentWidth}.`);
+        throw new InputError(
+            `\`latents\` has ${latents.length} values but the plan's grid needs ${LATENT_CHANNELS * latentHeight * latentWidth}.`,
+        );
     }
     const width = latentWidth * PATCH;
     const plane = latentHeight * PATCH * width;
@@ -203,7 +228,9 @@ export async function decodeTiles(latents, plan, decodeTile, signal) {
         }
         const pixels = await decodeTile(tileLatents, index);
         if (pixels.length !== 3 * tilePlane) {
-            throw new Error(`The VAE decoder gave ${pixels.length} values for a ${pixelsWide}x${pixelsHigh} tile (${3 * tilePlane} expected).`);
+            throw new Error(
+                `The VAE decoder gave ${pixels.length} values for a ${pixelsWide}x${pixelsHigh} tile (${3 * tilePlane} expected).`,
+            );
         }
         const wy = rows.weights[row];
         const wx = cols.weights[col];

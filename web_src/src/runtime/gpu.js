@@ -23,7 +23,12 @@ import { DeviceLostError, NoWebGPUError } from '../shared/errors.js';
  * MatMulNBits the q4 graphs run on); subgroup-matrix, its matrix-unit kernels, which onnxruntime-web's own device
  * creation leaves out but its kernels use when the device has it. docs/machines.md has what each is worth.
  */
-const WANTED_FEATURES = Object.freeze(['shader-f16', 'subgroups', 'timestamp-query', 'chromium-experimental-subgroup-matrix']);
+const WANTED_FEATURES = Object.freeze([
+    'shader-f16',
+    'subgroups',
+    'timestamp-query',
+    'chromium-experimental-subgroup-matrix',
+]);
 
 /**
  * The features the app can do without, most experimental first: the order in which they are given up when one
@@ -64,7 +69,9 @@ const WANTED_LIMITS = Object.freeze([
  * @returns {{requiredFeatures: GPUFeatureName[], requiredLimits: Record<string, number>}}
  */
 export function deviceDescriptor(adapter, off = new Set()) {
-    const requiredFeatures = /** @type {GPUFeatureName[]} */ (WANTED_FEATURES.filter((f) => adapter.features.has(f) && !off.has(f)));
+    const requiredFeatures = /** @type {GPUFeatureName[]} */ (
+        WANTED_FEATURES.filter((f) => adapter.features.has(f) && !off.has(f))
+    );
     /** @type {Record<string, number>} */
     const requiredLimits = {};
     for (const name of WANTED_LIMITS) {
@@ -83,7 +90,9 @@ function grantOf(device, off) {
     const limits = /** @type {any} */ (device.limits);
     return {
         features: WANTED_FEATURES.filter((f) => device.features.has(f)),
-        limits: Object.fromEntries(WANTED_LIMITS.filter((n) => typeof limits[n] === 'number').map((n) => [n, limits[n]])),
+        limits: Object.fromEntries(
+            WANTED_LIMITS.filter((n) => typeof limits[n] === 'number').map((n) => [n, limits[n]]),
+        ),
         off,
     };
 }
@@ -101,7 +110,11 @@ function breakShadersOf(device, feature) {
     const enables = new RegExp(`^\\s*enable\\s[^;]*\\b${extension}\\b`, 'm');
     const create = device.createShaderModule.bind(device);
     device.createShaderModule = (descriptor) =>
-        create(enables.test(descriptor.code) ? { ...descriptor, code: `${descriptor.code}\nfn gpu_fault() { gpu_fault_injected(); }\n` } : descriptor);
+        create(
+            enables.test(descriptor.code)
+                ? { ...descriptor, code: `${descriptor.code}\nfn gpu_fault() { gpu_fault_injected(); }\n` }
+                : descriptor,
+        );
 }
 
 /** requestAdapter() tries before "no adapter" is the answer, and the pause between them. */
@@ -154,7 +167,10 @@ export function describeAdapter(adapter) {
  * @returns {boolean} True for SwiftShader and other CPU rasterisers.
  */
 export function isSoftwareAdapter(summary) {
-    return summary.isFallbackAdapter || SOFTWARE_PATTERN.test(`${summary.vendor} ${summary.architecture} ${summary.description}`);
+    return (
+        summary.isFallbackAdapter ||
+        SOFTWARE_PATTERN.test(`${summary.vendor} ${summary.architecture} ${summary.description}`)
+    );
 }
 
 /**
@@ -177,7 +193,9 @@ export async function requestAdapter() {
         }
     }
     if (!adapter) {
-        throw new NoWebGPUError(`WebGPU is present but no GPU adapter is available (it may be blocklisted). ${HOW_TO_GET_WEBGPU}`);
+        throw new NoWebGPUError(
+            `WebGPU is present but no GPU adapter is available (it may be blocklisted). ${HOW_TO_GET_WEBGPU}`,
+        );
     }
     return adapter;
 }
@@ -310,14 +328,19 @@ export class Gpu {
         try {
             device = await adapter.requestDevice(deviceDescriptor(adapter, off));
         } catch (err) {
-            throw new NoWebGPUError(`The GPU adapter refused to create a device (${String(err)}). Close other GPU-heavy tabs and reload.`);
+            throw new NoWebGPUError(
+                `The GPU adapter refused to create a device (${String(err)}). Close other GPU-heavy tabs and reload.`,
+            );
         }
         if (this.fault && device.features.has(this.fault)) breakShadersOf(device, this.fault);
         this.adapter = adapter;
         this.info = info;
         this.device = device;
         const offered = [...this.off].filter(([feature]) => adapter.features.has(feature));
-        this.grant = grantOf(device, offered.map(([feature, { reason, remembered }]) => ({ feature, reason, remembered })));
+        this.grant = grantOf(
+            device,
+            offered.map(([feature, { reason, remembered }]) => ({ feature, reason, remembered })),
+        );
         this.lostMessage = null;
         this.used = false;
         this.generation += 1;
@@ -341,7 +364,8 @@ export class Gpu {
         this.memoryKey = key;
         const remembered = await this.memory.recall(key).catch(() => ({}));
         for (const [feature, reason] of Object.entries(remembered)) {
-            if (OPTIONAL_FEATURES.includes(feature) && !this.off.has(feature)) this.off.set(feature, { reason, remembered: true });
+            if (OPTIONAL_FEATURES.includes(feature) && !this.off.has(feature))
+                this.off.set(feature, { reason, remembered: true });
         }
     }
 

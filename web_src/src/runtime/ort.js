@@ -83,7 +83,8 @@ let printSink = null;
 function routeWasmPrints() {
     if (/** @type {any} */ (console.log).klein) return;
     const log = console.log.bind(console);
-    const routed = (/** @type {unknown[]} */ ...args) => (printSink ? printSink(args.map(String).join(' ')) : log(...args));
+    const routed = (/** @type {unknown[]} */ ...args) =>
+        printSink ? printSink(args.map(String).join(' ')) : log(...args);
     routed.klein = true;
     console.log = routed;
 }
@@ -112,7 +113,11 @@ export function configureOrt({ wasmPaths, threads = ortThreads() }) {
  * @param {SessionOptions} options
  * @returns {Promise<Session>}
  */
-export async function createSession(graphBytes, externalData, { ep, device, forceCpuNodeNames, staticDims, profile = false, capture = false }) {
+export async function createSession(
+    graphBytes,
+    externalData,
+    { ep, device, forceCpuNodeNames, staticDims, profile = false, capture = false },
+) {
     /** @type {import('onnxruntime-web').InferenceSession.SessionOptions} */
     const options = {
         externalData: externalData.map((file) => ({ path: file.path, data: file.data })),
@@ -184,7 +189,9 @@ function captureFeeds(capture, feeds) {
             input = { buffer, tensor: ort.Tensor.fromGpuBuffer(buffer, { dataType, dims: tensor.dims }), dims };
             capture.inputs.set(name, input);
         } else if (input.dims !== dims) {
-            throw new TypeError(`A captured session was run with ${name} of dims ${dims}; it captured ${input.dims}. Create a new session for new dims.`);
+            throw new TypeError(
+                `A captured session was run with ${name} of dims ${dims}; it captured ${input.dims}. Create a new session for new dims.`,
+            );
         }
         capture.device.queue.writeBuffer(input.buffer, 0, data.buffer, data.byteOffset, data.byteLength);
         onDevice[name] = input.tensor;
@@ -232,7 +239,11 @@ export async function profileEvents(session) {
     /** @type {ProfileEvent[]} */
     const events = [];
     for (const line of lines) {
-        const text = line.trim().replace(/^\[/, '').replace(/[,\]]+$/, '').trim();
+        const text = line
+            .trim()
+            .replace(/^\[/, '')
+            .replace(/[,\]]+$/, '')
+            .trim();
         if (!text.startsWith('{')) continue;
         try {
             events.push(JSON.parse(text));

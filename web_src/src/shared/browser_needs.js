@@ -43,7 +43,8 @@ const ATTENTION = Object.freeze({
     budget: 512 * 1024 * 1024,
     textTokens: 512,
     transformerHeads: 24,
-    transformerMaxTokens: Math.max((LIMITS.sizeMax / 16) ** 2, (1024 / 16) ** 2 + LIMITS.referencesMax * (1024 / 16) ** 2) + 512,
+    transformerMaxTokens:
+        Math.max((LIMITS.sizeMax / 16) ** 2, (1024 / 16) ** 2 + LIMITS.referencesMax * (1024 / 16) ** 2) + 512,
     vaeMaxTokens: (LIMITS.sizeMax / 8) ** 2,
 });
 
@@ -154,7 +155,10 @@ export function sizeFits(width, height, limit, shaderF16, model = FULL_SIZE_MODE
 export function graphFamily({ shaderF16, subgroups, subgroupMatrix, adapter }) {
     const dp4a = subgroups && !/apple/i.test(adapter?.vendor ?? '');
     if (!shaderF16) {
-        return { family: 'q4', kernels: dp4a ? 'int8 dot products (DP4A) with fp32 activations' : 'plain fp32 kernels' };
+        return {
+            family: 'q4',
+            kernels: dp4a ? 'int8 dot products (DP4A) with fp32 activations' : 'plain fp32 kernels',
+        };
     }
     if (subgroupMatrix) return { family: 'q4f16', kernels: 'fp16 matrix-unit kernels' };
     if (dp4a) return { family: 'q4', kernels: 'int8 dot products (DP4A), faster here than plain fp16 kernels' };
@@ -174,15 +178,24 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
     const lacks = [];
     const gpu = caps.webgpu && caps.adapter !== null;
     if (!gpu) {
-        if (caps.gpuApi === false || (caps.gpuApi === undefined && /navigator\.gpu is missing/.test(caps.error ?? ''))) {
+        if (
+            caps.gpuApi === false ||
+            (caps.gpuApi === undefined && /navigator\.gpu is missing/.test(caps.error ?? ''))
+        ) {
             missing.push({ need: 'webgpu', what: 'WebGPU in a worker (navigator.gpu is missing there)' });
         } else {
-            missing.push({ need: 'adapter', what: 'a WebGPU adapter (navigator.gpu is there, but requestAdapter() gave none)' });
+            missing.push({
+                need: 'adapter',
+                what: 'a WebGPU adapter (navigator.gpu is there, but requestAdapter() gave none)',
+            });
         }
     }
     const opfs = caps.opfs;
     if (opfs && !opfs.directory) {
-        missing.push({ need: 'opfs', what: 'the Origin Private File System (navigator.storage.getDirectory), where the model is stored' });
+        missing.push({
+            need: 'opfs',
+            what: 'the Origin Private File System (navigator.storage.getDirectory), where the model is stored',
+        });
     } else if (opfs && !opfs.syncAccessHandle) {
         missing.push({
             need: 'sync-access-handle',
@@ -210,7 +223,11 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
     }
     if (gpu) {
         if (caps.software) {
-            lacks.push({ feature: 'software', cost: 'The adapter is a software rasteriser, not a GPU: an image takes many minutes.', tone: 'warn' });
+            lacks.push({
+                feature: 'software',
+                cost: 'The adapter is a software rasteriser, not a GPU: an image takes many minutes.',
+                tone: 'warn',
+            });
         }
         if (!caps.shaderF16) {
             lacks.push({
@@ -225,8 +242,8 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
             lacks.push({
                 feature: 'subgroups',
                 cost: caps.shaderF16
-                    ? 'No subgroups: the fp16 graphs run on plain kernels, without the runtime\'s subgroup kernels; slower per step.'
-                    : 'No subgroups: the q4 graphs\' 4-bit layers run on plain fp32 kernels instead of int8 dot products (DP4A); slower per step.',
+                    ? "No subgroups: the fp16 graphs run on plain kernels, without the runtime's subgroup kernels; slower per step."
+                    : "No subgroups: the q4 graphs' 4-bit layers run on plain fp32 kernels instead of int8 dot products (DP4A); slower per step.",
                 tone: 'warn',
             });
         }
@@ -278,7 +295,10 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
         });
     }
     if (largestSide === 0 && gpu && !missing.some((m) => m.need === 'buffer-size')) {
-        missing.push({ need: 'buffer-size', what: `GPU buffers large enough for the smallest image (this GPU allows ${mib(bufferLimit)})` });
+        missing.push({
+            need: 'buffer-size',
+            what: `GPU buffers large enough for the smallest image (this GPU allows ${mib(bufferLimit)})`,
+        });
     }
     return { canRun: missing.length === 0, missing, family, kernels, bufferLimit, largestSide, lacks };
 }

@@ -100,7 +100,8 @@ function orientationEntry(block) {
     const head = ascii(data, 0, 4);
     const little = head === 'II*\0';
     if (!little && head !== 'MM\0*') throw new ImageRefusal('damaged', 'EXIF block without a TIFF header');
-    const u16 = (/** @type {number} */ at) => (little ? data[at] + (data[at + 1] << 8) : (data[at] << 8) + data[at + 1]);
+    const u16 = (/** @type {number} */ at) =>
+        little ? data[at] + (data[at + 1] << 8) : (data[at] << 8) + data[at + 1];
     const u32 = (/** @type {number} */ at) => (little ? u32le(data, at) : u32be(data, at));
     const ifd = u32(4);
     if (ifd + 2 > data.length) return null;
@@ -215,7 +216,8 @@ function parseJpeg(bytes) {
             if (ascii(body, 0, 6) === 'Exif\0\0') {
                 meta.blocks.push({ start: at + 4, end: at + 2 + length });
                 if (meta.exif === null) meta.exif = body.slice();
-            } else if (ascii(body, 0, xmpHead.length) === xmpHead) meta.xmp = new TextDecoder('latin1').decode(body.subarray(xmpHead.length));
+            } else if (ascii(body, 0, xmpHead.length) === xmpHead)
+                meta.xmp = new TextDecoder('latin1').decode(body.subarray(xmpHead.length));
         } else if (marker >= 0xc0 && marker <= 0xcf && marker !== 0xc4 && marker !== 0xc8 && marker !== 0xcc) {
             if (body.length >= 6 && body[5] === 4) throw new ImageRefusal('cmyk');
         } else if (marker === 0xda || marker === 0xd9) {
@@ -271,7 +273,9 @@ async function decodeWithBrowser(buffer, alpha) {
     let bitmap;
     try {
         bitmap = await createImageBitmap(new Blob([buffer]), {
-            colorSpaceConversion: 'none', premultiplyAlpha: 'none', imageOrientation: 'none',
+            colorSpaceConversion: 'none',
+            premultiplyAlpha: 'none',
+            imageOrientation: 'none',
         });
     } catch (err) {
         throw new ImageRefusal('damaged', err instanceof Error ? err.message : String(err));
@@ -326,7 +330,9 @@ function readWithWebGl(bitmap) {
 function readWithCanvas(bitmap, alpha) {
     const { width, height } = bitmap;
     const canvas = new OffscreenCanvas(width, height);
-    const context = /** @type {OffscreenCanvasRenderingContext2D} */ (canvas.getContext('2d', { willReadFrequently: true }));
+    const context = /** @type {OffscreenCanvasRenderingContext2D} */ (
+        canvas.getContext('2d', { willReadFrequently: true })
+    );
     context.drawImage(bitmap, 0, 0);
     const rgba = new Uint8Array(context.getImageData(0, 0, width, height).data.buffer);
     if (alpha) {

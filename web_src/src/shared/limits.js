@@ -63,8 +63,10 @@ export function inputImageSize(width, height) {
 export function imageDimensionsProblem(width, height, name) {
     const { imagePixelsMax, imageSideMin, imageAspectMax } = LIMITS;
     if (width * height > imagePixelsMax) {
-        return `${name} is ${width}x${height} pixels, more than the ${imagePixelsMax / 2 ** 20} megapixels an input ` +
-            'image may have; scale it down first.';
+        return (
+            `${name} is ${width}x${height} pixels, more than the ${imagePixelsMax / 2 ** 20} megapixels an input ` +
+            'image may have; scale it down first.'
+        );
     }
     if (width < imageSideMin || height < imageSideMin) {
         return `${name} is ${width}x${height}: both sides must be at least ${imageSideMin} pixels.`;

@@ -27,7 +27,13 @@ import { ImageRefusal, ascii, u32be } from './image_file.js';
  */
 
 /** Colour type -> allowed bit depths (PngImagePlugin._MODES). */
-const PNG_DEPTHS = /** @type {Record<number, number[]>} */ ({ 0: [1, 2, 4, 8, 16], 2: [8, 16], 3: [1, 2, 4, 8], 4: [8, 16], 6: [8, 16] });
+const PNG_DEPTHS = /** @type {Record<number, number[]>} */ ({
+    0: [1, 2, 4, 8, 16],
+    2: [8, 16],
+    3: [1, 2, 4, 8],
+    4: [8, 16],
+    6: [8, 16],
+});
 const PNG_CHANNELS = /** @type {Record<number, number>} */ ({ 0: 1, 2: 3, 3: 1, 4: 2, 6: 4 });
 
 /** @type {Uint32Array | null} */
@@ -58,8 +64,17 @@ function crc32(bytes, start, end) {
 export function parsePng(bytes) {
     /** @type {Png} */
     const png = {
-        width: 0, height: 0, bits: 0, colour: 0, interlaced: false, palette: null, data: [], exif: null, xmp: null,
-        rawProfiles: [], rawProfileText: null,
+        width: 0,
+        height: 0,
+        bits: 0,
+        colour: 0,
+        interlaced: false,
+        palette: null,
+        data: [],
+        exif: null,
+        xmp: null,
+        rawProfiles: [],
+        rawProfileText: null,
     };
     let at = 8;
     let seenData = false;
@@ -88,7 +103,12 @@ export function parsePng(bytes) {
             png.bits = body[8];
             png.colour = body[9];
             png.interlaced = body[12] === 1;
-            if (!(PNG_DEPTHS[png.colour] ?? []).includes(png.bits) || body[10] !== 0 || body[11] !== 0 || body[12] > 1) {
+            if (
+                !(PNG_DEPTHS[png.colour] ?? []).includes(png.bits) ||
+                body[10] !== 0 ||
+                body[11] !== 0 ||
+                body[12] > 1
+            ) {
                 throw new ImageRefusal('damaged', `unknown PNG mode (colour type ${png.colour}, ${png.bits} bits)`);
             }
             if (png.width === 0 || png.height === 0) throw new ImageRefusal('damaged', 'an image of no pixels');
@@ -148,7 +168,8 @@ function textChunk(png, kind, body) {
  * @returns {Promise<Uint8Array>}
  */
 async function inflate(parts) {
-    const stream = new Blob(parts.map((p) => /** @type {Uint8Array<ArrayBuffer>} */ (p))).stream()
+    const stream = new Blob(parts.map((p) => /** @type {Uint8Array<ArrayBuffer>} */ (p)))
+        .stream()
         .pipeThrough(new DecompressionStream('deflate'));
     const reader = stream.getReader();
     /** @type {Uint8Array[]} */
@@ -180,8 +201,13 @@ async function pngRawProfile(png) {
     if (png.rawProfiles.length > 0) text = new TextDecoder('latin1').decode(await inflate(png.rawProfiles));
     if (png.exif !== null || text === null) return;
     // Image.getexif: bytes.fromhex of the lines after the third
-    const hex = text.split('\n').slice(3).join('').replace(/[ \t\r\f\v]/g, '');
-    if (hex.length % 2 !== 0 || /[^0-9a-fA-F]/.test(hex)) throw new ImageRefusal('damaged', 'a raw EXIF profile that is not hex');
+    const hex = text
+        .split('\n')
+        .slice(3)
+        .join('')
+        .replace(/[ \t\r\f\v]/g, '');
+    if (hex.length % 2 !== 0 || /[^0-9a-fA-F]/.test(hex))
+        throw new ImageRefusal('damaged', 'a raw EXIF profile that is not hex');
     png.exif = Uint8Array.from(hex.match(/../g) ?? [], (pair) => parseInt(pair, 16));
 }
 
@@ -199,7 +225,15 @@ export async function decodePngPixels(png) {
     const raw = await inflate(png.data);
     const rgb = new Uint8Array(width * height * 3);
     const passes = interlaced
-        ? [[0, 0, 8, 8], [4, 0, 8, 8], [0, 4, 4, 8], [2, 0, 4, 4], [0, 2, 2, 4], [1, 0, 2, 2], [0, 1, 1, 2]]
+        ? [
+              [0, 0, 8, 8],
+              [4, 0, 8, 8],
+              [0, 4, 4, 8],
+              [2, 0, 4, 4],
+              [0, 2, 2, 4],
+              [1, 0, 2, 2],
+              [0, 1, 1, 2],
+          ]
         : [[0, 0, 1, 1]];
     let at = 0;
     for (const [x0, y0, dx, dy] of passes) {

@@ -100,7 +100,7 @@ function rethrowStorageError(err, path) {
     if (err instanceof DOMException && err.name === 'QuotaExceededError') {
         throw new QuotaError(
             `The browser refused to store more data while writing ${path} (quota exceeded). Free disk space, leave ` +
-                'private/incognito mode, or clear other sites\' data, then press Generate again: the download resumes.',
+                "private/incognito mode, or clear other sites' data, then press Generate again: the download resumes.",
             { path },
         );
     }
@@ -196,9 +196,12 @@ export class OpfsBackend {
         } catch (err) {
             // The handle is exclusive: another tab (or worker) is downloading this very file.
             if (err instanceof DOMException && err.name === 'NoModificationAllowedError') {
-                throw new KleinError(`${path} is being downloaded in another tab of this app. Close the other tab or wait for it, then try again.`, {
-                    code: ErrorCode.BUSY,
-                });
+                throw new KleinError(
+                    `${path} is being downloaded in another tab of this app. Close the other tab or wait for it, then try again.`,
+                    {
+                        code: ErrorCode.BUSY,
+                    },
+                );
             }
             throw err;
         }
@@ -370,7 +373,11 @@ export async function rename(dir, file, name) {
             await movable.move(name);
             return;
         } catch (err) {
-            if (!(err instanceof DOMException && (err.name === 'NotSupportedError' || err.name === 'InvalidModificationError'))) throw err;
+            if (!(
+                err instanceof DOMException &&
+                (err.name === 'NotSupportedError' || err.name === 'InvalidModificationError')
+            ))
+                throw err;
         }
     }
     const source = await file.getFile();

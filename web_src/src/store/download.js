@@ -124,7 +124,12 @@ export async function downloadFile(backend, url, path, { want = UNKNOWN, signal,
                 { url, path, sha256: digest, expected: want.sha256 },
             );
         }
-        const identity = { size: bytes, sha256: digest, etag: partial?.etag ?? null, lastModified: partial?.lastModified ?? null };
+        const identity = {
+            size: bytes,
+            sha256: digest,
+            etag: partial?.etag ?? null,
+            lastModified: partial?.lastModified ?? null,
+        };
         await backend.commit(path, identity);
         return { size: bytes, identity };
     };
@@ -132,7 +137,10 @@ export async function downloadFile(backend, url, path, { want = UNKNOWN, signal,
     for (let attempt = 0; ; attempt++) {
         signal?.throwIfAborted();
         if (attempt >= MAX_REQUESTS) {
-            throw new NetworkError(`Downloading ${url} did not succeed in ${attempt} requests; the server keeps answering unexpectedly. Try again later.`, { url });
+            throw new NetworkError(
+                `Downloading ${url} did not succeed in ${attempt} requests; the server keeps answering unexpectedly. Try again later.`,
+                { url },
+            );
         }
         /** @type {Record<string, string>} */
         const headers = {};
@@ -158,15 +166,20 @@ export async function downloadFile(backend, url, path, { want = UNKNOWN, signal,
                 await sleep(signal, 500 * cuts);
                 continue;
             }
-            throw new NetworkError(`Downloading ${url} failed (${String(err)}). Check the connection and press Generate again: it resumes.`, { url });
+            throw new NetworkError(
+                `Downloading ${url} failed (${String(err)}). Check the connection and press Generate again: it resumes.`,
+                { url },
+            );
         }
         if (response.status === 416 && plan.from > 0) {
             // Nothing after byte `from`: the partial copy may be whole, or longer than a changed file. Only a
             // stated size (and the manifest's hash) can tell.
             await response.body?.cancel();
-            const size = want.size ?? unsatisfiedRangeTotal(response.headers.get('content-range')) ?? partial?.size ?? null;
+            const size =
+                want.size ?? unsatisfiedRangeTotal(response.headers.get('content-range')) ?? partial?.size ?? null;
             if (size === plan.from || (size === null && want.sha256 !== null)) {
-                if (!hasher || hasher.bytes !== plan.from) hasher = await hashStoredPartial(backend, path, plan.from, signal);
+                if (!hasher || hasher.bytes !== plan.from)
+                    hasher = await hashStoredPartial(backend, path, plan.from, signal);
                 // These bytes came from earlier responses, possibly from before a cut: a mismatch earns one fresh start.
                 resumed = true;
                 const done = await complete(plan.from);
@@ -192,8 +205,16 @@ export async function downloadFile(backend, url, path, { want = UNKNOWN, signal,
             // single `bytes=N-` range starts at N by definition (RFC 9110 section 14.4).
             const header = response.headers.get('content-range');
             const length = response.headers.get('content-length');
-            const range = header === null ? { start: plan.from, total: length === null ? null : plan.from + Number(length) } : parseContentRange(header);
-            if (plan.from === 0 || !range || range.start !== plan.from || compareIdentity(fromResponse(response.headers, range.total), partial) === 'changed') {
+            const range =
+                header === null
+                    ? { start: plan.from, total: length === null ? null : plan.from + Number(length) }
+                    : parseContentRange(header);
+            if (
+                plan.from === 0 ||
+                !range ||
+                range.start !== plan.from ||
+                compareIdentity(fromResponse(response.headers, range.total), partial) === 'changed'
+            ) {
                 // A range we did not ask for, or of another version than the partial copy: start over.
                 await response.body?.cancel();
                 plan = restart;
@@ -226,7 +247,8 @@ export async function downloadFile(backend, url, path, { want = UNKNOWN, signal,
             resumed = false;
         } else {
             // Bytes stored by an earlier call (or before a cut this hasher did not see): hash them first.
-            if (!hasher || hasher.bytes !== plan.from) hasher = await hashStoredPartial(backend, path, plan.from, signal);
+            if (!hasher || hasher.bytes !== plan.from)
+                hasher = await hashStoredPartial(backend, path, plan.from, signal);
             resumed = true;
         }
         const outcome = await streamInto(backend, response, path, { fromZero, size, hasher, signal, onProgress });
@@ -250,7 +272,10 @@ export async function downloadFile(backend, url, path, { want = UNKNOWN, signal,
         }
         if (!outcome.ended || size !== null) {
             if (cuts++ >= MAX_RESUMES) {
-                const kept = plan.from > 0 ? `${formatBytes(plan.from)} are kept; press Generate again to resume.` : 'Press Generate again.';
+                const kept =
+                    plan.from > 0
+                        ? `${formatBytes(plan.from)} are kept; press Generate again to resume.`
+                        : 'Press Generate again.';
                 throw new NetworkError(
                     `Downloading ${url} was interrupted ${cuts} times (${outcome.error ?? 'connection closed early'}). ${kept}`,
                     { url, have: plan.from },
@@ -288,7 +313,9 @@ async function streamInto(backend, response, path, { fromZero, size, hasher, sig
                 sinceFlush = 0;
             }
             if (size !== null && writer.offset > size) {
-                throw new ModelFileError(`${response.url} sent more than the expected ${size} bytes; nothing was kept.`);
+                throw new ModelFileError(
+                    `${response.url} sent more than the expected ${size} bytes; nothing was kept.`,
+                );
             }
             onProgress?.(writer.offset, size);
         }
@@ -319,7 +346,10 @@ export async function serverIdentity(url, signal) {
         response = await fetch(url, { method: 'HEAD', signal, cache: 'no-store' });
     } catch (err) {
         if (signal?.aborted) throw signal.reason;
-        throw new NetworkError(`Could not reach ${url} (${String(err)}). Check the connection and press Generate again.`, { url });
+        throw new NetworkError(
+            `Could not reach ${url} (${String(err)}). Check the connection and press Generate again.`,
+            { url },
+        );
     }
     if (!response.ok) throw httpError(url, response.status);
     const length = response.headers.get('content-length');
@@ -350,10 +380,14 @@ async function answers(url, signal) {
 function sleep(signal, ms) {
     return new Promise((resolve, reject) => {
         const timer = setTimeout(resolve, ms);
-        signal?.addEventListener('abort', () => {
-            clearTimeout(timer);
-            reject(signal.reason ?? new CancelledError());
-        }, { once: true });
+        signal?.addEventListener(
+            'abort',
+            () => {
+                clearTimeout(timer);
+                reject(signal.reason ?? new CancelledError());
+            },
+            { once: true },
+        );
     });
 }
 
@@ -364,13 +398,19 @@ function sleep(signal, ms) {
  */
 function httpError(url, status) {
     if (status === 404) {
-        return new ModelFileError(`${url} does not exist on the model server (HTTP 404). Check the model URL and its manifest.`, {
+        return new ModelFileError(
+            `${url} does not exist on the model server (HTTP 404). Check the model URL and its manifest.`,
+            {
+                url,
+                status,
+            },
+        );
+    }
+    return new NetworkError(
+        `The model server answered HTTP ${status} for ${url}. Press Generate again later; downloads resume.`,
+        {
             url,
             status,
-        });
-    }
-    return new NetworkError(`The model server answered HTTP ${status} for ${url}. Press Generate again later; downloads resume.`, {
-        url,
-        status,
-    });
+        },
+    );
 }

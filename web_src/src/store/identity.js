@@ -29,7 +29,12 @@ export const UNKNOWN = Object.freeze({ size: null, sha256: null, etag: null, las
  * @returns {FileIdentity}
  */
 export function fromManifest(entry) {
-    return { size: entry.size, sha256: entry.sha256 ? entry.sha256.toLowerCase() : null, etag: null, lastModified: null };
+    return {
+        size: entry.size,
+        sha256: entry.sha256 ? entry.sha256.toLowerCase() : null,
+        etag: null,
+        lastModified: null,
+    };
 }
 
 /**

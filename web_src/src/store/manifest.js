@@ -8,7 +8,14 @@
  */
 
 import { InputError, ModelFileError, NetworkError } from '../shared/errors.js';
-import { CHAT_TEMPLATE_FILE, COMPONENTS, OPTIONAL_COMPONENTS, TOKENIZER_FILES, VARIANTS, graphFiles } from '../shared/model_repo.js';
+import {
+    CHAT_TEMPLATE_FILE,
+    COMPONENTS,
+    OPTIONAL_COMPONENTS,
+    TOKENIZER_FILES,
+    VARIANTS,
+    graphFiles,
+} from '../shared/model_repo.js';
 
 export const MANIFEST_NAME = 'manifest.json';
 export const FORMAT = 'klein-web-model-repo';
@@ -104,7 +111,9 @@ export async function fetchManifest(modelBase, { signal } = {}) {
         response = await fetch(url, { cache: 'no-cache', signal });
     } catch (err) {
         if (signal?.aborted) throw signal.reason;
-        throw new NetworkError(`Could not reach the model server for ${url} (${String(err)}). Check the connection.`, { url });
+        throw new NetworkError(`Could not reach the model server for ${url} (${String(err)}). Check the connection.`, {
+            url,
+        });
     }
     if (response.status === 404) {
         return seedManifest(modelBase, { chatTemplate: await exists(modelBase + CHAT_TEMPLATE_FILE, signal) });
@@ -119,7 +128,10 @@ export async function fetchManifest(modelBase, { signal } = {}) {
     try {
         json = await response.json();
     } catch (err) {
-        throw new ModelFileError(`${url} is not JSON (${String(err)}); the model repository is broken or the URL is wrong.`, { url });
+        throw new ModelFileError(
+            `${url} is not JSON (${String(err)}); the model repository is broken or the URL is wrong.`,
+            { url },
+        );
     }
     return parseManifest(json, modelBase);
 }
@@ -151,20 +163,26 @@ export function parseManifest(json, modelBase) {
     const where = modelBase + MANIFEST_NAME;
     /** @param {string} what @returns {never} */
     const bad = (what) => {
-        throw new ModelFileError(`${where} is malformed: ${what}. Re-create it with \`klein-web fetch\` or \`klein-web convert\`.`, {
-            url: where,
-        });
+        throw new ModelFileError(
+            `${where} is malformed: ${what}. Re-create it with \`klein-web fetch\` or \`klein-web convert\`.`,
+            {
+                url: where,
+            },
+        );
     };
     if (!json || typeof json !== 'object') bad('not a JSON object');
     if (json.format !== FORMAT) bad(`"format" is ${JSON.stringify(json.format)}, expected ${JSON.stringify(FORMAT)}`);
     if (!Number.isInteger(json.format_version) || json.format_version > FORMAT_VERSION) {
-        bad(`"format_version" ${JSON.stringify(json.format_version)} is newer than this app reads (${FORMAT_VERSION}); reload the app`);
+        bad(
+            `"format_version" ${JSON.stringify(json.format_version)} is newer than this app reads (${FORMAT_VERSION}); reload the app`,
+        );
     }
     if (!json.files || typeof json.files !== 'object') bad('"files" must be an object of {path: {size, sha256}}');
     /** @type {Manifest['files']} */
     const files = {};
     for (const [path, entry] of Object.entries(json.files)) {
-        if (!entry || !Number.isSafeInteger(entry.size) || entry.size < 0) bad(`files[${JSON.stringify(path)}].size must be a non-negative integer`);
+        if (!entry || !Number.isSafeInteger(entry.size) || entry.size < 0)
+            bad(`files[${JSON.stringify(path)}].size must be a non-negative integer`);
         files[path] = { size: entry.size, sha256: typeof entry.sha256 === 'string' ? entry.sha256 : null };
     }
     if (!Array.isArray(json.graphs) || json.graphs.length === 0) bad('"graphs" must be a non-empty list');
@@ -174,7 +192,10 @@ export function parseManifest(json, modelBase) {
         if (!g || !known.includes(g.component)) bad(`graphs[${i}].component must be one of ${known.join(', ')}`);
         if (!VARIANTS.includes(g.variant)) bad(`graphs[${i}].variant must be one of ${VARIANTS.join(', ')}`);
         if (typeof g.path !== 'string' || !g.path.endsWith('.onnx')) bad(`graphs[${i}].path must name an .onnx file`);
-        if (!Array.isArray(g.external_data) || g.external_data.some((/** @type {any} */ n) => typeof n !== 'string' || n.includes('/'))) {
+        if (
+            !Array.isArray(g.external_data) ||
+            g.external_data.some((/** @type {any} */ n) => typeof n !== 'string' || n.includes('/'))
+        ) {
             bad(`graphs[${i}].external_data must be a list of bare file names`);
         }
         /**
@@ -185,7 +206,8 @@ export function parseManifest(json, modelBase) {
          */
         const count = (key, fallback, nullable) => {
             if (g[key] === undefined || (nullable && g[key] === null)) return fallback;
-            if (!Number.isSafeInteger(g[key]) || g[key] < 1) bad(`graphs[${i}].${key} must be a positive integer${nullable ? ' or null' : ''}`);
+            if (!Number.isSafeInteger(g[key]) || g[key] < 1)
+                bad(`graphs[${i}].${key} must be a positive integer${nullable ? ' or null' : ''}`);
             return g[key];
         };
         const entry = {
@@ -214,5 +236,13 @@ export function parseManifest(json, modelBase) {
         }
         return { file: l.file, sha256: l.sha256, scale: l.scale };
     });
-    return { modelBase, source: String(json.source ?? modelBase), seedLayout: false, files, graphs, loras: loraEntries, raw: json };
+    return {
+        modelBase,
+        source: String(json.source ?? modelBase),
+        seedLayout: false,
+        files,
+        graphs,
+        loras: loraEntries,
+        raw: json,
+    };
 }

@@ -117,7 +117,8 @@ export class WeightStore {
             await hashBlob(await this.backend.read(path), hasher, { signal });
             const sha256 = hasher.hex();
             verdict = sha256 === want.sha256 ? 'same' : 'changed';
-            if (verdict === 'same') await this.backend.writeIdentity(path, { size, sha256, etag: null, lastModified: null });
+            if (verdict === 'same')
+                await this.backend.writeIdentity(path, { size, sha256, etag: null, lastModified: null });
         }
         if (verdict === 'same') return size;
         await this.backend.discard(path);
@@ -144,7 +145,10 @@ export class WeightStore {
             return new Uint8Array(await (await this.backend.read(path)).arrayBuffer());
         } catch (err) {
             if (err instanceof DOMException && err.name === 'NotFoundError') {
-                throw new ModelFileError(`${path} is not in the local model cache. Press Generate again to download it.`, { path });
+                throw new ModelFileError(
+                    `${path} is not in the local model cache. Press Generate again to download it.`,
+                    { path },
+                );
             }
             throw err;
         }
@@ -200,9 +204,12 @@ export class WeightStore {
                 continue;
             }
             if (want === null) {
-                throw new NetworkError(`Could not reach the model server for ${this.modelBase + file.path}. Check the connection and press Generate again.`, {
-                    url: this.modelBase + file.path,
-                });
+                throw new NetworkError(
+                    `Could not reach the model server for ${this.modelBase + file.path}. Check the connection and press Generate again.`,
+                    {
+                        url: this.modelBase + file.path,
+                    },
+                );
             }
             missing.push({ path: file.path, size: want.size, want, have: await this.backend.partialSize(file.path) });
         }
@@ -262,10 +269,9 @@ export class WeightStore {
             throw new QuotaError(
                 `The model needs ${formatBytes(needed)} more browser storage but only ${formatBytes(Math.max(0, quota - usage))} ` +
                     `is left (quota ${formatBytes(quota)}, used ${formatBytes(usage)}). Free disk space, leave private/incognito ` +
-                    'mode (it has a small in-memory quota), or clear this site\'s other data, then try again.',
+                    "mode (it has a small in-memory quota), or clear this site's other data, then try again.",
                 { needed, usage, quota },
             );
         }
     }
 }
-

@@ -105,9 +105,13 @@ class JobQueue {
         });
         // A job cancelled while still queued is answered now, not when the jobs before it finish.
         const cancelledWhileQueued = new Promise((_, reject) => {
-            controller.signal.addEventListener('abort', () => job.started || reject(controller.signal.reason), { once: true });
+            controller.signal.addEventListener('abort', () => job.started || reject(controller.signal.reason), {
+                once: true,
+            });
         });
-        const result = /** @type {Promise<T>} */ (Promise.race([chained, cancelledWhileQueued])).finally(() => this.jobs.delete(id));
+        const result = /** @type {Promise<T>} */ (Promise.race([chained, cancelledWhileQueued])).finally(() =>
+            this.jobs.delete(id),
+        );
         this.tail = chained.catch(() => {});
         return result;
     }
@@ -162,14 +166,21 @@ export function startWorker(scope) {
                     return result;
                 } catch (err) {
                     const recovery = recoveryFor(err, {
-                        aborted: signal.aborted, memoryMode: models.memory.mode, askedMemory: request.params?.memory, leanTried,
+                        aborted: signal.aborted,
+                        memoryMode: models.memory.mode,
+                        askedMemory: request.params?.memory,
+                        leanTried,
                     });
                     if (recovery?.kind === 'drop-feature') {
                         // Each retry gives up one more feature the device has, so this ends.
                         await models.releaseAll();
                         gpu.dropFeature(recovery.feature, recovery.reason);
                         dropped.push(recovery.feature);
-                        onEvent({ type: 'stage', stage: 'load', detail: `again without ${recovery.feature}, which failed in this browser` });
+                        onEvent({
+                            type: 'stage',
+                            stage: 'load',
+                            detail: `again without ${recovery.feature}, which failed in this browser`,
+                        });
                         continue;
                     }
                     if (recovery?.kind === 'lean') {
@@ -177,7 +188,11 @@ export function startWorker(scope) {
                         leanTried = true;
                         await models.releaseAll();
                         models.leanAfterFailure = recovery.reason;
-                        onEvent({ type: 'stage', stage: 'load', detail: `again in lean memory mode: ${recovery.reason}` });
+                        onEvent({
+                            type: 'stage',
+                            stage: 'load',
+                            detail: `again in lean memory mode: ${recovery.reason}`,
+                        });
                         continue;
                     }
                     // Cancelled or failed mid-run: give the GPU memory back; the next run reloads from the store.
@@ -191,7 +206,9 @@ export function startWorker(scope) {
 
     /** @type {Readonly<Record<string, (request: any) => Promise<{result: any, transfer?: Transferable[]}>>>} */
     const handlers = Object.freeze({
-        probe: async () => ({ result: { ...(await probe({ threads })), ...storeAndMemory(scope), protocolVersion: PROTOCOL_VERSION } }),
+        probe: async () => ({
+            result: { ...(await probe({ threads })), ...storeAndMemory(scope), protocolVersion: PROTOCOL_VERSION },
+        }),
 
         generate: async (/** @type {{id: string, params: any}} */ request) => {
             const result = await pipelineJob(request, generate);
@@ -199,14 +216,18 @@ export function startWorker(scope) {
         },
 
         // loadSessions releases each session it creates.
-        load: async (/** @type {{id: string, params: any}} */ request) => ({ result: await pipelineJob(request, loadSessions) }),
+        load: async (/** @type {{id: string, params: any}} */ request) => ({
+            result: await pipelineJob(request, loadSessions),
+        }),
 
         decode: async (/** @type {{params: any}} */ request) => {
             const result = await decodeRequest(request.params);
             return { result, transfer: [result.rgb.buffer] };
         },
 
-        cancel: async (/** @type {{target: string}} */ request) => ({ result: { cancelled: jobs.cancel(String(request.target)) } }),
+        cancel: async (/** @type {{target: string}} */ request) => ({
+            result: { cancelled: jobs.cancel(String(request.target)) },
+        }),
 
         clearCache: async (/** @type {{id: string}} */ request) => {
             const freedBytes = await jobs.run(request.id, () =>

@@ -24,9 +24,15 @@ import { ErrorCode, GpuFeatureError, KleinError } from '../shared/errors.js';
  */
 export function recoveryFor(err, { aborted, memoryMode, askedMemory, leanTried }) {
     if (aborted || !(err instanceof KleinError)) return null;
-    if (err instanceof GpuFeatureError) return { kind: 'drop-feature', feature: err.detail.feature, reason: err.detail.cause };
+    if (err instanceof GpuFeatureError)
+        return { kind: 'drop-feature', feature: err.detail.feature, reason: err.detail.cause };
     const ranOutOfMemory = err.code === ErrorCode.OUT_OF_MEMORY && err.detail?.runtime === true;
-    if ((ranOutOfMemory || err.code === ErrorCode.DEVICE_LOST) && memoryMode === 'fast' && askedMemory === undefined && !leanTried) {
+    if (
+        (ranOutOfMemory || err.code === ErrorCode.DEVICE_LOST) &&
+        memoryMode === 'fast' &&
+        askedMemory === undefined &&
+        !leanTried
+    ) {
         const what = ranOutOfMemory ? 'ran out of memory' : 'lost the GPU device';
         return { kind: 'lean', reason: `fast mode ${what} (${err.message.slice(0, 200)})` };
     }

@@ -57,7 +57,10 @@ export class BatchSetting {
      */
     read() {
         try {
-            return { count: parseBatchCount(this.count.value, 'Images'), mode: /** @type {SeedMode} */ (this.seeds.value) };
+            return {
+                count: parseBatchCount(this.count.value, 'Images'),
+                mode: /** @type {SeedMode} */ (this.seeds.value),
+            };
         } catch (err) {
             this.count.setAttribute('aria-invalid', 'true');
             this.count.focus();

@@ -95,7 +95,8 @@ export function webgpuAdvice(browser, { adapterMissing = false } = {}) {
         }
         return 'Safari found no usable GPU. Check that WebGPU is not turned off under Develop > Feature Flags, then reload.';
     }
-    if (name === 'Unknown') return `Use a browser with WebGPU: Chrome or Edge ${MIN_CHROME}+, Safari ${MIN_SAFARI}+, or Firefox ${MIN_FIREFOX_WINDOWS}+ on Windows.`;
+    if (name === 'Unknown')
+        return `Use a browser with WebGPU: Chrome or Edge ${MIN_CHROME}+, Safari ${MIN_SAFARI}+, or Firefox ${MIN_FIREFOX_WINDOWS}+ on Windows.`;
     if (os === 'Android') {
         if (version !== null && version < MIN_CHROME_ANDROID) {
             return `${name} ${version} has no WebGPU on Android: update to ${MIN_CHROME_ANDROID} or newer (Android 12+ with a Qualcomm or ARM GPU) and reload.`;
@@ -132,6 +133,6 @@ export function missingAdvice(missing, browser) {
         case 'sync-access-handle':
             return 'Sync access handles in workers are in Chrome and Edge 102+, Safari 15.2+ and Firefox 111+: update the browser and reload.';
         case 'buffer-size':
-            return 'The limit is the GPU driver\'s and the browser\'s, not a setting: use a computer whose browser offers GPU buffers of 1 GiB or more (desktop Chrome, Edge, Safari 26 and Firefox do on most laptops and desktops).';
+            return "The limit is the GPU driver's and the browser's, not a setting: use a computer whose browser offers GPU buffers of 1 GiB or more (desktop Chrome, Edge, Safari 26 and Firefox do on most laptops and desktops).";
     }
 }

@@ -103,7 +103,9 @@ export function describeCapabilities(caps, { linux }) {
         note: opfsMissing
             ? `The app needs ${opfsMissing.what}.`
             : [
-                  roomy ? '' : `The model needs about ${formatBytes(MODEL_BYTES)}; only ${formatBytes(Math.max(0, free))} is available to this site.`,
+                  roomy
+                      ? ''
+                      : `The model needs about ${formatBytes(MODEL_BYTES)}; only ${formatBytes(Math.max(0, free))} is available to this site.`,
                   ...opfsNotes,
               ]
                   .filter(Boolean)
@@ -111,7 +113,12 @@ export function describeCapabilities(caps, { linux }) {
     });
     if (typeof caps.deviceMemory === 'number') {
         const memory = cost('memory');
-        rows.push({ label: 'Device memory', value: `${caps.deviceMemory} GB or more`, tone: memory ? 'warn' : '', note: memory });
+        rows.push({
+            label: 'Device memory',
+            value: `${caps.deviceMemory} GB or more`,
+            tone: memory ? 'warn' : '',
+            note: memory,
+        });
     }
     rows.push({
         label: 'Cross-origin isolated',
@@ -147,7 +154,10 @@ function withoutShaderF16(caps, cost, { linux }) {
 export function summaryNote(decision) {
     if (!decision.canRun) {
         const what = decision.missing.map((m) => m.what).join('; ');
-        return { text: `The app cannot run in this browser: it needs ${what}. What to do is shown under the Generate button.`, tone: 'bad' };
+        return {
+            text: `The app cannot run in this browser: it needs ${what}. What to do is shown under the Generate button.`,
+            tone: 'bad',
+        };
     }
     const costs = decision.lacks.filter((lack) => lack.tone === 'warn').map((lack) => lack.cost);
     const runs = `This browser runs the app: the ${decision.family} graphs, on ${decision.kernels}.`;

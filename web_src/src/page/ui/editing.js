@@ -140,16 +140,23 @@ export class EditingView {
         const source = this.painter.source;
         if (!source) throw new InputError('Inpaint needs the image to repaint: drop, paste or choose one.');
         if (this.painter.isEmpty()) {
-            throw new InputError('The mask is empty: paint over the part of the image to repaint (or load a mask file).');
+            throw new InputError(
+                'The mask is empty: paint over the part of the image to repaint (or load a mask file).',
+            );
         }
         const mask = await this.painter.exportMask();
         const images = [{ name: source.name, blob: source.blob }, ...references];
         const strength = Number(this.strength.value);
         const record = { mode, images, mask, strength };
         const params = {
-            images: await Promise.all(images.map((image, i) => imageInput(image, i === 0
-                ? `The image to inpaint (${image.name})`
-                : `Reference ${i} (${image.name})`))),
+            images: await Promise.all(
+                images.map((image, i) =>
+                    imageInput(
+                        image,
+                        i === 0 ? `The image to inpaint (${image.name})` : `Reference ${i} (${image.name})`,
+                    ),
+                ),
+            ),
             mask: await imageInput(mask, `The mask (${mask.name})`),
             strength,
         };
@@ -200,13 +207,18 @@ export class EditingView {
 
     /** @param {() => Promise<void>} action */
     #take(action) {
-        action().then(() => this.onAdded(), (err) => this.onProblem(err));
+        action().then(
+            () => this.onAdded(),
+            (err) => this.onProblem(err),
+        );
     }
 
     /** @param {File[]} files */
     async #setSource(files) {
         if (files.length !== 1) {
-            throw new InputError(`Inpaint repaints one image at a time (got ${files.length}); add references separately.`);
+            throw new InputError(
+                `Inpaint repaints one image at a time (got ${files.length}); add references separately.`,
+            );
         }
         await this.painter.setSource(files[0], blobName(files[0], 'pasted image'));
     }
@@ -299,6 +311,8 @@ export class EditingView {
             run === 0
                 ? `Runs 0 of ${steps} steps: the image would come back unchanged.`
                 : `Runs ${run} of ${steps} step${steps === 1 ? '' : 's'}` +
-                  (run < steps ? ': lower strength keeps more of the image.' : ': the masked area is redrawn from noise.');
+                  (run < steps
+                      ? ': lower strength keeps more of the image.'
+                      : ': the masked area is redrawn from noise.');
     }
 }

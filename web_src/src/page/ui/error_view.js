@@ -104,7 +104,8 @@ export function adviseError(error, context) {
             return {
                 title: 'A downloaded model file failed its checksum',
                 message,
-                action: 'The bad copy was deleted. Click Generate to download it again; if it fails again, the model server ' +
+                action:
+                    'The bad copy was deleted. Click Generate to download it again; if it fails again, the model server ' +
                     'sends other bytes than its `manifest.json` lists (a stale manifest or a re-converted model): publish ' +
                     'the model again with `klein-web fetch` or `klein-web convert`, or use another model URL.',
             };

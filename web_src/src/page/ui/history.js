@@ -256,7 +256,10 @@ export class HistoryView {
         remove.className = 'history-delete';
         remove.textContent = '×';
         remove.title = 'Delete from history';
-        remove.setAttribute('aria-label', `Delete from history: ${params.prompt || '(empty prompt)'}, seed ${params.seed}`);
+        remove.setAttribute(
+            'aria-label',
+            `Delete from history: ${params.prompt || '(empty prompt)'}, seed ${params.seed}`,
+        );
         remove.addEventListener('click', () => this.onDelete(entry));
         item.className = 'history-entry';
         item.append(button, remove);

@@ -84,12 +84,14 @@ export async function decodeChecked(blob, name, label, { mask = false } = {}) {
     try {
         pixels = await decodeImageFile(bytes);
     } catch (err) {
-        if (err instanceof ImageTooLarge) throw new InputError(imageDimensionsProblem(err.width, err.height, label) ?? label);
+        if (err instanceof ImageTooLarge)
+            throw new InputError(imageDimensionsProblem(err.width, err.height, label) ?? label);
         if (err instanceof ImageRefusal) throw new InputError(`${label} ${err.message}`);
         throw err;
     }
     const { width, height } = pixels;
-    const problem = mask && width * height <= LIMITS.imagePixelsMax ? null : imageDimensionsProblem(width, height, label);
+    const problem =
+        mask && width * height <= LIMITS.imagePixelsMax ? null : imageDimensionsProblem(width, height, label);
     if (problem) throw new InputError(problem);
     return { image: { blob, name, width, height, used: inputImageSize(width, height) }, pixels };
 }

@@ -130,7 +130,9 @@ export class MaskPainter {
         const grey = own.createImageData(checked.width, checked.height);
         for (let p = 0, q = 0; p < file.rgb.length; p += 3, q += 4) {
             if (file.rgb[p] !== file.rgb[p + 1] || file.rgb[p + 1] !== file.rgb[p + 2]) {
-                throw new InputError(`${label} has coloured pixels; a mask must be greyscale (white repaints, black keeps).`);
+                throw new InputError(
+                    `${label} has coloured pixels; a mask must be greyscale (white repaints, black keeps).`,
+                );
             }
             grey.data[q] = grey.data[q + 1] = grey.data[q + 2] = file.rgb[p];
             grey.data[q + 3] = 255;

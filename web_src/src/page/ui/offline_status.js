@@ -39,7 +39,11 @@ export function shellStatus(facts) {
         return { kind: 'update', text: 'An update of the app is ready.', action: true };
     }
     if (!facts.online) {
-        return { kind: 'offline', text: 'Offline: running the stored app; the model runs from this device.', action: false };
+        return {
+            kind: 'offline',
+            text: 'Offline: running the stored app; the model runs from this device.',
+            action: false,
+        };
     }
     if (facts.workerBuild === null) return { kind: 'storing', text: 'Not yet stored for offline use.', action: false };
     if (!facts.cachesShell) {
@@ -100,7 +104,10 @@ export class OfflineStatus {
         });
         this.button.addEventListener('click', () => this.#switch());
         this.#askController();
-        container.ready.then((registration) => this.#watch(registration), () => {});
+        container.ready.then(
+            (registration) => this.#watch(registration),
+            () => {},
+        );
     }
 
     /** @param {Partial<ShellFacts>} changed */
@@ -127,7 +134,8 @@ export class OfflineStatus {
     /** @param {ServiceWorkerRegistration} registration */
     #watch(registration) {
         this.registration = registration;
-        const found = () => this.update({ waiting: registration.waiting !== null && this.container?.controller != null });
+        const found = () =>
+            this.update({ waiting: registration.waiting !== null && this.container?.controller != null });
         found();
         registration.addEventListener('updatefound', () => {
             const installing = registration.installing;

@@ -167,12 +167,16 @@ function deviceLine(device, transformerVariant) {
         'attention as MatMul + Softmax + MatMul (no flash attention: it exists only inside fused attention ops, slower in Chrome)',
     ];
     if (transformerVariant === 'q4') {
-        parts.push(device.features.includes('subgroups')
-            ? 'q4 weights as int8 dot products (DP4A kernels)'
-            : 'q4 weights on fp32 kernels (no subgroups: no DP4A)');
+        parts.push(
+            device.features.includes('subgroups')
+                ? 'q4 weights as int8 dot products (DP4A kernels)'
+                : 'q4 weights on fp32 kernels (no subgroups: no DP4A)',
+        );
     }
     for (const { feature, reason, remembered } of off) {
-        parts.push(`${feature} off: it failed in this browser${remembered ? ' on an earlier visit' : ''} (${reason.slice(0, 160)})`);
+        parts.push(
+            `${feature} off: it failed in this browser${remembered ? ' on an earlier visit' : ''} (${reason.slice(0, 160)})`,
+        );
     }
     const line = document.createElement('p');
     line.className = 'device';
@@ -209,17 +213,31 @@ function kernelTables(kernels) {
         table.className = 'kernels';
         const name = /** @type {Record<string, string>} */ (COMPONENT_NAMES)[component] ?? component;
         const runs = times.runs === 1 ? 'one run' : `per run of ${times.runs}`;
-        table.append(cell('caption', `${name}: GPU ${formatDuration(times.gpuMs)} ${runs} (of ${formatDuration(times.runMs)} in the run; dispatching it ${formatDuration(times.hostMs)}; CPU-placed nodes ${formatDuration(times.cpuNodeMs)})`));
+        table.append(
+            cell(
+                'caption',
+                `${name}: GPU ${formatDuration(times.gpuMs)} ${runs} (of ${formatDuration(times.runMs)} in the run; dispatching it ${formatDuration(times.hostMs)}; CPU-placed nodes ${formatDuration(times.cpuNodeMs)})`,
+            ),
+        );
         const head = document.createElement('tr');
-        head.append(cell('th', 'Op'), cell('th', 'Program'), cell('th', 'Calls'), cell('th', 'GPU'), cell('th', 'Share'));
+        head.append(
+            cell('th', 'Op'),
+            cell('th', 'Program'),
+            cell('th', 'Calls'),
+            cell('th', 'GPU'),
+            cell('th', 'Share'),
+        );
         const thead = document.createElement('thead');
         thead.append(head);
         const body = document.createElement('tbody');
         for (const kernel of times.kernels.slice(0, KERNEL_ROWS_SHOWN)) {
             const row = document.createElement('tr');
             row.append(
-                cell('th', kernel.op), cell('td', kernel.program), cell('td', String(Math.round(kernel.calls)), 'num'),
-                cell('td', formatDuration(kernel.gpuMs), 'num'), cell('td', `${(100 * kernel.share).toFixed(1)}%`, 'num'),
+                cell('th', kernel.op),
+                cell('td', kernel.program),
+                cell('td', String(Math.round(kernel.calls)), 'num'),
+                cell('td', formatDuration(kernel.gpuMs), 'num'),
+                cell('td', `${(100 * kernel.share).toFixed(1)}%`, 'num'),
             );
             body.append(row);
         }
@@ -308,10 +326,7 @@ export class ResultView {
             if (key === 'images' && !withImages) continue;
             const ms = timings[key];
             const row = document.createElement('tr');
-            const extra =
-                key === 'denoise' && ranSteps > 0
-                    ? ` (${formatDuration(ms / ranSteps)}/step)`
-                    : '';
+            const extra = key === 'denoise' && ranSteps > 0 ? ` (${formatDuration(ms / ranSteps)}/step)` : '';
             row.append(cell('th', label), cell('td', `${formatDuration(ms)}${extra}`, 'num'));
             body.append(row);
         }
@@ -333,8 +348,12 @@ export class ResultView {
             const preview = document.createElement('tr');
             preview.className = 'sub';
             // Tenths: a preview takes about a millisecond.
-            const perStep = result.preview.frames > 0 ? ` (${(result.preview.ms / result.preview.frames).toFixed(1)} ms/step)` : '';
-            preview.append(cell('th', `step previews (${result.preview.map} colours)`), cell('td', `${formatDuration(result.preview.ms)}${perStep}`, 'num'));
+            const perStep =
+                result.preview.frames > 0 ? ` (${(result.preview.ms / result.preview.frames).toFixed(1)} ms/step)` : '';
+            preview.append(
+                cell('th', `step previews (${result.preview.map} colours)`),
+                cell('td', `${formatDuration(result.preview.ms)}${perStep}`, 'num'),
+            );
             body.append(preview);
         }
         table.append(body);
@@ -342,7 +361,13 @@ export class ResultView {
         const graphTable = document.createElement('table');
         graphTable.append(cell('caption', 'What ran where'));
         const head = document.createElement('tr');
-        head.append(cell('th', 'Component'), cell('th', 'Variant'), cell('th', 'Runs on'), cell('th', 'How'), cell('th', 'Loaded in'));
+        head.append(
+            cell('th', 'Component'),
+            cell('th', 'Variant'),
+            cell('th', 'Runs on'),
+            cell('th', 'How'),
+            cell('th', 'Loaded in'),
+        );
         const graphHead = document.createElement('thead');
         graphHead.append(head);
         const graphBody = document.createElement('tbody');
@@ -360,7 +385,13 @@ export class ResultView {
             graphBody.append(row);
         }
         graphTable.append(graphHead, graphBody);
-        this.timings.replaceChildren(table, graphTable, ...deviceLine(result.device, result.graphs?.transformer?.variant), ...memoryLine(result.memory), ...kernelTables(result.kernels));
+        this.timings.replaceChildren(
+            table,
+            graphTable,
+            ...deviceLine(result.device, result.graphs?.transformer?.variant),
+            ...memoryLine(result.memory),
+            ...kernelTables(result.kernels),
+        );
     }
 
     /** @param {string[]} notes */
