@@ -78,6 +78,11 @@ def test_a_run_row_separates_the_first_step_from_the_steady_ones() -> None:
     assert row["variants"]["vae_decoder"] == "fp16" and row["wasm_heap_gib"] == pytest.approx(1 / 16)
     # Nothing fetched (a warm reload): no store rate to report.
     assert run("warm reload", steps=[150.0]).row()["store_gb_per_s"] is None
+    # A job run again after a failed attempt (a GPU feature dropped) fetched in that attempt: its own download stage
+    # did not, so no rate (the click-to-image time, 60 s, is far more than the job's 9 s).
+    retried = run("cold", steps=[150.0] * 4, fetched=5_000_000_000)
+    retried.seconds = 60.0
+    assert retried.row()["store_gb_per_s"] is None
     # The step previews' time per step, when the image showed them.
     assert row["preview_ms"] is None
     shown = run("hot", steps=[150.0] * 4, preview={"map": "repository", "frames": 4, "ms": 6.0}).row()
