@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE, DEFAULT_REPO, __version__
-from builder.check.regress_cases import RegressOptions
+from builder.check.regress.cases import RegressOptions
 from builder.errors import KleinWebError
 from builder.pipeline import limits
 
@@ -118,6 +118,14 @@ def serve(
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--precision", type=click.Choice(["q4", "fp32", "q4f16"]), default="q4", show_default=True)
 @click.option(
+    "--weights",
+    type=click.Choice(["compact", "seed"]),
+    default="compact",
+    show_default=True,
+    help="How the q4/q4f16 graphs store their weights: compact (4-bit token embedding and AdaLN, fp16-stored "
+    "scales: the smaller download) or seed (the layout of the seed repository on the Hub).",
+)
+@click.option(
     "--lora",
     "loras",
     multiple=True,
@@ -125,7 +133,14 @@ def serve(
     help="A transformer LoRA (.safetensors: diffusers/PEFT, kohya or BFL keys) merged into the weights, "
     "SCALE 1.0 unless given; repeat to add several, in order.",
 )
-def convert(src: Path, out: Path, precision: str, loras: tuple[str, ...]) -> None:
+@click.option(
+    "--jobs",
+    type=int,
+    default=None,
+    help="Build the text encoder, transformer and VAE in this many processes at once (1-3; the same "
+    "bytes) [default: as many as the free memory holds].",
+)
+def convert(src: Path, out: Path, precision: str, weights: str, loras: tuple[str, ...], jobs: int | None) -> None:
     """Convert a diffusers FLUX.2 [klein] folder SRC into the ONNX web layout in OUT.
 
     OUT is replaced only by a finished, checked repository. Refused with one line, OUT left as it was: a LoRA
@@ -134,8 +149,17 @@ def convert(src: Path, out: Path, precision: str, loras: tuple[str, ...]) -> Non
     """
     from builder.repo import convert as converter
     from builder.repo.lora import parse_spec
+    from builder.repo.weight_format import FORMATS
 
-    converter.convert(src, out, precision=precision, log=log, loras=[parse_spec(text) for text in loras])
+    converter.convert(
+        src,
+        out,
+        precision=precision,
+        log=log,
+        loras=[parse_spec(text) for text in loras],
+        weights=FORMATS[weights],
+        jobs=jobs,
+    )
     log(f"Done. Serve it with: klein-web serve --models {out}")
 
 
@@ -325,6 +349,41 @@ def reference(
     default=REGRESS_DEFAULTS.profile,
     help="Browser profile folder to use and keep: its model store survives, so re-runs download nothing.",
 )
+@click.option(
+    "--connect",
+    default=REGRESS_DEFAULTS.connect,
+    metavar="WS_ENDPOINT",
+    help="Drive the browser of a Playwright browser server (`playwright launch-server`) instead of "
+    "launching one: its ws:// address.",
+)
+@click.option(
+    "--host",
+    default=REGRESS_DEFAULTS.host,
+    show_default=True,
+    help="Address the app server listens on (0.0.0.0: every interface, for a browser elsewhere).",
+)
+@click.option(
+    "--port", default=REGRESS_DEFAULTS.port, show_default=True, type=int, help="Port of the app server; 0: a free one."
+)
+@click.option(
+    "--advertise",
+    default=REGRESS_DEFAULTS.advertise,
+    metavar="URL",
+    help="The address the browser opens this run's server at (a LAN name, a tunnel); default: http://HOST:PORT.",
+)
+@click.option(
+    "--app-url",
+    default=REGRESS_DEFAULTS.app_url,
+    metavar="URL",
+    help="Open a deployed app (its address with ?model=) instead of serving one; --models names the same "
+    "repository here, for the checks and the CPU reference.",
+)
+@click.option(
+    "--shard",
+    default=REGRESS_DEFAULTS.shard,
+    metavar="I/N",
+    help="Run every N-th case of --cases, from the I-th (I from 1 to N); merge with `regress-merge`.",
+)
 def regress(
     models_dir: Path | None,
     prompt: str | None,
@@ -347,6 +406,12 @@ def regress(
     precision: str | None,
     f16_toggle: bool,
     profile: Path | None,
+    connect: str | None,
+    host: str,
+    port: int,
+    advertise: str | None,
+    app_url: str | None,
+    shard: str | None,
 ) -> None:
     """Run the built app in Chromium and compare its image with a reference (exit 0 pass, 1 fail, 2 could not run).
 
@@ -357,7 +422,7 @@ def regress(
     cases file that is not valid or nests too deeply. An edit or inpaint case without a size runs at its first
     image's upright size (EXIF orientation applied), as `reference` and the app use it.
     """
-    from builder.check import regress as regression
+    from builder.check.regress import run as regression
 
     options = RegressOptions(
         models_dir=models_dir,
@@ -382,11 +447,37 @@ def regress(
         precision=precision,
         f16_toggle=f16_toggle,
         profile=profile,
+        connect=connect,
+        host=host,
+        port=port,
+        advertise=advertise,
+        app_url=app_url,
+        shard=shard,
     )
     try:
         code = regression.main(options, log=log)
     except KleinWebError as exc:
         click.echo(f"could not run: {exc}", err=True)
+        sys.exit(2)
+    sys.exit(code)
+
+
+@main.command("regress-merge")
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.argument("shard_dirs", nargs=-1, type=click.Path(path_type=Path))
+def regress_merge(out_dir: Path, shard_dirs: tuple[Path, ...]) -> None:
+    """Merge the --report folders of `regress --shard I/N` runs into OUT_DIR: one verdict (exit 0 pass, 1 fail, 2 could
+    not run), every case's folder, each shard's browser and adapter.
+
+    Refused (exit 2, one line, OUT_DIR untouched): shards of different cases files, flags, model repositories or
+    --precision; a shard missing, given twice or interrupted; an OUT_DIR that is a non-empty folder but no report.
+    """
+    from builder.check.regress import merge
+
+    try:
+        code = merge.merge(out_dir, shard_dirs, log=log)
+    except KleinWebError as exc:
+        click.echo(f"could not merge: {exc}", err=True)
         sys.exit(2)
     sys.exit(code)
 
@@ -470,7 +561,7 @@ def browser_bench(
     symlink; a --native file that is no bench.json; an empty --precision or --sizes, a size that is no WxH,
     --steps outside 1..50, --seed outside [0, 2^32), a --timeout that is not a positive number.
     """
-    from builder.check import browser_bench as bench
+    from builder.check.bench import browser as bench
 
     try:
         bench.main(
@@ -557,7 +648,7 @@ def load_bench(
     load-bench.json there that no earlier run wrote, a load-bench.md without one, either name a folder or a symlink;
     an empty --precision or --sizes, a size that is no WxH.
     """
-    from builder.check import load_bench as bench
+    from builder.check.bench import load as bench
 
     try:
         bench.main(
@@ -618,12 +709,12 @@ def bench(
     browser_overhead: bool,
 ) -> None:
     """GPU benchmark: WebGPU EP vs PyTorch bf16 on a full-size random-weight klein."""
-    from builder.check import bench as benchmark
+    from builder.check.bench import native, overhead
 
     if browser_overhead:
-        benchmark.browser_overhead(out_dir, log=log)
+        overhead.browser_overhead(out_dir, log=log)
         return
-    benchmark.main(
+    native.main(
         out_dir,
         log=log,
         scale=scale,

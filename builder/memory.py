@@ -32,3 +32,21 @@ def reset_peak_rss() -> int | None:
         Path("/proc/self/clear_refs").write_text("5")
         return peak_rss_bytes()
     return None
+
+
+def available_memory_bytes() -> int | None:
+    """Memory the machine can give a new job without swapping (Linux MemAvailable); None where unknown."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident memory of process `pid` now (Linux VmRSS); None where unknown or once it has exited."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return None

@@ -31,7 +31,7 @@ from onnx import TensorProto, helper
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from builder.check.browser import find_chromium, launch_persistent  # noqa: E402
+from builder.check.driver.chromium import find_chromium, launch_persistent  # noqa: E402
 
 ORT_FILES = ("ort.webgpu.bundle.min.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
 

@@ -13,11 +13,14 @@ the GPU, outputs read back), the max |error| against float64 numpy, and the WebG
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -31,7 +34,8 @@ LAYERS = 6  # per-layer time = (time of 6 layers - time of 1) / 5: cancels uploa
 def decomposed(tokens: int, blocks: int, layers: int) -> onnx.ModelProto:
     """q, k, v [1, S, 3072] fp16 -> out [1, S, 3072]; `layers` attentions in a row (each one's output is the
     next one's query), each in `blocks` query blocks."""
-    nodes, inits = [], []
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
     for layer in range(layers):
         _decomposed_layer(
             nodes,
@@ -45,9 +49,17 @@ def decomposed(tokens: int, blocks: int, layers: int) -> onnx.ModelProto:
     return _model(nodes, inits, tokens)
 
 
-def _decomposed_layer(nodes, inits, tokens: int, blocks: int, query: str, result: str, p: str) -> None:
+def _decomposed_layer(
+    nodes: list[onnx.NodeProto],
+    inits: list[onnx.TensorProto],
+    tokens: int,
+    blocks: int,
+    query: str,
+    result: str,
+    p: str,
+) -> None:
 
-    def const(name: str, values, dtype=np.int64) -> str:
+    def const(name: str, values: Any, dtype: Any = np.int64) -> str:
         inits.append(onnx.numpy_helper.from_array(np.array(values, dtype=dtype), name))
         return name
 
@@ -74,11 +86,10 @@ def _decomposed_layer(nodes, inits, tokens: int, blocks: int, query: str, result
         nodes.append(helper.make_node("Cast", [f"{p}pf{b}"], [f"{p}p{b}"], to=TensorProto.FLOAT16))
         nodes.append(helper.make_node("MatMul", [f"{p}p{b}", f"{p}vh"], [f"{p}o{b}"]))
         outs.append(f"{p}o{b}")
-    nodes.append(
-        helper.make_node(
-            "Concat" if blocks > 1 else "Identity", outs, [f"{p}oh"], **({"axis": 2} if blocks > 1 else {})
-        )
-    )
+    if blocks > 1:
+        nodes.append(helper.make_node("Concat", outs, [f"{p}oh"], axis=2))
+    else:
+        nodes.append(helper.make_node("Identity", outs, [f"{p}oh"]))
     nodes.append(helper.make_node("Transpose", [f"{p}oh"], [f"{p}ot"], perm=[0, 2, 1, 3]))
     nodes.append(helper.make_node("Reshape", [f"{p}ot", "shape3"], [result]))
 
@@ -100,7 +111,7 @@ def mha(tokens: int, layers: int) -> onnx.ModelProto:
     return _model(nodes, [], tokens)
 
 
-def _model(nodes, inits, tokens: int) -> onnx.ModelProto:
+def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], tokens: int) -> onnx.ModelProto:
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT16, [1, tokens, HIDDEN]) for n in ("q", "k", "v")]
     outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT16, [1, tokens, HIDDEN])]
     graph = helper.make_graph(nodes, "attention", io, outputs, inits)
@@ -111,21 +122,22 @@ def _model(nodes, inits, tokens: int) -> onnx.ModelProto:
     return model
 
 
-def reference(q, k, v) -> np.ndarray:
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     tokens = q.shape[1]
     qh, kh, vh = (x.astype(np.float64).reshape(tokens, HEADS, HEAD).transpose(1, 0, 2) for x in (q, k, v))
     scores = qh @ kh.transpose(0, 2, 1) / np.sqrt(HEAD)
     scores -= scores.max(-1, keepdims=True)
     p = np.exp(scores)
     p /= p.sum(-1, keepdims=True)
-    return (p @ vh).transpose(1, 0, 2).reshape(1, tokens, HIDDEN)
+    out: np.ndarray = (p @ vh).transpose(1, 0, 2).reshape(1, tokens, HIDDEN)
+    return out
 
 
-def programs(path: str, feeds) -> list[str]:
+def programs(path: str, feeds: dict[str, np.ndarray]) -> list[str]:
     """WebGPU program names of one profiled (uncaptured) run."""
     import onnxruntime as ort
 
-    from builder.check.ort_timing import session_options
+    from builder.check.bench.ort_timing import session_options
 
     options = session_options("webgpu", cpu_fallback=True)
     options.enable_profiling = True
@@ -145,7 +157,7 @@ def main() -> None:
     args = parser.parse_args()
     import onnxruntime as ort
 
-    from builder.check.ort_timing import session_options, time_captured
+    from builder.check.bench.ort_timing import session_options, time_captured
 
     rng = np.random.default_rng(0)
     work = Path(tempfile.mkdtemp(prefix="attn-"))
@@ -153,11 +165,11 @@ def main() -> None:
         # Post-RMSNorm, post-RoPE activations: unit scale, as in the model.
         feeds = {n: rng.standard_normal((1, tokens, HIDDEN)).astype(np.float16) for n in ("q", "k", "v")}
         expected = reference(feeds["q"], feeds["k"], feeds["v"])
-        kinds = {
-            f"decomposed {b} blocks": (lambda n, b=int(b), t=tokens: decomposed(t, b, n))
-            for b in args.blocks.split(",")
+        # label -> model of that many layers
+        kinds: dict[str, Callable[[int], onnx.ModelProto]] = {
+            f"decomposed {b} blocks": functools.partial(decomposed, tokens, int(b)) for b in args.blocks.split(",")
         }
-        kinds["MultiHeadAttention"] = lambda n, t=tokens: mha(t, n)
+        kinds["MultiHeadAttention"] = functools.partial(mha, tokens)
         for label, build in kinds.items():
             try:
                 times = {}

@@ -4,7 +4,7 @@
 
 A capturing session keeps the buffers its recorded kernels use, so its memory may grow with the depth of
 the graph where a plain session recycles them. This builds q4f16 chains of the real width with 0 double
-and k single blocks, runs the graph the app runs at each size in its own process (builder.check.ort_timing's worker:
+and k single blocks, runs the graph the app runs at each size in its own process (builder.check.bench.ort_timing's worker:
 NVML device memory above the level before the session, sampled every 5 ms), and prints the peak of each
 and the growth per single block, which extrapolates to the 25 blocks of klein-4B. A development aid.
 """
@@ -23,9 +23,9 @@ def main() -> None:
     parser.add_argument("--singles", default="1,2,4")
     parser.add_argument("--sizes", default="512,1024")
     args = parser.parse_args()
-    from builder.check.bench_graphs import app_choice, export_graphs, graph_bytes
-    from builder.check.bench_models import full_scale, make_inputs
-    from builder.check.ort_timing import time_ort
+    from builder.check.bench.graphs import app_choice, export_graphs, graph_bytes
+    from builder.check.bench.models import full_scale, make_inputs
+    from builder.check.bench.ort_timing import time_ort
 
     scale = full_scale()
     singles = [int(k) for k in args.singles.split(",")]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import WEB_SRC
-from builder.check.browser import find_chromium, launch_persistent
+from builder.check.driver.chromium import find_chromium, launch_persistent
 from builder.site.chrome import launch_args
 from builder.site.node import ensure_node_modules, find_node
 

@@ -5,7 +5,7 @@
 Builds a full-width random transformer chain (`--blocks double,single`), writes it with the converter's
 own code, runs it a few times with session profiling on, and prints the summed time per op type and
 per event category (GPU timestamp events, where the EP records them, show up as their own category).
-A development aid for the speed work of builder/check/bench.py; it prints figures and asserts nothing.
+A development aid for the speed work of builder/check/bench/native.py; it prints figures and asserts nothing.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ def main() -> None:
 
     import onnxruntime as ort
 
-    from builder.check.bench_graphs import app_choice, export_graphs
-    from builder.check.bench_models import full_scale, make_inputs
-    from builder.check.ort_timing import session_options
+    from builder.check.bench.graphs import app_choice, export_graphs
+    from builder.check.bench.models import full_scale, make_inputs
+    from builder.check.bench.ort_timing import session_options
 
     scale = full_scale()
     layers = tuple(int(x) for x in args.blocks.split(","))

@@ -59,7 +59,7 @@ if [ -z "${KLEIN_CHROMIUM:-}" ]; then
     KLEIN_CHROMIUM=$(command -v chromium)
   else
     "$VPY" -m playwright install chromium
-    KLEIN_CHROMIUM=$("$VPY" -c "from builder.check.browser import find_chromium; print(find_chromium())")
+    KLEIN_CHROMIUM=$("$VPY" -c "from builder.check.driver.chromium import find_chromium; print(find_chromium())")
   fi
 fi
 export KLEIN_CHROMIUM

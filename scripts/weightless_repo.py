@@ -63,7 +63,7 @@ def external_tensors(graph_file: Path) -> list[dict[str, Any]]:
 
 def nibble_frequencies(data: np.ndarray) -> list[float]:
     counts = np.bincount(data & 0x0F, minlength=16) + np.bincount(data >> 4, minlength=16)
-    return (counts / counts.sum()).tolist()
+    return [float(share) for share in counts / counts.sum()]
 
 
 def strip(repo: Path, out: Path) -> None:
@@ -110,23 +110,23 @@ def strip(repo: Path, out: Path) -> None:
     print(f"strip: {len(ranges)} tensors in {len(described)} weight files ({total / 1e9:.2f} GB) described in {out}")
 
 
-def draw(entry: dict[str, Any], rng: np.random.Generator, exact: np.memmap) -> bytes:
+def draw(entry: dict[str, Any], rng: np.random.Generator, exact: np.ndarray) -> bytes:
     """Random bytes for one tensor with the recorded statistics (or the recorded bytes themselves)."""
     if entry["kind"] == "exact":
-        return exact[entry["at"] : entry["at"] + entry["length"]].tobytes()
+        return bytes(exact[entry["at"] : entry["at"] + entry["length"]].tobytes())
     if entry["kind"] == "normal":
         dtype = FLOAT_TYPES[entry["dtype"]]
         count = entry["length"] // np.dtype(dtype).itemsize
         values = rng.standard_normal(count, dtype=np.float32) * np.float32(entry["std"]) + np.float32(entry["mean"])
-        return values.astype(dtype).tobytes()
+        return bytes(values.astype(dtype).tobytes())
     # Packed q4: each byte's two nibbles drawn from the recorded frequencies, through a 16-bit lookup table.
     cdf = np.cumsum(np.asarray(entry["p"], dtype=np.float64))
     nibble = np.searchsorted(cdf / cdf[-1], (np.arange(256) + 0.5) / 256).clip(0, 15).astype(np.uint8)
     table = (nibble[np.arange(65536) >> 8] << 4 | nibble[np.arange(65536) & 0xFF]).astype(np.uint8)
-    return table[rng.integers(0, 65536, entry["length"], dtype=np.uint16)].tobytes()
+    return bytes(table[rng.integers(0, 65536, entry["length"], dtype=np.uint16)].tobytes())
 
 
-def fill_file(target: Path, spec: dict[str, Any], exact: np.memmap, seed: int) -> None:
+def fill_file(target: Path, spec: dict[str, Any], exact: np.ndarray, seed: int) -> None:
     rng = np.random.default_rng(seed)
     partial = target.with_name(target.name + ".partial")
     with open(partial, "wb") as handle:

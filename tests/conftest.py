@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -10,7 +12,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,12 +28,16 @@ pytest_plugins = ("worker_page",)
 os.environ.setdefault("KLEIN_WEB_CACHE_DIR", tempfile.mkdtemp(prefix="klein-web-test-cache-"))
 
 
-# The lanes (docs/development-testing.md). `pytest` alone runs the fast lane: plain Python and node tests. The
-# full lane (`pytest --full`, or KLEIN_TEST_FULL=1; scripts/test.sh passes --full) adds every test that runs
-# Chromium, needs make-tiny's torch-built model, or is marked slow.
+# The lanes (docs/development-testing.md). `pytest` alone runs the fast lane: plain Python and node tests, with no
+# torch imported. The full lane (`pytest --full`, or KLEIN_TEST_FULL=1; scripts/test.sh passes --full) adds every
+# test that runs Chromium, needs make-tiny's torch-built model, imports torch or its model libraries, or is marked
+# slow.
 FULL_LANE_FIXTURES = frozenset({"tiny_models", "chromium_path"})
-FULL_LANE_MARKERS = frozenset({"browser", "slow"})
+FULL_LANE_MARKERS = frozenset({"browser", "slow", "torch"})
+FULL_LANE_LIBRARIES = frozenset({"torch", "diffusers", "transformers"})
 FULL_LANE_ENV = "KLEIN_TEST_FULL"
+# Set once the fast lane has reported a test that imported a full-lane library (only the first one is to blame).
+_IMPORT_REPORTED = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,7 +45,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--full",
         action="store_true",
         default=False,
-        help=f"run the whole suite: browser, slow and make-tiny tests too (or set {FULL_LANE_ENV}=1)",
+        help=f"run the whole suite: browser, slow, torch and make-tiny tests too (or set {FULL_LANE_ENV}=1)",
     )
 
 
@@ -55,6 +61,46 @@ def needs_full_lane(item: pytest.Item) -> list[str]:
     return reasons
 
 
+def top_level_imports(path: Path) -> set[str]:
+    """The root package names a module imports when it is imported: `import`, `from ... import` and
+    `pytest.importorskip(...)` outside its functions and classes."""
+    names: set[str] = set()
+    pending: list[ast.AST] = list(ast.parse(path.read_bytes(), filename=str(path)).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "importorskip"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names.add(node.args[0].value.split(".")[0])
+        pending.extend(ast.iter_child_nodes(node))
+    return names
+
+
+class FullLaneModule(pytest.Module):
+    """A test module that imports a full-lane library at its top: the fast lane skips it without importing it."""
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        libraries = ", ".join(sorted(FULL_LANE_LIBRARIES & top_level_imports(self.path)))
+        raise pytest.skip.Exception(f"full lane (imports {libraries}): pytest --full", allow_module_level=True)
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    if full_lane(parent.config) or not FULL_LANE_LIBRARIES & top_level_imports(module_path):
+        return None
+    return FullLaneModule.from_parent(parent, path=module_path)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if full_lane(config):
         return
@@ -64,11 +110,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"full lane ({', '.join(reasons)}): pytest --full"))
 
 
+def fast_lane_import_failure(config: pytest.Config, what: str) -> str | None:
+    """In the fast lane, the first collector or test after which a full-lane library is imported: why it fails."""
+    imported = sorted(name for name in FULL_LANE_LIBRARIES if name in sys.modules)
+    if full_lane(config) or not imported or config.stash.get(_IMPORT_REPORTED, False):
+        return None
+    config.stash[_IMPORT_REPORTED] = True
+    return (
+        f"{what} imported {', '.join(imported)}, which the fast lane never imports: mark the test "
+        "`@pytest.mark.torch` (or import the library at the module's top, which puts the whole module in the "
+        "full lane)"
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    if isinstance(collector, FullLaneModule) and report.skipped and isinstance(report.longrepr, tuple):
+        report.longrepr = (str(collector.path), 1, report.longrepr[2])  # the module skipped, not this file
+    failure = fast_lane_import_failure(collector.config, f"collecting {collector.nodeid}")
+    if failure is not None:
+        report.outcome, report.longrepr = "failed", failure
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    failure = fast_lane_import_failure(item.config, f"{item.nodeid} ({call.when})")
+    if failure is not None:
+        report.outcome, report.longrepr = "failed", failure
+    return report
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return (
         "lane: full"
         if full_lane(config)
-        else "lane: fast (no Chromium, no make-tiny model, nothing marked slow); the whole suite: pytest --full"
+        else "lane: fast (no Chromium, no make-tiny model, no torch, nothing marked slow); the whole suite: "
+        "pytest --full"
     )
 
 
@@ -89,13 +173,43 @@ def node_modules() -> Path:
     return ensure_node_modules(log=lambda _msg: None)
 
 
-@pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """make-tiny output: {'diffusers': ..., 'q4': ..., 'fp32': ...}, built once per test session."""
-    from builder.repo.tiny import make_tiny
+@pytest.fixture
+def web_src_copy(tmp_path: Path, node_modules: Path) -> Path:
+    """A private copy of web_src (node_modules linked, not copied) that a test may edit freely."""
+    copy = tmp_path / "web_src"
+    shutil.copytree(REPO_ROOT / "web_src", copy, ignore=shutil.ignore_patterns("node_modules"))
+    (copy / "node_modules").symlink_to(node_modules, target_is_directory=True)
+    return copy
 
-    out = tmp_path_factory.mktemp("tiny")
-    return make_tiny(out, seed=0, log=lambda _msg: None)
+
+@pytest.fixture(scope="session")
+def tiny_models() -> dict[str, Path]:
+    """make-tiny output: {'diffusers': ..., 'q4': ..., 'fp32': ...}, built once and kept between sessions, keyed by
+    the code and libraries that make it (tests/tiny_cache.py). Tests copy a folder before changing anything in it."""
+    from tiny_cache import tiny_models as cached_tiny_models  # tests/ is on sys.path
+
+    return cached_tiny_models(0, log=lambda _msg: None)
+
+
+@pytest.fixture(scope="session")
+def seed_layout_q4(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """make-tiny's model converted with --precision q4 --weights seed: the weight layout of the seed repository on
+    the Hub (fp16 token embedding, fp32 AdaLN and scales), which the app keeps running."""
+    from builder.repo.convert import convert
+    from builder.repo.tiny import TINY_DATA_FILE_CAPS
+    from builder.repo.weight_format import SEED
+
+    out = tmp_path_factory.mktemp("seed-layout") / "q4"
+    convert(
+        tiny_models["diffusers"],
+        out,
+        precision="q4",
+        weights=SEED,
+        log=lambda _msg: None,
+        max_data_file_bytes=TINY_DATA_FILE_CAPS,
+        jobs=1,
+    )
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -176,6 +290,21 @@ def live_server_factory(tmp_path: Path) -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def chromium_path() -> Path:
-    from builder.check.browser import find_chromium
+    from builder.check.driver.chromium import find_chromium
 
     return find_chromium()
+
+
+@pytest.fixture
+def fresh_context(tmp_path: Path, chromium_path: Path) -> Iterator[object]:
+    """Chromium with a fresh persistent profile (OPFS needs one), for one test: what a first visit meets."""
+    from playwright.sync_api import sync_playwright
+
+    from builder.check.driver.chromium import launch_persistent
+
+    with sync_playwright() as playwright:
+        context = launch_persistent(playwright, tmp_path / "profile", executable=chromium_path)
+        try:
+            yield context
+        finally:
+            context.close()

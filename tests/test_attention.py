@@ -136,6 +136,7 @@ def test_transformer_has_one_graph_per_size_class_on_shared_weights(tiny_models:
     assert {g.attention_heads for g in graphs} == {heads}
     for graph in graphs:
         limit = graph.attention_max_tokens
+        assert limit is not None
         assert (
             largest_score_bytes(heads=heads, tokens=limit, query_blocks=graph.attention_query_blocks)
             <= MAX_ATTENTION_BUFFER_BYTES

@@ -1,4 +1,4 @@
-"""`klein-web bench` (builder/check/bench*.py, ort_timing.py): its statistics and table code, and a CPU smoke run
+"""`klein-web bench` (builder/check/bench/native.py and the modules it uses): its statistics and table code, and a CPU smoke run
 of the whole bench path on make-tiny's configs.
 
 The real benchmark needs an NVIDIA GPU with Vulkan (the WebGPU plugin EP); here the bench must say so and
@@ -10,10 +10,17 @@ from __future__ import annotations
 import json
 import random
 import statistics
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from builder.check import bench, bench_graphs, bench_models, bench_report, bench_stats, ort_timing
+from builder.check.bench import graphs as bench_graphs
+from builder.check.bench import models as bench_models
+from builder.check.bench import native as bench
+from builder.check.bench import ort_timing, overhead
+from builder.check.bench import report as bench_report
+from builder.check.bench import stats as bench_stats
 from builder.errors import BenchError, InputError
 from builder.repo.attention import size_classes
 
@@ -40,7 +47,7 @@ def test_extrapolate_recovers_fixed_and_per_layer_time_from_chains() -> None:
     def timed(double: int, single: int) -> float:
         return fixed + double * per_double + single * per_single
 
-    chains = {(0, 1): timed(0, 1), (1, 1): timed(1, 1), (0, 2): timed(0, 2)}
+    chains: dict[tuple[int, ...], float] = {(0, 1): timed(0, 1), (1, 1): timed(1, 1), (0, 2): timed(0, 2)}
     total, coef = bench_stats.extrapolate(chains, (5, 20))
     assert total == pytest.approx(timed(5, 20))
     assert coef == pytest.approx([fixed, per_double, per_single])
@@ -59,13 +66,15 @@ def test_extrapolate_refuses_chains_that_cannot_separate_the_layer_kinds() -> No
 # Samples as `klein-web bench` records them (ms per run, 5 repeats), from its H200 runs: the q4f16 text encoder's
 # 3- and 6-layer chains (the 6-layer chain timed faster), and the q4f16 transformer's chains at 1024x1024 without
 # graph capture and at 512x512 with it (docs/gpu-runs/2026-12-01-h200-fused/native/bench.json).
-TEXT_CHAINS_H200 = {(3,): [27.5, 43.0, 21.4, 25.3, 30.1], (6,): [20.6, 20.0, 22.4, 41.0, 20.3]}
-TRANSFORMER_1024_H200 = {
+Samples = dict[tuple[int, ...], list[float]]  # layers per kind of each chain -> its times, ms
+
+TEXT_CHAINS_H200: Samples = {(3,): [27.5, 43.0, 21.4, 25.3, 30.1], (6,): [20.6, 20.0, 22.4, 41.0, 20.3]}
+TRANSFORMER_1024_H200: Samples = {
     (0, 1): [288.63, 307.91, 308.15, 323.74, 325.22],
     (1, 1): [608.38, 630.00, 668.59, 709.73, 754.48],
     (0, 2): [581.45, 588.77, 577.64, 655.47, 713.76],
 }
-TRANSFORMER_512_CAPTURE_H200 = {
+TRANSFORMER_512_CAPTURE_H200: Samples = {
     (0, 1): [6.475, 6.573, 6.478, 6.492, 6.508],
     (1, 1): [13.208, 13.162, 13.336, 13.168, 13.190],
     (0, 2): [11.389, 11.417, 11.372, 11.382, 11.462],
@@ -74,7 +83,7 @@ BLOCKS = ("double block", "single block")
 
 
 @pytest.mark.parametrize("samples", [TRANSFORMER_1024_H200, TRANSFORMER_512_CAPTURE_H200])
-def test_a_chain_fit_whose_blocks_stand_above_the_noise_is_accepted(samples) -> None:
+def test_a_chain_fit_whose_blocks_stand_above_the_noise_is_accepted(samples: Samples) -> None:
     fit = bench_stats.fit_chains(samples, (5, 20), kinds=BLOCKS)
     medians = {chain: statistics.median(values) for chain, values in samples.items()}
     assert fit.refused is None
@@ -104,7 +113,9 @@ def test_a_chain_fit_whose_blocks_stand_above_the_noise_is_accepted(samples) -> 
         ),
     ],
 )
-def test_a_chain_fit_lost_in_its_own_noise_is_refused(samples, full, kinds, reason) -> None:
+def test_a_chain_fit_lost_in_its_own_noise_is_refused(
+    samples: Samples, full: tuple[int, ...], kinds: tuple[str, ...], reason: str
+) -> None:
     fit = bench_stats.fit_chains(samples, full, kinds=kinds)
     assert fit.refused == reason
 
@@ -120,7 +131,13 @@ def test_a_refused_fit_prints_no_figure_and_says_why() -> None:
     assert "3: 27.5 ms, 6: 20.6 ms" in method  # the chains' medians, as measured
     torch_27 = 4.05 + (27 - 3) * (7.1 - 4.05) / 3  # torch's own fit is sound: 3-layer median + 24 layers of slope
     assert f"PyTorch extrapolated the same way: {torch_27:.1f} ms vs measured 31.0" in method
-    row = {"component": "text_encoder", "size": "512 tokens", "variant": "q4f16", "torch_ms": 31.0, **figures}
+    row: dict[str, Any] = {
+        "component": "text_encoder",
+        "size": "512 tokens",
+        "variant": "q4f16",
+        "torch_ms": 31.0,
+        **figures,
+    }
     assert "| text_encoder | 512 tokens | q4f16 | n/a | 31.0 | n/a |" in bench_report.table_rows([row])[2]
     sound = bench.chain_figures(TRANSFORMER_1024_H200, TRANSFORMER_1024_H200, (5, 20), kinds=BLOCKS, torch_ms=1.0)
     assert sound["ort_ms"] == bench_stats.fit_chains(TRANSFORMER_1024_H200, (5, 20)).total_ms
@@ -128,7 +145,7 @@ def test_a_refused_fit_prints_no_figure_and_says_why() -> None:
 
 
 def test_table_ratio_column_is_computed_from_the_two_times() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "component": "transformer",
             "size": "512x512",
@@ -170,13 +187,13 @@ def test_overhead_share_is_time_outside_session_run_over_the_generation() -> Non
         "sessionRun": 3300.0,
     }
     timings["total"] = sum(timings[k] for k in ("download", "load", "encode", "denoise", "decode")) + 20.0
-    figures = bench.overhead_figures(timings)
+    figures = overhead.overhead_figures(timings)
     generation = timings["total"] - timings["download"] - timings["load"]
     assert figures["generation_ms"] == pytest.approx(generation)
     assert figures["outside_ms"] == pytest.approx(generation - 3300.0)
     assert figures["overhead_share"] == pytest.approx((generation - 3300.0) / generation)
     with pytest.raises(BenchError, match="sessionRun"):
-        bench.overhead_figures({"total": 10.0})
+        overhead.overhead_figures({"total": 10.0})
 
 
 def test_placement_summary_counts_nodes_per_provider() -> None:
@@ -229,6 +246,7 @@ def test_inputs_follow_the_graph_contract_shapes() -> None:
     assert bench_models.out_layers(27) == (9, 18, 27)
 
 
+@pytest.mark.torch  # bench.main imports torch before it checks the options
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
@@ -238,14 +256,14 @@ def test_inputs_follow_the_graph_contract_shapes() -> None:
         ("repeats", 0, "--repeats 0"),
     ],
 )
-def test_bad_options_name_the_option_and_write_nothing(tmp_path, option, value, message) -> None:
+def test_bad_options_name_the_option_and_write_nothing(tmp_path: Path, option: str, value: Any, message: str) -> None:
     with pytest.raises(InputError, match=message):
         bench.main(tmp_path / "out", log=lambda _m: None, **{option: value})
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow  # builds, exports and times every component in torch and onnxruntime
-def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path) -> None:
+def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path: Path) -> None:
     """No WebGPU adapter here: the bench says so, then times ORT's CPU EP and torch on the CPU end to end."""
     messages: list[str] = []
     rows = bench.main(
@@ -300,7 +318,7 @@ def test_cpu_smoke_run_writes_the_table_and_every_sample(tmp_path) -> None:
     assert not list(tmp_path.glob("klein-bench-*")), "the work folder is removed"
 
 
-def test_a_graph_onnxruntime_cannot_load_costs_one_row_not_the_bench(tmp_path) -> None:
+def test_a_graph_onnxruntime_cannot_load_costs_one_row_not_the_bench(tmp_path: Path) -> None:
     """time_ort runs the worker in a subprocess: a graph that crashes it comes back as {"error": ...}."""
     import numpy as np
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -11,7 +12,9 @@ from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
 
-from builder.check.browser_bench import ByteCounter, ImageRun, markdown, native_ratios, process_kind
+from builder.check.bench.browser import ImageRun, markdown, native_ratios
+from builder.check.driver.memory import process_kind
+from builder.check.driver.serving import ByteCounter
 
 
 def test_process_kind_reads_chromiums_type_switch() -> None:
@@ -33,7 +36,7 @@ async def test_byte_counter_counts_model_files_but_not_the_manifest_or_the_app()
     assert counter.bytes == 1000 and counter.requests == 1
 
 
-def run(phase: str, *, steps: list[float], fetched: int = 0) -> ImageRun:
+def run(phase: str, *, steps: list[float], fetched: int = 0, preview: dict[str, Any] | None = None) -> ImageRun:
     return ImageRun(
         phase=phase,
         variant="q4f16",
@@ -62,6 +65,7 @@ def run(phase: str, *, steps: list[float], fetched: int = 0) -> ImageRun:
         },
         memory={"gpu_gib": 7.5, "rss_gib": {"renderer": 5.0, "gpu-process": 1.5}},
         wasm_heap_bytes=2**26,
+        preview=preview,
     )
 
 
@@ -74,6 +78,15 @@ def test_a_run_row_separates_the_first_step_from_the_steady_ones() -> None:
     assert row["variants"]["vae_decoder"] == "fp16" and row["wasm_heap_gib"] == pytest.approx(1 / 16)
     # Nothing fetched (a warm reload): no store rate to report.
     assert run("warm reload", steps=[150.0]).row()["store_gb_per_s"] is None
+    # A job run again after a failed attempt (a GPU feature dropped) fetched in that attempt: its own download stage
+    # did not, so no rate (the click-to-image time, 60 s, is far more than the job's 9 s).
+    retried = run("cold", steps=[150.0] * 4, fetched=5_000_000_000)
+    retried.seconds = 60.0
+    assert retried.row()["store_gb_per_s"] is None
+    # The step previews' time per step, when the image showed them.
+    assert row["preview_ms"] is None
+    shown = run("hot", steps=[150.0] * 4, preview={"map": "repository", "frames": 4, "ms": 6.0}).row()
+    assert shown["preview_ms"] == pytest.approx(1.5)
 
 
 def test_native_ratios_pair_each_hot_figure_with_the_graph_the_app_ran(tmp_path: Path) -> None:
@@ -82,7 +95,7 @@ def test_native_ratios_pair_each_hot_figure_with_the_graph_the_app_ran(tmp_path:
         json.dumps(
             {
                 "rows": [
-                    # Rows as builder.check.bench writes them: the app's graph is the one marked app_path.
+                    # Rows as builder.check.bench.native writes them: the app's graph is the one marked app_path.
                     {
                         "component": "transformer",
                         "size": "512x512",

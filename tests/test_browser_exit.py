@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from builder.check.browser import FONT_PACKAGES, exit_cause, font_problem
-from builder.check.regress_cases import Case
-from builder.check.regress_page import BrowserSession, CaseCouldNotRun, launched, run_case
-from builder.check.regress_report import AppRun
+from builder.check.driver.chromium import FONT_PACKAGES, exit_cause, font_problem
+from builder.check.driver.session import BrowserSession, launched
+from builder.check.regress.cases import Case
+from builder.check.regress.page import CaseCouldNotRun, run_case
+from builder.check.regress.report import AppRun
 
 # The browser process's last lines on a GPU server without fonts (headless Chromium 156 on an H200 machine whose
 # image had no /etc/fonts): it aborted when it first needed a fallback font, two minutes into a regress run.

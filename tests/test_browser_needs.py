@@ -12,7 +12,7 @@ from builder.site.node import find_node
 
 BROWSER_NEEDS_JS = WEB_SRC / "src" / "shared" / "browser_needs.js"
 # FLUX.2 [klein] 4B: 24 attention heads in the transformer, one in the VAE's mid-block; the text encoder's vocabulary
-# and width give its token embedding.
+# and width give its token embedding, which convert stores at 4 bits a value (GatherBlockQuantized's packed data).
 TRANSFORMER_HEADS = 24
 
 
@@ -33,7 +33,7 @@ def test_the_decision_uses_the_converters_query_blocks_and_budget() -> None:
     transformer_blocks = attention.size_classes("transformer", heads=TRANSFORMER_HEADS)[0][0]
     vae_blocks = attention.query_blocks_for(heads=1, tokens=attention.max_attention_tokens("vae_decoder"))
     assert model == {
-        "tokenEmbeddingBytes": 151936 * 2560 * 2,
+        "tokenEmbeddingBytes": 151936 * 2560 // 2,
         "transformerHeads": TRANSFORMER_HEADS,
         "transformerQueryBlocks": transformer_blocks,
         "vaeQueryBlocks": vae_blocks,

@@ -1,21 +1,35 @@
-"""`klein-web build` (builder/site/bundle.py, builder/site/node.py): the site it writes, its CSP, and no-op rebuilds."""
+"""`klein-web build` (builder/site/bundle.py, builder/site/node.py, builder/site/icons.py): the site it writes, its CSP,
+no-op rebuilds, and what installing and offline use need (the web app manifest and icons, the shell the service worker
+caches, the build id that versions it)."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
-import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
 from builder.errors import BuildError
-from builder.site.bundle import BUILD_RECORD, ORT_DIST, ORT_RUNTIME, build, content_security_policy
+from builder.site import icons
+from builder.site.bundle import (
+    BUILD_RECORD,
+    ORT_DIST,
+    ORT_RUNTIME,
+    SERVICE_WORKER,
+    SERVICE_WORKER_ENTRY,
+    WEB_MANIFEST,
+    build,
+    content_security_policy,
+)
 from builder.site.node import find_node, installed_matches_lock, lock_hash
 
 CDN_MARKERS = (b"https://cdn", b"jsdelivr", b"unpkg")
@@ -53,15 +67,6 @@ def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
         for p in folder.rglob("*")
         if p.is_file()
     }
-
-
-@pytest.fixture
-def web_src_copy(tmp_path: Path, node_modules: Path) -> Path:
-    """A private copy of web_src (node_modules linked, not copied) that a test may edit freely."""
-    copy = tmp_path / "web_src"
-    shutil.copytree(WEB_SRC, copy, ignore=shutil.ignore_patterns("node_modules"))
-    (copy / "node_modules").symlink_to(WEB_SRC / "node_modules", target_is_directory=True)
-    return copy
 
 
 # ---------------------------------------------------------------------------------------------- the site
@@ -106,7 +111,7 @@ def test_ort_runtime_copied_byte_for_byte_with_hashed_names(dist_dir: Path) -> N
         assert copied.name == f"{source.stem}-{digest}{source.suffix}"
 
 
-def test_headers_file_and_service_worker(dist_dir: Path) -> None:
+def test_headers_file(dist_dir: Path) -> None:
     headers = (dist_dir / "_headers").read_text()
     site_rules, asset_rules = headers.split("/assets/*")
     assert site_rules.startswith("/*\n")
@@ -119,7 +124,6 @@ def test_headers_file_and_service_worker(dist_dir: Path) -> None:
         assert f"  {line}\n" in site_rules
     assert "Cache-Control: public, max-age=31536000, immutable" in asset_rules
     assert "Cache-Control" not in site_rules  # Pages would join it with the /assets/* value
-    assert (dist_dir / "coi-sw.js").read_bytes() == (WEB_SRC / "coi-sw.js").read_bytes()
 
 
 def test_worker_bundle_gets_ort_names_and_version(web_src_copy: Path, tmp_path: Path) -> None:
@@ -198,6 +202,108 @@ def test_failed_build_leaves_previous_site_intact(web_src_copy: Path, tmp_path: 
     with pytest.raises(BuildError, match=r"esbuild failed on .*main\.js"):
         build(dist, web_src=web_src_copy)
     assert snapshot(dist) == before
+
+
+# ---------------------------------------------------------------------------------------------- offline shell and install
+
+
+def record_of(dist: Path) -> dict[str, object]:
+    return dict(json.loads((dist / BUILD_RECORD).read_text()))
+
+
+def shell_in_service_worker(dist: Path) -> list[str] | None:
+    """The shell list compiled into coi-sw.js, found by the record's own list (None when it is not there)."""
+    text = (dist / SERVICE_WORKER).read_text()
+    recorded = record_of(dist)["shell"]
+    assert isinstance(recorded, list)
+    for shell in (recorded, []):
+        if json.dumps(shell, separators=(",", ":")) in text:
+            return [str(name) for name in shell]
+    return None
+
+
+def test_shell_holds_everything_the_page_loads_and_no_source_maps(dist_dir: Path) -> None:
+    record = record_of(dist_dir)
+    shell = record["shell"]
+    assert isinstance(shell, list) and shell[0] == "index.html"
+    page = parse_index(dist_dir)
+    manifest = json.loads((dist_dir / WEB_MANIFEST).read_text())
+    files = record["files"]
+    assert isinstance(files, dict)
+    needed = {
+        *page.urls,
+        page.meta["klein-worker"],
+        files["ort_mjs"],
+        files["ort_wasm"],
+        *(icon["src"] for icon in manifest["icons"]),
+    }
+    assert needed <= set(shell), f"not in the shell: {needed - set(shell)}"
+    assert all((dist_dir / name).is_file() for name in shell)
+    assert not [name for name in shell if name.endswith(".map") or name in (SERVICE_WORKER, BUILD_RECORD, "_headers")]
+    assert shell_in_service_worker(dist_dir) == shell
+    assert page.meta["klein-build"] == record["build_id"]
+    assert f'"{record["build_id"]}"' in (dist_dir / SERVICE_WORKER).read_text()
+
+
+def test_build_id_changes_with_any_shell_file_or_the_service_worker(web_src_copy: Path, tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    first = build(dist, web_src=web_src_copy)
+    assert len(first.build_id) == 16
+    # The same sources built into another folder: the same id (it is a hash of the contents, not of the time).
+    assert build(tmp_path / "again", web_src=web_src_copy).build_id == first.build_id
+
+    with open(web_src_copy / "style.css", "a") as handle:
+        handle.write("\n.klein-build-id-test { color: red; }\n")
+    styled = build(dist, web_src=web_src_copy)
+    assert styled.build_id != first.build_id
+    assert parse_index(dist).meta["klein-build"] == styled.build_id
+    assert f'"{styled.build_id}"' in (dist / SERVICE_WORKER).read_text()
+    assert f'"{first.build_id}"' not in (dist / SERVICE_WORKER).read_text()
+
+    with open(web_src_copy / SERVICE_WORKER_ENTRY, "a") as handle:
+        handle.write("\n// a change to the caching code alone\n")
+    assert build(dist, web_src=web_src_copy).build_id != styled.build_id
+
+
+def test_development_build_caches_no_shell(web_src_copy: Path, tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    development = build(dist, web_src=web_src_copy, cache_shell=False)
+    assert development.changed and record_of(dist)["cache_shell"] is False
+    assert shell_in_service_worker(dist) == []
+    cached = build(dist, web_src=web_src_copy)
+    assert cached.changed, "switching to a cached shell must rebuild"
+    assert shell_in_service_worker(dist) == record_of(dist)["shell"] != []
+
+
+def test_web_manifest_names_the_app_and_its_icons(dist_dir: Path) -> None:
+    manifest = json.loads((dist_dir / WEB_MANIFEST).read_text())
+    assert manifest["name"] and manifest["short_name"]
+    assert manifest["start_url"] == manifest["scope"] == "./"  # relative: dist works under any sub-path
+    assert manifest["display"] == "standalone"
+    found = set()
+    for icon in manifest["icons"]:
+        with Image.open(dist_dir / icon["src"]) as image:
+            assert image.format == "PNG" and icon["type"] == "image/png"
+            assert icon["sizes"] == f"{image.width}x{image.height}"
+            found.add((image.width, icon["purpose"]))
+    assert found == {(size, purpose) for size in (192, 512) for purpose in ("any", "maskable")}
+    index = parse_index(dist_dir)
+    assert WEB_MANIFEST in index.urls
+    assert index.meta["theme-color"] == manifest["theme_color"]
+
+
+@pytest.mark.parametrize("size", icons.SIZES)
+def test_icons_keep_their_picture_in_the_safe_zone(size: int) -> None:
+    """Maskable: opaque to every edge, and the picture only inside the central 80% circle every mask keeps;
+    any: transparent corners."""
+    maskable = np.asarray(Image.open(io.BytesIO(icons.icon_png(size, "maskable"))), dtype=np.float64)
+    assert maskable.shape == (size, size, 4) and (maskable[..., 3] == 255).all()
+    y, x = np.mgrid[0:size, 0:size] + 0.5
+    outside = np.hypot(x - size / 2, y - size / 2) > 0.4 * size
+    drawn = np.abs(maskable[..., :3] - icons.background(size)).max(axis=-1) > 2
+    assert drawn.any() and not (drawn & outside).any()
+    plain = np.asarray(Image.open(io.BytesIO(icons.icon_png(size, "any"))))
+    assert plain[0, 0, 3] == 0 and plain[size // 2, size // 2, 3] == 255
 
 
 # ---------------------------------------------------------------------------------------------- CSP and inputs

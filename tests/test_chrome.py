@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from builder.site.chrome import launch_args
+from builder.site.chrome import SKIP_WORKGROUP_INIT, launch_args
 
 
 def test_software_mode_uses_swiftshader_and_no_vulkan() -> None:
     flags = launch_args(gpu=False, platform="linux")
     assert "--use-webgpu-adapter=swiftshader" in flags and "--enable-unsafe-webgpu" in flags
     assert not any("vulkan" in flag.lower() for flag in flags)
+
+
+def test_only_software_mode_skips_the_zero_filling_of_workgroup_memory() -> None:
+    assert SKIP_WORKGROUP_INIT in launch_args(gpu=False, platform="linux")
+    for platform in ("linux", "win32", "darwin"):
+        assert not any("disable_workgroup_init" in flag for flag in launch_args(gpu=True, platform=platform)), platform
 
 
 def test_headless_linux_gpu_reaches_vulkan_with_the_f16_toggle() -> None:

@@ -16,13 +16,14 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from graph_helpers import at_accuracy_level
+from graph_helpers import at_accuracy_level, with_fp16_stored_weights
 from onnx import TensorProto, numpy_helper
 
 from builder.errors import ConversionError
 from builder.repo import manifest as repo
 from builder.repo import verify
 from builder.repo.onnx_graph import ALLOWED_OPS, HARD_FILE_LIMIT, IR_VERSION, OPSET
+from builder.repo.quantize import dequantize_blocks, restore_fp32
 from builder.repo.tiny import MARKER
 
 PROMPTS = ["a red fox sitting in the snow", "x"]  # two lengths: different padding per row
@@ -99,7 +100,8 @@ def reference_step(pipe: Any, feed: dict[str, np.ndarray]) -> np.ndarray:
             guidance=None,
             return_dict=False,
         )[0]
-    return out.numpy()
+    result: np.ndarray = out.numpy()
+    return result
 
 
 def reference_decode(pipe: Any, latents: np.ndarray) -> np.ndarray:
@@ -111,13 +113,15 @@ def reference_decode(pipe: Any, latents: np.ndarray) -> np.ndarray:
         std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps)
         x = pipe._unpatchify_latents(x * std + mean)
         image = vae.decode(x, return_dict=False)[0]
-        return pipe.image_processor.postprocess(image, output_type="pt").numpy()
+        decoded: np.ndarray = pipe.image_processor.postprocess(image, output_type="pt").numpy()
+        return decoded
 
 
 def run_graph(repo_dir: Path, component: str, variant: str, feed: dict[str, np.ndarray]) -> np.ndarray:
     path = repo_dir / repo.graph_path(component, variant)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, feed)[0]
+    output: np.ndarray = session.run(None, feed)[0]
+    return output
 
 
 def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
@@ -159,21 +163,29 @@ def test_vae_fp32_matches_diffusers(tiny_models: dict[str, Path], pipe: Any) -> 
     latents = vae_latents(seed=3)
     expected = reference_decode(pipe, latents)
     assert expected.shape == (2, 3, 48, 80) and 0 < expected.mean() < 1
-    for repo_name in ("fp32", "q4"):  # the q4 repo ships the same fp32 VAE for adapters without shader-f16
-        image = run_graph(tiny_models[repo_name], "vae_decoder", "fp32", {"latents": latents})
-        np.testing.assert_allclose(image, expected, rtol=1e-4, atol=1e-5)
+    image = run_graph(tiny_models["fp32"], "vae_decoder", "fp32", {"latents": latents})
+    np.testing.assert_allclose(image, expected, rtol=1e-4, atol=1e-5)
+    # The q4 repo ships the same fp32 VAE for adapters without shader-f16, its weights stored in fp16 (the compact
+    # format): exactly the fp32 graph on fp16-rounded weights, and so within that rounding of diffusers (measured
+    # max |diff| 0.0011 on pixels in 0..1).
+    stored = with_fp16_stored_weights(tiny_models["fp32"] / repo.graph_path("vae_decoder", "fp32"))
+    rounded = ort.InferenceSession(stored, providers=["CPUExecutionProvider"]).run(None, {"latents": latents})[0]
+    q4_image = run_graph(tiny_models["q4"], "vae_decoder", "fp32", {"latents": latents})
+    np.testing.assert_allclose(q4_image, rounded, rtol=1e-4, atol=1e-5)
+    assert 0 < np.abs(q4_image - expected).max() < 0.003
 
 
 # ---------------------------------------------------------------------------------------------------
 # 2. q4 / fp16 graphs: within a measured tolerance of torch, and exactly "fp32 graph with quantised weights".
 
 # Measured on the seed-0 tiny model (onnxruntime 1.31 CPU), as max|err| / max|ref|:
-#   text encoder q4 0.246, transformer q4 0.093, VAE fp16 0.0016.
+#   text encoder q4 0.410 (0.246 with the seed layout's fp16 token embedding; the compact format's 4-bit table
+#   adds the rest), transformer q4 0.093, VAE fp16 0.0016.
 # The tiny model's random weights are the worst case for 4-bit: a block of 32 Gaussian weights has its
 # quantisation step at ~0.3 sigma, i.e. ~9% error per MatMul, and the text encoder compounds 27 layers of it
 # (plus accuracy_level 4's int8 activations). The bounds are ~1.4x the measurements; the test below this one
 # checks the q4 wiring itself to a much tighter tolerance.
-Q4_BOUNDS = {"text_encoder": 0.35, "transformer": 0.12, "vae_decoder": 0.004}
+Q4_BOUNDS = {"text_encoder": 0.55, "transformer": 0.12, "vae_decoder": 0.004}
 
 
 def test_quantized_graphs_within_measured_tolerance(
@@ -203,37 +215,36 @@ def dequantize_matmul_nbits(packed: np.ndarray, scales: np.ndarray, k: int, n: i
     q[:, :, 0::2] = packed & 0x0F
     q[:, :, 1::2] = packed >> 4
     w = (q - 8) * scales.reshape(n, blocks, 1)
-    return w.reshape(n, -1)[:, :k].T.copy()
+    matrix: np.ndarray = w.reshape(n, -1)[:, :k].T.copy()
+    return matrix
 
 
 def dequantized_fp32_graph(tiny_models: dict[str, Path], component: str) -> bytes:
-    """The fp32 graph with each quantised weight replaced by its dequantised value (and the fp16 embedding
-    rounded to fp16): what the q4 graph must compute, up to kernel rounding."""
+    """The fp32 graph with each quantised weight replaced by its dequantised value (MatMulNBits weights, the
+    4-bit token embedding, scales as stored in fp16): what the q4 graph must compute, up to kernel rounding."""
     q4 = onnx.load(str(tiny_models["q4"] / repo.graph_path(component, "q4")))
+    restore_fp32(q4)  # the fp16-stored scales, cast up as onnxruntime does when it loads the graph
     fp32 = onnx.load(str(tiny_models["fp32"] / repo.graph_path(component, "fp32")))
-    q4_init = {t.name: t for t in q4.graph.initializer}
-    replaced = 0
+    q4_init = {t.name: numpy_helper.to_array(t) for t in q4.graph.initializer}
+    replaced: dict[str, np.ndarray] = {}
     for node in q4.graph.node:
         if node.op_type == "MatMulNBits":
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            weight = dequantize_matmul_nbits(
-                numpy_helper.to_array(q4_init[node.input[1]]),
-                numpy_helper.to_array(q4_init[node.input[2]]),
-                attrs["K"],
-                attrs["N"],
+            replaced[node.input[1].removesuffix("_Q4")] = dequantize_matmul_nbits(
+                q4_init[node.input[1]], q4_init[node.input[2]], attrs["K"], attrs["N"]
             )
-            name = node.input[1].removesuffix("_Q4")
-            target = next(t for t in fp32.graph.initializer if t.name == name)
-            target.CopyFrom(numpy_helper.from_array(weight, name))
-            replaced += 1
+        elif node.op_type == "GatherBlockQuantized":
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            replaced[node.input[0].removesuffix("_Q4")] = dequantize_blocks(
+                q4_init[node.input[0]], q4_init[node.input[2]], attrs["block_size"]
+            )
+    if component == "text_encoder":
+        assert any(v.shape[0] == 151936 for v in replaced.values()), "no 4-bit token embedding"
     for tensor in fp32.graph.initializer:
-        if q4_init.get(tensor.name) is not None and q4_init[tensor.name].data_type == TensorProto.FLOAT16:
-            tensor.CopyFrom(
-                numpy_helper.from_array(numpy_helper.to_array(q4_init[tensor.name]).astype(np.float32), tensor.name)
-            )
-            replaced += 1
-    assert replaced > 0
-    return fp32.SerializeToString()
+        if tensor.name in replaced:
+            tensor.CopyFrom(numpy_helper.from_array(replaced.pop(tensor.name), tensor.name))
+    assert not replaced, sorted(replaced)
+    return bytes(fp32.SerializeToString())
 
 
 def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(
@@ -246,8 +257,8 @@ def test_q4_graphs_compute_the_fp32_graph_with_quantized_weights(
     }
     # The wiring, at accuracy_level 0: the same sums as a MatMul on the dequantised weights (measured 0.0 for
     # both). As saved, accuracy_level 4 quantises activations to int8 per block: measured 0.0120 (transformer)
-    # and 0.0148 (text encoder, over 27 layers).
-    bounds = {"level 0": 1e-5, "as saved": 0.02}
+    # and 0.0226 (text encoder, over 27 layers).
+    bounds = {"level 0": 1e-5, "as saved": 0.03}
     for component, feed in cases.items():
         session = ort.InferenceSession(
             dequantized_fp32_graph(tiny_models, component), providers=["CPUExecutionProvider"]
@@ -346,30 +357,22 @@ def test_q4_graph_precisions(tiny_models: dict[str, Path]) -> None:
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             assert attrs["bits"] == 4 and attrs["block_size"] == 32 and attrs.get("accuracy_level") == accuracy
             assert len(node.input) == 3  # symmetric: no zero-point input
-    # Transformer: modulation and time-embedding MatMuls stay fp32, every other projection is q4.
+    # Transformer: every projection is q4, the modulation and time-embedding MatMuls too (the compact format;
+    # test_weight_format checks the text encoder's 4-bit token embedding and the seed layout's fp32 ones).
     weights = {t.name for t in q4_transformer.graph.initializer}
-    fp32_matmuls = [n.name for n in q4_transformer.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
-    assert fp32_matmuls and all(
-        "modulation" in n or "time_guidance_embed" in n or "norm_out" in n for n in fp32_matmuls
-    ), fp32_matmuls
-    assert {"/m/proj_out/MatMul_Q4", "/m/x_embedder/MatMul_Q4"} <= {n.name for n in q4_transformer.graph.node}
+    assert not [n.name for n in q4_transformer.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+    nbits_names = {n.name for n in q4_transformer.graph.node if n.op_type == "MatMulNBits"}
+    assert {"/m/proj_out/MatMul_Q4", "/m/x_embedder/MatMul_Q4"} <= nbits_names
+    assert any("_modulation" in name for name in nbits_names) and any("/norm_out/" in name for name in nbits_names)
     assert not manifest.graph("transformer", "q4").requires_f16
-
-    # Text encoder: the token embedding is an fp16 table + Cast, and the manifest names those two nodes.
-    entry = manifest.graph("text_encoder", "q4")
-    assert entry.requires_f16 and len(entry.cpu_nodes_without_f16) == 2
-    nodes = {n.name: n for n in q4_text.graph.node}
-    gather, cast = (nodes[name] for name in entry.cpu_nodes_without_f16)
-    table = next(t for t in q4_text.graph.initializer if t.name == gather.input[0])
-    assert gather.op_type == "Gather" and gather.input[1] == "input_ids" and table.data_type == TensorProto.FLOAT16
-    assert cast.op_type == "Cast" and cast.input[0] == gather.output[0]
+    assert not manifest.graph("text_encoder", "q4").requires_f16
 
     # VAE fp16: every float weight is fp16, inputs/outputs stay fp32 (contract test above).
     vae = load_structure(tiny_models, "q4", "vae_decoder", "fp16")
-    weights = [t for t in vae.graph.initializer if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)]
+    float_weights = [t for t in vae.graph.initializer if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)]
     convs = [n for n in vae.graph.node if n.op_type == "Conv"]
     conv_weights = {n.input[1] for n in convs}
-    assert all(t.data_type == TensorProto.FLOAT16 for t in weights if t.name in conv_weights) and conv_weights
+    assert all(t.data_type == TensorProto.FLOAT16 for t in float_weights if t.name in conv_weights) and conv_weights
     # ... except the GroupNorm statistics and the attention (scores, softmax, the weighted sum over every latent
     # pixel): in fp16 on a GPU their error grows with the image. They compute in fp32 between Casts.
     typed = onnx.shape_inference.infer_shapes(vae)
@@ -414,7 +417,9 @@ def test_manifest_matches_repo(tiny_models: dict[str, Path], repo_name: str) -> 
         assert entry.size == len(data) and entry.sha256 == hashlib.sha256(data).hexdigest(), rel
     verify.check_files(root, manifest, log=print)
     graph_files = {f for g in manifest.graphs for f in g.files()}
-    assert graph_files | set(repo.TOKENIZER_FILES) | {repo.SCHEDULER_CONFIG} == set(manifest.files)
+    assert graph_files | set(repo.TOKENIZER_FILES) | {repo.SCHEDULER_CONFIG, repo.PREVIEW_MAP_FILE} == set(
+        manifest.files
+    )
     for rel in [*repo.TOKENIZER_FILES, repo.SCHEDULER_CONFIG]:
         source = tiny_models["diffusers"] / rel
         assert (root / rel).read_bytes() == source.read_bytes(), rel
@@ -455,6 +460,8 @@ def test_convert_rejects_bad_input_before_writing(tiny_models: dict[str, Path], 
         convert(tmp_path, tmp_path / "out", log=quiet)
     with pytest.raises(ConversionError, match="--precision 'int8'"):
         convert(tiny_models["diffusers"], tmp_path / "out", precision="int8", log=quiet)
+    with pytest.raises(ConversionError, match="--jobs 4: a conversion has 3 parts"):
+        convert(tiny_models["diffusers"], tmp_path / "out", jobs=4, log=quiet)
     unrelated = tmp_path / "photos"
     unrelated.mkdir()
     (unrelated / "cat.jpg").write_bytes(b"meow")

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -102,7 +103,7 @@ def shim_dir(tmp_path: Path) -> Path:
     return folder
 
 
-def run_fetch(
+def fetch_command(
     endpoint: str,
     dest: Path,
     *,
@@ -110,8 +111,8 @@ def run_fetch(
     revision: str = "main",
     shim: Path | None = None,
     extra_env: dict[str, str] | None = None,
-    background: bool = False,
-) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
+) -> tuple[list[str], dict[str, str]]:
+    """`klein-web fetch` of `repo` into `dest` from the hub at `endpoint`, and its environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(
         {
@@ -125,22 +126,30 @@ def run_fetch(
     if shim is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(shim), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "builder", "fetch", "--repo", repo, "--revision", revision, "--dir", str(dest)]
-    if background:
-        # A shell's background job (a CI runner started with `&`) ignores SIGINT, and children inherit that: the
-        # fetch gets Python's Ctrl-C handling back before it starts, so the test can interrupt it.
-        restore_ctrl_c = (
-            "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-            "sys.argv[0] = 'builder'; runpy.run_module('builder', run_name='__main__', alter_sys=True)"
-        )
-        return subprocess.Popen(
-            [sys.executable, "-c", restore_ctrl_c, *cmd[3:]],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    return cmd, env
+
+
+def run_fetch(endpoint: str, dest: Path, **options: Any) -> subprocess.CompletedProcess[str]:
+    cmd, env = fetch_command(endpoint, dest, **options)
     return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def start_fetch(endpoint: str, dest: Path, **options: Any) -> subprocess.Popen[str]:
+    """The fetch in the background, interruptible: a shell's background job (a CI runner started with `&`) ignores
+    SIGINT, and children inherit that, so the fetch gets Python's Ctrl-C handling back before it starts."""
+    cmd, env = fetch_command(endpoint, dest, **options)
+    restore_ctrl_c = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'builder'; runpy.run_module('builder', run_name='__main__', alter_sys=True)"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", restore_ctrl_c, *cmd[3:]],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def assert_same_files(source: Path, dest: Path, paths: list[str]) -> None:
@@ -262,7 +271,7 @@ def test_ctrl_c_keeps_partial_files_and_no_manifest(seed_repo: Path, tmp_path: P
     hub = FakeHub({REPO: FakeRepo(seed_repo, COMMIT)}, slow={name: 1.0})
     dest = tmp_path / "models"
     with serving(hub) as endpoint:
-        process = run_fetch(endpoint, dest, background=True)
+        process = start_fetch(endpoint, dest)
         deadline = time.monotonic() + 60
         partial = None
         while time.monotonic() < deadline and partial is None:
@@ -368,7 +377,7 @@ class HostileHub(FakeHub):
 
     async def model_info(self, request):  # type: ignore[no-untyped-def]
         reply = await super().model_info(request)
-        data = json.loads(reply.body)
+        data = json.loads(bytes(reply.body))
         data["siblings"].append({"rfilename": self.evil, "size": 4, "blobId": "0" * 40})
         from starlette.responses import JSONResponse
 

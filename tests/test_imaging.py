@@ -12,14 +12,14 @@ from PIL import Image
 from builder.errors import InputError
 from builder.pipeline import imaging
 
-torch = pytest.importorskip("torch")
-
 
 def random_pixels(seed: int, height: int = 48, width: int = 64) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
 
 
+@pytest.mark.torch
 def test_to_uint8_matches_diffusers_postprocess() -> None:
+    import torch
     from diffusers.image_processor import VaeImageProcessor
 
     rng = np.random.default_rng(0)
@@ -79,6 +79,8 @@ def test_psnr_and_diffs() -> None:
 
 def torch_ssim(a: np.ndarray, b: np.ndarray) -> float:
     """An independent SSIM: conv2d with the 2-D Gaussian kernel, valid padding, per channel."""
+    import torch
+
     coords = torch.arange(11, dtype=torch.float64) - 5
     g = torch.exp(-(coords**2) / (2 * 1.5**2))
     g = g / g.sum()
@@ -96,6 +98,7 @@ def torch_ssim(a: np.ndarray, b: np.ndarray) -> float:
     return float(smap.mean(dim=(2, 3)).mean())
 
 
+@pytest.mark.torch
 def test_ssim_matches_independent_implementation() -> None:
     a = random_pixels(3)
     noise = np.random.default_rng(4).normal(0, 12, a.shape)

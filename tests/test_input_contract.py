@@ -26,7 +26,7 @@ def read(name: str, role: str = "image") -> np.ndarray:
 
 
 def test_the_refusals_are_the_workers_word_for_word() -> None:
-    source = (REPO_ROOT / "web_src" / "src" / "shared" / "decode_image.js").read_text()
+    source = (REPO_ROOT / "web_src" / "src" / "shared" / "image_file.js").read_text()
     block = source[source.index("export const REFUSALS") : source.index("});", source.index("export const REFUSALS"))]
     js: dict[str, str] = {}
     for key, body in re.findall(r"^\s+(\w+):\s*((?:'[^']*'\s*\+?\s*)+),", block, re.MULTILINE):

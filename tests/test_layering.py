@@ -1,32 +1,38 @@
 """Which module of builder/ may import what, read from the source with `ast` (imports inside functions count).
 
 Data flows one way: the model repository (repo) is read by the reference pipeline (pipeline) and the
-server (site); the checks (check) drive all three; the command line (cli) calls everything.
+server (site); the checks (check) drive all three; the command line (cli) calls everything. The checks have
+three wings: the app driver, and on it `regress` and the benchmarks, which never import each other.
 
-    layer        may import from builder
-    -----------  ---------------------------------------------------------------
-    root         builder/__init__.py, errors.py, memory.py: only each other
-    repo         root, repo               (+ tiny.py -> site.node: the Qwen3 tokenizer ships in web_src's node_modules)
-    pipeline     root, repo, pipeline
-    site         root, repo, site
-    check        root, repo, pipeline, site, check
-    cli          everything (cli.py, __main__.py); nothing imports cli but __main__.py
+    layer          may import from builder
+    -------------  -------------------------------------------------------------
+    root           builder/__init__.py, errors.py, memory.py: only each other
+    repo           root, repo             (+ tiny.py -> site.node: the Qwen3 tokenizer ships in web_src's node_modules)
+    pipeline       root, repo, pipeline
+    site           root, repo, site
+    check          builder/check/__init__.py: nothing
+    check.driver   root, repo, pipeline, site, check.driver
+    check.regress  root, repo, pipeline, site, check.driver, check.regress
+    check.bench    root, repo, pipeline, site, check.driver, check.bench
+    cli            everything (cli.py, __main__.py); nothing imports cli but __main__.py
 
 Third-party libraries with a home:
 
     torch, diffusers, transformers, onnx, onnxscript, safetensors, ml_dtypes
                  the `convert` extra: the converter (repo: checkpoint, convert, export_*, onnx_graph, attention,
-                 quantize, lora, finite_weights, tiny) and the bench that builds and exports torch models (check: bench*, ort_timing),
+                 quantize, lora, finite_weights, tiny) and the bench that builds and exports torch models
+                 (check.bench: native, graphs, models, report, stats, ort_timing),
                  so `serve`, `fetch`, `reference` and `regress` run without them
-    onnxruntime  the reference pipeline (pipeline/reference.py), the bench's timing (check/ort_timing.py) and
-                 the converter's q4 quantiser (repo/quantize.py: onnxruntime's MatMulNBits quantiser)
+    onnxruntime  the reference pipeline (pipeline/reference.py), the bench's timing (check/bench/ort_timing.py),
+                 the converter's q4 quantiser (repo/quantize.py: onnxruntime's MatMulNBits quantiser) and its
+                 step-preview fit (repo/preview_map.py: runs the VAE graphs it wrote)
     playwright   check only (site/chrome.py holds switches and launches nothing)
     starlette, uvicorn, watchfiles   site only (the HTTP server)
     huggingface_hub                  repo only (the Hub download)
     click                            cli.py only
-    psutil                           check (memory of the browser during a bench) and pipeline/capacity.py (the
-                                     memory a size needs, checked against what the machine has)
-    pynvml                           check only (GPU memory during a bench)
+    psutil                           check/driver/memory.py (memory of the browser during a bench) and
+                                     pipeline/capacity.py (the memory a size needs, checked against what the
+                                     machine has)
 """
 
 from __future__ import annotations
@@ -43,13 +49,18 @@ PACKAGE = ROOT / "builder"
 
 ROOT_MODULES = {"builder", "builder.errors", "builder.memory"}
 LAYERS = ("repo", "pipeline", "site", "check")
+CHECK_WINGS = ("driver", "regress", "bench")
+BELOW_CHECK = {"root", "repo", "pipeline", "site"}
 ALLOWED_LAYERS: dict[str, set[str]] = {
     "root": {"root"},
     "repo": {"root", "repo"},
     "pipeline": {"root", "repo", "pipeline"},
     "site": {"root", "repo", "site"},
-    "check": {"root", "repo", "pipeline", "site", "check"},
-    "cli": {"root", "repo", "pipeline", "site", "check", "cli"},
+    "check": set(),
+    "check.driver": BELOW_CHECK | {"check.driver"},
+    "check.regress": BELOW_CHECK | {"check.driver", "check.regress"},
+    "check.bench": BELOW_CHECK | {"check.driver", "check.bench"},
+    "cli": BELOW_CHECK | {"check", "check.driver", "check.regress", "check.bench", "cli"},
 }
 # (importer, imported module): the one crossing the table does not allow, and why it is needed.
 EXCEPTIONS = {
@@ -74,30 +85,24 @@ CONVERTER = {
         "tiny",
     )
 }
-BENCH = {
-    f"builder.check.{name}"
-    for name in (
-        "bench",
-        "bench_graphs",
-        "bench_models",
-        "bench_report",
-        "bench_stats",
-        "ort_timing",
-    )
-}
+BENCH = {f"builder.check.bench.{name}" for name in ("native", "graphs", "models", "report", "stats", "ort_timing")}
 CONVERT_EXTRA = ("torch", "diffusers", "transformers", "onnx", "onnxscript", "safetensors", "ml_dtypes")
 LIBRARY_HOMES: dict[str, set[str]] = {
     **dict.fromkeys(CONVERT_EXTRA, CONVERTER | BENCH),
-    "onnxruntime": {"builder.pipeline.reference", "builder.check.ort_timing", "builder.repo.quantize"},
-    "onnxruntime_ep_webgpu": {"builder.check.ort_timing"},
+    "onnxruntime": {
+        "builder.pipeline.reference",
+        "builder.check.bench.ort_timing",
+        "builder.repo.quantize",
+        "builder.repo.preview_map",
+    },
+    "onnxruntime_ep_webgpu": {"builder.check.bench.ort_timing"},
     "playwright": {"builder.check.*"},
     "starlette": {"builder.site.*"},
     "uvicorn": {"builder.site.*"},
     "watchfiles": {"builder.site.*"},
     "huggingface_hub": {"builder.repo.*"},
     "click": {"builder.cli"},
-    "psutil": {"builder.check.*", "builder.pipeline.capacity"},
-    "pynvml": {"builder.check.*"},
+    "psutil": {"builder.check.driver.memory", "builder.pipeline.capacity"},
 }
 
 
@@ -145,12 +150,17 @@ def is_builder_module(name: str) -> bool:
 
 
 def layer_of(module: str) -> str | None:
-    """root, repo, pipeline, site, check or cli for a builder module; None for anything else."""
+    """root, repo, pipeline, site, check (its wings: check.driver, ...) or cli for a builder module; None for
+    anything else."""
     if module in ROOT_MODULES:
         return "root"
     parts = module.split(".")
     if parts[0] != "builder":
         return None
+    if len(parts) >= 3 and parts[1] == "check":
+        if parts[2] in CHECK_WINGS:
+            return f"check.{parts[2]}"
+        raise AssertionError(f"{module} is in none of builder/check's wings {CHECK_WINGS}: move it into one")
     if len(parts) >= 2 and parts[1] in LAYERS:
         return parts[1]
     if module in ("builder.cli", "builder.__main__"):
@@ -203,7 +213,9 @@ def test_every_module_is_seen() -> None:
         "builder.site.server",
         "builder.repo.convert",
         "builder.pipeline.reference",
-        "builder.check.regress",
+        "builder.check.regress.run",
+        "builder.check.bench.browser",
+        "builder.check.driver.page",
     } <= modules
     for module in modules:
         layer_of(module)  # raises for a module outside the table
@@ -221,14 +233,44 @@ def test_every_exception_is_still_needed() -> None:
     [
         ("builder.site.server", "def f():\n    import torch.nn\n", "builder.site.server:2 imports torch.nn"),
         ("builder.pipeline.prompt", "from builder.check import regress\n", "imports builder.check.regress"),
-        ("builder.site.bundle", "from ..check.browser import find_chromium\n", "imports builder.check.browser"),
+        (
+            "builder.site.bundle",
+            "from ..check.driver.chromium import find_chromium\n",
+            "imports builder.check.driver.chromium",
+        ),
         ("builder.repo.hub", "from builder.pipeline.limits import parse_size\n", "imports builder.pipeline.limits"),
         (
             "builder.errors",
             "import importlib\nimportlib.import_module('builder.site.bundle')\n",
             "builder.errors:2 imports builder.site.bundle",
         ),
-        ("builder.check.regress", "from builder import cli\n", "nothing imports the command line"),
+        ("builder.check.regress.run", "from builder import cli\n", "nothing imports the command line"),
+        # The wings of builder/check: regress and the benches meet only in the driver.
+        (
+            "builder.check.bench.overhead",
+            "from builder.check.regress import run\n",
+            "imports builder.check.regress.run",
+        ),
+        (
+            "builder.check.bench.load",
+            "from builder.check.regress.cases import Case\n",
+            "imports builder.check.regress.cases",
+        ),
+        (
+            "builder.check.regress.run",
+            "def f():\n    from builder.check.bench import stats\n",
+            "imports builder.check.bench.stats",
+        ),
+        (
+            "builder.check.driver.page",
+            "from builder.check.regress.cases import Case\n",
+            "imports builder.check.regress.cases",
+        ),
+        (
+            "builder.check.driver.serving",
+            "from ..bench.browser import ImageRun\n",
+            "imports builder.check.bench.browser",
+        ),
         (
             "builder.site.chrome",
             "try:\n    from playwright.sync_api import sync_playwright\nexcept ImportError:\n    pass\n",
@@ -245,7 +287,9 @@ def test_the_checker_finds_a_violation(module: str, source: str, expected: str) 
 @pytest.mark.parametrize(
     ("module", "source"),
     [
-        ("builder.check.regress", "from builder.site import server\nfrom builder.pipeline import limits\n"),
+        ("builder.check.regress.run", "from builder.site import server\nfrom builder.pipeline import limits\n"),
+        ("builder.check.bench.load", "from builder.check.driver.session import launched\nfrom . import output\n"),
+        ("builder.check.regress.page", "from ..driver.page import fill_form\nfrom .cases import Case\n"),
         ("builder.pipeline.reference", "def f():\n    import onnxruntime\n"),
         ("builder.repo.export_vae", "import torch\nfrom builder.repo.onnx_graph import export_module\n"),
         ("builder.site.server", "from . import bundle\nfrom builder import WEB_SRC, __version__\n"),

@@ -56,7 +56,9 @@ def linear_shapes(tiny_models: dict[str, Path]) -> dict[str, tuple[int, int]]:
 
     model = Flux2Transformer2DModel.from_pretrained(tiny_models["diffusers"], subfolder="transformer")
     return {
-        name: tuple(layer.weight.shape) for name, layer in model.named_modules() if isinstance(layer, torch.nn.Linear)
+        name: (int(layer.weight.shape[0]), int(layer.weight.shape[1]))
+        for name, layer in model.named_modules()
+        if isinstance(layer, torch.nn.Linear)
     }
 
 
@@ -380,7 +382,7 @@ def bad_files(tmp_path: Path, shapes: dict[str, tuple[int, int]]) -> dict[str, t
     out_features, in_features = shapes["transformer_blocks.0.attn.to_q"]
     pickle = tmp_path / "pickle.safetensors"
     torch.save({"transformer.x.lora_A.weight": torch.zeros(2, 2)}, str(pickle))
-    cases = {
+    cases: dict[str, tuple[Path | dict[str, torch.Tensor], str]] = {
         "not-safetensors": (pickle, "not a safetensors file"),
         "missing": (tmp_path / "nope.safetensors", "no such file"),
         "unknown-module": (

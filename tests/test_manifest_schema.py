@@ -29,7 +29,8 @@ def valid() -> dict[str, Any]:
         graphs=graphs,
         files={rel: manifest.FileEntry(size=10, sha256=SHA) for rel in rels},
     )
-    return json.loads(manifest.to_bytes(repo))
+    data: dict[str, Any] = json.loads(manifest.to_bytes(repo))
+    return data
 
 
 def mutate(change: Callable[[dict[str, Any]], object]) -> bytes:

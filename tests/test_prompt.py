@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -62,11 +63,11 @@ def prompt_tokenizer(model_dir: Path) -> PromptTokenizer:
 
 
 @pytest.fixture(scope="module")
-def reference_tokenizer() -> object:
+def reference_tokenizer() -> Any:
     return transformers.AutoTokenizer.from_pretrained(str(QWEN3_DIR))
 
 
-def transformers_encode(tokenizer: object, prompt: str) -> tuple[str, list[int], list[int], int]:
+def transformers_encode(tokenizer: Any, prompt: str) -> tuple[str, list[int], list[int], int]:
     """What Flux2KleinPipeline._get_qwen3_prompt_embeds does, plus the untruncated length."""
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True, enable_thinking=False

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,13 +32,13 @@ Q4_PSNR_MIN = 30.0
 
 
 @pytest.fixture(scope="module")
-def diffusers_pipe(tiny_models: dict[str, Path]) -> object:
+def diffusers_pipe(tiny_models: dict[str, Path]) -> Any:
     from diffusers import Flux2KleinPipeline
 
     return Flux2KleinPipeline.from_pretrained(str(tiny_models["diffusers"]), torch_dtype=torch.float32)
 
 
-def diffusers_uint8(pipe: object, *, width: int, height: int, prompt: str = PROMPT, seed: int = SEED) -> np.ndarray:
+def diffusers_uint8(pipe: Any, *, width: int, height: int, prompt: str = PROMPT, seed: int = SEED) -> np.ndarray:
     """The oracle: diffusers in float32, output_type="np", then numpy_to_pil's rounding."""
     images = pipe(
         prompt=prompt,
@@ -48,7 +49,8 @@ def diffusers_uint8(pipe: object, *, width: int, height: int, prompt: str = PROM
         generator=torch.Generator("cpu").manual_seed(seed),
         output_type="np",
     ).images
-    return np.round(images[0] * 255).astype(np.uint8)
+    pixels: np.ndarray = np.round(images[0] * 255).astype(np.uint8)
+    return pixels
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -64,7 +66,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_cli_fp32_64x64_matches_diffusers(tiny_models: dict[str, Path], diffusers_pipe: object, tmp_path: Path) -> None:
+def test_cli_fp32_64x64_matches_diffusers(tiny_models: dict[str, Path], diffusers_pipe: Any, tmp_path: Path) -> None:
     out = tmp_path / "ref.png"
     result = run_cli(
         str(tiny_models["fp32"]),
@@ -92,7 +94,7 @@ def test_cli_fp32_64x64_matches_diffusers(tiny_models: dict[str, Path], diffuser
     assert [p.name for p in tmp_path.iterdir()] == ["ref.png"]  # written atomically, no temp file left
 
 
-def test_fp32_non_square_matches_diffusers(tiny_models: dict[str, Path], diffusers_pipe: object) -> None:
+def test_fp32_non_square_matches_diffusers(tiny_models: dict[str, Path], diffusers_pipe: Any) -> None:
     messages: list[str] = []
     result = reference.generate(
         tiny_models["fp32"], prompt=PROMPT, seed=7, width=96, height=64, steps=STEPS, log=messages.append
@@ -115,9 +117,7 @@ def test_fp32_non_square_matches_diffusers(tiny_models: dict[str, Path], diffuse
 
 
 @pytest.mark.parametrize(("width", "height"), [(64, 64), (96, 64)])
-def test_q4_is_close_to_diffusers(
-    tiny_models: dict[str, Path], diffusers_pipe: object, width: int, height: int
-) -> None:
+def test_q4_is_close_to_diffusers(tiny_models: dict[str, Path], diffusers_pipe: Any, width: int, height: int) -> None:
     result = reference.generate(
         tiny_models["q4"], prompt=PROMPT, seed=SEED, width=width, height=height, steps=STEPS, log=lambda _m: None
     )
@@ -239,7 +239,10 @@ def test_runtime_modules_import_no_ml_framework() -> None:
     modules = (
         "builder.cli",
         "builder.pipeline.limits",
-        "builder.pipeline.sampling",
+        "builder.pipeline.rng",
+        "builder.pipeline.schedule",
+        "builder.pipeline.latents",
+        "builder.pipeline.inpaint",
         "builder.pipeline.imaging",
         "builder.pipeline.prompt",
         "builder.pipeline.reference",

@@ -24,7 +24,7 @@ from PIL import Image
 
 from builder import REPO_ROOT
 from builder.errors import InputError, ModelRepoError
-from builder.pipeline import imaging, inputs, limits, reference, sampling
+from builder.pipeline import imaging, inpaint, inputs, latents, limits, reference, schedule
 from builder.repo import manifest as repo_manifest
 
 torch = pytest.importorskip("torch")
@@ -350,13 +350,13 @@ def make_scheduler(tiny_models: dict[str, Path], steps: int, seq: int) -> Any:
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(str(tiny_models["diffusers"]), subfolder="scheduler")
-    scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=sampling.compute_empirical_mu(seq, steps))
+    scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=schedule.compute_empirical_mu(seq, steps))
     return scheduler
 
 
 @pytest.mark.parametrize("steps", [1, 2, 3, 4, 7, 10])
 def test_inpaint_start_is_get_timesteps(tiny_models: dict[str, Path], steps: int) -> None:
-    sigmas, timesteps = sampling.retrieve_timesteps(steps, 30)
+    sigmas, timesteps = schedule.retrieve_timesteps(steps, 30)
     for strength in (0.0, 1e-17, 0.1, 0.2, 0.25, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.9, 0.99, 1.0):
         scheduler = make_scheduler(tiny_models, steps, 30)
         expected, remaining = diffusers.Flux2KleinInpaintPipeline.get_timesteps(
@@ -364,9 +364,9 @@ def test_inpaint_start_is_get_timesteps(tiny_models: dict[str, Path], steps: int
         )
         if remaining < 1:  # the pipeline's ValueError
             with pytest.raises(InputError, match="leaves no denoising step"):
-                sampling.inpaint_start(steps, strength)
+                inpaint.inpaint_start(steps, strength)
             continue
-        t_start = sampling.inpaint_start(steps, strength)
+        t_start = inpaint.inpaint_start(steps, strength)
         assert steps - t_start == remaining and scheduler.begin_index == t_start
         assert np.array_equal(timesteps[t_start:], expected.numpy())
         assert np.array_equal(sigmas[t_start:], scheduler.sigmas[t_start:].numpy())
@@ -374,10 +374,10 @@ def test_inpaint_start_is_get_timesteps(tiny_models: dict[str, Path], steps: int
 
 def test_scale_noise_and_blend_are_the_schedulers(tiny_models: dict[str, Path]) -> None:
     steps, seq = 4, 30
-    sigmas, timesteps = sampling.retrieve_timesteps(steps, seq)
+    sigmas, timesteps = schedule.retrieve_timesteps(steps, seq)
     rng = np.random.default_rng(5)
     sample, noise = (rng.standard_normal((1, seq, 128)).astype(np.float32) for _ in range(2))
-    latents = rng.standard_normal((1, seq, 128)).astype(np.float32)
+    current = rng.standard_normal((1, seq, 128)).astype(np.float32)
     mask = (rng.integers(0, 5, (1, seq, 1)) / 4).astype(np.float32)  # the 0, 0.25, ... 1 of mask_latents
     for t_start in range(steps):
         scheduler = make_scheduler(tiny_models, steps, seq)
@@ -386,16 +386,16 @@ def test_scale_noise_and_blend_are_the_schedulers(tiny_models: dict[str, Path]) 
         expected = scheduler.scale_noise(
             torch.from_numpy(sample), torch.from_numpy(timesteps[t_start : t_start + 1]), torch.from_numpy(noise)
         )
-        assert np.array_equal(sampling.scale_noise(sample, sigmas[t_start], noise), expected.numpy())
+        assert np.array_equal(latents.scale_noise(sample, sigmas[t_start], noise), expected.numpy())
         # In the loop, after scheduler.step: step_index -> sigmas[step_index], the next timestep's sigma
-        scheduler.step(torch.from_numpy(latents), torch.tensor(timesteps[t_start]), torch.from_numpy(sample))
+        scheduler.step(torch.from_numpy(current), torch.tensor(timesteps[t_start]), torch.from_numpy(sample))
         if t_start + 1 < steps:
             expected = scheduler.scale_noise(
                 torch.from_numpy(sample), torch.tensor([timesteps[t_start + 1]]), torch.from_numpy(noise)
             )
-            assert np.array_equal(sampling.scale_noise(sample, sigmas[t_start + 1], noise), expected.numpy())
-    m, s, x = torch.from_numpy(mask), torch.from_numpy(sample), torch.from_numpy(latents)
-    assert np.array_equal(sampling.blend(sample, latents, mask), ((1 - m) * s + m * x).numpy())
+            assert np.array_equal(latents.scale_noise(sample, sigmas[t_start + 1], noise), expected.numpy())
+    m, s, x = torch.from_numpy(mask), torch.from_numpy(sample), torch.from_numpy(current)
+    assert np.array_equal(latents.blend_mask(current, sample, mask), ((1 - m) * s + m * x).numpy())
 
 
 @pytest.mark.parametrize(
@@ -409,7 +409,7 @@ def test_mask_latents_is_f_interpolate_on_binary_masks(height: int, width: int) 
             torch.from_numpy(mask)[None, None], size=(height // 16, width // 16), mode="bilinear"
         )
         packed = expected.reshape(1, 1, -1).permute(0, 2, 1)  # prepare_mask_latents' _pack_latents
-        assert np.array_equal(sampling.mask_latents(mask, height // 16, width // 16), packed.numpy())
+        assert np.array_equal(latents.mask_latents(mask, height // 16, width // 16), packed.numpy())
 
 
 @pytest.mark.parametrize(
@@ -425,7 +425,7 @@ def test_mask_latents_is_f_interpolate_on_binary_masks(height: int, width: int) 
 def test_mask_latents_on_other_factors(size: tuple[int, int], out: tuple[int, int], exact: bool) -> None:
     mask = np.random.default_rng(size[0]).random(size).astype(np.float32)
     expected = torch.nn.functional.interpolate(torch.from_numpy(mask)[None, None], size=out, mode="bilinear")
-    got = sampling.mask_latents(mask, *out).reshape(out)
+    got = latents.mask_latents(mask, *out).reshape(out)
     if exact:
         assert np.array_equal(got, expected.numpy()[0, 0])
     else:
@@ -433,16 +433,16 @@ def test_mask_latents_on_other_factors(size: tuple[int, int], out: tuple[int, in
 
 
 def test_image_ids_are_both_pipelines() -> None:
-    latents = [torch.zeros(1, 128, 3, 5), torch.zeros(1, 128, 2, 2)]
-    expected = diffusers.Flux2KleinPipeline._prepare_image_ids(latents)[0].numpy()
-    ids = sampling.prepare_image_ids([(3, 5), (2, 2)])
+    images = [torch.zeros(1, 128, 3, 5), torch.zeros(1, 128, 2, 2)]
+    expected = diffusers.Flux2KleinPipeline._prepare_image_ids(images)[0].numpy()
+    ids = latents.prepare_image_ids([(3, 5), (2, 2)])
     assert np.array_equal(ids, expected) and ids.dtype == np.int64
     assert sorted(set(ids[:, 0])) == [10, 20]
     # Inpainting: the source, then the references as one batch of 2: t = 10, 20, 30
     batch = [torch.zeros(1, 128, 3, 5), torch.zeros(2, 128, 2, 2)]
     expected = diffusers.Flux2KleinInpaintPipeline._prepare_image_ids(batch, 1)[0].numpy()
-    assert np.array_equal(sampling.prepare_image_ids([(3, 5), (2, 2), (2, 2)]), expected)
-    assert sampling.prepare_image_ids([]).shape == (0, 4)
+    assert np.array_equal(latents.prepare_image_ids([(3, 5), (2, 2), (2, 2)]), expected)
+    assert latents.prepare_image_ids([]).shape == (0, 4)
 
 
 def test_mask_preparation_is_the_mask_processor(inpaint_pipe: Any, tmp_path: Path) -> None:

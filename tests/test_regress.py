@@ -18,10 +18,9 @@ from PIL import Image
 from stub_repo import write_stub_repo
 
 from builder import REPO_ROOT
-from builder.check.regress import main
-from builder.check.regress_cases import Case, RegressOptions, load_cases
-from builder.check.regress_page import check_adapter
-from builder.check.regress_report import (
+from builder.check.driver.session import check_adapter
+from builder.check.regress.cases import Case, RegressOptions, load_cases
+from builder.check.regress.report import (
     COULD_NOT_RUN,
     FAIL,
     PASS,
@@ -32,6 +31,7 @@ from builder.check.regress_report import (
     worst_exit_code,
     write_case_report,
 )
+from builder.check.regress.run import main
 from builder.errors import InputError, RegressionError
 from builder.pipeline import imaging
 from builder.repo import manifest
@@ -127,7 +127,7 @@ def test_a_precision_forces_the_apps_variant_through_its_url(tmp_path: Path) -> 
 
 
 def test_a_dist_folder_without_a_built_app_could_not_run(tmp_path: Path) -> None:
-    from builder.check.regress import site
+    from builder.check.driver.serving import site
 
     with pytest.raises(RegressionError, match=r"--dist .* holds no built app.*klein-web build --out"):
         site(tmp_path, log=lambda _message: None)
@@ -394,7 +394,7 @@ def test_gpu_mode_without_a_gpu_could_not_run(tiny_models: dict[str, Path], dist
 
 
 def test_summary_shows_the_apps_stage_timings_in_the_order_it_reported_them(tmp_path: Path) -> None:
-    from builder.check.regress_report import summary_lines
+    from builder.check.regress.report import summary_lines
 
     report = CaseReport(
         name="fox",

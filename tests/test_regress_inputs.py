@@ -22,7 +22,7 @@ from refusals import fake_browser, one_reason
 from stub_repo import write_stub_repo
 
 from builder import REPO_ROOT
-from builder.check.regress_cases import Case, RegressOptions, cases_from_options, load_cases
+from builder.check.regress.cases import Case, RegressOptions, cases_from_options, load_cases
 from builder.pipeline import limits
 
 ORIENTATION = 0x0112

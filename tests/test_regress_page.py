@@ -1,4 +1,4 @@
-"""builder.check.regress_page's form filling without a browser: a page whose fill() leaves the old prompt."""
+"""builder.check.driver.page's form filling without a browser: a page whose fill() leaves the old prompt."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from builder.check.regress_cases import Case
-from builder.check.regress_page import fill_form
+from builder.check.driver.page import fill_form
+from builder.check.regress.cases import Case
 from builder.errors import RegressionError
 
 

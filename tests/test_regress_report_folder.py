@@ -19,7 +19,7 @@ from refusals import fake_browser, one_reason, snapshot
 from stub_repo import write_stub_repo
 
 from builder import REPO_ROOT
-from builder.check import report_folder
+from builder.check.regress import report_folder
 
 
 def run_regress(*args: str) -> subprocess.CompletedProcess[str]:

@@ -96,6 +96,7 @@ def test_lanczos_and_grey_match_pillow_byte_for_byte(tmp_path: Path) -> None:
         assert differ == 0, f"{case}: {differ} of {len(want)} bytes differ from Pillow"
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("size", [(1100, 1000), (4000, 3000), (1025, 1024), (1000, 8000)])
 def test_input_image_size_matches_diffusers_resize_target(size: tuple[int, int]) -> None:
     """A large image is resized to Flux2ImageProcessor._resize_to_target_area's size, then floored to 16s."""

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from builder.check import regress
+from builder.check.driver.serving import check_models
+from builder.check.regress import run as regress
 from builder.cli import main
 from builder.errors import ModelRepoError
 from builder.pipeline import reference
@@ -43,10 +44,11 @@ def test_reference_runs_on_a_seed_folder_like_on_the_manifest_folder(
 
 
 def test_regress_accepts_a_seed_folder(seed_folder: Path) -> None:
-    folder, repo = regress.check_models(seed_folder, log=lambda _m: None)
+    folder, repo = check_models(seed_folder, log=lambda _m: None)
     assert folder == seed_folder
     assert {g.component for g in repo.graphs} == {*manifest.COMPONENTS, *manifest.OPTIONAL_COMPONENTS}
     assert "README.md" not in repo.files and "tokenizer/tokenizer.json" in repo.files
+    assert manifest.PREVIEW_MAP_FILE in repo.files  # the step previews' map travels with the folder
 
 
 def test_serve_gives_the_app_a_manifest_for_a_seed_folder(seed_folder: Path, tmp_path: Path) -> None:
@@ -94,7 +96,7 @@ def test_a_corrupt_file_in_a_manifest_folder_stops_serve(tiny_models: dict[str, 
 @pytest.mark.slow
 def test_the_app_runs_from_a_served_seed_folder(tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path) -> None:
     """The real app in Chromium loads a seed-layout folder through the served manifest, not from the Hub."""
-    from builder.check.regress_cases import RegressOptions
+    from builder.check.regress.cases import RegressOptions
 
     folder = tmp_path / "fp32-seed"
     shutil.copytree(tiny_models["fp32"], folder)

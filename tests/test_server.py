@@ -26,7 +26,7 @@ from stub_repo import write_stub_repo
 
 from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC
 from builder.errors import BuildError, ServeError
-from builder.site.bundle import build
+from builder.site.bundle import build, read_record
 from builder.site.server import check_prebuilt, create_app, serve_in_thread, watch_and_rebuild
 
 ISOLATION = {
@@ -77,6 +77,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (dist / "assets" / "ort-1234567890.mjs").write_text("export default 1;")
     (dist / "assets" / "ort-1234567890.wasm").write_bytes(b"\0asm\1\0\0\0")
     (dist / "icon.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (dist / "manifest.webmanifest").write_text('{"name": "klein"}')
     (dist / "inside-link.html").symlink_to(dist / "index.html")
     (dist / "outside-link.txt").symlink_to(root / "secret.txt")
     (dist / "outside-dir").symlink_to(root, target_is_directory=True)
@@ -115,6 +116,7 @@ def port_without_models(site: dict[str, Path]) -> Iterator[int]:
         ("/assets/page-ABCDEFGH.css", "text/css; charset=utf-8"),
         ("/assets/page-ABCDEFGH.js.map", "application/json"),
         ("/icon.png", "image/png"),
+        ("/manifest.webmanifest", "application/manifest+json"),
         ("/models/manifest.json", "application/json"),
         ("/models/transformer/transformer_q4.onnx", "application/octet-stream"),
         ("/models/transformer/transformer_q4.onnx_data", "application/octet-stream"),
@@ -437,6 +439,7 @@ def test_watch_rebuilds_on_change(tmp_path: Path, node_modules: Path) -> None:
     css = next((dist / "assets").glob("page-*.css"))
     assert "klein-watch-test" in css.read_text()
     assert first.files["page_css"] != f"assets/{css.name}"
+    assert (read_record(dist) or {})["cache_shell"] is False, "a watch build keeps no shell in the service worker"
 
 
 def test_open_waits_for_the_server_then_opens_the_url(monkeypatch: pytest.MonkeyPatch) -> None:

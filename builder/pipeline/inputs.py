@@ -45,7 +45,7 @@ from builder.pipeline import limits
 # to an external program or a rarely used decoder.
 ACCEPTED_FORMATS = ("PNG", "JPEG", "WEBP")
 
-# Why a file is refused, after its name; word for word the worker's (web_src/src/shared/decode_image.js REFUSALS).
+# Why a file is refused, after its name; word for word the worker's (web_src/src/shared/image_file.js REFUSALS).
 REFUSALS = {
     "format": "is not a PNG, JPEG or WebP file; save it as PNG.",
     "animated": "is animated; save the frame to use as a PNG.",

@@ -1,6 +1,6 @@
 """Generation limits (steps, image size, seed) and the checks every Python entry point runs on them.
 
-web_src/src/shared/limits.js holds the same numbers for the app; tests/test_limits.py keeps the two equal.
+web_src/src/shared/limits.js holds the same numbers for the app; tests/test_twins.py keeps the two equal.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`klein-web reference`: the whole pipeline on onnxruntime CPU, the browser app's reference.
 
-`generate()` runs one of three modes, each mirroring a diffusers 0.42.1 pipeline stage by stage, with the stage
-names the worker's `pipeline/generate.js` uses:
+`generate()` runs one of three modes, each mirroring a diffusers 0.42.1 pipeline stage by stage; its stages are
+numbered and named as the worker's `pipeline/generate.js` numbers them, one function each:
 
     text     no input images: Flux2KleinPipeline(prompt)
     edit     `images` are references: Flux2KleinPipeline(prompt, image=[...]); their tokens follow the noise
@@ -11,9 +11,9 @@ names the worker's `pipeline/generate.js` uses:
 
 It runs the graphs of a model repository (the fetched seed repo or `klein-web convert` / `make-tiny` output) as
 its manifest describes them; editing and inpainting also need the VAE encoder, which only converted repos have.
-The numerics outside the graphs (noise, schedule, Euler steps, ids, packing, masks, uint8 rounding) come from
-builder.pipeline.sampling and builder.pipeline.imaging, and the input images are prepared by
-builder.pipeline.inputs, all bit-exact with diffusers + torch + PIL on CPU.
+The numerics outside the graphs come from builder.pipeline.rng (noise), schedule, latents (ids, packing, Euler
+steps, masks), inpaint and imaging (uint8 rounding), and the input images are prepared by builder.pipeline.inputs,
+all bit-exact with diffusers + torch + PIL on CPU.
 
 Only one onnxruntime session lives at a time: the real model is 5.6 GB, so each graph is loaded, run and
 released before the next one is created, like the browser does.
@@ -34,8 +34,24 @@ import numpy as np
 
 from builder.errors import InputError, ModelRepoError
 from builder.memory import peak_rss_bytes
-from builder.pipeline import capacity, imaging, inputs, limits, sampling
+from builder.pipeline import capacity, imaging, inputs, limits
 from builder.pipeline import prompt as prompt_module
+from builder.pipeline.inpaint import inpaint_start
+from builder.pipeline.latents import (
+    LATENT_CHANNELS,
+    PATCH,
+    blend_mask,
+    euler_step,
+    mask_latents,
+    pack_latents,
+    prepare_image_ids,
+    prepare_latent_ids,
+    prepare_text_ids,
+    scale_noise,
+    unpack_latents,
+)
+from builder.pipeline.rng import torch_randn
+from builder.pipeline.schedule import SCHEDULER_CONFIG, model_timestep, retrieve_timesteps
 from builder.repo import local, manifest, verify
 from builder.repo.files import check_output_file
 
@@ -48,12 +64,7 @@ VARIANT_PREFERENCE: Mapping[str, tuple[str, ...]] = {
     "vae_encoder": ("fp32", "fp16"),
 }
 
-# Scheduler settings Flux2KleinPipeline's schedule depends on (its scheduler_config.json); others change the math.
-REQUIRED_SCHEDULER = {
-    "use_dynamic_shifting": True,
-    "time_shift_type": "exponential",
-    "num_train_timesteps": sampling.NUM_TRAIN_TIMESTEPS,
-}
+# Scheduler settings that change the math away from what builder.pipeline.schedule computes.
 UNSUPPORTED_SCHEDULER_FLAGS = (
     "use_karras_sigmas",
     "use_exponential_sigmas",
@@ -144,142 +155,58 @@ def generate(
     much of the schedule runs. `variants` pins a variant per component (e.g. {"transformer": "q4"}); otherwise
     VARIANT_PREFERENCE picks.
     """
-    # onnxruntime is imported here and in check/ort_timing.py (the bench's GPU timing), nowhere else in builder/.
-    import onnxruntime
-
-    model_dir = Path(model_dir)
     seconds: dict[str, float] = {}
 
-    # 1. Check inputs: the parameters, then every input file decoded and checked, before any model work
+    # 1. Check inputs
     with _stage("check", seconds, log):
-        limits.check_prompt(prompt)
-        limits.check_steps(steps)
-        limits.check_seed(seed)
-        if mask is not None:
-            strength = limits.check_strength(strength)
-        files, mask_file = inputs.read_inputs(list(images), mask)
-        plan = plan_inputs(files, mask_file, width=width, height=height, strength=strength)
-        check_inputs(prompt=prompt, seed=seed, width=plan.width, height=plan.height, steps=steps)
-        width, height = plan.width, plan.height
-        if plan.strength is not None:
-            sampling.inpaint_start(steps, plan.strength)  # a strength that leaves no step fails now, not later
-        for info in plan.images:
-            log(
-                f"reference: input {info.name} {info.width}x{info.height} used at {info.used_width}x"
-                f"{info.used_height} ({info.tokens} tokens)"
-            )
-
-    # 2. Load models: the graph of each component, its files checked before any session exists
-    with _stage("load", seconds, log):
-        repo = local.open_folder(model_dir, log=log)
-        components = manifest.COMPONENTS + (("vae_encoder",) if plan.mode != "text" else ())
-        graphs = {component: choose_graph(repo, component, (variants or {}).get(component)) for component in components}
-        capacity.check_size(
-            graphs["transformer"],
-            width,
-            height,
-            reference_tokens=plan.reference_tokens,
-            encoder_runs=plan.encoder_runs,
-            encoder_blocks=graphs["vae_encoder"].attention_query_blocks if plan.encoder_runs else 1,
+        plan, files, mask_file = check_request(
+            prompt=prompt,
+            seed=seed,
+            width=width,
+            height=height,
+            steps=steps,
+            images=images,
+            mask=mask,
+            strength=strength,
+            log=log,
         )
-        verify_repo(model_dir, repo, graphs, log=log)
-        check_scheduler_config(model_dir)
-        log("reference: graphs " + ", ".join(f"{g.path}" for g in graphs.values()))
+    width, height = plan.width, plan.height
 
-    # 3. Encode prompt: chat template, tokens padded to 512, the text encoder's three hidden states
+    # 2. Load models
+    with _stage("load", seconds, log):
+        models = load_models(Path(model_dir), plan, variants or {}, log=log)
+
+    # 3. Encode prompt
     with _stage("encode", seconds, log):
-        tokens = prompt_module.load_tokenizer(model_dir).encode(prompt)
-        if tokens.dropped:
-            log(f"reference: the prompt is {tokens.dropped} tokens over the 512-token limit; they were dropped")
-        with _session(onnxruntime, model_dir, graphs["text_encoder"]) as session:
-            (prompt_embeds,) = session.run(
-                ["prompt_embeds"], {"input_ids": tokens.input_ids, "attention_mask": tokens.attention_mask}
-            )
-        prompt_embeds = np.ascontiguousarray(prompt_embeds, dtype=np.float32)  # [1, 512, joint_dim]
-        text_ids = sampling.prepare_text_ids(prompt_embeds.shape[1])  # [512, 4]
+        prompt_embeds, tokens = encode_prompt(models, prompt, log=log)
 
-    # 4. Encode images: prepared as the pipeline does (inputs), BN-normalised latents from the VAE encoder graph
-    conditioning: list[np.ndarray] = []  # [n, 128, h, w] per encoder run, in token order
-    mask_pixels: np.ndarray | None = None
+    # 4. Encode images (and inpainting's mask)
+    conditioning = None
     if plan.mode != "text":
-        with _stage("images", seconds, log), _session(onnxruntime, model_dir, graphs["vae_encoder"]) as session:
-            for pixels in prepare_images(plan, files):
-                (encoded,) = session.run(["image_latents"], {"image": pixels})
-                conditioning.append(np.ascontiguousarray(encoded, dtype=np.float32))
-            if mask_file is not None:
-                mask_pixels = inputs.inpaint_mask(mask_file, width, height)
+        with _stage("images", seconds, log):
+            conditioning = encode_images(models, plan, files, mask_file)
 
-    # 5. Prepare latents: noise first (the same draw as text-to-image), then the conditioning tokens after it
+    # 5. Prepare latents
     with _stage("latents", seconds, log):
-        latent_h, latent_w = height // limits.SIZE_MULTIPLE, width // limits.SIZE_MULTIPLE
-        # Drawn in the patchified 128-channel space, float32, from a CPU generator (diffusers randn_tensor).
-        noise = sampling.torch_randn((1, 128, latent_h, latent_w), seed)
-        latents = sampling.pack_latents(noise)  # [1, 128, h, w] -> [1, h*w, 128]
-        latent_ids = sampling.prepare_latent_ids(latent_h, latent_w)  # [h*w, 4]
-        # Each image of each run, in order, gets its own time coordinate (sampling.prepare_image_ids).
-        per_image = [latent[k : k + 1] for latent in conditioning for k in range(latent.shape[0])]
-        condition_tokens = (
-            np.concatenate([sampling.pack_latents(x) for x in per_image], axis=1)
-            if per_image
-            else np.zeros((1, 0, 128), dtype=np.float32)
-        )  # [1, R, 128]
-        condition_ids = sampling.prepare_image_ids([(x.shape[2], x.shape[3]) for x in per_image])  # [R, 4]
-        img_ids = np.concatenate([latent_ids, condition_ids], axis=0)
-        source_tokens = mask_tokens = None  # inpainting only
-        if mask_pixels is not None:
-            source_tokens = sampling.pack_latents(conditioning[0])  # the image to inpaint, [1, h*w, 128]
-            mask_tokens = sampling.mask_latents(mask_pixels, latent_h, latent_w)  # [1, h*w, 1]
+        prepared = prepare_latents(seed, width=width, height=height, text_seq_len=prompt_embeds.shape[1])
 
-    # 6. Prepare timesteps: mu from the noise tokens only; inpainting starts strength x steps from the end
+    # 6. Prepare timesteps (mu from the noise tokens alone); inpainting starts part-way, from the image noised to
+    # that step's sigma.
     with _stage("timesteps", seconds, log):
-        sigmas, timesteps = sampling.retrieve_timesteps(steps, latents.shape[1])
-        t_start = 0
-        if source_tokens is not None and plan.strength is not None:
-            t_start = sampling.inpaint_start(steps, plan.strength)
-            # prepare_latents: the source noised to the first sigma that runs (scheduler begin_index = t_start)
-            latents = sampling.scale_noise(source_tokens, sigmas[t_start], latents)
-        noise_tokens = sampling.pack_latents(noise)
-        sigmas, timesteps = sigmas[t_start:], timesteps[t_start:]
+        schedule, start_latents = prepare_timesteps(steps, prepared, conditioning, plan.strength)
 
-    # 7. Denoising loop: the transformer sees noise + conditioning tokens and predicts the noise tokens' velocity
-    with _stage("denoise", seconds, log), _session(onnxruntime, model_dir, graphs["transformer"]) as session:
-        count = latents.shape[1]
-        for i, t in enumerate(timesteps):
-            step_start = time.perf_counter()
-            (noise_pred,) = session.run(
-                ["noise_pred"],
-                {
-                    "hidden_states": np.concatenate([latents, condition_tokens], axis=1) if per_image else latents,
-                    "encoder_hidden_states": prompt_embeds,
-                    "timestep": sampling.model_timestep(t),  # f32(t / 1000), as the pipeline passes it
-                    "img_ids": img_ids,
-                    "txt_ids": text_ids,
-                },
-            )
-            latents = sampling.euler_step(latents, noise_pred[:, :count], sigmas[i], sigmas[i + 1])
-            if source_tokens is not None and mask_tokens is not None:
-                # Outside the mask the source, noised to the next step's sigma (none after the last step).
-                proper = (
-                    source_tokens
-                    if i == len(timesteps) - 1
-                    else sampling.scale_noise(source_tokens, sigmas[i + 1], noise_tokens)
-                )
-                latents = sampling.blend(proper, latents, mask_tokens)
-            log(f"reference: step {i + 1}/{len(timesteps)} (t={float(t):.3f}) {time.perf_counter() - step_start:.2f} s")
+    # 7. Denoising loop
+    with _stage("denoise", seconds, log):
+        denoised = denoise(models, start_latents, prepared, prompt_embeds, schedule, conditioning, log=log)
 
-    # 8. Decode: unpack the tokens, run the VAE (its graph folds in BN de-normalisation, unpatchify and
-    # (x/2+0.5).clamp(0,1)), round to uint8
+    # 8. Decode
     with _stage("decode", seconds, log):
-        latents_nchw = sampling.unpack_latents(latents, latent_h, latent_w)  # [1, h*w, 128] -> [1, 128, h, w]
-        with _session(onnxruntime, model_dir, graphs["vae_decoder"]) as session:
-            (image_float,) = session.run(["image"], {"latents": latents_nchw})
-        image_float = np.asarray(image_float, dtype=np.float32)  # [1, 3, H, W]
-        image = imaging.to_uint8(image_float)  # [1, 3, H, W] -> [H, W, 3]
+        image, image_float = decode(models, denoised, prepared)
 
     peak = peak_rss_bytes()
     if peak is not None:
         log(f"reference: peak RSS {peak / 2**20:.0f} MiB")
-    chosen = {component: graph.variant for component, graph in graphs.items()}
+    chosen = {component: graph.variant for component, graph in models.graphs.items()}
     return ReferenceResult(
         image=image,
         image_float=image_float,
@@ -288,14 +215,14 @@ def generate(
         prompt_tokens=tokens.token_count,
         prompt_dropped=tokens.dropped,
         variants=chosen,
-        model=f"{repo.source} ({', '.join(f'{c} {v}' for c, v in chosen.items())})",
+        model=f"{models.repo.source} ({', '.join(f'{c} {v}' for c, v in chosen.items())})",
         mode=plan.mode,
         width=width,
         height=height,
         images=plan.images,
         mask=plan.mask,
         strength=plan.strength,
-        steps_run=len(timesteps),
+        steps_run=steps - schedule.start,
     )
 
 
@@ -346,7 +273,248 @@ def generate_png(
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Stage helpers
+# The stages, in order
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def check_request(
+    *,
+    prompt: str,
+    seed: int,
+    width: int | None,
+    height: int | None,
+    steps: int,
+    images: Sequence[Path],
+    mask: Path | None,
+    strength: float,
+    log: Callable[[str], None],
+) -> tuple[InputPlan, list[inputs.InputFile], inputs.InputFile | None]:
+    """Stage 1: the parameters, then every input file decoded and checked, before any model work."""
+    limits.check_prompt(prompt)
+    limits.check_steps(steps)
+    limits.check_seed(seed)
+    if mask is not None:
+        strength = limits.check_strength(strength)
+    files, mask_file = inputs.read_inputs(list(images), mask)
+    plan = plan_inputs(files, mask_file, width=width, height=height, strength=strength)
+    check_inputs(prompt=prompt, seed=seed, width=plan.width, height=plan.height, steps=steps)
+    if plan.strength is not None:
+        inpaint_start(steps, plan.strength)  # a strength that leaves no step fails here, not in stage 6
+    for info in plan.images:
+        log(
+            f"reference: input {info.name} {info.width}x{info.height} used at {info.used_width}x"
+            f"{info.used_height} ({info.tokens} tokens)"
+        )
+    return plan, files, mask_file
+
+
+@dataclass(frozen=True)
+class Models:
+    """Stage 2's output: the graph of each component and how to open a session on it."""
+
+    model_dir: Path
+    repo: manifest.Manifest
+    graphs: dict[str, manifest.GraphEntry]
+    onnxruntime: Any
+
+    @contextmanager
+    def session(self, component: str) -> Iterator[_Session]:
+        with _session(self.onnxruntime, self.model_dir, self.graphs[component]) as session:
+            yield session
+
+
+def load_models(model_dir: Path, plan: InputPlan, variants: Mapping[str, str], *, log: Callable[[str], None]) -> Models:
+    """Stage 2: the graph of each component (the VAE encoder too when there are input images), checked against the
+    size and this machine's memory, its files verified before any session exists."""
+    # onnxruntime is imported here and in check/bench/ort_timing.py (the bench's GPU timing), nowhere else in builder/.
+    import onnxruntime
+
+    repo = local.open_folder(model_dir, log=log)
+    components = manifest.COMPONENTS + (("vae_encoder",) if plan.mode != "text" else ())
+    graphs = {component: choose_graph(repo, component, variants.get(component)) for component in components}
+    capacity.check_size(
+        graphs["transformer"],
+        plan.width,
+        plan.height,
+        reference_tokens=plan.reference_tokens,
+        encoder_runs=plan.encoder_runs,
+        encoder_blocks=graphs["vae_encoder"].attention_query_blocks if plan.encoder_runs else 1,
+    )
+    verify_repo(model_dir, repo, graphs, log=log)
+    check_scheduler_config(model_dir)
+    log("reference: graphs " + ", ".join(f"{g.path}" for g in graphs.values()))
+    return Models(model_dir, repo, graphs, onnxruntime)
+
+
+def encode_prompt(
+    models: Models, prompt: str, *, log: Callable[[str], None]
+) -> tuple[np.ndarray, prompt_module.PromptTokens]:
+    """Stage 3: chat template, tokens padded to 512, then the text encoder -> prompt_embeds [1, 512, joint_dim]."""
+    tokens = prompt_module.load_tokenizer(models.model_dir).encode(prompt)
+    if tokens.dropped:
+        log(f"reference: the prompt is {tokens.dropped} tokens over the 512-token limit; they were dropped")
+    with models.session("text_encoder") as session:
+        (prompt_embeds,) = session.run(
+            ["prompt_embeds"], {"input_ids": tokens.input_ids, "attention_mask": tokens.attention_mask}
+        )
+    return np.ascontiguousarray(prompt_embeds, dtype=np.float32), tokens
+
+
+@dataclass(frozen=True)
+class Inpainting:
+    """What inpainting adds to the denoising loop."""
+
+    image_latents: np.ndarray  # float32 [1, h*w, 128]: the image to inpaint, packed
+    mask: np.ndarray  # float32 [1, h*w, 1]: one weight per noise token (1 repaints)
+
+
+@dataclass(frozen=True)
+class Conditioning:
+    """Stage 4's output: the input images as tokens the transformer sees after the noise tokens."""
+
+    tokens: np.ndarray  # float32 [1, R, 128]: the packed latents of every image, one after the other
+    ids: np.ndarray  # int64 [R, 4]: their rows (10 * (k + 1), y, x, 0)
+    inpainting: Inpainting | None
+
+
+def encode_images(
+    models: Models, plan: InputPlan, files: Sequence[inputs.InputFile], mask_file: inputs.InputFile | None
+) -> Conditioning:
+    """Stage 4: each input prepared as the pipeline does (inputs), the VAE encoder -> BN-normalised latents, packed
+    one image after the other; inpainting's mask brought to the latent grid."""
+    encoded: list[np.ndarray] = []  # [n, 128, h, w] per encoder run, in token order
+    with models.session("vae_encoder") as session:
+        for pixels in prepare_images(plan, files):
+            (run,) = session.run(["image_latents"], {"image": pixels})
+            encoded.append(np.ascontiguousarray(run, dtype=np.float32))
+    # Each image of each run, in order, gets its own time coordinate (prepare_image_ids).
+    per_image = [run[k : k + 1] for run in encoded for k in range(run.shape[0])]
+    inpainting = None
+    if mask_file is not None:
+        mask_pixels = inputs.inpaint_mask(mask_file, plan.width, plan.height)
+        inpainting = Inpainting(
+            image_latents=pack_latents(encoded[0]),
+            mask=mask_latents(mask_pixels, plan.height // PATCH, plan.width // PATCH),
+        )
+    return Conditioning(
+        tokens=np.concatenate([pack_latents(x) for x in per_image], axis=1),
+        ids=prepare_image_ids([(x.shape[2], x.shape[3]) for x in per_image]),
+        inpainting=inpainting,
+    )
+
+
+@dataclass(frozen=True)
+class Latents:
+    """Stage 5's output: the packed noise and the position ids of both token sets."""
+
+    noise: np.ndarray  # float32 [1, h*w, 128]: the noise, packed (inpainting re-noises the image with it)
+    img_ids: np.ndarray  # int64 [h*w, 4] rows (0, y, x, 0)
+    txt_ids: np.ndarray  # int64 [L, 4] rows (0, 0, 0, l)
+    latent_height: int
+    latent_width: int
+
+
+def prepare_latents(seed: int, *, width: int, height: int, text_seq_len: int) -> Latents:
+    """Stage 5: noise drawn in the packed 128-channel space, float32, exactly as torch.randn on a CPU generator
+    draws it (diffusers randn_tensor), and the position ids of the image and text tokens."""
+    latent_height, latent_width = height // PATCH, width // PATCH
+    noise = torch_randn((1, LATENT_CHANNELS, latent_height, latent_width), seed)
+    return Latents(
+        noise=pack_latents(noise),  # [1, 128, h, w] -> [1, h*w, 128]
+        img_ids=prepare_latent_ids(latent_height, latent_width),
+        txt_ids=prepare_text_ids(text_seq_len),
+        latent_height=latent_height,
+        latent_width=latent_width,
+    )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Stage 6's output: the sigmas and timesteps of every step, and the first step that runs."""
+
+    sigmas: np.ndarray  # float32 [N+1], the last one 0
+    timesteps: np.ndarray  # float32 [N]
+    start: int  # the first step that runs: 0, or inpainting's inpaint_start
+
+
+def prepare_timesteps(
+    steps: int, prepared: Latents, conditioning: Conditioning | None, strength: float | None
+) -> tuple[Schedule, np.ndarray]:
+    """Stage 6: the schedule, `mu` from the noise tokens alone, and the latents the loop starts from: the noise, or
+    for inpainting the image noised to the first sigma that runs (prepare_latents with begin_index = t_start)."""
+    sigmas, timesteps = retrieve_timesteps(steps, prepared.noise.shape[1])
+    inpainting = conditioning.inpainting if conditioning is not None else None
+    if inpainting is None or strength is None:
+        return Schedule(sigmas, timesteps, start=0), prepared.noise
+    start = inpaint_start(steps, strength)
+    return Schedule(sigmas, timesteps, start), scale_noise(inpainting.image_latents, sigmas[start], prepared.noise)
+
+
+def denoise(
+    models: Models,
+    start_latents: np.ndarray,
+    prepared: Latents,
+    prompt_embeds: np.ndarray,
+    schedule: Schedule,
+    conditioning: Conditioning | None,
+    *,
+    log: Callable[[str], None],
+) -> np.ndarray:
+    """Stage 7: one transformer call per step on the noise tokens followed by the input images' tokens; the
+    prediction for the noise tokens takes a float32 Euler step. Inpainting runs the steps from `schedule.start` on
+    and, after each, puts the image (re-noised to the next sigma, clean after the last step) back where the mask
+    keeps it. Returns the denoised tokens [1, h*w, 128]."""
+    latents = start_latents
+    count = latents.shape[1]
+    img_ids = (
+        np.concatenate([prepared.img_ids, conditioning.ids], axis=0) if conditioning is not None else prepared.img_ids
+    )
+    inpainting = conditioning.inpainting if conditioning is not None else None
+    sigmas, timesteps = schedule.sigmas, schedule.timesteps
+    last = len(timesteps) - 1
+    with models.session("transformer") as session:
+        for i in range(schedule.start, len(timesteps)):
+            step_start = time.perf_counter()
+            (noise_pred,) = session.run(
+                ["noise_pred"],
+                {
+                    "hidden_states": (
+                        np.concatenate([latents, conditioning.tokens], axis=1) if conditioning is not None else latents
+                    ),
+                    "encoder_hidden_states": prompt_embeds,
+                    "timestep": model_timestep(timesteps[i]),  # f32(t / 1000), as the pipeline passes it
+                    "img_ids": img_ids,
+                    "txt_ids": prepared.txt_ids,
+                },
+            )
+            latents = euler_step(latents, noise_pred[:, :count], sigmas[i], sigmas[i + 1])
+            if inpainting is not None:
+                # Outside the mask the image, noised to the next step's sigma (none after the last step).
+                image = (
+                    inpainting.image_latents
+                    if i == last
+                    else scale_noise(inpainting.image_latents, sigmas[i + 1], prepared.noise)
+                )
+                latents = blend_mask(latents, image, inpainting.mask)
+            log(
+                f"reference: step {i - schedule.start + 1}/{len(timesteps) - schedule.start} "
+                f"(t={float(timesteps[i]):.3f}) {time.perf_counter() - step_start:.2f} s"
+            )
+    return latents
+
+
+def decode(models: Models, denoised: np.ndarray, prepared: Latents) -> tuple[np.ndarray, np.ndarray]:
+    """Stage 8: unpack the tokens, run the VAE decoder (its graph folds in BN de-normalisation, unpatchify and
+    (x/2+0.5).clamp(0,1)), round to uint8. Returns (uint8 [H, W, 3], the decoder's float32 [1, 3, H, W])."""
+    latents_nchw = unpack_latents(denoised, prepared.latent_height, prepared.latent_width)
+    with models.session("vae_decoder") as session:
+        (image_float,) = session.run(["image"], {"latents": latents_nchw})
+    image_float = np.asarray(image_float, dtype=np.float32)
+    return imaging.to_uint8(image_float), image_float
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# What the stages use
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -465,13 +633,13 @@ def verify_repo(
 
 
 def check_scheduler_config(model_dir: Path) -> None:
-    """The schedule in builder.pipeline.sampling is the one this config describes; refuse any other."""
+    """The schedule in builder.pipeline.schedule is the one this config describes; refuse any other."""
     path = model_dir / manifest.SCHEDULER_CONFIG
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelRepoError(f"{path} is not readable JSON ({exc}); run `klein-web fetch` again.") from exc
-    for key, expected in REQUIRED_SCHEDULER.items():
+    for key, expected in SCHEDULER_CONFIG.items():
         if config.get(key, expected) != expected:
             raise ModelRepoError(f"{path}: `{key}` is {config.get(key)!r}, but klein's sampler needs {expected!r}.")
     for key in UNSUPPORTED_SCHEDULER_FLAGS:

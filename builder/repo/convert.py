@@ -5,16 +5,21 @@
     transformer/   (Flux2Transformer)   transformer/transformer_{q4|q4f16|fp32}.onnx   + data files
     vae/           (AutoencoderKLFlux2) vae_decoder/vae_decoder_fp16.onnx (q4, q4f16) and vae_decoder_fp32.onnx
                                         vae_encoder/vae_encoder_fp16.onnx (q4, q4f16) and vae_encoder_fp32.onnx
+                                        vae_decoder/preview_map.json: the step previews' colours, fitted to
+                                        the VAE (builder/repo/preview_map.py)
 
 --precision q4f16 writes the q4 graphs too (same packed weights), so one repo serves adapters with and
 without shader-f16; the manifest marks the q4f16 graphs requires_f16.
     tokenizer/, scheduler/              copied unchanged
                                         manifest.json (every file with size + sha256, every graph's I/O)
 
+--weights compact|seed: how the q4/q4f16 graphs store their weights (builder.repo.weight_format).
+
 Memory: the checkpoint is never loaded. Each component is built as a skeleton (its classes and config,
 placeholder weights: builder.repo.checkpoint), exported without weights, and then its weights are streamed
 from the safetensors files one tensor at a time, each stored or quantised as it arrives; so the peak is
-about one output graph. The log prints each component's peak RSS next to its graph size.
+about one output graph. The log prints each component's peak RSS next to its graph size. --jobs N builds the
+three parts (text encoder, transformer, VAE) in N processes at once (builder.repo.convert_jobs).
 
 OUT is assembled in a temp folder beside it and swapped in at the end: a failed or interrupted
 conversion never leaves a half-written repo. With --lora every merged weight is checked to be finite as it is
@@ -27,7 +32,7 @@ made, and the transformer graphs written are read back and checked again, before
 from __future__ import annotations
 
 import dataclasses
-import gc
+import functools
 import json
 import shutil
 import time
@@ -41,8 +46,9 @@ import onnx
 from builder import __version__
 from builder.errors import ConversionError
 from builder.memory import peak_rss_bytes, reset_peak_rss
-from builder.repo import lora
+from builder.repo import lora, preview_map
 from builder.repo.attention import recorded_query_blocks
+from builder.repo.convert_jobs import choose_jobs, estimated_peak, run_parts
 from builder.repo.files import (
     atomic_write_bytes,
     clean_stale_staging,
@@ -72,9 +78,12 @@ from builder.repo.onnx_graph import (
 )
 from builder.repo.sizes import gigabytes
 from builder.repo.verify import describe_files
+from builder.repo.weight_format import COMPACT, WeightFormat
 
 PRECISIONS = ("q4", "q4f16", "fp32")
-COMPONENT_ORDER = ("text_encoder", "transformer", "vae_decoder", "vae_encoder")
+# What `convert` builds from one skeleton each (and, with --jobs, in one process each): the VAE's decoder and
+# encoder share theirs, so its buffers are read once.
+PARTS = {"text_encoder": ("text_encoder",), "transformer": ("transformer",), "vae": ("vae_decoder", "vae_encoder")}
 # The SRC subfolder each component is converted from, and the folders copied unchanged.
 SOURCE_FOLDER = {
     "text_encoder": "text_encoder",
@@ -90,22 +99,6 @@ SOURCE_FOLDERS = (*SOURCE_FOLDER.values(), *COPIED_FOLDERS)
 # A component's export function: given a weight placement (None = fp32), the finished ONNX graph.
 Export = Callable[[Placement | None], onnx.ModelProto]
 
-PRECISION_TEXT = {
-    ("text_encoder", "q4"): "q4 MatMulNBits (block 32, symmetric, accuracy_level 4); token embedding fp16",
-    ("text_encoder", "fp32"): "fp32",
-    ("transformer", "q4"): "q4 MatMulNBits (block 32, symmetric, accuracy_level 4); modulation and time-embedding "
-    "MatMuls, norms, biases fp32",
-    ("transformer", "fp32"): "fp32",
-    ("text_encoder", "q4f16"): "q4 MatMulNBits (block 32, symmetric, accuracy_level 0) with fp16 activations and "
-    "scales; token embedding fp16; norm statistics, softmax, RoPE fp32; fp32 I/O",
-    ("transformer", "q4f16"): "q4 MatMulNBits (block 32, symmetric, accuracy_level 0) with fp16 activations and "
-    "scales; modulation, time embedding, norm statistics, softmax, RoPE fp32; fp32 I/O",
-    ("vae_decoder", "fp16"): "fp16 weights and compute, fp32 I/O",
-    ("vae_decoder", "fp32"): "fp32",
-    ("vae_encoder", "fp16"): "fp16 weights and compute; GroupNorm statistics and attention fp32; fp32 I/O",
-    ("vae_encoder", "fp32"): "fp32",
-}
-
 # Both q4 graphs: accuracy_level 4, as the seed card states for the text encoder. The q4 graphs are what
 # adapters without shader-f16 run, and there onnxruntime's WebGPU EP runs level 4 as int8 dot products (DP4A,
 # given the `subgroups` feature), much faster than its fp32 kernel at the same fidelity (docs/performance.md,
@@ -118,6 +111,7 @@ class SavedGraph:
     component: str
     variant: str
     data_files: list[str]
+    precision: str
     requires_f16: bool = False
     cpu_nodes_without_f16: tuple[str, ...] = ()
     attention_query_blocks: int = 1
@@ -132,7 +126,7 @@ class SavedGraph:
             variant=self.variant,
             path=self.path or graph_path(self.component, self.variant),
             external_data=list(self.data_files),
-            precision=PRECISION_TEXT[(self.component, self.variant)],
+            precision=self.precision,
             inputs=inputs,
             outputs=outputs,
             requires_f16=self.requires_f16,
@@ -151,10 +145,16 @@ def convert(
     log: Callable[[str], None],
     max_data_file_bytes: int | Mapping[str, int] = DEFAULT_DATA_FILE_CAP,
     loras: Sequence[lora.LoraSpec] = (),
+    weights: WeightFormat = COMPACT,
+    jobs: int | None = None,
 ) -> Manifest:
     """Convert the diffusers pipeline folder SRC into a web model repo at OUT; returns its manifest.
 
-    `loras` are merged into the transformer in order (builder.repo.lora).
+    `loras` are merged into the transformer in order (builder.repo.lora). `weights`: how the q4 and q4f16 graphs
+    store their weights (builder.repo.weight_format; the seed repository's layout, or the compact default).
+
+    `jobs`: how many parts (text encoder, transformer, VAE) are built at once, each in its own process
+    (builder.repo.convert_jobs; the same bytes whatever the count); None chooses from the free memory.
 
     `max_data_file_bytes` caps each external-data file (one number, or per component; components missing
     from the mapping get the default 1.8 GB). Tests use small caps to get several files per graph.
@@ -166,50 +166,44 @@ def convert(
     model_index = check_source(src)
     check_precision(precision)
     check_destination(out)
-    # LoRAs are read and matched against the transformer now, so a wrong one fails before any graph is built.
-    prepared = prepare_loras(src, loras, log=log)
-    merged = [LoraEntry(file=item.file, sha256=item.sha256, scale=item.scale) for item in prepared.loras]
-    prepared.loras.clear()  # their factors live on in the skeleton's weight loaders until its export
+    if jobs is not None:
+        check_jobs(jobs)
+    # LoRAs are read and matched against the transformer now, so a wrong one fails before any graph is built
+    # (the transformer's part merges them again into the skeleton it exports).
+    merged = [
+        LoraEntry(file=item.file, sha256=item.sha256, scale=item.scale)
+        for item in prepare_loras(src, loras, log=log).loras
+    ]
+    peaks = {part: estimated_peak(src / SOURCE_FOLDER[components[0]], precision) for part, components in PARTS.items()}
+    jobs = choose_jobs(peaks, jobs, log=log)
 
-    # 2. Write each component's graphs into a staging folder beside OUT (after removing ones a killed run left).
+    # 2. Write each part's graphs into a staging folder beside OUT (after removing ones a killed run left).
     clean_stale_staging(out.parent, (out.name,), log=log)
     stage = make_staging(out.parent, out.name)
     try:
-        saved: list[SavedGraph] = []
-        module: Any = None
-        for index, component in enumerate(COMPONENT_ORDER):
-            cap = (
-                max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
-                if isinstance(max_data_file_bytes, Mapping)
-                else max_data_file_bytes
-            )
-            if module is None:
-                module = prepared.take_skeleton() if component == "transformer" else None
-            if module is None:
-                module = load_skeleton(src, component, log=log)
-            graphs = write_graphs(
-                exporter(component, module), component, precision, stage, max_data_file_bytes=cap, log=log
-            )
-            if component == "transformer" and merged:
-                # The merged weights as stored, before anything at OUT is replaced (size classes share them).
-                for graph in {graph.variant: graph for graph in graphs}.values():
-                    check_finite_graph(stage / graph.entry().path, what="--lora")
-            # The VAE's decoder and encoder are exported from one skeleton: its buffers are read once.
-            following = COMPONENT_ORDER[index + 1] if index + 1 < len(COMPONENT_ORDER) else None
-            if following is None or SOURCE_FOLDER[following] != SOURCE_FOLDER[component]:
-                module = None
-                gc.collect()
-            saved += graphs
-            log(f"  {component} done at {time.monotonic() - start:.1f} s")
+        work = functools.partial(
+            convert_part,
+            src,
+            precision=precision,
+            stage=stage,
+            max_data_file_bytes=max_data_file_bytes,
+            weights=weights,
+            loras=tuple(loras),
+        )
+        results = run_parts(list(PARTS), work, jobs=jobs, log=log)
+        saved: list[SavedGraph] = [graph for part in PARTS for graph in results[part]]
 
+        # The step previews' colour map, fitted to the VAE graphs written above.
+        fitted = preview_map.write_fitted(stage, log=log)
         # 3. Tokenizer and scheduler config, unchanged; 4. manifest.json; 5. swap the finished repo in.
         copied = copy_unchanged(src, stage)
         entries = [graph.entry() for graph in saved]
         manifest = Manifest(
             source=f"{model_index.get('_class_name', 'diffusers pipeline')} ({src.resolve().name})",
             converter=f"klein-web {__version__} convert --precision {precision}"
+            + (f" --weights {weights.name}" if weights != COMPACT and precision != "fp32" else "")
             + "".join(f" --lora {entry.file}:{entry.scale!r}" for entry in merged),
-            files=describe_files(stage, [name for graph in entries for name in graph.files()] + copied),
+            files=describe_files(stage, [name for graph in entries for name in graph.files()] + copied + fitted),
             graphs=entries,
             loras=merged,
         )
@@ -222,16 +216,52 @@ def convert(
     return manifest
 
 
+def convert_part(
+    src: Path,
+    part: str,
+    *,
+    precision: str,
+    stage: Path,
+    max_data_file_bytes: int | Mapping[str, int],
+    weights: WeightFormat,
+    loras: Sequence[lora.LoraSpec],
+    log: Callable[[str], None],
+) -> list[SavedGraph]:
+    """Write the graphs of one part (PARTS) into `stage`, from one skeleton; returns what it saved."""
+    start = time.monotonic()
+    module: Any = prepare_loras(src, loras, log=lambda _line: None).skeleton if part == "transformer" else None
+    saved: list[SavedGraph] = []
+    for component in PARTS[part]:
+        cap = (
+            max_data_file_bytes.get(component, DEFAULT_DATA_FILE_CAP)
+            if isinstance(max_data_file_bytes, Mapping)
+            else max_data_file_bytes
+        )
+        if module is None:
+            module = load_skeleton(src, component, log=log)
+        graphs = write_graphs(
+            exporter(component, module), component, precision, stage, max_data_file_bytes=cap, log=log, weights=weights
+        )
+        if component == "transformer" and loras:
+            # The merged weights as stored, before anything at OUT is replaced (size classes share them).
+            for graph in {graph.variant: graph for graph in graphs}.values():
+                check_finite_graph(stage / graph.entry().path, what="--lora")
+        saved += graphs
+        log(f"  {component} done in {time.monotonic() - start:.1f} s")
+    return saved
+
+
+def check_jobs(jobs: int) -> None:
+    if not 1 <= jobs <= len(PARTS):
+        raise ConversionError(f"--jobs {jobs}: a conversion has {len(PARTS)} parts; pass 1 to {len(PARTS)}.")
+
+
 @dataclass
 class PreparedLoras:
     """The LoRAs read, and the transformer skeleton they were merged into (None without LoRAs)."""
 
     loras: list[lora.Lora]
     skeleton: Any = None
-
-    def take_skeleton(self) -> Any:
-        skeleton, self.skeleton = self.skeleton, None  # the converter drops each skeleton after its export
-        return skeleton
 
 
 def prepare_loras(src: Path, specs: Sequence[lora.LoraSpec], *, log: Callable[[str], None]) -> PreparedLoras:
@@ -347,24 +377,42 @@ def exporter(component: str, module: Any) -> Export:
 
 
 def write_graphs(
-    export: Export, component: str, precision: str, stage: Path, *, max_data_file_bytes: int, log: Callable[[str], None]
+    export: Export,
+    component: str,
+    precision: str,
+    stage: Path,
+    *,
+    max_data_file_bytes: int,
+    log: Callable[[str], None],
+    weights: WeightFormat = COMPACT,
 ) -> list[SavedGraph]:
-    """Export one component and write the graphs a `precision` repo holds into stage/component/.
+    """Export one component and write the graphs a `precision` repo holds into stage/component/, their weights
+    stored as `weights` says (q4 and q4f16 repos; an fp32 repo keeps every weight in fp32).
 
     Each graph is built with its weights stored as they are read (fp32, or quantised to q4 on the fly),
     saved, and freed before the next; a variant derived from another (q4f16 from q4, the fp16 VAE from
     the fp32 one) is read back from the saved files. So the peak is about one graph, never the checkpoint.
     """
-    from builder.repo.quantize import to_fp16, to_q4f16
+    from builder.repo.quantize import store_fp16, to_fp16, to_q4f16
 
     saved: list[SavedGraph] = []
     start_rss = reset_peak_rss()  # each graph's peak is measured from here, then from the previous save
+    halve_storage = weights.fp16_storage and precision != "fp32"
 
     def save(variant: str, model: onnx.ModelProto, **flags: Any) -> Path:
         nonlocal start_rss
+        if halve_storage and variant != "fp16":
+            store_fp16(model)
         names = _save_component(model, stage, component, variant, max_data_file_bytes=max_data_file_bytes, log=log)
         saved.append(
-            SavedGraph(component, variant, names, attention_query_blocks=recorded_query_blocks(model), **flags)
+            SavedGraph(
+                component,
+                variant,
+                names,
+                weights.precision_text(component, variant),
+                attention_query_blocks=recorded_query_blocks(model),
+                **flags,
+            )
         )
         size = graph_bytes(stage, saved[-1].entry())
         log(
@@ -387,25 +435,47 @@ def write_graphs(
         save("fp32", export(None))
         return write_size_classes(saved, stage, log=log)
 
-    log(f"{component}: exporting with q4 weights ({PRECISION_TEXT[(component, 'q4')]})")
+    log(f"{component}: exporting with q4 weights ({weights.precision_text(component, 'q4')})")
+    block_size = weights.block_size[component]
     flags: dict[str, Any] = {}
     if component == "text_encoder":
         from builder.repo.export_text_encoder import embedding_table_name
         from builder.repo.quantize import cast_fp16_embedding, q4_placement
 
-        model = export(
-            q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, fp16_tables=lambda graph: [embedding_table_name(graph)[1]])
-        )
-        gather_name, table_name = embedding_table_name(model)
-        flags = {
-            "requires_f16": True,
-            "cpu_nodes_without_f16": tuple(cast_fp16_embedding(model, gather_name=gather_name, table_name=table_name)),
-        }
+        def table(graph: onnx.ModelProto) -> list[str]:
+            return [embedding_table_name(graph)[1]]
+
+        if weights.embedding == "q4":
+            model = export(
+                q4_placement(
+                    accuracy_level=Q4_ACCURACY_LEVEL,
+                    block_size=block_size,
+                    bits=weights.bits,
+                    q4_tables=table,
+                    table_block_size=weights.embedding_block,
+                )
+            )
+        else:
+            model = export(
+                q4_placement(
+                    accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, bits=weights.bits, fp16_tables=table
+                )
+            )
+            gather_name, table_name = embedding_table_name(model)
+            flags = {
+                "requires_f16": True,
+                "cpu_nodes_without_f16": tuple(
+                    cast_fp16_embedding(model, gather_name=gather_name, table_name=table_name)
+                ),
+            }
     else:
         from builder.repo.export_transformer import q4_excluded_nodes
         from builder.repo.quantize import q4_placement
 
-        model = export(q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, exclude=q4_excluded_nodes))
+        exclude = q4_excluded_nodes if weights.adaln == "fp32" else (lambda _graph: ())
+        model = export(
+            q4_placement(accuracy_level=Q4_ACCURACY_LEVEL, block_size=block_size, bits=weights.bits, exclude=exclude)
+        )
     q4 = save("q4", model, **flags)
     del model
     if precision == "q4f16":

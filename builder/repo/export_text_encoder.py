@@ -150,9 +150,9 @@ def export_text_encoder(
 
 
 def embedding_table_name(model: onnx.ModelProto) -> tuple[str, str]:
-    """(Gather node name, table name) of the token embedding: the Gather fed by `input_ids` (works on the
-    weightless graph too, where the table is still a graph input)."""
+    """(node name, table name) of the token embedding: the Gather (or GatherBlockQuantized) fed by `input_ids`
+    (works on the weightless graph too, where the table is still a graph input)."""
     for node in model.graph.node:
-        if node.op_type == "Gather" and node.input[1] == "input_ids":
+        if node.op_type in ("Gather", "GatherBlockQuantized") and node.input[1] == "input_ids":
             return node.name, node.input[0]
     raise ValueError("The text-encoder graph has no Gather of an embedding table by input_ids.")

@@ -50,6 +50,8 @@ VARIANTS = ("q4", "q4f16", "fp32", "fp16")
 TOKENIZER_FILES = ("tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json")
 OPTIONAL_TOKENIZER_FILES = ("tokenizer/chat_template.jinja",)
 SCHEDULER_CONFIG = "scheduler/scheduler_config.json"
+# The step previews' colour map `convert` fits to the VAE (builder.repo.preview_map); optional, like the VAE encoder.
+PREVIEW_MAP_FILE = "vae_decoder/preview_map.json"
 
 MAX_SEQUENCE_LENGTH = 512  # Flux2KleinPipeline.tokenizer_max_length
 
@@ -250,9 +252,14 @@ EXTRA_FILES = ("LICENSE", "LICENSE.md", "LICENSE.txt", "NOTICE", "NOTICE.md", "N
 
 
 def seed_layout_files(present: Collection[str], graphs: list[GraphEntry]) -> list[str]:
-    """What a seed-layout repo's manifest lists: the graphs' files, tokenizer/*, scheduler/* and the licence."""
+    """What a seed-layout repo's manifest lists: the graphs' files, tokenizer/*, scheduler/*, the licence and the
+    step previews' map when it has one."""
     wanted = {rel for graph in graphs for rel in graph.files()}
-    wanted |= {rel for rel in present if rel.startswith(("tokenizer/", "scheduler/")) or rel in EXTRA_FILES}
+    wanted |= {
+        rel
+        for rel in present
+        if rel.startswith(("tokenizer/", "scheduler/")) or rel in EXTRA_FILES or rel == PREVIEW_MAP_FILE
+    }
     return sorted(wanted)
 
 

@@ -49,8 +49,9 @@ DATA_ALIGNMENT = 64
 # (Sub: split sizes of the joint attention; Equal/ConstantOfShape: the dynamic Expand of grouped-query
 # attention). The float ops all have kernels in onnxruntime-web 1.30's native WebGPU EP
 # (onnxruntime/core/providers/webgpu/webgpu_execution_provider.cc, nn/layer_norm.cc for
-# SimplifiedLayerNormalization; MatMulNBits and RotaryEmbedding in contrib_ops/webgpu); the int64 shape/mask ops (Range,
-# ConstantOfShape, And, ...) are placed on the CPU by onnxruntime, which is expected and cheap.
+# SimplifiedLayerNormalization; MatMulNBits, GatherBlockQuantized and RotaryEmbedding in contrib_ops/webgpu); the
+# int64 shape/mask ops (Range, ConstantOfShape, And, ...) are placed on the CPU by onnxruntime, which is expected
+# and cheap.
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Neg", "Pow", "Sqrt", "Reciprocal", "Sigmoid", "Cast", "Clip"}
 _SHAPE_OPS = {
     "Constant",
@@ -107,7 +108,7 @@ ALLOWED_OPS: dict[str, frozenset[tuple[str, str]]] = {
                 "SimplifiedLayerNormalization",
             }
         }
-        | {(MS_DOMAIN, "MatMulNBits"), (MS_DOMAIN, "RotaryEmbedding")}
+        | {(MS_DOMAIN, "MatMulNBits"), (MS_DOMAIN, "RotaryEmbedding"), (MS_DOMAIN, "GatherBlockQuantized")}
     ),
     "vae_decoder": frozenset(
         {
@@ -270,7 +271,7 @@ def _is_matrix_transpose(node: onnx.NodeProto) -> bool:
     return node.op_type == "Transpose" and perm == [1, 0]
 
 
-def _tensor_bytes(tensor: TensorProto) -> int:
+def tensor_bytes(tensor: TensorProto) -> int:
     """Size from the header alone (reading `raw_data` in Python would copy the whole tensor)."""
     count = 1
     for dim in tensor.dims:
@@ -330,7 +331,7 @@ def fold_constant_nodes(model: onnx.ModelProto) -> None:
 
     # Small initializers count as constants too (GroupNorm weight reshapes, rotary tables); weights do not.
     constants: dict[str, Any] = {
-        t.name: numpy_helper.to_array(t) for t in model.graph.initializer if _tensor_bytes(t) <= FOLD_INITIALIZER_BYTES
+        t.name: numpy_helper.to_array(t) for t in model.graph.initializer if tensor_bytes(t) <= FOLD_INITIALIZER_BYTES
     }
     nodes: list[onnx.NodeProto] = []
     folded: list[TensorProto] = []

@@ -1,7 +1,9 @@
-"""Precision rewrites of an exported fp32 ONNX graph: q4 MatMulNBits, an fp16 token embedding, an fp16 VAE.
+"""Precision rewrites of an exported fp32 ONNX graph: q4 MatMulNBits, a 4-bit or fp16 token embedding, weights
+stored in fp16, an fp16 VAE.
 
-All three use onnxruntime's own tools where one exists (MatMulNBitsQuantizer, float16 conversion), so the
-packed q4 layout is exactly what the MatMulNBits kernels of onnxruntime and onnxruntime-web expect.
+The MatMul weights go through onnxruntime's own quantiser (MatMulNBitsQuantizer), so the packed q4 layout is
+exactly what the MatMulNBits kernels of onnxruntime and onnxruntime-web expect; the token embedding's
+GatherBlockQuantized blocks follow the same rule (symmetric, zero point 8, low nibble first).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import ConversionError
-from builder.repo.onnx_graph import MS_DOMAIN, Placement, add_initializer
+from builder.repo.onnx_graph import INLINE_TENSOR_BYTES, MS_DOMAIN, Placement, add_initializer, tensor_bytes
 
 Q4_BLOCK_SIZE = 32
 
@@ -22,21 +24,28 @@ Q4_BLOCK_SIZE = 32
 def q4_placement(
     *,
     accuracy_level: int,
+    block_size: int = Q4_BLOCK_SIZE,
+    table_block_size: int = Q4_BLOCK_SIZE,
+    bits: Callable[[str], int] = lambda _name: 4,
     exclude: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
     fp16_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
+    q4_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
 ) -> Placement:
     """Weights for a q4 graph, quantised one at a time as they are attached (builder.repo.onnx_graph.attach_weights).
 
-    Every MatMul whose weight is constant becomes com.microsoft.MatMulNBits (4 bits, block 32, symmetric),
-    except the nodes `exclude(graph)` names (they stay fp32). Tables named by `fp16_tables(graph)` are
-    stored in fp16. `accuracy_level` 4 lets the kernel quantise activations to int8 (convert's q4 graphs:
-    DP4A kernels on WebGPU adapters without shader-f16); 0 keeps them fp32. Only the packed weights are ever kept:
-    the float32 matrix is dropped as soon as its node is rewritten.
+    Every MatMul whose weight is constant becomes com.microsoft.MatMulNBits (`bits(node name)` bits, 4 unless
+    said otherwise; `block_size`, symmetric), except the nodes `exclude(graph)` names (they stay fp32). Tables
+    named by `fp16_tables(graph)` are stored in fp16; the Gather reading a table named by `q4_tables(graph)`
+    becomes a GatherBlockQuantized of 4-bit blocks of `table_block_size` (quantize_gather). `accuracy_level` 4
+    lets the kernel quantise activations to int8 (convert's q4 graphs: DP4A kernels on WebGPU adapters without
+    shader-f16); 0 keeps them fp32. Only the packed weights are ever kept: the float32 matrix is dropped as soon
+    as its node is rewritten.
     """
 
     def bind(model: onnx.ModelProto) -> Callable[[str, np.ndarray], None]:
         excluded = set(exclude(model))
         halves = set(fp16_tables(model))
+        blocked = set(q4_tables(model))
         readers: dict[str, list[onnx.NodeProto]] = {}
         for node in model.graph.node:
             for name in node.input:
@@ -55,7 +64,13 @@ def q4_placement(
                 and array.ndim == 2
                 and array.dtype == np.float32
             ):
-                quantize_matmul(model.graph, node, array, accuracy_level=accuracy_level)
+                quantize_matmul(
+                    model.graph, node, array, accuracy_level=accuracy_level, block_size=block_size, bits=bits(node.name)
+                )
+            elif name in blocked:
+                if node is None or node.op_type != "Gather" or node.input[0] != name:
+                    raise ConversionError(f"{name} is not read by one Gather; it cannot be stored as 4-bit blocks.")
+                quantize_gather(model.graph, node, array, block_size=table_block_size)
             elif name in halves:
                 half = to_fp16_array(array, name)
                 del array  # the caller handed over its reference: free the float32 copy before storing
@@ -68,7 +83,15 @@ def q4_placement(
     return bind
 
 
-def quantize_matmul(graph: onnx.GraphProto, node: onnx.NodeProto, weight: np.ndarray, *, accuracy_level: int) -> None:
+def quantize_matmul(
+    graph: onnx.GraphProto,
+    node: onnx.NodeProto,
+    weight: np.ndarray,
+    *,
+    accuracy_level: int,
+    block_size: int = Q4_BLOCK_SIZE,
+    bits: int = 4,
+) -> None:
     """Rewrite MatMul `node` (A @ weight) in place as MatMulNBits, with onnxruntime's own quantizer.
 
     The quantizer runs on a one-node model holding just this weight, so the packed layout is exactly what
@@ -89,8 +112,8 @@ def quantize_matmul(graph: onnx.GraphProto, node: onnx.NodeProto, weight: np.nda
     )
     quantizer = MatMulNBitsQuantizer(
         single,
-        bits=4,
-        block_size=Q4_BLOCK_SIZE,
+        bits=bits,
+        block_size=block_size,
         is_symmetric=True,
         accuracy_level=accuracy_level,
         op_types_to_quantize=("MatMul",),
@@ -102,6 +125,142 @@ def quantize_matmul(graph: onnx.GraphProto, node: onnx.NodeProto, weight: np.nda
         raise ConversionError(f"q4: onnxruntime did not turn {node.name} into one MatMulNBits node.")
     node.CopyFrom(new_nodes[0])
     graph.initializer.extend(result.initializer)
+
+
+def quantize_gather(graph: onnx.GraphProto, node: onnx.NodeProto, table: np.ndarray, *, block_size: int) -> None:
+    """Rewrite `node` (Gather(table, ids) on axis 0) in place as com.microsoft.GatherBlockQuantized reading `table`
+    as 4-bit blocks of `block_size` values along each row (quantize_blocks) with float32 scales.
+
+    The packed data is uint8 with two values a byte and no zero-point input (the kernel's default, 8, for 4-bit
+    uint8 data): the layout onnxruntime's WebGPU and CPU kernels both read. float32 scales keep the node free of
+    fp16, so it runs on WebGPU adapters without shader-f16.
+    """
+    if table.ndim != 2 or table.dtype != np.float32:
+        raise ConversionError(f"{node.name}: the embedding table is {table.dtype} {table.shape}, expected 2-D float32.")
+    if any(a.name == "axis" and a.i != 0 for a in node.attribute):
+        raise ConversionError(f"{node.name} gathers along another axis than the rows; it cannot be blocked.")
+    packed, scales = quantize_blocks(table, block_size)
+    name = node.input[0]
+    add_initializer(graph, packed, f"{name}_Q4")
+    add_initializer(graph, scales, f"{name}_scales")
+    blocked = helper.make_node(
+        "GatherBlockQuantized",
+        [f"{name}_Q4", node.input[1], f"{name}_scales"],
+        list(node.output),
+        name=node.name.rsplit("/", 1)[0] + "/GatherBlockQuantized",
+        domain=MS_DOMAIN,
+        gather_axis=0,
+        quantize_axis=1,
+        block_size=block_size,
+        bits=4,
+    )
+    node.CopyFrom(blocked)
+
+
+# Rows quantised per pass: bounds the float temporaries of a 151,936-row table to a few tens of MB.
+_ROWS_PER_PASS = 8192
+
+
+def quantize_blocks(values: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric 4-bit blocks of `block_size` consecutive values of each row of a 2-D float32 array (the last
+    block of a row may be shorter), by onnxruntime's rule: scale = the block's value of largest magnitude / -8,
+    q = clip(round(x / scale), -8, 7) + 8. Returns (packed uint8 [rows, cols / 2], two values a byte, low nibble
+    first; float32 scales [rows, blocks])."""
+    rows, cols = values.shape
+    if block_size < 16 or block_size & (block_size - 1) or cols % 2:
+        raise ConversionError(
+            f"4-bit blocks of {block_size} values of rows of {cols}: the block must be a power of "
+            "2 of at least 16, the row even."
+        )
+    blocks = -(-cols // block_size)
+    packed = np.empty((rows, cols // 2), dtype=np.uint8)
+    scales = np.empty((rows, blocks), dtype=np.float32)
+    for start in range(0, rows, _ROWS_PER_PASS):
+        chunk = values[start : start + _ROWS_PER_PASS]
+        count = len(chunk)
+        chunk = np.pad(chunk, ((0, 0), (0, blocks * block_size - cols))).reshape(count, blocks, block_size)
+        low, high = chunk.min(axis=2, keepdims=True), chunk.max(axis=2, keepdims=True)
+        scale = np.where(np.abs(high) > np.abs(low), high, low) / np.float32(-8)
+        safe = np.where(scale == 0, np.float32(1), scale)
+        q = (np.clip(np.round(chunk / safe), -8, 7) + 8).astype(np.uint8).reshape(count, -1)[:, :cols]
+        packed[start : start + count] = q[:, 0::2] | (q[:, 1::2] << 4)
+        scales[start : start + count] = scale.reshape(count, blocks)
+    return packed, scales
+
+
+def dequantize_blocks(packed: np.ndarray, scales: np.ndarray, block_size: int) -> np.ndarray:
+    """The float32 values quantize_blocks' output stands for (what GatherBlockQuantized returns per row)."""
+    cols = packed.shape[1] * 2
+    q = np.empty((packed.shape[0], cols), dtype=np.float32)
+    q[:, 0::2] = packed & 0x0F
+    q[:, 1::2] = packed >> 4
+    values: np.ndarray = (q - 8) * np.repeat(scales, block_size, axis=1)[:, :cols]
+    return values
+
+
+# Suffix of an initializer stored in fp16 for a graph that computes in fp32 (store_fp16).
+STORED_FP16 = "_fp16"
+
+
+def store_fp16(model: onnx.ModelProto, *, min_bytes: int = INLINE_TENSOR_BYTES) -> list[str]:
+    """Store every float32 initializer of at least `min_bytes` in fp16, read through a Cast to float32: half the
+    download for what an fp32-computing graph keeps in float (MatMulNBits and GatherBlockQuantized scales, norm
+    weights, the fp32 VAE's weights), the same float32 compute.
+
+    onnxruntime folds each Cast of a constant when it creates the session (graph optimisation level 1, before
+    the graph is split between execution providers), so the kernels see float32 initializers and no fp16 op
+    runs: adapters without shader-f16 run the graph as before. Values fp16 cannot hold stay float32. Returns the
+    names stored in fp16 (restore_fp32 undoes it).
+    """
+    graph = model.graph
+    names = []
+    for index in range(len(graph.initializer)):
+        tensor = graph.initializer[index]
+        if tensor.data_type != TensorProto.FLOAT or tensor_bytes(tensor) < min_bytes:
+            continue
+        values = numpy_helper.to_array(tensor)
+        if not np.isfinite(values).all() or np.abs(values).max(initial=0) > 65504:
+            continue
+        name = tensor.name
+        graph.initializer[index].CopyFrom(numpy_helper.from_array(values.astype(np.float16), name + STORED_FP16))
+        names.append(name)
+    casts = [
+        helper.make_node(
+            "Cast", [name + STORED_FP16], [name], name=name + STORED_FP16 + "_to_fp32", to=TensorProto.FLOAT
+        )
+        for name in names
+    ]
+    nodes = list(graph.node)
+    graph.ClearField("node")
+    graph.node.extend([*casts, *nodes])
+    return names
+
+
+def restore_fp32(model: onnx.ModelProto) -> None:
+    """Undo store_fp16 in place: each Cast of an fp16 initializer becomes the float32 initializer it folds into
+    (exactly: every fp16 value is a float32 value)."""
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    folded = {}
+    for node in graph.node:
+        source = inits.get(node.input[0]) if node.op_type == "Cast" and node.input else None
+        if (
+            source is not None
+            and source.data_type == TensorProto.FLOAT16
+            and node.input[0] == node.output[0] + STORED_FP16
+        ):
+            folded[node.name] = node.output[0]
+    if not folded:
+        return
+    kept = [node for node in graph.node if node.name not in folded]
+    graph.ClearField("node")
+    graph.node.extend(kept)
+    wanted = {name + STORED_FP16: name for name in folded.values()}
+    for tensor in graph.initializer:
+        if tensor.name in wanted:
+            tensor.CopyFrom(
+                numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), wanted[tensor.name])
+            )
 
 
 def to_fp16_array(values: np.ndarray, name: str) -> np.ndarray:
@@ -154,8 +313,10 @@ def to_fp16(
     """fp16 weights and compute with fp32 graph inputs/outputs, except `fp32_ops` and the nodes whose name contains
     one of `fp32_scopes` (inputs cast up, outputs down).
 
-    Rewrites `model` in place (compute_in_fp16) and returns it.
+    Rewrites `model` in place (compute_in_fp16; weights it stores in fp16 for fp32 compute are read back first)
+    and returns it.
     """
+    restore_fp32(model)
     unnamed = [node.op_type for node in model.graph.node if not node.name]
     if unnamed:
         raise ConversionError(f"{len(unnamed)} nodes have no name ({unnamed[:3]}...); the fp16 rewrite keys on names.")
@@ -172,8 +333,8 @@ def to_fp16(
 
 # Ops that stay fp32 in a q4f16 graph (inputs cast up, outputs cast down): norms (x^2 overflows fp16 once
 # |x| > 256; SimplifiedLayerNormalization is the RMSNorm), softmax, RoPE (angles of positions up to 4096 rad
-# need fp32, and the rotation runs on the fp32 norm output it follows), plus onnxruntime's own list of ops
-# without fp16 kernels.
+# need fp32, and the rotation runs on the fp32 norm output it follows), the 4-bit token embedding (its rows
+# start the fp32 residual stream), plus onnxruntime's own list of ops without fp16 kernels.
 Q4F16_FP32_OPS = (
     "LayerNormalization",
     "SimplifiedLayerNormalization",
@@ -185,6 +346,7 @@ Q4F16_FP32_OPS = (
     "Reciprocal",
     "Sin",
     "Cos",
+    "GatherBlockQuantized",
 )
 
 # Node-name scopes that stay fp32 in a q4f16 graph: every normalisation and what its module computes around
@@ -201,13 +363,15 @@ def to_q4f16(
 ) -> onnx.ModelProto:
     """The fast path: a q4 graph with fp16 activations and fp16 MatMulNBits scales, fp32 graph I/O.
 
-    Takes a q4 graph (consumed: its fp32 scales become fp16 in place) and returns the rewritten graph:
+    Takes a q4 graph (consumed: its fp32 scales become fp16 in place; weights it stores in fp16 for fp32
+    compute (store_fp16) are read back as fp32 first) and returns the rewritten graph:
     every MatMulNBits runs with accuracy_level 0 on fp16 inputs (the kernel the WebGPU EP runs fastest
     with shader-f16, several times its throughput on fp32 activations; see docs/performance.md), everything else
     in fp16 except `fp32_ops` and the nodes whose name contains one of `fp32_scopes`. The attention keeps the exporter's
     q * d^-1/4, k * d^-1/4 scaling before QK^T (see scale_query_before_scores), so the fp16 scores cannot
     overflow before the fp32 Softmax.
     """
+    restore_fp32(q4_model)
     set_accuracy_level(q4_model, 0)
     scale_query_before_scores(q4_model)
     keep_fp32 = {
@@ -372,6 +536,8 @@ def _output_type(node: onnx.NodeProto, dtype: dict[str, int]) -> int:
         return TensorProto.BOOL
     if op == "Where":
         return dtype.get(node.input[1], TensorProto.FLOAT)
+    if op == "GatherBlockQuantized":  # values of its scales' type
+        return dtype.get(node.input[2], TensorProto.FLOAT)
     first = dtype.get(node.input[0], TensorProto.FLOAT) if node.input else TensorProto.FLOAT
     return first
 

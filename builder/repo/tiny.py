@@ -139,7 +139,7 @@ ONE_D_NOISE_STD = 0.1
 # External-data size caps for the tiny repos: small enough that the tiny text encoder and transformer
 # are split over two or more `.onnx_data*` files like the real repo, so the app's multi-file path runs;
 # the VAE keeps one data file, like the real one.
-TINY_DATA_FILE_CAPS = {"text_encoder": 512 * 1024, "transformer": 64 * 1024}
+TINY_DATA_FILE_CAPS = {"text_encoder": 512 * 1024, "transformer": 16 * 1024}
 
 
 def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None], full_size: bool = False) -> dict[str, Path]:

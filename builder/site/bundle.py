@@ -3,15 +3,23 @@
 Output layout (every path relative to the site root, so dist/ works under any sub-path):
 
     index.html                 rendered from web_src/index.html.j2
-    coi-sw.js                  cross-origin-isolation service worker (unhashed: it must sit at the root scope)
+    manifest.webmanifest       the web app manifest (name, icons, start URL): the app installs
+    coi-sw.js                  the service worker from web_src/src/service_worker.js (unhashed: it must sit at the
+                               root scope): the app shell offline, cross-origin isolation where headers cannot be set
     _headers                   COOP/COEP/CORP + CSP for Netlify / Cloudflare Pages
     assets/page-HASH.js(.map)  page bundle (UI only, never onnxruntime)
     assets/page-HASH.css(.map)
     assets/worker-HASH.js(.map)  module worker bundle (onnxruntime-web/webgpu and the pipeline)
     assets/store-HASH.js(.map)  the store's helper worker (hashing, reading; web_src/src/store/store_workers.js)
-    assets/coi-HASH.js         registers coi-sw.js when the host sends no COOP/COEP headers
+    assets/coi-HASH.js         registers coi-sw.js (and reloads once when the host sends no COOP/COEP headers)
+    assets/icon-SIZE-PURPOSE-HASH.png  the app's icons (builder/site/icons.py), 192 and 512 px, any and maskable
     assets/ort-wasm-simd-threaded.asyncify-HASH.{mjs,wasm}  the onnxruntime-web runtime the worker loads
-    .klein-build.json          build record: input stamp, output list, CSP (read by the server and the next build)
+    .klein-build.json          build record: input stamp, output list, CSP, build id (read by the server and the
+                               next build)
+
+The shell (every output the page needs, source maps and the headers file aside) is hashed into the build id, which
+index.html and coi-sw.js carry: the service worker keeps each build's shell in a cache of its own, so a deploy
+replaces it whole (docs/deploying.md#offline-and-updates).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import jinja2
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
 from builder.errors import BuildError
+from builder.site import icons
 from builder.site.node import NodeTools, ensure_node_modules, find_node, lock_hash
 
 BUILD_RECORD = ".klein-build.json"
@@ -40,7 +49,11 @@ PAGE_ENTRY = "src/page/main.js"
 WORKER_ENTRY = "src/worker/main.js"
 STORE_WORKER_ENTRY = "src/store/store_worker.js"
 COI_REGISTER = "src/coi_register.js"
-COI_SERVICE_WORKER = "coi-sw.js"
+SERVICE_WORKER_ENTRY = "src/service_worker.js"
+SERVICE_WORKER = "coi-sw.js"  # the name registered browsers know it by
+WEB_MANIFEST = "manifest.webmanifest"
+HEADERS_FILE = "_headers"
+PAGE = "index.html"
 STYLE = "style.css"
 TEMPLATE = "index.html.j2"
 # The onnxruntime-web build the worker imports (`onnxruntime-web/webgpu`) loads exactly these two files.
@@ -69,9 +82,8 @@ class BuildResult:
     out_dir: Path
     changed: bool  # False when the build record matched and nothing was written
     seconds: float
-    files: dict[
-        str, str
-    ]  # role (page_js, page_css, worker_js, store_js, coi_js, ort_mjs, ort_wasm) -> path in the site
+    files: dict[str, str]  # role (page_js, page_css, worker_js, store_js, coi_js, ort_mjs, ort_wasm, icons) -> path in the site
+    build_id: str  # the hash over the shell's files that index.html and coi-sw.js carry
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -108,7 +120,8 @@ def content_security_policy(model_base: str) -> str:
         "default-src 'self'",
         # 'wasm-unsafe-eval' lets onnxruntime-web compile its .wasm; no 'unsafe-eval', no inline script.
         "script-src 'self' 'wasm-unsafe-eval'",
-        # The module worker, onnxruntime's pthread workers (its own .mjs) and coi-sw.js are all same-origin files.
+        # The module worker, onnxruntime's pthread workers (its own .mjs) and coi-sw.js are all same-origin files
+        # (default-src 'self' covers the web app manifest and the icons).
         "worker-src 'self'",
         f"connect-src {' '.join(connect)}",
         "img-src 'self' data: blob:",
@@ -128,14 +141,14 @@ def source_files(web_src: Path) -> Iterator[Path]:
                 yield Path(root) / name
 
 
-def input_stamp(web_src: Path, model_base: str, runtime: str = "") -> str:
+def input_stamp(web_src: Path, model_base: str, *, cache_shell: bool = True, runtime: str = "") -> str:
     """A hash of everything that shapes the output; equal stamps mean an identical site. `runtime`: another
     onnxruntime-web version than the pinned one (runtime_package)."""
     digest = hashlib.sha256()
-    for part in (__version__, model_base, lock_hash(web_src), runtime):
+    for part in (__version__, model_base, lock_hash(web_src), f"cache_shell={cache_shell}", runtime):
         digest.update(part.encode() + b"\0")
     # The build code itself: a changed bundler must not be skipped as "up to date".
-    for path in (Path(__file__), Path(__file__).with_name("node.py")):
+    for path in (Path(__file__), Path(__file__).with_name("node.py"), Path(icons.__file__)):
         digest.update(path.read_bytes())
     for path in source_files(web_src):
         digest.update(path.relative_to(web_src).as_posix().encode() + b"\0")
@@ -221,12 +234,15 @@ def hashed_name(path: Path) -> str:
     return f"{path.stem}-{digest}{path.suffix}"
 
 
-def run_esbuild(tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path, name: str, extra: list[str]) -> str:
-    """Bundle one entry into out_assets as `{name}-HASH.ext` (+ .map); returns the output file name."""
+def run_esbuild(
+    tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path, name: str, extra: list[str], hashed: bool = True
+) -> str:
+    """Bundle one entry into out_assets as `{name}-HASH.ext` (`{name}.ext` unhashed) (+ .map); returns the output
+    file name."""
     esbuild = web_src / "node_modules" / ".bin" / ("esbuild.cmd" if os.name == "nt" else "esbuild")
     if not (web_src / entry).is_file():
         raise BuildError(f"{web_src / entry} is missing: it is the entry point of the {name} bundle.")
-    meta = out_assets.parent / f"meta-{name}.json"
+    meta = out_assets / f".meta-{name}.json"
     cmd = [
         str(esbuild),
         entry,
@@ -236,7 +252,7 @@ def run_esbuild(tools: NodeTools, web_src: Path, entry: str, *, out_assets: Path
         "--charset=utf8",
         "--log-level=warning",
         f"--outdir={out_assets}",
-        f"--entry-names={name}-[hash]",
+        f"--entry-names={name}-[hash]" if hashed else f"--entry-names={name}",
         f"--metafile={meta}",
         *extra,
     ]
@@ -292,10 +308,53 @@ def bundle_assets(tools: NodeTools, web_src: Path, assets: Path, *, runtime: Pat
     files["coi_js"] = run_esbuild(
         tools, web_src, COI_REGISTER, out_assets=assets, name="coi", extra=["--format=iife", "--sourcemap=external"]
     )
+    for size in icons.SIZES:
+        for purpose in icons.PURPOSES:
+            data = icons.icon_png(size, purpose)
+            name = f"icon-{size}-{purpose}-{hashlib.sha256(data).hexdigest()[:10]}.png"
+            (assets / name).write_bytes(data)
+            files[f"icon_{size}_{purpose}"] = name
     return {role: f"assets/{name}" for role, name in files.items()}
 
 
-def render_index(web_src: Path, *, files: dict[str, str], csp: str, model_base: str) -> str:
+def web_manifest(files: dict[str, str]) -> str:
+    """The web app manifest, naming the icons bundle_assets made."""
+    return icons.web_manifest(
+        {(size, purpose): files[f"icon_{size}_{purpose}"] for size in icons.SIZES for purpose in icons.PURPOSES}
+    )
+
+
+def shell_files(site: Path) -> list[str]:
+    """What the page needs to open and generate offline: every file of the site but the service worker itself,
+    source maps, the headers file and the build record; the page first."""
+    names = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
+    names -= {SERVICE_WORKER, HEADERS_FILE, BUILD_RECORD}
+    return [PAGE, *sorted(name for name in names if name != PAGE and not name.endswith(".map"))]
+
+
+def build_id(site: Path, shell: list[str], service_worker_source: bytes) -> str:
+    """A hash over the shell's files (names and bytes) and the service worker's source: any change is a new id."""
+    digest = hashlib.sha256(hashlib.sha256(service_worker_source).digest())
+    for name in shell:
+        digest.update(name.encode() + b"\0" + hashlib.sha256((site / name).read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+def bundle_service_worker(tools: NodeTools, web_src: Path, site: Path, *, build: str, shell: list[str]) -> None:
+    """`coi-sw.js` at the site root with the build id and the shell list (empty: cache nothing) compiled in."""
+    defines = [f"--define:KLEIN_BUILD={json.dumps(build)}", f"--define:KLEIN_SHELL={json.dumps(shell)}"]
+    run_esbuild(
+        tools,
+        web_src,
+        SERVICE_WORKER_ENTRY,
+        out_assets=site,
+        name=Path(SERVICE_WORKER).stem,
+        extra=["--format=iife", *defines],
+        hashed=False,
+    )
+
+
+def render_index(web_src: Path, *, files: dict[str, str], csp: str, model_base: str, build: str) -> str:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(web_src),
         autoescape=True,
@@ -312,6 +371,10 @@ def render_index(web_src: Path, *, files: dict[str, str], csp: str, model_base: 
             page_js=files["page_js"],
             page_css=files["page_css"],
             coi_js=files["coi_js"],
+            build=build,
+            web_manifest=WEB_MANIFEST,
+            icon=files[f"icon_{icons.SIZES[0]}_any"],
+            theme_color=icons.THEME_COLOR,
         )
     except jinja2.TemplateError as exc:
         raise BuildError(f"Rendering {web_src / TEMPLATE} failed: {exc}") from exc
@@ -335,8 +398,9 @@ def install(staging: Path, out_dir: Path, *, previous: list[str]) -> list[str]:
     Then outputs of older builds that this build no longer makes are deleted.
     """
     staged = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
-    # index.html last: a browser loading the page mid-install never sees it point at missing assets.
-    staged.sort(key=lambda name: {"index.html": 1, BUILD_RECORD: 2}.get(name, 0))
+    # index.html after the assets: a browser loading the page mid-install never sees it point at missing assets;
+    # coi-sw.js after index.html: its install fetches the shell, which must be the one it names.
+    staged.sort(key=lambda name: {PAGE: 1, SERVICE_WORKER: 2, BUILD_RECORD: 3}.get(name, 0))
     for name in staged:
         source, target = staging / name, out_dir / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -357,11 +421,15 @@ def build(
     *,
     model_base: str = DEFAULT_MODEL_BASE,
     web_src: Path = WEB_SRC,
+    cache_shell: bool = True,
     log: Callable[[str], None] = lambda _message: None,
     onnxruntime_web: str | None = None,
 ) -> BuildResult:
     """Build the site into out_dir; a no-op (nothing written) when the inputs match the last build.
-    `onnxruntime_web`: build with that onnxruntime-web version instead of the pinned one (runtime_package)."""
+
+    `cache_shell` False: the service worker keeps no shell (`serve --watch`: every reload gets the latest build).
+    `onnxruntime_web`: build with that onnxruntime-web version instead of the pinned one (runtime_package).
+    """
     started = time.perf_counter()
     out_dir, web_src = Path(out_dir).resolve(), Path(web_src).resolve()
     check_model_base(model_base)
@@ -378,12 +446,18 @@ def build(
     package = runtime_package(onnxruntime_web, web_src=web_src, log=log)
     runtime = package if package != web_src / ORT_PACKAGE else None
     version = _package_version(package) or onnxruntime_web_version(web_src)
-    stamp = input_stamp(web_src, model_base, version if runtime else "")
+    stamp = input_stamp(web_src, model_base, cache_shell=cache_shell, runtime=version if runtime else "")
     record = read_record(out_dir)
     if is_up_to_date(out_dir, stamp) and record is not None:
         recorded = record.get("files")
         files = {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
-        return BuildResult(out_dir, changed=False, seconds=time.perf_counter() - started, files=files)
+        return BuildResult(
+            out_dir,
+            changed=False,
+            seconds=time.perf_counter() - started,
+            files=files,
+            build_id=str(record.get("build_id", "")),
+        )
 
     tools = find_node()
     csp = content_security_policy(model_base)
@@ -393,9 +467,18 @@ def build(
         staging = Path(tmp)
         log(f"bundling {web_src} -> {out_dir}")
         files = bundle_assets(tools, web_src, staging / "assets", runtime=runtime)
-        (staging / "index.html").write_text(render_index(web_src, files=files, csp=csp, model_base=model_base))
-        shutil.copyfile(web_src / COI_SERVICE_WORKER, staging / COI_SERVICE_WORKER)
-        (staging / "_headers").write_text(headers_file(csp))
+        (staging / WEB_MANIFEST).write_text(web_manifest(files))
+        (staging / HEADERS_FILE).write_text(headers_file(csp))
+
+        def index(build: str) -> str:
+            return render_index(web_src, files=files, csp=csp, model_base=model_base, build=build)
+
+        # The id is a hash over the shell with index.html as it is without its own id.
+        (staging / PAGE).write_text(index(""))
+        shell = shell_files(staging)
+        build = build_id(staging, shell, (web_src / SERVICE_WORKER_ENTRY).read_bytes())
+        (staging / PAGE).write_text(index(build))
+        bundle_service_worker(tools, web_src, staging, build=build, shell=shell if cache_shell else [])
         outputs = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
         record_data = {
             "stamp": stamp,
@@ -404,6 +487,9 @@ def build(
             "csp": csp,
             "files": files,
             "outputs": outputs,
+            "build_id": build,
+            "shell": shell,
+            "cache_shell": cache_shell,
             "onnxruntime_web": version,
         }
         (staging / BUILD_RECORD).write_text(json.dumps(record_data, indent=2) + "\n")
@@ -412,5 +498,5 @@ def build(
         out_dir.mkdir(exist_ok=True)
         install(staging, out_dir, previous=previous)
     seconds = time.perf_counter() - started
-    log(f"built {out_dir} in {seconds:.2f} s ({len(outputs)} files)")
-    return BuildResult(out_dir, changed=True, seconds=seconds, files=files)
+    log(f"built {out_dir} in {seconds:.2f} s ({len(outputs)} files, build {build})")
+    return BuildResult(out_dir, changed=True, seconds=seconds, files=files, build_id=build)

@@ -63,6 +63,7 @@ MEDIA_TYPES = {
     ".css": "text/css; charset=utf-8",
     ".wasm": "application/wasm",
     ".json": "application/json",
+    ".webmanifest": "application/manifest+json",
     ".map": "application/json",
     ".onnx": "application/octet-stream",
     ".png": "image/png",
@@ -308,12 +309,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 @contextmanager
-def serve_in_thread(app: ASGIApp, *, log_level: str = "warning") -> Iterator[int]:
-    """Serve `app` with uvicorn in a daemon thread on a free loopback port (regress, the tests); yields the port."""
+def serve_in_thread(
+    app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
+) -> Iterator[int]:
+    """Serve `app` with uvicorn in a daemon thread (regress, the tests) on `host`; yields the port (`port` 0: a free
+    one)."""
     import uvicorn
 
     # Port 0 and handing the bound socket to uvicorn: no pick-a-free-port-then-bind race.
-    sock = bind_socket("127.0.0.1", 0)
+    sock = bind_socket(host, port)
     port = int(sock.getsockname()[1])
     server = uvicorn.Server(
         uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=3)
@@ -325,7 +329,7 @@ def serve_in_thread(app: ASGIApp, *, log_level: str = "warning") -> Iterator[int
         if not thread.is_alive() or time.monotonic() > deadline:
             server.should_exit = True
             sock.close()
-            raise ServeError(f"The server did not start on 127.0.0.1:{port} within 30 s.")
+            raise ServeError(f"The server did not start on {host}:{port} within 30 s.")
         time.sleep(0.02)
     try:
         yield port
@@ -369,7 +373,8 @@ def start_message(url: str, *, dist_dir: Path, models_dir: Path | None, model_ba
 def watch_and_rebuild(
     dist_dir: Path, *, model_base: str, stop: threading.Event, log: Callable[[str], None], web_src: Path = WEB_SRC
 ) -> None:
-    """Rebuild on every change under web_src (node_modules excluded); a failed build is logged, not fatal."""
+    """Rebuild on every change under web_src (node_modules excluded); a failed build is logged, not fatal. The builds
+    keep no shell in the service worker's cache (a development build), so a reload always gets the latest one."""
     from watchfiles import watch
 
     def relevant(_change: object, path: str) -> bool:
@@ -378,7 +383,7 @@ def watch_and_rebuild(
     # Polling: inotify misses changes on some mounted and network file systems; 0.5 s is plenty for a dev loop.
     for _changes in watch(web_src, watch_filter=relevant, stop_event=stop, force_polling=True, poll_delay_ms=500):
         try:
-            result = build(dist_dir, model_base=model_base, web_src=web_src, log=log)
+            result = build(dist_dir, model_base=model_base, web_src=web_src, cache_shell=False, log=log)
             if result.changed:
                 log(f"rebuilt in {result.seconds:.2f} s; reload the page")
         except KleinWebError as exc:
@@ -426,7 +431,8 @@ def serve(
         check_prebuilt(Path(dist_dir), model_base=model_base, watch=watch)
     else:
         try:
-            build(dist_dir, model_base=model_base, log=log)
+            # --watch: a build whose service worker keeps no shell, so every reload shows the latest sources.
+            build(dist_dir, model_base=model_base, cache_shell=not watch, log=log)
         except KleinWebError as exc:
             if read_record(Path(dist_dir)) is None:
                 raise

@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from builder.check.browser import launch_persistent
+from builder.check.driver.chromium import launch_persistent
 
 # Installed into the page: one Worker plus a pending-request table, like page/worker_client.js. Events are kept
-# per request id (with the time they arrived, for the cancel test); an RGBA or RGB result is returned base64-encoded
-# because Playwright does not carry typed arrays across evaluate().
+# per request id (with the time they arrived, for the cancel test); an RGBA or RGB result, and a step's preview, are
+# returned base64-encoded because Playwright does not carry typed arrays across evaluate().
 INSTALL_CLIENT_JS = r"""
 async (workerUrl) => {
     if (window.kleinTest) window.kleinTest.worker.terminate();
@@ -45,6 +45,8 @@ async (workerUrl) => {
             if (result && result.rgb) result = { ...result, rgb: toBase64(new Uint8Array(result.rgb.buffer)) };
             entry.final = { type: event.type, result, error: event.error, at };
             entry.resolve();
+        } else if (event.preview) {
+            entry.events.push({ ...event, preview: { ...event.preview, rgba: toBase64(event.preview.rgba) }, at });
         } else {
             entry.events.push({ ...event, at });
         }
@@ -174,6 +176,8 @@ class WorkerClient:
         precision: str | None = None,
         profile: bool = False,
         memory: str | None = None,
+        preview: bool = False,
+        vae_tile: int | None = None,
         timeout_s: float = 300,
     ) -> Reply:
         params: dict[str, Any] = {
@@ -190,6 +194,10 @@ class WorkerClient:
             params["memory"] = memory
         if profile:
             params["profile"] = True
+        if preview:
+            params["preview"] = True
+        if vae_tile is not None:
+            params["vaeTile"] = vae_tile
         return self.request("generate", params=params, timeout_s=timeout_s)
 
     def wait_for_event(self, request_id: str, kind: str, *, timeout_s: float) -> dict[str, Any]:
@@ -209,7 +217,10 @@ def browser_context(user_data_dir: Path, chromium: Path, *, extra_args: tuple[st
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        context = launch_persistent(playwright, user_data_dir, executable=chromium, extra_args=extra_args)
+        # The app's service worker would serve its cached page script past the route below.
+        context = launch_persistent(
+            playwright, user_data_dir, executable=chromium, extra_args=extra_args, service_workers="block"
+        )
         # The app's own UI would start a second worker; these tests speak to the worker directly.
         context.route(
             "**/assets/page-*.js", lambda route: route.fulfill(status=200, body="", content_type="text/javascript")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.check import browser_bench
+from builder.check.bench import browser as browser_bench
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -30,9 +30,12 @@ def test_browser_bench_times_each_phase_and_profiles_the_kernels(
         timeout_s=600,
         kernels=True,
     )
-    assert [r["phase"] for r in rows] == ["cold", "warm reload", "hot", "profiled"]
-    cold, warm, hot, profiled = rows
+    assert [r["phase"] for r in rows] == ["cold", "warm reload", "hot", "hot, no preview", "profiled"]
+    cold, warm, hot, no_preview, profiled = rows
     assert cold["bytes_fetched"] > 0 and warm["bytes_fetched"] == 0 and hot["step_ms"] > 0
+    # The step previews' time per step, and an image without them.
+    assert hot["preview_ms"] is not None and hot["preview_ms"] >= 0 and no_preview["preview_ms"] is None
+    assert no_preview["step_ms"] > 0
     # Only the profiled image carries kernel times; its transformer was profiled once per step, uncaptured.
     assert all("kernels" not in r for r in (cold, warm, hot))
     transformer = profiled["kernels"]["transformer"]

@@ -18,12 +18,14 @@ import io
 import json
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import Reply, WorkerClient
+from conftest import start_server  # tests/ is on sys.path (rootdir-relative conftest import)
+from helpers import Reply, WorkerClient, new_page
 
 from builder.pipeline import imaging, reference
 from builder.repo import manifest
@@ -140,6 +142,24 @@ def generate(client: WorkerClient, timeout_s: float = 900, **kwargs: Any) -> Rep
     return client.wait(send(client, **kwargs), timeout_s=timeout_s)
 
 
+@pytest.fixture(scope="module")
+def fp32_client(
+    context: Any, dist_dir: Path, tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerClient]:
+    """One worker on the tiny fp32 model for the module's editing runs, as one visit of a person editing several
+    images: they share its sessions and PROMPT's embeddings. Each test's images are its own, so what one test
+    finds cached (its second run of the same image) does not depend on another test."""
+    server = start_server(dist_dir, tmp_path_factory.mktemp("editing-server"), models=tiny_models["fp32"])
+    page = new_page(context)
+    try:
+        client = WorkerClient(page, server.url("/"))
+        client.open()
+        yield client
+    finally:
+        page.close()
+        server.stop()
+
+
 def served(page: Any, live_server_factory: Any, dist_dir: Path, repo: Path) -> WorkerClient:
     server = live_server_factory(dist_dir, models=repo)
     client = WorkerClient(page, server.url("/"))
@@ -147,10 +167,8 @@ def served(page: Any, live_server_factory: Any, dist_dir: Path, repo: Path) -> W
     return client
 
 
-def test_one_reference_matches_diffusers_and_is_encoded_once(
-    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], cpu_reference: Any
-) -> None:
-    client = served(page, live_server_factory, dist_dir, tiny_models["fp32"])
+def test_one_reference_matches_diffusers_and_is_encoded_once(fp32_client: WorkerClient, cpu_reference: Any) -> None:
+    client = fp32_client
     fox = png(picture(90, 70, seed=1))  # used at 80x64: the centre cut
     reply = generate(client, seed=3, width=64, height=64, images=[("fox.png", fox)])
     result = reply.ok()
@@ -195,13 +213,14 @@ def test_one_reference_matches_diffusers_and_is_encoded_once(
     again = generate(client, seed=3, width=64, height=64, images=[("fox again.png", fox)])
     assert again.ok()["inputs"]["images"][0]["cached"] is True
     assert again.ok()["graphs"]["vae_encoder"]["loadMs"] == 0
+    # The images stage says so (a batch's progress line shows it): encoded the first time, cached the second.
+    details = [[e.get("detail", "") for e in r.of_type("stage") if e["stage"] == "images"] for r in (reply, again)]
+    assert details == [["1 image(s), 20 tokens"], ["1 image(s), 20 tokens, cached"]], details
     assert np.array_equal(again.rgb(), reply.rgb())
 
 
-def test_two_references_of_different_sizes(
-    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], cpu_reference: Any
-) -> None:
-    client = served(page, live_server_factory, dist_dir, tiny_models["fp32"])
+def test_two_references_of_different_sizes(fp32_client: WorkerClient, cpu_reference: Any) -> None:
+    client = fp32_client
     # 300x170 is cut to 288x160, 200x150 to 192x144: references of different sizes and token counts, each at its
     # own time coordinate. (An image above 1024^2 px is resized first: the same resample.js that inpainting's
     # resize runs here, held byte-exact to Pillow by tests/test_resample.py; on SwiftShader encoding one takes
@@ -222,10 +241,8 @@ def test_two_references_of_different_sizes(
     assert psnr >= PSNR_MIN and psnr >= swapped + OTHER_MARGIN
 
 
-def test_inpainting_with_a_mask_of_another_size(
-    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], cpu_reference: Any
-) -> None:
-    client = served(page, live_server_factory, dist_dir, tiny_models["fp32"])
+def test_inpainting_with_a_mask_of_another_size(fp32_client: WorkerClient, cpu_reference: Any) -> None:
+    client = fp32_client
     room = png(picture(100, 75, seed=4))  # used at 96x64, LANCZOS-resized (inpainting resizes, it does not cut)
     mask_pixels = np.zeros((150, 200, 3), dtype=np.uint8)
     mask_pixels[30:110, 60:170] = 255
@@ -257,7 +274,7 @@ CORPUS = Path(__file__).resolve().parent.parent / "data" / "input_images"
 
 
 def test_inpainting_reads_a_transparent_mask_and_a_rotated_webp_as_the_cpu_reference(
-    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], cpu_reference: Any
+    fp32_client: WorkerClient, cpu_reference: Any
 ) -> None:
     """The decoding contract end to end (tests/browser/test_decoding.py checks the decoded pixels): an LA mask whose
     transparent pixels are white repaints them, as diffusers reads it, and a WebP with EXIF orientation 6 is used
@@ -265,7 +282,7 @@ def test_inpainting_reads_a_transparent_mask_and_a_rotated_webp_as_the_cpu_refer
     must be far off."""
     from PIL import Image
 
-    client = served(page, live_server_factory, dist_dir, tiny_models["fp32"])
+    client = fp32_client
     room = png(picture(100, 75, seed=4))
     mask = (CORPUS / "mask_la_transparent_white.png").read_bytes()
     rotated = (CORPUS / "webp_lossy_exif6.webp").read_bytes()
@@ -334,10 +351,8 @@ def test_bad_requests_are_refused_before_any_download(
     assert "80 and 64" in wrong.error["message"]
 
 
-def test_cancel_during_the_images_stage(
-    page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path]
-) -> None:
-    client = served(page, live_server_factory, dist_dir, tiny_models["fp32"])
+def test_cancel_during_the_images_stage(fp32_client: WorkerClient) -> None:
+    client = fp32_client
     images = [(f"photo{i}.png", png(picture(384, 384, seed=10 + i))) for i in range(4)]
     generate_id = send(client, seed=0, width=64, height=64, images=images)
     # Wait for the images stage itself, then cancel while its encoder runs.

@@ -23,7 +23,7 @@ from conftest import LiveServer, start_server  # tests/ is on sys.path (rootdir-
 from PIL import Image
 
 from builder import REPO_ROOT
-from builder.check.browser import launch_persistent
+from builder.check.driver.chromium import launch_persistent
 
 pytestmark = pytest.mark.browser
 

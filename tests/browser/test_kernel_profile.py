@@ -27,11 +27,7 @@ def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
     repo = tiny_models["q4"]
     client = WorkerClient(page, live_server_factory(dist_dir, models=repo).url("/"))
     client.open()
-    plain = client.generate(prompt=PROMPT, seed=3, width=64, height=64)
-    assert "graph capture" in plain.ok()["graphs"]["transformer"]["detail"]
-    assert "kernels" not in plain.ok()
-
-    profiled_reply = client.generate(prompt="a blue fox in the snow", seed=3, width=64, height=64, profile=True)
+    profiled_reply = client.generate(prompt=PROMPT, seed=3, width=64, height=64, profile=True)
     profiled = profiled_reply.ok()
     kernels = profiled["kernels"]
     # Every component that ran is profiled; the transformer once per denoising step, and uncaptured (a captured
@@ -49,7 +45,7 @@ def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
             (k["gpuMs"] for k in times["kernels"][:-1]), reverse=True
         ), component
     # Each MatMulNBits node of the graph is one dispatch per step, under the program onnxruntime chose for it: at
-    # accuracy_level 4 with `subgroups` (SwiftShader has them) DP4AMatMulNBits where the shape allows (K a multiple
+    # accuracy_level 4 with `subgroups` (SwiftShader has them) DP4AMatMulNBits* where the shape allows (K a multiple
     # of 128), after a DP4AMatMulQuantize of its input; a MatMulNBits* program otherwise.
     transformer_graph = repo / "transformer" / "transformer_q4.onnx"
     programs: Counter[str] = Counter()
@@ -58,15 +54,20 @@ def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
             programs[kernel["program"]] += kernel["calls"]
     quantize = programs.pop("DP4AMatMulQuantize", 0)
     assert programs and all(p.startswith(("MatMulNBits", "DP4AMatMulNBits")) for p in programs), programs
-    assert quantize == programs["DP4AMatMulNBits"]
+    # Each DP4A program (the small-M one too: the time embedding and modulations run on one row) follows its own
+    # quantisation of the input.
+    assert quantize == sum(n for p, n in programs.items() if p.startswith("DP4AMatMulNBits")) > 0, programs
     assert sum(programs.values()) == op_counts(transformer_graph)["MatMulNBits"]
-    # The text encoder's fp16 token embedding is placed on the CPU on this adapter (no shader-f16): it shows there.
+    # onnxruntime places the text encoder's int64 mask arithmetic on the CPU: it shows there. The 4-bit token
+    # embedding is a WebGPU kernel on this adapter without shader-f16 (fp32 scales).
     assert kernels["text_encoder"]["cpuNodeMs"] > 0
+    assert any(k["op"] == "GatherBlockQuantized" for k in kernels["text_encoder"]["kernels"]), kernels["text_encoder"]
 
-    # The profiler only watches: the same request without it makes the same image, captured again.
-    again = client.generate(prompt="a blue fox in the snow", seed=3, width=64, height=64)
-    assert "graph capture" in again.ok()["graphs"]["transformer"]["detail"]
-    assert np.array_equal(again.rgb(), profiled_reply.rgb())
+    # The profiler only watches: the same request without it makes the same image, captured, with no kernel times.
+    plain = client.generate(prompt=PROMPT, seed=3, width=64, height=64)
+    assert "graph capture" in plain.ok()["graphs"]["transformer"]["detail"]
+    assert "kernels" not in plain.ok()
+    assert np.array_equal(plain.rgb(), profiled_reply.rgb())
 
 
 def test_profile_must_be_a_boolean(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from builder.check import load_bench
+from builder.check.bench import load as load_bench
 from builder.cli import main as cli
 from builder.repo import manifest
 

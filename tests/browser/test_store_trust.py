@@ -12,6 +12,8 @@ import asyncio
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 from helpers import WorkerClient  # tests/browser is on sys.path
 
+from builder import REPO_ROOT
 from builder.pipeline import imaging, reference
 from builder.repo import manifest
 from builder.site.server import create_app, serve_in_thread
@@ -76,7 +79,8 @@ class Recorder:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
-            return await self.target(scope, receive, send)
+            await self.target(scope, receive, send)
+            return
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
         seen = Seen(
             scope["method"], scope["path"], headers.get("range"), headers.get("if-range"), started=time.monotonic()
@@ -135,17 +139,27 @@ def serve(dist_dir: Path) -> Iterator[Callable[[Path], tuple[str, Recorder]]]:
         stack.append(server)
         return f"http://127.0.0.1:{port}/", recorder
 
-    yield start  # type: ignore[misc]
+    yield start
     for server in reversed(stack):
         server.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")
-def other_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Another tiny fp32 model (other random weights): the same file sizes as tiny_models['fp32'], other bytes."""
-    from builder.repo.tiny import make_tiny
-
-    return make_tiny(tmp_path_factory.mktemp("tiny-b"), seed=1, log=lambda _msg: None)["fp32"]
+def other_model(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another tiny fp32 model: tiny_models['fp32'] with its weights drawn again (scripts/weightless_repo.py strip,
+    then fill with another seed), so the same file sizes and other bytes."""
+    folder = tmp_path_factory.mktemp("other-model")
+    for command in (
+        ["strip", str(tiny_models["fp32"]), str(folder / "structure")],
+        ["fill", str(folder / "structure"), str(folder / "fp32"), "--seed", "1"],
+    ):
+        subprocess.run(
+            [sys.executable, str(REPO_ROOT / "scripts" / "weightless_repo.py"), *command],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    return folder / "fp32"
 
 
 def weight_paths(repo: Path) -> list[str]:
@@ -308,8 +322,13 @@ def test_cut_download_resumes_only_against_the_same_version(
     recorder.hooks[url_path] = hook
     client = WorkerClient(page, base_url)
     client.open()
-    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=1)
-    reply.ok()
+    # Only the download matters: `load` fetches the file's component through the store as a generation does
+    # (models.prepare), then creates its session from the stored bytes, without running an image.
+    client.request(
+        "load",
+        params={"modelBase": client.model_base, "width": 64, "height": 64, "components": [path.split("/")[0]]},
+        timeout_s=300,
+    ).ok()
     gets = recorder.requests(url_path)
     assert len(gets) == 2, gets
     assert gets[0].range is None and gets[0].status == 200

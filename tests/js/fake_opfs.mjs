@@ -232,7 +232,7 @@ export function installFakeOpfs(options = {}) {
     const restore = () => {
         for (const [key, descriptor] of Object.entries(saved)) {
             if (descriptor) Object.defineProperty(globalThis, key, descriptor);
-            else delete (/** @type {any} */ (globalThis)[key]);
+            else Reflect.deleteProperty(globalThis, key);
         }
     };
     return { root, calls, restore };

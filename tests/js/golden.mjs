@@ -1,27 +1,26 @@
 // @ts-check
 /**
- * @file Loads the golden JSON files written by tests/golden/make_golden.py into the directory named by the
- * KLEIN_GOLDEN environment variable, and decodes their base64 little-endian arrays.
+ * @file Loads the committed golden JSON files in tests/golden (written by tests/golden/make_golden.py from torch,
+ * diffusers, transformers, numpy and Pillow; tests/test_golden.py holds them equal to what those libraries make) and
+ * decodes their base64 little-endian arrays.
  * @module tests/js/golden
  */
 
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The repository's root: the goldens name files (the tokenizer's) relative to it. */
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const GOLDEN_DIR = path.join(REPO_ROOT, 'tests', 'golden');
 
 /**
  * @param {string} name e.g. 'randn.json'
  * @returns {any}
  */
 export function loadGolden(name) {
-    const dir = process.env.KLEIN_GOLDEN;
-    if (!dir) {
-        throw new Error(
-            'KLEIN_GOLDEN is not set: run `python tests/golden/make_golden.py DIR` and set KLEIN_GOLDEN=DIR ' +
-                '(pytest tests/test_js_units.py does both).',
-        );
-    }
-    return JSON.parse(fs.readFileSync(path.join(dir, name), 'utf-8'));
+    return JSON.parse(fs.readFileSync(path.join(GOLDEN_DIR, name), 'utf-8'));
 }
 
 /** @param {string} text @returns {Uint8Array} */

@@ -78,33 +78,34 @@ test('without navigator.gpu, or with no adapter behind it, the app cannot run an
 });
 
 test('Chrome on Android with the 128 MiB default binding limit cannot hold the token embedding on the GPU', () => {
-    const decision = decide(PROFILES.chromeAndroid);
-    assert.equal(decision.canRun, false);
-    assert.deepEqual(
-        decision.missing.map((m) => m.need),
-        ['buffer-size'],
-    );
-    assert.match(decision.missing[0].what, /742 MiB/);
-    assert.match(decision.missing[0].what, /128 MiB per buffer/);
-    assert.equal(decision.bufferLimit, 128 * MiB);
-    // Attention is split to the limit: smaller images, not none.
-    assert.ok(decision.largestSide >= 512 && decision.largestSide < LIMITS.sizeMax, String(decision.largestSide));
-    assert.ok(sizeFits(decision.largestSide, decision.largestSide, 128 * MiB, true));
-    assert.ok(!sizeFits(decision.largestSide + 16, decision.largestSide + 16, 128 * MiB, true));
+    // The 4-bit embedding is one buffer on the GPU with and without shader-f16.
+    for (const caps of [PROFILES.chromeAndroid, PROFILES.chromeAndroidNoF16]) {
+        const decision = decide(caps);
+        assert.equal(decision.canRun, false);
+        assert.deepEqual(
+            decision.missing.map((m) => m.need),
+            ['buffer-size'],
+        );
+        assert.match(decision.missing[0].what, /185 MiB/);
+        assert.match(decision.missing[0].what, /128 MiB per buffer/);
+        assert.equal(decision.bufferLimit, 128 * MiB);
+        // Attention is split to the limit: smaller images, not none.
+        assert.ok(decision.largestSide >= 512 && decision.largestSide < LIMITS.sizeMax, String(decision.largestSide));
+        assert.ok(sizeFits(decision.largestSide, decision.largestSide, 128 * MiB, caps.shaderF16));
+        assert.ok(!sizeFits(decision.largestSide + 16, decision.largestSide + 16, 128 * MiB, caps.shaderF16));
+    }
+    // fp32 VAE scores (no shader-f16) need more room than fp16 ones: never a larger side than with shader-f16.
+    assert.ok(decide(PROFILES.chromeAndroidNoF16).largestSide <= decide(PROFILES.chromeAndroid).largestSide);
 });
 
-test('the same limits without shader-f16 run (the embedding is on the CPU), at the sizes that fit', () => {
-    const decision = decide(PROFILES.chromeAndroidNoF16);
-    assert.equal(decision.canRun, true, JSON.stringify(decision.missing));
-    assert.equal(decision.family, 'q4');
-    assert.match(decision.kernels, /DP4A/);
-    const size = decision.lacks.find((l) => l.feature === 'buffer-size');
-    assert.ok(
-        size && size.cost.includes(`${decision.largestSide}x${decision.largestSide}`),
-        JSON.stringify(decision.lacks),
-    );
-    // fp32 VAE scores (no shader-f16) need more room than fp16 ones: never a larger side than with shader-f16.
-    assert.ok(decision.largestSide <= decide(PROFILES.chromeAndroid).largestSide);
+test('a 256 MiB binding limit holds the 4-bit embedding, with or without shader-f16', () => {
+    for (const shaderF16 of [true, false]) {
+        const decision = decide(
+            profile({ shaderF16, maxBufferSize: 256 * MiB, maxStorageBufferBindingSize: 256 * MiB }),
+        );
+        assert.equal(decision.canRun, true, JSON.stringify(decision.missing));
+        assert.equal(decision.lacks.find((l) => l.feature === 'buffer-size')?.tone, 'warn');
+    }
 });
 
 test('a phone-sized memory runs with a warning; 8 GB or an unknown memory does not warn', () => {
@@ -210,11 +211,16 @@ test("sizeFits agrees with the app's own size checks on the full-size model's mo
     }
 });
 
-test("the token embedding is the full-size text encoder's: 151,936 x 2,560 fp16 values", () => {
-    assert.equal(TOKEN_EMBEDDING_BYTES, 151936 * 2560 * 2);
-    // A model whose largest buffer is smaller (e.g. a 4-bit embedding) runs where the limit allows it.
+test("the token embedding is the full-size text encoder's: 151,936 x 2,560 values at 4 bits", () => {
+    assert.equal(TOKEN_EMBEDDING_BYTES, (151936 * 2560) / 2);
+    // A model whose largest buffer is smaller runs where the limit allows it; a larger one (the seed layout's fp16
+    // table) is refused where the 4-bit one runs.
     const small = { ...FULL_SIZE_MODEL, tokenEmbeddingBytes: 100 * MiB };
     assert.equal(decide(PROFILES.chromeAndroid, { model: small }).canRun, true);
+    const seedLayout = { ...FULL_SIZE_MODEL, tokenEmbeddingBytes: 151936 * 2560 * 2 };
+    const limit512 = profile({ maxBufferSize: 512 * MiB, maxStorageBufferBindingSize: 512 * MiB });
+    assert.equal(decide(limit512).canRun, true);
+    assert.match(decide(limit512, { model: seedLayout }).missing[0].what, /742 MiB/);
 });
 
 test('a limit too small for any image is missing once, with the figure', () => {

@@ -82,7 +82,7 @@ test('Chrome on Android with 128 MiB buffers: the buffer row says exactly what i
     const rows = describeCapabilities(PROFILES.chromeAndroid, { linux: false });
     const buffer = rows.find((r) => r.label === 'Max buffer size');
     assert.equal(buffer?.tone, 'bad');
-    assert.match(buffer?.note ?? '', /742 MiB.*128 MiB/);
+    assert.match(buffer?.note ?? '', /185 MiB.*128 MiB/);
     assert.equal(summaryNote(decide(PROFILES.chromeAndroid)).tone, 'bad');
 });
 

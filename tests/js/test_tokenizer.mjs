@@ -8,11 +8,12 @@ import { test } from 'node:test';
 
 import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from '../../web_src/src/pipeline/tokenizer.js';
 import { InputError, ModelFileError } from '../../web_src/src/shared/errors.js';
-import { loadGolden } from './golden.mjs';
+import { loadGolden, REPO_ROOT } from './golden.mjs';
 
 const golden = loadGolden('tokens.json');
-const tokenizerJson = JSON.parse(fs.readFileSync(path.join(golden.tokenizer_dir, 'tokenizer.json'), 'utf-8'));
-const tokenizerConfig = JSON.parse(fs.readFileSync(path.join(golden.tokenizer_dir, 'tokenizer_config.json'), 'utf-8'));
+const tokenizerDir = path.join(REPO_ROOT, golden.tokenizer_dir);
+const tokenizerJson = JSON.parse(fs.readFileSync(path.join(tokenizerDir, 'tokenizer.json'), 'utf-8'));
+const tokenizerConfig = JSON.parse(fs.readFileSync(path.join(tokenizerDir, 'tokenizer_config.json'), 'utf-8'));
 const tokenizer = PromptTokenizer.fromFiles({ tokenizerJson, tokenizerConfig });
 
 /**

@@ -15,7 +15,9 @@
  * Worker -> page (Event):
  *   {type: 'progress', id, progress: DownloadProgress}   bytes of the model download (shared/types.js)
  *   {type: 'stage', id, stage: Stage, detail?: string}    a pipeline stage begins
- *   {type: 'step', id, step, steps, elapsedMs, etaMs}     a denoising step finished
+ *   {type: 'step', id, step, steps, elapsedMs, etaMs, preview?}  a denoising step finished; with
+ *                                                        GenerateParams.preview, what the image is becoming
+ *                                                        (PreviewFrame, 1/8 of the image's size)
  *   {type: 'result', id, result}
  *   {type: 'error', id, error: SerializedError}           (see shared/errors.js)
  *
@@ -94,6 +96,11 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @property {'fast' | 'lean'} [memory]  How many model sessions stay on the GPU (pipeline/memory_mode.js): `fast`
  *   keeps them loaded between stages and images, `lean` holds one at a time; absent: the worker chooses from what
  *   the browser tells about the machine, and runs lean after a fast run ran out of memory.
+ * @property {number} [vaeTile]  The side (pixels, a multiple of 16) of the tiles the VAE decodes the image in, so
+ *   that its GPU memory follows the tile rather than the image (pipeline/vae_tiles.js); 0: the whole image at once.
+ *   Absent: lean mode's tile (vae_tiles.js LEAN_VAE_TILE) in lean mode, the whole image in fast mode.
+ * @property {boolean} [preview]  Send a preview of the image with every `step` event (pipeline/preview.js: the
+ *   latents mapped to colours, no VAE); the image itself is the same with or without it.
  * @property {boolean} [profile]  Report where the GPU time went (GenerateResult.kernels): the run's sessions are
  *   created anew with onnxruntime's profiler on and without graph capture (so the run is slower than usual), and
  *   released after it.
@@ -165,6 +172,9 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  *   was given (onnxruntime's kernels choose their paths from them), and the optional features it was made without
  *   because they failed in this browser; null when nothing ran on WebGPU.
  * @property {{mode: 'fast' | 'lean', why: string}} memory  The memory mode the run used, and why.
+ * @property {{map: string, frames: number, ms: number} | null} preview  With GenerateParams.preview: which colour
+ *   map made the step previews ('repository' or 'published FLUX.2'), how many, and the milliseconds they took
+ *   (inside the denoising steps); null without.
  * @property {string[]} notes   Things the user should know (e.g. "VAE ran on the CPU: no shader-f16").
  * @property {{mode: 'text' | 'edit' | 'inpaint', images: InputImageInfo[], mask: InputImageInfo | null,
  *   strength: number | null, steps: number, referenceTokens: number}} inputs  The mode that ran; `steps`: the
@@ -181,6 +191,13 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @property {string} what     E.g. 'download', 'read transformer ahead', 'create transformer', 'Denoising step 1'.
  * @property {number} startMs  Since the request began.
  * @property {number} endMs
+ */
+
+/**
+ * @typedef {Object} PreviewFrame  What the image is becoming after a denoising step (`step` event, pipeline/preview.js).
+ * @property {number} width   2 x the latent grid's width: 1/8 of the image's.
+ * @property {number} height
+ * @property {Uint8ClampedArray} rgba  width*height*4 bytes.
  */
 
 /**
@@ -217,7 +234,8 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
 /**
  * @typedef {{type: 'progress', id: string, progress: import('./shared/types.js').DownloadProgress}
  *   | {type: 'stage', id: string, stage: Stage, detail?: string}
- *   | {type: 'step', id: string, step: number, steps: number, elapsedMs: number, etaMs: number}
+ *   | {type: 'step', id: string, step: number, steps: number, elapsedMs: number, etaMs: number,
+ *     preview?: PreviewFrame}
  *   | {type: 'result', id: string, result: any}
  *   | {type: 'error', id: string, error: import('./shared/errors.js').SerializedError}} Event
  */

@@ -15,6 +15,7 @@ import io
 import json
 import struct
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +38,8 @@ def png(
     bits: int,
     colour: int,
     interlace: bool = False,
-    before: list[bytes] = (),
-    after: list[bytes] = (),
+    before: Sequence[bytes] = (),
+    after: Sequence[bytes] = (),
     palette: bytes | None = None,
     trns: bytes | None = None,
     bad_crc: bytes | None = None,
@@ -133,7 +134,8 @@ def gradient(channels: int, *, width: int = W, height: int = H, peak: int = 255)
 def alpha_plane(width: int = W, height: int = H) -> np.ndarray:
     """0 on the left quarter (fully transparent), then rising to 255."""
     x = np.mgrid[0:height, 0:width][1]
-    return np.clip((x - width // 4) * 255 // (width - width // 4 - 1), 0, 255).astype(np.uint8)
+    plane: np.ndarray = np.clip((x - width // 4) * 255 // (width - width // 4 - 1), 0, 255).astype(np.uint8)
+    return plane
 
 
 def _exif_bytes(orientation: int) -> bytes:
@@ -163,7 +165,7 @@ def photo(width: int = W, height: int = H) -> np.ndarray:
     return rgb
 
 
-def build() -> dict[str, bytes | tuple[bytes, str]]:
+def build() -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     rgb = photo()
     grey = gradient(1)[..., 0]

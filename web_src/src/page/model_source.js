@@ -2,7 +2,8 @@
 /**
  * @file Which model repository this page uses, decided once at start:
  *   1. `?model=URL` on the page's address (an explicit choice wins);
- *   2. `models/manifest.json` next to the page (`klein-web serve --models DIR` mounted a local repo);
+ *   2. `models/manifest.json` next to the page (`klein-web serve --models DIR` mounted a local repo); when the
+ *      server cannot be reached (offline), the answer of the last visit that reached it, kept in localStorage;
  *   3. the build's default (`<meta name="klein-model-base">`, the Hugging Face Hub repo).
  * `?precision=q4|q4f16|fp32` forces the graph variant of the text encoder and transformer (default: the
  * worker picks q4f16 when the GPU has shader-f16 and the repo has it, else q4, else fp32).
@@ -12,6 +13,9 @@
 
 import { PRECISIONS } from '../protocol.js';
 import { InputError } from '../shared/errors.js';
+
+/** Where the page keeps the local repository it found, for visits without a network. */
+export const LOCAL_MODELS_KEY = 'klein-web:local-models';
 
 /**
  * @typedef {Object} ModelSource
@@ -92,11 +96,20 @@ function parseBase(text, pageHref) {
 }
 
 /**
- * @param {{href: string, defaultBase: string, fetch: typeof fetch}} page
+ * @typedef {Object} Page
+ * @property {string} href
+ * @property {string} defaultBase
+ * @property {typeof fetch} fetch
+ * @property {Storage | null} [storage]  localStorage (null where the browser refuses it: offline visits then use
+ *   the default base).
+ */
+
+/**
+ * @param {Page} page
  * @returns {Promise<ModelSource>}
  */
-export async function resolveModelSource({ href, defaultBase, fetch }) {
-    const source = await resolveBase({ href, defaultBase, fetch });
+export async function resolveModelSource({ href, defaultBase, fetch, storage = null }) {
+    const source = await resolveBase({ href, defaultBase, fetch, storage });
     const precision = forcedPrecision(href);
     const profile = profiled(href);
     return {
@@ -107,10 +120,10 @@ export async function resolveModelSource({ href, defaultBase, fetch }) {
 }
 
 /**
- * @param {{href: string, defaultBase: string, fetch: typeof fetch}} page
+ * @param {Page} page
  * @returns {Promise<ModelSource>}
  */
-async function resolveBase({ href, defaultBase, fetch }) {
+async function resolveBase({ href, defaultBase, fetch, storage = null }) {
     const override = new URL(href).searchParams.get('model');
     const origin = new URL(href).origin;
     if (override) {
@@ -118,7 +131,9 @@ async function resolveBase({ href, defaultBase, fetch }) {
         return { base: url.toString(), kind: 'url', label: describeBase(url, origin) };
     }
     const local = new URL('models/', href);
-    if (await hasManifest(new URL('manifest.json', local), fetch)) {
+    const found = await hasManifest(new URL('manifest.json', local), fetch);
+    if (found !== null) rememberLocal(storage, found ? local.href : null);
+    if (found ?? recallLocal(storage) === local.href) {
         return { base: local.toString(), kind: 'local', label: 'Local: models/ on this server' };
     }
     const url = parseBase(defaultBase, href);
@@ -127,19 +142,49 @@ async function resolveBase({ href, defaultBase, fetch }) {
 
 /**
  * A real manifest answers 200 with JSON; a static host's SPA fallback may answer 200 with HTML, which
- * must not count as a local repository.
+ * must not count as a local repository. Null when the server could not be reached (offline).
  * @param {URL} url
  * @param {typeof fetch} fetch
- * @returns {Promise<boolean>}
+ * @returns {Promise<boolean | null>}
  */
 async function hasManifest(url, fetch) {
+    let response;
     try {
-        const response = await fetch(url, { cache: 'no-store' });
-        if (!response.ok) return false;
+        response = await fetch(url, { cache: 'no-store' });
+    } catch {
+        return null;
+    }
+    if (!response.ok) return false;
+    try {
         const body = await response.json();
         // Same format tag as builder/repo/manifest.py FORMAT.
         return typeof body === 'object' && body !== null && body.format === 'klein-web-model-repo';
     } catch {
         return false;
+    }
+}
+
+/**
+ * @param {Storage | null} storage
+ * @param {string | null} base  The local repository found, or null when there is none.
+ */
+function rememberLocal(storage, base) {
+    try {
+        if (base) storage?.setItem(LOCAL_MODELS_KEY, base);
+        else storage?.removeItem(LOCAL_MODELS_KEY);
+    } catch {
+        // Storage can throw (blocked site data): offline visits then use the default base.
+    }
+}
+
+/**
+ * @param {Storage | null} storage
+ * @returns {string | null}
+ */
+function recallLocal(storage) {
+    try {
+        return storage?.getItem(LOCAL_MODELS_KEY) ?? null;
+    } catch {
+        return null;
     }
 }

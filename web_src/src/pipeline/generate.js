@@ -33,11 +33,13 @@ import {
     unpackLatents,
 } from './latents.js';
 import { mark, newMeter, requireOutput } from './models.js';
+import { StepPreview, loadPreviewMap } from './preview.js';
 import { torchRandn } from './rng.js';
 import { TEXT_ENCODER_PIN, sessionPins, transformerPin, vaeDecoderPin } from './session_pins.js';
 import { inpaintStart } from '../shared/inpaint.js';
 import { retrieveTimesteps } from './schedule.js';
 import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
+import { decodePlan, decodeTiles, describePlan, tileSize, vaeTileFor, vaeTileProblem } from './vae_tiles.js';
 
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
 /** @typedef {import('../protocol.js').GenerateResult} GenerateResult */
@@ -49,11 +51,13 @@ import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
 /** @typedef {import('./schedule.js').Schedule} Schedule */
 /** @typedef {import('./encode_images.js').InputPlan} InputPlan */
 /** @typedef {import('./encode_images.js').Conditioning} Conditioning */
+/** @typedef {import('./vae_tiles.js').TilePlan} TilePlan */
 
 /**
  * @typedef {{type: 'progress', progress: import('../shared/types.js').DownloadProgress}
  *   | {type: 'stage', stage: Stage, detail?: string}
- *   | {type: 'step', step: number, steps: number, elapsedMs: number, etaMs: number}} GenerateEvent
+ *   | {type: 'step', step: number, steps: number, elapsedMs: number, etaMs: number,
+ *     preview?: import('../protocol.js').PreviewFrame}} GenerateEvent
  *   The protocol's events without the request id (worker/main.js adds it).
  */
 
@@ -83,7 +87,7 @@ export function checkInputs(params) {
     if (!params || typeof params !== 'object') {
         throw new InputError(`\`params\` must be an object, got ${JSON.stringify(params)}.`);
     }
-    const { prompt, seed, steps, width, height, modelBase, precision, profile, memory } = params;
+    const { prompt, seed, steps, width, height, modelBase, precision, profile, memory, preview, vaeTile } = params;
     const { sizeMin, sizeMax, sizeMultiple, stepsMin, stepsMax, seedMax } = LIMITS;
     // diffusers accepts an empty prompt (it encodes the chat template alone), so we do too.
     if (typeof prompt !== 'string') {
@@ -133,17 +137,24 @@ export function checkInputs(params) {
     if (profile !== undefined && typeof profile !== 'boolean') {
         throw new InputError(`\`profile\` must be true or false, got ${JSON.stringify(profile)}.`, { profile });
     }
+    if (preview !== undefined && typeof preview !== 'boolean') {
+        throw new InputError(`\`preview\` must be true or false, got ${JSON.stringify(preview)}.`, { preview });
+    }
     if (memory !== undefined && !MEMORY_MODES.includes(memory)) {
         throw new InputError(
             `\`memory\` must be one of ${MEMORY_MODES.join(', ')} (or absent to let the app choose), got ${JSON.stringify(memory)}.`,
             { memory },
         );
     }
+    const tileProblem = vaeTile === undefined ? null : vaeTileProblem(vaeTile);
+    if (tileProblem) throw new InputError(tileProblem, { vaeTile });
     /** @type {GenerateParams} */
     const checked = { prompt, seed, steps, width, height, modelBase };
     if (precision) checked.precision = precision;
     if (profile) checked.profile = true;
     if (memory !== undefined) checked.memory = memory;
+    if (preview) checked.preview = true;
+    if (vaeTile !== undefined) checked.vaeTile = vaeTile;
     // The image files stay out of the checked parameters (the result would carry them back); `inputs` names them.
     const { mode, strength } = checkImageParams(params);
     if (mode === 'inpaint') checked.strength = /** @type {number} */ (strength);
@@ -160,20 +171,27 @@ export function checkInputs(params) {
  * it captures its kernels on the first step and replays them.
  * Input images add the VAE encoder (refused here, before any download, when the repository has none), created
  * after the text encoder unless every image's latents are cached.
+ * With `preview`, the step previews' colour map comes with the download (pipeline/preview.js).
+ * The VAE decoder is pinned to the tile it decodes in, which the memory mode chooses (pipeline/vae_tiles.js).
  * @param {GenerateParams} params
  * @param {number} imageSeqLen  Image tokens the transformer sees: the noise's and the input images'.
  * @param {InputPlan} plan
  * @param {RunContext & {clock: StageClock, onEvent: (event: GenerateEvent) => void}} context
- * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined, encoding: Encoding | null}>}  `cached`:
- *   the prompt's embedding from an earlier run; `encoding`: stage 3 under way.
+ * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined, encoding: Encoding | null,
+ *   imagesCached: boolean, previewMap: import('./preview.js').PreviewMap | null, tiles: TilePlan}>}  `cached`: the
+ *   prompt's embedding from an earlier run; `encoding`: stage 3 under way; `imagesCached`: every input image's
+ *   latents are (none to encode); `tiles`: how stage 8 decodes.
  */
 async function loadModels(params, imageSeqLen, plan, { models, meter, signal, clock, onEvent }) {
-    const { notes } = await clock.time('download', undefined, () =>
-        models.prepare(
+    const { notes, previewMap } = await clock.time('download', undefined, async () => {
+        const prepared = await models.prepare(
             { ...params, attentionTokens: imageSeqLen + MAX_SEQUENCE_LENGTH, encodeSizes: plan.used },
             { signal, onProgress: (progress) => onEvent({ type: 'progress', progress }) },
-        ),
-    );
+        );
+        if (!params.preview) return { notes: prepared.notes, previewMap: null };
+        const { map, note } = await loadPreviewMap(models, signal);
+        return { notes: note ? [...prepared.notes, note] : prepared.notes, previewMap: map };
+    });
     // The caches are keyed by the encoders chosen above.
     const cached = models.cachedPrompt(params.prompt);
     const encodeImages = imageJobs(plan).some((job) => !models.cachedImage(models.imageKey(job.image.sha256, job.how)));
@@ -183,7 +201,8 @@ async function loadModels(params, imageSeqLen, plan, { models, meter, signal, cl
         ...(encodeImages ? /** @type {const} */ (['vae_encoder']) : []),
         'transformer',
     ];
-    const pins = sessionPins(imageSeqLen, params);
+    const tiles = decodePlan(params, vaeTileFor({ vaeTile: params.vaeTile, memory: models.memory.mode }));
+    const pins = sessionPins(imageSeqLen, tileSize(tiles));
     /** @type {Encoding | null} */
     let encoding = null;
     /** @param {import('../shared/model_repo.js').AnyComponent} component */
@@ -193,7 +212,7 @@ async function loadModels(params, imageSeqLen, plan, { models, meter, signal, cl
     await clock.time('load', models.summary(), () =>
         models.preload(order, { meter, signal, pins, next: ['vae_decoder'], onLoaded }),
     );
-    return { notes, cached, encoding };
+    return { notes, cached, encoding, imagesCached: !encodeImages, previewMap, tiles };
 }
 
 /**
@@ -269,7 +288,8 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
  * the input images' tokens; the prediction for the noise tokens takes a float32 Euler step,
  * x += (sigma_next - sigma) * v, as FlowMatchEulerDiscreteScheduler.step. Inpainting runs the steps from
  * `start` on and, after each, puts the image (re-noised to the next sigma, clean after the last step) back where
- * the mask keeps it. Cancellable between steps.
+ * the mask keeps it. Cancellable between steps. With `preview`, each step's event carries what the image is
+ * becoming (pipeline/preview.js), made from the latents without changing them.
  * @param {Latents} prepared  Its `latents` are updated in place.
  * @param {PromptEmbedding} embedding
  * @param {Schedule} schedule
@@ -277,6 +297,7 @@ function prepareLatents(seed, { width, height, textSeqLen }) {
  * @param {Inpainting | null} inpainting
  * @param {number} imageSeqLen  The transformer's image tokens: the noise's, then the input images' (generate()
  *   works it out once, for the session's pin in stage 2 and for every step here).
+ * @param {StepPreview | null} preview
  * @param {RunContext & {onEvent: (event: GenerateEvent) => void, duringFirstStep?: () => Promise<void>}} context
  *   `duringFirstStep`: work done while the GPU computes the first step (creating the VAE decoder's session).
  * @returns {Promise<{denoised: Float32Array, stepMs: number[]}>} The denoised tokens [1, H*W, C], and the wall
@@ -289,6 +310,7 @@ async function denoise(
     conditioning,
     inpainting,
     imageSeqLen,
+    preview,
     { models, meter, signal, onEvent, duringFirstStep },
 ) {
     const { imgIds, txtIds, latentHeight, latentWidth, noise } = prepared;
@@ -315,6 +337,8 @@ async function denoise(
     /** @type {number[]} */
     const stepMs = [];
     const loopStart = performance.now();
+    /** @type {(() => void) | null} A finished step's event, sent (with its preview) while the GPU runs the next. */
+    let announce = null;
     for (let i = start; i < total; i++) {
         signal.throwIfAborted();
         const stepStart = performance.now();
@@ -330,11 +354,15 @@ async function denoise(
             },
             { meter, what: `Denoising step ${i - start + 1}` },
         );
+        // The previous step's preview is drawn on the CPU while the GPU runs this step, off the steps' critical path
+        // (the latents it reads change only after this step's output arrives).
+        announce?.();
         // While the GPU computes the first step: work that is not a step (its time is not the step's).
         const asideMs = i === start && duringFirstStep ? await timed(duringFirstStep) : 0;
         const noisePred = requireOutput(await outputs, 'noise_pred', 'transformer'); // [1, imageSeqLen, C]
         // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
-        eulerStep(latents, noisePred.data.subarray(0, latents.length), schedule.sigmas[i], schedule.sigmas[i + 1]);
+        const velocity = noisePred.data.subarray(0, latents.length);
+        eulerStep(latents, velocity, schedule.sigmas[i], schedule.sigmas[i + 1]);
         if (inpainting) {
             const proper =
                 i < total - 1
@@ -345,8 +373,20 @@ async function denoise(
         stepMs.push(performance.now() - stepStart - asideMs);
         const done = i - start + 1;
         const elapsedMs = performance.now() - loopStart;
-        onEvent({ type: 'step', step: done, steps, elapsedMs, etaMs: (elapsedMs / done) * (steps - done) });
+        const sigmaNext = schedule.sigmas[i + 1];
+        announce = () => {
+            const frame = preview?.frame(latents, velocity, sigmaNext);
+            onEvent({
+                type: 'step',
+                step: done,
+                steps,
+                elapsedMs,
+                etaMs: (elapsedMs / done) * (steps - done),
+                ...(frame ? { preview: frame } : {}),
+            });
+        };
     }
+    announce?.();
     assertFinite(latents, 'denoised latents');
     return { denoised: latents.slice(), stepMs };
 }
@@ -363,25 +403,35 @@ async function timed(work) {
 
 /**
  * Stage 8: unpack the tokens, then the VAE decoder (its graph holds the BN de-normalisation, the unpatchify
- * and (x/2+0.5).clamp), then RGBA bytes for the page.
+ * and (x/2+0.5).clamp), on the whole image or tile by tile (pipeline/vae_tiles.js), then RGBA bytes for the page.
  * @param {Float32Array} denoised  [1, H*W, C]
- * @param {{width: number, height: number}} size
+ * @param {TilePlan} tiles
  * @param {RunContext} context
  * @returns {Promise<Uint8ClampedArray>}
  */
-async function decode(denoised, { width, height }, { models, meter, signal }) {
-    const latentHeight = height / PATCH;
-    const latentWidth = width / PATCH;
+async function decode(denoised, tiles, { models, meter, signal }) {
+    const { latentHeight, latentWidth, tileHeight, tileWidth } = tiles;
     const latents = unpackLatents(denoised, LATENT_CHANNELS, latentHeight, latentWidth); // [1, H*W, C] -> [1, C, H, W]
-    const vae = await models.session('vae_decoder', { meter, signal, pin: vaeDecoderPin({ width, height }) });
-    const outputs = await models.run(
-        vae,
-        { latents: { data: latents, dims: [1, LATENT_CHANNELS, latentHeight, latentWidth] } },
-        { meter, what: 'The VAE decoder' },
-    );
-    const decoded = requireOutput(outputs, 'image', 'VAE decoder'); // [1, 3, H, W] RGB in [0, 1]
-    checkImage(decoded.data);
-    return toRgba(decoded.data, width, height);
+    const vae = await models.session('vae_decoder', { meter, signal, pin: vaeDecoderPin(tileSize(tiles)) });
+    const run = async (/** @type {Float32Array} */ data, /** @type {string} */ what) => {
+        const outputs = await models.run(
+            vae,
+            { latents: { data, dims: [1, LATENT_CHANNELS, tileHeight, tileWidth] } },
+            { meter, what },
+        );
+        return requireOutput(outputs, 'image', 'VAE decoder').data; // [1, 3, H, W] RGB in [0, 1]
+    };
+    const decoded =
+        tiles.tiles.length === 1
+            ? await run(latents, 'The VAE decoder')
+            : await decodeTiles(
+                  latents,
+                  tiles,
+                  (data, i) => run(data, `The VAE decoder (tile ${i + 1} of ${tiles.tiles.length})`),
+                  signal,
+              );
+    checkImage(decoded);
+    return toRgba(decoded, latentWidth * PATCH, latentHeight * PATCH);
 }
 
 /**
@@ -462,7 +512,12 @@ export async function generate(params, { models, signal, onEvent }) {
     models.profiling = checked.profile === true;
 
     // 2. Load models (and start stage 3 as soon as the text encoder exists)
-    const { notes, cached, encoding } = await loadModels(checked, imageSeqLen, plan, { ...context, clock, onEvent });
+    const { notes, cached, encoding, imagesCached, previewMap, tiles } = await loadModels(
+        checked,
+        imageSeqLen,
+        plan,
+        { ...context, clock, onEvent },
+    );
 
     // 3. Encode prompt
     const embedding = await clock.time(
@@ -475,10 +530,14 @@ export async function generate(params, { models, signal, onEvent }) {
     const { conditioning, mask } =
         plan.mode === 'text'
             ? { conditioning: null, mask: null }
-            : await clock.time('images', `${plan.images.length} image(s), ${plan.tokens} tokens`, async () => ({
-                  conditioning: await encodeImages(plan, context),
-                  mask: plan.mask ? maskTokens(plan.mask, { width, height }) : null,
-              }));
+            : await clock.time(
+                  'images',
+                  `${plan.images.length} image(s), ${plan.tokens} tokens${imagesCached ? ', cached' : ''}`,
+                  async () => ({
+                      conditioning: await encodeImages(plan, context),
+                      mask: plan.mask ? maskTokens(plan.mask, { width, height }) : null,
+                  }),
+              );
 
     // 5. Prepare latents
     const textSeqLen = embedding.dims[1];
@@ -497,15 +556,22 @@ export async function generate(params, { models, signal, onEvent }) {
     const runSteps = steps - (inpainting?.start ?? 0);
 
     // 7. Denoising loop
+    const preview = previewMap
+        ? new StepPreview(previewMap, {
+              latentHeight: latents.latentHeight,
+              latentWidth: latents.latentWidth,
+              inpainting,
+          })
+        : null;
     const denoiseDetail =
         `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
     // The VAE decoder's session is created while the GPU computes the first step, when it fits beside the others.
     const duringFirstStep = async () => {
         if (models.fits('vae_decoder'))
-            await models.session('vae_decoder', { meter, signal, pin: vaeDecoderPin({ width, height }) });
+            await models.session('vae_decoder', { meter, signal, pin: vaeDecoderPin(tileSize(tiles)) });
     };
     const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
-        denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, {
+        denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, preview, {
             ...context,
             onEvent,
             duringFirstStep,
@@ -513,12 +579,14 @@ export async function generate(params, { models, signal, onEvent }) {
     );
 
     // 8. Decode
-    const rgba = await clock.time('decode', undefined, () => decode(denoised, { width, height }, context));
+    const rgba = await clock.time('decode', tiles.tiles.length > 1 ? describePlan(tiles) : undefined, () =>
+        decode(denoised, tiles, context),
+    );
 
     const { timings } = clock;
     timings.sessionRun = meter.runMs;
     timings.total = performance.now() - started;
-    const graphs = models.describe(meter);
+    const graphs = models.describe(meter, { vae_decoder: describePlan(tiles) });
     // After the timings: ending the profiles and releasing the profiled sessions is not part of the run.
     const kernels = checked.profile ? kernelTimes(await models.endProfiling()) : undefined;
     await models.finishRun();
@@ -533,6 +601,7 @@ export async function generate(params, { models, signal, onEvent }) {
         graphs,
         device: models.deviceGrant(),
         memory: models.memory,
+        preview: preview ? { map: preview.map.source, frames: preview.frames, ms: preview.ms } : null,
         notes,
         inputs: {
             mode: plan.mode,

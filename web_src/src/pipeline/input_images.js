@@ -11,7 +11,8 @@
  * @module pipeline/input_images
  */
 
-import { ImageRefusal, ImageTooLarge, decodeImageFile } from '../shared/decode_image.js';
+import { decodeImageFile } from '../shared/decode_image.js';
+import { ImageRefusal, ImageTooLarge } from '../shared/image_file.js';
 import { InputError } from '../shared/errors.js';
 import { LIMITS, imageDimensionsProblem, inputImageSize } from '../shared/limits.js';
 import { crop, resizeLanczos, rgbToL } from './resample.js';
@@ -137,7 +138,7 @@ async function sha256Hex(bytes) {
  * @returns {Promise<DecodedImage>}
  */
 export async function decodeImage(input, label, { mask = false } = {}) {
-    /** @type {import('../shared/decode_image.js').Rgb} */
+    /** @type {import('../shared/image_file.js').Rgb} */
     let decoded;
     try {
         decoded = await decodeImageFile(input.bytes);

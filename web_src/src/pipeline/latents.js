@@ -12,6 +12,8 @@ import { InputError } from '../shared/errors.js';
 export const LATENT_CHANNELS = 128;
 /** vae_scale_factor * 2: one latent token per 16x16 pixels. */
 export const PATCH = 16;
+/** `_prepare_image_ids`' scale: conditioning image k's tokens sit at time coordinate 10 * (k + 1). */
+export const IMAGE_ID_SCALE = 10;
 
 const f32 = Math.fround;
 
@@ -156,7 +158,7 @@ export function prepareImageIds(grids) {
     let row = 0;
     for (const [k, { height, width }] of grids.entries()) {
         checkDims({ height, width });
-        const t = BigInt(10 * (k + 1));
+        const t = BigInt(IMAGE_ID_SCALE * (k + 1));
         for (let y = 0; y < height; y++) {
             for (let x = 0; x < width; x++) {
                 ids[row * 4] = t;

@@ -3,7 +3,7 @@
  * @file loadSessions(): stage 2 of generate() (Load models) on its own, one session at a time, each created and
  * then released. It answers "can this browser hold this model, and what does each session cost to create?"
  * without running the pipeline: on a software adapter a full-size image takes hours, while creating every
- * session of the full-size model takes minutes. builder/check/load_bench.py drives it to catch memory
+ * session of the full-size model takes minutes. builder/check/bench/load.py drives it to catch memory
  * regressions at real size on machines without a GPU.
  *
  * Each session is created as generate() creates it for `width` x `height` (session_pins.js sessionPins): the

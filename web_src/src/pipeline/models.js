@@ -294,21 +294,25 @@ export class Models {
      * The variant and EP of each component, how it runs, and this job's session creation time, as the result
      * reports them.
      * @param {Meter} meter
+     * @param {Partial<Record<AnyComponent, string>>} [how]  What the run did with a component beyond its graph
+     *   (e.g. the VAE decoder's tiles).
      * @returns {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number}>}
      */
-    describe(meter) {
+    describe(meter, how = {}) {
         const choices = this.requireChoices();
         return Object.fromEntries(
             Object.entries(choices).map(([c, choice]) => {
                 const blocks = choice.graph.attentionQueryBlocks;
-                const how = [];
+                const detail = [];
                 if (c !== 'text_encoder')
-                    how.push(blocks > 1 ? `attention in ${blocks} query blocks` : 'attention unsplit');
+                    detail.push(blocks > 1 ? `attention in ${blocks} query blocks` : 'attention unsplit');
+                const extra = how[/** @type {AnyComponent} */ (c)];
+                if (extra) detail.push(extra);
                 const capture = this.captureState.get(/** @type {AnyComponent} */ (c));
-                if (capture) how.push(capture);
+                if (capture) detail.push(capture);
                 const loadMs = meter.loadMsByComponent[/** @type {AnyComponent} */ (c)] ?? 0;
                 const readMs = meter.readMsByComponent[/** @type {AnyComponent} */ (c)] ?? 0;
-                return [c, { variant: choice.graph.variant, ep: choice.ep, detail: how.join(', '), loadMs, readMs }];
+                return [c, { variant: choice.graph.variant, ep: choice.ep, detail: detail.join(', '), loadMs, readMs }];
             }),
         );
     }

@@ -25,11 +25,14 @@ const TWO_POW_M24 = 2 ** -24;
 const TWO_POW_M52 = 2 ** -52;
 const TWO_POW_M53 = 2 ** -53;
 
+// The constants are exported for tests/test_twins.py, which holds them equal to builder/pipeline/rng.py's.
+
 // ---------------------------------------------------------------------------------------------------
 // MT19937 (aten/src/ATen/core/MT19937RNGEngine.h): the standard 32-bit Mersenne Twister.
 
-const MT_N = 624;
-const MT_M = 397;
+export const MT_N = 624;
+export const MT_M = 397;
+export const MT_MATRIX_A = 0x9908b0df;
 
 // Port of aten/src/ATen/core/MT19937RNGEngine.h (mt19937::init_with_uint32 + next/twist) @ torch 2.13
 /**
@@ -49,7 +52,7 @@ function mt19937(seed) {
     function twist() {
         for (let i = 0; i < MT_N; i++) {
             const y = (mt[i] & 0x80000000) | (mt[(i + 1) % MT_N] & 0x7fffffff);
-            mt[i] = mt[(i + MT_M) % MT_N] ^ (y >>> 1) ^ (y & 1 ? 0x9908b0df : 0);
+            mt[i] = mt[(i + MT_M) % MT_N] ^ (y >>> 1) ^ (y & 1 ? MT_MATRIX_A : 0);
         }
         index = 0;
     }
@@ -98,25 +101,27 @@ export function fma32(a, b, c) {
 // ---------------------------------------------------------------------------------------------------
 // Cephes float polynomials of torch's avx_mathfun.h, with GCC's FMA contractions.
 
-const SQRTHF = f32(0.707106781186547524);
-const LOG_P = [
-    7.0376836292e-2, -1.151461031e-1, 1.167699874e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
-    2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1,
-].map(f32);
-const LOG_Q1 = f32(-2.1219444e-4);
-const LOG_Q2 = f32(0.693359375);
+export const SQRTHF = f32(0.707106781186547524);
+export const LOG_P = Object.freeze(
+    [
+        7.0376836292e-2, -1.151461031e-1, 1.167699874e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
+        2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1,
+    ].map(f32),
+);
+export const LOG_Q1 = f32(-2.1219444e-4);
+export const LOG_Q2 = f32(0.693359375);
 
-const MINUS_DP1 = f32(-0.78515625);
-const MINUS_DP2 = f32(-2.4187564849853515625e-4);
-const MINUS_DP3 = f32(-3.77489497744594108e-8);
-const SINCOF_P0 = f32(-1.9515295891e-4);
-const SINCOF_P1 = f32(8.3321608736e-3);
-const SINCOF_P2 = f32(-1.6666654611e-1);
-const COSCOF_P0 = f32(2.443315711809948e-5);
-const COSCOF_P1 = f32(-1.388731625493765e-3);
-const COSCOF_P2 = f32(4.166664568298827e-2);
-const FOPI = f32(1.27323954473516); // 4 / pi
-const TWO_PI = f32(2 * Math.PI); // _mm256_set1_ps(2.0f * c10::pi<double>)
+export const MINUS_DP1 = f32(-0.78515625);
+export const MINUS_DP2 = f32(-2.4187564849853515625e-4);
+export const MINUS_DP3 = f32(-3.77489497744594108e-8);
+export const SINCOF_P0 = f32(-1.9515295891e-4);
+export const SINCOF_P1 = f32(8.3321608736e-3);
+export const SINCOF_P2 = f32(-1.6666654611e-1);
+export const COSCOF_P0 = f32(2.443315711809948e-5);
+export const COSCOF_P1 = f32(-1.388731625493765e-3);
+export const COSCOF_P2 = f32(4.166664568298827e-2);
+export const FOPI = f32(1.27323954473516); // 4 / pi
+export const TWO_PI = f32(2 * Math.PI); // _mm256_set1_ps(2.0f * c10::pi<double>)
 
 /**
  * Per-call scratch: a float32 slot viewed as its bits (the log takes the float apart), plus sin/cos out.

@@ -13,6 +13,19 @@ const f32 = Math.fround;
 
 /** `FlowMatchEulerDiscreteScheduler.config.num_train_timesteps` of FLUX.2. */
 export const NUM_TRAIN_TIMESTEPS = 1000;
+/** The scheduler_config.json settings this schedule is the math of (the CPU reference refuses a repo with others). */
+export const SCHEDULER_CONFIG = Object.freeze({
+    num_train_timesteps: NUM_TRAIN_TIMESTEPS,
+    use_dynamic_shifting: true,
+    time_shift_type: 'exponential',
+});
+/**
+ * compute_empirical_mu's fits of mu against the image tokens ([slope, intercept]), at 10 and at 200 steps; above
+ * MU_FIT_TOKENS_MAX tokens the 200-step fit alone gives mu.
+ */
+export const MU_FIT_10_STEPS = Object.freeze([8.73809524e-5, 1.89833333]);
+export const MU_FIT_200_STEPS = Object.freeze([0.00016927, 0.45666666]);
+export const MU_FIT_TOKENS_MAX = 4300;
 
 /**
  * @param {string} name
@@ -36,12 +49,10 @@ function checkPositiveInteger(name, value, min = 1) {
 export function computeEmpiricalMu(imageSeqLen, numSteps) {
     checkPositiveInteger('imageSeqLen', imageSeqLen);
     checkPositiveInteger('numSteps', numSteps);
-    const a1 = 8.73809524e-5;
-    const b1 = 1.89833333;
-    const a2 = 0.00016927;
-    const b2 = 0.45666666;
+    const [a1, b1] = MU_FIT_10_STEPS;
+    const [a2, b2] = MU_FIT_200_STEPS;
 
-    if (imageSeqLen > 4300) return a2 * imageSeqLen + b2;
+    if (imageSeqLen > MU_FIT_TOKENS_MAX) return a2 * imageSeqLen + b2;
 
     const m200 = a2 * imageSeqLen + b2;
     const m10 = a1 * imageSeqLen + b1;

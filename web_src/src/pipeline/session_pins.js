@@ -27,8 +27,8 @@ export function transformerPin(imageSeqLen) {
 }
 
 /**
- * The VAE decoder, run once per image at the image's latent size: pinned and capturing, so every later image
- * of that size replays its kernels. Uncaptured, onnxruntime's per-node host work (buffers of over 160 MB are
+ * The VAE decoder, run at the size it decodes (the image, or each of its tiles: pipeline/vae_tiles.js): pinned
+ * and capturing, so every later tile or image of that size replays its kernels. Uncaptured, onnxruntime's per-node host work (buffers of over 160 MB are
  * created anew on each run) takes longer than the GPU work at 1024^2 (docs/performance.md).
  * @param {{width: number, height: number}} size
  * @returns {Pin}
@@ -42,7 +42,7 @@ export function vaeDecoderPin({ width, height }) {
  * the shape arithmetic at creation); the transformer and the VAE decoder also capture their kernels. The text
  * encoder always sees one prompt padded to MAX_SEQUENCE_LENGTH tokens.
  * @param {number} imageSeqLen
- * @param {{width: number, height: number}} size  The image to generate.
+ * @param {{width: number, height: number}} size  What the VAE decoder decodes: the image, or one of its tiles.
  * @returns {{text_encoder: Pin, transformer: Pin, vae_decoder: Pin}}
  */
 export function sessionPins(imageSeqLen, size) {

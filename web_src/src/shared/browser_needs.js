@@ -9,8 +9,8 @@
  * The rules (docs/machines.md, "What the app needs"):
  * - required: WebGPU with an adapter in a dedicated worker; the Origin Private File System with sync access
  *   handles in workers (the multi-gigabyte model is stored and resumed there); buffers as large as the chosen
- *   graphs bind: the text encoder's fp16 token embedding is one buffer whenever it runs on the GPU (with
- *   shader-f16; without it the embedding runs on the CPU), and attention is split into query blocks sized to
+ *   graphs bind: the largest weight is the text encoder's 4-bit token embedding (the layout `klein-web convert`
+ *   writes), one buffer on the GPU with or without shader-f16, and attention is split into query blocks sized to
  *   the limit, so a smaller limit means smaller images, not a refusal;
  * - optional, each only changing which graphs and kernels run and how fast: shader-f16 (the q4f16 graphs and the
  *   fp16 VAE), subgroups (the int8 DP4A kernels of the q4 graphs, and onnxruntime's other subgroup kernels),
@@ -24,8 +24,13 @@ import { LIMITS } from './limits.js';
 
 /** @typedef {import('./types.js').Capabilities} Capabilities */
 
-/** The FLUX.2 [klein] 4B text encoder's token embedding in fp16: 151,936 tokens x 2,560 values x 2 bytes. */
-export const TOKEN_EMBEDDING_BYTES = 151936 * 2560 * 2;
+/**
+ * The FLUX.2 [klein] 4B text encoder's token embedding as `klein-web convert` stores it: 151,936 tokens x 2,560
+ * values at 4 bits, the packed data GatherBlockQuantized binds as one buffer (its fp32 scales are a quarter of
+ * that). A repository in the seed's layout binds its fp16 table instead (x 2 bytes, 742 MiB), with shader-f16
+ * only: without it those nodes run on the CPU (pipeline/graph_choice.js place).
+ */
+export const TOKEN_EMBEDDING_BYTES = (151936 * 2560) / 2;
 
 /**
  * The converter's attention split (builder/repo/attention.py): every graph's largest score buffer stays within
@@ -58,7 +63,7 @@ function queryBlocksFor(heads, tokens) {
 /**
  * What the model asks of the GPU, by default the full-size model as `klein-web convert` writes it.
  * @typedef {Object} ModelNeeds
- * @property {number} tokenEmbeddingBytes  The largest single buffer the graphs bind (on the GPU with shader-f16).
+ * @property {number} tokenEmbeddingBytes  The largest single buffer the graphs bind.
  * @property {number} transformerHeads
  * @property {number} transformerQueryBlocks  Of the most-split transformer graph.
  * @property {number} vaeQueryBlocks          Of the VAE decoder's graph.
@@ -198,8 +203,7 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
         });
     }
     const bufferLimit = Math.min(caps.maxBufferSize, caps.maxStorageBufferBindingSize);
-    // Without shader-f16 the fp16 token embedding runs on the CPU (graph_choice.js place), so no GPU buffer holds it.
-    if (gpu && caps.shaderF16 && bufferLimit < model.tokenEmbeddingBytes) {
+    if (gpu && bufferLimit < model.tokenEmbeddingBytes) {
         missing.push({
             need: 'buffer-size',
             what:
@@ -229,8 +233,8 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
             lacks.push({
                 feature: 'shader-f16',
                 cost:
-                    'No fp16 shaders: the q4 graphs run with fp32 activations, the VAE in fp32, and the fp16 token ' +
-                    'embedding on the CPU; slower, and within rounding of the fp16 result.',
+                    'No fp16 shaders: the q4 graphs run with fp32 activations and the VAE in fp32 (a seed-layout ' +
+                    "repository's fp16 token embedding on the CPU); slower, and within rounding of the fp16 result.",
                 tone: 'warn',
             });
         }

@@ -18,3 +18,17 @@ export function requireElement(root, id, type) {
     if (!(element instanceof type)) throw new Error(`index.html is missing #${id} (a ${type.name}).`);
     return element;
 }
+
+/**
+ * An element holding only text: a table cell, a caption, a list item.
+ * @param {string} tag
+ * @param {string} text
+ * @param {string} [className]
+ * @returns {HTMLElement}
+ */
+export function cell(tag, text, className) {
+    const element = document.createElement(tag);
+    element.textContent = text;
+    if (className) element.className = className;
+    return element;
+}

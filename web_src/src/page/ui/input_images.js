@@ -6,7 +6,8 @@
  * @module page/ui/input_images
  */
 
-import { ImageRefusal, ImageTooLarge, decodeImageFile } from '../../shared/decode_image.js';
+import { decodeImageFile } from '../../shared/decode_image.js';
+import { ImageRefusal, ImageTooLarge } from '../../shared/image_file.js';
 import { InputError } from '../../shared/errors.js';
 import { formatBytes } from '../../shared/format.js';
 import { LIMITS, imageDimensionsProblem, inputImageSize } from '../../shared/limits.js';
@@ -69,7 +70,7 @@ export async function checkImage(blob, name, label) {
  * @param {string} name
  * @param {string} label
  * @param {{mask?: boolean}} [options]  A mask: any size (it is resized to the image), within the pixel limit.
- * @returns {Promise<{image: InputImage, pixels: import('../../shared/decode_image.js').Rgb}>}
+ * @returns {Promise<{image: InputImage, pixels: import('../../shared/image_file.js').Rgb}>}
  */
 export async function decodeChecked(blob, name, label, { mask = false } = {}) {
     if (blob.size > LIMITS.imageFileBytesMax) {

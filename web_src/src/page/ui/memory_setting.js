@@ -8,6 +8,7 @@
 import { MEMORY_MODES } from '../../protocol.js';
 import { InputError } from '../../shared/errors.js';
 import { requireElement } from './dom.js';
+import { keep, readKept } from './kept_setting.js';
 
 /** Where the choice is kept. */
 export const MEMORY_KEY = 'klein-web:memory';
@@ -36,12 +37,8 @@ export class MemorySetting {
         this.select = requireElement(doc, 'memory', HTMLSelectElement);
         this.storage = storage;
         let initial = 'auto';
-        try {
-            const stored = storage?.getItem(MEMORY_KEY);
-            if (stored && (stored === 'auto' || MEMORY_MODES.includes(stored))) initial = stored;
-        } catch {
-            // Storage can throw (blocked cookies): keep the default.
-        }
+        const stored = readKept(storage, MEMORY_KEY);
+        if (stored && (stored === 'auto' || MEMORY_MODES.includes(stored))) initial = stored;
         /** @type {InputError | null} A bad `?memory=`, for the page to show (the stored choice applies). */
         this.urlError = null;
         try {
@@ -56,11 +53,7 @@ export class MemorySetting {
     }
 
     #keep() {
-        try {
-            this.storage?.setItem(MEMORY_KEY, this.select.value);
-        } catch {
-            // Not kept across visits; the field still applies to this page.
-        }
+        keep(this.storage, MEMORY_KEY, this.select.value);
     }
 
     /** @returns {'fast' | 'lean' | undefined} The mode to ask for; undefined lets the worker choose. */

@@ -53,23 +53,27 @@ export class ProgressView {
         /** @type {ReturnType<typeof setTimeout> | null} */
         this.progressTimer = null;
         this.progressDrawnAt = -Infinity;
+        /** What leads the status lines of this job ('' for a single image). */
+        this.label = '';
     }
 
     /**
      * A job starts: reset everything and start the clock. The "Encode images" stage is listed only for a
-     * request with input images (text to image never runs it).
-     * @param {{images?: boolean}} [options]
+     * request with input images (text to image never runs it). `label` leads each status line ("Image 2 of 3").
+     * @param {{images?: boolean, label?: string}} [options]
      */
-    start({ images = false } = {}) {
+    start({ images = false, label = '' } = {}) {
+        this.label = label;
         const imagesStage = this.stages.querySelector('li[data-stage="images"]');
         if (imagesStage instanceof HTMLElement) imagesStage.hidden = !images;
         this.startedAt = performance.now();
         this.etaMs = null;
         this.#setStage(null);
-        this.status.textContent = 'Starting…';
+        this.#say('Starting…');
         this.detail.textContent = '';
         this.bar.removeAttribute('value'); // indeterminate until the first measurable event
         this.#tick();
+        if (this.timer !== null) clearInterval(this.timer); // the batch's previous image
         this.timer = setInterval(() => this.#tick(), 1000);
     }
 
@@ -82,13 +86,13 @@ export class ProgressView {
         this.#dropProgress();
         if (event.type === 'stage') {
             this.#setStage(event.stage);
-            this.status.textContent = STAGE_TEXT[event.stage] ?? event.stage;
+            this.#say(STAGE_TEXT[event.stage] ?? event.stage);
             this.detail.textContent = event.detail ?? '';
             this.etaMs = null;
             this.bar.removeAttribute('value');
         } else if (event.type === 'step') {
             this.#setStage('denoise');
-            this.status.textContent = `Denoising: step ${event.step} of ${event.steps}`;
+            this.#say(`Denoising: step ${event.step} of ${event.steps}`);
             this.bar.max = event.steps;
             this.bar.value = event.step;
             const perStep = event.step > 0 ? event.elapsedMs / event.step : NaN;
@@ -126,7 +130,7 @@ export class ProgressView {
         if (!p) return;
         this.progressDrawnAt = performance.now();
         this.#setStage('download');
-        this.status.textContent = STAGE_TEXT.download;
+        this.#say(STAGE_TEXT.download);
         this.bar.max = Math.max(1, p.total);
         this.bar.value = p.loaded;
         const filePercent = p.fileTotal > 0 ? Math.floor((100 * p.fileLoaded) / p.fileTotal) : 0;
@@ -159,6 +163,11 @@ export class ProgressView {
     /** @param {string} text  Status while idle (e.g. "Ready."). */
     idle(text) {
         this.status.textContent = text;
+    }
+
+    /** @param {string} text  The running job's status, after its label. */
+    #say(text) {
+        this.status.textContent = this.label ? `${this.label} · ${text}` : text;
     }
 
     /** @param {number | null} ms */

