@@ -82,7 +82,9 @@ class BuildResult:
     out_dir: Path
     changed: bool  # False when the build record matched and nothing was written
     seconds: float
-    files: dict[str, str]  # role (page_js, page_css, worker_js, store_js, coi_js, ort_mjs, ort_wasm, icons) -> path in the site
+    files: dict[
+        str, str
+    ]  # role (page_js, page_css, worker_js, store_js, coi_js, ort_mjs, ort_wasm, icons) -> path in the site
     build_id: str  # the hash over the shell's files that index.html and coi-sw.js carry
 
 

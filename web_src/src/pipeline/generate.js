@@ -512,12 +512,11 @@ export async function generate(params, { models, signal, onEvent }) {
     models.profiling = checked.profile === true;
 
     // 2. Load models (and start stage 3 as soon as the text encoder exists)
-    const { notes, cached, encoding, imagesCached, previewMap, tiles } = await loadModels(
-        checked,
-        imageSeqLen,
-        plan,
-        { ...context, clock, onEvent },
-    );
+    const { notes, cached, encoding, imagesCached, previewMap, tiles } = await loadModels(checked, imageSeqLen, plan, {
+        ...context,
+        clock,
+        onEvent,
+    });
 
     // 3. Encode prompt
     const embedding = await clock.time(
