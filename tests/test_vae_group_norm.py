@@ -2,8 +2,8 @@
 
 onnxruntime's CPU EP has no GroupNorm kernel, so the rewritten graph is evaluated here by onnx's reference
 evaluator, with GroupNorm written out from onnxruntime's contrib-op definition (channels last, SiLU activation), and
-compared with the exported graph run by onnxruntime on the CPU. tests/browser/test_vae_group_norm.py runs it on
-WebGPU.
+compared with the exported graph run by onnxruntime on the CPU. tests/browser/test_vae_group_norm_webgpu.py runs
+it on WebGPU.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class GroupNorm(OpRun):
         gamma: Any,
         beta: Any,
         activation: int = 0,
-        channels_last: int = 1,  # type: ignore[override]
+        channels_last: int = 1,
         epsilon: float = 1e-5,
         groups: int = 1,
     ) -> tuple[Any]:
@@ -68,14 +68,15 @@ def test_fused_graph_decodes_what_the_exported_one_does(tiny_models: dict[str, P
         for node in model.graph.node
         if node.op_type == "GroupNorm"
     ]
-    assert activations.count(0) == 1 and activations.count(1) == norms - 1, (
-        activations
-    )  # only the attention's has no SiLU
+    # Only the attention's has no SiLU.
+    assert activations.count(0) == 1 and activations.count(1) == norms - 1, activations
     onnx.load_external_data_for_model(model, str(folder))
     fused = ReferenceEvaluator(model, new_ops=[GroupNorm])
     latents = np.random.default_rng(0).standard_normal((1, 128, 3, 2)).astype(np.float32)
     expected = exported.run(None, {"latents": latents})[0]
-    got = fused.run(None, {"latents": latents})[0]
+    outputs = fused.run(None, {"latents": latents})
+    assert isinstance(outputs, list)  # None asks for every output, as a list
+    got = outputs[0]
     assert got.shape == expected.shape
     assert np.abs(got - expected).max() <= FP32_MAX_ABS
 

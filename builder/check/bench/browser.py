@@ -91,7 +91,7 @@ class ImageRun:
     def before_request_s(self) -> float:
         """The time before the app's request began: the page loading and its worker starting (a reload), the click,
         or an earlier attempt of a job run again."""
-        return max(0.0, self.seconds - self.timings.get("total", 0) / 1000)
+        return max(0.0, self.seconds - float(self.timings.get("total", 0)) / 1000)
 
     def row(self) -> dict[str, Any]:
         timings = self.timings
