@@ -5,7 +5,7 @@
 `convert` exports every GroupNorm of the VAE as its decomposition (Reshape, InstanceNormalization, Reshape, Mul,
 Add), which every onnxruntime EP runs. onnxruntime-web 1.31 added a WebGPU GroupNorm kernel (channels-last, with
 the SiLU after it fused); this writes OUT, REPO with the VAE decoder's and encoder's graphs rewritten to use it
-(builder/repo/export_vae.py fuse_group_norms), so the two can be timed against each other on a GPU
+(builder/repo/group_norm.py fuse_group_norms), so the two can be timed against each other on a GPU
 (docs/performance.md says how). Only the small .onnx graph files and manifest.json change; every other file is
 hard-linked (copied across file systems). OUT runs in the browser on WebGPU with onnxruntime-web >= 1.31 only:
 onnxruntime's CPU EP and onnxruntime-web 1.30 have no GroupNorm kernel.
@@ -24,8 +24,8 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from builder.errors import InputError
 from builder.repo import manifest, verify
-from builder.repo.export_vae import fuse_group_norms
 from builder.repo.files import atomic_write_bytes
+from builder.repo.group_norm import fuse_group_norms
 
 COMPONENTS = ("vae_decoder", "vae_encoder")
 
