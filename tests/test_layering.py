@@ -19,8 +19,8 @@ three wings: the app driver, and on it `regress` and the benchmarks, which never
 Third-party libraries with a home:
 
     torch, diffusers, transformers, onnx, onnxscript, safetensors, ml_dtypes
-                 the `convert` extra: the converter (repo: checkpoint, convert, export_*, onnx_graph, attention,
-                 quantize, lora, finite_weights, tiny) and the bench that builds and exports torch models
+                 the `convert` extra: the converter (repo: checkpoint, convert, export_*, group_norm, onnx_graph,
+                 attention, quantize, lora, finite_weights, tiny) and the bench that builds and exports torch models
                  (check.bench: native, graphs, models, report, stats, ort_timing),
                  so `serve`, `fetch`, `reference` and `regress` run without them
     onnxruntime  the reference pipeline (pipeline/reference.py), the bench's timing (check/bench/ort_timing.py),
@@ -76,6 +76,7 @@ CONVERTER = {
         "export_transformer",
         "export_vae",
         "export_vae_encoder",
+        "group_norm",
         "fused_ops",
         "onnx_graph",
         "attention",
