@@ -115,7 +115,8 @@ function serveSlowly(files) {
     return seen;
 }
 
-test('the missing files download several at once, each checked against its hash', async () => {
+/** Six files of other bytes served slowly (serveSlowly), an empty store, and the files as a manifest lists them. */
+function sixFilesServedSlowly() {
     const files = new Map(Array.from({ length: 6 }, (_, i) => [`f${i}.bin`, BYTES.map((b) => b ^ i)]));
     const seen = serveSlowly(files);
     const backend = new MemoryBackend();
@@ -125,6 +126,11 @@ test('the missing files download several at once, each checked against its hash'
         size: bytes.length,
         sha256: createHash('sha256').update(bytes).digest('hex'),
     }));
+    return { files, seen, backend, store, wanted };
+}
+
+test('the missing files download several at once, each checked against its hash', async () => {
+    const { files, seen, backend, store, wanted } = sixFilesServedSlowly();
     /** @type {import('../../web_src/src/shared/types.js').DownloadProgress[]} */
     const progress = [];
     const result = await store.ensure(wanted, { onProgress: (p) => progress.push(p) });
@@ -142,15 +148,7 @@ test('the missing files download several at once, each checked against its hash'
 });
 
 test('a file whose bytes differ from the manifest stops the others and is refused; what was checked stays', async () => {
-    const files = new Map(Array.from({ length: 6 }, (_, i) => [`f${i}.bin`, BYTES.map((b) => b ^ i)]));
-    const seen = serveSlowly(files);
-    const backend = new MemoryBackend();
-    const store = new NodeStore(/** @type {any} */ (backend), 'https://x/');
-    const wanted = [...files].map(([path, bytes]) => ({
-        path,
-        size: bytes.length,
-        sha256: createHash('sha256').update(bytes).digest('hex'),
-    }));
+    const { files, seen, backend, store, wanted } = sixFilesServedSlowly();
     wanted[1].sha256 = OTHER_SHA;
     await assert.rejects(
         store.ensure(wanted),
