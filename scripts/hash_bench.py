@@ -280,7 +280,7 @@ def run_store(args: argparse.Namespace) -> None:
             with server(scripts, sizes) as base:
                 page = context.new_page()
                 page.goto(base + "/")
-                cores = page.evaluate("navigator.hardwareConcurrency")
+                cores = page.evaluate("() => navigator.hardwareConcurrency")
                 print(
                     f"{context.browser.version if context.browser else 'Chromium'} headless, {cores} cores; "
                     f"{len(sizes)} files, {total / 1e9:.2f} GB from a loopback server, every digest checked"
