@@ -318,11 +318,14 @@ def test_fetch_tiny_q4_repo_without_manifest(tiny_models: dict[str, Path], tmp_p
     fetched = manifest.load(dest)
     verify.check_files(dest, fetched, log=print)
     # Without a manifest only the seed layout's graphs are known: the main graph of each variant (the
-    # transformer's per-size-class graphs, *.qb<N>.onnx, are an optimisation listed only by a manifest).
+    # transformer's per-size-class graphs, *.qb<N>.onnx, are an optimisation listed only by a manifest); the step
+    # previews' map is fetched because the repository has one.
     main = [source_manifest.graph(c, v) for c, v in sorted({(g.component, g.variant) for g in source_manifest.graphs})]
+    assert manifest.PREVIEW_MAP_FILE in source_manifest.files
     needed = sorted(
         {p for g in main for p in g.files()}
         | {p for p in source_manifest.files if p.startswith(("tokenizer/", "scheduler/"))}
+        | {manifest.PREVIEW_MAP_FILE}
     )
     assert sorted(fetched.files) == needed
     assert_same_files(source, dest, needed)

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { checkDecodeFits, chooseGraphs, sizeClass } from '../../web_src/src/pipeline/graph_choice.js';
+import { LEAN_SCORE_BUFFER_BYTES } from '../../web_src/src/pipeline/memory_mode.js';
 import { OutOfMemoryError } from '../../web_src/src/shared/errors.js';
 
 /**
@@ -100,6 +101,27 @@ test('an adapter with smaller storage buffers gets a more-split graph; a size no
     assert.throws(
         () => sizeClass(m, main, tokens(2048), 128 * 2 ** 20),
         /needs a 527 MB attention buffer .* allows 134 MB/,
+    );
+});
+
+test('lean mode runs the least-split graph within its score budget, else the most-split one that runs', () => {
+    const m = manifest();
+    for (const g of m.graphs) if (g.component === 'transformer') g.attentionHeads = 24;
+    const lean = { scoreBudget: LEAN_SCORE_BUFFER_BYTES };
+    const path = (/** @type {number} */ side, /** @type {any} */ options) =>
+        chooseGraphs(m, { shaderF16: true, maxStorageBufferBindingSize: 2 ** 31 }, undefined, tokens(side), options)
+            .choices.transformer.graph.path;
+    // 512^2: 216 MiB of scores unsplit, 54 MiB in four blocks; 1024^2: 486 MiB in four, 115 MiB in seventeen.
+    assert.equal(path(512), 'transformer/transformer_q4f16.qb1.onnx');
+    assert.equal(path(512, lean), 'transformer/transformer_q4f16.qb4.onnx');
+    assert.equal(path(1024), 'transformer/transformer_q4f16.qb4.onnx');
+    assert.equal(path(1024, lean), 'transformer/transformer_q4f16.qb17.onnx');
+    // No graph within the budget at 2048^2: the most-split graph, which the adapter's limit allows, runs.
+    assert.equal(path(2048, lean), 'transformer/transformer_q4f16.onnx');
+    // The budget is a preference: an adapter limit below it still decides (128 MiB refuses 2048^2 either way).
+    assert.throws(
+        () => chooseGraphs(m, { shaderF16: true, maxStorageBufferBindingSize: 2 ** 27 }, undefined, tokens(2048), lean),
+        OutOfMemoryError,
     );
 });
 

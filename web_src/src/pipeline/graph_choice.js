@@ -6,7 +6,9 @@
  * - text encoder and transformer: the variant `precision` forces, else the first the repository has in the order
  *   of variantOrder() for the device's features (the fastest kernels first), preferring a stored variant to
  *   one not downloaded yet;
- * - transformer: of that variant's size classes, the least-split graph sized for this image (sizeClass);
+ * - transformer: of that variant's size classes, the least-split graph sized for this image (sizeClass); in lean
+ *   memory mode the least-split one whose attention score buffers stay within a smaller budget, since those
+ *   buffers are most of the transformer's activations;
  * - VAE decoder, and the VAE encoder when input images need it: fp16 on WebGPU with shader-f16; else an fp32 graph
  *   on WebGPU; else fp16 on the wasm EP;
  * - a graph needing shader-f16 the adapter lacks runs on WebGPU with its fp16 nodes forced onto the CPU
@@ -71,12 +73,19 @@ const WASM_BUFFER_LIMIT = 1024 ** 3;
  * @param {string | undefined} precision  A forced variant for the text encoder and the transformer.
  * @param {number} [attentionTokens]  The transformer's joint attention length (image + text tokens) of this
  *   generation: of a variant's graphs on the same weights, the least-split one sized for it runs.
- * @param {{encoder?: boolean, stored?: ReadonlySet<string>}} [options]  `encoder`: input images need the VAE
- *   encoder; a repository without one is refused here, before anything is downloaded. `stored`: the repository
- *   paths the store holds complete.
+ * @param {{encoder?: boolean, stored?: ReadonlySet<string>, scoreBudget?: number}} [options]  `encoder`: input
+ *   images need the VAE encoder; a repository without one is refused here, before anything is downloaded.
+ *   `stored`: the repository paths the store holds complete. `scoreBudget`: the bytes one attention score buffer
+ *   should stay within (lean mode's), a preference the adapter's own limit overrides.
  * @returns {{choices: Choices, notes: string[]}}
  */
-export function chooseGraphs(manifest, gpu, precision, attentionTokens, { encoder = false, stored } = {}) {
+export function chooseGraphs(
+    manifest,
+    gpu,
+    precision,
+    attentionTokens,
+    { encoder = false, stored, scoreBudget = Infinity } = {},
+) {
     const { shaderF16, maxStorageBufferBindingSize } = gpu;
     /** @type {string[]} */
     const notes = [];
@@ -126,7 +135,7 @@ export function chooseGraphs(manifest, gpu, precision, attentionTokens, { encode
             }
         }
         if (attentionTokens !== undefined) {
-            graph = sizeClass(manifest, graph, attentionTokens, maxStorageBufferBindingSize);
+            graph = sizeClass(manifest, graph, attentionTokens, maxStorageBufferBindingSize, scoreBudget);
         }
         choices[component] = place(graph, manifest, shaderF16, notes);
     }
@@ -183,14 +192,17 @@ function graphBytes(graph, manifest) {
  * converter sized it for at `tokens`. Each query block costs kernels, so a small image runs much faster
  * unsplit than in the blocks a 2048^2 image needs. Graphs without a recorded limit serve every size. An
  * adapter whose storage buffers are smaller than the converter's budget gets a more-split graph; a size no
- * graph can run within that limit is refused before anything is downloaded.
+ * graph can run within that limit is refused before anything is downloaded. `preferredBytes` (lean mode) asks
+ * for smaller score buffers than the adapter allows, trading kernels for memory: the least-split graph within
+ * it, else the most-split graph that runs.
  * @param {Manifest} manifest
  * @param {GraphEntry} graph  The variant's main graph (listed first; it runs every size).
  * @param {number} tokens
  * @param {number} [bufferLimit]  The adapter's maxStorageBufferBindingSize (bytes).
+ * @param {number} [preferredBytes]  The score buffer to stay within where a graph allows it (bytes).
  * @returns {GraphEntry}
  */
-export function sizeClass(manifest, graph, tokens, bufferLimit = Infinity) {
+export function sizeClass(manifest, graph, tokens, bufferLimit = Infinity, preferredBytes = Infinity) {
     /** @param {GraphEntry} g */
     const scoreBytes = (g) => (g.attentionHeads ?? 0) * Math.ceil(tokens / g.attentionQueryBlocks) * tokens * 4;
     const siblings = manifest.graphs.filter((g) => g.component === graph.component && g.variant === graph.variant);
@@ -198,7 +210,7 @@ export function sizeClass(manifest, graph, tokens, bufferLimit = Infinity) {
         (g) => (g.attentionMaxTokens === null || g.attentionMaxTokens >= tokens) && scoreBytes(g) <= bufferLimit,
     );
     fitting.sort((a, b) => a.attentionQueryBlocks - b.attentionQueryBlocks);
-    if (fitting.length > 0) return fitting[0];
+    if (fitting.length > 0) return fitting.find((g) => scoreBytes(g) <= preferredBytes) ?? fitting[fitting.length - 1];
     const mostSplit = siblings.reduce((a, b) => (b.attentionQueryBlocks > a.attentionQueryBlocks ? b : a), graph);
     if (mostSplit.attentionHeads !== null && scoreBytes(mostSplit) > bufferLimit) {
         throw new OutOfMemoryError(

@@ -6,7 +6,9 @@
  * - `lean`: one session at a time: each is released before the next stage loads its own, and all of them when
  *   the image is done, so the GPU holds one graph's weights and activations at most and nothing between images.
  *   Prompt embeddings and encoded input images stay cached (CPU memory), so a repeated prompt skips the text
- *   encoder. It costs a session creation per stage per image (docs/machines.md).
+ *   encoder. The transformer runs the size class whose attention score buffers stay within
+ *   LEAN_SCORE_BUFFER_BYTES. It costs a session creation per stage per image and more attention kernels
+ *   (docs/machines.md).
  * The user's choice (the page's Memory field, `?memory=`) wins; otherwise the mode follows what the browser tells
  * about the machine, and a fast run that runs out of GPU memory or loses its device is run again in lean mode.
  * @module pipeline/memory_mode
@@ -18,6 +20,12 @@ const SMALL_MACHINE_GIB = 8;
 /** An adapter whose largest buffer is under this is a small or mobile GPU (or Safari's 1-2 GiB limit on a
  * unified-memory Mac, where GPU memory is the machine's memory). */
 const SMALL_ADAPTER_BYTES = 2 ** 31;
+
+/** Lean mode's budget for one attention score buffer of the transformer (its largest activations, held in fp32
+ * for the softmax): 128 MiB takes 512^2 from one query block (216 MiB per score buffer) to four and 1024^2 from
+ * four (486 MiB) to seventeen (115 MiB). The converter's budget, what every adapter must allow, is 512 MiB
+ * (builder/repo/attention.py). */
+export const LEAN_SCORE_BUFFER_BYTES = 128 * 2 ** 20;
 
 /**
  * @typedef {Object} MemoryChoice

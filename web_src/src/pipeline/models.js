@@ -24,7 +24,7 @@ import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../shared/model
 import { WeightStore } from '../store/weights.js';
 import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
 import { ModelCaches } from './model_caches.js';
-import { chooseMemoryMode, memoryBudget } from './memory_mode.js';
+import { chooseMemoryMode, LEAN_SCORE_BUFFER_BYTES, memoryBudget } from './memory_mode.js';
 
 /** @typedef {import('../shared/model_repo.js').Component} Component */
 /** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */
@@ -169,9 +169,11 @@ export class Models {
         const manifest = await store.loadManifest({ signal });
         // Which graphs are already stored: a slower variant that is stored beats a faster one still to download.
         const stored = await store.completePaths(manifest.graphs.flatMap((g) => graphFiles(g)));
+        this.memory = this.chooseMemory(memory, info);
         const { choices, notes } = chooseGraphs(manifest, info, precision, attentionTokens, {
             encoder: encodeSizes.length > 0,
             stored,
+            scoreBudget: this.memory.mode === 'lean' ? LEAN_SCORE_BUFFER_BYTES : Infinity,
         });
         for (const { feature, reason, remembered } of this.gpu.grant?.off ?? []) {
             notes.push(
@@ -185,7 +187,6 @@ export class Models {
         checkDecodeFits(choices.vae_decoder, { width, height }, info);
         // The encoder's mid-block attention is the decoder's, at the input image's size.
         if (choices.vae_encoder) for (const size of encodeSizes) checkDecodeFits(choices.vae_encoder, size, info);
-        this.memory = this.chooseMemory(memory, info);
         if (this.memory.mode === 'lean' && memory === undefined)
             notes.push(`The app runs in ${this.memory.why}: one model part at a time, reloaded for each image.`);
         if (info.software)
