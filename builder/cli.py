@@ -236,6 +236,14 @@ def fetch(repo: str, revision: str, dest_text: str) -> None:
     help=f"Inpainting: the share of the schedule that runs, 0..1 [default: {limits.STRENGTH_DEFAULT}]; "
     "only with --mask.",
 )
+@click.option(
+    "--variant",
+    "variants",
+    multiple=True,
+    metavar="COMPONENT=VARIANT",
+    help="Run this variant of a component (repeatable), e.g. vae_decoder=fp16 to match the graph a GPU ran; "
+    "default: the most exact one the repository has.",
+)
 @click.option("--out", "out_png", type=click.Path(path_type=Path), required=True)
 def reference(
     model_dir: Path,
@@ -246,6 +254,7 @@ def reference(
     images: tuple[Path, ...],
     mask: Path | None,
     strength: float | None,
+    variants: tuple[str, ...],
     out_png: Path,
 ) -> None:
     """Run the whole pipeline on onnxruntime CPU (the browser's reference) and write a PNG.
@@ -258,6 +267,7 @@ def reference(
 
     if strength is not None and mask is None:
         raise InputError("--strength only applies to inpainting; pass --mask too, or leave --strength out.")
+    pinned = ref.parse_variants(variants)
     # Without --size: editing and inpainting take the size from their images, text-to-image 512x512.
     width: int | None = None
     height: int | None = None
@@ -277,6 +287,7 @@ def reference(
         images=images,
         mask=mask,
         strength=ref.DEFAULT_STRENGTH if strength is None else strength,
+        variants=pinned,
     )
     click.echo(str(out_png))
 

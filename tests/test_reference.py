@@ -152,6 +152,29 @@ def test_pinned_variant(tiny_models: dict[str, Path]) -> None:
         )
 
 
+def test_cli_variant_pins_a_component_and_a_bad_pair_is_refused(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "fp16-vae.png"
+    common = ["--prompt", PROMPT, "--seed", str(SEED), "--size", "64x64", "--steps", "1"]
+    result = run_cli(str(tiny_models["q4"]), *common, "--variant", "vae_decoder=fp16", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    pinned = reference.generate(
+        tiny_models["q4"],
+        prompt=PROMPT,
+        seed=SEED,
+        width=64,
+        height=64,
+        steps=1,
+        log=lambda _m: None,
+        variants={"vae_decoder": "fp16"},
+    )
+    pixels, _text = imaging.read_png(out)
+    assert np.array_equal(pixels, pinned.image)
+    for bad in ("vae_decoder", "vae=fp16", "vae_decoder="):
+        refused = run_cli(str(tiny_models["q4"]), *common, "--variant", bad, "--out", str(tmp_path / "x.png"))
+        assert refused.returncode == 1 and "COMPONENT=VARIANT" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr and not (tmp_path / "x.png").exists()
+
+
 @pytest.mark.parametrize(
     ("width", "height", "steps", "name"),
     [

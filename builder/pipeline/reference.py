@@ -239,6 +239,7 @@ def generate_png(
     images: Sequence[Path] = (),
     mask: Path | None = None,
     strength: float = DEFAULT_STRENGTH,
+    variants: Mapping[str, str] | None = None,
 ) -> ReferenceResult:
     """`generate()` and write the image to OUT as PNG with tEXt metadata (atomically)."""
     # Before the pipeline: a folder, a device or an unwritable place must not cost a whole run.
@@ -254,6 +255,7 @@ def generate_png(
         images=images,
         mask=mask,
         strength=strength,
+        variants=variants,
     )
     text = imaging.png_text(
         prompt=prompt,
@@ -597,6 +599,21 @@ def prepare_images(plan: InputPlan, files: Sequence[inputs.InputFile]) -> Iterat
     if len(files) > 1:
         # Flux2KleinInpaintPipeline encodes the references as one batch (inputs.inpaint_references).
         yield inputs.inpaint_references(files[1:])
+
+
+def parse_variants(pairs: Sequence[str]) -> dict[str, str]:
+    """`COMPONENT=VARIANT` pairs (the CLI's --variant) as a mapping; a component the pipeline does not run, or a
+    pair without `=`, is refused with the accepted form."""
+    pinned: dict[str, str] = {}
+    for pair in pairs:
+        component, sep, variant = pair.partition("=")
+        if not sep or not variant or component not in VARIANT_PREFERENCE:
+            raise InputError(
+                f"--variant {pair!r}: give COMPONENT=VARIANT with COMPONENT one of "
+                f"{', '.join(VARIANT_PREFERENCE)}, e.g. vae_decoder=fp16."
+            )
+        pinned[component] = variant
+    return pinned
 
 
 def choose_graph(repo: manifest.Manifest, component: str, pinned: str | None) -> manifest.GraphEntry:

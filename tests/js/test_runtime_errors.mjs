@@ -62,6 +62,10 @@ function gpuWith(features, { lost = false, used = false } = {}) {
 const CHROMIUM_150 =
     'Failed to create a WebGPU compute pipeline: [Invalid ShaderModule "SubgroupMatrixMatMulNBits"] is invalid due to a previous error.';
 
+/** The same browser with onnxruntime-web 1.31.1, which creates pipelines asynchronously. */
+const CHROMIUM_150_ORT_131 =
+    "failed to call OrtRun(). ERROR_CODE: 1, ERROR_MESSAGE: Non-zero status code returned while running MatMulNBits node. Name:'/layers.0/self_attn/q_proj/MatMul_Q4' Status Message: No cached or pending pipeline for deferred dispatch: SubgroupMatrixMatMulLayout[16|16]:32,1,1:1|1:3;3:2";
+
 test('a shader or pipeline failure blames the optional feature it names, else the most experimental one', async () => {
     const { GpuFeatureError } = await import('../../web_src/src/shared/errors.js');
     const all = ['shader-f16', 'subgroups', 'timestamp-query', 'chromium-experimental-subgroup-matrix'];
@@ -70,6 +74,7 @@ test('a shader or pipeline failure blames the optional feature it names, else th
         return err instanceof GpuFeatureError ? err.detail.feature : null;
     };
     assert.equal(blamed(CHROMIUM_150, all), 'chromium-experimental-subgroup-matrix');
+    assert.equal(blamed(CHROMIUM_150_ORT_131, all), 'chromium-experimental-subgroup-matrix');
     assert.equal(
         blamed('Failed to create a WebGPU compute pipeline: [Invalid ShaderModule "DP4AMatMulNBits"]', all),
         'subgroups',

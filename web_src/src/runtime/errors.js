@@ -14,9 +14,11 @@ const DEVICE_LOST = /device (is |was |has been )?lost|GPUDevice.*(lost|destroyed
 const OUT_OF_MEMORY =
     /out of memory|\boom\b|failed to allocate|allocation failed|array buffer allocation|cannot allocate|exceeds? the (max|limit)/i;
 const NEEDS_F16 = /requires f16/i;
-/** A shader or pipeline the browser would not build: what a feature it implements wrongly produces. */
+/** A shader or pipeline the browser would not build: what a feature it implements wrongly produces. onnxruntime-web
+ * 1.31 creates pipelines asynchronously and reports a failed one at its first dispatch ("No cached or pending
+ * pipeline for deferred dispatch: <program>"). */
 const PIPELINE_FAILURE =
-    /failed to create a webgpu compute pipeline|invalid shader ?module|shader ?module[^.]*(invalid|error)|error while parsing wgsl|shader compilation/i;
+    /failed to create a webgpu compute pipeline|invalid shader ?module|shader ?module[^.]*(invalid|error)|error while parsing wgsl|shader compilation|no cached or pending pipeline/i;
 /** Which optional feature a failing program uses, from the program's name in the message (onnxruntime names its
  * programs after their kernel: SubgroupMatrixMatMulNBits, DP4AMatMulNBits, ...). */
 const FEATURE_HINTS = Object.freeze([
