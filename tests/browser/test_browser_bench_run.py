@@ -36,6 +36,11 @@ def test_browser_bench_times_each_phase_and_profiles_the_kernels(
     # The step previews' time per step, and an image without them.
     assert hot["preview_ms"] is not None and hot["preview_ms"] >= 0 and no_preview["preview_ms"] is None
     assert no_preview["step_ms"] > 0
+    # The warm reload's timeline: the app's stages, each session's files read and the session created, and the runs,
+    # each within the request; the report prints it as its own table.
+    what = [event["what"] for event in warm["timeline"]]
+    assert any(w.startswith("create transformer") for w in what) and any(w.startswith("read ") for w in what), what
+    assert all(0 <= e["startMs"] <= e["endMs"] <= warm["total_s"] * 1000 + 1 for e in warm["timeline"])
     # Only the profiled image carries kernel times; its transformer was profiled once per step, uncaptured.
     assert all("kernels" not in r for r in (cold, warm, hot))
     transformer = profiled["kernels"]["transformer"]
@@ -46,5 +51,6 @@ def test_browser_bench_times_each_phase_and_profiles_the_kernels(
     saved = json.loads((out / browser_bench.JSON_NAME).read_text())
     assert saved["rows"][-1]["kernels"] == profiled["kernels"]
     report = (out / browser_bench.MARKDOWN_NAME).read_text()
+    assert "## Warm reload: q4 64x64" in report and "| create transformer" in report
     assert "## Kernels: q4 64x64" in report and "| MatMulNBits | MatMulNBits" in report
     assert report.count("| op | program | calls | GPU ms | share |") == 3  # text encoder, transformer, VAE decoder

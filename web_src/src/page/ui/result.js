@@ -313,6 +313,7 @@ export class ResultView {
             device: result.device ?? null,
             memory: result.memory ?? null,
             preview: result.preview ?? null,
+            timeline: result.timeline ?? [],
             ...(result.kernels ? { kernels: result.kernels } : {}),
         });
 
