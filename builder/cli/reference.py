@@ -1,0 +1,98 @@
+"""`reference`: the pipeline on onnxruntime CPU, the image the browser's is compared with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from builder.cli.shared import log
+from builder.pipeline import limits
+
+
+@click.command()
+@click.argument("model_dir", type=click.Path(path_type=Path))
+@click.option("--prompt", required=True)
+@click.option("--seed", default=42, show_default=True, type=int)
+@click.option(
+    "--size",
+    default=None,
+    help="WIDTHxHEIGHT, multiples of 16 [default: 512x512; with --image the first image's used size; with "
+    "--mask always the image to inpaint's].",
+)
+@click.option("--steps", default=4, show_default=True, type=click.IntRange(limits.STEPS_MIN, limits.STEPS_MAX))
+@click.option(
+    "--image",
+    "images",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help=f"Reference image (PNG, JPEG, WebP; up to {limits.REFERENCES_MAX}), repeatable. With --mask the "
+    "first one is the image to inpaint.",
+)
+@click.option(
+    "--mask",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Inpainting mask: white repaints, black keeps; any size.",
+)
+@click.option(
+    "--strength",
+    type=float,
+    default=None,
+    help=f"Inpainting: the share of the schedule that runs, 0..1 [default: {limits.STRENGTH_DEFAULT}]; "
+    "only with --mask.",
+)
+@click.option(
+    "--variant",
+    "variants",
+    multiple=True,
+    metavar="COMPONENT=VARIANT",
+    help="Run this variant of a component (repeatable), e.g. vae_decoder=fp16 to match the graph a GPU ran; "
+    "default: the most exact one the repository has.",
+)
+@click.option("--out", "out_png", type=click.Path(path_type=Path), required=True)
+def reference(
+    model_dir: Path,
+    prompt: str,
+    seed: int,
+    size: str | None,
+    steps: int,
+    images: tuple[Path, ...],
+    mask: Path | None,
+    strength: float | None,
+    variants: tuple[str, ...],
+    out_png: Path,
+) -> None:
+    """Run the whole pipeline on onnxruntime CPU (the browser's reference) and write a PNG.
+
+    Text-to-image, editing with --image, or inpainting with --image and --mask, as diffusers' Flux2KleinPipeline
+    and Flux2KleinInpaintPipeline compute them.
+    """
+    from builder.errors import InputError
+    from builder.pipeline import reference as ref
+
+    if strength is not None and mask is None:
+        raise InputError("--strength only applies to inpainting; pass --mask too, or leave --strength out.")
+    pinned = ref.parse_variants(variants)
+    # Without --size: editing and inpainting take the size from their images, text-to-image 512x512.
+    width: int | None = None
+    height: int | None = None
+    if size is not None:
+        width, height = limits.parse_size(size)
+    elif not images and mask is None:
+        width, height = 512, 512
+    ref.generate_png(
+        model_dir,
+        prompt=prompt,
+        seed=seed,
+        width=width,
+        height=height,
+        steps=steps,
+        out=out_png,
+        log=log,
+        images=images,
+        mask=mask,
+        strength=ref.DEFAULT_STRENGTH if strength is None else strength,
+        variants=pinned,
+    )
+    click.echo(str(out_png))
