@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
+from click.decorators import FC
 
-from builder.cli.shared import log
-from builder.errors import KleinWebError
+from builder.cli.shared import browser_option, dist_option, exit_2_on_error, f16_toggle_option, gpu_option, log
+
+
+def models_option() -> Callable[[FC], FC]:
+    return click.option(
+        "--models",
+        "models_dir",
+        type=click.Path(path_type=Path),
+        required=True,
+        help="Model folder to serve (e.g. a full-size repo from `klein-web convert`).",
+    )
+
+
+def out_option() -> Callable[[FC], FC]:
+    return click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
 
 
 @click.command("browser-bench")
-@click.option(
-    "--models",
-    "models_dir",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="Model folder to serve (e.g. a full-size repo from `klein-web convert`).",
-)
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
+@models_option()
+@out_option()
 @click.option(
     "--precision",
     "precisions",
@@ -30,8 +38,8 @@ from builder.errors import KleinWebError
 @click.option("--sizes", default="512x512,1024x1024", show_default=True, help="Comma-separated image sizes.")
 @click.option("--steps", default=4, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--gpu/--software", default=True, help="Real GPU (Vulkan on Linux) or SwiftShader.")
-@click.option("--browser", "browser_path", type=click.Path(path_type=Path), default=None)
+@gpu_option(default=True, text="Real GPU (Vulkan on Linux) or SwiftShader.")
+@browser_option()
 @click.option(
     "--native",
     "native_json",
@@ -39,20 +47,9 @@ from builder.errors import KleinWebError
     default=None,
     help="bench.json of `klein-web bench` on the same machine: adds browser / native-EP / PyTorch ratios.",
 )
-@click.option(
-    "--dist",
-    "dist_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Serve this already-built app as it is; default: build dist/ if stale.",
-)
+@dist_option()
 @click.option("--timeout", "timeout_s", default=1800.0, show_default=True, type=float, help="Per image, seconds.")
-@click.option(
-    "--f16-toggle/--no-f16-toggle",
-    default=True,
-    show_default=True,
-    help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (as a user adds it).",
-)
+@f16_toggle_option(note="as a user adds it")
 @click.option(
     "--kernels",
     is_flag=True,
@@ -92,7 +89,7 @@ def browser_bench(
     """
     from builder.check.bench import browser as bench
 
-    try:
+    with exit_2_on_error("run"):
         bench.main(
             out_dir,
             models_dir=models_dir,
@@ -110,20 +107,11 @@ def browser_bench(
             kernels=kernels,
             memory_mode=memory_mode,
         )
-    except KleinWebError as exc:
-        click.echo(f"could not run: {exc}", err=True)
-        sys.exit(2)
 
 
 @click.command("load-bench")
-@click.option(
-    "--models",
-    "models_dir",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="Model folder to serve (e.g. a full-size repo from `klein-web convert`).",
-)
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
+@models_option()
+@out_option()
 @click.option(
     "--precision", default=None, help="Force a transformer / text encoder variant; default: the app's choice."
 )
@@ -133,26 +121,10 @@ def browser_bench(
     show_default=True,
     help="Comma-separated image sizes: the transformer's session is created for each.",
 )
-@click.option(
-    "--gpu/--software",
-    default=False,
-    show_default=True,
-    help="Real GPU (Vulkan on Linux) or SwiftShader (no GPU needed).",
-)
-@click.option("--browser", "browser_path", type=click.Path(path_type=Path), default=None)
-@click.option(
-    "--dist",
-    "dist_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Serve this already-built app as it is; default: build dist/ if stale.",
-)
-@click.option(
-    "--f16-toggle/--no-f16-toggle",
-    default=True,
-    show_default=True,
-    help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16.",
-)
+@gpu_option(default=False, text="Real GPU (Vulkan on Linux) or SwiftShader (no GPU needed).", show_default=True)
+@browser_option()
+@dist_option()
+@f16_toggle_option()
 @click.option(
     "--repeat",
     default=0,
@@ -179,7 +151,7 @@ def load_bench(
     """
     from builder.check.bench import load as bench
 
-    try:
+    with exit_2_on_error("run"):
         bench.main(
             out_dir,
             models_dir=models_dir,
@@ -192,13 +164,10 @@ def load_bench(
             f16_toggle=f16_toggle,
             repeat=repeat,
         )
-    except KleinWebError as exc:
-        click.echo(f"could not run: {exc}", err=True)
-        sys.exit(2)
 
 
 @click.command()
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
+@out_option()
 @click.option(
     "--scale",
     default="full",

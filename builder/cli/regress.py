@@ -8,8 +8,7 @@ from pathlib import Path
 import click
 
 from builder.check.regress.cases import RegressOptions
-from builder.cli.shared import log
-from builder.errors import KleinWebError
+from builder.cli.shared import browser_option, dist_option, exit_2_on_error, f16_toggle_option, gpu_option, log
 from builder.pipeline import limits
 
 # The options object owns regress's defaults; the flags show them.
@@ -46,9 +45,9 @@ REGRESS_DEFAULTS = RegressOptions()
 )
 @click.option("--reference", "reference_png", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.reference_png)
 @click.option("--reference-from-cpu", is_flag=True, help="Make the reference with `klein-web reference`.")
-@click.option("--browser", "browser_path", type=click.Path(path_type=Path), default=REGRESS_DEFAULTS.browser_path)
+@browser_option(default=REGRESS_DEFAULTS.browser_path)
 @click.option("--headed", is_flag=True)
-@click.option("--gpu/--software", default=REGRESS_DEFAULTS.gpu, help="Real GPU (Vulkan) or SwiftShader.")
+@gpu_option(default=REGRESS_DEFAULTS.gpu, text="Real GPU (Vulkan) or SwiftShader.")
 @click.option(
     "--report",
     "report_dir",
@@ -59,12 +58,9 @@ REGRESS_DEFAULTS = RegressOptions()
 )
 @click.option("--psnr-min", default=REGRESS_DEFAULTS.psnr_min, show_default=True, type=float)
 @click.option("--timeout", "timeout_s", default=REGRESS_DEFAULTS.timeout_s, show_default=True, type=float)
-@click.option(
-    "--dist",
-    "dist_dir",
-    type=click.Path(path_type=Path),
+@dist_option(
     default=REGRESS_DEFAULTS.dist_dir,
-    help="Serve this already-built app as it is (no node needed); default: build dist/ if stale.",
+    text="Serve this already-built app as it is (no node needed); default: build dist/ if stale.",
 )
 @click.option(
     "--precision",
@@ -72,12 +68,7 @@ REGRESS_DEFAULTS = RegressOptions()
     default=REGRESS_DEFAULTS.precision,
     help="Force the app's graph variant (its ?precision=); default: the best the adapter runs.",
 )
-@click.option(
-    "--f16-toggle/--no-f16-toggle",
-    default=REGRESS_DEFAULTS.f16_toggle,
-    show_default=True,
-    help="Linux + NVIDIA: start Chromium with the Dawn toggle that exposes shader-f16 (--gpu only).",
-)
+@f16_toggle_option(default=REGRESS_DEFAULTS.f16_toggle, note="--gpu only")
 @click.option(
     "--profile",
     type=click.Path(path_type=Path),
@@ -189,11 +180,8 @@ def regress(
         app_url=app_url,
         shard=shard,
     )
-    try:
+    with exit_2_on_error("run"):
         code = regression.main(options, log=log)
-    except KleinWebError as exc:
-        click.echo(f"could not run: {exc}", err=True)
-        sys.exit(2)
     sys.exit(code)
 
 
@@ -209,9 +197,6 @@ def regress_merge(out_dir: Path, shard_dirs: tuple[Path, ...]) -> None:
     """
     from builder.check.regress import merge
 
-    try:
+    with exit_2_on_error("merge"):
         code = merge.merge(out_dir, shard_dirs, log=log)
-    except KleinWebError as exc:
-        click.echo(f"could not merge: {exc}", err=True)
-        sys.exit(2)
     sys.exit(code)
