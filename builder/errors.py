@@ -1,4 +1,4 @@
-"""The exception hierarchy: raised at the source, turned into exit codes only by cli.py."""
+"""The exception hierarchy: raised at the source, turned into exit codes only by the command line (cli/)."""
 
 from __future__ import annotations
 

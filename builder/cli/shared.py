@@ -32,7 +32,7 @@ class KleinGroup(click.Group):
 
 @contextmanager
 def exit_2_on_error(doing: str) -> Iterator[None]:
-    """A KleinWebError becomes one line `could not DOING: ...` and exit code 2, which a check's exit 1 (fail) is not."""
+    """A KleinWebError becomes one line `could not DOING: ...` and exit code 2, told apart from a check's 1 (fail)."""
     try:
         yield
     except KleinWebError as exc:

@@ -22,7 +22,7 @@ Verdicts and exit codes: 0 pass (PSNR >= --psnr-min, same size), 1 fail (lower P
 app itself reported degenerate output: NaN or a constant image is a wrong result, not a broken
 environment), 2 could not run (no model folder, no browser, no reference, no WebGPU adapter or --gpu with
 only the SwiftShader one, timeout, any other error the app showed). Could-not-run conditions raise
-RegressionError with a one-line reason (after the report is written, when a case got that far); cli.py
+RegressionError with a one-line reason (after the report is written, when a case got that far); cli/regress.py
 prints it as "could not run: ...".
 """
 
