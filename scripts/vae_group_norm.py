@@ -51,6 +51,8 @@ def rewrite(repo: Path, out: Path) -> dict[str, int]:
         raise InputError(f"{repo} has no VAE graph ({', '.join(COMPONENTS)}).")
     # Every graph is rewritten before any file is linked: onnx refuses to read external data from a file with
     # several hard links.
+    staging = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)  # an interrupted run's links would make the weights unreadable
     fused: dict[str, int] = {}
     rewritten: dict[str, bytes] = {}
     for graph in graphs:
@@ -61,8 +63,6 @@ def rewrite(repo: Path, out: Path) -> dict[str, int]:
                 f"{graph.path} has no GroupNorm to fuse (already rewritten, or not a `convert` VAE graph)."
             )
         rewritten[graph.path] = model.SerializeToString()
-    staging = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
     for path in sorted(p for p in repo.rglob("*") if p.is_file()):
         rel = path.relative_to(repo).as_posix()
         if rel != manifest.MANIFEST_NAME and rel not in rewritten:
