@@ -49,14 +49,12 @@ def rewrite(repo: Path, out: Path) -> dict[str, int]:
     graphs = [g for g in repo_manifest.graphs if g.component in COMPONENTS]
     if not graphs:
         raise InputError(f"{repo} has no VAE graph ({', '.join(COMPONENTS)}).")
-    fused: dict[str, int] = {}
+    # Every graph is rewritten before any file is linked: onnx refuses to read external data from a file with
+    # several hard links.
     staging = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    for path in sorted(p for p in repo.rglob("*") if p.is_file()):
-        rel = path.relative_to(repo).as_posix()
-        if rel != manifest.MANIFEST_NAME and rel not in {g.path for g in graphs}:
-            link_or_copy(path, staging / rel)
-    files = dict(repo_manifest.files)
+    shutil.rmtree(staging, ignore_errors=True)  # an interrupted run's links would make the weights unreadable
+    fused: dict[str, int] = {}
+    rewritten: dict[str, bytes] = {}
     for graph in graphs:
         model = onnx.load(repo / graph.path, load_external_data=False)
         fused[graph.path] = fuse_group_norms(model, data_dir=(repo / graph.path).parent)
@@ -64,11 +62,18 @@ def rewrite(repo: Path, out: Path) -> dict[str, int]:
             raise InputError(
                 f"{graph.path} has no GroupNorm to fuse (already rewritten, or not a `convert` VAE graph)."
             )
-        target = staging / graph.path
+        rewritten[graph.path] = model.SerializeToString()
+    for path in sorted(p for p in repo.rglob("*") if p.is_file()):
+        rel = path.relative_to(repo).as_posix()
+        if rel != manifest.MANIFEST_NAME and rel not in rewritten:
+            link_or_copy(path, staging / rel)
+    files = dict(repo_manifest.files)
+    for rel, data in rewritten.items():
+        target = staging / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(target, model.SerializeToString())
-        files[graph.path] = manifest.FileEntry(size=target.stat().st_size, sha256=verify.sha256_file(target))
-        print(f"{graph.path}: {fused[graph.path]} GroupNorms fused", flush=True)
+        atomic_write_bytes(target, data)
+        files[rel] = manifest.FileEntry(size=target.stat().st_size, sha256=verify.sha256_file(target))
+        print(f"{rel}: {fused[rel]} GroupNorms fused", flush=True)
     repo_manifest.files = files
     manifest.write(staging, repo_manifest)
     staging.rename(out)

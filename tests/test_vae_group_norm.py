@@ -17,6 +17,7 @@ import onnxruntime as ort
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
+from builder import REPO_ROOT
 from builder.repo import manifest
 from builder.repo.group_norm import fuse_group_norms
 
@@ -99,3 +100,39 @@ def test_a_graph_without_group_norms_is_left_as_it_is(tiny_models: dict[str, Pat
     again = model.SerializeToString()
     assert fuse_group_norms(model, data_dir=folder) == 0
     assert model.SerializeToString() == again
+
+
+def test_the_script_writes_a_linked_copy_whose_vae_graphs_use_group_norm(
+    tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    """scripts/vae_group_norm.py on a repository on the same file system: weights hard-linked, graphs rewritten."""
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.spec_from_file_location("vae_group_norm", REPO_ROOT / "scripts" / "vae_group_norm.py")
+    assert spec and spec.loader
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    source = tmp_path / "repo"
+    shutil.copytree(tiny_models["q4"], source)
+    # Every weight in the external-data file, as at full size, where the norms' scales are too large to stay inline:
+    # the rewrite then reads external data that the copy also links.
+    for graph in manifest.load(source).graphs:
+        if graph.component in ("vae_decoder", "vae_encoder"):
+            model = onnx.load(source / graph.path)
+            data_name = f"{Path(graph.path).name}_data"
+            (source / graph.path).with_name(data_name).unlink(missing_ok=True)
+            onnx.save(model, source / graph.path, save_as_external_data=True, location=data_name, size_threshold=0)
+    out = tmp_path / "group-norm"
+    fused = script.rewrite(source, out)
+    rewritten = manifest.load(out)
+    vae_paths = {g.path for g in rewritten.graphs if g.component in ("vae_decoder", "vae_encoder")}
+    assert set(fused) == vae_paths and all(count > 0 for count in fused.values())
+    for path in vae_paths:
+        graph = onnx.load(out / path, load_external_data=False)
+        assert any(node.op_type == "GroupNorm" for node in graph.graph.node), path
+        assert rewritten.files[path].size == (out / path).stat().st_size
+    for data in (out / "transformer").iterdir():
+        if data.name.endswith(".onnx_data") or ".onnx_data_" in data.name:
+            assert data.stat().st_ino == (source / "transformer" / data.name).stat().st_ino  # linked, not copied
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no staging folder left
