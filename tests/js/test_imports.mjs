@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-/** Module path -> names `pipeline/generate.js` and the page import from it. */
+/** Module path -> names other modules of the app import from it. */
 const EXPORTS = {
     '../../web_src/src/pipeline/rng.js': ['torchRandn'],
     '../../web_src/src/pipeline/schedule.js': ['computeEmpiricalMu', 'retrieveTimesteps', 'timeShift'],
@@ -18,6 +18,8 @@ const EXPORTS = {
     '../../web_src/src/pipeline/tokenizer.js': ['PromptTokenizer'],
     '../../web_src/src/pipeline/image.js': ['toRgba', 'assertFinite', 'checkImage'],
     '../../web_src/src/pipeline/graph_choice.js': ['chooseGraphs', 'sizeClass', 'checkDecodeFits'],
+    '../../web_src/src/pipeline/meter.js': ['newMeter', 'mark'],
+    '../../web_src/src/pipeline/model_report.js': ['describeChoices', 'summarizeChoices'],
     '../../web_src/src/shared/png_text.js': ['addTextChunks', 'readTextChunks'],
 };
 

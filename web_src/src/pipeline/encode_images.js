@@ -24,12 +24,12 @@ import {
     toPlanes,
 } from './input_images.js';
 import { LATENT_CHANNELS, PATCH, interpolateBilinear, packLatents, prepareImageIds } from './latents.js';
-import { requireOutput } from './models.js';
+import { requireOutput } from './session_runs.js';
 
 /** @typedef {import('./input_images.js').DecodedImage} DecodedImage */
 /** @typedef {import('./input_images.js').Pixels} Pixels */
 /** @typedef {import('../protocol.js').InputImageInfo} InputImageInfo */
-/** @typedef {{models: import('./models.js').Models, meter: import('./models.js').Meter, signal: AbortSignal}} RunContext */
+/** @typedef {{models: import('./models.js').Models, meter: import('./meter.js').Meter, signal: AbortSignal}} RunContext */
 
 /**
  * @typedef {Object} InputPlan  Stage 1's view of the input images.

@@ -32,7 +32,8 @@ import {
     scaleNoise,
     unpackLatents,
 } from './latents.js';
-import { mark, newMeter, requireOutput } from './models.js';
+import { mark, newMeter } from './meter.js';
+import { requireOutput } from './session_runs.js';
 import { StepPreview, loadPreviewMap } from './preview.js';
 import { torchRandn } from './rng.js';
 import { TEXT_ENCODER_PIN, sessionPins, transformerPin, vaeDecoderPin } from './session_pins.js';
@@ -46,8 +47,8 @@ import { decodePlan, decodeTiles, describePlan, tileSize, vaeTileFor, vaeTilePro
 /** @typedef {import('../protocol.js').Stage} Stage */
 /** @typedef {import('../protocol.js').StageTimings} StageTimings */
 /** @typedef {import('./models.js').Models} Models */
-/** @typedef {import('./models.js').Meter} Meter */
-/** @typedef {import('./models.js').PromptEmbedding} PromptEmbedding */
+/** @typedef {import('./meter.js').Meter} Meter */
+/** @typedef {import('./model_caches.js').PromptEmbedding} PromptEmbedding */
 /** @typedef {import('./schedule.js').Schedule} Schedule */
 /** @typedef {import('./encode_images.js').InputPlan} InputPlan */
 /** @typedef {import('./encode_images.js').Conditioning} Conditioning */

@@ -1,7 +1,7 @@
 // @ts-check
 /**
  * @file Which graph runs each component on this adapter, and where: pure policy over the manifest and the
- * adapter's facts, so node tests it without onnxruntime or a GPU (pipeline/models.js turns the choice into
+ * adapter's facts, so node tests it without onnxruntime or a GPU (pipeline/sessions.js turns the choice into
  * sessions). The rules:
  * - text encoder and transformer: the variant `precision` forces, else the first the repository has in the order
  *   of variantOrder() for the device's features (the fastest kernels first), preferring a stored variant to

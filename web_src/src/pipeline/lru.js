@@ -1,7 +1,7 @@
 // @ts-check
 /**
  * @file A small least-recently-used map: what the session cache keeps of prompt embeddings and encoded input
- * images (pipeline/models.js). A Map keeps insertion order, so the first key is the least recently used one.
+ * images (pipeline/model_caches.js). A Map keeps insertion order, so the first key is the least recently used one.
  * @module pipeline/lru
  */
 

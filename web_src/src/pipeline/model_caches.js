@@ -2,12 +2,14 @@
 /**
  * @file What the pipeline keeps of one model between runs, beside its sessions (CPU memory): prompt embeddings and
  * encoded input images, a few of each with the least recently used dropped, and objects derived from the model's
- * files (the tokenizer). An entry's key names the encoder that made it (pipeline/models.js encoderKey), so a
- * changed encoder never serves a stale one.
+ * files (the tokenizer). An entry's key names the encoder that made it (`encoderKey`: the model source, graph and
+ * EP), so a changed encoder never serves a stale one.
  * @module pipeline/model_caches
  */
 
 import { LruCache } from './lru.js';
+
+/** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */
 
 /**
  * @typedef {Object} PromptEmbedding
@@ -30,7 +32,11 @@ const PROMPT_ENTRIES = 4;
 const IMAGE_ENTRIES = 6;
 
 export class ModelCaches {
-    constructor() {
+    /**
+     * @param {(component: AnyComponent) => string} encoderKey  What an output of `component` is keyed by.
+     */
+    constructor(encoderKey) {
+        this.encoderKey = encoderKey;
         /** @type {LruCache<PromptEmbedding>} By encoder key and prompt. */
         this.prompts = new LruCache(PROMPT_ENTRIES);
         /** @type {LruCache<ImageLatents>} By encoder key, the file's hash and how it was made into pixels. */
@@ -66,5 +72,32 @@ export class ModelCaches {
     async derive(key, make) {
         if (!this.derived.has(key)) this.derived.set(key, await make());
         return this.derived.get(key);
+    }
+
+    /**
+     * @param {string} prompt
+     * @returns {PromptEmbedding | undefined}
+     */
+    cachedPrompt(prompt) {
+        return this.prompts.get(`${this.encoderKey('text_encoder')}|${prompt}`);
+    }
+
+    /**
+     * @param {string} prompt
+     * @param {PromptEmbedding} embedding
+     */
+    cachePrompt(prompt, embedding) {
+        this.prompts.set(`${this.encoderKey('text_encoder')}|${prompt}`, embedding);
+    }
+
+    /**
+     * The cache key of an input image's latents: the encoder, the file's hash, and how it was made into pixels
+     * (`how`: the mode's preprocessing and the size it was used at).
+     * @param {string} sha256
+     * @param {string} how
+     * @returns {string}
+     */
+    imageKey(sha256, how) {
+        return `${this.encoderKey('vae_encoder')}|${sha256}|${how}`;
     }
 }

@@ -1,6 +1,6 @@
 // @ts-check
 /**
- * @file How each session of a run is created (models.js Pin): every graph pinned to the dims it will run at, so
+ * @file How each session of a run is created (sessions.js Pin): every graph pinned to the dims it will run at, so
  * onnxruntime folds the shape arithmetic at creation; the transformer and the VAE decoder also capture their
  * kernels. generate() and loadSessions() create their sessions alike through these.
  * @module pipeline/session_pins
@@ -9,7 +9,7 @@
 import { PATCH } from './latents.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 
-/** @typedef {import('./models.js').Pin} Pin */
+/** @typedef {import('./sessions.js').Pin} Pin */
 
 /** @type {Pin} The text encoder's one shape: a prompt padded to MAX_SEQUENCE_LENGTH. */
 export const TEXT_ENCODER_PIN = Object.freeze({
