@@ -282,6 +282,7 @@ export class Sessions {
      * Release the sessions whose graph or EP is not `choices`' (a re-converted repository, or a component not
      * chosen this time).
      * @param {Choices} choices
+     * @returns {Promise<AnyComponent[]>}  The components released.
      */
     keepChosen(choices) {
         return this.unloadWhere((component, loaded) => {
