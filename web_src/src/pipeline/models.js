@@ -464,15 +464,28 @@ export class Models {
     }
 
     /**
-     * Whether `component`'s session can be created beside the loaded ones within the memory budget (true when it
-     * is loaded already).
+     * Whether session(component, {pin}) would release no other session: it is loaded as `pin` asks, or it can be
+     * created beside the others within the memory budget (one loaded with other dims is created anew).
      * @param {AnyComponent} component
+     * @param {Pin} [pin]
      * @returns {boolean}
      */
-    fits(component) {
-        if (this.loaded.has(component)) return true;
-        const used = [...this.loaded.values()].reduce((sum, l) => sum + l.choice.bytes, 0);
+    fits(component, pin) {
+        const existing = this.loaded.get(component);
+        if (existing?.dimsKey === this.dimsKey(pin)) return true;
+        const others = [...this.loaded.entries()].filter(([c]) => c !== component);
+        const used = others.reduce((sum, [, l]) => sum + l.choice.bytes, 0);
         return used + this.requireChoice(component).bytes <= this.budget;
+    }
+
+    /**
+     * How a session is created, as a key: its pinned dims, capture, and the profiler (a session created otherwise
+     * is created anew).
+     * @param {Pin} [pin]
+     * @returns {string}
+     */
+    dimsKey(pin) {
+        return JSON.stringify([pin ? Object.entries(pin.dims).sort() : null, pin?.capture ?? false, this.profiling]);
     }
 
     /**
@@ -507,11 +520,7 @@ export class Models {
     async session(component, { meter, signal, pin }) {
         const choice = this.requireChoice(component);
         const existing = this.loaded.get(component);
-        const dimsKey = JSON.stringify([
-            pin ? Object.entries(pin.dims).sort() : null,
-            pin?.capture ?? false,
-            this.profiling,
-        ]);
+        const dimsKey = this.dimsKey(pin);
         if (
             existing &&
             existing.choice.ep === 'webgpu' &&
