@@ -23,9 +23,9 @@ Third-party libraries with a home:
                  attention, quantize, lora, finite_weights, tiny) and the bench that builds and exports torch models
                  (check.bench: native, graphs, models, report, stats, ort_timing),
                  so `serve`, `fetch`, `reference` and `regress` run without them
-    onnxruntime  the reference pipeline (pipeline/reference.py), the bench's timing (check/bench/ort_timing.py),
-                 the converter's q4 quantiser (repo/quantize.py: onnxruntime's MatMulNBits quantiser) and its
-                 step-preview fit (repo/preview_map.py: runs the VAE graphs it wrote)
+    onnxruntime  the reference pipeline's sessions (pipeline/reference_models.py), the bench's timing
+                 (check/bench/ort_timing.py), the converter's q4 quantiser (repo/quantize.py: onnxruntime's
+                 MatMulNBits quantiser) and its step-preview fit (repo/preview_map.py: runs the VAE graphs it wrote)
     playwright   check only (site/chrome.py holds switches and launches nothing)
     starlette, uvicorn, watchfiles   site only (the HTTP server)
     huggingface_hub                  repo only (the Hub download)
@@ -91,7 +91,7 @@ CONVERT_EXTRA = ("torch", "diffusers", "transformers", "onnx", "onnxscript", "sa
 LIBRARY_HOMES: dict[str, set[str]] = {
     **dict.fromkeys(CONVERT_EXTRA, CONVERTER | BENCH),
     "onnxruntime": {
-        "builder.pipeline.reference",
+        "builder.pipeline.reference_models",
         "builder.check.bench.ort_timing",
         "builder.repo.quantize",
         "builder.repo.preview_map",
@@ -293,7 +293,7 @@ def test_the_checker_finds_a_violation(module: str, source: str, expected: str) 
         ("builder.check.regress.run", "from builder.site import server\nfrom builder.pipeline import limits\n"),
         ("builder.check.bench.load", "from builder.check.driver.session import launched\nfrom . import output\n"),
         ("builder.check.regress.page", "from ..driver.page import fill_form\nfrom .cases import Case\n"),
-        ("builder.pipeline.reference", "def f():\n    import onnxruntime\n"),
+        ("builder.pipeline.reference_models", "def f():\n    import onnxruntime\n"),
         ("builder.repo.export_vae", "import torch\nfrom builder.repo.onnx_graph import export_module\n"),
         ("builder.site.server", "from . import bundle\nfrom builder import WEB_SRC, __version__\n"),
         ("builder.__main__", "from builder.cli import main\n"),

@@ -24,7 +24,7 @@ from PIL import Image
 
 from builder import REPO_ROOT
 from builder.errors import InputError, ModelRepoError
-from builder.pipeline import imaging, inpaint, inputs, latents, limits, reference, schedule
+from builder.pipeline import imaging, inpaint, inputs, latents, limits, reference, reference_models, schedule
 from builder.repo import manifest as repo_manifest
 
 torch = pytest.importorskip("torch")
@@ -263,14 +263,14 @@ def test_inpainting_with_a_list_of_references(
 def capture_ours(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, np.ndarray]]:
     """The feeds of every transformer run of reference.generate."""
     feeds: list[dict[str, np.ndarray]] = []
-    original = reference._Session.run
+    original = reference_models.Session.run
 
     def run(self: Any, outputs: list[str], inputs_: dict[str, np.ndarray]) -> list[np.ndarray]:
         if "hidden_states" in inputs_:
             feeds.append({k: np.array(v) for k, v in inputs_.items()})
         return original(self, outputs, inputs_)
 
-    monkeypatch.setattr(reference._Session, "run", run)
+    monkeypatch.setattr(reference_models.Session, "run", run)
     return feeds
 
 

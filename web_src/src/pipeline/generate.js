@@ -566,9 +566,9 @@ export async function generate(params, { models, signal, onEvent }) {
     const denoiseDetail =
         `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
     // The VAE decoder's session is created while the GPU computes the first step, when it fits beside the others.
+    const vaePin = vaeDecoderPin(tileSize(tiles));
     const duringFirstStep = async () => {
-        if (models.fits('vae_decoder'))
-            await models.session('vae_decoder', { meter, signal, pin: vaeDecoderPin(tileSize(tiles)) });
+        if (models.fits('vae_decoder', vaePin)) await models.session('vae_decoder', { meter, signal, pin: vaePin });
     };
     const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
         denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, preview, {

@@ -185,10 +185,11 @@ export class Models {
 
     /**
      * @param {AnyComponent} component
-     * @returns {boolean}  Whether its session fits beside the loaded ones (Sessions.fits()).
+     * @param {Pin} [pin]
+     * @returns {boolean}  Whether session(component, {pin}) would release no other session (Sessions.fits()).
      */
-    fits(component) {
-        return this.sessions.fits(component);
+    fits(component, pin) {
+        return this.sessions.fits(component, pin);
     }
 
     /**

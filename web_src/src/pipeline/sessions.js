@@ -105,14 +105,27 @@ export class Sessions {
     }
 
     /**
-     * Whether `component`'s session can be created beside the loaded ones within the memory budget (true when it
-     * is loaded already).
+     * Whether session(component, {pin}) would release no other session: it is loaded as `pin` asks, or it can be
+     * created beside the others within the memory budget (one loaded with other dims is created anew).
      * @param {AnyComponent} component
+     * @param {Pin} [pin]
      * @returns {boolean}
      */
-    fits(component) {
-        if (this.loaded.has(component)) return true;
-        return this.usedBytes() + this.source.requireChoice(component).bytes <= this.source.budget;
+    fits(component, pin) {
+        const existing = this.loaded.get(component);
+        if (existing?.dimsKey === this.dimsKey(pin)) return true;
+        const others = this.usedBytes() - (existing?.choice.bytes ?? 0);
+        return others + this.source.requireChoice(component).bytes <= this.source.budget;
+    }
+
+    /**
+     * How a session is created, as a key: its pinned dims, capture, and the profiler (a session created otherwise
+     * is created anew).
+     * @param {Pin} [pin]
+     * @returns {string}
+     */
+    dimsKey(pin) {
+        return JSON.stringify([pin ? Object.entries(pin.dims).sort() : null, pin?.capture ?? false, this.profiling]);
     }
 
     /** @returns {number} The bytes of the loaded sessions' graphs. */
@@ -152,11 +165,7 @@ export class Sessions {
     async session(component, { meter, signal, pin }) {
         const choice = this.source.requireChoice(component);
         const existing = this.loaded.get(component);
-        const dimsKey = JSON.stringify([
-            pin ? Object.entries(pin.dims).sort() : null,
-            pin?.capture ?? false,
-            this.profiling,
-        ]);
+        const dimsKey = this.dimsKey(pin);
         if (
             existing &&
             existing.choice.ep === 'webgpu' &&
