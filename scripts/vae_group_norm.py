@@ -7,14 +7,14 @@ Add), which every onnxruntime EP runs. onnxruntime-web 1.31 added a WebGPU Group
 the SiLU after it fused); this writes OUT, REPO with the VAE decoder's and encoder's graphs rewritten to use it
 (builder/repo/group_norm.py fuse_group_norms), so the two can be timed against each other on a GPU
 (docs/performance.md says how). Only the small .onnx graph files and manifest.json change; every other file is
-hard-linked (copied across file systems). OUT runs in the browser on WebGPU with onnxruntime-web >= 1.31 only:
+copied, not linked: onnx refuses to read external data from a file with several hard links, so a linked copy would
+make REPO itself unreadable to the converter's tools while OUT exists. OUT runs in the browser on WebGPU with onnxruntime-web >= 1.31 only:
 onnxruntime's CPU EP and onnxruntime-web 1.30 have no GroupNorm kernel.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -30,12 +30,9 @@ from builder.repo.group_norm import fuse_group_norms
 COMPONENTS = ("vae_decoder", "vae_encoder")
 
 
-def link_or_copy(source: Path, target: Path) -> None:
+def copy(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+    shutil.copy2(source, target)
 
 
 def rewrite(repo: Path, out: Path) -> dict[str, int]:
@@ -49,10 +46,8 @@ def rewrite(repo: Path, out: Path) -> dict[str, int]:
     graphs = [g for g in repo_manifest.graphs if g.component in COMPONENTS]
     if not graphs:
         raise InputError(f"{repo} has no VAE graph ({', '.join(COMPONENTS)}).")
-    # Every graph is rewritten before any file is linked: onnx refuses to read external data from a file with
-    # several hard links.
     staging = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)  # an interrupted run's links would make the weights unreadable
+    shutil.rmtree(staging, ignore_errors=True)
     fused: dict[str, int] = {}
     rewritten: dict[str, bytes] = {}
     for graph in graphs:
@@ -66,7 +61,7 @@ def rewrite(repo: Path, out: Path) -> dict[str, int]:
     for path in sorted(p for p in repo.rglob("*") if p.is_file()):
         rel = path.relative_to(repo).as_posix()
         if rel != manifest.MANIFEST_NAME and rel not in rewritten:
-            link_or_copy(path, staging / rel)
+            copy(path, staging / rel)
     files = dict(repo_manifest.files)
     for rel, data in rewritten.items():
         target = staging / rel
