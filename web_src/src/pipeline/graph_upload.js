@@ -8,7 +8,7 @@
  */
 
 import { uploadWeights } from '../runtime/gpu_weights.js';
-import { betweenOrtCalls, GPU_IO } from '../runtime/ort.js';
+import { GPU_IO } from '../runtime/ort.js';
 import { ModelFileError } from '../shared/errors.js';
 import { graphFiles } from '../shared/model_repo.js';
 import { planWeights, rewriteGraph } from './graph_weights.js';
@@ -117,7 +117,7 @@ export async function uploadGraph(store, choice, graphBytes, device, { signal } 
             length: await lengthOf(w),
         })),
     );
-    const buffers = await betweenOrtCalls(() => uploadWeights(device, sources, read, { signal }));
+    const buffers = await uploadWeights(device, sources, read, { signal });
     const weights = plan.lifted.map((w) => ({
         name: w.name,
         buffer: /** @type {GPUBuffer} */ (buffers.get(w.name)),

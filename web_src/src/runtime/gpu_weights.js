@@ -23,7 +23,7 @@ export const QUEUED_BYTES = 128 * 1024 * 1024;
 
 /**
  * Upload `weights` into GPU buffers, in order. Any failure (a read, the device running out of memory) destroys the
- * buffers made so far and throws.
+ * buffers and throws.
  * @param {GPUDevice} device
  * @param {WeightSource[]} weights
  * @param {(location: string, offset: number, length: number) => Promise<Uint8Array>} read  The stored bytes.
@@ -31,8 +31,21 @@ export const QUEUED_BYTES = 128 * 1024 * 1024;
  * @returns {Promise<Map<string, GPUBuffer>>}
  */
 export async function uploadWeights(device, weights, read, { signal, onBytes } = {}) {
+    // Every buffer is made first, inside one error scope opened and closed in this same task, so no other GPU
+    // work of the device (onnxruntime's) can land in it; running out of memory is reported to it.
+    device.pushErrorScope('out-of-memory');
     /** @type {Map<string, GPUBuffer>} */
-    const buffers = new Map();
+    const buffers = new Map(
+        weights.map((weight) => [
+            weight.name,
+            device.createBuffer({
+                // Kernels read whole 16-byte vectors; writes are whole 4-byte words.
+                size: Math.max(16, Math.ceil(weight.length / 16) * 16),
+                usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC,
+            }),
+        ]),
+    );
+    const allocated = device.popErrorScope();
     const chunks = weights.flatMap((weight) => {
         const parts = [];
         for (let at = 0; at < weight.length; at += CHUNK_BYTES)
@@ -41,11 +54,6 @@ export async function uploadWeights(device, weights, read, { signal, onBytes } =
     });
     const fetchChunk = (/** @type {typeof chunks[number]} */ c) =>
         read(c.weight.location, c.weight.offset + c.at, c.length);
-    let uploaded = 0;
-    let queued = 0;
-    // Allocation failures surface here, not at createBuffer (WebGPU reports them to the innermost error scope).
-    device.pushErrorScope('out-of-memory');
-    let scoped = true;
     // Reads run READS_IN_FLIGHT chunks ahead of the copy to the GPU.
     /** @type {Promise<Uint8Array>[]} */
     const reads = [];
@@ -55,22 +63,18 @@ export async function uploadWeights(device, weights, read, { signal, onBytes } =
         read.catch(() => {});
         reads[i] = read;
     };
-    for (let i = 0; i < READS_IN_FLIGHT; i++) readAhead(i);
     try {
+        const error = await allocated;
+        if (error) throw new Error(`Out of memory allocating the weights on the GPU: ${error.message}`);
+        for (let i = 0; i < READS_IN_FLIGHT; i++) readAhead(i);
+        let uploaded = 0;
+        let queued = 0;
         for (const [i, chunk] of chunks.entries()) {
             signal?.throwIfAborted();
             const bytes = wholeWords(await reads[i]);
             delete reads[i];
             readAhead(i + READS_IN_FLIGHT);
-            let buffer = buffers.get(chunk.weight.name);
-            if (!buffer) {
-                buffer = device.createBuffer({
-                    // Kernels read whole 16-byte vectors; writes are whole 4-byte words.
-                    size: Math.max(16, Math.ceil(chunk.weight.length / 16) * 16),
-                    usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC,
-                });
-                buffers.set(chunk.weight.name, buffer);
-            }
+            const buffer = /** @type {GPUBuffer} */ (buffers.get(chunk.weight.name));
             device.queue.writeBuffer(buffer, chunk.at, bytes.buffer, bytes.byteOffset, bytes.byteLength);
             uploaded += chunk.length;
             queued += chunk.length;
@@ -81,21 +85,9 @@ export async function uploadWeights(device, weights, read, { signal, onBytes } =
                 queued = 0;
             }
         }
-        for (const weight of weights) {
-            // A weight of no bytes still needs its (empty) buffer.
-            if (!buffers.has(weight.name))
-                buffers.set(
-                    weight.name,
-                    device.createBuffer({ size: 16, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST }),
-                );
-        }
         await device.queue.onSubmittedWorkDone();
-        scoped = false;
-        const error = await device.popErrorScope();
-        if (error) throw new Error(`Out of memory uploading the weights to the GPU: ${error.message}`);
         return buffers;
     } catch (err) {
-        if (scoped) await device.popErrorScope().catch(() => null);
         for (const buffer of buffers.values()) buffer.destroy();
         throw err;
     }
