@@ -20,7 +20,8 @@ from builder.pipeline.imaging import psnr
 from builder.pipeline.reference import generate
 from builder.repo import manifest as repo
 from builder.repo import verify
-from builder.repo.onnx_graph import ALLOWED_OPS, IR_VERSION, MS_DOMAIN, check_no_float64
+from builder.repo.onnx_checks import ALLOWED_OPS, check_no_float64
+from builder.repo.onnx_graph import IR_VERSION, MS_DOMAIN
 from builder.repo.quantize import Q4F16_FP32_SCOPES, STORED_FP16, residual_adds, value_types
 from builder.repo.tiny import TINY_DATA_FILE_CAPS
 

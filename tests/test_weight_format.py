@@ -20,7 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 from builder.errors import ConversionError
 from builder.repo import manifest as repo
 from builder.repo.convert_jobs import default_jobs
-from builder.repo.onnx_graph import IR_VERSION, MS_DOMAIN, tensor_bytes, verify_saved_graph
+from builder.repo.onnx_checks import verify_saved_graph
+from builder.repo.onnx_graph import IR_VERSION, MS_DOMAIN, tensor_bytes
 from builder.repo.quantize import (
     STORED_FP16,
     dequantize_blocks,

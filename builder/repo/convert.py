@@ -68,14 +68,9 @@ from builder.repo.manifest import (
     graph_path,
     write,
 )
-from builder.repo.onnx_graph import (
-    DEFAULT_DATA_FILE_CAP,
-    Placement,
-    check_no_float64,
-    check_ops,
-    save_graph,
-    verify_saved_graph,
-)
+from builder.repo.onnx_checks import check_no_float64, check_ops, verify_saved_graph
+from builder.repo.onnx_export import Placement
+from builder.repo.onnx_graph import DEFAULT_DATA_FILE_CAP, save_graph
 from builder.repo.sizes import gigabytes
 from builder.repo.verify import describe_files
 from builder.repo.weight_format import COMPACT, WeightFormat

@@ -16,7 +16,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import ConversionError
-from builder.repo.onnx_graph import INLINE_TENSOR_BYTES, MS_DOMAIN, Placement, add_initializer, tensor_bytes
+from builder.repo.onnx_export import Placement
+from builder.repo.onnx_graph import INLINE_TENSOR_BYTES, MS_DOMAIN, add_initializer, tensor_bytes
 
 Q4_BLOCK_SIZE = 32
 
@@ -31,7 +32,7 @@ def q4_placement(
     fp16_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
     q4_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
 ) -> Placement:
-    """Weights for a q4 graph, quantised one at a time as they are attached (builder.repo.onnx_graph.attach_weights).
+    """Weights for a q4 graph, quantised one at a time as they are attached (builder.repo.onnx_export.attach_weights).
 
     Every MatMul whose weight is constant becomes com.microsoft.MatMulNBits (`bits(node name)` bits, 4 unless
     said otherwise; `block_size`, symmetric), except the nodes `exclude(graph)` names (they stay fp32). Tables
