@@ -20,7 +20,7 @@ Third-party libraries with a home:
 
     torch, diffusers, transformers, onnx, onnxscript, safetensors, ml_dtypes
                  the `convert` extra: the converter (repo: checkpoint, convert, export_*, group_norm, onnx_*,
-                 attention, quantize, lora, finite_weights, tiny) and the bench that builds and exports torch models
+                 attention, quantize, fp16_*, lora, finite_weights, tiny) and the bench that builds and exports torch models
                  (check.bench: native, graphs, models, report, stats, ort_timing),
                  so `serve`, `fetch`, `reference` and `regress` run without them
     onnxruntime  the reference pipeline's sessions (pipeline/reference_models.py), the bench's timing
@@ -83,6 +83,8 @@ CONVERTER = {
         "onnx_checks",
         "attention",
         "quantize",
+        "fp16_storage",
+        "fp16_compute",
         "lora",
         "finite_weights",
         "tiny",

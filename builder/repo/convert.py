@@ -97,7 +97,7 @@ Export = Callable[[Placement | None], onnx.ModelProto]
 # Both q4 graphs: accuracy_level 4, as the seed card states for the text encoder. The q4 graphs are what
 # adapters without shader-f16 run, and there onnxruntime's WebGPU EP runs level 4 as int8 dot products (DP4A,
 # given the `subgroups` feature), much faster than its fp32 kernel at the same fidelity (docs/performance.md,
-# docs/machines.md). The q4f16 variants reset it to 0 (quantize.to_q4f16).
+# docs/machines.md). The q4f16 variants reset it to 0 (fp16_compute.to_q4f16).
 Q4_ACCURACY_LEVEL = 4
 
 
@@ -388,7 +388,8 @@ def write_graphs(
     saved, and freed before the next; a variant derived from another (q4f16 from q4, the fp16 VAE from
     the fp32 one) is read back from the saved files. So the peak is about one graph, never the checkpoint.
     """
-    from builder.repo.quantize import store_fp16, to_fp16, to_q4f16
+    from builder.repo.fp16_compute import to_fp16, to_q4f16
+    from builder.repo.fp16_storage import store_fp16
 
     saved: list[SavedGraph] = []
     start_rss = reset_peak_rss()  # each graph's peak is measured from here, then from the previous save
@@ -435,7 +436,8 @@ def write_graphs(
     flags: dict[str, Any] = {}
     if component == "text_encoder":
         from builder.repo.export_text_encoder import embedding_table_name
-        from builder.repo.quantize import cast_fp16_embedding, q4_placement
+        from builder.repo.fp16_storage import cast_fp16_embedding
+        from builder.repo.quantize import q4_placement
 
         def table(graph: onnx.ModelProto) -> list[str]:
             return [embedding_table_name(graph)[1]]
