@@ -19,9 +19,10 @@ three wings: the app driver, and on it `regress` and the benchmarks, which never
 Third-party libraries with a home:
 
     torch, diffusers, transformers, onnx, onnxscript, safetensors, ml_dtypes
-                 the `convert` extra: the converter (repo: checkpoint, convert, export_*, group_norm, onnx_*,
-                 attention, quantize, fp16_*, lora, finite_weights, tiny) and the bench that builds and exports torch models
-                 (check.bench: native, graphs, models, report, stats, ort_timing),
+                 the `convert` extra: the converter (repo: checkpoint, convert, convert_graphs, convert_source,
+                 export_*, group_norm, fused_ops, onnx_*, attention, quantize, fp16_*, lora, finite_weights, tiny)
+                 and the bench that builds and exports torch models (check.bench: native, graphs, models, report,
+                 stats, ort_timing),
                  so `serve`, `fetch`, `reference` and `regress` run without them
     onnxruntime  the reference pipeline's sessions (pipeline/reference_models.py), the bench's timing
                  (check/bench/ort_timing.py), the converter's q4 quantiser (repo/quantize.py: onnxruntime's
@@ -72,6 +73,8 @@ CONVERTER = {
     for name in (
         "checkpoint",
         "convert",
+        "convert_graphs",
+        "convert_source",
         "export_text_encoder",
         "export_transformer",
         "export_vae",
