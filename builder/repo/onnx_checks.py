@@ -4,6 +4,7 @@ no float64, and a saved graph re-read whole (IR version, opset, external-data fi
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import onnx
@@ -34,65 +35,26 @@ _SHAPE_OPS = {
     "Transpose",
     "Expand",
 }
+# What the text encoder and the transformer both run: their projections, attention, rotary tables and RMSNorm.
+_TRANSFORMER_OPS = {"Cos", "Sin", "Gemm", "MatMul", "ReduceMean", "Softmax", "SimplifiedLayerNormalization"}
+# What both halves of the VAE run: convolutions, GroupNorm (as InstanceNormalization) and the attention block.
+_VAE_OPS = {"Conv", "InstanceNormalization", "Softmax", "MatMul", "Gemm"}
+
+
+def _ops(default: set[str], microsoft: Collection[str] = ()) -> frozenset[tuple[str, str]]:
+    """(domain, op) pairs: `default`'s ops and the elementwise and shape ops in ai.onnx, `microsoft`'s in com.microsoft."""
+    return frozenset({("", op) for op in _ELEMENTWISE | _SHAPE_OPS | default} | {(MS_DOMAIN, op) for op in microsoft})
+
+
 ALLOWED_OPS: dict[str, frozenset[tuple[str, str]]] = {
-    "transformer": frozenset(
-        {
-            ("", op)
-            for op in _ELEMENTWISE
-            | _SHAPE_OPS
-            | {
-                "Cos",
-                "Sin",
-                "Gemm",
-                "LayerNormalization",
-                "MatMul",
-                "ReduceMean",
-                "Softmax",
-                "SimplifiedLayerNormalization",
-            }
-        }
-        | {(MS_DOMAIN, "MatMulNBits"), (MS_DOMAIN, "RotaryEmbedding")}
+    "transformer": _ops(_TRANSFORMER_OPS | {"LayerNormalization"}, ("MatMulNBits", "RotaryEmbedding")),
+    "text_encoder": _ops(
+        _TRANSFORMER_OPS | {"GatherND", "Range", "Where", "LessOrEqual", "And", "Max", "Equal", "ConstantOfShape"},
+        ("MatMulNBits", "RotaryEmbedding", "GatherBlockQuantized"),
     ),
-    "text_encoder": frozenset(
-        {
-            ("", op)
-            for op in _ELEMENTWISE
-            | _SHAPE_OPS
-            | {
-                "Cos",
-                "Sin",
-                "Gemm",
-                "MatMul",
-                "ReduceMean",
-                "Softmax",
-                "GatherND",
-                "Range",
-                "Where",
-                "LessOrEqual",
-                "And",
-                "Max",
-                "Equal",
-                "ConstantOfShape",
-                "SimplifiedLayerNormalization",
-            }
-        }
-        | {(MS_DOMAIN, "MatMulNBits"), (MS_DOMAIN, "RotaryEmbedding"), (MS_DOMAIN, "GatherBlockQuantized")}
-    ),
-    "vae_decoder": frozenset(
-        {
-            ("", op)
-            for op in _ELEMENTWISE
-            | _SHAPE_OPS
-            | {"Conv", "InstanceNormalization", "Resize", "Softmax", "MatMul", "Gemm"}
-        }
-    ),
+    "vae_decoder": _ops(_VAE_OPS | {"Resize"}),
     # Pad: each downsampling pads the right and bottom edges by one pixel before its stride-2 Conv.
-    "vae_encoder": frozenset(
-        {
-            ("", op)
-            for op in _ELEMENTWISE | _SHAPE_OPS | {"Conv", "InstanceNormalization", "Pad", "Softmax", "MatMul", "Gemm"}
-        }
-    ),
+    "vae_encoder": _ops(_VAE_OPS | {"Pad"}),
 }
 
 
