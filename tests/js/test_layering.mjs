@@ -28,13 +28,13 @@ const ALLOWED = Object.freeze({
 });
 /** The pipeline modules that node tests without a browser: no runtime, no store, not even by a detour. */
 const PURE = Object.freeze(
-    ['tokenizer', 'rng', 'schedule', 'latents', 'image', 'graph_choice', 'meter', 'model_report'].map(
+    ['tokenizer', 'rng', 'schedule', 'latents', 'image', 'graph_choice', 'graph_weights', 'meter', 'model_report'].map(
         (name) => `pipeline/${name}.js`,
     ),
 );
 /** The pipeline modules that join the pipeline to the runtime and the store: Models and the parts it delegates to. */
 const JOINERS = Object.freeze(
-    ['models', 'model_source', 'sessions', 'session_runs'].map((name) => `pipeline/${name}.js`),
+    ['models', 'model_source', 'sessions', 'session_runs', 'graph_upload'].map((name) => `pipeline/${name}.js`),
 );
 const ORT_IMPORTER = 'runtime/ort.js';
 
