@@ -41,8 +41,9 @@ from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from builder.repo import manifest
+from builder.repo.fp16_storage import STORED_FP16
 from builder.repo.onnx_graph import IR_VERSION, MS_DOMAIN, tensor_bytes
-from builder.repo.quantize import STORED_FP16, quantize_blocks, quantize_matmul
+from builder.repo.quantize import quantize_blocks, quantize_matmul
 
 # Input names of the ops whose initializers the byte table classes (other ops: "input <i>").
 INPUT_ROLES = {
@@ -387,7 +388,7 @@ def matmul_nbits_output(
     onnxruntime's CPU kernels."""
     import onnxruntime as ort
 
-    from builder.repo.quantize import store_fp16
+    from builder.repo.fp16_storage import store_fp16
 
     k, n = weight.shape
     graph = helper.make_graph(

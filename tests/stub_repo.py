@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.repo import manifest
+from builder.repo import manifest, seed_layout
 
 
 def write_stub_repo(path: Path) -> Path:
     """The seed layout's files as 2-byte placeholders (existing files are kept) and a manifest recording their sizes
     but no hashes, so start-up checks never read them."""
-    graphs = manifest.seed_graphs()
+    graphs = seed_layout.seed_graphs()
     rels = sorted({rel for g in graphs for rel in g.files()} | {*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG})
     for rel in rels:
         if not (path / rel).exists():

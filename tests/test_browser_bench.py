@@ -12,7 +12,8 @@ from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
 
-from builder.check.bench.browser import ImageRun, markdown, native_ratios
+from builder.check.bench.browser import ImageRun
+from builder.check.bench.browser_report import markdown, native_ratios
 from builder.check.driver.memory import process_kind
 from builder.check.driver.serving import ByteCounter
 

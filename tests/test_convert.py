@@ -22,8 +22,10 @@ from onnx import TensorProto, numpy_helper
 from builder.errors import ConversionError
 from builder.repo import manifest as repo
 from builder.repo import verify
-from builder.repo.onnx_graph import ALLOWED_OPS, HARD_FILE_LIMIT, IR_VERSION, OPSET
-from builder.repo.quantize import dequantize_blocks, restore_fp32
+from builder.repo.fp16_storage import restore_fp32
+from builder.repo.onnx_checks import ALLOWED_OPS
+from builder.repo.onnx_graph import HARD_FILE_LIMIT, IR_VERSION, OPSET
+from builder.repo.quantize import dequantize_blocks
 from builder.repo.tiny import MARKER
 
 PROMPTS = ["a red fox sitting in the snow", "x"]  # two lengths: different padding per row

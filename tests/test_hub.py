@@ -23,7 +23,7 @@ from fakehub import FakeHub, FakeRepo, serving
 
 from builder import REPO_ROOT
 from builder.errors import ModelRepoError
-from builder.repo import manifest, verify
+from builder.repo import manifest, seed_layout, verify
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 REPO = "test/klein-seed"
@@ -178,7 +178,7 @@ def test_fetch_seed_layout_repo(seed_repo: Path, tmp_path: Path) -> None:
     assert sorted(fetched.files) == WANTED_SEED_FILES
     assert fetched.source == f"{REPO}@{COMMIT}"
     # The seed layout: graphs and I/O as builder.repo.manifest describes the seed repo.
-    assert fetched.graphs == manifest.seed_graphs()
+    assert fetched.graphs == seed_layout.seed_graphs()
 
     # A second run finds everything in place and downloads nothing.
     hub.requests.clear()

@@ -19,9 +19,10 @@ three wings: the app driver, and on it `regress` and the benchmarks, which never
 Third-party libraries with a home:
 
     torch, diffusers, transformers, onnx, onnxscript, safetensors, ml_dtypes
-                 the `convert` extra: the converter (repo: checkpoint, convert, export_*, group_norm, onnx_graph,
-                 attention, quantize, lora, finite_weights, tiny) and the bench that builds and exports torch models
-                 (check.bench: native, graphs, models, report, stats, ort_timing),
+                 the `convert` extra: the converter (repo: checkpoint, convert, convert_graphs, convert_source,
+                 export_*, group_norm, fused_ops, onnx_*, attention, quantize, fp16_*, lora, finite_weights, tiny)
+                 and the bench that builds and exports torch models (check.bench: native, graphs, models, report,
+                 stats, ort_timing),
                  so `serve`, `fetch`, `reference` and `regress` run without them
     onnxruntime  the reference pipeline's sessions (pipeline/reference_models.py), the bench's timing
                  (check/bench/ort_timing.py), the converter's q4 quantiser (repo/quantize.py: onnxruntime's
@@ -72,6 +73,8 @@ CONVERTER = {
     for name in (
         "checkpoint",
         "convert",
+        "convert_graphs",
+        "convert_source",
         "export_text_encoder",
         "export_transformer",
         "export_vae",
@@ -79,8 +82,12 @@ CONVERTER = {
         "group_norm",
         "fused_ops",
         "onnx_graph",
+        "onnx_export",
+        "onnx_checks",
         "attention",
         "quantize",
+        "fp16_storage",
+        "fp16_compute",
         "lora",
         "finite_weights",
         "tiny",
@@ -294,7 +301,7 @@ def test_the_checker_finds_a_violation(module: str, source: str, expected: str) 
         ("builder.check.bench.load", "from builder.check.driver.session import launched\nfrom . import output\n"),
         ("builder.check.regress.page", "from ..driver.page import fill_form\nfrom .cases import Case\n"),
         ("builder.pipeline.reference_models", "def f():\n    import onnxruntime\n"),
-        ("builder.repo.export_vae", "import torch\nfrom builder.repo.onnx_graph import export_module\n"),
+        ("builder.repo.export_vae", "import torch\nfrom builder.repo.onnx_export import export_module\n"),
         ("builder.site.server", "from . import bundle\nfrom builder import WEB_SRC, __version__\n"),
         ("builder.__main__", "from builder.cli import main\n"),
         ("builder.cli.bench", "from builder.cli.shared import log\nfrom builder.check.bench import load\n"),

@@ -14,14 +14,14 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.errors import ModelRepoError
-from builder.repo import manifest
+from builder.repo import manifest, seed_layout
 
 SHA = "ab" * 32
 
 
 def valid() -> dict[str, Any]:
     """A well-formed manifest of the seed layout (the files themselves need not exist for the schema check)."""
-    graphs = manifest.seed_graphs()
+    graphs = seed_layout.seed_graphs()
     rels = sorted({rel for g in graphs for rel in g.files()} | {*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG})
     repo = manifest.Manifest(
         source="test",

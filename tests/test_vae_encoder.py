@@ -22,9 +22,10 @@ from onnx import TensorProto
 
 from builder.errors import ModelRepoError
 from builder.repo import manifest as repo
-from builder.repo import verify
+from builder.repo import seed_layout, verify
 from builder.repo.attention import max_attention_tokens, query_blocks_for, recorded_query_blocks
-from builder.repo.onnx_graph import ALLOWED_OPS, IR_VERSION
+from builder.repo.onnx_checks import ALLOWED_OPS
+from builder.repo.onnx_graph import IR_VERSION
 
 # Measured on the seed-0 tiny model (onnxruntime 1.32 CPU): fp32 graph max |diff| 1.43e-6 (batch 2, 48x80 px);
 # fp16 graph max |diff| / max |ref| 9.0e-4 (64x32 px). The fp16 bound is ~2x its measurement.
@@ -160,7 +161,9 @@ def test_a_repo_without_the_encoder_still_works(tiny_models: dict[str, Path], tm
     plain = without_encoder(tiny_models["fp32"], tmp_path / "plain")
     manifest = repo.load(plain)
     verify.check_files(plain, manifest, log=lambda _m: None)
-    assert manifest.variants("vae_encoder") == [] and all(g.component != "vae_encoder" for g in repo.seed_graphs())
+    assert manifest.variants("vae_encoder") == [] and all(
+        g.component != "vae_encoder" for g in seed_layout.seed_graphs()
+    )
 
     def image(folder: Path) -> np.ndarray:
         result = reference.generate(

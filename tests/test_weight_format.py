@@ -20,15 +20,10 @@ from onnx import TensorProto, helper, numpy_helper
 from builder.errors import ConversionError
 from builder.repo import manifest as repo
 from builder.repo.convert_jobs import default_jobs
-from builder.repo.onnx_graph import IR_VERSION, MS_DOMAIN, tensor_bytes, verify_saved_graph
-from builder.repo.quantize import (
-    STORED_FP16,
-    dequantize_blocks,
-    quantize_blocks,
-    quantize_gather,
-    restore_fp32,
-    store_fp16,
-)
+from builder.repo.fp16_storage import STORED_FP16, restore_fp32, store_fp16
+from builder.repo.onnx_checks import verify_saved_graph
+from builder.repo.onnx_graph import IR_VERSION, MS_DOMAIN, tensor_bytes
+from builder.repo.quantize import dequantize_blocks, quantize_blocks, quantize_gather
 
 GB = 10**9
 

@@ -20,7 +20,7 @@ a 1024^2 edit with four reference images); the manifest records
 N per graph (GraphEntry.attention_query_blocks) and the app computes the footprint from it.
 
 Blocks cost kernels, so the transformer gets one graph per size class (`size_classes`, written by
-builder.repo.convert.write_size_classes on the same weight files), each split just enough for its sizes.
+builder.repo.convert_graphs.write_size_classes on the same weight files), each split just enough for its sizes.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from builder.repo.fused_ops import rms_norm, rotate
-from builder.repo.onnx_graph import Placement, export_module
+from builder.repo.onnx_export import Placement, export_module
 
 # Flux2KleinPipeline.__call__ default `text_encoder_out_layers`.
 OUT_LAYERS = (9, 18, 27)

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from builder.repo.fused_ops import rms_norm, rotate
-from builder.repo.onnx_graph import Placement, export_module
+from builder.repo.onnx_export import Placement, export_module
 
 INPUT_NAMES = ("hidden_states", "encoder_hidden_states", "timestep", "img_ids", "txt_ids")
 OUTPUT_NAMES = ("noise_pred",)

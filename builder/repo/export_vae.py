@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from builder.repo.group_norm import fuse_group_norms
-from builder.repo.onnx_graph import export_module
+from builder.repo.onnx_export import export_module
 
 INPUT_NAMES = ("latents",)
 OUTPUT_NAMES = ("image",)

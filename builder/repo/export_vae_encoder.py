@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from builder.repo.export_vae import split_mid_block_attention
-from builder.repo.onnx_graph import export_module
+from builder.repo.onnx_export import export_module
 
 INPUT_NAMES = ("image",)
 OUTPUT_NAMES = ("image_latents",)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from builder import __version__
 from builder.errors import FetchError, KleinWebError, ModelRepoError
-from builder.repo import fetch_dest, manifest, paths
+from builder.repo import fetch_dest, manifest, paths, seed_layout
 from builder.repo.download import (
     PARTIAL_DIR,
     Progress,
@@ -183,7 +183,7 @@ def _remote_manifest(repo: str, commit: str, remote: dict[str, RemoteFile], dest
 def _seed_layout_graphs(repo: str, remote: dict[str, RemoteFile]) -> list[manifest.GraphEntry]:
     """Graphs present in a repo without manifest: the layout rules local seed-layout folders use too."""
     try:
-        return manifest.seed_layout_graphs(set(remote), where=repr(repo))
+        return seed_layout.seed_layout_graphs(set(remote), where=repr(repo))
     except ModelRepoError as exc:
         raise FetchError(f"{exc} The default is kny/FLUX.2-klein-4B-onnx-web.") from exc
 
@@ -191,7 +191,7 @@ def _seed_layout_graphs(repo: str, remote: dict[str, RemoteFile]) -> list[manife
 def _wanted_files(
     repo: str, remote: dict[str, RemoteFile], graphs: list[manifest.GraphEntry], repo_manifest: manifest.Manifest | None
 ) -> list[RemoteFile]:
-    paths = set(manifest.seed_layout_files(remote, graphs))
+    paths = set(seed_layout.seed_layout_files(remote, graphs))
     if repo_manifest is not None:
         paths |= set(repo_manifest.files)
     missing = sorted(p for p in paths | {*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG} if p not in remote)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from builder import __version__
 from builder.errors import ModelRepoError
-from builder.repo import manifest, verify
+from builder.repo import manifest, seed_layout, verify
 
 Log = Callable[[str], None]
 
@@ -56,8 +56,8 @@ def open_folder(repo_dir: Path, *, log: Log) -> manifest.Manifest:
             "(text_encoder/text_encoder_q4.onnx, transformer/transformer_q4.onnx, vae_decoder/vae_decoder_fp16.onnx "
             f"+ data, tokenizer/, scheduler/). Get one with `klein-web fetch --dir {repo_dir}`."
         )
-    graphs = manifest.seed_layout_graphs(set(present), where=str(repo_dir))
-    rels = manifest.seed_layout_files(present, graphs)
+    graphs = seed_layout.seed_layout_graphs(set(present), where=str(repo_dir))
+    rels = seed_layout.seed_layout_files(present, graphs)
     missing = [rel for rel in (*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG) if rel not in rels]
     missing += [rel for graph in graphs for rel in graph.files() if rel not in present]
     if missing:

@@ -25,7 +25,7 @@ class WeightFormat:
     embedding: str
     # The transformer's time embedding, AdaLN modulations and output AdaLN: "fp32" MatMuls or "q4" MatMulNBits.
     adaln: str
-    # Whether float32 initializers of fp32-computing graphs are stored as fp16 (quantize.store_fp16).
+    # Whether float32 initializers of fp32-computing graphs are stored as fp16 (fp16_storage.store_fp16).
     fp16_storage: bool
     # MatMulNBits block size per component: 32, the block onnxruntime's fastest WebGPU kernels take.
     block_size: dict[str, int] = field(default_factory=lambda: {"text_encoder": 32, "transformer": 32})

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from builder.check.bench import browser as browser_bench
+from builder.check.bench import browser_report
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -48,9 +49,9 @@ def test_browser_bench_times_each_phase_and_profiles_the_kernels(
     assert "graph capture" in hot["how"]["transformer"] and "graph capture" not in profiled["how"]["transformer"]
     assert any(k["op"] == "MatMulNBits" and k["program"].startswith("MatMulNBits") for k in transformer["kernels"])
     # The report carries them: JSON as the app reported them, markdown as one table per component.
-    saved = json.loads((out / browser_bench.JSON_NAME).read_text())
+    saved = json.loads((out / browser_report.JSON_NAME).read_text())
     assert saved["rows"][-1]["kernels"] == profiled["kernels"]
-    report = (out / browser_bench.MARKDOWN_NAME).read_text()
+    report = (out / browser_report.MARKDOWN_NAME).read_text()
     assert "## Warm reload: q4 64x64" in report and "| create transformer" in report
     assert "## Kernels: q4 64x64" in report and "| MatMulNBits | MatMulNBits" in report
     assert report.count("| op | program | calls | GPU ms | share |") == 3  # text encoder, transformer, VAE decoder

@@ -42,7 +42,7 @@ def export_graphs(
     write_graphs for each precision. Returns {label: graph path}; the label is the variant (q4, q4f16,
     fp16, fp32), for the transformer plus its attention split (one graph per size class, as the converter
     writes them), and for the VAE also an unsplit copy: what the split costs at sizes that fit without it."""
-    from builder.repo.convert import exporter, write_graphs
+    from builder.repo.convert_graphs import exporter, write_graphs
     from builder.repo.onnx_graph import DEFAULT_DATA_FILE_CAP
 
     if component == "text_encoder":
