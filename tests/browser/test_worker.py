@@ -174,6 +174,24 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(
     assert requested == [], "weight files requested after the reload:\n" + "\n".join(requested)
 
 
+def streamed_bytes(graph: Path) -> int:
+    """The bytes of `graph`'s external initializers that only quantized-matrix nodes read."""
+    import onnx
+
+    model = onnx.load(graph, load_external_data=False)
+    readers: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.op_type)
+    return sum(
+        int({e.key: e.value for e in t.external_data}["length"])
+        for t in model.graph.initializer
+        if t.data_location == onnx.TensorProto.EXTERNAL
+        and readers.get(t.name)
+        and readers[t.name] <= {"MatMulNBits", "GatherBlockQuantized"}
+    )
+
+
 def test_q4_against_reference(
     page: Any, dist_dir: Path, live_server_factory: Any, tiny_models: dict[str, Path], reference_rgb: Any
 ) -> None:
@@ -195,6 +213,12 @@ def test_q4_against_reference(
         graphs["text_encoder"]["detail"] == "" and graphs["transformer"]["detail"] == "attention unsplit, graph capture"
     )
     assert not [note for note in reply.ok()["notes"] if "shader-f16" in note], reply.ok()["notes"]
+    # The quantized weights reach the GPU through the app's own buffers, not onnxruntime's copies: exactly the
+    # external initializers that only MatMulNBits / GatherBlockQuantized read (pipeline/graph_weights.js).
+    for component in ("text_encoder", "transformer", "vae_decoder"):
+        graph = next((tiny_models["q4"] / component).glob(f"{component}_{graphs[component]['variant']}.onnx"))
+        assert graphs[component]["streamedBytes"] == streamed_bytes(graph), component
+    assert graphs["transformer"]["streamedBytes"] > 0
     psnr = imaging.psnr(reply.rgb(), reference_rgb("q4", seed=0, width=64, height=64, variants=variants_of(reply)))
     print(f"q4 64x64 seed 0: PSNR {psnr:.1f} dB vs CPU reference (same variants)")
     # Both q4 graphs run MatMulNBits at accuracy_level 4: int8 activations on the CPU and on WebGPU, quantised

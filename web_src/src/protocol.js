@@ -166,8 +166,9 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @property {StageTimings} timings
  * @property {{tokens: number, droppedTokens: number}} prompt
  * @property {number[]} stepMs  Wall time of each denoising step.
- * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number}>} graphs  Which variant and EP ran
- *   each component, and how (`detail`: e.g. "attention unsplit, graph capture").
+ * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number, streamedBytes: number}>} graphs
+ *   Which variant and EP ran each component, and how (`detail`: e.g. "attention unsplit, graph capture";
+ *   `streamedBytes`: the weights the app streamed into its own GPU buffers, pipeline/graph_upload.js).
  * @property {import('./shared/types.js').DeviceGrant | null} device  The features and limits the shared GPU device
  *   was given (onnxruntime's kernels choose their paths from them), and the optional features it was made without
  *   because they failed in this browser; null when nothing ran on WebGPU.
@@ -215,9 +216,9 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @property {LoadParams} params
  * @property {number} downloadedBytes  Fetched by this request (0 when the store held every file).
  * @property {number} downloadMs
- * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number, bytes: number, path: string}>} graphs
+ * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number, streamedBytes: number, bytes: number, path: string}>} graphs
  *   Each session created (and released): its creation time, the part of it spent reading the files from the
- *   store, and the bytes of its files.
+ *   store, the weights it streamed to the GPU, and the bytes of its files.
  * @property {import('./shared/types.js').DeviceGrant | null} device  As in GenerateResult.
  * @property {string[]} notes
  */

@@ -19,9 +19,12 @@ import { formatBytes } from '../shared/format.js';
  * @param {Meter} meter
  * @param {Partial<Record<AnyComponent, string>>} how  What the run did with a component beyond its graph (e.g.
  *   the VAE decoder's tiles).
- * @returns {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number}>}
+ * @param {Map<AnyComponent, number>} streamed  The weight bytes the app streamed to the GPU for each component's
+ *   session (pipeline/graph_upload.js); absent: onnxruntime loaded them all.
+ * @returns {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number,
+ *   streamedBytes: number}>}
  */
-export function describeChoices(choices, captureState, meter, how) {
+export function describeChoices(choices, captureState, meter, how, streamed) {
     return Object.fromEntries(
         Object.entries(choices).map(([c, choice]) => {
             const component = /** @type {AnyComponent} */ (c);
@@ -35,7 +38,18 @@ export function describeChoices(choices, captureState, meter, how) {
             if (capture) detail.push(capture);
             const loadMs = meter.loadMsByComponent[component] ?? 0;
             const readMs = meter.readMsByComponent[component] ?? 0;
-            return [c, { variant: choice.graph.variant, ep: choice.ep, detail: detail.join(', '), loadMs, readMs }];
+            const streamedBytes = streamed.get(component) ?? 0;
+            return [
+                c,
+                {
+                    variant: choice.graph.variant,
+                    ep: choice.ep,
+                    detail: detail.join(', '),
+                    loadMs,
+                    readMs,
+                    streamedBytes,
+                },
+            ];
         }),
     );
 }

@@ -262,7 +262,7 @@ export class Models {
      * @returns {ReturnType<typeof describeChoices>}  model_report.js describeChoices().
      */
     describe(meter, how = {}) {
-        return describeChoices(this.requireChoices(), this.sessions.captureState, meter, how);
+        return describeChoices(this.requireChoices(), this.sessions.captureState, meter, how, this.sessions.streamed);
     }
 
     /** @returns {string}  Human-readable sizes of the chosen graphs (for the load stage's detail line). */

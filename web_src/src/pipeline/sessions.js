@@ -18,6 +18,7 @@
 import { runtimeError } from '../runtime/errors.js';
 import { createSession, profileEvents, release } from '../runtime/ort.js';
 import { graphFiles } from '../shared/model_repo.js';
+import { filesToRead, uploadGraph, uploadsWeights } from './graph_upload.js';
 import { mark } from './meter.js';
 
 /** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */
@@ -42,7 +43,8 @@ import { mark } from './meter.js';
 /**
  * @typedef {Object} ReadAhead  A session's files being read before the session is created.
  * @property {string} identity  Choice.identity of the graph they belong to.
- * @property {Promise<Uint8Array[]>} files  The graph, then its external-data files.
+ * @property {Promise<Uint8Array[]>} files  The graph, then the external-data files read whole (none when the
+ *   session's weights are streamed to the GPU: pipeline/graph_upload.js).
  */
 
 /**
@@ -64,6 +66,8 @@ export class Sessions {
         this.readsAhead = new Map();
         /** @type {Map<AnyComponent, string>} whether the last session of a component captured its kernels */
         this.captureState = new Map();
+        /** @type {Map<AnyComponent, number>} the weight bytes the last session of a component streamed to the GPU */
+        this.streamed = new Map();
         /** Create sessions with onnxruntime's profiler on (a run asked for its kernels' GPU times: `profile`). */
         this.profiling = false;
     }
@@ -144,7 +148,7 @@ export class Sessions {
         if (!component || !choice || this.loaded.get(component)?.choice.identity === choice.identity) return;
         if (this.readsAhead.get(component)?.identity === choice.identity) return;
         const started = performance.now();
-        const files = /** @type {WeightStore} */ (this.source.store).readFiles(graphFiles(choice.graph));
+        const files = /** @type {WeightStore} */ (this.source.store).readFiles(filesToRead(choice));
         // A failed read is thrown by session(), which reads again.
         files.then(
             () => mark(meter, `read ${component} ahead`, started),
@@ -189,16 +193,30 @@ export class Sessions {
         try {
             const device = choice.ep === 'webgpu' ? await this.gpu.getDevice() : undefined;
             const [graphBytes, ...data] = await this.takeFiles(component, choice, meter);
+            let graph = graphBytes;
             // Exactly the external-data entries the graph stores, by bare name, as bytes from the store.
-            const externalData = data.map((bytes, i) => ({ path: choice.graph.externalData[i], data: bytes }));
+            let externalData = data.map((bytes, i) => ({ path: choice.graph.externalData[i], data: bytes }));
+            /** @type {import('../runtime/ort.js').GpuWeight[]} */
+            let weights = [];
+            this.streamed.delete(component);
+            if (uploadsWeights(choice) && device) {
+                const uploading = performance.now();
+                const store = /** @type {WeightStore} */ (this.source.store);
+                const upload = await uploadGraph(store, choice, graphBytes, device, { signal });
+                ({ graph, weights } = upload);
+                externalData = [];
+                this.streamed.set(component, upload.uploadedBytes);
+                mark(meter, `upload ${component} weights`, uploading);
+            }
             const creating = performance.now();
-            session = await createSession(graphBytes, externalData, {
+            session = await createSession(graph, externalData, {
                 ep: choice.ep,
                 device,
                 forceCpuNodeNames: choice.forceCpuNodeNames,
                 staticDims: pin?.dims,
                 capture: pin?.capture ?? false,
                 profile: this.profiling,
+                weights,
             });
             mark(meter, `create ${component}`, creating);
         } catch (err) {
@@ -237,7 +255,7 @@ export class Sessions {
         this.readsAhead.delete(component);
         const files = ahead?.identity === choice.identity ? await ahead.files.catch(() => null) : null;
         const store = /** @type {WeightStore} */ (this.source.store);
-        const read = files ?? (await store.readFiles(graphFiles(choice.graph)));
+        const read = files ?? (await store.readFiles(filesToRead(choice)));
         meter.readMsByComponent[component] = (meter.readMsByComponent[component] ?? 0) + performance.now() - started;
         mark(meter, `read ${component}${ahead ? ' (waiting for the read ahead)' : ''}`, started);
         return read;

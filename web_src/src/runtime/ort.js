@@ -6,7 +6,8 @@
  *
  * Everything else talks to five functions: configureOrt, createSession, submit, run, release, plus the
  * tensor helpers float32 / int64. A session created with `staticDims` on WebGPU captures its kernels
- * (see SessionOptions); `run` hides the difference.
+ * (see SessionOptions); `run` hides the difference. A session may take some weights as GPU buffers the app
+ * uploaded (SessionOptions.weights): every run feeds them, and releasing the session destroys them.
  *
  * One call into onnxruntime runs at a time (its asyncify build cannot be entered while a call is suspended), so
  * callers may overlap their work freely: while the GPU computes a run whose outputs download (`submit`), another
@@ -34,6 +35,8 @@ import * as ort from 'onnxruntime-web/webgpu';
  *   creates the session (the text encoder: 6,801 nodes, 1,900 after folding), so creating and running it do less.
  * @property {boolean} [profile]  Turn onnxruntime's profiler on: every run records each kernel's GPU time (WebGPU
  *   timestamp queries) until profileEvents() ends it. A profiled session never captures: replays record nothing.
+ * @property {GpuWeight[]} [weights]  On WebGPU: graph inputs that are weights in the app's GPU buffers (the graph
+ *   rewritten by pipeline/graph_weights.js); the session owns the buffers from here on.
  * @property {boolean} [capture]  With `staticDims`, on WebGPU: the session captures. Its first run records every
  *   kernel and later runs replay the recording without the EP's per-kernel host work (the time it saves:
  *   docs/performance.md). Every run must then have exactly these dims. Worth it for a graph run
@@ -41,10 +44,20 @@ import * as ort from 'onnxruntime-web/webgpu';
  */
 
 /**
+ * @typedef {Object} GpuWeight  A weight input held in a GPU buffer of the app's.
+ * @property {string} name
+ * @property {GPUBuffer} buffer
+ * @property {string} dataType  onnxruntime-web's name of its type ('uint8', 'float16', ...).
+ * @property {number[]} dims
+ */
+
+/**
  * @typedef {Object} Session
  * @property {import('onnxruntime-web').InferenceSession} inner
  * @property {'webgpu' | 'wasm'} ep
- * @property {string[]} inputNames
+ * @property {Record<string, import('onnxruntime-web').Tensor>} weights  Fed to every run (SessionOptions.weights).
+ * @property {GPUBuffer[]} weightBuffers  Destroyed with the session.
+ * @property {string[]} inputNames  The inputs a caller feeds (the weights excluded).
  * @property {string[]} outputNames
  * @property {Capture | null} capture  Set when the session replays captured kernels.
  * @property {string | null} captureRefused  Why a session asked to capture does not (onnxruntime's message).
@@ -144,7 +157,7 @@ export function configureOrt({ wasmPaths, threads = ortThreads() }) {
 export async function createSession(
     graphBytes,
     externalData,
-    { ep, device, forceCpuNodeNames, staticDims, profile = false, capture = false },
+    { ep, device, forceCpuNodeNames, staticDims, profile = false, capture = false, weights = [] },
 ) {
     /** @type {import('onnxruntime-web').InferenceSession.SessionOptions} */
     const options = {
@@ -168,34 +181,52 @@ export async function createSession(
     }
     if (staticDims) options.freeDimensionOverrides = { ...staticDims };
     if (profile) options.enableProfiling = true;
+    if (weights.length > 0 && (ep !== 'webgpu' || !GPU_IO)) {
+        for (const { buffer } of weights) buffer.destroy();
+        throw new TypeError('createSession: weights in GPU buffers need the webgpu EP with GPU I/O.');
+    }
+    /** @type {Record<string, import('onnxruntime-web').Tensor>} */
+    const weightTensors = {};
+    for (const { name, buffer, dataType, dims } of weights) {
+        const type = /** @type {import('onnxruntime-web').Tensor.GpuBufferDataTypes} */ (dataType);
+        weightTensors[name] = ort.Tensor.fromGpuBuffer(buffer, { dataType: type, dims });
+    }
     const names = (/** @type {import('onnxruntime-web').InferenceSession} */ inner) => ({
-        inputNames: [...inner.inputNames],
+        inputNames: inner.inputNames.filter((name) => !(name in weightTensors)),
         outputNames: [...inner.outputNames],
+        weights: weightTensors,
+        weightBuffers: weights.map((w) => w.buffer),
     });
     // Outputs stay on the GPU until run() downloads them, so a run returns once its work is queued (submit).
     if (ep === 'webgpu' && GPU_IO) options.preferredOutputLocation = 'gpu-buffer';
     const create = (/** @type {import('onnxruntime-web').InferenceSession.SessionOptions} */ with_) =>
         serialized(() => ort.InferenceSession.create(graphBytes, with_));
-    if (capture && !profile && ep === 'webgpu' && device && staticDims && !GPU_IO) {
-        const inner = await create(options);
-        const refused = `onnxruntime-web ${ort.env.versions.web} binds no GPU buffers on the app's device`;
-        return { inner, ep, ...names(inner), capture: null, captureRefused: refused };
-    }
-    if (capture && !profile && ep === 'webgpu' && device && staticDims) {
-        try {
-            const inner = await create({ ...options, enableGraphCapture: true });
-            return { inner, ep, ...names(inner), capture: { device, inputs: new Map() }, captureRefused: null };
-        } catch (err) {
-            // onnxruntime refuses to capture a graph with nodes on the CPU that need copies (a graph whose
-            // dims it cannot pin, e.g.): run it uncaptured, slower but the same result.
-            const message = err instanceof Error ? err.message : String(err);
-            if (!/graph capture/i.test(message)) throw err;
+    // The session owns the weights' buffers from here: a failed creation destroys them.
+    try {
+        if (capture && !profile && ep === 'webgpu' && device && staticDims && !GPU_IO) {
             const inner = await create(options);
-            return { inner, ep, ...names(inner), capture: null, captureRefused: message };
+            const refused = `onnxruntime-web ${ort.env.versions.web} binds no GPU buffers on the app's device`;
+            return { inner, ep, ...names(inner), capture: null, captureRefused: refused };
         }
+        if (capture && !profile && ep === 'webgpu' && device && staticDims) {
+            try {
+                const inner = await create({ ...options, enableGraphCapture: true });
+                return { inner, ep, ...names(inner), capture: { device, inputs: new Map() }, captureRefused: null };
+            } catch (err) {
+                // onnxruntime refuses to capture a graph with nodes on the CPU that need copies (a graph whose
+                // dims it cannot pin, e.g.): run it uncaptured, slower but the same result.
+                const message = err instanceof Error ? err.message : String(err);
+                if (!/graph capture/i.test(message)) throw err;
+                const inner = await create(options);
+                return { inner, ep, ...names(inner), capture: null, captureRefused: message };
+            }
+        }
+        const inner = await create(options);
+        return { inner, ep, ...names(inner), capture: null, captureRefused: null };
+    } catch (err) {
+        for (const { buffer } of weights) buffer.destroy();
+        throw err;
     }
-    const inner = await create(options);
-    return { inner, ep, ...names(inner), capture: null, captureRefused: null };
 }
 
 /**
@@ -241,7 +272,10 @@ function captureFeeds(capture, feeds) {
  */
 export async function submit(session, feeds) {
     const outputs = await serialized(() =>
-        session.inner.run(session.capture ? captureFeeds(session.capture, feeds) : feeds),
+        session.inner.run({
+            ...(session.capture ? captureFeeds(session.capture, feeds) : feeds),
+            ...session.weights,
+        }),
     );
     return { outputs: download(session, outputs) };
 }
@@ -327,6 +361,8 @@ export async function release(session) {
     } finally {
         for (const input of session.capture?.inputs.values() ?? []) input.buffer.destroy();
         session.capture?.inputs.clear();
+        for (const buffer of session.weightBuffers) buffer.destroy();
+        session.weightBuffers.length = 0;
     }
 }
 

@@ -158,13 +158,20 @@ export class WeightStore {
         try {
             return await this.workers.read(await this.backend.read(path));
         } catch (err) {
-            if (err instanceof DOMException && err.name === 'NotFoundError') {
-                throw new ModelFileError(
-                    `${path} is not in the local model cache. Press Generate again to download it.`,
-                    { path },
-                );
-            }
-            throw err;
+            throw notStored(err, path);
+        }
+    }
+
+    /**
+     * A stored file as a disk-backed File, for reading parts of it (File.slice) without holding it in memory.
+     * @param {string} path
+     * @returns {Promise<File>}
+     */
+    async file(path) {
+        try {
+            return await this.backend.read(path);
+        } catch (err) {
+            throw notStored(err, path);
         }
     }
 
@@ -402,4 +409,18 @@ class ProgressMeter {
             etaSeconds: bytesPerSecond > 0 ? Math.max(0, this.total - loaded) / bytesPerSecond : null,
         });
     }
+}
+
+/**
+ * A read's failure, as the user sees it: a file missing from the store is downloaded again by the next Generate.
+ * @param {unknown} err
+ * @param {string} path
+ * @returns {unknown}
+ */
+function notStored(err, path) {
+    if (err instanceof DOMException && err.name === 'NotFoundError')
+        return new ModelFileError(`${path} is not in the local model cache. Press Generate again to download it.`, {
+            path,
+        });
+    return err;
 }

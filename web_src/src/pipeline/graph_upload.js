@@ -1,0 +1,101 @@
+// @ts-check
+/**
+ * @file A WebGPU session's graph and weights from the store: the quantized weights streamed into GPU buffers of the
+ * app's (runtime/gpu_weights.js), the graph rewritten to take them as inputs and to carry its other weights inline
+ * (pipeline/graph_weights.js). The tab then holds the graph's structure and a few chunks, never the whole graph
+ * twice over (docs/machines.md "Memory and download").
+ * @module pipeline/graph_upload
+ */
+
+import { uploadWeights } from '../runtime/gpu_weights.js';
+import { GPU_IO } from '../runtime/ort.js';
+import { ModelFileError } from '../shared/errors.js';
+import { graphFiles } from '../shared/model_repo.js';
+import { planWeights, rewriteGraph } from './graph_weights.js';
+
+/** @typedef {import('./graph_choice.js').Choice} Choice */
+/** @typedef {import('../store/weights.js').WeightStore} WeightStore */
+/** @typedef {import('../runtime/ort.js').GpuWeight} GpuWeight */
+
+/**
+ * Whether `choice`'s session takes its weights from the app's GPU buffers: on WebGPU, where onnxruntime binds the
+ * app's buffers (runtime/ort.js GPU_IO). Elsewhere onnxruntime reads the external-data files itself.
+ * @param {Choice} choice
+ * @returns {boolean}
+ */
+export function uploadsWeights(choice) {
+    return choice.ep === 'webgpu' && GPU_IO;
+}
+
+/**
+ * The store files a session of `choice` needs in memory: only the graph when its weights are streamed, else the
+ * graph and its external data.
+ * @param {Choice} choice
+ * @returns {string[]}
+ */
+export function filesToRead(choice) {
+    const files = graphFiles(choice.graph);
+    return uploadsWeights(choice) ? files.slice(0, 1) : files;
+}
+
+/**
+ * Upload `choice`'s quantized weights and rewrite its graph around them.
+ * @param {WeightStore} store
+ * @param {Choice} choice
+ * @param {Uint8Array} graphBytes  The stored graph file.
+ * @param {GPUDevice} device
+ * @param {{signal?: AbortSignal}} [options]
+ * @returns {Promise<{graph: Uint8Array, weights: GpuWeight[], uploadedBytes: number}>}
+ */
+export async function uploadGraph(store, choice, graphBytes, device, { signal } = {}) {
+    const paths = graphFiles(choice.graph);
+    const pathOf = new Map(choice.graph.externalData.map((name, i) => [name, paths[i + 1]]));
+    /** @type {Map<string, Promise<File>>} */
+    const files = new Map();
+    const file = (/** @type {string} */ location) => {
+        const path = pathOf.get(location);
+        if (!path)
+            throw new ModelFileError(
+                `${choice.graph.path} keeps weights in ${location}, which the manifest does not list for it; ` +
+                    'convert the model again or add the file to the manifest.',
+                { path: choice.graph.path },
+            );
+        if (!files.has(location)) files.set(location, store.file(path));
+        return /** @type {Promise<File>} */ (files.get(location));
+    };
+    const read = async (/** @type {string} */ location, /** @type {number} */ offset, /** @type {number} */ length) => {
+        const blob = (await file(location)).slice(offset, offset + length);
+        const bytes = new Uint8Array(await blob.arrayBuffer());
+        if (bytes.length !== length)
+            throw new ModelFileError(
+                `${pathOf.get(location)} is shorter than its graph says (${offset + bytes.length} < ${offset + length} ` +
+                    'bytes); delete the model from the cache and download it again.',
+                { path: pathOf.get(location) },
+            );
+        return bytes;
+    };
+    const plan = planWeights(graphBytes, { forceCpuNodeNames: choice.forceCpuNodeNames });
+    // A length left out means "to the end of the file".
+    const lengthOf = async (/** @type {import('./graph_weights.js').WeightRef} */ ref) =>
+        ref.length ?? (await file(ref.location)).size - ref.offset;
+    /** @type {Map<string, Uint8Array>} */
+    const inlineData = new Map();
+    for (const ref of plan.inlined) inlineData.set(ref.name, await read(ref.location, ref.offset, await lengthOf(ref)));
+    const graph = rewriteGraph(graphBytes, plan, inlineData);
+    const sources = await Promise.all(
+        plan.lifted.map(async (w) => ({
+            name: w.name,
+            location: w.location,
+            offset: w.offset,
+            length: await lengthOf(w),
+        })),
+    );
+    const buffers = await uploadWeights(device, sources, read, { signal });
+    const weights = plan.lifted.map((w) => ({
+        name: w.name,
+        buffer: /** @type {GPUBuffer} */ (buffers.get(w.name)),
+        dataType: w.gpuType,
+        dims: w.dims,
+    }));
+    return { graph, weights, uploadedBytes: sources.reduce((sum, s) => sum + s.length, 0) };
+}
