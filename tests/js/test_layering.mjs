@@ -34,7 +34,7 @@ const PURE = Object.freeze(
 );
 /** The pipeline modules that join the pipeline to the runtime and the store: Models and the parts it delegates to. */
 const JOINERS = Object.freeze(
-    ['models', 'model_source', 'sessions', 'session_runs'].map((name) => `pipeline/${name}.js`),
+    ['models', 'model_source', 'sessions', 'session_runs', 'graph_upload'].map((name) => `pipeline/${name}.js`),
 );
 const ORT_IMPORTER = 'runtime/ort.js';
 
