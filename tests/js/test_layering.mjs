@@ -28,7 +28,7 @@ const ALLOWED = Object.freeze({
 });
 /** The pipeline modules that node tests without a browser: no runtime, no store, not even by a detour. */
 const PURE = Object.freeze(
-    ['tokenizer', 'rng', 'schedule', 'latents', 'image', 'graph_choice', 'meter', 'model_report'].map(
+    ['tokenizer', 'rng', 'schedule', 'latents', 'image', 'graph_choice', 'graph_weights', 'meter', 'model_report'].map(
         (name) => `pipeline/${name}.js`,
     ),
 );

@@ -8,7 +8,7 @@
  */
 
 import { uploadWeights } from '../runtime/gpu_weights.js';
-import { GPU_IO } from '../runtime/ort.js';
+import { betweenOrtCalls, GPU_IO } from '../runtime/ort.js';
 import { ModelFileError } from '../shared/errors.js';
 import { graphFiles } from '../shared/model_repo.js';
 import { planWeights, rewriteGraph } from './graph_weights.js';
@@ -39,13 +39,34 @@ export function filesToRead(choice) {
 }
 
 /**
- * Upload `choice`'s quantized weights and rewrite its graph around them.
+ * @typedef {Object} SessionFiles  What onnxruntime creates a session from.
+ * @property {Uint8Array} graph
+ * @property {import('../runtime/ort.js').ExternalDataFile[]} externalData  Files onnxruntime reads weights from.
+ * @property {GpuWeight[]} weights  Weights in the app's GPU buffers, fed to every run.
+ * @property {number} streamedBytes  The bytes of `weights`.
+ */
+
+/**
+ * The stored files as onnxruntime reads them: the graph and its external-data files whole.
+ * @param {Choice} choice
+ * @param {Uint8Array} graph
+ * @param {Uint8Array[]} data  The external-data files, in the graph's order.
+ * @returns {SessionFiles}
+ */
+export function wholeFiles(choice, graph, data) {
+    const externalData = data.map((bytes, i) => ({ path: choice.graph.externalData[i], data: bytes }));
+    return { graph, externalData, weights: [], streamedBytes: 0 };
+}
+
+/**
+ * Upload `choice`'s quantized weights and rewrite its graph around them; a graph without any (the VAE's
+ * convolutions) is read whole instead.
  * @param {WeightStore} store
  * @param {Choice} choice
  * @param {Uint8Array} graphBytes  The stored graph file.
  * @param {GPUDevice} device
  * @param {{signal?: AbortSignal}} [options]
- * @returns {Promise<{graph: Uint8Array, weights: GpuWeight[], uploadedBytes: number}>}
+ * @returns {Promise<SessionFiles>}
  */
 export async function uploadGraph(store, choice, graphBytes, device, { signal } = {}) {
     const paths = graphFiles(choice.graph);
@@ -75,13 +96,19 @@ export async function uploadGraph(store, choice, graphBytes, device, { signal } 
         return bytes;
     };
     const plan = planWeights(graphBytes, { forceCpuNodeNames: choice.forceCpuNodeNames });
+    if (plan.lifted.length === 0) return wholeFiles(choice, graphBytes, await store.readFiles(paths.slice(1)));
     // A length left out means "to the end of the file".
     const lengthOf = async (/** @type {import('./graph_weights.js').WeightRef} */ ref) =>
         ref.length ?? (await file(ref.location)).size - ref.offset;
-    /** @type {Map<string, Uint8Array>} */
-    const inlineData = new Map();
-    for (const ref of plan.inlined) inlineData.set(ref.name, await read(ref.location, ref.offset, await lengthOf(ref)));
-    const graph = rewriteGraph(graphBytes, plan, inlineData);
+    const spans = await Promise.all(
+        plan.inlined.map(async (ref) => ({
+            name: ref.name,
+            location: ref.location,
+            offset: ref.offset,
+            length: await lengthOf(ref),
+        })),
+    );
+    const graph = rewriteGraph(graphBytes, plan, await readSpans(spans, read));
     const sources = await Promise.all(
         plan.lifted.map(async (w) => ({
             name: w.name,
@@ -90,12 +117,42 @@ export async function uploadGraph(store, choice, graphBytes, device, { signal } 
             length: await lengthOf(w),
         })),
     );
-    const buffers = await uploadWeights(device, sources, read, { signal });
+    const buffers = await betweenOrtCalls(() => uploadWeights(device, sources, read, { signal }));
     const weights = plan.lifted.map((w) => ({
         name: w.name,
         buffer: /** @type {GPUBuffer} */ (buffers.get(w.name)),
         dataType: w.gpuType,
         dims: w.dims,
     }));
-    return { graph, weights, uploadedBytes: sources.reduce((sum, s) => sum + s.length, 0) };
+    return { graph, externalData: [], weights, streamedBytes: sources.reduce((sum, s) => sum + s.length, 0) };
+}
+
+/** Inlined weights closer than this in their file are read in one go (thousands of small reads cost seconds). */
+const SPAN_GAP_BYTES = 1024 * 1024;
+
+/**
+ * The bytes of each span, read with as few reads as the gaps between them allow.
+ * @param {{name: string, location: string, offset: number, length: number}[]} spans
+ * @param {(location: string, offset: number, length: number) => Promise<Uint8Array>} read
+ * @returns {Promise<Map<string, Uint8Array>>}
+ */
+async function readSpans(spans, read) {
+    const sorted = [...spans].sort((a, b) => a.location.localeCompare(b.location) || a.offset - b.offset);
+    /** @type {Map<string, Uint8Array>} */
+    const out = new Map();
+    let i = 0;
+    while (i < sorted.length) {
+        const first = sorted[i];
+        let end = first.offset + first.length;
+        let j = i + 1;
+        while (j < sorted.length && sorted[j].location === first.location && sorted[j].offset <= end + SPAN_GAP_BYTES) {
+            end = Math.max(end, sorted[j].offset + sorted[j].length);
+            j++;
+        }
+        const bytes = await read(first.location, first.offset, end - first.offset);
+        for (const span of sorted.slice(i, j))
+            out.set(span.name, bytes.subarray(span.offset - first.offset, span.offset - first.offset + span.length));
+        i = j;
+    }
+    return out;
 }

@@ -18,7 +18,7 @@
 import { runtimeError } from '../runtime/errors.js';
 import { createSession, profileEvents, release } from '../runtime/ort.js';
 import { graphFiles } from '../shared/model_repo.js';
-import { filesToRead, uploadGraph, uploadsWeights } from './graph_upload.js';
+import { filesToRead, uploadGraph, uploadsWeights, wholeFiles } from './graph_upload.js';
 import { mark } from './meter.js';
 
 /** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */
@@ -193,21 +193,14 @@ export class Sessions {
         try {
             const device = choice.ep === 'webgpu' ? await this.gpu.getDevice() : undefined;
             const [graphBytes, ...data] = await this.takeFiles(component, choice, meter);
-            let graph = graphBytes;
-            // Exactly the external-data entries the graph stores, by bare name, as bytes from the store.
-            let externalData = data.map((bytes, i) => ({ path: choice.graph.externalData[i], data: bytes }));
-            /** @type {import('../runtime/ort.js').GpuWeight[]} */
-            let weights = [];
-            this.streamed.delete(component);
-            if (uploadsWeights(choice) && device) {
-                const uploading = performance.now();
-                const store = /** @type {WeightStore} */ (this.source.store);
-                const upload = await uploadGraph(store, choice, graphBytes, device, { signal });
-                ({ graph, weights } = upload);
-                externalData = [];
-                this.streamed.set(component, upload.uploadedBytes);
-                mark(meter, `upload ${component} weights`, uploading);
-            }
+            const loading = performance.now();
+            const store = /** @type {WeightStore} */ (this.source.store);
+            const { graph, externalData, weights, streamedBytes } =
+                uploadsWeights(choice) && device
+                    ? await uploadGraph(store, choice, graphBytes, device, { signal })
+                    : wholeFiles(choice, graphBytes, data);
+            this.streamed.set(component, streamedBytes);
+            if (streamedBytes > 0) mark(meter, `upload ${component} weights`, loading);
             const creating = performance.now();
             session = await createSession(graph, externalData, {
                 ep: choice.ep,

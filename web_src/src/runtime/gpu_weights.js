@@ -8,6 +8,8 @@
 
 /** One read from the store: large weights (the token embedding) arrive in several. */
 export const CHUNK_BYTES = 16 * 1024 * 1024;
+/** Chunks read from the store at once (the store reads faster with several reads under way). */
+export const READS_IN_FLIGHT = 4;
 /** Bytes queued to the GPU before waiting for it to take them: the upload staging the tab may hold. */
 export const QUEUED_BYTES = 128 * 1024 * 1024;
 
@@ -44,15 +46,22 @@ export async function uploadWeights(device, weights, read, { signal, onBytes } =
     // Allocation failures surface here, not at createBuffer (WebGPU reports them to the innermost error scope).
     device.pushErrorScope('out-of-memory');
     let scoped = true;
-    /** @type {Promise<Uint8Array> | null} */
-    let next = chunks.length > 0 ? fetchChunk(chunks[0]) : null;
+    // Reads run READS_IN_FLIGHT chunks ahead of the copy to the GPU.
+    /** @type {Promise<Uint8Array>[]} */
+    const reads = [];
+    const readAhead = (/** @type {number} */ i) => {
+        if (i >= chunks.length) return;
+        const read = fetchChunk(chunks[i]);
+        read.catch(() => {});
+        reads[i] = read;
+    };
+    for (let i = 0; i < READS_IN_FLIGHT; i++) readAhead(i);
     try {
         for (const [i, chunk] of chunks.entries()) {
             signal?.throwIfAborted();
-            const bytes = wholeWords(await /** @type {Promise<Uint8Array>} */ (next));
-            // The next read runs while this chunk is copied to the GPU.
-            next = i + 1 < chunks.length ? fetchChunk(chunks[i + 1]) : null;
-            next?.catch(() => {});
+            const bytes = wholeWords(await reads[i]);
+            delete reads[i];
+            readAhead(i + READS_IN_FLIGHT);
             let buffer = buffers.get(chunk.weight.name);
             if (!buffer) {
                 buffer = device.createBuffer({

@@ -114,6 +114,17 @@ function serialized(call) {
     return result;
 }
 
+/**
+ * Run `call` (GPU work of the app's own on the shared device, such as uploading weights under a WebGPU error
+ * scope) between calls into onnxruntime, so the two never interleave: error scopes are one stack per device.
+ * @template T
+ * @param {() => Promise<T>} call
+ * @returns {Promise<T>}
+ */
+export function betweenOrtCalls(call) {
+    return serialized(call);
+}
+
 /** @type {((line: string) => void) | null} Where the wasm module's prints go while profileEvents() reads them. */
 let printSink = null;
 

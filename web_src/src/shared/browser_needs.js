@@ -289,8 +289,9 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
         lacks.push({
             feature: 'memory',
             cost:
-                `This device reports ${memory} GB of memory; loading the model takes about 6 GB in the tab and 7 GB ` +
-                'of GPU memory at 512x512, so the browser may close the tab: close other tabs and use small sizes.',
+                `This device reports ${memory} GB of memory; the app runs in lean mode, which takes about 2 GB in ` +
+                'the tab and 3.2 GB of GPU memory at 512x512, so the browser may close the tab: close other tabs ' +
+                'and use small sizes.',
             tone: 'warn',
         });
     }
