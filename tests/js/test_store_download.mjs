@@ -1,12 +1,13 @@
 // @ts-check
-/** @file store/download: Range resume, refusals, and what is kept, against an in-memory backend and fetch. @module tests/js/test_store_download */
+/** @file store/download (with store/http_answers and store/partial_copy): Range resume, refusals, and what is kept, against an in-memory backend and fetch. @module tests/js/test_store_download */
 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { afterEach, test } from 'node:test';
 
 import { IntegrityError, ModelFileError } from '../../web_src/src/shared/errors.js';
-import { downloadFile, parseContentRange, unsatisfiedRangeTotal } from '../../web_src/src/store/download.js';
+import { downloadFile } from '../../web_src/src/store/download.js';
+import { parseContentRange, unsatisfiedRangeTotal } from '../../web_src/src/store/http_answers.js';
 import { MemoryBackend } from './memory_backend.mjs';
 
 const FILE = Uint8Array.from({ length: 1000 }, (_, i) => i % 251);

@@ -29,7 +29,7 @@ import { requireOutput } from './session_runs.js';
 /** @typedef {import('./input_images.js').DecodedImage} DecodedImage */
 /** @typedef {import('./input_images.js').Pixels} Pixels */
 /** @typedef {import('../protocol.js').InputImageInfo} InputImageInfo */
-/** @typedef {{models: import('./models.js').Models, meter: import('./meter.js').Meter, signal: AbortSignal}} RunContext */
+/** @typedef {import('./stage_clock.js').RunContext} RunContext */
 
 /**
  * @typedef {Object} InputPlan  Stage 1's view of the input images.

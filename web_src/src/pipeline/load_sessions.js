@@ -13,7 +13,7 @@
 
 import { COMPONENTS, OPTIONAL_COMPONENTS } from '../shared/model_repo.js';
 import { InputError } from '../shared/errors.js';
-import { checkInputs } from './generate.js';
+import { checkInputs } from './check_inputs.js';
 import { newMeter } from './meter.js';
 import { sessionPins } from './session_pins.js';
 import { PATCH } from './latents.js';

@@ -1,7 +1,8 @@
 // @ts-check
 /**
- * @file Where inpainting starts in the schedule: one formula for the worker's pipeline (pipeline/generate.js) and
- * the page's "Runs N of M steps" hint. builder/pipeline/inpaint.py `inpaint_start` is its Python twin.
+ * @file Where inpainting starts in the schedule: one formula for the worker's pipeline (stage 6,
+ * pipeline/prepare_latents.js) and the page's "Runs N of M steps" hint. builder/pipeline/inpaint.py `inpaint_start`
+ * is its Python twin.
  * @module shared/inpaint
  */
 

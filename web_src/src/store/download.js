@@ -14,14 +14,18 @@
  *   sha256 when it lists one: a stream that ends early or a 416 never completes a file by itself;
  * - a cut connection is resumed a few times before the error reaches the user, and what arrived is kept;
  * - a non-2xx response or an HTML page is never written, so an error page cannot become a "model file".
+ * This module decides what to ask and what to keep; store/http_answers.js reads the server's answers and
+ * store/partial_copy.js writes, reads back and discards the partial copy.
  * @module store/download
  */
 
-import { CancelledError, IntegrityError, KleinError, ModelFileError, NetworkError } from '../shared/errors.js';
+import { CancelledError, IntegrityError, ModelFileError, NetworkError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
-import { IDENTITY_SUFFIX, PARTIAL_SUFFIX } from './backend.js';
-import { createSha256, hashBlob } from './hashing.js';
-import { UNKNOWN, compareIdentity, fromResponse, resumePlan } from './identity.js';
+import { PARTIAL_SUFFIX } from './backend.js';
+import { createSha256 } from './hashing.js';
+import { answers, bodyStart, checkAnswer, unsatisfiedRangeTotal } from './http_answers.js';
+import { UNKNOWN, fromResponse, resumePlan } from './identity.js';
+import { discardPartial, hashPartial, streamInto } from './partial_copy.js';
 
 /** @typedef {import('./backend.js').OpfsBackend} OpfsBackend */
 /** @typedef {import('./identity.js').FileIdentity} FileIdentity */
@@ -31,42 +35,6 @@ import { UNKNOWN, compareIdentity, fromResponse, resumePlan } from './identity.j
 const MAX_RESUMES = 3;
 /** Requests for one file in one call, whatever the reason (cuts, restarts): a bound on a misbehaving server. */
 const MAX_REQUESTS = 10;
-/** Make written bytes durable this often, so a killed tab loses at most this much. */
-const FLUSH_EVERY_BYTES = 16 * 1024 * 1024;
-/** What earlier versions of the app kept beside a partial copy (its first ETag); removed with the partial copy. */
-const OLD_ETAG_SUFFIX = PARTIAL_SUFFIX + '.etag';
-
-/**
- * Parse `Content-Range: bytes START-END/TOTAL` (TOTAL may be '*').
- * @param {string | null} header
- * @returns {{start: number, total: number | null} | null}
- */
-export function parseContentRange(header) {
-    const match = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec((header ?? '').trim());
-    if (!match) return null;
-    return { start: Number(match[1]), total: match[3] === '*' ? null : Number(match[3]) };
-}
-
-/**
- * The file size a 416 states (`Content-Range: bytes *\/TOTAL`), or null.
- * @param {string | null} header
- * @returns {number | null}
- */
-export function unsatisfiedRangeTotal(header) {
-    const match = /^bytes \*\/(\d+)$/.exec((header ?? '').trim());
-    return match ? Number(match[1]) : null;
-}
-
-/**
- * Remove a partial copy and everything recorded beside it.
- * @param {OpfsBackend} backend
- * @param {string} path
- */
-async function discardPartial(backend, path) {
-    await backend.delete(path + PARTIAL_SUFFIX + IDENTITY_SUFFIX);
-    await backend.delete(path + OLD_ETAG_SUFFIX);
-    await backend.delete(path + PARTIAL_SUFFIX);
-}
 
 /**
  * Download one file into the store, resuming a partial copy of the same version with an HTTP Range request.
@@ -101,7 +69,7 @@ const RESTART = Object.freeze({ from: 0, ifRange: /** @type {string | null} */ (
 
 /**
  * One file's download, request after request until it is stored or refused. Each method is one step of it: ask
- * (request), judge the answer (unsatisfiedRange, bodyStart), write and hash the body, complete it.
+ * (request), judge the answer (unsatisfiedRange; http_answers.js bodyStart), write and hash the body, complete it.
  */
 class Download {
     /**
@@ -196,7 +164,7 @@ class Download {
     async receive(response) {
         if (response.status === 416 && this.plan.from > 0) return this.unsatisfiedRange(response);
         checkAnswer(response, this.url, this.path);
-        const start = this.bodyStart(response);
+        const start = bodyStart(response, this.plan.from, this.partial);
         if (start === null) {
             // A range we did not ask for, or of another version than the partial copy: start over.
             await response.body?.cancel();
@@ -261,37 +229,6 @@ class Download {
         }
         this.plan = RESTART;
         return null;
-    }
-
-    /**
-     * Where a 200 or 206 answer's body begins, and the file's total size if the answer states it; null when the
-     * answer is not the bytes asked for.
-     * @param {Response} response
-     * @returns {{fromZero: boolean, total: number | null} | null}
-     */
-    bodyStart(response) {
-        const length = response.headers.get('content-length');
-        if (response.status !== 206) {
-            // 200: the server ignored Range, or If-Range saw another version: the body is the whole file.
-            return { fromZero: true, total: length === null ? null : Number(length) };
-        }
-        const { from } = this.plan;
-        // Cross-origin hosts may not expose Content-Range (it is not CORS-safelisted); a 206 to a
-        // single `bytes=N-` range starts at N by definition (RFC 9110 section 14.4).
-        const header = response.headers.get('content-range');
-        const range =
-            header === null
-                ? { start: from, total: length === null ? null : from + Number(length) }
-                : parseContentRange(header);
-        if (
-            from === 0 ||
-            !range ||
-            range.start !== from ||
-            compareIdentity(fromResponse(response.headers, range.total), this.partial) === 'changed'
-        ) {
-            return null;
-        }
-        return { fromZero: false, total: range.total ?? this.partial?.size ?? null };
     }
 
     /**
@@ -373,125 +310,13 @@ class Download {
         if (this.hasher?.bytes === bytes) return;
         const hasher = await this.openHasher();
         this.replaceHasher(hasher);
-        await hashBlob((await this.backend.read(this.path + PARTIAL_SUFFIX)).slice(0, bytes), hasher, {
-            signal: this.signal,
-        });
+        await hashPartial(this.backend, this.path, bytes, hasher, this.signal);
     }
 
     /** @param {Sha256} hasher */
     replaceHasher(hasher) {
         this.hasher?.drop();
         this.hasher = hasher;
-    }
-}
-
-/**
- * Refuse an answer that is not a model file: an error status, or an HTML page (a login, error or proxy page).
- * @param {Response} response
- * @param {string} url
- * @param {string} path
- */
-function checkAnswer(response, url, path) {
-    if (!response.ok) {
-        response.body?.cancel().catch(() => {});
-        throw httpError(url, response.status);
-    }
-    const contentType = response.headers.get('content-type') ?? '';
-    if (/text\/html/i.test(contentType) && !path.endsWith('.html')) {
-        response.body?.cancel().catch(() => {});
-        throw new ModelFileError(
-            `${url} answered with an HTML page instead of the model file (a login, error or proxy page). ` +
-                'Check the model URL; nothing was stored.',
-            { url },
-        );
-    }
-}
-
-/**
- * Append a response body to `<path>.partial`.
- * @param {OpfsBackend} backend
- * @param {Response} response
- * @param {string} path
- * @param {{fromZero: boolean, size: number | null, hasher: Sha256, signal?: AbortSignal, onProgress?: (loaded: number, total: number | null) => void}} options
- *   `hasher` sees every byte written, in order.
- * @returns {Promise<{ended: boolean, bytes: number, error?: string}>} `ended`: the body ended without an error
- *   (which says nothing about whether it was whole).
- */
-async function streamInto(backend, response, path, { fromZero, size, hasher, signal, onProgress }) {
-    if (!response.body) throw new NetworkError(`${response.url} returned no body.`, { url: response.url });
-    const writer = await backend.openPartial(path, { fromZero });
-    const reader = response.body.getReader();
-    let sinceFlush = 0;
-    try {
-        for (;;) {
-            const { done, value } = await reader.read();
-            if (done) break;
-            writer.write(value);
-            sinceFlush += value.byteLength;
-            // Written first: the hasher takes the chunk's buffer.
-            await hasher.update(value);
-            if (sinceFlush >= FLUSH_EVERY_BYTES) {
-                writer.flush();
-                sinceFlush = 0;
-            }
-            if (size !== null && writer.offset > size) {
-                throw new ModelFileError(
-                    `${response.url} sent more than the expected ${size} bytes; nothing was kept.`,
-                );
-            }
-            onProgress?.(writer.offset, size);
-        }
-    } catch (err) {
-        writer.close();
-        if (signal?.aborted) throw signal.reason;
-        if (err instanceof ModelFileError) {
-            await discardPartial(backend, path);
-            throw err;
-        }
-        // Out of quota, or the hashing failed: not a cut connection.
-        if (err instanceof KleinError) throw err;
-        // A cut connection: fetch's body stream errors with a TypeError. The bytes so far are kept.
-        return { ended: false, bytes: writer.offset, error: String(err) };
-    }
-    writer.close();
-    return { ended: true, bytes: writer.offset };
-}
-
-/**
- * What the server says about a file in a HEAD answer: its size and validators (store/identity.js).
- * @param {string} url
- * @param {AbortSignal | undefined} signal
- * @returns {Promise<FileIdentity>}
- */
-export async function serverIdentity(url, signal) {
-    let response;
-    try {
-        response = await fetch(url, { method: 'HEAD', signal, cache: 'no-store' });
-    } catch (err) {
-        if (signal?.aborted) throw signal.reason;
-        throw new NetworkError(
-            `Could not reach ${url} (${String(err)}). Check the connection and press Generate again.`,
-            { url },
-        );
-    }
-    if (!response.ok) throw httpError(url, response.status);
-    const length = response.headers.get('content-length');
-    return fromResponse(response.headers, length === null ? null : Number(length));
-}
-
-/**
- * Whether the server answers a HEAD for `url` at all (any HTTP status): it is reachable.
- * @param {string} url
- * @param {AbortSignal | undefined} signal
- * @returns {Promise<boolean>}
- */
-async function answers(url, signal) {
-    try {
-        await fetch(url, { method: 'HEAD', signal, cache: 'no-store' });
-        return true;
-    } catch (err) {
-        if (signal?.aborted) throw signal.reason;
-        return false;
     }
 }
 
@@ -512,28 +337,4 @@ function sleep(signal, ms) {
             { once: true },
         );
     });
-}
-
-/**
- * @param {string} url
- * @param {number} status
- * @returns {Error}
- */
-function httpError(url, status) {
-    if (status === 404) {
-        return new ModelFileError(
-            `${url} does not exist on the model server (HTTP 404). Check the model URL and its manifest.`,
-            {
-                url,
-                status,
-            },
-        );
-    }
-    return new NetworkError(
-        `The model server answered HTTP ${status} for ${url}. Press Generate again later; downloads resume.`,
-        {
-            url,
-            status,
-        },
-    );
 }

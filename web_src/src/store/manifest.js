@@ -39,7 +39,7 @@ function seedNames(component, variant, count) {
     };
 }
 
-// Port of builder.manifest.SEED_GRAPHS / seed_graphs(): the layout of kny/FLUX.2-klein-4B-onnx-web.
+// Port of builder/repo/seed_layout.py SEED_GRAPHS / seed_graphs(): the layout of kny/FLUX.2-klein-4B-onnx-web.
 const SEED_GRAPHS = Object.freeze([
     ['text_encoder', 'q4', 2, 'q4 MatMulNBits (block 32, symmetric, accuracy_level 4); token embedding fp16', true],
     ['transformer', 'q4', 2, 'q4 MatMulNBits (block 32, symmetric); modulation Gemms, norms, biases fp32', false],

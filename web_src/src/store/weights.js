@@ -15,8 +15,9 @@
 import { ModelFileError, NetworkError, QuotaError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
 import { OpfsBackend, clearAll } from './backend.js';
-import { downloadFile, serverIdentity } from './download.js';
+import { downloadFile } from './download.js';
 import { createSha256, hashBlob } from './hashing.js';
+import { serverIdentity } from './http_answers.js';
 import { compareIdentity, fromManifest } from './identity.js';
 import { fetchManifest, parseManifest } from './manifest.js';
 import { StoreWorkers } from './store_workers.js';

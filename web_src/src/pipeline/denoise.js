@@ -1,0 +1,138 @@
+// @ts-check
+/**
+ * @file Stage 7 of generate(), Denoising loop: the transformer once per step and the Euler update, with
+ * inpainting's mask blend and the step previews. builder/pipeline/reference_stages.py denoise is its twin.
+ * @module pipeline/denoise
+ */
+
+import { assertFinite } from './image.js';
+import { LATENT_CHANNELS, blendMask, eulerStep, scaleNoise } from './latents.js';
+import { requireOutput } from './session_runs.js';
+import { transformerPin } from './session_pins.js';
+
+/** @typedef {import('./model_caches.js').PromptEmbedding} PromptEmbedding */
+/** @typedef {import('./schedule.js').Schedule} Schedule */
+/** @typedef {import('./encode_images.js').Conditioning} Conditioning */
+/** @typedef {import('./prepare_latents.js').Latents} Latents */
+/** @typedef {import('./prepare_latents.js').Inpainting} Inpainting */
+/** @typedef {import('./preview.js').StepPreview} StepPreview */
+/** @typedef {import('./stage_clock.js').RunContext} RunContext */
+/** @typedef {import('./stage_clock.js').GenerateEvent} GenerateEvent */
+
+/**
+ * Stage 7: one transformer call per step (klein is guidance-distilled: no CFG) on the noise tokens followed by
+ * the input images' tokens; the prediction for the noise tokens takes a float32 Euler step,
+ * x += (sigma_next - sigma) * v, as FlowMatchEulerDiscreteScheduler.step. Inpainting runs the steps from
+ * `start` on and, after each, puts the image (re-noised to the next sigma, clean after the last step) back where
+ * the mask keeps it. Cancellable between steps. With `preview`, each step's event carries what the image is
+ * becoming (pipeline/preview.js), made from the latents without changing them.
+ * @param {Latents} prepared  Its `latents` are updated in place.
+ * @param {PromptEmbedding} embedding
+ * @param {Schedule} schedule
+ * @param {Conditioning | null} conditioning  The input images' tokens and ids.
+ * @param {Inpainting | null} inpainting
+ * @param {number} imageSeqLen  The transformer's image tokens: the noise's, then the input images' (generate()
+ *   works it out once, for the session's pin in stage 2 and for every step here).
+ * @param {StepPreview | null} preview
+ * @param {RunContext & {onEvent: (event: GenerateEvent) => void, duringFirstStep?: () => Promise<void>}} context
+ *   `duringFirstStep`: work done while the GPU computes the first step (creating the VAE decoder's session).
+ * @returns {Promise<{denoised: Float32Array, stepMs: number[]}>} The denoised tokens [1, H*W, C], and the wall
+ *   time of each step (the first one records the graph capture).
+ */
+export async function denoise(
+    prepared,
+    embedding,
+    schedule,
+    conditioning,
+    inpainting,
+    imageSeqLen,
+    preview,
+    { models, meter, signal, onEvent, duringFirstStep },
+) {
+    const { imgIds, txtIds, latentHeight, latentWidth, noise } = prepared;
+    const noiseTokens = latentHeight * latentWidth;
+    const extraTokens = conditioning ? conditioning.ids.length / 4 : 0;
+    if (noiseTokens + extraTokens !== imageSeqLen) {
+        throw new Error(
+            `The input images gave ${extraTokens} tokens where stage 1 counted ${imageSeqLen - noiseTokens}.`,
+        );
+    }
+    // One buffer holds [noise tokens | image tokens]; the loop updates the noise part in place.
+    const hiddenStates = new Float32Array(imageSeqLen * LATENT_CHANNELS);
+    hiddenStates.set(prepared.latents);
+    if (conditioning) hiddenStates.set(conditioning.tokens, noiseTokens * LATENT_CHANNELS);
+    const latents = hiddenStates.subarray(0, noiseTokens * LATENT_CHANNELS);
+    const ids = new BigInt64Array(imageSeqLen * 4);
+    ids.set(imgIds);
+    if (conditioning) ids.set(conditioning.ids, noiseTokens * 4);
+    const textSeqLen = embedding.dims[1];
+    const total = schedule.modelTimesteps.length;
+    const start = inpainting ? inpainting.start : 0;
+    const steps = total - start;
+    const transformer = await models.session('transformer', { meter, signal, pin: transformerPin(imageSeqLen) });
+    /** @type {number[]} */
+    const stepMs = [];
+    const loopStart = performance.now();
+    /** @type {(() => void) | null} A finished step's event, sent (with its preview) while the GPU runs the next. */
+    let announce = null;
+    for (let i = start; i < total; i++) {
+        signal.throwIfAborted();
+        const stepStart = performance.now();
+        const { outputs } = await models.submit(
+            transformer,
+            {
+                hidden_states: { data: hiddenStates, dims: [1, imageSeqLen, LATENT_CHANNELS] },
+                encoder_hidden_states: { data: embedding.data, dims: embedding.dims },
+                // float32(t / 1000), which is not always sigma itself (see schedule.js).
+                timestep: { data: Float32Array.of(schedule.modelTimesteps[i]), dims: [1] },
+                img_ids: { data: ids, dims: [imageSeqLen, 4] },
+                txt_ids: { data: txtIds, dims: [textSeqLen, 4] },
+            },
+            { meter, what: `Denoising step ${i - start + 1}` },
+        );
+        // The previous step's preview is drawn on the CPU while the GPU runs this step, off the steps' critical path
+        // (the latents it reads change only after this step's output arrives).
+        announce?.();
+        // While the GPU computes the first step: work that is not a step (its time is not the step's).
+        const asideMs = i === start && duringFirstStep ? await timed(duringFirstStep) : 0;
+        const noisePred = requireOutput(await outputs, 'noise_pred', 'transformer'); // [1, imageSeqLen, C]
+        // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
+        const velocity = noisePred.data.subarray(0, latents.length);
+        eulerStep(latents, velocity, schedule.sigmas[i], schedule.sigmas[i + 1]);
+        if (inpainting) {
+            const proper =
+                i < total - 1
+                    ? scaleNoise(inpainting.imageLatents, schedule.sigmas[i + 1], noise)
+                    : inpainting.imageLatents;
+            blendMask(latents, proper, inpainting.mask, LATENT_CHANNELS);
+        }
+        stepMs.push(performance.now() - stepStart - asideMs);
+        const done = i - start + 1;
+        const elapsedMs = performance.now() - loopStart;
+        const sigmaNext = schedule.sigmas[i + 1];
+        announce = () => {
+            const frame = preview?.frame(latents, velocity, sigmaNext);
+            onEvent({
+                type: 'step',
+                step: done,
+                steps,
+                elapsedMs,
+                etaMs: (elapsedMs / done) * (steps - done),
+                ...(frame ? { preview: frame } : {}),
+            });
+        };
+    }
+    announce?.();
+    assertFinite(latents, 'denoised latents');
+    return { denoised: latents.slice(), stepMs };
+}
+
+/**
+ * @param {() => Promise<unknown>} work
+ * @returns {Promise<number>} The milliseconds it took.
+ */
+async function timed(work) {
+    const started = performance.now();
+    await work();
+    return performance.now() - started;
+}

@@ -1,0 +1,77 @@
+// @ts-check
+/**
+ * @file Stage 2 of generate(), Load models: the model files downloaded into the store, then the sessions
+ * created, with stage 3 started as soon as the text encoder exists. builder/pipeline/reference_models.py
+ * load_models is its twin; load_sessions.js runs this stage's session creation alone (for `load-bench`).
+ * @module pipeline/load_models
+ */
+
+import { imageJobs } from './encode_images.js';
+import { startEncoding } from './encode_prompt.js';
+import { loadPreviewMap } from './preview.js';
+import { sessionPins } from './session_pins.js';
+import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
+import { decodePlan, tileSize, vaeTileFor } from './vae_tiles.js';
+
+/** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
+/** @typedef {import('./model_caches.js').PromptEmbedding} PromptEmbedding */
+/** @typedef {import('./encode_images.js').InputPlan} InputPlan */
+/** @typedef {import('./encode_prompt.js').Encoding} Encoding */
+/** @typedef {import('./stage_clock.js').RunContext} RunContext */
+/** @typedef {import('./stage_clock.js').GenerateEvent} GenerateEvent */
+/** @typedef {import('./stage_clock.js').StageClock} StageClock */
+/** @typedef {import('./vae_tiles.js').TilePlan} TilePlan */
+
+/**
+ * Stage 2: the model files the store lacks are downloaded (none on a second visit, timed as `download`), then
+ * the sessions are created in order while they fit the memory budget together (`load`). The text encoder is
+ * left out when an earlier run already encoded this prompt; otherwise it comes first and stage 3 starts as soon
+ * as it exists, so the GPU encodes the prompt while the next sessions are created. The VAE decoder comes last,
+ * during the first denoising step (stage 7), or at stage 8 when it does not fit beside the others. The
+ * transformer's graph is chosen for this attention length (graph_choice.sizeClass) and pinned to these dims, so
+ * it captures its kernels on the first step and replays them.
+ * Input images add the VAE encoder (refused here, before any download, when the repository has none), created
+ * after the text encoder unless every image's latents are cached.
+ * With `preview`, the step previews' colour map comes with the download (pipeline/preview.js).
+ * The VAE decoder is pinned to the tile it decodes in, which the memory mode chooses (pipeline/vae_tiles.js).
+ * @param {GenerateParams} params
+ * @param {number} imageSeqLen  Image tokens the transformer sees: the noise's and the input images'.
+ * @param {InputPlan} plan
+ * @param {RunContext & {clock: StageClock, onEvent: (event: GenerateEvent) => void}} context
+ * @returns {Promise<{notes: string[], cached: PromptEmbedding | undefined, encoding: Encoding | null,
+ *   imagesCached: boolean, previewMap: import('./preview.js').PreviewMap | null, tiles: TilePlan}>}  `cached`: the
+ *   prompt's embedding from an earlier run; `encoding`: stage 3 under way; `imagesCached`: every input image's
+ *   latents are (none to encode); `tiles`: how stage 8 decodes.
+ */
+export async function loadModels(params, imageSeqLen, plan, { models, meter, signal, clock, onEvent }) {
+    const { notes, previewMap } = await clock.time('download', undefined, async () => {
+        const prepared = await models.prepare(
+            { ...params, attentionTokens: imageSeqLen + MAX_SEQUENCE_LENGTH, encodeSizes: plan.used },
+            { signal, onProgress: (progress) => onEvent({ type: 'progress', progress }) },
+        );
+        if (!params.preview) return { notes: prepared.notes, previewMap: null };
+        const { map, note } = await loadPreviewMap(models, signal);
+        return { notes: note ? [...prepared.notes, note] : prepared.notes, previewMap: map };
+    });
+    // The caches are keyed by the encoders chosen above.
+    const cached = models.cachedPrompt(params.prompt);
+    const encodeImages = imageJobs(plan).some((job) => !models.cachedImage(models.imageKey(job.image.sha256, job.how)));
+    /** @type {import('../shared/model_repo.js').AnyComponent[]} */
+    const order = [
+        ...(cached ? [] : /** @type {const} */ (['text_encoder'])),
+        ...(encodeImages ? /** @type {const} */ (['vae_encoder']) : []),
+        'transformer',
+    ];
+    const tiles = decodePlan(params, vaeTileFor({ vaeTile: params.vaeTile, memory: models.memory.mode }));
+    const pins = sessionPins(imageSeqLen, tileSize(tiles));
+    /** @type {Encoding | null} */
+    let encoding = null;
+    /** @param {import('../shared/model_repo.js').AnyComponent} component */
+    const onLoaded = async (component) => {
+        if (component === 'text_encoder') encoding = await startEncoding(params.prompt, { models, meter, signal });
+    };
+    await clock.time('load', models.summary(), () =>
+        models.preload(order, { meter, signal, pins, next: ['vae_decoder'], onLoaded }),
+    );
+    return { notes, cached, encoding, imagesCached: !encodeImages, previewMap, tiles };
+}
