@@ -88,13 +88,9 @@ export class Sessions {
         const now = this.fitting(components);
         const reads = [...now, ...components.filter((c) => !now.includes(c)), ...next];
         for (const [i, component] of now.entries()) {
-            // Once this session's weights are on the GPU, the next one's are read and uploaded while onnxruntime
-            // creates this one (uploads share the GPU's copy bandwidth: one at a time). Its weights go ahead only
-            // when it fits the budget beside this one.
-            const next = reads[i + 1];
-            const ahead =
-                this.source.budget > 0 ? () => this.readAhead(next, meter, { upload: now.includes(next) }) : undefined;
-            await this.session(component, { meter, signal, pin: pins[component], beforeCreate: ahead });
+            // The next session's weights go to the GPU ahead only when it fits the budget beside this one.
+            if (this.source.budget > 0) this.readAhead(reads[i + 1], meter, { upload: now.includes(reads[i + 1]) });
+            await this.session(component, { meter, signal, pin: pins[component] });
             await onLoaded?.(component);
         }
     }
@@ -209,14 +205,12 @@ export class Sessions {
      * The session of `component`, created if needed (after releasing least recently used sessions
      * until it fits the budget).
      * @param {AnyComponent} component
-     * @param {{meter: Meter, signal?: AbortSignal, pin?: Pin, beforeCreate?: () => void}} options  `beforeCreate`:
-     *   called once the session's files are ready, before onnxruntime creates it (or at once when it exists);
-     *   `pin`: the symbolic input dims every
+     * @param {{meter: Meter, signal?: AbortSignal, pin?: Pin}} options  `pin`: the symbolic input dims every
      *   run of this session will have (the transformer's img_seq and txt_seq in a denoising loop), and whether it
      *   captures its kernels on WebGPU (runtime/ort.js). A session pinned otherwise is created anew.
      * @returns {Promise<import('../runtime/ort.js').Session>}
      */
-    async session(component, { meter, signal, pin, beforeCreate }) {
+    async session(component, { meter, signal, pin }) {
         const choice = this.source.requireChoice(component);
         const existing = this.loaded.get(component);
         const dimsKey = this.dimsKey(pin);
@@ -233,7 +227,6 @@ export class Sessions {
             await this.unload(component);
         } else if (existing) {
             existing.lastUsed = performance.now();
-            beforeCreate?.();
             return existing.session;
         }
         signal?.throwIfAborted();
@@ -249,7 +242,6 @@ export class Sessions {
                 device,
             });
             this.streamed.set(component, streamedBytes);
-            beforeCreate?.();
             const creating = performance.now();
             session = await createSession(graph, externalData, {
                 ep: choice.ep,
