@@ -48,7 +48,7 @@ export class Models {
      * @returns {Promise<{notes: string[], downloadedBytes: number}>}
      */
     async prepare(params, { signal, onProgress }) {
-        this.sessions.dropReadsAhead();
+        this.sessions.readsAhead.clear();
         if (!this.source.serves(params.modelBase)) {
             // Another model source than the last one starts afresh.
             await this.sessions.releaseAll();

@@ -41,13 +41,10 @@ import { mark } from './meter.js';
  */
 
 /**
- * @typedef {Object} ReadAhead  A session's files being read (and its weights uploaded) before it is created.
+ * @typedef {Object} ReadAhead  A session's files being read before the session is created.
  * @property {string} identity  Choice.identity of the graph they belong to.
- * @property {number} generation  Gpu.generation its weights were uploaded on.
  * @property {Promise<Uint8Array[]>} files  The graph, then the external-data files read whole (none when the
  *   session's weights are streamed to the GPU: pipeline/graph_upload.js).
- * @property {Promise<import('./graph_upload.js').SessionFiles> | null} prepared  Its weights uploaded too.
- * @property {AbortController} abort  Stops an upload no session will take.
  */
 
 /**
@@ -88,8 +85,7 @@ export class Sessions {
         const now = this.fitting(components);
         const reads = [...now, ...components.filter((c) => !now.includes(c)), ...next];
         for (const [i, component] of now.entries()) {
-            // The next session's weights go to the GPU ahead only when it fits the budget beside this one.
-            if (this.source.budget > 0) this.readAhead(reads[i + 1], meter, { upload: now.includes(reads[i + 1]) });
+            if (this.source.budget > 0) this.readAhead(reads[i + 1], meter);
             await this.session(component, { meter, signal, pin: pins[component] });
             await onLoaded?.(component);
         }
@@ -143,62 +139,22 @@ export class Sessions {
 
     /**
      * Start reading the files of `component`'s session, for session() to take (nothing when it is loaded or read
-     * already), and with `upload` uploading its streamed weights too. They are held until then: fast mode only.
+     * already). They are held in memory until then: fast mode only.
      * @param {AnyComponent | undefined} component
      * @param {Meter} meter
-     * @param {{upload?: boolean}} [options]
      */
-    readAhead(component, meter, { upload = false } = {}) {
+    readAhead(component, meter) {
         const choice = component && this.source.choices?.[component];
         if (!component || !choice || this.loaded.get(component)?.choice.identity === choice.identity) return;
-        const existing = this.readsAhead.get(component);
-        if (existing?.identity === choice.identity && existing.generation === this.gpu.generation) return;
-        if (existing) this.discardAhead(existing);
+        if (this.readsAhead.get(component)?.identity === choice.identity) return;
         const started = performance.now();
-        const store = /** @type {WeightStore} */ (this.source.store);
-        const files = store.readFiles(filesToRead(choice));
-        // A failed read or upload is thrown by session(), which does it again.
+        const files = /** @type {WeightStore} */ (this.source.store).readFiles(filesToRead(choice));
+        // A failed read is thrown by session(), which reads again.
         files.then(
             () => mark(meter, `read ${component} ahead`, started),
             () => {},
         );
-        const abort = new AbortController();
-        const prepared =
-            upload && uploadsWeights(choice)
-                ? files.then(async ([graph]) => {
-                      const uploading = performance.now();
-                      const device = await this.gpu.getDevice();
-                      const done = await uploadGraph(store, choice, graph, device, { signal: abort.signal });
-                      mark(meter, `upload ${component} weights ahead`, uploading);
-                      return done;
-                  })
-                : null;
-        prepared?.catch(() => {});
-        this.readsAhead.set(component, {
-            identity: choice.identity,
-            generation: this.gpu.generation,
-            files,
-            prepared,
-            abort,
-        });
-    }
-
-    /**
-     * Let go of a read ahead no session will take: its upload stopped, its GPU buffers destroyed.
-     * @param {ReadAhead} ahead
-     */
-    discardAhead(ahead) {
-        ahead.abort.abort();
-        ahead.prepared?.then(
-            (done) => done.weights.forEach((w) => w.buffer.destroy()),
-            () => {},
-        );
-    }
-
-    /** Let go of every read ahead (a new request, the end of an image, a release). */
-    dropReadsAhead() {
-        for (const ahead of this.readsAhead.values()) this.discardAhead(ahead);
-        this.readsAhead.clear();
+        this.readsAhead.set(component, { identity: choice.identity, files });
     }
 
     /**
@@ -236,12 +192,15 @@ export class Sessions {
         let session;
         try {
             const device = choice.ep === 'webgpu' ? await this.gpu.getDevice() : undefined;
-            const { graph, externalData, weights, streamedBytes } = await this.sessionFiles(component, choice, {
-                meter,
-                signal,
-                device,
-            });
+            const [graphBytes, ...data] = await this.takeFiles(component, choice, meter);
+            const loading = performance.now();
+            const store = /** @type {WeightStore} */ (this.source.store);
+            const { graph, externalData, weights, streamedBytes } =
+                uploadsWeights(choice) && device
+                    ? await uploadGraph(store, choice, graphBytes, device, { signal })
+                    : wholeFiles(choice, graphBytes, data);
             this.streamed.set(component, streamedBytes);
+            if (streamedBytes > 0) mark(meter, `upload ${component} weights`, loading);
             const creating = performance.now();
             session = await createSession(graph, externalData, {
                 ep: choice.ep,
@@ -277,37 +236,22 @@ export class Sessions {
     }
 
     /**
-     * What `component`'s session is created from: its graph with its weights uploaded (or its files whole), taken
-     * from the read ahead where there is one. The wait for files is the meter's read time.
+     * The files of `component`'s graph: those read ahead, else read now. The wait is the meter's read time.
      * @param {AnyComponent} component
      * @param {Choice} choice
-     * @param {{meter: Meter, signal?: AbortSignal, device?: GPUDevice}} options
-     * @returns {Promise<import('./graph_upload.js').SessionFiles>}
+     * @param {Meter} meter
+     * @returns {Promise<Uint8Array[]>}
      */
-    async sessionFiles(component, choice, { meter, signal, device }) {
+    async takeFiles(component, choice, meter) {
         const started = performance.now();
-        const found = this.readsAhead.get(component);
+        const ahead = this.readsAhead.get(component);
         this.readsAhead.delete(component);
-        // Read for another graph, or uploaded to a device since lost: of no use.
-        const ahead = found?.identity === choice.identity && found.generation === this.gpu.generation ? found : null;
-        if (found && !ahead) this.discardAhead(found);
-        const prepared = ahead?.prepared ? await ahead.prepared.catch(() => null) : null;
-        if (prepared) {
-            meter.readMsByComponent[component] =
-                (meter.readMsByComponent[component] ?? 0) + performance.now() - started;
-            mark(meter, `read ${component} (waiting for the upload ahead)`, started);
-            return prepared;
-        }
-        const files = ahead ? await ahead.files.catch(() => null) : null;
+        const files = ahead?.identity === choice.identity ? await ahead.files.catch(() => null) : null;
         const store = /** @type {WeightStore} */ (this.source.store);
-        const [graphBytes, ...data] = files ?? (await store.readFiles(filesToRead(choice)));
+        const read = files ?? (await store.readFiles(filesToRead(choice)));
         meter.readMsByComponent[component] = (meter.readMsByComponent[component] ?? 0) + performance.now() - started;
         mark(meter, `read ${component}${ahead ? ' (waiting for the read ahead)' : ''}`, started);
-        if (!uploadsWeights(choice) || !device) return wholeFiles(choice, graphBytes, data);
-        const uploading = performance.now();
-        const uploaded = await uploadGraph(store, choice, graphBytes, device, { signal });
-        if (uploaded.streamedBytes > 0) mark(meter, `upload ${component} weights`, uploading);
-        return uploaded;
+        return read;
     }
 
     /**
@@ -404,13 +348,13 @@ export class Sessions {
 
     /** The image is done: in lean mode nothing stays on the GPU between images; files read ahead are let go. */
     async finishRun() {
-        this.dropReadsAhead();
+        this.readsAhead.clear();
         if (this.source.memory.mode === 'lean') await this.releaseAll();
     }
 
     /** Release every session (cancel, model change): gives the GPU memory back, and the files read ahead. */
     async releaseAll() {
-        this.dropReadsAhead();
+        this.readsAhead.clear();
         for (const component of [...this.loaded.keys()]) await this.unload(component);
     }
 }
