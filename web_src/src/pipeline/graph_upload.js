@@ -97,26 +97,18 @@ export async function uploadGraph(store, choice, graphBytes, device, { signal } 
     };
     const plan = planWeights(graphBytes, { forceCpuNodeNames: choice.forceCpuNodeNames });
     if (plan.lifted.length === 0) return wholeFiles(choice, graphBytes, await store.readFiles(paths.slice(1)));
-    // A length left out means "to the end of the file".
-    const lengthOf = async (/** @type {import('./graph_weights.js').WeightRef} */ ref) =>
-        ref.length ?? (await file(ref.location)).size - ref.offset;
-    const spans = await Promise.all(
-        plan.inlined.map(async (ref) => ({
-            name: ref.name,
-            location: ref.location,
-            offset: ref.offset,
-            length: await lengthOf(ref),
-        })),
-    );
-    const graph = rewriteGraph(graphBytes, plan, await readSpans(spans, read));
-    const sources = await Promise.all(
-        plan.lifted.map(async (w) => ({
-            name: w.name,
-            location: w.location,
-            offset: w.offset,
-            length: await lengthOf(w),
-        })),
-    );
+    // Where each weight's bytes are; a length left out means "to the end of the file".
+    const located = (/** @type {import('./graph_weights.js').WeightRef[]} */ refs) =>
+        Promise.all(
+            refs.map(async (ref) => ({
+                name: ref.name,
+                location: ref.location,
+                offset: ref.offset,
+                length: ref.length ?? (await file(ref.location)).size - ref.offset,
+            })),
+        );
+    const graph = rewriteGraph(graphBytes, plan, await readSpans(await located(plan.inlined), read));
+    const sources = await located(plan.lifted);
     const buffers = await uploadWeights(device, sources, read, { signal });
     const weights = plan.lifted.map((w) => ({
         name: w.name,
