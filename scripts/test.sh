@@ -10,6 +10,7 @@
 #     (Playwright cannot download its own browser in offline CI), else Playwright's own Chromium. The tests use the
 #     one named here (KLEIN_CHROMIUM is exported), and its version is printed.
 #   - npm packages: installed by the first `klein-web build` (npm ci, pinned by package-lock.json).
+#   - pytest-xdist: a worker per core, up to 4 (KLEIN_TEST_WORKERS sets it).
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -k server`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,5 +66,11 @@ fi
 export KLEIN_CHROMIUM
 echo "== Chromium: $KLEIN_CHROMIUM ($("$KLEIN_CHROMIUM" --version 2>/dev/null | tail -1))"
 
-echo "== running the test suite (full lane)"
-exec "$VPY" -m pytest --full --durations=30 "$@"
+# A pytest-xdist worker per core (at most 4: each may run a Chromium and a torch model at once), each test file
+# kept on one worker so its module fixtures are made once; KLEIN_TEST_WORKERS sets the count (1: no workers).
+CORES=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+WORKERS=${KLEIN_TEST_WORKERS:-$((CORES < 4 ? CORES : 4))}
+PARALLEL=()
+if [ "$WORKERS" -gt 1 ]; then PARALLEL=(-n "$WORKERS" --dist loadfile); fi
+echo "== running the test suite (full lane, ${WORKERS} worker(s))"
+exec "$VPY" -m pytest --full --durations=30 "${PARALLEL[@]}" "$@"

@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,8 +25,22 @@ from builder import REPO_ROOT
 pytest_plugins = ("worker_page",)
 
 # The sha256 cache (builder.repo.verify) of test runs stays out of the user's own cache folder; subprocesses
-# inherit it.
-os.environ.setdefault("KLEIN_WEB_CACHE_DIR", tempfile.mkdtemp(prefix="klein-web-test-cache-"))
+# inherit it. Each pytest-xdist worker (PYTEST_XDIST_WORKER) gets its own rather than the one it inherits.
+if "PYTEST_XDIST_WORKER" in os.environ or "KLEIN_WEB_CACHE_DIR" not in os.environ:
+    os.environ["KLEIN_WEB_CACHE_DIR"] = tempfile.mkdtemp(prefix="klein-web-test-cache-")
+# Where the workers of one run (scripts/test.sh runs pytest-xdist) take turns at what they share in the checkout.
+LOCK_DIR = REPO_ROOT / ".test-cache"
+
+
+@contextmanager
+def checkout_lock(name: str) -> Iterator[None]:
+    """Held while a test process builds something every worker reads from the checkout (node_modules, make-tiny's
+    cache): the others wait, then find it built."""
+    from filelock import FileLock
+
+    LOCK_DIR.mkdir(exist_ok=True)
+    with FileLock(LOCK_DIR / f"{name}.lock"):
+        yield
 
 
 # The lanes (docs/development-testing.md). `pytest` alone runs the fast lane: plain Python and node tests, with no
@@ -162,6 +177,17 @@ def find_free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _node_modules_before_the_workers_race() -> None:
+    """Under pytest-xdist: node_modules installed by one worker before any test runs, since builds, tsc and the
+    tokenizer tests all read it (and a build installs it where it is missing)."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        from builder.site.node import ensure_node_modules
+
+        with checkout_lock("node_modules"):
+            ensure_node_modules(log=lambda _msg: None)
+
+
 @pytest.fixture(scope="session")
 def node_modules() -> Path:
     """web_src/node_modules installed from package-lock.json (npm ci on a fresh clone; two small reads after).
@@ -170,7 +196,8 @@ def node_modules() -> Path:
     test (or an earlier run) having installed it."""
     from builder.site.node import ensure_node_modules
 
-    return ensure_node_modules(log=lambda _msg: None)
+    with checkout_lock("node_modules"):
+        return ensure_node_modules(log=lambda _msg: None)
 
 
 @pytest.fixture
@@ -188,7 +215,8 @@ def tiny_models() -> dict[str, Path]:
     the code and libraries that make it (tests/tiny_cache.py). Tests copy a folder before changing anything in it."""
     from tiny_cache import tiny_models as cached_tiny_models  # tests/ is on sys.path
 
-    return cached_tiny_models(0, log=lambda _msg: None)
+    with checkout_lock("node_modules"), checkout_lock("tiny-models"):
+        return cached_tiny_models(0, log=lambda _msg: None)
 
 
 @pytest.fixture(scope="session")
