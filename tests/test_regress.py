@@ -343,45 +343,6 @@ def test_the_app_matches_the_cpu_reference(tiny_models: dict[str, Path], dist_di
 
 
 @pytest.mark.browser
-@pytest.mark.slow
-def test_two_cases_run_in_one_launch_and_a_wrong_seed_fails(
-    tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path
-) -> None:
-    from builder.pipeline.reference import generate_png
-
-    prompt = "a lighthouse at dusk"
-    other_seed_png = tmp_path / "seed8.png"
-    generate_png(
-        tiny_models["fp32"],
-        prompt=prompt,
-        seed=8,
-        width=80,
-        height=64,
-        steps=4,
-        out=other_seed_png,
-        log=lambda _m: None,
-    )
-    cases = tmp_path / "cases.toml"
-    cases.write_text(
-        f'[[cases]]\nname = "right"\nprompt = "{prompt}"\nseed = 7\nsize = "80x64"\nreference_from_cpu = true\n'
-        f'[[cases]]\nname = "wrong-seed"\nprompt = "{prompt}"\nseed = 7\nsize = "80x64"\nreference = "seed8.png"\n'
-    )
-    report_dir = tmp_path / "report"
-    assert regress(tiny_models, dist_dir, report_dir, cases_file=cases) == 1  # the worst case's code
-
-    run = json.loads((report_dir / "report.json").read_text())
-    assert run["browser"]["launches"] == 1
-    assert [(c["case"], c["verdict"]) for c in run["cases"]] == [("right", "pass"), ("wrong-seed", "fail")]
-    wrong = json.loads((report_dir / "wrong-seed" / "report.json").read_text())
-    assert wrong["metrics"]["psnr"] < 40 and "<" in wrong["reason"]
-    diff = read_pixels(report_dir / "wrong-seed" / "diff.png")
-    assert diff.shape == (64, 80, 3) and diff.any()
-    # Both cases generated the same seed, so the browser's two candidates are the same image.
-    right = read_pixels(report_dir / "right" / "candidate.png")
-    assert np.array_equal(right, read_pixels(report_dir / "wrong-seed" / "candidate.png"))
-
-
-@pytest.mark.browser
 def test_gpu_mode_without_a_gpu_could_not_run(tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path) -> None:
     """On a machine without a Vulkan GPU, --gpu gets SwiftShader from Chromium: a one-line could-not-run."""
     with pytest.raises(RegressionError) as raised:
@@ -488,30 +449,48 @@ def _cases(tmp_path: Path, entries: list[dict[str, Any]]) -> Path:
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_editing_and_inpainting_cases_run_through_the_page(
+def test_editing_inpainting_and_text_cases_run_in_one_launch_and_a_wrong_seed_fails(
     tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path
 ) -> None:
-    """regress gives the page its images as a user does (file pickers, slider), and the CPU reference the same."""
+    """regress gives the page its images as a user does (file pickers, slider), and the CPU reference the same; the
+    cases of one file share one browser launch, and a case whose reference is another seed's image fails."""
+    from builder.pipeline.reference import generate_png
+
     _png(tmp_path / "ref.png", 90, 70)  # used at 80x64
     _png(tmp_path / "room.png", 100, 75)  # inpainting resizes it to 96x64
     mask = np.zeros((75, 100), dtype=np.uint8)
     mask[20:60, 30:80] = 255
     Image.fromarray(mask).save(tmp_path / "mask.png")
+    prompt = "a lighthouse at dusk"
+    generate_png(
+        tiny_models["fp32"],
+        prompt=prompt,
+        seed=8,
+        width=80,
+        height=64,
+        steps=4,
+        out=tmp_path / "seed8.png",
+        log=lambda _m: None,
+    )
     cases = tmp_path / "cases.toml"
     cases.write_text(
         '[[cases]]\nname = "edit"\nimages = ["ref.png"]\nreference_from_cpu = true\n'
         '[[cases]]\nname = "inpaint"\nimages = ["room.png", "ref.png"]\nmask = "mask.png"\nstrength = 0.5\n'
         "reference_from_cpu = true\n"
-        '[[cases]]\nname = "text"\nsize = "64x64"\nreference_from_cpu = true\n',
+        f'[[cases]]\nname = "text"\nprompt = "{prompt}"\nseed = 7\nsize = "80x64"\nreference_from_cpu = true\n'
+        f'[[cases]]\nname = "wrong-seed"\nprompt = "{prompt}"\nseed = 7\nsize = "80x64"\nreference = "seed8.png"\n',
         encoding="utf-8",
     )
     report_dir = tmp_path / "report"
-    assert regress(tiny_models, dist_dir, report_dir, cases_file=cases, precision="fp32", psnr_min=60.0) == 0
+    # The worst case's code.
+    assert regress(tiny_models, dist_dir, report_dir, cases_file=cases, precision="fp32", psnr_min=60.0) == 1
     run = json.loads((report_dir / "report.json").read_text())
+    assert run["browser"]["launches"] == 1
     assert [(c["case"], c["verdict"]) for c in run["cases"]] == [
         ("edit", "pass"),
         ("inpaint", "pass"),
         ("text", "pass"),
+        ("wrong-seed", "fail"),
     ]
     edit = json.loads((report_dir / "edit" / "report.json").read_text())
     inpaint = json.loads((report_dir / "inpaint" / "report.json").read_text())
@@ -521,6 +500,14 @@ def test_editing_and_inpainting_cases_run_through_the_page(
     assert edit["download"]["png_text"]["mode"] == "edit" and "80x64 ref.png" in edit["download"]["png_text"]["images"]
     assert inpaint["download"]["png_text"]["strength"] == "0.5"
     assert inpaint["timings"]["images"] > 0
+    # The wrong seed: below the bar, with the reason and a diff image.
+    wrong = json.loads((report_dir / "wrong-seed" / "report.json").read_text())
+    assert wrong["metrics"]["psnr"] < 40 and "<" in wrong["reason"]
+    diff = read_pixels(report_dir / "wrong-seed" / "diff.png")
+    assert diff.shape == (64, 80, 3) and diff.any()
+    # Both text cases generated the same seed in their own pages, so the browser's two candidates are the same image.
+    text = read_pixels(report_dir / "text" / "candidate.png")
+    assert np.array_equal(text, read_pixels(report_dir / "wrong-seed" / "candidate.png"))
 
 
 @pytest.mark.browser
