@@ -591,7 +591,7 @@ def test_cancel_in_the_encode_images_stage(page: Any, tmp_path: Path) -> None:
     # Four references keep the VAE encoder busy long enough to cancel inside the stage (checked between images).
     page.set_input_files(
         "#reference-files",
-        [str(write_png(tmp_path, f"big{i}.png", 512, 512, colour=(60 * i, 90, 40))) for i in range(4)],
+        [str(write_png(tmp_path, f"big{i}.png", 256, 256, colour=(60 * i, 90, 40))) for i in range(4)],
     )
     wait_references(page, 4)
     page.uncheck("#match-size")
