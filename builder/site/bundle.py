@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -43,6 +42,7 @@ from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
 from builder.errors import BuildError
 from builder.site import icons
 from builder.site.node import NodeTools, ensure_node_modules, find_node, lock_hash
+from builder.site.ort_versions import ORT_PACKAGE, onnxruntime_web_version, package_version, runtime_package
 
 BUILD_RECORD = ".klein-build.json"
 PAGE_ENTRY = "src/page/main.js"
@@ -57,13 +57,10 @@ PAGE = "index.html"
 STYLE = "style.css"
 TEMPLATE = "index.html.j2"
 # The onnxruntime-web build the worker imports (`onnxruntime-web/webgpu`) loads exactly these two files.
-ORT_PACKAGE = "node_modules/onnxruntime-web"
 ORT_DIST = f"{ORT_PACKAGE}/dist"
 ORT_RUNTIME = ("ort-wasm-simd-threaded.asyncify.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
 # What `onnxruntime-web/webgpu` resolves to in the package (its exports' default for an ES module import).
 ORT_WEBGPU_ENTRY = "dist/ort.webgpu.bundle.min.mjs"
-# Other onnxruntime-web versions than the pinned one, installed on demand for builds that compare versions.
-OTHER_RUNTIMES = ".onnxruntime-web"
 
 # The Hub answers /resolve/ URLs of large files with a redirect to a storage subdomain (cas-bridge.xethub.hf.co,
 # cdn-lfs.hf.co, ...), so a model base on the Hub needs all of these in connect-src.
@@ -158,57 +155,10 @@ def input_stamp(web_src: Path, model_base: str, *, cache_shell: bool = True, run
     return digest.hexdigest()
 
 
-def onnxruntime_web_version(web_src: Path = WEB_SRC) -> str:
-    """The onnxruntime-web version the app is built with (pinned exactly in package.json)."""
-    dependencies = json.loads((web_src / "package.json").read_text()).get("dependencies", {})
-    return str(dependencies.get("onnxruntime-web", "unknown"))
-
-
 def built_onnxruntime_web(dist_dir: Path) -> str:
     """The onnxruntime-web version a built site runs (its build record; the pinned one for older records)."""
     record = read_record(Path(dist_dir)) or {}
     return str(record.get("onnxruntime_web") or onnxruntime_web_version())
-
-
-def runtime_package(version: str | None, *, web_src: Path, log: Callable[[str], None]) -> Path:
-    """The onnxruntime-web package folder to build with: the pinned one in node_modules, or `version` installed
-    once into web_src/.onnxruntime-web/VERSION (`npm install`, outside the lock file), so that a site can be built
-    with either for timing one against the other."""
-    if version is None or version == onnxruntime_web_version(web_src):
-        return web_src / ORT_PACKAGE
-    if not re.fullmatch(r"\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?", version):
-        raise BuildError(f"--onnxruntime-web {version!r}: give an exact npm version, e.g. 1.30.0.")
-    prefix = web_src / OTHER_RUNTIMES / version
-    package = prefix / ORT_PACKAGE
-    if _package_version(package) != version:
-        tools = find_node()
-        log(f"npm install onnxruntime-web@{version} into {prefix} ...")
-        cmd = [
-            *tools.npm,
-            "install",
-            "--prefix",
-            str(prefix),
-            "--no-save",
-            "--no-package-lock",
-            "--no-audit",
-            "--no-fund",
-            f"onnxruntime-web@{version}",
-        ]
-        result = subprocess.run(cmd, cwd=web_src, env=tools.env(), capture_output=True, text=True, check=False)
-        if result.returncode != 0 or _package_version(package) != version:
-            raise BuildError(
-                f"`npm install onnxruntime-web@{version}` failed (exit {result.returncode}):\n"
-                f"{result.stderr.strip()[-2000:]}\nFix: check the version exists (npm view "
-                "onnxruntime-web versions) and that the npm registry is reachable."
-            )
-    return package
-
-
-def _package_version(package: Path) -> str | None:
-    try:
-        return str(json.loads((package / "package.json").read_text())["version"])
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 def read_record(out_dir: Path) -> dict[str, object] | None:
@@ -447,7 +397,7 @@ def build(
     ensure_node_modules(web_src=web_src, log=log)
     package = runtime_package(onnxruntime_web, web_src=web_src, log=log)
     runtime = package if package != web_src / ORT_PACKAGE else None
-    version = _package_version(package) or onnxruntime_web_version(web_src)
+    version = package_version(package) or onnxruntime_web_version(web_src)
     stamp = input_stamp(web_src, model_base, cache_shell=cache_shell, runtime=version if runtime else "")
     record = read_record(out_dir)
     if is_up_to_date(out_dir, stamp) and record is not None:

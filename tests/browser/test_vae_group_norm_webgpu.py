@@ -19,7 +19,8 @@ from helpers import WorkerClient
 from builder import REPO_ROOT
 from builder.pipeline import imaging, reference
 from builder.repo import manifest, verify
-from builder.site.bundle import build, onnxruntime_web_version
+from builder.site.bundle import build
+from builder.site.ort_versions import onnxruntime_web_version
 
 pytestmark = pytest.mark.browser
 
