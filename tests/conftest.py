@@ -179,8 +179,9 @@ def find_free_port() -> int:
 
 @pytest.fixture(scope="session", autouse=True)
 def _node_modules_before_the_workers_race() -> None:
-    """Under pytest-xdist: node_modules installed by one worker before any test runs, since builds, tsc and the
-    tokenizer tests all read it (and a build installs it where it is missing)."""
+    """Under pytest-xdist: node_modules installed by one worker before any test or fixture of the session runs
+    (builds, tsc, make-tiny and the tokenizer tests read it, and a build installs it where it is missing), so no
+    two workers ever run `npm ci` at once. One process needs no lock: the `node_modules` fixture installs it."""
     if "PYTEST_XDIST_WORKER" in os.environ:
         from builder.site.node import ensure_node_modules
 
@@ -196,8 +197,7 @@ def node_modules() -> Path:
     test (or an earlier run) having installed it."""
     from builder.site.node import ensure_node_modules
 
-    with checkout_lock("node_modules"):
-        return ensure_node_modules(log=lambda _msg: None)
+    return ensure_node_modules(log=lambda _msg: None)
 
 
 @pytest.fixture
@@ -215,7 +215,7 @@ def tiny_models() -> dict[str, Path]:
     the code and libraries that make it (tests/tiny_cache.py). Tests copy a folder before changing anything in it."""
     from tiny_cache import tiny_models as cached_tiny_models  # tests/ is on sys.path
 
-    with checkout_lock("node_modules"), checkout_lock("tiny-models"):
+    with checkout_lock("tiny-models"):
         return cached_tiny_models(0, log=lambda _msg: None)
 
 
