@@ -24,7 +24,6 @@ from builder.repo.fp16_compute import Q4F16_FP32_SCOPES, residual_adds, value_ty
 from builder.repo.fp16_storage import STORED_FP16
 from builder.repo.onnx_checks import ALLOWED_OPS, check_no_float64
 from builder.repo.onnx_graph import IR_VERSION, MS_DOMAIN
-from builder.repo.tiny import TINY_DATA_FILE_CAPS
 
 PROMPTS = ("a red fox sitting in the snow", "x", "an astronaut riding a horse on the moon, 35mm photo")
 
@@ -36,17 +35,6 @@ PROMPTS = ("a red fox sitting in the snow", "x", "an astronaut riding a horse on
 # of margin.
 Q4F16_VS_Q4_MIN_DB = 50.0
 Q4F16_VS_FP32_MIN_DB = 32.0
-
-
-@pytest.fixture(scope="module")
-def q4f16_repo(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from builder.repo.convert import convert
-
-    out = tmp_path_factory.mktemp("q4f16") / "repo"
-    convert(
-        tiny_models["diffusers"], out, precision="q4f16", log=lambda _m: None, max_data_file_bytes=TINY_DATA_FILE_CAPS
-    )
-    return out
 
 
 def test_q4f16_repo_layout_and_manifest(q4f16_repo: Path) -> None:

@@ -228,7 +228,8 @@ def test_compact_layout_is_smaller_and_keeps_the_images(tiny_models: dict[str, P
         assert psnr(compact, fp32) >= psnr(seed, fp32) - FP32_PSNR_MAX_LOSS_DB, prompt
 
 
-def test_jobs_write_the_same_bytes(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+def test_jobs_write_the_same_bytes(tiny_models: dict[str, Path], q4f16_repo: Path, tmp_path: Path) -> None:
+    """`convert --jobs 3` writes what one process writes (the q4f16_repo fixture: `--jobs 1`), byte for byte."""
     from builder.repo.convert import convert
     from builder.repo.tiny import TINY_DATA_FILE_CAPS
 
@@ -241,18 +242,11 @@ def test_jobs_write_the_same_bytes(tiny_models: dict[str, Path], tmp_path: Path)
         max_data_file_bytes=TINY_DATA_FILE_CAPS,
         jobs=3,
     )
-    convert(
-        tiny_models["diffusers"],
-        tmp_path / "jobs1",
-        precision="q4f16",
-        log=lambda _m: None,
-        max_data_file_bytes=TINY_DATA_FILE_CAPS,
-        jobs=1,
-    )
-    one, three = (json.loads((tmp_path / name / repo.MANIFEST_NAME).read_text()) for name in ("jobs1", "jobs3"))
+    folders = {"jobs1": q4f16_repo, "jobs3": tmp_path / "jobs3"}
+    one, three = (json.loads((folders[name] / repo.MANIFEST_NAME).read_text()) for name in ("jobs1", "jobs3"))
     assert one == three
     for name in one["files"]:
-        digests = {hashlib.sha256((tmp_path / folder / name).read_bytes()).hexdigest() for folder in ("jobs1", "jobs3")}
+        digests = {hashlib.sha256((folder / name).read_bytes()).hexdigest() for folder in folders.values()}
         assert len(digests) == 1, name
     # The parts' log lines reach the caller, each prefixed with its part, and the peak together is reported.
     assert any(line.startswith("[transformer] ") for line in lines) and any(line.startswith("[vae] ") for line in lines)

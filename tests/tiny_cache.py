@@ -91,28 +91,50 @@ def file_hashes(folder: Path) -> dict[str, str]:
     }
 
 
-def tiny_models(seed: int, *, log: Callable[[str], None]) -> dict[str, Path]:
-    """make_tiny's {'diffusers': ..., 'q4': ..., 'fp32': ...} for `seed`, from the cache or built into it."""
+def cached_folder(entry: Path, build: Callable[[Path], None], *, log: Callable[[str], None]) -> Path:
+    """`entry`, a folder of CACHE_DIR: used while its files hash to what they were when it was built, else built
+    afresh by `build(staging)` and moved into place whole (a process that dies half-way leaves no entry)."""
     from builder.repo.files import clean_stale_staging, make_staging, replace_folder
-    from builder.site.node import ensure_node_modules
 
-    ensure_node_modules(log=log)  # the tokenizer files are part of the key
-    entry = CACHE_DIR / f"tiny-seed{seed}-{cache_key(seed)}"
     hashes = entry / HASHES
     if hashes.is_file() and json.loads(hashes.read_text(encoding="utf-8")) == file_hashes(entry):
-        return {name: entry / name for name in ("diffusers", "q4", "fp32")}
-    from builder.repo.tiny import make_tiny
-
+        return entry
     CACHE_DIR.mkdir(exist_ok=True)
     clean_stale_staging(CACHE_DIR, (entry.name,), log=log)
     staging = make_staging(CACHE_DIR, entry.name)
     try:
-        make_tiny(staging, seed=seed, log=log)
+        build(staging)
         (staging / HASHES).write_text(json.dumps(file_hashes(staging), indent=1), encoding="utf-8")
-        for stale in CACHE_DIR.glob(f"tiny-seed{seed}-*"):  # made by other code or libraries
-            if stale != entry:
-                shutil.rmtree(stale, ignore_errors=True)
         replace_folder(staging, entry)  # an entry of this key whose files were changed goes
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    return entry
+
+
+def tiny_models(seed: int, *, log: Callable[[str], None]) -> dict[str, Path]:
+    """make_tiny's {'diffusers': ..., 'q4': ..., 'fp32': ...} for `seed`, from the cache or built into it."""
+    from builder.site.node import ensure_node_modules
+
+    ensure_node_modules(log=log)  # the tokenizer files are part of the key
+    prefix = f"tiny-seed{seed}-"
+    entry = CACHE_DIR / f"{prefix}{cache_key(seed)}"
+
+    def build(staging: Path) -> None:
+        from builder.repo.tiny import make_tiny
+
+        make_tiny(staging, seed=seed, log=log)
+        for stale in CACHE_DIR.glob(f"{prefix}*"):  # made by other code or libraries, and what was derived from it
+            if stale.name != entry.name and not stale.name.startswith(f"{entry.name}-"):
+                shutil.rmtree(stale, ignore_errors=True)
+
+    cached_folder(entry, build, log=log)
     return {name: entry / name for name in ("diffusers", "q4", "fp32")}
+
+
+def derived(seed: int, name: str, make: Callable[[dict[str, Path], Path], None], *, log: Callable[[str], None]) -> Path:
+    """What `make(tiny_models, out)` writes into `out` (a conversion of the tiny model that several test files
+    read), cached beside the tiny model's entry under the same key: made once per key, not once per test process.
+    The caller holds a lock while it is made (tests/conftest.py)."""
+    models = tiny_models(seed, log=log)
+    entry = models["diffusers"].parent.with_name(f"{models['diffusers'].parent.name}-{name}")
+    return cached_folder(entry, lambda staging: make(models, staging / name), log=log) / name
