@@ -103,6 +103,8 @@ def test_a_config_with_a_wrong_type_is_a_conversion_error(tiny_models: dict[str,
     output = (result.stdout + result.stderr).decode("utf-8", "replace")
     assert result.returncode == 1 and "Traceback" not in output, output
     assert "transformer" in output and "config" in output, output
+    # Found while checking the inputs, before any part (the text encoder first) is converted.
+    assert " done in " not in output, output
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
 
 

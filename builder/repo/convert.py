@@ -91,6 +91,10 @@ def convert(
     check_destination(out)
     if jobs is not None:
         check_jobs(jobs)
+    # Each part's config must build its model: a hand-edited config.json fails now, not once the parts before it
+    # are converted (skeletons hold no weights: this reads configs and tensor headers only).
+    for components in PARTS.values():
+        load_skeleton(src, components[0], log=lambda _line: None)
     # LoRAs are read and matched against the transformer now, so a wrong one fails before any graph is built
     # (the transformer's part merges them again into the skeleton it exports).
     merged = [
