@@ -25,13 +25,13 @@ def test_lean_mode_reloads_each_session_per_image_and_makes_the_same_image(
     client = WorkerClient(page, server.url("/"))
     client.open()
 
-    fast = [client.generate(prompt=PROMPT, seed=seed, width=64, height=64, memory="fast") for seed in (3, 4)]
+    fast = [client.generate(prompt=PROMPT, seed=seed, width=64, height=64, steps=2, memory="fast") for seed in (3, 4)]
     for reply in fast:
         assert reply.ok()["memory"]["mode"] == "fast"
     # Fast mode: the second image (same prompt) creates no session.
     assert all(graph["loadMs"] == 0 for graph in fast[1].ok()["graphs"].values()), fast[1].ok()["graphs"]
 
-    lean = [client.generate(prompt=PROMPT, seed=seed, width=64, height=64, memory="lean") for seed in (3, 4)]
+    lean = [client.generate(prompt=PROMPT, seed=seed, width=64, height=64, steps=2, memory="lean") for seed in (3, 4)]
     for reply in lean:
         assert reply.ok()["memory"] == {"mode": "lean", "why": "lean mode, as asked"}
     # Lean mode: nothing stayed loaded, so the second image creates the transformer and the VAE decoder again; the

@@ -95,6 +95,7 @@ def test_two_shards_through_a_browser_server_merge_into_the_report_of_one_run(
         "models_dir": models,
         "cases_file": cases_file(tmp_path),
         "size": "64x64",
+        "steps": 2,
         "reference_from_cpu": True,
     }
     messages: list[str] = []

@@ -28,7 +28,7 @@ def test_a_clear_in_one_tab_leaves_the_other_working_and_waits_for_its_jobs(
         second = WorkerClient(other_page, server.url("/"))
         second.open()
 
-        stored = first.generate(prompt=PROMPT, seed=0, width=64, height=64)
+        stored = first.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=2)
         assert stored.of_type("progress"), "the first image downloads the model"
 
         # The second tab clears the store the first one filled.
@@ -36,7 +36,7 @@ def test_a_clear_in_one_tab_leaves_the_other_working_and_waits_for_its_jobs(
         assert cleared["freedBytes"] > 0
 
         # The first tab's next image downloads the model again and matches the first one.
-        again = first.generate(prompt=PROMPT, seed=0, width=64, height=64)
+        again = first.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=2)
         assert again.type == "result", again.error
         assert again.of_type("progress"), "the model is downloaded again after the other tab cleared it"
         assert again.rgb().tobytes() == stored.rgb().tobytes()

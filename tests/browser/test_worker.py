@@ -32,6 +32,8 @@ pytestmark = pytest.mark.browser
 PROMPT = "a red fox in fresh snow, morning light"
 # fp32 graphs on WebGPU vs onnxruntime CPU: only float rounding differs, so the images are near-identical.
 FP32_PSNR_MIN = 40.0
+# What these tests check (where each graph runs, the store, downloads, errors) is the same after any number of steps.
+STEPS = 2
 WEIGHT_FILE = re.compile(r"\.onnx(_data(_\d+)?)?\b")
 
 
@@ -51,7 +53,7 @@ def reference_rgb(tiny_models: dict[str, Path]) -> Any:
                 seed=seed,
                 width=width,
                 height=height,
-                steps=4,
+                steps=STEPS,
                 variants=variants,
                 log=lambda _msg: None,
             ).image
@@ -109,10 +111,10 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(
     # and their captured kernels replay (the VAE decoder's for the first time, the transformer's from step 1).
     cases = [(0, 64, 64), (42, 96, 64), (7, 96, 64)]
     for i, (seed, width, height) in enumerate(cases):
-        reply = client.generate(prompt=PROMPT, seed=seed, width=width, height=height)
+        reply = client.generate(prompt=PROMPT, seed=seed, width=width, height=height, steps=STEPS)
         result = reply.ok()
         # The tiny transformer's 2 heads fit these sizes unsplit; pinned to the size, it captures its kernels
-        # (steps 2-4 replay them), and the image still matches the reference.
+        # (the steps after the first replay them), and the image still matches the reference.
         transformer = dict(result["graphs"]["transformer"])
         # Pinned to each new size, the transformer session is created anew (its load time is reported); at the
         # same size it is reused.
@@ -140,7 +142,7 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(
             "denoise",
             "decode",
         ]
-        assert [e["step"] for e in reply.of_type("step")] == [1, 2, 3, 4]
+        assert [e["step"] for e in reply.of_type("step")] == list(range(1, STEPS + 1))
         timings = result["timings"]
         assert timings["total"] >= timings["denoise"] > 0 and timings["sessionRun"] > 0
         # Every stage is timed once: session loading inside a later stage counts under `load`, not twice.
@@ -166,7 +168,7 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(
     # A second visit (new worker, nothing in memory) loads every weight from OPFS: no weight-file request.
     log_mark = len(server.output())
     client.reload()
-    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=STEPS)
     assert imaging.psnr(reply.rgb(), reference_rgb("fp32", seed=0, width=64, height=64)) >= FP32_PSNR_MIN
     assert reply.of_type("stage")[3].get("detail") is None, "a fresh worker must run the text encoder"
     time.sleep(0.5)  # let the access log flush
@@ -200,7 +202,7 @@ def test_q4_against_reference(
     server = live_server_factory(dist_dir, models=tiny_models["q4"])
     client = WorkerClient(page, server.url("/"))
     client.open()
-    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=STEPS)
     graphs = reply.ok()["graphs"]
     # No shader-f16 on SwiftShader: the compact q4 set has no fp16 node (the 4-bit token embedding has fp32
     # scales, the scales stored in fp16 are cast up when the session is created), so all of it runs on WebGPU;
@@ -237,7 +239,7 @@ def test_seed_layout_keeps_its_fp16_embedding_on_the_cpu(
     server = live_server_factory(dist_dir, models=seed_layout_q4)
     client = WorkerClient(page, server.url("/"))
     client.open()
-    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=STEPS)
     assert where(reply.ok()["graphs"]) == {
         "text_encoder": ("q4", "webgpu"),
         "transformer": ("q4", "webgpu"),
@@ -270,7 +272,7 @@ def test_fp16_graphs_without_shader_f16_run_on_wasm_with_a_note(
     server = live_server_factory(dist_dir, models=repo)
     client = WorkerClient(page, server.url("/"))
     client.open()
-    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=STEPS)
     result = reply.ok()
     # fp16 graphs throw on a WebGPU device without shader-f16: they must go to the wasm EP, and say so.
     assert where(result["graphs"]) == {
@@ -310,7 +312,7 @@ def test_missing_model_file_is_an_error_and_nothing_is_stored(
     server = live_server_factory(dist_dir, models=repo)
     client = WorkerClient(page, server.url("/"))
     client.open()
-    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=STEPS)
     assert reply.type == "error" and reply.error is not None
     assert reply.error["code"] == "model-file" and missing in reply.error["message"], reply.error
     stored = page.evaluate(OPFS_LISTING_JS)
@@ -377,7 +379,7 @@ def test_cut_download_resumes_with_range(
     base_url, app, path, size = cutting_server
     client = WorkerClient(page, base_url)
     client.open()
-    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=STEPS)
     assert app.cut, f"the test never cut /models/{path}"
     gets = [(p, r) for method, p, r in app.requests if method == "GET" and p == "/models/" + path]
     assert len(gets) == 2, gets
@@ -415,7 +417,7 @@ def test_cancel_during_denoising(
     # Stops within one step (plus the session release and message latency).
     assert reply.answered_at - cancel.sent_at <= step_ms + 2000
 
-    again = client.generate(prompt=PROMPT, seed=0, width=64, height=64)
+    again = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=STEPS)
     assert imaging.psnr(again.rgb(), reference_rgb("fp32", seed=0, width=64, height=64)) >= FP32_PSNR_MIN
     assert client.request("cancel", target=generate_id).ok() == {"cancelled": False}
 
