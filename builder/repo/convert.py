@@ -46,7 +46,14 @@ from builder.errors import ConversionError
 from builder.repo import lora, preview_map
 from builder.repo.convert_graphs import SavedGraph, exporter, write_graphs
 from builder.repo.convert_jobs import choose_jobs, estimated_peak, run_parts
-from builder.repo.convert_source import SOURCE_FOLDER, check_source, copy_unchanged, load_skeleton, prepare_loras
+from builder.repo.convert_source import (
+    SOURCE_FOLDER,
+    check_config,
+    check_source,
+    copy_unchanged,
+    load_skeleton,
+    prepare_loras,
+)
 from builder.repo.files import clean_stale_staging, ensure_folder, make_staging, probe_writable, replace_folder
 from builder.repo.finite_weights import check_finite_graph
 from builder.repo.manifest import MANIFEST_NAME, LoraEntry, Manifest, write
@@ -92,9 +99,9 @@ def convert(
     if jobs is not None:
         check_jobs(jobs)
     # Each part's config must build its model: a hand-edited config.json fails now, not once the parts before it
-    # are converted (skeletons hold no weights: this reads configs and tensor headers only).
+    # are converted.
     for components in PARTS.values():
-        load_skeleton(src, components[0], log=lambda _line: None)
+        check_config(src, components[0])
     # LoRAs are read and matched against the transformer now, so a wrong one fails before any graph is built
     # (the transformer's part merges them again into the skeleton it exports).
     merged = [

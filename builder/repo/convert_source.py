@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,28 +82,45 @@ def load_skeleton(src: Path, component: str, *, log: Callable[[str], None]) -> A
 
     folder = src / SOURCE_FOLDER[component]
     log(f"{component}: reading {folder}")
+    with config_errors(folder, component):
+        return build_skeleton(model_factory(folder, component), Checkpoint(folder))
+
+
+def check_config(src: Path, component: str) -> None:
+    """Fails as load_skeleton would when `component`'s config cannot build its model, reading no tensor (every
+    parameter lands on the meta device)."""
+    from builder.repo.checkpoint import parameters_on_meta
+
+    folder = src / SOURCE_FOLDER[component]
+    with config_errors(folder, component), parameters_on_meta():
+        model_factory(folder, component)()
+
+
+@contextmanager
+def config_errors(folder: Path, component: str) -> Iterator[None]:
+    """A hand-edited config.json (`"num_layers": "x"`) fails deep inside transformers/diffusers: say which."""
     try:
-        return _skeleton(folder, component, Checkpoint(folder), build_skeleton)
+        yield
     except ConversionError:
         raise
     except (TypeError, ValueError, KeyError, AttributeError, OSError, OverflowError) as exc:
-        # A hand-edited config.json (`"num_layers": "x"`) fails deep inside transformers/diffusers.
         raise ConversionError(
             f"{folder}: its config cannot build a {component} ({type(exc).__name__}: {exc}). "
             "Check config.json against the original checkpoint's."
         ) from exc
 
 
-def _skeleton(folder: Path, component: str, checkpoint: Any, build_skeleton: Any) -> Any:
+def model_factory(folder: Path, component: str) -> Callable[[], Any]:
+    """What builds `component`'s model from the config in `folder` (weights uninitialised)."""
     if component == "text_encoder":
         from builder.repo.export_text_encoder import OUT_LAYERS
 
-        return build_skeleton(lambda: text_encoder_from_config(folder, num_layers=max(OUT_LAYERS)), checkpoint)
+        return lambda: text_encoder_from_config(folder, num_layers=max(OUT_LAYERS))
     import diffusers
 
     model_class: Any = diffusers.Flux2Transformer2DModel if component == "transformer" else diffusers.AutoencoderKLFlux2
     config = model_class.load_config(folder)
-    return build_skeleton(lambda: model_class.from_config(config), checkpoint)
+    return lambda: model_class.from_config(config)
 
 
 def text_encoder_from_config(folder: Path, *, num_layers: int) -> Any:
