@@ -220,7 +220,7 @@ def tiny_models() -> dict[str, Path]:
         return cached_tiny_models(0, log=lambda _msg: None)
 
 
-def tiny_conversion(name: str, **options: Any) -> Path:
+def tiny_conversion(tiny_models: dict[str, Path], name: str, **options: Any) -> Path:
     """make-tiny's model converted by `convert(..., **options)`, once for all the workers of a run and kept with
     the tiny model in .test-cache/ (tests/tiny_cache.py), so no test file converts it again for itself."""
     from tiny_cache import derived  # tests/ is on sys.path
@@ -232,7 +232,7 @@ def tiny_conversion(name: str, **options: Any) -> Path:
         convert(models["diffusers"], out, log=lambda _msg: None, max_data_file_bytes=TINY_DATA_FILE_CAPS, **options)
 
     with checkout_lock(f"tiny-{name}"):
-        return derived(0, name, make, log=lambda _msg: None)
+        return derived(tiny_models, name, make, log=lambda _msg: None)
 
 
 @pytest.fixture(scope="session")
@@ -241,14 +241,14 @@ def seed_layout_q4(tiny_models: dict[str, Path]) -> Path:
     the Hub (fp16 token embedding, fp32 AdaLN and scales), which the app keeps running."""
     from builder.repo.weight_format import SEED
 
-    return tiny_conversion("seed-q4", precision="q4", weights=SEED, jobs=1)
+    return tiny_conversion(tiny_models, "seed-q4", precision="q4", weights=SEED, jobs=1)
 
 
 @pytest.fixture(scope="session")
 def q4f16_repo(tiny_models: dict[str, Path]) -> Path:
     """make-tiny's model converted with --precision q4f16 in one process (`convert --jobs 1`): the q4f16 and q4
     graphs side by side, both VAE decoders."""
-    return tiny_conversion("q4f16", precision="q4f16", jobs=1)
+    return tiny_conversion(tiny_models, "q4f16", precision="q4f16", jobs=1)
 
 
 @pytest.fixture(scope="session")

@@ -131,10 +131,12 @@ def tiny_models(seed: int, *, log: Callable[[str], None]) -> dict[str, Path]:
     return {name: entry / name for name in ("diffusers", "q4", "fp32")}
 
 
-def derived(seed: int, name: str, make: Callable[[dict[str, Path], Path], None], *, log: Callable[[str], None]) -> Path:
-    """What `make(tiny_models, out)` writes into `out` (a conversion of the tiny model that several test files
-    read), cached beside the tiny model's entry under the same key: made once per key, not once per test process.
-    The caller holds a lock while it is made (tests/conftest.py)."""
-    models = tiny_models(seed, log=log)
-    entry = models["diffusers"].parent.with_name(f"{models['diffusers'].parent.name}-{name}")
+def derived(
+    models: dict[str, Path], name: str, make: Callable[[dict[str, Path], Path], None], *, log: Callable[[str], None]
+) -> Path:
+    """What `make(models, out)` writes into `out` (a conversion of the tiny model that several test files read),
+    cached beside the tiny model's entry (`models`, from tiny_models) under its key: made once per key, not once
+    per test process. The caller holds a lock while it is made (tests/conftest.py)."""
+    tiny_entry = models["diffusers"].parent
+    entry = tiny_entry.with_name(f"{tiny_entry.name}-{name}")
     return cached_folder(entry, lambda staging: make(models, staging / name), log=log) / name
