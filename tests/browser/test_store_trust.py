@@ -202,11 +202,13 @@ def test_model_of_equal_sizes_on_the_same_origin_is_downloaded_again(
     assert imaging.psnr(image_b, expected_b) >= FP32_PSNR_MIN, "the image comes from B's weights"
     assert imaging.psnr(image_b, image_a) < FP32_PSNR_MIN, "and not from A's"
 
-    # A fresh worker on B: the recorded identities match, nothing is downloaded again.
+    # A fresh worker on B: the recorded identities match, nothing is downloaded again, and every session is created
+    # from the stored files (a load request: what a generation does before its first run).
     recorder.seen.clear()
     client.reload()
-    again = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=2)
-    assert imaging.psnr(again.rgb(), expected_b) >= FP32_PSNR_MIN
+    again = client.request("load", params={"modelBase": client.model_base, "width": 64, "height": 64}).ok()
+    assert again["downloadedBytes"] == 0
+    assert set(again["graphs"]) == {"text_encoder", "transformer", "vae_decoder"}, again["graphs"]
     assert not [s for s in recorder.seen if ".onnx" in s.path], [s.path for s in recorder.seen]
 
 
