@@ -281,11 +281,12 @@ def test_corrupted_byte_in_one_of_several_files_downloaded_at_once_is_refused(
     for path in complete:
         assert stored[path] == files[path].size, path
 
-    # The server's copy is repaired: the next run downloads what is missing, not what is stored, and generates.
+    # The server's copy is repaired: the next request downloads what is missing, not what is stored, and creates
+    # every session (a load request: what a generation does before its first run).
     (repo / bad).write_bytes(good_bytes)
     recorder.seen.clear()
-    again = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=1)
-    again.ok()
+    again = client.request("load", params={"modelBase": client.model_base, "width": 64, "height": 64}).ok()
+    assert set(again["graphs"]) == {"text_encoder", "transformer", "vae_decoder"}, again["graphs"]
     fetched = {s.path.removeprefix("/models/") for s in recorder.seen if s.method == "GET" and s.status in (200, 206)}
     assert bad in fetched and not fetched & set(complete), (fetched, complete)
 
