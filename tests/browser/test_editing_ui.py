@@ -158,6 +158,9 @@ def page(context: Any, server: LiveServer) -> Iterator[Any]:
     tab.on("console", lambda m: print(f"[console.{m.type}] {m.text}") if m.type in ("error", "warning") else None)
     tab.on("pageerror", lambda error: print(f"[pageerror] {error}"))
     tab.goto(server.url("/"))
+    # Settled, as a person finds it: the probe's answer fills the panels above the form, which moves the controls a
+    # click aims at.
+    tab.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Ready')", polling=POLL_MS)
     yield tab
     tab.close()
 
