@@ -118,7 +118,7 @@ export class Models {
      * @param {() => Promise<T>} make
      * @returns {Promise<T>}
      */
-    async memo(key, make) {
+    memo(key, make) {
         return this.caches.derive(key, make);
     }
 
