@@ -13,22 +13,11 @@ import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
 
 /** @typedef {import('./model_caches.js').PromptEmbedding} PromptEmbedding */
 /** @typedef {import('./stage_clock.js').RunContext} RunContext */
-/** @typedef {import('./models.js').Models} Models */
 
 /**
  * @typedef {Object} Encoding  Stage 3 under way: the text encoder's run is queued on the GPU.
  * @property {Promise<PromptEmbedding>} embedding
  */
-
-/**
- * The model's tokenizer, built once per model from its files. Stage 2 starts building it before the text encoder's
- * weights are uploaded, so that its CPU work fills the upload's waits instead of following the session's creation.
- * @param {Models} models
- * @returns {Promise<PromptTokenizer>}
- */
-export function promptTokenizer(models) {
-    return models.memo('tokenizer', async () => PromptTokenizer.fromFiles(await models.tokenizerFiles()));
-}
 
 /**
  * Stage 3, started: chat template + tokenizer, then the text encoder's run is queued; its prompt_embeds
@@ -39,7 +28,9 @@ export function promptTokenizer(models) {
  * @returns {Promise<Encoding>}
  */
 export async function startEncoding(prompt, { models, meter, signal }) {
-    const tokenizer = await promptTokenizer(models);
+    const tokenizer = await models.memo('tokenizer', async () =>
+        PromptTokenizer.fromFiles(await models.tokenizerFiles()),
+    );
     const encoded = tokenizer.encode(prompt, { maxLength: MAX_SEQUENCE_LENGTH });
     const session = await models.session('text_encoder', { meter, signal, pin: TEXT_ENCODER_PIN });
     const { outputs } = await models.submit(

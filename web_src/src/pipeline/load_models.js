@@ -7,7 +7,7 @@
  */
 
 import { imageJobs } from './encode_images.js';
-import { promptTokenizer, startEncoding } from './encode_prompt.js';
+import { startEncoding } from './encode_prompt.js';
 import { loadPreviewMap } from './preview.js';
 import { sessionPins } from './session_pins.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
@@ -26,8 +26,7 @@ import { decodePlan, tileSize, vaeTileFor } from './vae_tiles.js';
  * Stage 2: the model files the store lacks are downloaded (none on a second visit, timed as `download`), then
  * the sessions are created in order while they fit the memory budget together (`load`). The text encoder is
  * left out when an earlier run already encoded this prompt; otherwise it comes first and stage 3 starts as soon
- * as it exists, so the GPU encodes the prompt while the next sessions are created (the tokenizer is built while
- * the text encoder's weights upload). The VAE decoder comes last,
+ * as it exists, so the GPU encodes the prompt while the next sessions are created. The VAE decoder comes last,
  * during the first denoising step (stage 7), or at stage 8 when it does not fit beside the others. The
  * transformer's graph is chosen for this attention length (graph_choice.sizeClass) and pinned to these dims, so
  * it captures its kernels on the first step and replays them.
@@ -65,8 +64,6 @@ export async function loadModels(params, imageSeqLen, plan, { models, meter, sig
     ];
     const tiles = decodePlan(params, vaeTileFor({ vaeTile: params.vaeTile, memory: models.memory.mode }));
     const pins = sessionPins(imageSeqLen, tileSize(tiles));
-    // The tokenizer is built while the text encoder's weights upload (it waits on reads and the GPU), not after.
-    if (!cached) promptTokenizer(models).catch(() => {}); // a failure is stage 3's to report
     /** @type {Encoding | null} */
     let encoding = null;
     /** @param {import('../shared/model_repo.js').AnyComponent} component */

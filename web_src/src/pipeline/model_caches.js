@@ -41,8 +41,7 @@ export class ModelCaches {
         this.prompts = new LruCache(PROMPT_ENTRIES);
         /** @type {LruCache<ImageLatents>} By encoder key, the file's hash and how it was made into pixels. */
         this.images = new LruCache(IMAGE_ENTRIES);
-        /** @type {Map<string, any>} Objects derived from the model's files (promises of them), and the files' identity under
-         * 'identity'. */
+        /** @type {Map<string, any>} Objects derived from the model's files, and the files' identity under 'identity'. */
         this.derived = new Map();
     }
 
@@ -64,21 +63,14 @@ export class ModelCaches {
     }
 
     /**
-     * A derived object, made once (e.g. the tokenizer): callers that ask while it is being made wait for the same
-     * one, and a failed making is forgotten, so the next caller tries again.
+     * A derived object, made once (e.g. the tokenizer).
      * @template T
      * @param {string} key
      * @param {() => Promise<T>} make
      * @returns {Promise<T>}
      */
-    derive(key, make) {
-        if (!this.derived.has(key)) {
-            const making = make();
-            this.derived.set(key, making);
-            making.catch(() => {
-                if (this.derived.get(key) === making) this.derived.delete(key);
-            });
-        }
+    async derive(key, make) {
+        if (!this.derived.has(key)) this.derived.set(key, await make());
         return this.derived.get(key);
     }
 

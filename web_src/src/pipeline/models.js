@@ -118,7 +118,7 @@ export class Models {
      * @param {() => Promise<T>} make
      * @returns {Promise<T>}
      */
-    memo(key, make) {
+    async memo(key, make) {
         return this.caches.derive(key, make);
     }
 
