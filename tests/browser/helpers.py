@@ -81,6 +81,26 @@ async (workerUrl) => {
 """
 
 
+# A repository file under the store's folder of any model source (klein-models/<source>/<path>): its text, or its
+# SHA-256 in hex; null when no source has it.
+STORED_FILE_JS = """async ([path, sha256]) => {
+    const models = await (await navigator.storage.getDirectory()).getDirectoryHandle('klein-models');
+    const parts = path.split('/');
+    for await (const [, source] of models.entries()) {
+        let file;
+        try {
+            let dir = source;
+            for (const part of parts.slice(0, -1)) dir = await dir.getDirectoryHandle(part);
+            file = await (await dir.getFileHandle(parts.at(-1))).getFile();
+        } catch { continue; } // another source
+        if (!sha256) return await file.text();
+        const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', await file.arrayBuffer()));
+        return [...digest].map((b) => b.toString(16).padStart(2, '0')).join('');
+    }
+    return null;
+}"""
+
+
 @dataclass
 class Reply:
     """Everything the worker sent for one request."""
@@ -199,6 +219,16 @@ class WorkerClient:
         if vae_tile is not None:
             params["vaeTile"] = vae_tile
         return self.request("generate", params=params, timeout_s=timeout_s)
+
+    def load(self, *, width: int = 64, height: int = 64, timeout_s: float = 120) -> Reply:
+        """A `load` request for every component: download what the store lacks and create each session, no run."""
+        params = {"modelBase": self.model_base, "width": width, "height": height}
+        return self.request("load", params=params, timeout_s=timeout_s)
+
+    def stored_file(self, path: str, *, sha256: bool = False) -> str | None:
+        """A repository file as the store holds it (its text, or with `sha256` its SHA-256 in hex); None when no
+        model source in this origin's store has it."""
+        return self.page.evaluate(STORED_FILE_JS, [path, sha256])  # type: ignore[no-any-return]
 
     def wait_for_event(self, request_id: str, kind: str, *, timeout_s: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -206,7 +207,7 @@ def test_model_of_equal_sizes_on_the_same_origin_is_downloaded_again(
     # from the stored files (a load request: what a generation does before its first run).
     recorder.seen.clear()
     client.reload()
-    again = client.request("load", params={"modelBase": client.model_base, "width": 64, "height": 64}).ok()
+    again = client.load().ok()
     assert again["downloadedBytes"] == 0
     assert set(again["graphs"]) == {"text_encoder", "transformer", "vae_decoder"}, again["graphs"]
     assert not [s for s in recorder.seen if ".onnx" in s.path], [s.path for s in recorder.seen]
@@ -285,7 +286,7 @@ def test_corrupted_byte_in_one_of_several_files_downloaded_at_once_is_refused(
     # every session (a load request: what a generation does before its first run).
     (repo / bad).write_bytes(good_bytes)
     recorder.seen.clear()
-    again = client.request("load", params={"modelBase": client.model_base, "width": 64, "height": 64}).ok()
+    again = client.load().ok()
     assert set(again["graphs"]) == {"text_encoder", "transformer", "vae_decoder"}, again["graphs"]
     fetched = {s.path.removeprefix("/models/") for s in recorder.seen if s.method == "GET" and s.status in (200, 206)}
     assert bad in fetched and not fetched & set(complete), (fetched, complete)
@@ -380,21 +381,8 @@ def test_manifest_less_truncated_stream_is_not_stored_as_complete(
     assert stored.get(path) in (None, size), f"a truncated copy was stored as complete: {stored.get(path)} of {size}"
     assert stored.get(path) == size, (stored, gets)
     assert any(s.range == f"bytes={size // 2}-" for s in gets[1:]), gets
-    identity = page.evaluate(
-        """async (path) => {
-        const models = await (await navigator.storage.getDirectory()).getDirectoryHandle('klein-models');
-        for await (const [, source] of models.entries()) {
-            let dir = source;
-            const parts = (path + '.identity.json').split('/');
-            try {
-                for (const part of parts.slice(0, -1)) dir = await dir.getDirectoryHandle(part);
-                return JSON.parse(await (await (await dir.getFileHandle(parts.at(-1))).getFile()).text());
-            } catch { /* another source */ }
-        }
-        return null;
-    }""",
-        path,
-    )
+    text = client.stored_file(path + ".identity.json")
+    identity = json.loads(text) if text else None
     # Recorded beside the file once its bytes were complete: the digest of the whole file, not of half of it.
     assert identity and identity["size"] == size
     assert identity["sha256"] == hashlib.sha256((repo / path).read_bytes()).hexdigest()

@@ -373,24 +373,6 @@ def cutting_server(dist_dir: Path, tiny_models: dict[str, Path]) -> Iterator[tup
         yield f"http://127.0.0.1:{port}/", app, path, size
 
 
-# The SHA-256 (hex) of a repository file as the store holds it (under klein-models/<model source>/), or null.
-STORED_SHA256_JS = """async (path) => {
-    const root = await navigator.storage.getDirectory();
-    const models = await root.getDirectoryHandle('klein-models');
-    for await (const [, source] of models.entries()) {
-        let handle = source;
-        try {
-            const parts = path.split('/');
-            for (const part of parts.slice(0, -1)) handle = await handle.getDirectoryHandle(part);
-            handle = await handle.getFileHandle(parts[parts.length - 1]);
-        } catch { continue; }
-        const digest = await crypto.subtle.digest('SHA-256', await (await handle.getFile()).arrayBuffer());
-        return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
-    }
-    return null;
-}"""
-
-
 def test_cut_download_resumes_with_range(
     page: Any, cutting_server: tuple[str, CutOnce, str, int], tiny_models: dict[str, Path]
 ) -> None:
@@ -399,7 +381,7 @@ def test_cut_download_resumes_with_range(
     client.open()
     # A load request downloads what a generation downloads and creates every session from it; the store commits
     # the resumed file only once its SHA-256 is the manifest's.
-    loaded = client.request("load", params={"modelBase": client.model_base, "width": 64, "height": 64}).ok()
+    loaded = client.load().ok()
     assert app.cut, f"the test never cut /models/{path}"
     gets = [(p, r) for method, p, r in app.requests if method == "GET" and p == "/models/" + path]
     assert len(gets) == 2, gets
@@ -408,8 +390,7 @@ def test_cut_download_resumes_with_range(
     assert 0 < resumed_from <= size // 2
     assert loaded["downloadedBytes"] > 0 and set(loaded["graphs"]) == {"text_encoder", "transformer", "vae_decoder"}
     # The resumed file is the one stored: its bytes, read back from the store, are the served file's.
-    stored = client.page.evaluate(STORED_SHA256_JS, path)
-    assert stored == manifest.load(tiny_models["fp32"]).files[path].sha256
+    assert client.stored_file(path, sha256=True) == manifest.load(tiny_models["fp32"]).files[path].sha256
 
 
 def test_cancel_during_denoising(
