@@ -136,6 +136,7 @@ class WorkerClient:
         self.page = page
         self.base_url = base_url.rstrip("/") + "/"
         self.worker_query = worker_query
+        self.worker_url = ""
 
     def open(self) -> None:
         """Load the app page (its own UI script blocked, so only our worker runs) and start a worker."""
@@ -150,7 +151,8 @@ class WorkerClient:
         worker_path = self.page.get_attribute('meta[name="klein-worker"]', "content")
         assert worker_path, "index.html has no <meta name=klein-worker>"
         query = f"?{self.worker_query}" if self.worker_query else ""
-        self.page.evaluate(INSTALL_CLIENT_JS, self.base_url + worker_path + query)
+        self.worker_url = self.base_url + worker_path + query
+        self.page.evaluate(INSTALL_CLIENT_JS, self.worker_url)
         assert self.page.evaluate("() => crossOriginIsolated"), (
             "the page is not cross-origin isolated (COOP/COEP missing)"
         )
@@ -229,6 +231,12 @@ class WorkerClient:
         """A repository file as the store holds it (its text, or with `sha256` its SHA-256 in hex); None when no
         model source in this origin's store has it."""
         return self.page.evaluate(STORED_FILE_JS, [path, sha256])  # type: ignore[no-any-return]
+
+    def worker_fetches(self) -> list[str]:
+        """The URLs the inference worker fetched itself (its Resource Timing entries; its helper workers' are not
+        among them)."""
+        worker = next(w for w in self.page.workers if w.url == self.worker_url)
+        return worker.evaluate("() => performance.getEntriesByType('resource').map((entry) => entry.name)")  # type: ignore[no-any-return]
 
     def wait_for_event(self, request_id: str, kind: str, *, timeout_s: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s

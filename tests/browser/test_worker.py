@@ -391,6 +391,11 @@ def test_cut_download_resumes_with_range(
     assert loaded["downloadedBytes"] > 0 and set(loaded["graphs"]) == {"text_encoder", "transformer", "vae_decoder"}
     # The resumed file is the one stored: its bytes, read back from the store, are the served file's.
     assert client.stored_file(path, sha256=True) == manifest.load(tiny_models["fp32"]).files[path].sha256
+    # Every download ran in one of the store's helper workers: the inference worker fetched the manifest itself and
+    # no model file, so its thread stays free while the model arrives.
+    fetched = client.worker_fetches()
+    assert any(url == client.model_base + "manifest.json" for url in fetched), fetched
+    assert not [url for url in fetched if WEIGHT_FILE.search(url)], fetched
 
 
 def test_cancel_during_denoising(

@@ -1,22 +1,38 @@
 // @ts-check
 /**
  * @file The store's helper worker (a module Web Worker the inference worker starts; store/store_workers.js speaks
- * to it). It does the store's work that would otherwise hold up the inference worker's thread: the SHA-256 of a
- * download (one running digest per download, fed the chunks the store hands over, so hashing runs beside fetching
- * and writing, several files at once), and reading a stored file into memory while that thread creates a session.
+ * to it). It does the store's work that would otherwise hold up the inference worker's thread:
+ * - a download (store/download.js: fetch, write, resume, verify, complete), whose bytes it hands to a hashing helper
+ *   of its own (this same script, started through store/store_workers.js), so writing never waits for a digest;
+ * - the SHA-256 of a download (one running digest per download, fed the chunks the downloading thread hands over);
+ * - reading a stored file into memory while the inference worker's thread creates a session.
  *
- * Messages in: {type: 'open' | 'update' | 'digest' | 'drop', id, chunks?} for hashes, {type: 'read', id, file};
- * out: {type: 'ready'} once, then {type: 'hashed', id, bytes} per update, {type: 'digest', id, hex},
- * {type: 'read', id, bytes} (its buffer transferred), or {type: 'error', id, message}.
+ * Messages in: {type: 'download', id, dir, key, url, path, want}, {type: 'cancel', id};
+ * {type: 'open' | 'update' | 'digest' | 'drop', id, chunks?} for hashes; {type: 'read', id, file}.
+ * Out: {type: 'ready'} once, then {type: 'progress', id, loaded, total} and {type: 'downloaded', id, size, identity},
+ * {type: 'hashed', id, bytes} per update, {type: 'digest', id, hex}, {type: 'read', id, bytes} (its buffer
+ * transferred), or {type: 'error', id, message, error?} (error: shared/errors.js serializeError).
  * @module store/store_worker
  */
 
+import { CancelledError, serializeError } from '../shared/errors.js';
+import { OpfsBackend } from './backend.js';
+import { downloadFile } from './download.js';
 import { createSha256 } from './hashing.js';
+import { StoreWorkers, configureStoreWorkers } from './store_workers.js';
 
 /** @typedef {import('./hashing.js').Sha256} Sha256 */
 
+/** A download's progress goes out at most this often (the store's meter throttles further). */
+const PROGRESS_INTERVAL_MS = 50;
+
 /** @type {Map<number, Sha256>} */
 const running = new Map();
+/** @type {Map<number, AbortController>} The downloads running here. */
+const downloads = new Map();
+// This helper's downloads are hashed by one helper of its own (this script), beside the fetching and writing.
+configureStoreWorkers(self.location.href, { workers: 1 });
+const hashers = new StoreWorkers();
 /** Hash messages are handled one after another, in arrival order (opening a hasher awaits its wasm). */
 let queue = Promise.resolve();
 
@@ -54,17 +70,45 @@ async function read({ id, file }) {
 }
 
 /**
+ * @param {{id: number, dir: FileSystemDirectoryHandle, key: string, url: string, path: string,
+ *   want: import('./identity.js').FileIdentity}} message
+ */
+async function download({ id, dir, key, url, path, want }) {
+    const controller = new AbortController();
+    downloads.set(id, controller);
+    let lastProgress = 0;
+    try {
+        const stored = await downloadFile(new OpfsBackend(dir, key), url, path, {
+            want,
+            signal: controller.signal,
+            openHasher: () => hashers.hasher(),
+            onProgress: (loaded, total) => {
+                const now = performance.now();
+                if (now - lastProgress < PROGRESS_INTERVAL_MS) return;
+                lastProgress = now;
+                postMessage({ type: 'progress', id, loaded, total });
+            },
+        });
+        postMessage({ type: 'downloaded', id, size: stored.size, identity: stored.identity });
+    } finally {
+        downloads.delete(id);
+    }
+}
+
+/**
  * @param {{id: number}} message
  * @param {unknown} err
  */
 function refuse({ id }, err) {
     running.delete(id);
-    postMessage({ type: 'error', id, message: String(err) });
+    postMessage({ type: 'error', id, message: String(err), error: serializeError(err) });
 }
 
 onmessage = ({ data }) => {
-    // A read runs beside the hashes: it waits on the disk, not on this thread.
-    if (data.type === 'read') read(data).catch((err) => refuse(data, err));
+    // Downloads and reads run beside the hashes: they wait on the network and the disk, not on this thread.
+    if (data.type === 'download') download(data).catch((err) => refuse(data, err));
+    else if (data.type === 'cancel') downloads.get(data.id)?.abort(new CancelledError());
+    else if (data.type === 'read') read(data).catch((err) => refuse(data, err));
     else queue = queue.then(() => hash(data)).catch((err) => refuse(data, err));
 };
 

@@ -1,22 +1,29 @@
 // @ts-check
 /**
  * @file StoreWorkers: the store's helper workers (store/store_worker.js), which keep slow store work off the inference
- * worker's thread. Hashing: each download's SHA-256 runs in a helper, so the thread that fetches and writes never
- * waits for a digest and no file waits on another's. SHA-256 over one file is sequential, so the parallelism is
- * across files: one helper per download running at once, up to the cores. A download hands each chunk over after
- * writing it (its buffer moves to the helper, no copy), in batches, and may run at most WINDOW_BYTES ahead of it.
- * Reading: a stored file is read into memory by a helper and its buffer moved back, so the next session's files
- * are read while onnxruntime creates the current one (the inference worker's thread is busy then).
+ * worker's thread, and spread it over the cores.
+ * - Downloading: each download (store/download.js: fetch, write, resume, verify) runs in a helper of its own, up to
+ *   the cores, so no file's fetching and writing waits on another's, and the inference worker's thread stays free
+ *   (to create a session while the rest of the model arrives). A download's bytes are hashed beside it, in a hashing
+ *   helper the download's helper starts (SHA-256 over one file is sequential: the parallelism is across files).
+ * - Hashing: the chunks go to the hashing helper after they are written (their buffers move, no copy), in batches,
+ *   and the download may run at most WINDOW_BYTES ahead of its hash.
+ * - Reading: a stored file is read into memory by a helper and its buffer moved back, so the next session's files
+ *   are read while onnxruntime creates the current one (the inference worker's thread is busy then).
  *
  * Where no helper runs (no worker URL configured: node, a plain esbuild bundle; a helper that fails to start), the
- * same work runs on the calling thread (store/hashing.js, Blob.arrayBuffer), behind the same interface.
+ * same work runs on the calling thread (store/download.js, store/hashing.js, Blob.arrayBuffer), behind the same
+ * interface.
  * @module store/store_workers
  */
 
-import { KleinError } from '../shared/errors.js';
+import { KleinError, deserializeError } from '../shared/errors.js';
+import { downloadFile } from './download.js';
 import { createSha256 } from './hashing.js';
 
 /** @typedef {import('./hashing.js').Sha256} Sha256 */
+/** @typedef {import('./backend.js').OpfsBackend} OpfsBackend */
+/** @typedef {import('./identity.js').FileIdentity} FileIdentity */
 
 /** Chunks go to a worker in batches of about this many bytes, one message each. */
 const BATCH_BYTES = 4 * 1024 * 1024;
@@ -75,6 +82,8 @@ class Helper {
         this.worker = new Worker(url, { type: 'module', name: 'klein-store' });
         /** @type {Map<number, Job>} */
         this.jobs = new Map();
+        /** Work given to this helper and not finished (counted from when it is chosen, before it is sent). */
+        this.busy = 0;
         /** @type {Error | null} */
         this.error = null;
         /** @type {(value: void) => void} */
@@ -187,15 +196,21 @@ class HelperSha256 {
         for (;;) {
             const answer = await this.wait();
             if (answer.type === 'digest') {
-                this.helper.jobs.delete(this.id);
+                this.end();
                 return /** @type {string} */ (answer.hex);
             }
         }
     }
 
     drop() {
-        if (this.error || !this.helper.jobs.delete(this.id)) return;
+        if (this.error || !this.helper.jobs.has(this.id)) return;
+        this.end();
         this.helper.post({ type: 'drop', id: this.id });
+    }
+
+    /** The helper no longer works for this hasher. */
+    end() {
+        if (this.helper.jobs.delete(this.id)) this.helper.busy--;
     }
 
     /** @param {{type: string, bytes?: number, hex?: string, message?: string}} answer */
@@ -220,10 +235,34 @@ class HelperSha256 {
     /** @param {Error} err */
     fail(err) {
         this.error = err;
-        this.helper.jobs.delete(this.id);
+        this.end();
         this.waiter?.reject(err);
         this.waiter = null;
     }
+}
+
+/**
+ * Send `message` to `helper` as job `id` and settle with its last answer; an 'error' answer rejects with the error
+ * it carries. `onProgress` sees the 'progress' answers before it.
+ * @param {Helper} helper
+ * @param {number} id
+ * @param {Record<string, any>} message
+ * @param {(answer: any) => void} [onProgress]
+ * @returns {Promise<any>}
+ */
+function ask(helper, id, message, onProgress = () => {}) {
+    return new Promise((resolve, reject) => {
+        helper.jobs.set(id, {
+            receive(answer) {
+                if (answer.type === 'progress') return onProgress(answer);
+                helper.jobs.delete(id);
+                if (answer.type !== 'error') resolve(answer);
+                else reject(answer.error ? deserializeError(answer.error) : new Error(answer.message));
+            },
+            fail: reject,
+        });
+        helper.post({ ...message, id });
+    });
 }
 
 /** Helper workers of one store, started when first needed; close() ends them. */
@@ -240,17 +279,18 @@ export class StoreWorkers {
     }
 
     /**
-     * The least busy helper, a new one when every running one is busy and there is room; null where no helper runs.
+     * The least busy helper, a new one when every running one has work and there is room; null where no helper runs.
+     * The helper counts as busy from here on: the caller's work must end with `helper.busy--`.
      * @returns {Promise<Helper | null>}
      */
     async helper() {
         if (this.url === null || workersFail) return null;
         this.helpers = this.helpers.filter((h) => h.error === null);
         let helper = this.helpers.reduce(
-            (best, h) => (best === null || h.jobs.size < best.jobs.size ? h : best),
+            (best, h) => (best === null || h.busy < best.busy ? h : best),
             /** @type {Helper | null} */ (null),
         );
-        if ((helper === null || helper.jobs.size > 0) && this.helpers.length < this.size) {
+        if ((helper === null || helper.busy > 0) && this.helpers.length < this.size) {
             try {
                 helper = new Helper(this.url);
                 this.helpers.push(helper);
@@ -259,12 +299,16 @@ export class StoreWorkers {
                 return null;
             }
         }
+        const chosen = /** @type {Helper} */ (helper);
+        // Counted before the wait, so calls made meanwhile (four downloads starting at once) choose other helpers.
+        chosen.busy++;
         try {
-            await /** @type {Helper} */ (helper).ready;
+            await chosen.ready;
         } catch {
+            chosen.busy--;
             return null;
         }
-        return helper;
+        return chosen;
     }
 
     /**
@@ -284,18 +328,46 @@ export class StoreWorkers {
     async read(file) {
         const helper = await this.helper();
         if (!helper) return new Uint8Array(await file.arrayBuffer());
+        try {
+            return (await ask(helper, nextId++, { type: 'read', file })).bytes;
+        } finally {
+            helper.busy--;
+        }
+    }
+
+    /**
+     * Download one file into the store (store/download.js downloadFile, same options and result), in a helper of its
+     * own where one runs: there it fetches, writes and completes the file, hashed by a helper of that helper's.
+     * Aborting `signal` stops the helper's download, and this settles once it has stopped.
+     * @param {OpfsBackend} backend
+     * @param {string} url
+     * @param {string} path
+     * @param {{want?: FileIdentity, signal?: AbortSignal, onProgress?: (loaded: number, total: number | null) => void}} [options]
+     * @returns {Promise<{size: number, identity: FileIdentity}>}
+     */
+    async download(backend, url, path, { want, signal, onProgress } = {}) {
+        const helper = await this.helper();
+        if (!helper)
+            return downloadFile(backend, url, path, { want, signal, onProgress, openHasher: () => this.hasher() });
         const id = nextId++;
-        return new Promise((resolve, reject) => {
-            helper.jobs.set(id, {
-                receive(answer) {
-                    helper.jobs.delete(id);
-                    if (answer.type === 'read') resolve(answer.bytes);
-                    else reject(new Error(answer.message));
-                },
-                fail: reject,
-            });
-            helper.post({ type: 'read', id, file });
-        });
+        const cancel = () => helper.post({ type: 'cancel', id });
+        signal?.addEventListener('abort', cancel, { once: true });
+        try {
+            signal?.throwIfAborted();
+            const message = { type: 'download', dir: backend.dir, key: backend.key, url, path, want };
+            const done = await ask(helper, id, message, (answer) => onProgress?.(answer.loaded, answer.total));
+            return { size: done.size, identity: done.identity };
+        } catch (err) {
+            if (signal?.aborted) throw signal.reason;
+            if (err instanceof KleinError) throw err;
+            throw new KleinError(
+                `Downloading ${url} failed in the store's helper worker (${err instanceof Error ? err.message : err}). ` +
+                    'Press Generate again: the download resumes.',
+            );
+        } finally {
+            signal?.removeEventListener('abort', cancel);
+            helper.busy--;
+        }
     }
 
     /** End the helpers (their running work is given up). */

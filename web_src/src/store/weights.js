@@ -15,7 +15,6 @@
 import { ModelFileError, NetworkError, QuotaError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
 import { OpfsBackend, clearAll } from './backend.js';
-import { downloadFile } from './download.js';
 import { createSha256, hashBlob } from './hashing.js';
 import { serverIdentity } from './http_answers.js';
 import { compareIdentity, fromManifest } from './identity.js';
@@ -24,7 +23,7 @@ import { StoreWorkers } from './store_workers.js';
 
 /** Progress events at most this often (the page re-renders on each). */
 const PROGRESS_INTERVAL_MS = 100;
-/** Files downloading at once: each is hashed by its own worker, so none waits for another's digest. */
+/** Files downloading at once: each in a helper worker of its own (where the cores allow), hashed by another. */
 export const DOWNLOADS_AT_ONCE = 4;
 /** Where the last good manifest is kept, for offline visits. Dot-named: never a repo path. */
 const MANIFEST_COPY = '.manifest.json';
@@ -45,7 +44,7 @@ export class WeightStore {
         this.modelBase = modelBase;
         /** persist() is asked for once per store, before its first download. */
         this.persistRequested = false;
-        /** Hash downloads and read files off this thread (store/store_workers.js). */
+        /** Download, hash and read files off this thread (store/store_workers.js). */
         this.workers = new StoreWorkers();
     }
 
@@ -216,7 +215,7 @@ export class WeightStore {
      * Make every file in `files` complete in the store, as the version wanted: which stored copies are still
      * good is decided first (store/identity.js; a HEAD per file only for files without a manifest sha256),
      * the quota is checked, then the missing ones download, DOWNLOADS_AT_ONCE at a time and the largest first,
-     * each hashed as it streams in by a helper worker (store/store_workers.js), with throttled overall progress.
+     * each in a helper worker and hashed as it streams in (store/store_workers.js), with throttled overall progress.
      * The first download that fails stops the others (what they stored is kept for a resume) and is thrown
      * once they have stopped, so no file is left half-checked when this returns or throws.
      * @param {WantedFile[]} files
@@ -239,10 +238,9 @@ export class WeightStore {
         const largestFirst = [...missing].sort((a, b) => (b.size ?? 0) - (a.size ?? 0));
         await atMostAtOnce(largestFirst, downloadsAtOnce, signal, async (file, shared) => {
             meter.start(file);
-            const { size } = await downloadFile(this.backend, this.modelBase + file.path, file.path, {
+            const { size } = await this.workers.download(this.backend, this.modelBase + file.path, file.path, {
                 want: file.want,
                 signal: shared,
-                openHasher: () => this.workers.hasher(),
                 onProgress: (loaded, fileTotal) => meter.update(file, loaded, fileTotal),
             });
             meter.finish(file, size);
