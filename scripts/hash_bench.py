@@ -1,7 +1,7 @@
 """What hashing costs the model store, and how fast the store fills: SHA-256 and downloads in headless Chromium.
 
     python scripts/hash_bench.py [--gb 1.8] [--repeat 2] [--sources synthetic,fetch,webcrypto]
-    python scripts/hash_bench.py --store [--files 1.80,0.51,1.80,0.97,0.10] [--at-once 4] [--hash-workers 0,N]
+    python scripts/hash_bench.py --store [--files 1.80,0.51,1.80,0.97,0.10] [--at-once 4] [--helpers 0,N] [--no-baseline]
 
 Streams (the default): the store's hashing module (web_src/src/store/hashing.js) bundled into a worker reads a
 1.8 GB stream (the size of the largest seed-repo file) once without hashing and once feeding every chunk to the
@@ -12,8 +12,10 @@ speed, which the store cannot use, since WebCrypto has no incremental digest).
 
 --store: the app's own WeightStore (web_src/src/store/weights.js) fills an empty store from a loopback server with
 files of the given sizes in GB (by default the q4f16 set's five weight files) and checks every digest, in a fresh
-persistent profile: first one file at a time hashed on the store's thread, then `--at-once` files at once with
-the store's helper workers hashing (store/store_workers.js), and prints GB/s for each. A benchmark, not a test.
+persistent profile: first (the baseline) one file at a time, fetched, written and hashed on the store's thread, then
+`--at-once` files at once the app's way, each download in a helper worker and hashed by another
+(store/store_workers.js; `--helpers N`: at most N download helpers, 0: all on the store's thread), and prints GB/s
+for each. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -107,9 +109,9 @@ import { configureStoreWorkers } from %(workers)s;
 
 onmessage = async ({ data }) => {
     try {
-        // hashWorkers: 0 hashes on this thread; null lets the pool choose from the cores, as the app does.
-        const url = data.hashWorkers === 0 ? null : new URL('/helper.js', location.href).href;
-        configureStoreWorkers(url, data.hashWorkers ? { workers: data.hashWorkers } : {});
+        // helpers: 0 downloads and hashes on this thread; null lets the pool choose from the cores, as the app does.
+        const url = data.helpers === 0 ? null : new URL('/helper.js', location.href).href;
+        configureStoreWorkers(url, data.helpers ? { workers: data.helpers } : {});
         await WeightStore.clear();
         const store = await WeightStore.open(data.base);
         const started = performance.now();
@@ -286,13 +288,14 @@ def run_store(args: argparse.Namespace) -> None:
                     f"{len(sizes)} files, {total / 1e9:.2f} GB from a loopback server, every digest checked"
                 )
                 files = [{"path": name, "size": size, "sha256": digests[name]} for name, size in sizes.items()]
-                runs = [(1, 0)] + [(args.at_once, workers) for workers in args.hash_workers]
-                for at_once, workers in runs:
+                runs = [(1, 0)] if args.baseline else []
+                runs += [(args.at_once, helpers) for helpers in args.helpers]
+                for at_once, helpers in runs:
                     job: dict[str, Any] = {
                         "base": f"{base}/files/",
                         "files": files,
                         "atOnce": at_once,
-                        "hashWorkers": workers,
+                        "helpers": helpers,
                     }
                     started = time.perf_counter()
                     result = page.evaluate(RUN_JS, ["/store.js", job])
@@ -301,13 +304,13 @@ def run_store(args: argparse.Namespace) -> None:
                     assert result["bytes"] == total, result
                     how = (
                         "on the store's thread"
-                        if workers == 0
-                        else f"by {workers} hashing worker(s)"
-                        if workers
-                        else "by the app's hashing workers"
+                        if helpers == 0
+                        else f"in at most {helpers} helper worker(s)"
+                        if helpers
+                        else "in the app's helper workers"
                     )
                     print(
-                        f"  {at_once} file(s) at once, hashed {how}: {result['seconds']:6.1f} s "
+                        f"  {at_once} file(s) at once, downloaded and hashed {how}: {result['seconds']:6.1f} s "
                         f"({total / result['seconds'] / 1e9:.3f} GB/s; {time.perf_counter() - started:.1f} s "
                         "with clearing the store)",
                         flush=True,
@@ -325,13 +328,19 @@ def main() -> None:
     parser.add_argument("--files", default=DEFAULT_FILES, help="--store: the files' sizes in GB, comma-separated")
     parser.add_argument("--at-once", type=int, default=4, help="--store: files downloading at once")
     parser.add_argument(
-        "--hash-workers",
+        "--helpers",
         default="",
-        help="--store: hashing worker counts to time, comma-separated (default: the app's own choice from the cores)",
+        help="--store: download helper counts to time, comma-separated (default: the app's own choice from the cores)",
+    )
+    parser.add_argument(
+        "--baseline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--store: time one file at a time on the store's thread first",
     )
     args = parser.parse_args()
     if args.store:
-        args.hash_workers = [int(n) for n in args.hash_workers.split(",") if n.strip()] or [None]
+        args.helpers = [int(n) for n in args.helpers.split(",") if n.strip()] or [None]
         run_store(args)
     else:
         run_streams(args)
