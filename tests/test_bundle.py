@@ -127,10 +127,11 @@ def test_headers_file(dist_dir: Path) -> None:
 
 
 def test_worker_bundle_gets_ort_names_and_version(web_src_copy: Path, tmp_path: Path) -> None:
-    """KLEIN_ORT_WASM / KLEIN_STORE_WORKER / KLEIN_VERSION are compile-time constants; run the built worker bundle
-    under node to see them."""
+    """KLEIN_ORT_WASM / KLEIN_STORE_WORKER / KLEIN_TOKENIZER_WORKER / KLEIN_VERSION are compile-time constants; run
+    the built worker bundle under node to see them."""
     (web_src_copy / "src/worker/main.js").write_text(
-        "self.postMessage({ort: KLEIN_ORT_WASM, store: KLEIN_STORE_WORKER, version: KLEIN_VERSION});\n"
+        "self.postMessage({ort: KLEIN_ORT_WASM, store: KLEIN_STORE_WORKER, tokenizer: KLEIN_TOKENIZER_WORKER,"
+        " version: KLEIN_VERSION});\n"
     )
     result = build(tmp_path / "dist", web_src=web_src_copy)
     dist = tmp_path / "dist"
@@ -148,6 +149,7 @@ def test_worker_bundle_gets_ort_names_and_version(web_src_copy: Path, tmp_path: 
     assert (worker_folder / seen["ort"]["mjs"]).resolve() == (dist / result.files["ort_mjs"]).resolve()
     assert (worker_folder / seen["ort"]["wasm"]).resolve() == (dist / result.files["ort_wasm"]).resolve()
     assert (worker_folder / seen["store"]).resolve() == (dist / result.files["store_js"]).resolve()
+    assert (worker_folder / seen["tokenizer"]).resolve() == (dist / result.files["tokenizer_js"]).resolve()
 
 
 # ---------------------------------------------------------------------------------------------- rebuilds

@@ -10,7 +10,8 @@ Output layout (every path relative to the site root, so dist/ works under any su
     assets/page-HASH.js(.map)  page bundle (UI only, never onnxruntime)
     assets/page-HASH.css(.map)
     assets/worker-HASH.js(.map)  module worker bundle (onnxruntime-web/webgpu and the pipeline)
-    assets/store-HASH.js(.map)  the store's helper worker (hashing, reading; web_src/src/store/store_workers.js)
+    assets/store-HASH.js(.map)  the store's helper worker (downloading, hashing, reading; web_src/src/store/store_workers.js)
+    assets/tokenizer-HASH.js(.map)  the tokenizer's helper worker (web_src/src/pipeline/tokenizer_helper.js)
     assets/coi-HASH.js         registers coi-sw.js (and reloads once when the host sends no COOP/COEP headers)
     assets/icon-SIZE-PURPOSE-HASH.png  the app's icons (builder/site/icons.py), 192 and 512 px, any and maskable
     assets/ort-wasm-simd-threaded.asyncify-HASH.{mjs,wasm}  the onnxruntime-web runtime the worker loads
@@ -48,6 +49,7 @@ BUILD_RECORD = ".klein-build.json"
 PAGE_ENTRY = "src/page/main.js"
 WORKER_ENTRY = "src/worker/main.js"
 STORE_WORKER_ENTRY = "src/store/store_worker.js"
+TOKENIZER_WORKER_ENTRY = "src/pipeline/tokenizer_worker.js"
 COI_REGISTER = "src/coi_register.js"
 SERVICE_WORKER_ENTRY = "src/service_worker.js"
 SERVICE_WORKER = "coi-sw.js"  # the name registered browsers know it by
@@ -240,6 +242,9 @@ def bundle_assets(tools: NodeTools, web_src: Path, assets: Path, *, runtime: Pat
     module = ["--format=esm", "--platform=browser", version]
     files["page_js"] = run_esbuild(tools, web_src, PAGE_ENTRY, out_assets=assets, name="page", extra=module)
     files["store_js"] = run_esbuild(tools, web_src, STORE_WORKER_ENTRY, out_assets=assets, name="store", extra=module)
+    files["tokenizer_js"] = run_esbuild(
+        tools, web_src, TOKENIZER_WORKER_ENTRY, out_assets=assets, name="tokenizer", extra=module
+    )
     # An alias replaces the import path as a whole, so it names the file the pinned package's exports pick.
     other = [f"--alias:onnxruntime-web/webgpu={runtime / ORT_WEBGPU_ENTRY}"] if runtime else []
     files["worker_js"] = run_esbuild(
@@ -253,6 +258,7 @@ def bundle_assets(tools: NodeTools, web_src: Path, assets: Path, *, runtime: Pat
             *other,
             f"--define:KLEIN_ORT_WASM={ort_wasm}",
             f"--define:KLEIN_STORE_WORKER={json.dumps(files['store_js'])}",
+            f"--define:KLEIN_TOKENIZER_WORKER={json.dumps(files['tokenizer_js'])}",
         ],
     )
     files["page_css"] = run_esbuild(tools, web_src, STYLE, out_assets=assets, name="page", extra=[])

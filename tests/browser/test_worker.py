@@ -153,6 +153,9 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(
         assert sum(timings[stage] for stage in stages) <= timings["total"] + 1
         if i == 0:
             assert_progress_stream(reply)
+            # The prompt was tokenized in the tokenizer's helper worker, started by the inference worker.
+            helpers = [w.url for w in page.workers if "/assets/tokenizer-" in w.url]
+            assert len(helpers) == 1, [w.url for w in page.workers]
         else:
             # Same prompt again: the embeddings are cached, nothing is downloaded.
             assert reply.of_type("stage")[3].get("detail") == "cached"

@@ -9,7 +9,8 @@
 import { assertFinite } from './image.js';
 import { requireOutput } from './session_runs.js';
 import { TEXT_ENCODER_PIN } from './session_pins.js';
-import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
+import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
+import { TokenizerHelper } from './tokenizer_helper.js';
 
 /** @typedef {import('./model_caches.js').PromptEmbedding} PromptEmbedding */
 /** @typedef {import('./stage_clock.js').RunContext} RunContext */
@@ -28,10 +29,7 @@ import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
  * @returns {Promise<Encoding>}
  */
 export async function startEncoding(prompt, { models, meter, signal }) {
-    const tokenizer = await models.memo('tokenizer', async () =>
-        PromptTokenizer.fromFiles(await models.tokenizerFiles()),
-    );
-    const encoded = tokenizer.encode(prompt, { maxLength: MAX_SEQUENCE_LENGTH });
+    const encoded = await (await startTokenizer(models)).encode(prompt, { maxLength: MAX_SEQUENCE_LENGTH });
     const session = await models.session('text_encoder', { meter, signal, pin: TEXT_ENCODER_PIN });
     const { outputs } = await models.submit(
         session,
@@ -52,6 +50,16 @@ export async function startEncoding(prompt, { models, meter, signal }) {
     embedding.catch(() => {}); // awaited by stage 3; a failure before then is not unhandled
     return { embedding };
 }
+/**
+ * The model's tokenizer, building in its helper worker (pipeline/tokenizer_helper.js) from the first call on: stage 2
+ * calls this before it creates any session, so the tokenizer is ready when the text encoder is.
+ * @param {import('./models.js').Models} models
+ * @returns {Promise<TokenizerHelper>}
+ */
+export async function startTokenizer(models) {
+    return models.memo('tokenizer', async () => TokenizerHelper.start(await models.tokenizerFiles()));
+}
+
 /**
  * Stage 3: the prompt's embedding, from an earlier run (`cached`), from stage 2's encoding under way, or encoded
  * here when stage 2 started none.

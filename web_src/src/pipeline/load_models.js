@@ -7,7 +7,7 @@
  */
 
 import { imageJobs } from './encode_images.js';
-import { startEncoding } from './encode_prompt.js';
+import { startEncoding, startTokenizer } from './encode_prompt.js';
 import { loadPreviewMap } from './preview.js';
 import { sessionPins } from './session_pins.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
@@ -55,6 +55,8 @@ export async function loadModels(params, imageSeqLen, plan, { models, meter, sig
     });
     // The caches are keyed by the encoders chosen above.
     const cached = models.cachedPrompt(params.prompt);
+    // Built in a helper worker while the sessions below are created.
+    if (!cached) await startTokenizer(models);
     const encodeImages = imageJobs(plan).some((job) => !models.cachedImage(models.imageKey(job.image.sha256, job.how)));
     /** @type {import('../shared/model_repo.js').AnyComponent[]} */
     const order = [

@@ -2,7 +2,7 @@
 /**
  * @file What the pipeline keeps of one model between runs, beside its sessions (CPU memory): prompt embeddings and
  * encoded input images, a few of each with the least recently used dropped, and objects derived from the model's
- * files (the tokenizer). An entry's key names the encoder that made it (`encoderKey`: the model source, graph and
+ * files (the tokenizer, in its helper worker). An entry's key names the encoder that made it (`encoderKey`: the model source, graph and
  * EP), so a changed encoder never serves a stale one.
  * @module pipeline/model_caches
  */
@@ -49,6 +49,12 @@ export class ModelCaches {
     clear() {
         this.prompts.clear();
         this.images.clear();
+        this.dropDerived();
+    }
+
+    /** Forget the derived objects, ending those that hold something (the tokenizer's helper worker). */
+    dropDerived() {
+        for (const value of this.derived.values()) value?.close?.();
         this.derived.clear();
     }
 
@@ -58,7 +64,7 @@ export class ModelCaches {
      */
     deriveFrom(identity) {
         if (this.derived.get('identity') === identity) return;
-        this.derived.clear();
+        this.dropDerived();
         this.derived.set('identity', identity);
     }
 

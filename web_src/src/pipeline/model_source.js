@@ -165,20 +165,16 @@ export class ModelSource {
     }
 
     /**
-     * The tokenizer files, parsed: {tokenizerJson, tokenizerConfig, chatTemplate?}.
-     * @returns {Promise<{tokenizerJson: any, tokenizerConfig: any, chatTemplate?: string}>}
+     * The tokenizer files as stored (disk-backed Files): {tokenizerJson, tokenizerConfig, chatTemplate?}.
+     * @returns {Promise<import('./tokenizer_helper.js').TokenizerFiles>}
      */
     async tokenizerFiles() {
         const store = /** @type {WeightStore} */ (this.store);
-        const [tokenizerJson, tokenizerConfig] = await Promise.all(
-            TOKENIZER_FILES.map(async (p) => JSON.parse(await store.readText(p))),
-        );
+        const [tokenizerJson, tokenizerConfig] = await Promise.all(TOKENIZER_FILES.map((p) => store.file(p)));
         const manifest = /** @type {Manifest} */ (this.manifest);
-        const chatTemplate =
-            CHAT_TEMPLATE_FILE in manifest.files ? await store.readText(CHAT_TEMPLATE_FILE) : undefined;
-        return chatTemplate === undefined
-            ? { tokenizerJson, tokenizerConfig }
-            : { tokenizerJson, tokenizerConfig, chatTemplate };
+        return CHAT_TEMPLATE_FILE in manifest.files
+            ? { tokenizerJson, tokenizerConfig, chatTemplate: await store.file(CHAT_TEMPLATE_FILE) }
+            : { tokenizerJson, tokenizerConfig };
     }
 
     /**

@@ -106,7 +106,7 @@ export class Models {
         this.source.leanAfterFailure = reason;
     }
 
-    /** @returns {Promise<{tokenizerJson: any, tokenizerConfig: any, chatTemplate?: string}>} */
+    /** @returns {Promise<import('./tokenizer_helper.js').TokenizerFiles>} */
     tokenizerFiles() {
         return this.source.tokenizerFiles();
     }

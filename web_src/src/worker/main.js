@@ -31,6 +31,7 @@ import { CancelledError, InputError, serializeError } from '../shared/errors.js'
 import { opfsSupport } from '../store/backend.js';
 import { featureMemory } from '../store/feature_memory.js';
 import { configureStoreWorkers } from '../store/store_workers.js';
+import { configureTokenizerWorker } from '../pipeline/tokenizer_helper.js';
 import { clearingStore, onStoreCleared, whileUsingStore } from '../store/store_lock.js';
 import { WeightStore } from '../store/weights.js';
 import { recoveryFor } from './recovery.js';
@@ -60,6 +61,16 @@ function ortWasmUrls(scriptUrl) {
 function storeWorkerUrl(scriptUrl) {
     // KLEIN_STORE_WORKER is an esbuild --define (declared in build_defines.d.ts), not a runtime global.
     return typeof KLEIN_STORE_WORKER === 'undefined' ? null : new URL(KLEIN_STORE_WORKER, scriptUrl).href;
+}
+
+/**
+ * The tokenizer's helper worker script as an absolute URL (KLEIN_TOKENIZER_WORKER, like KLEIN_STORE_WORKER); without
+ * one the tokenizer is built and run on this thread.
+ * @param {string} scriptUrl
+ * @returns {string | null}
+ */
+function tokenizerWorkerUrl(scriptUrl) {
+    return typeof KLEIN_TOKENIZER_WORKER === 'undefined' ? null : new URL(KLEIN_TOKENIZER_WORKER, scriptUrl).href;
 }
 
 /**
@@ -148,6 +159,7 @@ export function startWorker(scope) {
     const threads = ortThreads();
     configureOrt({ wasmPaths: ortWasmUrls(scope.location.href), threads });
     configureStoreWorkers(storeWorkerUrl(scope.location.href));
+    configureTokenizerWorker(tokenizerWorkerUrl(scope.location.href));
     const gpu = new Gpu({ memory: featureMemory, fault: injectedFault(scope.location.href) });
     const models = new Models({ gpu });
     const jobs = new JobQueue();
