@@ -1,21 +1,23 @@
-"""What hashing costs the model store, and how fast the store fills: SHA-256 and downloads in headless Chromium.
+"""What checking the bytes costs the model store, and how fast the store fills: SHA-256 and downloads in Chromium.
 
     python scripts/hash_bench.py [--gb 1.8] [--repeat 2] [--sources synthetic,fetch,webcrypto]
-    python scripts/hash_bench.py --store [--files 1.80,0.51,1.80,0.97,0.10] [--at-once 4] [--helpers 0,N] [--no-baseline]
+    python scripts/hash_bench.py --store [--files 1.80,0.51,1.80,0.97,0.10] [--at-once 4] [--helpers 0,N]
+        [--check blocks,whole-file] [--no-baseline]
 
 Streams (the default): the store's hashing module (web_src/src/store/hashing.js) bundled into a worker reads a
 1.8 GB stream (the size of the largest seed-repo file) once without hashing and once feeding every chunk to the
 hasher, and prints the throughput and the seconds hashing adds. Sources: `synthetic` (a ReadableStream made in the
 worker: the hashing cost alone), `fetch` (the same bytes over HTTP from a loopback server, read like the downloader
-reads them) and `webcrypto` (crypto.subtle.digest of each 16 MiB chunk on its own: the browser's native SHA-256
-speed, which the store cannot use, since WebCrypto has no incremental digest).
+reads them) and `webcrypto` (crypto.subtle.digest of each 16 MiB chunk on its own: the browser's native SHA-256,
+what the store uses per block when the manifest lists block hashes).
 
 --store: the app's own WeightStore (web_src/src/store/weights.js) fills an empty store from a loopback server with
-files of the given sizes in GB (by default the q4f16 set's five weight files) and checks every digest, in a fresh
+files of the given sizes in GB (by default the q4f16 set's five weight files) and checks every byte, in a fresh
 persistent profile: first (the baseline) one file at a time, fetched, written and hashed on the store's thread, then
-`--at-once` files at once the app's way, each download in a helper worker and hashed by another
-(store/store_workers.js; `--helpers N`: at most N download helpers, 0: all on the store's thread), and prints GB/s
-for each. A benchmark, not a test.
+`--at-once` files at once the app's way, each download in a helper worker (store/store_workers.js; `--helpers N`:
+at most N download helpers, 0: all on the store's thread), checked by each `--check`: `blocks` (the manifest lists
+block hashes: WebCrypto per 16 MiB block, store/block_check.js) or `whole-file` (the file's SHA-256 in hash-wasm,
+in a hashing helper), and prints GB/s for each. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 
 from builder import WEB_SRC
 from builder.check.driver.chromium import find_chromium, launch_persistent
+from builder.repo.manifest import BLOCK_SIZE
 from builder.site.chrome import launch_args
 from builder.site.node import ensure_node_modules, find_node
 
@@ -258,12 +261,22 @@ def run_store(args: argparse.Namespace) -> None:
     gigabytes = [float(part) for part in args.files.split(",") if part.strip()]
     sizes = {f"{index}.bin": int(gb * 1e9) for index, gb in enumerate(gigabytes)}
     print(f"hashing {sum(sizes.values()) / 1e9:.2f} GB for the manifest ...", flush=True)
-    digests = {}
+    digests: dict[str, str] = {}
+    blocks: dict[str, dict[str, Any]] = {}
     for name, size in sizes.items():
-        digest = hashlib.sha256()
-        for chunk in file_bytes(int(name.split(".")[0]), size):
+        digest, block, block_digests = hashlib.sha256(), hashlib.sha256(), []
+        filled = 0
+        for chunk in file_bytes(int(name.split(".")[0]), size):  # 1 MiB chunks: BLOCK_SIZE is a multiple
             digest.update(chunk)
+            block.update(chunk)
+            filled += len(chunk)
+            if filled == BLOCK_SIZE:
+                block_digests.append(block.hexdigest())
+                block, filled = hashlib.sha256(), 0
+        if filled:
+            block_digests.append(block.hexdigest())
         digests[name] = digest.hexdigest()
+        blocks[name] = {"size": BLOCK_SIZE, "sha256": block_digests}
     total = sum(sizes.values())
     from playwright.sync_api import sync_playwright
 
@@ -287,10 +300,14 @@ def run_store(args: argparse.Namespace) -> None:
                     f"{context.browser.version if context.browser else 'Chromium'} headless, {cores} cores; "
                     f"{len(sizes)} files, {total / 1e9:.2f} GB from a loopback server, every digest checked"
                 )
-                files = [{"path": name, "size": size, "sha256": digests[name]} for name, size in sizes.items()]
-                runs = [(1, 0)] if args.baseline else []
-                runs += [(args.at_once, helpers) for helpers in args.helpers]
-                for at_once, helpers in runs:
+                runs = [(1, 0, "whole-file")] if args.baseline else []
+                runs += [(args.at_once, helpers, check) for check in args.check for helpers in args.helpers]
+                for at_once, helpers, check in runs:
+                    files = [
+                        {"path": name, "size": size, "sha256": digests[name]}
+                        | ({"blocks": blocks[name]} if check == "blocks" else {})
+                        for name, size in sizes.items()
+                    ]
                     job: dict[str, Any] = {
                         "base": f"{base}/files/",
                         "files": files,
@@ -309,8 +326,9 @@ def run_store(args: argparse.Namespace) -> None:
                         if helpers
                         else "in the app's helper workers"
                     )
+                    checked = "by block hashes (WebCrypto)" if check == "blocks" else "by SHA-256 (hash-wasm)"
                     print(
-                        f"  {at_once} file(s) at once, downloaded and hashed {how}: {result['seconds']:6.1f} s "
+                        f"  {at_once} file(s) at once, downloaded {how}, checked {checked}: {result['seconds']:6.1f} s "
                         f"({total / result['seconds'] / 1e9:.3f} GB/s; {time.perf_counter() - started:.1f} s "
                         "with clearing the store)",
                         flush=True,
@@ -333,6 +351,12 @@ def main() -> None:
         help="--store: download helper counts to time, comma-separated (default: the app's own choice from the cores)",
     )
     parser.add_argument(
+        "--check",
+        default="blocks,whole-file",
+        help="--store: how the app checks the bytes, comma-separated: blocks (the manifest's block hashes, WebCrypto), "
+        "whole-file (the file's SHA-256, hash-wasm)",
+    )
+    parser.add_argument(
         "--baseline",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -341,6 +365,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.store:
         args.helpers = [int(n) for n in args.helpers.split(",") if n.strip()] or [None]
+        args.check = [c.strip() for c in args.check.split(",") if c.strip()]
+        if set(args.check) - {"blocks", "whole-file"}:
+            parser.error(f"--check takes blocks and whole-file, got {','.join(args.check)}")
         run_store(args)
     else:
         run_streams(args)

@@ -67,7 +67,8 @@ def rewrite(repo: Path, out: Path) -> dict[str, int]:
         target = staging / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(target, data)
-        files[rel] = manifest.FileEntry(size=target.stat().st_size, sha256=verify.sha256_file(target))
+        digests = verify.file_digests(target)
+        files[rel] = manifest.FileEntry(size=target.stat().st_size, sha256=digests.sha256, blocks=digests.blocks)
         print(f"{rel}: {fused[rel]} GroupNorms fused", flush=True)
     repo_manifest.files = files
     manifest.write(staging, repo_manifest)

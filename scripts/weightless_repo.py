@@ -155,10 +155,11 @@ def fill(structure: Path, out: Path, *, seed: int, workers: int) -> None:
         for job in jobs:
             job.result()
         # The weight files are new: their hashes go into the manifest (sizes are the original's).
-        hashes = dict(zip(described, pool.map(lambda rel: verify.sha256_file(out / rel), described), strict=False))
+        hashes = dict(zip(described, pool.map(lambda rel: verify.file_digests(out / rel), described), strict=False))
     files = dict(source_manifest.files)
-    for rel, digest in hashes.items():
-        files[rel] = manifest.FileEntry(size=(out / rel).stat().st_size, sha256=digest)
+    for rel, digests in hashes.items():
+        size = (out / rel).stat().st_size
+        files[rel] = manifest.FileEntry(size=size, sha256=digests.sha256, blocks=digests.blocks)
     source_manifest.files = files
     source_manifest.source = f"{source_manifest.source} (weights redrawn with seed {seed})"
     manifest.write(out, source_manifest)

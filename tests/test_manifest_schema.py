@@ -59,6 +59,8 @@ def drop(key: str) -> Callable[[dict[str, Any]], None]:
 
 
 LORA = {"file": "style.safetensors", "sha256": SHA, "scale": 0.8}
+# One block of 1 MiB: every file of valid() has 10 bytes.
+BLOCKS = {"size": 1 << 20, "sha256": [SHA]}
 
 
 def lora(key: str, value: object) -> Callable[[dict[str, Any]], None]:
@@ -144,6 +146,16 @@ BAD: dict[str, tuple[bytes, str]] = {
     "file-key-empty-segment": (mutate(rename_file("scheduler//x")), "files key"),
     "file-key-nul": (mutate(rename_file("scheduler/x\x00")), "files key"),
     "tokenizer-unlisted": (mutate(lambda d: d["files"].pop("tokenizer/tokenizer.json")), "tokenizer.json"),
+    "blocks-list": (mutate(file_entry("blocks", [SHA])), "blocks"),
+    "blocks-size-small": (mutate(file_entry("blocks", {"size": 1024, "sha256": [SHA]})), "blocks.size"),
+    "blocks-size-string": (mutate(file_entry("blocks", {"size": "16M", "sha256": [SHA]})), "blocks.size"),
+    "blocks-count": (mutate(file_entry("blocks", {"size": 1 << 20, "sha256": [SHA, SHA]})), "blocks.sha256"),
+    "blocks-sha-short": (mutate(file_entry("blocks", {"size": 1 << 20, "sha256": ["ab"]})), "blocks.sha256"),
+    "blocks-extra-key": (mutate(file_entry("blocks", {"size": 1 << 20, "sha256": [SHA], "x": 1})), "blocks"),
+    "blocks-without-sha": (
+        mutate(lambda d: d["files"]["tokenizer/tokenizer.json"].update(sha256=None, blocks=BLOCKS)),
+        "needs the file's sha256",
+    ),
     "loras-object": (mutate(lambda d: d.__setitem__("loras", LORA)), "loras"),
     "loras-null": (mutate(lambda d: d.__setitem__("loras", None)), "loras"),
     "lora-string": (mutate(lambda d: d.__setitem__("loras", ["style.safetensors"])), "loras[0]"),
@@ -189,6 +201,19 @@ def test_loras_round_trip_and_are_left_out_when_there_are_none(tmp_path: Path) -
         manifest.LoraEntry("b:c.safetensors", SHA, -2.0),
     ]
     assert json.loads(manifest.to_bytes(loaded))["loras"] == [LORA, {**LORA, "file": "b:c.safetensors", "scale": -2.0}]
+
+
+def test_block_hashes_round_trip_and_are_left_out_when_there_are_none(tmp_path: Path) -> None:
+    data = valid()
+    assert all("blocks" not in entry for entry in data["files"].values())
+    data["files"]["tokenizer/tokenizer.json"]["blocks"] = BLOCKS
+    data["files"]["scheduler/scheduler_config.json"].update(size=0, blocks={"size": 1 << 20, "sha256": []})
+    (tmp_path / manifest.MANIFEST_NAME).write_bytes(json.dumps(data).encode())
+    loaded = manifest.load(tmp_path)
+    assert loaded.files["tokenizer/tokenizer.json"].blocks == manifest.Blocks(size=1 << 20, sha256=(SHA,))
+    assert loaded.files["scheduler/scheduler_config.json"].blocks == manifest.Blocks(size=1 << 20, sha256=())
+    assert loaded.files["tokenizer/tokenizer_config.json"].blocks is None
+    assert json.loads(manifest.to_bytes(loaded)) == data
 
 
 @pytest.mark.parametrize("name", sorted(BAD))

@@ -54,13 +54,13 @@ def test_a_manifest_with_zero_hashes_is_refused(repo: Path) -> None:
 
 def test_repeat_checks_hash_nothing_and_a_corrupt_cache_is_ignored(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hashed: list[Path] = []
-    real = verify.sha256_file
+    real = verify.file_digests
 
-    def counted(path: Path, progress: Any = None) -> str:
+    def counted(path: Path, progress: Any = None) -> verify.Digests:
         hashed.append(path)
         return real(path, progress)
 
-    monkeypatch.setattr(verify, "sha256_file", counted)
+    monkeypatch.setattr(verify, "file_digests", counted)
     repo_manifest = manifest.load(repo)
     verify.check_files(repo, repo_manifest, log=lambda _m: None)
     assert len(hashed) == len(repo_manifest.files)
@@ -93,3 +93,24 @@ def test_sizes_beyond_the_graph_or_the_memory_are_refused_before_any_work(repo: 
     with pytest.raises(Exception, match=r"GiB of memory is available; try \d+x\d+"):
         capacity.check_size(graph, 2048, 2048, available=2 << 30)
     assert capacity.estimate_bytes(graph, 2048, 2048) > 16 * 2**30  # the VAE's attention over 256x256 pixels
+
+
+def test_file_digests_hash_the_whole_file_and_each_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KLEIN_WEB_CACHE_DIR", str(tmp_path / "cache"))
+    block = manifest.BLOCK_SIZE
+    data = bytes(range(256)) * ((2 * block + 5) // 256) + b"tail!"[: (2 * block + 5) % 256]
+    assert len(data) == 2 * block + 5
+    path = tmp_path / "weights.onnx_data"
+    path.write_bytes(data)
+    digests = verify.file_digests(path)
+    assert digests.sha256 == hashlib.sha256(data).hexdigest()
+    assert digests.blocks == manifest.Blocks(
+        size=block, sha256=tuple(hashlib.sha256(data[at : at + block]).hexdigest() for at in range(0, len(data), block))
+    )
+    assert len(digests.blocks.sha256) == 3
+    (tmp_path / "empty").write_bytes(b"")
+    assert verify.file_digests(tmp_path / "empty").blocks.sha256 == ()
+    # What a manifest gets, computed once and then from the cache.
+    written = manifest.FileEntry(size=len(data), sha256=digests.sha256, blocks=digests.blocks)
+    assert verify.describe_files(tmp_path, ["weights.onnx_data"])["weights.onnx_data"] == written
+    assert verify.HashCache().get(path) == digests

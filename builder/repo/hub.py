@@ -27,7 +27,7 @@ from pathlib import Path
 
 from builder import __version__
 from builder.errors import FetchError, KleinWebError, ModelRepoError
-from builder.repo import fetch_dest, manifest, paths, seed_layout
+from builder.repo import fetch_dest, manifest, paths, seed_layout, verify
 from builder.repo.download import (
     PARTIAL_DIR,
     Progress,
@@ -77,8 +77,18 @@ def fetch(repo: str, *, revision: str, dest: Path, log: Callable[[str], None]) -
             log(f"fetch: [{index}/{len(wanted)}] {remote_file.path} ({megabytes(remote_file.size)})")
             sha256[remote_file.path] = download(repo, commit, remote_file, dest, progress)
 
-        # 6. Manifest, written atomically and only now
-        files = {f.path: manifest.FileEntry(size=f.size, sha256=sha256[f.path]) for f in wanted}
+        # 6. Manifest, written atomically and only now, with each file's block hashes (for the app's downloader;
+        # read back once here, and remembered, so the next command's check of the folder hashes nothing)
+        digests = verify.hashes([dest / f.path for f in wanted], log=log)
+        files = {}
+        for f in wanted:
+            made = digests[dest / f.path]
+            if made.sha256 != sha256[f.path]:
+                raise FetchError(
+                    f"{dest / f.path} changed on disk while `klein-web fetch` wrote the folder (its sha256 is now "
+                    f"{made.sha256}). Run the same command again."
+                )
+            files[f.path] = manifest.FileEntry(size=f.size, sha256=made.sha256, blocks=made.blocks)
         result = manifest.Manifest(
             source=f"{repo}@{commit}",
             converter=repo_manifest.converter

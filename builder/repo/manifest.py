@@ -137,9 +137,22 @@ class GraphEntry:
 
 
 @dataclass(frozen=True)
+class Blocks:
+    """The SHA-256 of each `size`-byte block of a file, in order (the last one may be shorter): what lets the browser
+    check a download with its native SHA-256 (WebCrypto, which digests whole buffers only), block by block as the
+    bytes arrive, instead of one sequential SHA-256 over the whole file in WebAssembly."""
+
+    size: int
+    sha256: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class FileEntry:
     size: int
     sha256: str | None = None
+    # Optional in manifest.json (a manifest without them is checked by the whole file's sha256 alone); written by
+    # every command that hashes the files. Only with a sha256.
+    blocks: Blocks | None = None
 
 
 @dataclass(frozen=True)
@@ -177,11 +190,19 @@ class Manifest:
         data = asdict(self)
         if not self.loras:
             del data["loras"]
+        for entry in data["files"].values():
+            if entry["blocks"] is None:
+                del entry["blocks"]
+            else:
+                entry["blocks"]["sha256"] = list(entry["blocks"]["sha256"])
         return data
 
 
 # Bounds of the schema: a size above this is a typo or an attack, not a model file (the real files are < 2 GB).
 MAX_FILE_SIZE = 1 << 40
+# Blocks of a file's block hashes (Blocks): what the app's downloader holds per block in flight.
+BLOCK_SIZE = 16 << 20
+MIN_BLOCK_SIZE, MAX_BLOCK_SIZE = 1 << 20, 1 << 30
 SHA256 = re.compile(r"[0-9a-f]{64}")
 GRAPH_KEYS = {"component", "variant", "path", "external_data", "precision", "inputs", "outputs"}
 OPTIONAL_GRAPH_KEYS = {
@@ -310,9 +331,9 @@ def _file(rel: object, entry: object) -> FileEntry:
     reason = paths.unsafe_reason(rel)
     _require(reason is None, f"files key {rel!r}", f"{reason}: a model file must be a relative path in the folder")
     _require(
-        isinstance(entry, dict) and set(entry) <= {"size", "sha256"} and "size" in entry,
+        isinstance(entry, dict) and set(entry) <= {"size", "sha256", "blocks"} and "size" in entry,
         where,
-        "must be an object {size, sha256}",
+        "must be an object {size, sha256, blocks?}",
     )
     assert isinstance(entry, dict)
     size = entry["size"]
@@ -325,7 +346,31 @@ def _file(rel: object, entry: object) -> FileEntry:
         where + ".sha256",
         f"must be 64 lowercase hex digits (or null), got {sha256!r}",
     )
-    return FileEntry(size=size, sha256=sha256)
+    blocks = entry.get("blocks")
+    if blocks is None:
+        return FileEntry(size=size, sha256=sha256)
+    _require(sha256 is not None, where + ".blocks", "needs the file's sha256 beside it")
+    _require(
+        isinstance(blocks, dict) and set(blocks) == {"size", "sha256"},
+        where + ".blocks",
+        "must be an object {size, sha256}",
+    )
+    block_size = blocks["size"]
+    _require(
+        _int_in(block_size, MIN_BLOCK_SIZE, MAX_BLOCK_SIZE),
+        where + ".blocks.size",
+        f"must be an integer from {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE}, got {block_size!r}",
+    )
+    digests = blocks["sha256"]
+    count = math.ceil(size / block_size)
+    _require(
+        isinstance(digests, list)
+        and len(digests) == count
+        and all(isinstance(d, str) and SHA256.fullmatch(d) for d in digests),
+        where + ".blocks.sha256",
+        f"must be a list of {count} SHA-256 digests (64 lowercase hex digits), one per block",
+    )
+    return FileEntry(size=size, sha256=sha256, blocks=Blocks(size=block_size, sha256=tuple(digests)))
 
 
 MAX_LORAS = 64

@@ -1,11 +1,11 @@
 """Checking model files against their manifest: sizes always, sha256 through a cache so repeat runs are fast.
 
-A file's sha256 is remembered in a small JSON cache keyed by its real path, size, mtime_ns, ctime_ns and inode; any
-write to the file changes its ctime (which, unlike the mtime, cannot be set back), so a changed file is hashed again.
-The cache lives in the user's cache folder (`$KLEIN_WEB_CACHE_DIR/sha256.json`, else
-`$XDG_CACHE_HOME/klein-web/sha256.json`, default `~/.cache/...`), not in the model folder, which may be read-only
-or served. It is only a shortcut: every entry is type-checked when read, a cache that does not parse is ignored (and
-rewritten), and it is written atomically, so concurrent runs can at worst lose entries.
+A file's sha256 (and its blocks', manifest.Blocks) is remembered in a small JSON cache keyed by its real path, size,
+mtime_ns, ctime_ns and inode; any write to the file changes its ctime (which, unlike the mtime, cannot be set back),
+so a changed file is hashed again. The cache lives in the user's cache folder (`$KLEIN_WEB_CACHE_DIR/sha256.json`,
+else `$XDG_CACHE_HOME/klein-web/sha256.json`, default `~/.cache/...`), not in the model folder, which may be
+read-only or served. It is only a shortcut: every entry is type-checked when read, a cache that does not parse is
+ignored (and rewritten), and it is written atomically, so concurrent runs can at worst lose entries.
 """
 
 from __future__ import annotations
@@ -17,18 +17,19 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import KleinWebError, ModelRepoError
 from builder.repo import paths as repo_paths
 from builder.repo.files import atomic_write_bytes
-from builder.repo.manifest import MANIFEST_NAME, FileEntry, Manifest
+from builder.repo.manifest import BLOCK_SIZE, MANIFEST_NAME, Blocks, FileEntry, Manifest
 from builder.repo.sizes import gigabytes
 
-CHUNK = 1 << 22
 PROGRESS_EVERY_S = 2.0
 PROGRESS_MIN_BYTES = 200 * 1000 * 1000  # hashing less than this takes under a second: no progress lines
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: each entry has its blocks' digests too
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 Log = Callable[[str], None]
@@ -51,8 +52,26 @@ def _stamp(path: Path) -> dict[str, int]:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
 
 
+@dataclass(frozen=True)
+class Digests:
+    """A file's SHA-256, and the SHA-256 of each of its BLOCK_SIZE blocks (manifest.Blocks)."""
+
+    sha256: str
+    blocks: Blocks
+
+
+def _cached_blocks(value: object) -> Blocks | None:
+    if not (isinstance(value, dict) and value.get("size") == BLOCK_SIZE and isinstance(value.get("sha256"), list)):
+        return None
+    digests = value["sha256"]
+    if not all(isinstance(d, str) and SHA256.fullmatch(d) for d in digests):
+        return None
+    return Blocks(size=BLOCK_SIZE, sha256=tuple(digests))
+
+
 class HashCache:
-    """realpath -> {size, mtime_ns, ctime_ns, ino, sha256}; an entry counts only while every stamp still matches."""
+    """realpath -> {size, mtime_ns, ctime_ns, ino, sha256, blocks}; an entry counts only while every stamp still
+    matches."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or cache_path()
@@ -75,10 +94,11 @@ class HashCache:
                 and all(isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool) for k in STAMP_KEYS)
                 and isinstance(entry.get("sha256"), str)
                 and SHA256.fullmatch(entry["sha256"])
+                and _cached_blocks(entry.get("blocks")) is not None
             ):
                 self.entries[key] = entry
 
-    def get(self, path: Path) -> str | None:
+    def get(self, path: Path) -> Digests | None:
         entry = self.entries.get(os.path.realpath(path))
         if entry is None:
             return None
@@ -86,10 +106,14 @@ class HashCache:
             stamp = _stamp(path)
         except OSError:
             return None
-        return str(entry["sha256"]) if all(entry[k] == v for k, v in stamp.items()) else None
+        blocks = _cached_blocks(entry["blocks"])
+        if blocks is None or not all(entry[k] == v for k, v in stamp.items()):
+            return None
+        return Digests(sha256=str(entry["sha256"]), blocks=blocks)
 
-    def put(self, path: Path, stamp: dict[str, int], sha256: str) -> None:
-        self.entries[os.path.realpath(path)] = {**stamp, "sha256": sha256}
+    def put(self, path: Path, stamp: dict[str, int], digests: Digests) -> None:
+        blocks = {"size": digests.blocks.size, "sha256": list(digests.blocks.sha256)}
+        self.entries[os.path.realpath(path)] = {**stamp, "sha256": digests.sha256, "blocks": blocks}
         self.changed = True
 
     def save(self) -> None:
@@ -132,20 +156,24 @@ class HashProgress:
         )
 
 
-def sha256_file(path: Path, progress: HashProgress | None = None) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(CHUNK):
-            digest.update(block)
+def file_digests(path: Path, progress: HashProgress | None = None) -> Digests:
+    """The file's SHA-256 and its blocks', in one read. Each block is hashed on a second thread while this one feeds
+    the whole file's digest (hashlib lets go of the GIL), so it costs about what the whole digest alone does."""
+    whole = hashlib.sha256()
+    blocks: list[Future[str]] = []
+    with open(path, "rb") as handle, ThreadPoolExecutor(max_workers=1) as pool:
+        while block := handle.read(BLOCK_SIZE):
+            blocks.append(pool.submit(lambda data: hashlib.sha256(data).hexdigest(), block))
+            whole.update(block)
             if progress is not None:
                 progress.advance(len(block))
-    return digest.hexdigest()
+        return Digests(sha256=whole.hexdigest(), blocks=Blocks(BLOCK_SIZE, tuple(b.result() for b in blocks)))
 
 
-def hashes(files: Iterable[Path], *, log: Log, cache: HashCache | None = None) -> dict[Path, str]:
-    """sha256 of each file, from the cache where its stamp still matches, else read (with progress)."""
+def hashes(files: Iterable[Path], *, log: Log, cache: HashCache | None = None) -> dict[Path, Digests]:
+    """The digests of each file, from the cache where its stamp still matches, else read (with progress)."""
     cache = cache or HashCache()
-    result: dict[Path, str] = {}
+    result: dict[Path, Digests] = {}
     todo: list[tuple[Path, dict[str, int]]] = []
     for path in files:
         cached = cache.get(path)
@@ -162,7 +190,7 @@ def hashes(files: Iterable[Path], *, log: Log, cache: HashCache | None = None) -
                 f"{cache.path})"
             )
         for path, stamp in todo:
-            digest = sha256_file(path, progress)
+            digest = file_digests(path, progress)
             result[path] = digest
             if _stamp(path) == stamp:  # unchanged while we read it
                 cache.put(path, stamp, digest)
@@ -207,10 +235,10 @@ def check_files(
     digests = hashes(wanted.values(), log=log)
     for rel, full in wanted.items():
         expected = manifest.files[rel].sha256
-        if digests[full] != expected:
+        if digests[full].sha256 != expected:
             raise ModelRepoError(
                 f"Model file {full} fails its sha256 check: the manifest says {expected}, the file has "
-                f"{digests[full]}. It is corrupt or was changed: delete it and run `klein-web fetch` again, "
+                f"{digests[full].sha256}. It is corrupt or was changed: delete it and run `klein-web fetch` again, "
                 "or re-convert the model with `klein-web convert`."
             )
 
@@ -218,7 +246,12 @@ def check_files(
 def describe_files(
     repo_dir: Path, rels: list[str], *, with_sha256: bool = True, log: Log = lambda _m: None
 ) -> dict[str, FileEntry]:
-    """Size (and sha256) of each repo-relative path, for a manifest."""
+    """Size (and sha256, with its blocks') of each repo-relative path, for a manifest."""
     located = {rel: repo_paths.inside(Path(repo_dir), rel, what="model file") for rel in sorted(rels)}
-    digests = hashes(located.values(), log=log) if with_sha256 else {}
-    return {rel: FileEntry(size=full.stat().st_size, sha256=digests.get(full)) for rel, full in located.items()}
+    if not with_sha256:
+        return {rel: FileEntry(size=full.stat().st_size) for rel, full in located.items()}
+    digests = hashes(located.values(), log=log)
+    return {
+        rel: FileEntry(size=full.stat().st_size, sha256=digests[full].sha256, blocks=digests[full].blocks)
+        for rel, full in located.items()
+    }

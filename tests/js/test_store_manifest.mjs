@@ -113,3 +113,26 @@ test('the LoRAs a converted repo lists are read; a repo without them has none', 
         assert.throws(() => parseManifest({ ...json, loras }, 'https://example.org/repo/'), /loras/);
     }
 });
+
+test('block hashes are read where a file lists them, and malformed ones are refused', () => {
+    const base = 'https://example.org/repo/';
+    const path = 'transformer/transformer_q4.onnx_data';
+    const digest = 'ab'.repeat(32);
+    const json = convertedManifestJson();
+    const size = 2 * (1 << 20) + 5;
+    json.files[path] = { size, sha256: digest, blocks: { size: 1 << 20, sha256: [digest, digest, digest] } };
+    const manifest = parseManifest(json, base);
+    assert.deepEqual(manifest.files[path].blocks, { size: 1 << 20, sha256: [digest, digest, digest] });
+    assert.equal(manifest.files['transformer/transformer_q4.onnx'].blocks, null);
+    for (const [blocks, sha256, error] of [
+        [{ size: 1 << 20, sha256: [digest, digest] }, digest, /blocks.sha256 must be a list of 3/],
+        [{ size: 1024, sha256: [digest] }, digest, /blocks.size must be an integer/],
+        [{ size: 1 << 20, sha256: [digest, digest, 'AB'.repeat(32)] }, digest, /blocks.sha256/],
+        [[digest], digest, /blocks.size/],
+        [{ size: 1 << 20, sha256: [digest, digest, digest] }, null, /needs the file's sha256/],
+    ]) {
+        const bad = convertedManifestJson();
+        bad.files[path] = { size, sha256, blocks };
+        assert.throws(() => parseManifest(bad, base), error);
+    }
+});

@@ -128,6 +128,7 @@ export class ModelSource {
             path,
             size: manifest.files[path]?.size ?? null,
             sha256: manifest.files[path]?.sha256 ?? null,
+            blocks: manifest.files[path]?.blocks ?? null,
         }));
         return /** @type {WeightStore} */ (this.store).ensure(files, { signal, onProgress });
     }

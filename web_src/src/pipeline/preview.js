@@ -144,7 +144,7 @@ export async function loadPreviewMap(models, signal) {
     if (!entry || !store) return { map: publishedMap(), note: null };
     try {
         const map = await models.memo(`preview-map:${entry.size}:${entry.sha256}`, async () => {
-            await store.ensure([{ path: PREVIEW_MAP_FILE, size: entry.size, sha256: entry.sha256 }], { signal });
+            await store.ensure([{ path: PREVIEW_MAP_FILE, ...entry }], { signal });
             return parsePreviewMap(JSON.parse(await store.readText(PREVIEW_MAP_FILE)));
         });
         return { map, note: null };

@@ -41,11 +41,24 @@ export const PREVIEW_MAP_FILE = 'vae_decoder/preview_map.json';
  */
 
 /**
+ * @typedef {Object} Blocks  The SHA-256 of each `size`-byte block of a file, in order (the last may be shorter).
+ * @property {number} size
+ * @property {string[]} sha256
+ */
+
+/**
+ * @typedef {Object} FileEntry  One file of a repository, as its manifest lists it.
+ * @property {number | null} size  null: not known yet (the seed layout without a manifest).
+ * @property {string | null} sha256
+ * @property {Blocks | null} blocks  Its blocks' hashes, when the manifest lists them (store/block_check.js).
+ */
+
+/**
  * @typedef {Object} Manifest
  * @property {string} modelBase
  * @property {string} source
  * @property {boolean} seedLayout  True when the repo had no manifest.json and the seed layout is assumed.
- * @property {Record<string, {size: number | null, sha256: string | null}>} files  size null: not known yet.
+ * @property {Record<string, FileEntry>} files
  * @property {GraphEntry[]} graphs
  * @property {LoraEntry[]} loras  LoRAs `klein-web convert --lora` merged into the transformer's weights, in order.
  * @property {any} raw  The manifest.json object as fetched (null for the seed layout), kept for offline use.

@@ -7,9 +7,11 @@
  *   resumes with `Range: bytes=N-` only when the server proves it still has that version (If-Range with a
  *   strong ETag or Last-Modified, answered 206); otherwise it starts over from byte 0, so bytes of two
  *   versions are never stitched together;
- * - the bytes are hashed (SHA-256) as they arrive, beside the writing (store/store_workers.js); on a resume the stored
- *   bytes are hashed first, so the digest always covers the whole file, and a digest that differs from the
- *   manifest's discards the file;
+ * - the bytes are checked as they arrive, beside the writing: against the manifest's block hashes where it lists
+ *   them (store/block_check.js, the browser's native SHA-256 per block), else by the file's SHA-256
+ *   (store/store_workers.js); on a resume the stored bytes are checked first, so the check always covers the whole
+ *   file, and bytes that differ from the manifest's discard the file (after one fresh start, when the copy was
+ *   resumed);
  * - a file becomes complete only at a size the manifest or the server stated, and with the manifest's
  *   sha256 when it lists one: a stream that ends early or a 416 never completes a file by itself;
  * - a cut connection is resumed a few times before the error reaches the user, and what arrived is kept;
@@ -22,6 +24,7 @@
 import { CancelledError, IntegrityError, ModelFileError, NetworkError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
 import { PARTIAL_SUFFIX } from './backend.js';
+import { BlockCheck } from './block_check.js';
 import { createSha256 } from './hashing.js';
 import { answers, bodyStart, checkAnswer, unsatisfiedRangeTotal } from './http_answers.js';
 import { UNKNOWN, fromResponse, resumePlan } from './identity.js';
@@ -30,6 +33,7 @@ import { discardPartial, hashPartial, streamInto } from './partial_copy.js';
 /** @typedef {import('./backend.js').OpfsBackend} OpfsBackend */
 /** @typedef {import('./identity.js').FileIdentity} FileIdentity */
 /** @typedef {import('./hashing.js').Sha256} Sha256 */
+/** @typedef {import('../shared/model_repo.js').Blocks} Blocks */
 
 /** How often a cut download is resumed before the error reaches the user. */
 const MAX_RESUMES = 3;
@@ -41,20 +45,23 @@ const MAX_REQUESTS = 10;
  * @param {OpfsBackend} backend
  * @param {string} url
  * @param {string} path  Repo-relative storage path.
- * @param {{want?: FileIdentity, signal?: AbortSignal, onProgress?: (loaded: number, total: number | null) => void,
- *   openHasher?: () => Promise<Sha256>}} [options]
+ * @param {{want?: FileIdentity, blocks?: Blocks | null, signal?: AbortSignal,
+ *   onProgress?: (loaded: number, total: number | null) => void, openHasher?: () => Promise<Sha256>}} [options]
  *   `want`: the version to download: the manifest's size and sha256, or what the server said about the
- *   file (store/identity.js). `openHasher`: where the bytes are hashed (store/store_workers.js); by default on
- *   this thread.
+ *   file (store/identity.js). `blocks`: the manifest's block hashes of that version, which check the bytes when
+ *   given (with `want.sha256`). `openHasher`: where the bytes are hashed otherwise (store/store_workers.js); by
+ *   default on this thread.
  * @returns {Promise<{size: number, identity: FileIdentity}>} The stored size and the identity recorded with it.
  */
 export async function downloadFile(
     backend,
     url,
     path,
-    { want = UNKNOWN, signal, onProgress, openHasher = createSha256 } = {},
+    { want = UNKNOWN, blocks = null, signal, onProgress, openHasher = createSha256 } = {},
 ) {
-    const download = new Download(backend, url, path, { want, signal, onProgress, openHasher });
+    const sha256 = want.sha256;
+    const check = blocks && sha256 ? async () => new BlockCheck({ blocks, sha256, url }) : openHasher;
+    const download = new Download(backend, url, path, { want, signal, onProgress, openHasher: check });
     try {
         return await download.run();
     } finally {
@@ -115,7 +122,14 @@ class Download {
                 );
             }
             const response = await this.request();
-            const done = response && (await this.receive(response));
+            let done = null;
+            try {
+                done = response && (await this.receive(response));
+            } catch (err) {
+                if (!(err instanceof IntegrityError)) throw err;
+                await response?.body?.cancel().catch(() => {}); // unread when the stored bytes were refused
+                await this.refuse(err);
+            }
             if (done) return done;
         }
     }
@@ -192,8 +206,8 @@ class Download {
             this.resumed = false;
         } else {
             // Bytes stored by an earlier call (or before a cut this hasher did not see): hash them first.
-            await this.hashStoredPartial(this.plan.from);
             this.resumed = true;
+            await this.hashStoredPartial(this.plan.from);
         }
         const outcome = await streamInto(this.backend, response, this.path, {
             fromZero,
@@ -202,7 +216,7 @@ class Download {
             signal: this.signal,
             onProgress: this.onProgress,
         });
-        if (outcome.ended && size !== null && outcome.bytes === size) return this.completeOrRestart(outcome.bytes);
+        if (outcome.ended && size !== null && outcome.bytes === size) return this.complete(outcome.bytes);
         return this.afterCut(outcome, size);
     }
 
@@ -221,11 +235,10 @@ class Download {
             this.partial?.size ??
             null;
         if (size === from || (size === null && this.want.sha256 !== null)) {
-            await this.hashStoredPartial(from);
             // These bytes came from earlier responses, possibly from before a cut: a mismatch earns one fresh start.
             this.resumed = true;
-            const done = await this.completeOrRestart(from);
-            if (done) return done;
+            await this.hashStoredPartial(from);
+            return this.complete(from);
         }
         this.plan = RESTART;
         return null;
@@ -266,25 +279,16 @@ class Download {
     }
 
     /**
-     * The bytes are all there: check the digest and make the file complete; null (with a fresh plan) when it
-     * must start over.
+     * The bytes are all there: check the digest and make the file complete.
      * @param {number} bytes
-     * @returns {Promise<Stored | null>}
+     * @returns {Promise<Stored>}
      */
-    async completeOrRestart(bytes) {
+    async complete(bytes) {
         const hasher = /** @type {Sha256} */ (this.hasher);
         this.hasher = null;
         const digest = await hasher.hex();
         const { want, backend, path, url } = this;
         if (want.sha256 !== null && digest !== want.sha256) {
-            await discardPartial(backend, path);
-            // Bytes of two responses may disagree even when the server vouched for them (an ETag that survives
-            // a copy preserving mtimes): one whole fresh download settles it.
-            if (this.resumed && !this.restartedAfterMismatch) {
-                this.restartedAfterMismatch = true;
-                this.plan = RESTART;
-                return null;
-            }
             throw new IntegrityError(
                 `${url} does not match the model's manifest: its SHA-256 is ${digest}, the manifest says ${want.sha256}. ` +
                     'The downloaded copy was deleted.',
@@ -302,6 +306,21 @@ class Download {
     }
 
     /**
+     * Bytes that are not the manifest's: the partial copy goes, and the download starts over once when the copy was
+     * resumed, else `err` is thrown.
+     * @param {IntegrityError} err
+     */
+    async refuse(err) {
+        this.replaceHasher(null);
+        await discardPartial(this.backend, this.path);
+        // Bytes of two responses may disagree even when the server vouched for them (an ETag that survives a copy
+        // preserving mtimes): one whole fresh download settles it.
+        if (!this.resumed || this.restartedAfterMismatch) throw err;
+        this.restartedAfterMismatch = true;
+        this.plan = RESTART;
+    }
+
+    /**
      * Make the running hash cover exactly the partial copy's first `bytes` bytes, reading them back from the
      * store unless the running hash has seen exactly those.
      * @param {number} bytes
@@ -313,7 +332,7 @@ class Download {
         await hashPartial(this.backend, this.path, bytes, hasher, this.signal);
     }
 
-    /** @param {Sha256} hasher */
+    /** @param {Sha256 | null} hasher */
     replaceHasher(hasher) {
         this.hasher?.drop();
         this.hasher = hasher;

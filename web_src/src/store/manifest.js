@@ -71,7 +71,8 @@ export function seedManifest(modelBase, { chatTemplate = false } = {}) {
     /** @type {Manifest['files']} */
     const files = {};
     const tokenizerFiles = chatTemplate ? [...TOKENIZER_FILES, CHAT_TEMPLATE_FILE] : TOKENIZER_FILES;
-    for (const path of [...graphs.flatMap(graphFiles), ...tokenizerFiles]) files[path] = { size: null, sha256: null };
+    for (const path of [...graphs.flatMap(graphFiles), ...tokenizerFiles])
+        files[path] = { size: null, sha256: null, blocks: null };
     return { modelBase, source: modelBase, seedLayout: true, files, graphs, loras: [], raw: null };
 }
 
@@ -153,6 +154,36 @@ async function exists(url, signal) {
     }
 }
 
+/** Bounds of a block's size (builder/repo/manifest.py MIN_BLOCK_SIZE, MAX_BLOCK_SIZE). */
+const MIN_BLOCK_SIZE = 1 << 20;
+const MAX_BLOCK_SIZE = 1 << 30;
+
+/**
+ * A file entry's `blocks` (optional, only beside a sha256): one SHA-256 per block of `size` bytes.
+ * @param {any} entry
+ * @param {string | null} sha256
+ * @param {string} where
+ * @param {(what: string) => never} bad
+ * @returns {import('../shared/model_repo.js').Blocks | null}
+ */
+function parseBlocks(entry, sha256, where, bad) {
+    const blocks = entry.blocks;
+    if (blocks === undefined || blocks === null) return null;
+    if (sha256 === null) bad(`${where}.blocks needs the file's sha256 beside it`);
+    const size = blocks?.size;
+    if (!Number.isSafeInteger(size) || size < MIN_BLOCK_SIZE || size > MAX_BLOCK_SIZE)
+        bad(`${where}.blocks.size must be an integer from ${MIN_BLOCK_SIZE} to ${MAX_BLOCK_SIZE}`);
+    const count = Math.ceil(entry.size / size);
+    const digests = blocks.sha256;
+    if (
+        !Array.isArray(digests) ||
+        digests.length !== count ||
+        digests.some((/** @type {any} */ d) => typeof d !== 'string' || !/^[0-9a-f]{64}$/.test(d))
+    )
+        bad(`${where}.blocks.sha256 must be a list of ${count} SHA-256 digests, one per block`);
+    return { size, sha256: digests };
+}
+
 /**
  * Validate a manifest.json object (the schema of builder/repo/manifest.py) and camel-case it.
  * @param {any} json
@@ -183,7 +214,12 @@ export function parseManifest(json, modelBase) {
     for (const [path, entry] of Object.entries(json.files)) {
         if (!entry || !Number.isSafeInteger(entry.size) || entry.size < 0)
             bad(`files[${JSON.stringify(path)}].size must be a non-negative integer`);
-        files[path] = { size: entry.size, sha256: typeof entry.sha256 === 'string' ? entry.sha256 : null };
+        const sha256 = typeof entry.sha256 === 'string' ? entry.sha256 : null;
+        files[path] = {
+            size: entry.size,
+            sha256,
+            blocks: parseBlocks(entry, sha256, `files[${JSON.stringify(path)}]`, bad),
+        };
     }
     if (!Array.isArray(json.graphs) || json.graphs.length === 0) bad('"graphs" must be a non-empty list');
     const known = [...COMPONENTS, ...OPTIONAL_COMPONENTS];

@@ -54,12 +54,15 @@ export async function streamInto(backend, response, path, { fromZero, size, hash
         }
     } catch (err) {
         writer.close();
+        // The rest of the body is not wanted (a cut connection has none).
+        await reader.cancel().catch(() => {});
         if (signal?.aborted) throw signal.reason;
         if (err instanceof ModelFileError) {
             await discardPartial(backend, path);
             throw err;
         }
-        // Out of quota, or the hashing failed: not a cut connection.
+        // Out of quota, bytes that are not the manifest's (store/block_check.js), or the hashing failed: not a cut
+        // connection.
         if (err instanceof KleinError) throw err;
         // A cut connection: fetch's body stream errors with a TypeError. The bytes so far are kept.
         return { ended: false, bytes: writer.offset, error: String(err) };

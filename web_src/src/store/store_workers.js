@@ -24,6 +24,7 @@ import { createSha256 } from './hashing.js';
 /** @typedef {import('./hashing.js').Sha256} Sha256 */
 /** @typedef {import('./backend.js').OpfsBackend} OpfsBackend */
 /** @typedef {import('./identity.js').FileIdentity} FileIdentity */
+/** @typedef {import('../shared/model_repo.js').Blocks} Blocks */
 
 /** Chunks go to a worker in batches of about this many bytes, one message each. */
 const BATCH_BYTES = 4 * 1024 * 1024;
@@ -342,19 +343,22 @@ export class StoreWorkers {
      * @param {OpfsBackend} backend
      * @param {string} url
      * @param {string} path
-     * @param {{want?: FileIdentity, signal?: AbortSignal, onProgress?: (loaded: number, total: number | null) => void}} [options]
+     * @param {{want?: FileIdentity, blocks?: Blocks | null, signal?: AbortSignal,
+     *   onProgress?: (loaded: number, total: number | null) => void}} [options]
      * @returns {Promise<{size: number, identity: FileIdentity}>}
      */
-    async download(backend, url, path, { want, signal, onProgress } = {}) {
+    async download(backend, url, path, { want, blocks = null, signal, onProgress } = {}) {
         const helper = await this.helper();
-        if (!helper)
-            return downloadFile(backend, url, path, { want, signal, onProgress, openHasher: () => this.hasher() });
+        if (!helper) {
+            const openHasher = () => this.hasher();
+            return downloadFile(backend, url, path, { want, blocks, signal, onProgress, openHasher });
+        }
         const id = nextId++;
         const cancel = () => helper.post({ type: 'cancel', id });
         signal?.addEventListener('abort', cancel, { once: true });
         try {
             signal?.throwIfAborted();
-            const message = { type: 'download', dir: backend.dir, key: backend.key, url, path, want };
+            const message = { type: 'download', dir: backend.dir, key: backend.key, url, path, want, blocks };
             const done = await ask(helper, id, message, (answer) => onProgress?.(answer.loaded, answer.total));
             return { size: done.size, identity: done.identity };
         } catch (err) {

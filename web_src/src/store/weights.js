@@ -30,9 +30,11 @@ const MANIFEST_COPY = '.manifest.json';
 
 /** @typedef {import('../shared/types.js').DownloadProgress} DownloadProgress */
 /** @typedef {import('./identity.js').FileIdentity} FileIdentity */
-/** @typedef {{path: string, size: number | null, sha256: string | null}} WantedFile  A manifest entry. */
-/** @typedef {{path: string, size: number | null, want: FileIdentity, have: number}} MissingFile  To download;
- * `have`: bytes of a partial copy already stored. */
+/** @typedef {{path: string, size: number | null, sha256: string | null, blocks?: Blocks | null}} WantedFile  A
+ * manifest entry. */
+/** @typedef {{path: string, size: number | null, want: FileIdentity, blocks: Blocks | null, have: number}} MissingFile
+ * To download; `have`: bytes of a partial copy already stored; `blocks`: the manifest's block hashes of `want`. */
+/** @typedef {import('../shared/model_repo.js').Blocks} Blocks */
 
 export class WeightStore {
     /**
@@ -240,6 +242,7 @@ export class WeightStore {
             meter.start(file);
             const { size } = await this.workers.download(this.backend, this.modelBase + file.path, file.path, {
                 want: file.want,
+                blocks: file.blocks,
                 signal: shared,
                 onProgress: (loaded, fileTotal) => meter.update(file, loaded, fileTotal),
             });
@@ -277,7 +280,15 @@ export class WeightStore {
                     },
                 );
             }
-            missing.push({ path: file.path, size: want.size, want, have: await this.backend.partialSize(file.path) });
+            // Block hashes check only the version the manifest lists.
+            const blocks = want.sha256 !== null && want.sha256 === file.sha256 ? (file.blocks ?? null) : null;
+            missing.push({
+                path: file.path,
+                size: want.size,
+                want,
+                blocks,
+                have: await this.backend.partialSize(file.path),
+            });
         }
         return { missing, storedBytes };
     }
