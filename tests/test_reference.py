@@ -247,7 +247,9 @@ def test_missing_tokenizer_and_bad_scheduler(repo_copy: Path, monkeypatch: pytes
     changed = json.dumps({**config, "use_dynamic_shifting": False})
     manifest_data = json.loads((repo_copy / "manifest.json").read_text())
     manifest_data["files"]["scheduler/scheduler_config.json"]["size"] = len(changed.encode())
+    # No sha256 (and so no block hashes): the check that fails must be the scheduler's own.
     manifest_data["files"]["scheduler/scheduler_config.json"]["sha256"] = None
+    del manifest_data["files"]["scheduler/scheduler_config.json"]["blocks"]
     (repo_copy / "manifest.json").write_text(json.dumps(manifest_data))
     config_path.write_text(changed)
     with pytest.raises(ModelRepoError, match="use_dynamic_shifting"):
