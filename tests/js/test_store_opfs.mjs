@@ -13,14 +13,16 @@ import { afterEach, test } from 'node:test';
 
 import {
     IDENTITY_SUFFIX,
+    OpfsBackend,
     PARTIAL_SUFFIX,
     ROOT_DIR,
     keyFor,
     opfsSupport,
     rename,
 } from '../../web_src/src/store/backend.js';
+import { downloadFile } from '../../web_src/src/store/download.js';
 import { FEATURE_MEMORY_FILE, featureMemory } from '../../web_src/src/store/feature_memory.js';
-import { parseIdentity } from '../../web_src/src/store/identity.js';
+import { fromManifest, parseIdentity } from '../../web_src/src/store/identity.js';
 import { WeightStore } from '../../web_src/src/store/weights.js';
 import { installFakeOpfs } from './fake_opfs.mjs';
 
@@ -150,6 +152,20 @@ for (const profile of PROFILES) {
         const again = await (await WeightStore.open(BASE)).ensure(wanted);
         assert.deepEqual([again.files, requests], [0, []]);
         assert.deepEqual(await store.read('transformer/model.onnx_data'), WEIGHTS);
+    });
+
+    test(`${profile.name}: a helper worker's view of the store (found by its key) reads and writes the same files`, async () => {
+        const opfs = installFakeOpfs(profile);
+        restoreOpfs = opfs.restore;
+        serve();
+        const opened = await OpfsBackend.open(BASE);
+        const helperView = await OpfsBackend.ofKey(opened.key);
+        // What a download helper stores (store/store_worker.js) is what the opening thread sees, and the other way.
+        await downloadFile(helperView, BASE + FILES[1].path, FILES[1].path, { want: fromManifest(FILES[1]) });
+        assert.equal(await opened.size(FILES[1].path), WEIGHTS.length);
+        assert.equal((await opened.readIdentity(FILES[1].path))?.sha256, FILES[1].sha256);
+        assert.equal(await helperView.readText('source.txt'), BASE);
+        await assert.rejects(OpfsBackend.ofKey('0'.repeat(32)), /NotFound/);
     });
 
     test(`${profile.name}: a cut download resumes and completes`, async () => {

@@ -133,6 +133,17 @@ export class OpfsBackend {
     }
 
     /**
+     * The storage of a model source that another thread has opened, found by its key (a helper worker's view of
+     * it: nothing is created or written here).
+     * @param {string} key  OpfsBackend.key of the opened source.
+     * @returns {Promise<OpfsBackend>}
+     */
+    static async ofKey(key) {
+        const root = await (await opfsRoot()).getDirectoryHandle(ROOT_DIR);
+        return new OpfsBackend(await root.getDirectoryHandle(key), key);
+    }
+
+    /**
      * The folder holding `path` and the bare file name.
      * @param {string} path  Repo-relative, '/'-separated.
      * @param {boolean} create

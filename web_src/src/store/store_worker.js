@@ -7,7 +7,8 @@
  * - the SHA-256 of a download (one running digest per download, fed the chunks the downloading thread hands over);
  * - reading a stored file into memory while the inference worker's thread creates a session.
  *
- * Messages in: {type: 'download', id, dir, key, url, path, want, blocks}, {type: 'cancel', id};
+ * Messages in: {type: 'download', id, key, url, path, want, blocks} (key: the store's, store/backend.js),
+ * {type: 'cancel', id};
  * {type: 'open' | 'update' | 'digest' | 'drop', id, chunks?} for hashes; {type: 'read', id, file}.
  * Out: {type: 'ready'} once, then {type: 'progress', id, loaded, total} and {type: 'downloaded', id, size, identity},
  * {type: 'hashed', id, bytes} per update, {type: 'digest', id, hex}, {type: 'read', id, bytes} (its buffer
@@ -70,15 +71,15 @@ async function read({ id, file }) {
 }
 
 /**
- * @param {{id: number, dir: FileSystemDirectoryHandle, key: string, url: string, path: string,
+ * @param {{id: number, key: string, url: string, path: string,
  *   want: import('./identity.js').FileIdentity, blocks: import('../shared/model_repo.js').Blocks | null}} message
  */
-async function download({ id, dir, key, url, path, want, blocks }) {
+async function download({ id, key, url, path, want, blocks }) {
     const controller = new AbortController();
     downloads.set(id, controller);
     let lastProgress = 0;
     try {
-        const stored = await downloadFile(new OpfsBackend(dir, key), url, path, {
+        const stored = await downloadFile(await OpfsBackend.ofKey(key), url, path, {
             want,
             blocks,
             signal: controller.signal,

@@ -358,7 +358,8 @@ export class StoreWorkers {
         signal?.addEventListener('abort', cancel, { once: true });
         try {
             signal?.throwIfAborted();
-            const message = { type: 'download', dir: backend.dir, key: backend.key, url, path, want, blocks };
+            // The helper finds the store's folder by its key (directory handles do not cross threads everywhere).
+            const message = { type: 'download', key: backend.key, url, path, want, blocks };
             const done = await ask(helper, id, message, (answer) => onProgress?.(answer.loaded, answer.total));
             return { size: done.size, identity: done.identity };
         } catch (err) {
