@@ -176,6 +176,9 @@ def test_fetch_seed_layout_repo(seed_repo: Path, tmp_path: Path) -> None:
     fetched = manifest.load(dest)
     verify.check_files(dest, fetched, log=print)
     assert sorted(fetched.files) == WANTED_SEED_FILES
+    # Each file's block hashes (the app checks downloads by them) are those of the bytes fetched.
+    for rel, entry in fetched.files.items():
+        assert entry.blocks == verify.file_digests(dest / rel).blocks, rel
     assert fetched.source == f"{REPO}@{COMMIT}"
     # The seed layout: graphs and I/O as builder.repo.manifest describes the seed repo.
     assert fetched.graphs == seed_layout.seed_graphs()
@@ -353,7 +356,9 @@ def test_fetch_repo_with_manifest_uses_it(tiny_models: dict[str, Path], tmp_path
     source_manifest, fetched = manifest.load(source), manifest.load(dest)
     verify.check_files(dest, fetched, log=print)
     assert fetched.graphs == source_manifest.graphs
-    assert sorted(fetched.files) == sorted(source_manifest.files)
+    # Sizes, hashes and block hashes: the same bytes, so the same entries as the repository's own manifest.
+    assert fetched.files == source_manifest.files
+    assert all(entry.blocks is not None for entry in fetched.files.values())
     assert_same_files(source, dest, sorted(source_manifest.files))
     shutil.rmtree(dest / "tokenizer")
     with pytest.raises(ModelRepoError, match="missing"):
