@@ -31,13 +31,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from builder import WEB_SRC
 from builder.check.driver.chromium import find_chromium, launch_persistent
-from builder.repo.manifest import BLOCK_SIZE
+from builder.repo import verify
 from builder.site.chrome import launch_args
 from builder.site.node import ensure_node_modules, find_node
 
@@ -261,22 +262,12 @@ def run_store(args: argparse.Namespace) -> None:
     gigabytes = [float(part) for part in args.files.split(",") if part.strip()]
     sizes = {f"{index}.bin": int(gb * 1e9) for index, gb in enumerate(gigabytes)}
     print(f"hashing {sum(sizes.values()) / 1e9:.2f} GB for the manifest ...", flush=True)
-    digests: dict[str, str] = {}
-    blocks: dict[str, dict[str, Any]] = {}
+    digests: dict[str, verify.Digests] = {}
     for name, size in sizes.items():
-        digest, block, block_digests = hashlib.sha256(), hashlib.sha256(), []
-        filled = 0
-        for chunk in file_bytes(int(name.split(".")[0]), size):  # 1 MiB chunks: BLOCK_SIZE is a multiple
-            digest.update(chunk)
-            block.update(chunk)
-            filled += len(chunk)
-            if filled == BLOCK_SIZE:
-                block_digests.append(block.hexdigest())
-                block, filled = hashlib.sha256(), 0
-        if filled:
-            block_digests.append(block.hexdigest())
-        digests[name] = digest.hexdigest()
-        blocks[name] = {"size": BLOCK_SIZE, "sha256": block_digests}
+        stream = verify.DigestStream()
+        for chunk in file_bytes(int(name.split(".")[0]), size):
+            stream.update(chunk)
+        digests[name] = stream.digests()
     total = sum(sizes.values())
     from playwright.sync_api import sync_playwright
 
@@ -304,8 +295,8 @@ def run_store(args: argparse.Namespace) -> None:
                 runs += [(args.at_once, helpers, check) for check in args.check for helpers in args.helpers]
                 for at_once, helpers, check in runs:
                     files = [
-                        {"path": name, "size": size, "sha256": digests[name]}
-                        | ({"blocks": blocks[name]} if check == "blocks" else {})
+                        {"path": name, "size": size, "sha256": digests[name].sha256}
+                        | ({"blocks": asdict(digests[name].blocks)} if check == "blocks" else {})
                         for name, size in sizes.items()
                     ]
                     job: dict[str, Any] = {

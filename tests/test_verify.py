@@ -108,6 +108,11 @@ def test_file_digests_hash_the_whole_file_and_each_block(tmp_path: Path, monkeyp
         size=block, sha256=tuple(hashlib.sha256(data[at : at + block]).hexdigest() for at in range(0, len(data), block))
     )
     assert len(digests.blocks.sha256) == 3
+    # Fed in pieces that straddle the blocks' edges (as a download arrives), the stream gives the same digests.
+    stream = verify.DigestStream()
+    for at in range(0, len(data), 1_000_003):
+        stream.update(data[at : at + 1_000_003])
+    assert stream.digests() == digests
     (tmp_path / "empty").write_bytes(b"")
     assert verify.file_digests(tmp_path / "empty").blocks.sha256 == ()
     # What a manifest gets, computed once and then from the cache.

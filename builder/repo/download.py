@@ -21,6 +21,7 @@ from typing import BinaryIO
 from builder.errors import FetchError
 from builder.repo import paths
 from builder.repo.sizes import gigabytes, megabytes
+from builder.repo.verify import Digests, DigestStream
 
 PARTIAL_DIR = ".fetch"  # DEST/.fetch/<path>.<hash>.incomplete holds resumable partial downloads
 CHUNK = 1 << 20
@@ -70,8 +71,9 @@ def have_bytes(dest: Path, remote_file: RemoteFile) -> int:
     return min(partial.stat().st_size, remote_file.size) if partial.is_file() else 0
 
 
-def download(repo: str, commit: str, remote_file: RemoteFile, dest: Path, progress: Progress) -> str:
-    """Make `dest/path` the verified remote file; returns its sha256. Resumes a partial file when there is one."""
+def download(repo: str, commit: str, remote_file: RemoteFile, dest: Path, progress: Progress) -> Digests:
+    """Make `dest/path` the verified remote file; returns its digests (sha256 and its blocks', for the manifest).
+    Resumes a partial file when there is one."""
     final = paths.inside(dest, remote_file.path, what="file")
     if final.is_file() and final.stat().st_size == remote_file.size:
         digest = _verify(final, remote_file)
@@ -168,21 +170,22 @@ def _write(handle: BinaryIO, chunk: bytes, partial: Path) -> None:
         raise FetchError(f"Cannot write {partial} ({exc}).") from exc
 
 
-def _verify(path: Path, remote_file: RemoteFile) -> str | None:
-    """The file's sha256 when size and the Hub's hash agree, else None."""
+def _verify(path: Path, remote_file: RemoteFile) -> Digests | None:
+    """The file's digests (verify.Digests: sha256 and its blocks') when size and the Hub's hash agree, else None."""
     if path.stat().st_size != remote_file.size:
         return None
-    sha256 = hashlib.sha256()
+    digests = DigestStream()
     git_sha1 = hashlib.sha1(f"blob {remote_file.size}\0".encode())  # the git blob id of the content
     with open(path, "rb") as handle:
         while block := handle.read(CHUNK * 4):
-            sha256.update(block)
+            digests.update(block)
             git_sha1.update(block)
+    made = digests.digests()
     if remote_file.sha256 is not None:
-        ok = sha256.hexdigest() == remote_file.sha256
+        ok = made.sha256 == remote_file.sha256
     else:
         ok = remote_file.git_sha1 is None or git_sha1.hexdigest() == remote_file.git_sha1
-    return sha256.hexdigest() if ok else None
+    return made if ok else None
 
 
 def remove_empty_partial_dir(dest: Path) -> None:

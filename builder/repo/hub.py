@@ -72,23 +72,21 @@ def fetch(repo: str, *, revision: str, dest: Path, log: Callable[[str], None]) -
         # 4 + 5. Download and verify (the old manifest goes first: the folder is incomplete until step 6)
         (dest / manifest.MANIFEST_NAME).unlink(missing_ok=True)
         progress = Progress(total=total, log=log)
-        sha256: dict[str, str] = {}
+        digests: dict[str, verify.Digests] = {}
         for index, remote_file in enumerate(wanted, 1):
             log(f"fetch: [{index}/{len(wanted)}] {remote_file.path} ({megabytes(remote_file.size)})")
-            sha256[remote_file.path] = download(repo, commit, remote_file, dest, progress)
+            digests[remote_file.path] = download(repo, commit, remote_file, dest, progress)
 
-        # 6. Manifest, written atomically and only now, with each file's block hashes (for the app's downloader;
-        # read back once here, and remembered, so the next command's check of the folder hashes nothing)
-        digests = verify.hashes([dest / f.path for f in wanted], log=log)
-        files = {}
-        for f in wanted:
-            made = digests[dest / f.path]
-            if made.sha256 != sha256[f.path]:
-                raise FetchError(
-                    f"{dest / f.path} changed on disk while `klein-web fetch` wrote the folder (its sha256 is now "
-                    f"{made.sha256}). Run the same command again."
-                )
-            files[f.path] = manifest.FileEntry(size=f.size, sha256=made.sha256, blocks=made.blocks)
+        # 6. Manifest, written atomically and only now, with each file's block hashes (for the app's downloader).
+        # The digests are remembered, so the next command's check of the folder reads nothing again.
+        cache = verify.HashCache()
+        for path, made in digests.items():
+            cache.remember(dest / path, made)
+        cache.save()
+        files = {
+            f.path: manifest.FileEntry(size=f.size, sha256=digests[f.path].sha256, blocks=digests[f.path].blocks)
+            for f in wanted
+        }
         result = manifest.Manifest(
             source=f"{repo}@{commit}",
             converter=repo_manifest.converter

@@ -17,7 +17,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,6 +116,10 @@ class HashCache:
         self.entries[os.path.realpath(path)] = {**stamp, "sha256": digests.sha256, "blocks": blocks}
         self.changed = True
 
+    def remember(self, path: Path, digests: Digests) -> None:
+        """Record digests computed elsewhere (as a file was written) for `path` as it is now."""
+        self.put(path, _stamp(path), digests)
+
     def save(self) -> None:
         if not self.changed:
             return
@@ -156,18 +160,46 @@ class HashProgress:
         )
 
 
+class DigestStream:
+    """A file's Digests, fed its bytes in order, in pieces of any size. The whole file's digest is fed on a second
+    thread while this one feeds the block digests (hashlib lets go of the GIL), so both cost about what one does."""
+
+    def __init__(self) -> None:
+        self.whole = hashlib.sha256()
+        self.block = hashlib.sha256()
+        self.filled = 0
+        self.blocks: list[str] = []
+        self.pool = ThreadPoolExecutor(max_workers=1)
+
+    def update(self, data: bytes) -> None:
+        whole = self.pool.submit(self.whole.update, data)
+        view = memoryview(data)
+        while view:
+            piece = view[: BLOCK_SIZE - self.filled]
+            self.block.update(piece)
+            self.filled += len(piece)
+            view = view[len(piece) :]
+            if self.filled == BLOCK_SIZE:
+                self.blocks.append(self.block.hexdigest())
+                self.block, self.filled = hashlib.sha256(), 0
+        whole.result()
+
+    def digests(self) -> Digests:
+        """The digests of the bytes fed so far (the stream is done with)."""
+        self.pool.shutdown()
+        blocks = [*self.blocks, self.block.hexdigest()] if self.filled else self.blocks
+        return Digests(sha256=self.whole.hexdigest(), blocks=Blocks(BLOCK_SIZE, tuple(blocks)))
+
+
 def file_digests(path: Path, progress: HashProgress | None = None) -> Digests:
-    """The file's SHA-256 and its blocks', in one read. Each block is hashed on a second thread while this one feeds
-    the whole file's digest (hashlib lets go of the GIL), so it costs about what the whole digest alone does."""
-    whole = hashlib.sha256()
-    blocks: list[Future[str]] = []
-    with open(path, "rb") as handle, ThreadPoolExecutor(max_workers=1) as pool:
+    """The file's SHA-256 and its blocks', in one read."""
+    stream = DigestStream()
+    with open(path, "rb") as handle:
         while block := handle.read(BLOCK_SIZE):
-            blocks.append(pool.submit(lambda data: hashlib.sha256(data).hexdigest(), block))
-            whole.update(block)
+            stream.update(block)
             if progress is not None:
                 progress.advance(len(block))
-        return Digests(sha256=whole.hexdigest(), blocks=Blocks(BLOCK_SIZE, tuple(b.result() for b in blocks)))
+    return stream.digests()
 
 
 def hashes(files: Iterable[Path], *, log: Log, cache: HashCache | None = None) -> dict[Path, Digests]:

@@ -2,8 +2,8 @@
 /**
  * @file What the pipeline keeps of one model between runs, beside its sessions (CPU memory): prompt embeddings and
  * encoded input images, a few of each with the least recently used dropped, and objects derived from the model's
- * files (the tokenizer, in its helper worker). An entry's key names the encoder that made it (`encoderKey`: the model source, graph and
- * EP), so a changed encoder never serves a stale one.
+ * files (the tokenizer, in its helper worker). An entry's key names the encoder that made it (`encoderKey`: the
+ * model source, graph and EP), so a changed encoder never serves a stale one.
  * @module pipeline/model_caches
  */
 

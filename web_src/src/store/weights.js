@@ -280,13 +280,12 @@ export class WeightStore {
                     },
                 );
             }
-            // Block hashes check only the version the manifest lists.
-            const blocks = want.sha256 !== null && want.sha256 === file.sha256 ? (file.blocks ?? null) : null;
             missing.push({
                 path: file.path,
                 size: want.size,
                 want,
-                blocks,
+                // A manifest lists block hashes only beside a sha256, so `want` is then the manifest's version.
+                blocks: file.blocks ?? null,
                 have: await this.backend.partialSize(file.path),
             });
         }
