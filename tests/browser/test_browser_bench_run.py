@@ -42,6 +42,8 @@ def test_browser_bench_times_each_phase_and_profiles_the_kernels(
     what = [event["what"] for event in warm["timeline"]]
     assert any(w.startswith("create transformer") for w in what) and any(w.startswith("read ") for w in what), what
     assert all(0 <= e["startMs"] <= e["endMs"] <= warm["total_s"] * 1000 + 1 for e in warm["timeline"])
+    # Chromium's workers read the stored weights through read-only sync access handles (store/stored_file.js).
+    assert any(w.startswith("upload transformer weights (") and "read-only file handles" in w for w in what), what
     # Only the profiled image carries kernel times; its transformer was profiled once per step, uncaptured.
     assert all("kernels" not in r for r in (cold, warm, hot))
     transformer = profiled["kernels"]["transformer"]

@@ -1,8 +1,9 @@
 // @ts-check
 /**
  * @file An in-memory Origin Private File System for node tests of web_src/src/store: directory and file handles,
- * sync access handles (exclusive, as in browsers), writable streams and FileSystemHandle.move, each optional
- * method removable so the store can be run as Safari runs it (no move(); before 26, no createWritable()).
+ * sync access handles (exclusive, as in browsers; `{mode: 'read-only'}` ones shared with each other, as in Chromium
+ * 121+), writable streams and FileSystemHandle.move, each optional feature removable so the store can be run as
+ * Safari runs it (no move(), no handle modes; before 26, no createWritable()).
  * Errors are the DOMExceptions browsers throw (NotFoundError, TypeMismatchError, NoModificationAllowedError).
  * @module tests/js/fake_opfs
  */
@@ -11,6 +12,8 @@
  * @typedef {Object} FakeOptions
  * @property {boolean} [move]            FileSystemHandle.move (default true)
  * @property {boolean} [createWritable]  FileSystemFileHandle.createWritable (default true)
+ * @property {boolean} [handleModes]     createSyncAccessHandle's `mode` (default true); without it the option is
+ *   ignored and every handle is exclusive, as in browsers that do not know it
  */
 
 /** Counts of what the store called, so a test can tell which path it took. */
@@ -19,6 +22,8 @@ export class Calls {
         this.move = 0;
         this.createWritable = 0;
         this.createSyncAccessHandle = 0;
+        /** Read-only handles opened (a subset of createSyncAccessHandle). */
+        this.readOnlyHandles = 0;
     }
 }
 
@@ -36,7 +41,11 @@ class FakeFileHandle {
         this.calls = calls;
         /** @type {Uint8Array} */
         this.bytes = new Uint8Array(0);
+        /** An exclusive handle is open. */
         this.locked = false;
+        /** Read-only handles open. */
+        this.readers = 0;
+        this.handleModes = options.handleModes !== false;
         if (options.move === false) Object.defineProperty(this, 'move', { value: undefined });
         if (options.createWritable === false) Object.defineProperty(this, 'createWritable', { value: undefined });
     }
@@ -45,30 +54,39 @@ class FakeFileHandle {
         return new File([this.bytes.slice()], this.name);
     }
 
-    async createSyncAccessHandle() {
+    /** @param {{mode?: string}} [options] */
+    async createSyncAccessHandle({ mode = 'readwrite' } = {}) {
         this.calls.createSyncAccessHandle += 1;
-        if (this.locked) throw new DOMException(`${this.name} is open elsewhere`, 'NoModificationAllowedError');
-        this.locked = true;
+        const readOnly = this.handleModes && mode === 'read-only';
+        if (this.locked || (!readOnly && this.readers > 0))
+            throw new DOMException(`${this.name} is open elsewhere`, 'NoModificationAllowedError');
+        if (readOnly) {
+            this.calls.readOnlyHandles += 1;
+            this.readers += 1;
+        } else this.locked = true;
         const file = this;
         let open = true;
-        const check = () => {
+        const check = (/** @type {boolean} */ writes = false) => {
             if (!open) throw new DOMException('the access handle is closed', 'InvalidStateError');
+            if (writes && readOnly)
+                throw new DOMException('the access handle is read-only', 'NoModificationAllowedError');
         };
         return {
+            ...(this.handleModes ? { mode: readOnly ? 'read-only' : 'readwrite' } : {}),
             getSize() {
                 check();
                 return file.bytes.length;
             },
             /** @param {number} size */
             truncate(size) {
-                check();
+                check(true);
                 const next = new Uint8Array(size);
                 next.set(file.bytes.subarray(0, size));
                 file.bytes = next;
             },
             /** @param {Uint8Array} chunk @param {{at?: number}} [options] */
             write(chunk, { at = 0 } = {}) {
-                check();
+                check(true);
                 const end = at + chunk.byteLength;
                 if (end > file.bytes.length) {
                     const next = new Uint8Array(end);
@@ -89,8 +107,9 @@ class FakeFileHandle {
                 check();
             },
             close() {
+                if (open && readOnly) file.readers -= 1;
+                else if (open) file.locked = false;
                 open = false;
-                file.locked = false;
             },
         };
     }
@@ -169,7 +188,8 @@ class FakeDirectoryHandle {
         if (entry instanceof FakeDirectoryHandle && entry.entries.size > 0 && !recursive) {
             throw new DOMException(name, 'InvalidModificationError');
         }
-        if (entry instanceof FakeFileHandle && entry.locked) throw new DOMException(name, 'NoModificationAllowedError');
+        if (entry instanceof FakeFileHandle && (entry.locked || entry.readers > 0))
+            throw new DOMException(name, 'NoModificationAllowedError');
         this.entries.delete(name);
     }
 
@@ -206,6 +226,7 @@ export function installFakeOpfs(options = {}) {
         navigator: Object.getOwnPropertyDescriptor(globalThis, 'navigator'),
         FileSystemFileHandle: Object.getOwnPropertyDescriptor(globalThis, 'FileSystemFileHandle'),
         FileSystemHandle: Object.getOwnPropertyDescriptor(globalThis, 'FileSystemHandle'),
+        FileSystemSyncAccessHandle: Object.getOwnPropertyDescriptor(globalThis, 'FileSystemSyncAccessHandle'),
     };
     const storage = {
         getDirectory: async () => root,
@@ -226,6 +247,11 @@ export function installFakeOpfs(options = {}) {
     });
     Object.defineProperty(globalThis, 'FileSystemHandle', {
         value: { prototype: handleProto },
+        configurable: true,
+        writable: true,
+    });
+    Object.defineProperty(globalThis, 'FileSystemSyncAccessHandle', {
+        value: { prototype: options.handleModes === false ? {} : { mode: undefined } },
         configurable: true,
         writable: true,
     });

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { CHUNK_BYTES, uploadWeights } from '../../web_src/src/runtime/gpu_weights.js';
+import { CHUNK_BYTES, READS_IN_FLIGHT, uploadWeights } from '../../web_src/src/runtime/gpu_weights.js';
 import { runtimeError } from '../../web_src/src/runtime/errors.js';
 import { DeviceLostError, ErrorCode } from '../../web_src/src/shared/errors.js';
 
@@ -64,10 +64,13 @@ function recordingDevice({ oom = false } = {}) {
 
 /** A stored file: byte i is i mod 251. */
 const STORED = Uint8Array.from({ length: CHUNK_BYTES + 5000 }, (_, i) => i % 251);
-/** @type {(location: string, offset: number, length: number) => Promise<Uint8Array>} */
-const read = async (location, offset, length) => {
+/** @type {ArrayBufferLike[]} The buffers reads were made into, in order. */
+const readBuffers = [];
+/** @type {(location: string, offset: number, into: Uint8Array) => Promise<void>} */
+const read = async (location, offset, into) => {
     assert.equal(location, 'model.onnx_data');
-    return STORED.slice(offset, offset + length);
+    readBuffers.push(into.buffer);
+    into.set(STORED.subarray(offset, offset + into.byteLength));
 };
 
 test('each weight lands whole in a buffer of its own, a large one in chunks, odd lengths padded', async () => {
@@ -94,6 +97,33 @@ test('each weight lands whole in a buffer of its own, a large one in chunks, odd
         );
     }
     assert.deepEqual(progress, [10, 10 + CHUNK_BYTES, 10 + CHUNK_BYTES + 777]);
+});
+
+test('reads reuse a ring of READS_IN_FLIGHT buffers, and a reused buffer pads with zeros, not its last bytes', async () => {
+    const device = recordingDevice();
+    const gpu = /** @type {GPUDevice} */ (/** @type {unknown} */ (device));
+    // More chunks than the ring holds; the last weight's odd length reuses a slot that held a longer chunk.
+    const weights = Array.from({ length: READS_IN_FLIGHT + 2 }, (_, i) => ({
+        name: `w${i}`,
+        location: 'model.onnx_data',
+        offset: 1000 * i + 1,
+        length: i === READS_IN_FLIGHT + 1 ? 9 : 999,
+    }));
+    readBuffers.length = 0;
+    const buffers = await uploadWeights(gpu, weights, read);
+    assert.equal(readBuffers.length, weights.length);
+    assert.equal(new Set(readBuffers).size, READS_IN_FLIGHT);
+    for (const weight of weights) {
+        const { bytes } = /** @type {{bytes: Uint8Array}} */ (/** @type {unknown} */ (buffers.get(weight.name)));
+        assert.deepEqual(
+            bytes.subarray(0, weight.length),
+            STORED.subarray(weight.offset, weight.offset + weight.length),
+        );
+        assert.ok(
+            bytes.subarray(weight.length).every((b) => b === 0),
+            `${weight.name}: past its bytes the buffer holds zeros`,
+        );
+    }
 });
 
 test('a device out of memory: every buffer destroyed, and an error the app reports as out of memory', async () => {

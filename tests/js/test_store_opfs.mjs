@@ -23,14 +23,20 @@ import {
 import { downloadFile } from '../../web_src/src/store/download.js';
 import { FEATURE_MEMORY_FILE, featureMemory } from '../../web_src/src/store/feature_memory.js';
 import { fromManifest, parseIdentity } from '../../web_src/src/store/identity.js';
+import { readOnlyHandles } from '../../web_src/src/store/stored_file.js';
 import { WeightStore } from '../../web_src/src/store/weights.js';
 import { installFakeOpfs } from './fake_opfs.mjs';
 
 /** Where each OPFS profile comes from: /work/shared/reference/browsers-runtimes-weights-2026.md ("Browsers"). */
 const PROFILES = Object.freeze([
-    { name: 'Chromium (move and createWritable)', move: true, createWritable: true },
-    { name: 'Safari 26 (no FileSystemHandle.move: whatwg/fs#180)', move: false, createWritable: true },
-    { name: 'Safari before 26 (no move, no createWritable)', move: false, createWritable: false },
+    { name: 'Chromium (move, createWritable, read-only handles)', move: true, createWritable: true, handleModes: true },
+    {
+        name: 'Safari 26 (no FileSystemHandle.move: whatwg/fs#180; no handle modes)',
+        move: false,
+        createWritable: true,
+        handleModes: false,
+    },
+    { name: 'Safari before 26 (no move, no createWritable)', move: false, createWritable: false, handleModes: false },
 ]);
 
 const BASE = 'http://models.test/repo/';
@@ -166,6 +172,38 @@ for (const profile of PROFILES) {
         assert.equal((await opened.readIdentity(FILES[1].path))?.sha256, FILES[1].sha256);
         assert.equal(await helperView.readText('source.txt'), BASE);
         await assert.rejects(OpfsBackend.ofKey('0'.repeat(32)), /NotFound/);
+    });
+
+    test(`${profile.name}: stored files read back whole and in parts, by read-only handles where the browser has them`, async () => {
+        const opfs = installFakeOpfs(profile);
+        restoreOpfs = opfs.restore;
+        serve();
+        const store = await WeightStore.open(BASE);
+        await store.ensure(FILES.map(({ path, size, sha256 }) => ({ path, size, sha256 })));
+        assert.equal(readOnlyHandles(), profile.handleModes);
+        const handlesBefore = opfs.calls.createSyncAccessHandle;
+
+        const path = 'transformer/model.onnx_data';
+        assert.deepEqual(await store.read(path), WEIGHTS);
+        const first = await store.openFile(path);
+        const second = await store.openFile(path);
+        assert.deepEqual([first.via, first.size], [profile.handleModes ? 'handle' : 'file', WEIGHTS.length]);
+        // Two readers of one file at once (the read ahead and a session's upload), each byte range as stored.
+        assert.deepEqual(await first.read(1000, 5000), WEIGHTS.subarray(1000, 6000));
+        assert.deepEqual(await second.read(WEIGHTS.length - 10, 100), WEIGHTS.subarray(WEIGHTS.length - 10));
+        const chunk = await first.read(0, 16);
+        chunk[0] ^= 0xff;
+        assert.deepEqual(await first.read(0, 16), WEIGHTS.subarray(0, 16), 'each read has a buffer of its own');
+        // An open handle keeps the file from being removed (store/stored_file.js): closed readers do not.
+        if (profile.handleModes) await assert.rejects(store.backend.discard(path), /NoModificationAllowed/);
+        first.close();
+        second.close();
+        await assert.rejects(first.read(0, 1), /closed|InvalidState/);
+        // A browser without handle modes never opens a handle to read (it would be exclusive).
+        assert.equal(opfs.calls.readOnlyHandles, profile.handleModes ? 3 : 0);
+        assert.equal(opfs.calls.createSyncAccessHandle - handlesBefore, profile.handleModes ? 3 : 0);
+        assert.equal(await store.backend.discard(path), WEIGHTS.length);
+        await assert.rejects(store.openFile(path), /not in the local model cache/);
     });
 
     test(`${profile.name}: a cut download resumes and completes`, async () => {

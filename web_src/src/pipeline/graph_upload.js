@@ -16,6 +16,7 @@ import { planWeights, rewriteGraph } from './graph_weights.js';
 /** @typedef {import('./graph_choice.js').Choice} Choice */
 /** @typedef {import('../store/weights.js').WeightStore} WeightStore */
 /** @typedef {import('../runtime/ort.js').GpuWeight} GpuWeight */
+/** @typedef {import('../store/stored_file.js').StoredFile} StoredFile */
 
 /**
  * Whether `choice`'s session takes its weights from the app's GPU buffers: on WebGPU, where onnxruntime binds the
@@ -44,6 +45,8 @@ export function filesToRead(choice) {
  * @property {import('../runtime/ort.js').ExternalDataFile[]} externalData  Files onnxruntime reads weights from.
  * @property {GpuWeight[]} weights  Weights in the app's GPU buffers, fed to every run.
  * @property {number} streamedBytes  The bytes of `weights`.
+ * @property {'handle' | 'file' | null} readBy  How the streamed weights were read from the store (store/stored_file.js);
+ *   null when none were.
  */
 
 /**
@@ -55,7 +58,7 @@ export function filesToRead(choice) {
  */
 export function wholeFiles(choice, graph, data) {
     const externalData = data.map((bytes, i) => ({ path: choice.graph.externalData[i], data: bytes }));
-    return { graph, externalData, weights: [], streamedBytes: 0 };
+    return { graph, externalData, weights: [], streamedBytes: 0, readBy: null };
 }
 
 /**
@@ -71,8 +74,10 @@ export function wholeFiles(choice, graph, data) {
 export async function uploadGraph(store, choice, graphBytes, device, { signal } = {}) {
     const paths = graphFiles(choice.graph);
     const pathOf = new Map(choice.graph.externalData.map((name, i) => [name, paths[i + 1]]));
-    /** @type {Map<string, Promise<File>>} */
-    const files = new Map();
+    const plan = planWeights(graphBytes, { forceCpuNodeNames: choice.forceCpuNodeNames });
+    if (plan.lifted.length === 0) return wholeFiles(choice, graphBytes, await store.readFiles(paths.slice(1)));
+    /** @type {Map<string, Promise<StoredFile>>} */
+    const opened = new Map();
     const file = (/** @type {string} */ location) => {
         const path = pathOf.get(location);
         if (!path)
@@ -81,22 +86,28 @@ export async function uploadGraph(store, choice, graphBytes, device, { signal } 
                     'convert the model again or add the file to the manifest.',
                 { path: choice.graph.path },
             );
-        if (!files.has(location)) files.set(location, store.file(path));
-        return /** @type {Promise<File>} */ (files.get(location));
+        if (!opened.has(location)) opened.set(location, store.openFile(path));
+        return /** @type {Promise<StoredFile>} */ (opened.get(location));
     };
+    const short = (/** @type {string} */ location, /** @type {number} */ end, /** @type {number} */ wanted) =>
+        new ModelFileError(
+            `${pathOf.get(location)} is shorter than its graph says (${end} < ${wanted} bytes); delete the model from ` +
+                'the cache and download it again.',
+            { path: pathOf.get(location) },
+        );
     const read = async (/** @type {string} */ location, /** @type {number} */ offset, /** @type {number} */ length) => {
-        const blob = (await file(location)).slice(offset, offset + length);
-        const bytes = new Uint8Array(await blob.arrayBuffer());
-        if (bytes.length !== length)
-            throw new ModelFileError(
-                `${pathOf.get(location)} is shorter than its graph says (${offset + bytes.length} < ${offset + length} ` +
-                    'bytes); delete the model from the cache and download it again.',
-                { path: pathOf.get(location) },
-            );
+        const bytes = await (await file(location)).read(offset, length);
+        if (bytes.length !== length) throw short(location, offset + bytes.length, offset + length);
         return bytes;
     };
-    const plan = planWeights(graphBytes, { forceCpuNodeNames: choice.forceCpuNodeNames });
-    if (plan.lifted.length === 0) return wholeFiles(choice, graphBytes, await store.readFiles(paths.slice(1)));
+    const readInto = async (
+        /** @type {string} */ location,
+        /** @type {number} */ offset,
+        /** @type {Uint8Array} */ into,
+    ) => {
+        const n = await (await file(location)).readInto(into, offset);
+        if (n !== into.byteLength) throw short(location, offset + n, offset + into.byteLength);
+    };
     // Where each weight's bytes are; a length left out means "to the end of the file".
     const located = (/** @type {import('./graph_weights.js').WeightRef[]} */ refs) =>
         Promise.all(
@@ -107,16 +118,32 @@ export async function uploadGraph(store, choice, graphBytes, device, { signal } 
                 length: ref.length ?? (await file(ref.location)).size - ref.offset,
             })),
         );
-    const graph = rewriteGraph(graphBytes, plan, await readSpans(await located(plan.inlined), read));
-    const sources = await located(plan.lifted);
-    const buffers = await uploadWeights(device, sources, read, { signal });
-    const weights = plan.lifted.map((w) => ({
-        name: w.name,
-        buffer: /** @type {GPUBuffer} */ (buffers.get(w.name)),
-        dataType: w.gpuType,
-        dims: w.dims,
-    }));
-    return { graph, externalData: [], weights, streamedBytes: sources.reduce((sum, s) => sum + s.length, 0) };
+    try {
+        const graph = rewriteGraph(graphBytes, plan, await readSpans(await located(plan.inlined), read));
+        const sources = await located(plan.lifted);
+        const buffers = await uploadWeights(device, sources, readInto, { signal });
+        const weights = plan.lifted.map((w) => ({
+            name: w.name,
+            buffer: /** @type {GPUBuffer} */ (buffers.get(w.name)),
+            dataType: w.gpuType,
+            dims: w.dims,
+        }));
+        const readBy = (await Promise.all(opened.values())).some((f) => f.via === 'file') ? 'file' : 'handle';
+        return {
+            graph,
+            externalData: [],
+            weights,
+            streamedBytes: sources.reduce((sum, s) => sum + s.length, 0),
+            readBy,
+        };
+    } finally {
+        // Open files cannot be removed from the store (store/stored_file.js).
+        for (const opening of opened.values())
+            opening.then(
+                (f) => f.close(),
+                () => {},
+            );
+    }
 }
 
 /** Inlined weights closer than this in their file are read in one go (thousands of small reads cost seconds). */

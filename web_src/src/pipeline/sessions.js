@@ -195,12 +195,15 @@ export class Sessions {
             const [graphBytes, ...data] = await this.takeFiles(component, choice, meter);
             const loading = performance.now();
             const store = /** @type {WeightStore} */ (this.source.store);
-            const { graph, externalData, weights, streamedBytes } =
+            const { graph, externalData, weights, streamedBytes, readBy } =
                 uploadsWeights(choice) && device
                     ? await uploadGraph(store, choice, graphBytes, device, { signal })
                     : wholeFiles(choice, graphBytes, data);
             this.streamed.set(component, streamedBytes);
-            if (streamedBytes > 0) mark(meter, `upload ${component} weights`, loading);
+            if (streamedBytes > 0) {
+                const how = readBy === 'handle' ? 'read-only file handles' : 'File reads';
+                mark(meter, `upload ${component} weights (${(streamedBytes / 1e9).toFixed(2)} GB, ${how})`, loading);
+            }
             const creating = performance.now();
             session = await createSession(graph, externalData, {
                 ep: choice.ep,

@@ -26,11 +26,12 @@ export const QUEUED_BYTES = 128 * 1024 * 1024;
  * buffers and throws.
  * @param {GPUDevice} device
  * @param {WeightSource[]} weights
- * @param {(location: string, offset: number, length: number) => Promise<Uint8Array>} read  The stored bytes.
+ * @param {(location: string, offset: number, into: Uint8Array) => Promise<void>} readInto  Fill `into` with the stored
+ *   bytes from `offset` on (throwing when the file has fewer).
  * @param {{signal?: AbortSignal, onBytes?: (bytes: number) => void}} [options]  `onBytes`: bytes uploaded so far.
  * @returns {Promise<Map<string, GPUBuffer>>}
  */
-export async function uploadWeights(device, weights, read, { signal, onBytes } = {}) {
+export async function uploadWeights(device, weights, readInto, { signal, onBytes } = {}) {
     // Every buffer is made first, inside one error scope opened and closed in this same task, so no other GPU
     // work of the device (onnxruntime's) can land in it; running out of memory is reported to it.
     device.pushErrorScope('out-of-memory');
@@ -52,30 +53,34 @@ export async function uploadWeights(device, weights, read, { signal, onBytes } =
             parts.push({ weight, at, length: Math.min(CHUNK_BYTES, weight.length - at) });
         return parts;
     });
-    const fetchChunk = (/** @type {typeof chunks[number]} */ c) =>
-        read(c.weight.location, c.weight.offset + c.at, c.length);
-    // Reads run READS_IN_FLIGHT chunks ahead of the copy to the GPU.
+    // Reads run READS_IN_FLIGHT chunks ahead of the copy to the GPU, each into a buffer of a ring that is reused once
+    // its chunk is written (writeBuffer copies the bytes at the call), so the upload allocates READS_IN_FLIGHT chunks.
+    const ring = Array.from({ length: Math.min(READS_IN_FLIGHT, chunks.length) }, () => new Uint8Array(CHUNK_BYTES));
     /** @type {Promise<Uint8Array>[]} */
     const reads = [];
     const readAhead = (/** @type {number} */ i) => {
         if (i >= chunks.length) return;
-        const read = fetchChunk(chunks[i]);
+        const { weight, at, length } = chunks[i];
+        // Padded to whole 4-byte words (writeBuffer's unit) with zeros.
+        const into = ring[i % ring.length].subarray(0, Math.ceil(length / 4) * 4);
+        into.fill(0, length);
+        const read = readInto(weight.location, weight.offset + at, into.subarray(0, length)).then(() => into);
         read.catch(() => {});
         reads[i] = read;
     };
     try {
         const error = await allocated;
         if (error) throw new Error(`Out of memory allocating the weights on the GPU: ${error.message}`);
-        for (let i = 0; i < READS_IN_FLIGHT; i++) readAhead(i);
+        for (let i = 0; i < ring.length; i++) readAhead(i);
         let uploaded = 0;
         let queued = 0;
         for (const [i, chunk] of chunks.entries()) {
             signal?.throwIfAborted();
-            const bytes = wholeWords(await reads[i]);
+            const bytes = await reads[i];
             delete reads[i];
-            readAhead(i + READS_IN_FLIGHT);
             const buffer = /** @type {GPUBuffer} */ (buffers.get(chunk.weight.name));
             device.queue.writeBuffer(buffer, chunk.at, bytes.buffer, bytes.byteOffset, bytes.byteLength);
+            readAhead(i + ring.length);
             uploaded += chunk.length;
             queued += chunk.length;
             onBytes?.(uploaded);
@@ -91,16 +96,4 @@ export async function uploadWeights(device, weights, read, { signal, onBytes } =
         for (const buffer of buffers.values()) buffer.destroy();
         throw err;
     }
-}
-
-/**
- * `bytes` padded with zeros to a whole number of 4-byte words (writeBuffer's unit).
- * @param {Uint8Array} bytes
- * @returns {Uint8Array}
- */
-function wholeWords(bytes) {
-    if (bytes.byteLength % 4 === 0) return bytes;
-    const padded = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4);
-    padded.set(bytes);
-    return padded;
 }

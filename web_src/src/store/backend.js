@@ -21,8 +21,10 @@
 
 import { ErrorCode, KleinError, QuotaError } from '../shared/errors.js';
 import { parseIdentity } from './identity.js';
+import { openStoredFile } from './stored_file.js';
 
 /** @typedef {import('./identity.js').FileIdentity} FileIdentity */
+/** @typedef {import('./stored_file.js').StoredFile} StoredFile */
 
 /** Suffix of a file still being downloaded; only a complete, size-checked file loses it. */
 export const PARTIAL_SUFFIX = '.partial';
@@ -294,6 +296,18 @@ export class OpfsBackend {
         const handle = await this.handle(path);
         if (!handle) throw new DOMException(`${path} is not stored`, 'NotFoundError');
         return handle.getFile();
+    }
+
+    /**
+     * The stored file open for reading (store/stored_file.js: by a read-only sync access handle where this scope has
+     * them). Close it when done: the file cannot be removed while it is open.
+     * @param {string} path
+     * @returns {Promise<StoredFile>}
+     */
+    async openFile(path) {
+        const handle = await this.handle(path);
+        if (!handle) throw new DOMException(`${path} is not stored`, 'NotFoundError');
+        return openStoredFile(handle);
     }
 
     /**

@@ -9,7 +9,7 @@
  *
  * Messages in: {type: 'download', id, key, url, path, want, blocks} (key: the store's, store/backend.js),
  * {type: 'cancel', id};
- * {type: 'open' | 'update' | 'digest' | 'drop', id, chunks?} for hashes; {type: 'read', id, file}.
+ * {type: 'open' | 'update' | 'digest' | 'drop', id, chunks?} for hashes; {type: 'read', id, key, path}.
  * Out: {type: 'ready'} once, then {type: 'progress', id, loaded, total} and {type: 'downloaded', id, size, identity},
  * {type: 'hashed', id, bytes} per update, {type: 'digest', id, hex}, {type: 'read', id, bytes} (its buffer
  * transferred), or {type: 'error', id, message, error?} (error: shared/errors.js serializeError).
@@ -20,6 +20,7 @@ import { CancelledError, serializeError } from '../shared/errors.js';
 import { OpfsBackend } from './backend.js';
 import { downloadFile } from './download.js';
 import { createSha256 } from './hashing.js';
+import { readStored } from './stored_file.js';
 import { StoreWorkers, configureStoreWorkers } from './store_workers.js';
 
 /** @typedef {import('./hashing.js').Sha256} Sha256 */
@@ -63,10 +64,10 @@ async function hash({ type, id, chunks = [] }) {
 }
 
 /**
- * @param {{id: number, file: Blob}} message
+ * @param {{id: number, key: string, path: string}} message
  */
-async function read({ id, file }) {
-    const bytes = new Uint8Array(await file.arrayBuffer());
+async function read({ id, key, path }) {
+    const bytes = await readStored(await OpfsBackend.ofKey(key), path);
     postMessage({ type: 'read', id, bytes }, [bytes.buffer]);
 }
 

@@ -12,7 +12,7 @@
  *   are read while onnxruntime creates the current one (the inference worker's thread is busy then).
  *
  * Where no helper runs (no worker URL configured: node, a plain esbuild bundle; a helper that fails to start), the
- * same work runs on the calling thread (store/download.js, store/hashing.js, Blob.arrayBuffer), behind the same
+ * same work runs on the calling thread (store/download.js, store/hashing.js, store/stored_file.js), behind the same
  * interface.
  * @module store/store_workers
  */
@@ -20,6 +20,7 @@
 import { KleinError, deserializeError } from '../shared/errors.js';
 import { downloadFile } from './download.js';
 import { createSha256 } from './hashing.js';
+import { readStored } from './stored_file.js';
 
 /** @typedef {import('./hashing.js').Sha256} Sha256 */
 /** @typedef {import('./backend.js').OpfsBackend} OpfsBackend */
@@ -322,15 +323,16 @@ export class StoreWorkers {
     }
 
     /**
-     * A stored file's bytes, read by a helper (or on this thread where none runs).
-     * @param {Blob} file
+     * A stored file's bytes, read by a helper (or on this thread where none runs): store/stored_file.js readWhole.
+     * @param {OpfsBackend} backend
+     * @param {string} path
      * @returns {Promise<Uint8Array>}
      */
-    async read(file) {
+    async read(backend, path) {
         const helper = await this.helper();
-        if (!helper) return new Uint8Array(await file.arrayBuffer());
+        if (!helper) return readStored(backend, path);
         try {
-            return (await ask(helper, nextId++, { type: 'read', file })).bytes;
+            return (await ask(helper, nextId++, { type: 'read', key: backend.key, path })).bytes;
         } finally {
             helper.busy--;
         }

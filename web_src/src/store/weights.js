@@ -157,20 +157,34 @@ export class WeightStore {
      */
     async read(path) {
         try {
-            return await this.workers.read(await this.backend.read(path));
+            return await this.workers.read(this.backend, path);
         } catch (err) {
             throw notStored(err, path);
         }
     }
 
     /**
-     * A stored file as a disk-backed File, for reading parts of it (File.slice) without holding it in memory.
+     * A stored file as a disk-backed File (the tokenizer's files, posted to its helper worker).
      * @param {string} path
      * @returns {Promise<File>}
      */
     async file(path) {
         try {
             return await this.backend.read(path);
+        } catch (err) {
+            throw notStored(err, path);
+        }
+    }
+
+    /**
+     * A stored file open for reading parts of it without holding it in memory (store/stored_file.js). Close it when
+     * done: the file cannot be removed while it is open.
+     * @param {string} path
+     * @returns {Promise<import('./stored_file.js').StoredFile>}
+     */
+    async openFile(path) {
+        try {
+            return await this.backend.openFile(path);
         } catch (err) {
             throw notStored(err, path);
         }
