@@ -320,7 +320,19 @@ export class OpfsBackend {
         if (!handle) return 0;
         const size = (await handle.getFile()).size;
         const [dir, name] = await this.locate(path, false);
-        await dir.removeEntry(name);
+        try {
+            await dir.removeEntry(name);
+        } catch (err) {
+            // An open handle keeps the file: another tab of this app is reading it (store/stored_file.js) or
+            // writing it.
+            if (err instanceof DOMException && err.name === 'NoModificationAllowedError')
+                throw new KleinError(
+                    `${path} is in use by another tab of this app (loading the model from it). Wait for that tab to ` +
+                        'finish loading or close it, then try again.',
+                    { code: ErrorCode.BUSY },
+                );
+            throw err;
+        }
         return size;
     }
 
