@@ -2,6 +2,7 @@
 /** @file An in-memory stand-in for the store's OPFS backend, for the store's node tests. @module tests/js/memory_backend */
 
 import { parseIdentity } from '../../web_src/src/store/identity.js';
+import { fileStoredFile } from '../../web_src/src/store/stored_file.js';
 
 /** The methods of store/backend.js OpfsBackend the store uses, over a Map of byte arrays. */
 export class MemoryBackend {
@@ -49,6 +50,10 @@ export class MemoryBackend {
         const bytes = this.files.get(path);
         if (!bytes) throw new DOMException(path, 'NotFoundError');
         return new Blob([bytes]);
+    }
+    /** @param {string} path */
+    async openFile(path) {
+        return fileStoredFile(await this.read(path));
     }
     /** @param {string} path */
     async readIdentity(path) {

@@ -22,7 +22,7 @@ import {
 } from '../../web_src/src/store/backend.js';
 import { downloadFile } from '../../web_src/src/store/download.js';
 import { FEATURE_MEMORY_FILE, featureMemory } from '../../web_src/src/store/feature_memory.js';
-import { fromManifest, parseIdentity } from '../../web_src/src/store/identity.js';
+import { fromManifest, fromResponse, parseIdentity } from '../../web_src/src/store/identity.js';
 import { readOnlyHandles } from '../../web_src/src/store/stored_file.js';
 import { WeightStore } from '../../web_src/src/store/weights.js';
 import { installFakeOpfs } from './fake_opfs.mjs';
@@ -217,6 +217,32 @@ for (const profile of PROFILES) {
         const stored = await storeFiles(opfs.root);
         assert.deepEqual(stored.get('transformer/model.onnx_data'), WEIGHTS);
         assert.equal(stored.has('transformer/model.onnx_data' + PARTIAL_SUFFIX), false);
+    });
+
+    test(`${profile.name}: a partial copy left by an earlier visit is read back, checked and completed`, async () => {
+        const opfs = installFakeOpfs(profile);
+        restoreOpfs = opfs.restore;
+        const requests = serve();
+        const [, file] = FILES;
+        // What a download cut off in an earlier visit leaves: its first bytes and the version they are of.
+        const backend = await OpfsBackend.open(BASE);
+        const writer = await backend.openPartial(file.path, { fromZero: true });
+        writer.write(WEIGHTS.subarray(0, 15000));
+        writer.close();
+        const etag = new Headers({ etag: `"${file.sha256.slice(0, 8)}"` });
+        await backend.writeIdentity(file.path + PARTIAL_SUFFIX, {
+            ...fromResponse(etag, file.size),
+            sha256: file.sha256,
+        });
+
+        await (await WeightStore.open(BASE)).ensure(FILES.map(({ path, size, sha256 }) => ({ path, size, sha256 })));
+        assert.ok(requests.includes(`${file.path} bytes=15000-`), requests.join('\n'));
+        const stored = await storeFiles(opfs.root);
+        assert.deepEqual(stored.get(file.path), WEIGHTS);
+        assert.equal(stored.has(file.path + PARTIAL_SUFFIX), false);
+        // The stored bytes were hashed through a read-only handle where the browser has them, closed before the
+        // download opened the partial copy to write it.
+        assert.equal(opfs.calls.readOnlyHandles > 0, profile.handleModes);
     });
 
     test(`${profile.name}: the failed-feature memory is written and read back`, async () => {

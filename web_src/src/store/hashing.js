@@ -39,27 +39,26 @@ export async function createSha256() {
     };
 }
 
+/** Bytes read from a stored file per hasher update. */
+const HASH_READ_BYTES = 4 * 1024 * 1024;
+
 /**
- * Feed a stored file (or its first bytes) to `hasher`, reading it as a stream (never whole into memory).
- * @param {Blob} blob
+ * Feed a stored file's first `bytes` bytes (all of them by default) to `hasher`, a piece at a time (never whole
+ * into memory). Each piece has a buffer of its own: a hasher may take it.
+ * @param {import('./stored_file.js').StoredFile} file
  * @param {Sha256} hasher
- * @param {{signal?: AbortSignal}} [options]
+ * @param {{bytes?: number, signal?: AbortSignal}} [options]
  * @returns {Promise<number>} Bytes hashed.
  */
-export async function hashBlob(blob, hasher, { signal } = {}) {
-    const reader = blob.stream().getReader();
-    let bytes = 0;
-    try {
-        for (;;) {
-            signal?.throwIfAborted();
-            const { done, value } = await reader.read();
-            if (done) break;
-            bytes += value.byteLength;
-            await hasher.update(value);
-        }
-    } catch (err) {
-        await reader.cancel().catch(() => {});
-        throw err;
+export async function hashStored(file, hasher, { bytes = file.size, signal } = {}) {
+    const end = Math.min(bytes, file.size);
+    let done = 0;
+    while (done < end) {
+        signal?.throwIfAborted();
+        const piece = await file.read(done, Math.min(HASH_READ_BYTES, end - done));
+        if (piece.byteLength === 0) break;
+        done += piece.byteLength;
+        await hasher.update(piece);
     }
-    return bytes;
+    return done;
 }

@@ -8,7 +8,7 @@
 
 import { KleinError, ModelFileError, NetworkError } from '../shared/errors.js';
 import { IDENTITY_SUFFIX, PARTIAL_SUFFIX } from './backend.js';
-import { hashBlob } from './hashing.js';
+import { hashStored } from './hashing.js';
 
 /** @typedef {import('./backend.js').OpfsBackend} OpfsBackend */
 /** @typedef {import('./hashing.js').Sha256} Sha256 */
@@ -80,7 +80,13 @@ export async function streamInto(backend, response, path, { fromZero, size, hash
  * @param {AbortSignal | undefined} signal
  */
 export async function hashPartial(backend, path, bytes, hasher, signal) {
-    await hashBlob((await backend.read(path + PARTIAL_SUFFIX)).slice(0, bytes), hasher, { signal });
+    // Closed before the download opens the partial copy to write it (a read-only handle would refuse the writer).
+    const file = await backend.openFile(path + PARTIAL_SUFFIX);
+    try {
+        await hashStored(file, hasher, { bytes, signal });
+    } finally {
+        file.close();
+    }
 }
 
 /**

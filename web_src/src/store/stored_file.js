@@ -62,7 +62,7 @@ export async function openStoredFile(handle, { scope = globalThis } = {}) {
         if (access && /** @type {any} */ (access).mode === 'read-only') return handleReader(access);
         access?.close();
     }
-    return fileReader(await handle.getFile());
+    return fileStoredFile(await handle.getFile());
 }
 
 /**
@@ -122,10 +122,11 @@ function handleReader(access) {
 }
 
 /**
- * @param {File} file
+ * A File (or any Blob) read as a StoredFile: through its Blob reads.
+ * @param {Blob} file
  * @returns {StoredFile}
  */
-function fileReader(file) {
+export function fileStoredFile(file) {
     let open = true;
     /** @type {(offset: number, length: number) => Promise<Uint8Array>} */
     const read = async (offset, length) => {

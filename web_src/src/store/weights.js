@@ -15,7 +15,7 @@
 import { ModelFileError, NetworkError, QuotaError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
 import { OpfsBackend, clearAll } from './backend.js';
-import { createSha256, hashBlob } from './hashing.js';
+import { createSha256, hashStored } from './hashing.js';
 import { serverIdentity } from './http_answers.js';
 import { compareIdentity, fromManifest } from './identity.js';
 import { fetchManifest, parseManifest } from './manifest.js';
@@ -128,7 +128,12 @@ export class WeightStore {
         let verdict = compareIdentity(want, stored);
         if (verdict === 'unknown' && want.sha256 !== null && (want.size === null || want.size === size)) {
             const hasher = await createSha256();
-            await hashBlob(await this.backend.read(path), hasher, { signal });
+            const file = await this.backend.openFile(path);
+            try {
+                await hashStored(file, hasher, { signal });
+            } finally {
+                file.close();
+            }
             const sha256 = await hasher.hex();
             verdict = sha256 === want.sha256 ? 'same' : 'changed';
             if (verdict === 'same')
