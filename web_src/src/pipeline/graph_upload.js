@@ -89,24 +89,24 @@ export async function uploadGraph(store, choice, graphBytes, device, { signal } 
         if (!opened.has(location)) opened.set(location, store.openFile(path));
         return /** @type {Promise<StoredFile>} */ (opened.get(location));
     };
-    const short = (/** @type {string} */ location, /** @type {number} */ end, /** @type {number} */ wanted) =>
-        new ModelFileError(
-            `${pathOf.get(location)} is shorter than its graph says (${end} < ${wanted} bytes); delete the model from ` +
-                'the cache and download it again.',
-            { path: pathOf.get(location) },
-        );
-    const read = async (/** @type {string} */ location, /** @type {number} */ offset, /** @type {number} */ length) => {
-        const bytes = await (await file(location)).read(offset, length);
-        if (bytes.length !== length) throw short(location, offset + bytes.length, offset + length);
-        return bytes;
-    };
     const readInto = async (
         /** @type {string} */ location,
         /** @type {number} */ offset,
         /** @type {Uint8Array} */ into,
     ) => {
         const n = await (await file(location)).readInto(into, offset);
-        if (n !== into.byteLength) throw short(location, offset + n, offset + into.byteLength);
+        if (n !== into.byteLength)
+            throw new ModelFileError(
+                `${pathOf.get(location)} is shorter than its graph says (${offset + n} < ${offset + into.byteLength} ` +
+                    'bytes); delete the model from the cache and download it again.',
+                { path: pathOf.get(location) },
+            );
+    };
+    // The inlined weights, each span in a buffer of its own.
+    const read = async (/** @type {string} */ location, /** @type {number} */ offset, /** @type {number} */ length) => {
+        const bytes = new Uint8Array(length);
+        await readInto(location, offset, bytes);
+        return bytes;
     };
     // Where each weight's bytes are; a length left out means "to the end of the file".
     const located = (/** @type {import('./graph_weights.js').WeightRef[]} */ refs) =>

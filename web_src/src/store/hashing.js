@@ -43,22 +43,29 @@ export async function createSha256() {
 const HASH_READ_BYTES = 4 * 1024 * 1024;
 
 /**
- * Feed a stored file's first `bytes` bytes (all of them by default) to `hasher`, a piece at a time (never whole
- * into memory). Each piece has a buffer of its own: a hasher may take it.
- * @param {import('./stored_file.js').StoredFile} file
+ * Feed the first `bytes` bytes (all of them by default) of the stored file at `path` to `hasher`, a piece at a time
+ * (never whole into memory), through openFile (store/backend.js OpfsBackend.openFile); the file is closed again
+ * before this returns. Each piece has a buffer of its own: a hasher may take it.
+ * @param {{openFile: (path: string) => Promise<import('./stored_file.js').StoredFile>}} backend
+ * @param {string} path
  * @param {Sha256} hasher
  * @param {{bytes?: number, signal?: AbortSignal}} [options]
  * @returns {Promise<number>} Bytes hashed.
  */
-export async function hashStored(file, hasher, { bytes = file.size, signal } = {}) {
-    const end = Math.min(bytes, file.size);
-    let done = 0;
-    while (done < end) {
-        signal?.throwIfAborted();
-        const piece = await file.read(done, Math.min(HASH_READ_BYTES, end - done));
-        if (piece.byteLength === 0) break;
-        done += piece.byteLength;
-        await hasher.update(piece);
+export async function hashStored(backend, path, hasher, { bytes = Infinity, signal } = {}) {
+    const file = await backend.openFile(path);
+    try {
+        const end = Math.min(bytes, file.size);
+        let done = 0;
+        while (done < end) {
+            signal?.throwIfAborted();
+            const piece = await file.read(done, Math.min(HASH_READ_BYTES, end - done));
+            if (piece.byteLength === 0) break;
+            done += piece.byteLength;
+            await hasher.update(piece);
+        }
+        return done;
+    } finally {
+        file.close();
     }
-    return done;
 }

@@ -81,12 +81,7 @@ export async function streamInto(backend, response, path, { fromZero, size, hash
  */
 export async function hashPartial(backend, path, bytes, hasher, signal) {
     // Closed before the download opens the partial copy to write it (a read-only handle would refuse the writer).
-    const file = await backend.openFile(path + PARTIAL_SUFFIX);
-    try {
-        await hashStored(file, hasher, { bytes, signal });
-    } finally {
-        file.close();
-    }
+    await hashStored(backend, path + PARTIAL_SUFFIX, hasher, { bytes, signal });
 }
 
 /**

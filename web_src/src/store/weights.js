@@ -128,12 +128,7 @@ export class WeightStore {
         let verdict = compareIdentity(want, stored);
         if (verdict === 'unknown' && want.sha256 !== null && (want.size === null || want.size === size)) {
             const hasher = await createSha256();
-            const file = await this.backend.openFile(path);
-            try {
-                await hashStored(file, hasher, { signal });
-            } finally {
-                file.close();
-            }
+            await hashStored(this.backend, path, hasher, { signal });
             const sha256 = await hasher.hex();
             verdict = sha256 === want.sha256 ? 'same' : 'changed';
             if (verdict === 'same')
