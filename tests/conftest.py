@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import atexit
 import os
 import shutil
 import socket
@@ -29,6 +30,7 @@ pytest_plugins = ("worker_page",)
 # inherit it. Each pytest-xdist worker (PYTEST_XDIST_WORKER) gets its own rather than the one it inherits.
 if "PYTEST_XDIST_WORKER" in os.environ or "KLEIN_WEB_CACHE_DIR" not in os.environ:
     os.environ["KLEIN_WEB_CACHE_DIR"] = tempfile.mkdtemp(prefix="klein-web-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["KLEIN_WEB_CACHE_DIR"], ignore_errors=True)
 # Where the workers of one run (scripts/test.sh runs pytest-xdist) take turns at what they share in the checkout.
 LOCK_DIR = REPO_ROOT / ".test-cache"
 
@@ -332,6 +334,16 @@ def chromium_path() -> Path:
     from builder.check.driver.chromium import find_chromium
 
     return find_chromium()
+
+
+@pytest.fixture(scope="module")
+def profile_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The Chromium profile folder of a test module's browser, removed once the module's tests are done (after the
+    browser that uses it has closed): it holds the models the module stored and the browser's caches, hundreds of
+    MB each, which would otherwise stay on disk until the whole run ends."""
+    folder = tmp_path_factory.mktemp("chromium-profile")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

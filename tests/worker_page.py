@@ -15,10 +15,10 @@ import pytest
 
 
 @pytest.fixture(scope="module")
-def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
+def context(profile_dir: Path, chromium_path: Path) -> Iterator[Any]:
     from helpers import browser_context  # tests/browser/helpers.py, importable once a browser test is collected
 
-    with browser_context(tmp_path_factory.mktemp("chromium-profile"), chromium_path) as ctx:
+    with browser_context(profile_dir, chromium_path) as ctx:
         yield ctx
 
 

@@ -53,11 +53,11 @@ def server(
 
 
 @pytest.fixture(scope="module")
-def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
+def context(profile_dir: Path, chromium_path: Path) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        ctx = launch_persistent(playwright, tmp_path_factory.mktemp("batch-profile"), executable=chromium_path)
+        ctx = launch_persistent(playwright, profile_dir, executable=chromium_path)
         ctx.add_init_script(RECORD_POSTS_JS)
         try:
             yield ctx

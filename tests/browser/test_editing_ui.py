@@ -140,11 +140,11 @@ def server(
 
 
 @pytest.fixture(scope="module")
-def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
+def context(profile_dir: Path, chromium_path: Path) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        ctx = launch_persistent(playwright, tmp_path_factory.mktemp("editing-profile"), executable=chromium_path)
+        ctx = launch_persistent(playwright, profile_dir, executable=chromium_path)
         try:
             yield ctx
         finally:

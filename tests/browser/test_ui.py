@@ -103,8 +103,8 @@ def playwright() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def context(playwright: Any, tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
-    ctx = launch_persistent(playwright, tmp_path_factory.mktemp("ui-profile"), executable=chromium_path)
+def context(playwright: Any, profile_dir: Path, chromium_path: Path) -> Iterator[Any]:
+    ctx = launch_persistent(playwright, profile_dir, executable=chromium_path)
     ctx.add_init_script(OBSERVE_PAGE_JS)
     try:
         yield ctx

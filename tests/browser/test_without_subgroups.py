@@ -34,12 +34,10 @@ WITHOUT_SUBGROUPS = ("--use-webgpu-adapter=opengles", "--force-webgpu-compat")
 
 
 @pytest.fixture(scope="module")
-def context(tmp_path_factory: pytest.TempPathFactory, chromium_path: Path) -> Iterator[Any]:
+def context(profile_dir: Path, chromium_path: Path) -> Iterator[Any]:
     """A persistent profile (OPFS) of the software-GPU browser the suite uses, on the OpenGL ES adapter (the `page`
     fixture of tests/worker_page.py opens its pages in it)."""
-    with browser_context(
-        tmp_path_factory.mktemp("chromium-profile"), chromium_path, extra_args=WITHOUT_SUBGROUPS
-    ) as ctx:
+    with browser_context(profile_dir, chromium_path, extra_args=WITHOUT_SUBGROUPS) as ctx:
         yield ctx
 
 
