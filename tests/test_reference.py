@@ -35,7 +35,7 @@ Q4_PSNR_MIN = 30.0
 def diffusers_pipe(tiny_models: dict[str, Path]) -> Any:
     from diffusers import Flux2KleinPipeline
 
-    return Flux2KleinPipeline.from_pretrained(str(tiny_models["diffusers"]), torch_dtype=torch.float32)
+    return Flux2KleinPipeline.from_pretrained(str(tiny_models["diffusers"]), dtype=torch.float32)
 
 
 def diffusers_uint8(pipe: Any, *, width: int, height: int, prompt: str = PROMPT, seed: int = SEED) -> np.ndarray:
