@@ -270,4 +270,6 @@ def test_pip_install_of_the_source_tree_builds_in_isolation(tmp_path: Path, node
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     app = venv_site_packages(python) / "builder" / "_app"
-    assert (app / "index.html").is_file() and (app / BUILD_RECORD).is_file(), sorted(p.name for p in app.parent.iterdir())
+    assert (app / "index.html").is_file() and (app / BUILD_RECORD).is_file(), sorted(
+        p.name for p in app.parent.iterdir()
+    )
