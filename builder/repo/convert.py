@@ -58,6 +58,7 @@ from builder.repo.files import clean_stale_staging, ensure_folder, make_staging,
 from builder.repo.finite_weights import check_finite_graph
 from builder.repo.manifest import MANIFEST_NAME, LoraEntry, Manifest, write
 from builder.repo.onnx_graph import DEFAULT_DATA_FILE_CAP
+from builder.repo.pipeline_kind import pipeline_defaults
 from builder.repo.verify import describe_files
 from builder.repo.weight_format import COMPACT, WeightFormat
 
@@ -94,6 +95,7 @@ def convert(
 
     # 1. Check inputs: nothing is written when the source or the destination is wrong.
     model_index = check_source(src)
+    defaults = pipeline_defaults(model_index)  # distilled or base: what manifest.json tells the app and reference
     check_precision(precision)
     check_destination(out)
     if jobs is not None:
@@ -140,6 +142,7 @@ def convert(
             files=describe_files(stage, [name for graph in entries for name in graph.files()] + copied + fitted),
             graphs=entries,
             loras=merged,
+            pipeline=defaults,
         )
         write(stage, manifest)
         replace_folder(stage, out)
