@@ -221,7 +221,7 @@ def test_inpainting_defaults_to_the_inpaint_pipelines_guidance(base_repo: Path, 
 
 def test_a_distilled_model_ignores_guidance_as_diffusers_does(tiny_models: dict[str, Path]) -> None:
     messages: list[str] = []
-    kwargs: dict[str, Any] = dict(prompt=PROMPT, seed=SEED, width=80, height=64, steps=2)
+    kwargs: dict[str, Any] = {"prompt": PROMPT, "seed": SEED, "width": 80, "height": 64, "steps": 2}
     guided_request = reference.generate(
         tiny_models["fp32"], log=messages.append, guidance_scale=6.0, negative_prompt=NEGATIVE, **kwargs
     )
