@@ -1,10 +1,10 @@
 // @ts-check
-/** @file pipeline/memory_mode: the user's mode wins, else the machine's facts choose. @module tests/js/test_memory_mode */
+/** @file models/memory_mode: the user's mode wins, else the machine's facts choose. @module tests/js/test_memory_mode */
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { chooseMemoryMode } from '../../web_src/src/pipeline/memory_mode.js';
+import { chooseMemoryMode } from '../../web_src/src/models/memory_mode.js';
 
 const GIB = 2 ** 30;
 

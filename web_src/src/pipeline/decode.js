@@ -7,7 +7,7 @@
 
 import { checkImage, toRgba } from './image.js';
 import { LATENT_CHANNELS, PATCH, unpackLatents } from './latents.js';
-import { requireOutput } from './session_runs.js';
+import { requireOutput } from '../models/session_runs.js';
 import { vaeDecoderPin } from './session_pins.js';
 import { decodeTiles, tileSize } from './vae_tiles.js';
 

@@ -7,10 +7,10 @@
 
 import { assertFinite } from './image.js';
 import { LATENT_CHANNELS, blendMask, eulerStep, scaleNoise } from './latents.js';
-import { requireOutput } from './session_runs.js';
+import { requireOutput } from '../models/session_runs.js';
 import { transformerPin } from './session_pins.js';
 
-/** @typedef {import('./model_caches.js').PromptEmbedding} PromptEmbedding */
+/** @typedef {import('../models/model_caches.js').PromptEmbedding} PromptEmbedding */
 /** @typedef {import('./schedule.js').Schedule} Schedule */
 /** @typedef {import('./encode_images.js').Conditioning} Conditioning */
 /** @typedef {import('./prepare_latents.js').Latents} Latents */

@@ -24,7 +24,7 @@ import {
     toPlanes,
 } from './input_images.js';
 import { LATENT_CHANNELS, PATCH, interpolateBilinear, packLatents, prepareImageIds } from './latents.js';
-import { requireOutput } from './session_runs.js';
+import { requireOutput } from '../models/session_runs.js';
 
 /** @typedef {import('./input_images.js').DecodedImage} DecodedImage */
 /** @typedef {import('./input_images.js').Pixels} Pixels */

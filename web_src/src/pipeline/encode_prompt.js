@@ -7,12 +7,12 @@
  */
 
 import { assertFinite } from './image.js';
-import { requireOutput } from './session_runs.js';
+import { requireOutput } from '../models/session_runs.js';
 import { TEXT_ENCODER_PIN } from './session_pins.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 import { TokenizerHelper } from './tokenizer_helper.js';
 
-/** @typedef {import('./model_caches.js').PromptEmbedding} PromptEmbedding */
+/** @typedef {import('../models/model_caches.js').PromptEmbedding} PromptEmbedding */
 /** @typedef {import('./stage_clock.js').RunContext} RunContext */
 
 /**
@@ -53,7 +53,7 @@ export async function startEncoding(prompt, { models, meter, signal }) {
 /**
  * The model's tokenizer, building in its helper worker (pipeline/tokenizer_helper.js) from the first call on: stage 2
  * calls this before it creates any session, so the tokenizer is ready when the text encoder is.
- * @param {import('./models.js').Models} models
+ * @param {import('../models/models.js').Models} models
  * @returns {Promise<TokenizerHelper>}
  */
 export async function startTokenizer(models) {

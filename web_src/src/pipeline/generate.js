@@ -27,7 +27,7 @@ import { encodePrompt } from './encode_prompt.js';
 import { kernelTimes } from './kernel_times.js';
 import { PATCH } from './latents.js';
 import { loadModels } from './load_models.js';
-import { newMeter } from './meter.js';
+import { newMeter } from '../models/meter.js';
 import { prepareLatents, prepareTimesteps } from './prepare_latents.js';
 import { StepPreview } from './preview.js';
 import { vaeDecoderPin } from './session_pins.js';
@@ -36,7 +36,7 @@ import { describePlan, tileSize } from './vae_tiles.js';
 
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
 /** @typedef {import('../protocol.js').GenerateResult} GenerateResult */
-/** @typedef {import('./models.js').Models} Models */
+/** @typedef {import('../models/models.js').Models} Models */
 /** @typedef {import('./stage_clock.js').RunContext} RunContext */
 /** @typedef {import('./stage_clock.js').GenerateEvent} GenerateEvent */
 

@@ -14,7 +14,7 @@ import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 import { decodePlan, tileSize, vaeTileFor } from './vae_tiles.js';
 
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
-/** @typedef {import('./model_caches.js').PromptEmbedding} PromptEmbedding */
+/** @typedef {import('../models/model_caches.js').PromptEmbedding} PromptEmbedding */
 /** @typedef {import('./encode_images.js').InputPlan} InputPlan */
 /** @typedef {import('./encode_prompt.js').Encoding} Encoding */
 /** @typedef {import('./stage_clock.js').RunContext} RunContext */

@@ -14,13 +14,13 @@
 import { COMPONENTS, OPTIONAL_COMPONENTS } from '../shared/model_repo.js';
 import { InputError } from '../shared/errors.js';
 import { checkInputs } from './check_inputs.js';
-import { newMeter } from './meter.js';
+import { newMeter } from '../models/meter.js';
 import { sessionPins } from './session_pins.js';
 import { PATCH } from './latents.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 
-/** @typedef {import('./models.js').Models} Models */
-/** @typedef {import('./meter.js').Meter} Meter */
+/** @typedef {import('../models/models.js').Models} Models */
+/** @typedef {import('../models/meter.js').Meter} Meter */
 /** @typedef {import('../shared/model_repo.js').AnyComponent} Component */
 /** @typedef {import('../protocol.js').LoadParams} LoadParams */
 /** @typedef {import('../protocol.js').LoadResult} LoadResult */
@@ -71,7 +71,7 @@ export async function loadSessions(params, { models, signal, onEvent }) {
     await models.releaseAll();
 
     const meter = newMeter();
-    /** @type {Partial<Record<Component, import('./sessions.js').Pin>>} */
+    /** @type {Partial<Record<Component, import('../models/sessions.js').Pin>>} */
     const pins = sessionPins(imageSeqLen, { width, height });
     for (const component of /** @type {Component[]} */ (checked.components)) {
         signal.throwIfAborted();

@@ -134,7 +134,7 @@ export function parsePreviewMap(json) {
  * The map of the prepared model: the repository's own when its manifest lists one (downloaded into the store like
  * the graphs), else the published FLUX.2 map. A map that cannot be had or read falls back too, with a note: the
  * preview never stops an image.
- * @param {import('./models.js').Models} models  After prepare(): its store and manifest are the model's.
+ * @param {import('../models/models.js').Models} models  After prepare(): its store and manifest are the model's.
  * @param {AbortSignal} signal
  * @returns {Promise<{map: PreviewMap, note: string | null}>}
  */

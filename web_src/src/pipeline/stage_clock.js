@@ -5,11 +5,11 @@
  * @module pipeline/stage_clock
  */
 
-import { mark } from './meter.js';
+import { mark } from '../models/meter.js';
 
 /** @typedef {import('../protocol.js').Stage} Stage */
 /** @typedef {import('../protocol.js').StageTimings} StageTimings */
-/** @typedef {import('./meter.js').Meter} Meter */
+/** @typedef {import('../models/meter.js').Meter} Meter */
 
 /**
  * @typedef {{type: 'progress', progress: import('../shared/types.js').DownloadProgress}
@@ -21,7 +21,7 @@ import { mark } from './meter.js';
 
 /**
  * @typedef {Object} RunContext  What every stage of one run shares.
- * @property {import('./models.js').Models} models
+ * @property {import('../models/models.js').Models} models
  * @property {Meter} meter
  * @property {AbortSignal} signal
  */

@@ -23,7 +23,7 @@
 import { generate } from '../pipeline/generate.js';
 import { decodeRequest } from '../pipeline/input_images.js';
 import { loadSessions } from '../pipeline/load_sessions.js';
-import { Models } from '../pipeline/models.js';
+import { Models } from '../models/models.js';
 import { PROTOCOL_VERSION } from '../protocol.js';
 import { Gpu, OPTIONAL_FEATURES, probe } from '../runtime/gpu.js';
 import { configureOrt, ortThreads } from '../runtime/ort.js';

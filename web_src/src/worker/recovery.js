@@ -4,7 +4,7 @@
  * every rule (worker/main.js applies the answer).
  * - An optional GPU feature that failed at its first use (GpuFeatureError): again without that feature.
  * - A run in fast memory mode that ran out of GPU memory or lost its device, when the request did not ask for
- *   fast mode itself: once more in lean mode (pipeline/memory_mode.js), which holds one session at a time.
+ *   fast mode itself: once more in lean mode (models/memory_mode.js), which holds one session at a time.
  * - Anything else, a cancelled job included: no retry.
  * @module worker/recovery
  */

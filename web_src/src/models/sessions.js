@@ -1,18 +1,18 @@
 // @ts-check
 /**
  * @file Which sessions stay loaded: sessions are created one at a time from stored bytes, the graph and EP
- * pipeline/model_source.js chose, and kept while everything loaded fits the request's memory budget.
+ * models/model_source.js chose, and kept while everything loaded fits the request's memory budget.
  *
- * Memory policy (pipeline/memory_mode.js): in fast mode a session stays loaded while everything loaded fits a
+ * Memory policy (models/memory_mode.js): in fast mode a session stays loaded while everything loaded fits a
  * budget derived from the device's memory; when the next stage needs room, the least recently used sessions are
  * released first (the text encoder usually, since prompt embeddings are cached per prompt). In lean mode the
  * budget is zero: one session at a time, and none after the image (finishRun).
  *
  * Loading overlaps where memory allows: in fast mode the next session's files are read (by the store's helper
  * workers) while the current session is created (readAhead), and a run returns once its work is queued
- * (pipeline/session_runs.js), so the next session is created while the GPU computes. Lean mode holds one
+ * (models/session_runs.js), so the next session is created while the GPU computes. Lean mode holds one
  * session's files at a time.
- * @module pipeline/sessions
+ * @module models/sessions
  */
 
 import { runtimeError } from '../runtime/errors.js';
@@ -44,7 +44,7 @@ import { mark } from './meter.js';
  * @typedef {Object} ReadAhead  A session's files being read before the session is created.
  * @property {string} identity  Choice.identity of the graph they belong to.
  * @property {Promise<Uint8Array[]>} files  The graph, then the external-data files read whole (none when the
- *   session's weights are streamed to the GPU: pipeline/graph_upload.js).
+ *   session's weights are streamed to the GPU: models/graph_upload.js).
  */
 
 /**

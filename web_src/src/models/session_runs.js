@@ -3,7 +3,7 @@
  * @file Running a session on CPU tensors: its inputs made into runtime tensors, the run queued, its outputs
  * checked against the device's state on their way back, the time metered, and failures mapped to user-facing
  * errors. Models.submit() runs sessions through here.
- * @module pipeline/session_runs
+ * @module models/session_runs
  */
 
 import { runtimeError } from '../runtime/errors.js';

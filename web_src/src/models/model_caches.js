@@ -4,7 +4,7 @@
  * encoded input images, a few of each with the least recently used dropped, and objects derived from the model's
  * files (the tokenizer, in its helper worker). An entry's key names the encoder that made it (`encoderKey`: the
  * model source, graph and EP), so a changed encoder never serves a stale one.
- * @module pipeline/model_caches
+ * @module models/model_caches
  */
 
 import { LruCache } from './lru.js';

@@ -11,7 +11,7 @@
  *   (docs/machines.md).
  * The user's choice (the page's Memory field, `?memory=`) wins; otherwise the mode follows what the browser tells
  * about the machine, and a fast run that runs out of GPU memory or loses its device is run again in lean mode.
- * @module pipeline/memory_mode
+ * @module models/memory_mode
  */
 
 /** Below this (GiB, as navigator.deviceMemory reports: Chrome rounds down to a power of two and caps at 8) the

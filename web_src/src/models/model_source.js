@@ -1,9 +1,9 @@
 // @ts-check
 /**
  * @file The model a request runs: the weight store of its model source, the manifest, the graph and execution
- * provider pipeline/graph_choice.js chose per component for this adapter, the files those need (downloaded into
- * the store when missing), and the memory mode (pipeline/memory_mode.js) the request runs in.
- * @module pipeline/model_source
+ * provider models/graph_choice.js chose per component for this adapter, the files those need (downloaded into
+ * the store when missing), and the memory mode (models/memory_mode.js) the request runs in.
+ * @module models/model_source
  */
 
 import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../shared/model_repo.js';
@@ -16,6 +16,7 @@ import { chooseMemoryMode, LEAN_SCORE_BUFFER_BYTES, memoryBudget } from './memor
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
 /** @typedef {import('./graph_choice.js').Choice} Choice */
 /** @typedef {import('./graph_choice.js').Choices} Choices */
+/** @typedef {{tokenizerJson: Blob, tokenizerConfig: Blob, chatTemplate?: Blob}} TokenizerFiles  As stored. */
 
 /**
  * @typedef {Object} Plan  What prepare() chose, before its files are downloaded.
@@ -167,7 +168,7 @@ export class ModelSource {
 
     /**
      * The tokenizer files as stored (disk-backed Files): {tokenizerJson, tokenizerConfig, chatTemplate?}.
-     * @returns {Promise<import('./tokenizer_helper.js').TokenizerFiles>}
+     * @returns {Promise<TokenizerFiles>}
      */
     async tokenizerFiles() {
         const store = /** @type {WeightStore} */ (this.store);

@@ -1,11 +1,11 @@
 // @ts-check
 /**
  * @file Models: the one object the pipeline asks for its model, sessions and caches. It joins the parts: the
- * chosen graphs and their store (pipeline/model_source.js), the sessions kept loaded (pipeline/sessions.js),
- * running them (pipeline/session_runs.js), what is kept of the model between runs (pipeline/model_caches.js),
- * and how the chosen graphs are described (pipeline/model_report.js). With those parts, the only pipeline
+ * chosen graphs and their store (models/model_source.js), the sessions kept loaded (models/sessions.js),
+ * running them (models/session_runs.js), what is kept of the model between runs (models/model_caches.js),
+ * and how the chosen graphs are described (models/model_report.js). With those parts, the only pipeline
  * modules that touch the runtime and the store.
- * @module pipeline/models
+ * @module models/models
  */
 
 import { ModelCaches } from './model_caches.js';
@@ -106,7 +106,7 @@ export class Models {
         this.source.leanAfterFailure = reason;
     }
 
-    /** @returns {Promise<import('./tokenizer_helper.js').TokenizerFiles>} */
+    /** @returns {Promise<import('./model_source.js').TokenizerFiles>} */
     tokenizerFiles() {
         return this.source.tokenizerFiles();
     }
