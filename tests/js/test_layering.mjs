@@ -179,23 +179,23 @@ test('the rules catch each kind of breach', () => {
     const clean = {
         'page/main.js': ['protocol.js', 'shared/errors.js'],
         'protocol.js': ['shared/errors.js'],
-        'models/models.js': ['runtime/ort.js', 'store/weights.js', 'models/graph_choice.js'],
+        'models/model.js': ['runtime/ort.js', 'store/weights.js', 'models/graph_choice.js'],
         'models/graph_choice.js': ['shared/errors.js'],
-        'pipeline/generate.js': ['models/models.js'],
+        'pipeline/generate.js': ['models/model.js'],
         'runtime/ort.js': ['onnxruntime-web/webgpu', 'shared/errors.js'],
         'store/weights.js': ['shared/errors.js'],
         'shared/errors.js': [],
     };
     assert.deepEqual(violations(graphOf(clean)), []);
     const breaches = [
-        ['page/main.js', 'models/models.js', /page\/main.js \(page\) imports models\/models.js/],
+        ['page/main.js', 'models/model.js', /page\/main.js \(page\) imports models\/model.js/],
         ['store/weights.js', 'runtime/ort.js', /store\/weights.js \(store\) imports runtime\/ort.js/],
         ['runtime/ort.js', 'protocol.js', /runtime\/ort.js \(runtime\) imports protocol.js/],
         ['shared/errors.js', 'protocol.js', /shared\/errors.js \(shared\) imports protocol.js/],
         ['store/weights.js', 'onnxruntime-web', /only runtime\/ort.js imports onnxruntime/],
-        ['models/graph_choice.js', 'models/models.js', /graph_choice.js is pure but reaches/],
+        ['models/graph_choice.js', 'models/model.js', /graph_choice.js is pure but reaches/],
         ['pipeline/generate.js', 'store/weights.js', /generate.js \(pipeline\) imports store\/weights.js/],
-        ['models/models.js', 'pipeline/generate.js', /models.js \(models\) imports pipeline\/generate.js/],
+        ['models/model.js', 'pipeline/generate.js', /model.js \(models\) imports pipeline\/generate.js/],
         ['shared/errors.js', 'shared/errors.js', /part of an import cycle/],
     ];
     for (const [file, extra, message] of /** @type {[string, string, RegExp][]} */ (breaches)) {

@@ -29,7 +29,7 @@
  * with more tokens than the model can hold, is refused before any download) and resizes and VAE-encodes them in
  * the `images` stage.
  *
- * Worker behaviour (worker/main.js):
+ * Worker behaviour (worker/requests.js):
  *   - load creates and releases each session of one model without running it (pipeline/load_sessions.js): what
  *     each costs to create, and whether the browser can hold it, on adapters too slow to run the pipeline.
  *   - generate, load and clearCache run one at a time, in arrival order: a generate sent while another runs is

@@ -16,12 +16,12 @@ import { mark } from '../models/meter.js';
  *   | {type: 'stage', stage: Stage, detail?: string}
  *   | {type: 'step', step: number, steps: number, elapsedMs: number, etaMs: number,
  *     preview?: import('../protocol.js').PreviewFrame}} GenerateEvent
- *   The protocol's events without the request id (worker/main.js adds it).
+ *   The protocol's events without the request id (worker/requests.js adds it).
  */
 
 /**
  * @typedef {Object} RunContext  What every stage of one run shares.
- * @property {import('../models/models.js').Models} models
+ * @property {import('../models/model.js').Model} model  The model's parts: each stage uses those it needs.
  * @property {Meter} meter
  * @property {AbortSignal} signal
  */
