@@ -97,11 +97,11 @@ def convert(
 
     # 1. Check inputs: nothing is written when the source or the destination is wrong.
     model_index = check_source(src)
-    defaults = pipeline_defaults(model_index)  # distilled or base: what manifest.json tells the app and reference
     check_precision(precision)
     check_destination(out, inputs=[src, *(item.path for item in loras)])
     if jobs is not None:
         check_jobs(jobs)
+    defaults = pipeline_defaults(model_index)  # distilled or base: what manifest.json tells the app and reference
     # Each part's config must build its model: a hand-edited config.json fails now, not once the parts before it
     # are converted.
     for components in PARTS.values():
