@@ -22,7 +22,8 @@ about one output graph. The log prints each component's peak RSS next to its gra
 three parts (text encoder, transformer, VAE) in N processes at once (builder.repo.convert_jobs).
 
 OUT is assembled in a temp folder beside it and swapped in at the end: a failed or interrupted
-conversion never leaves a half-written repo. With --lora every merged weight is checked to be finite as it is
+conversion never leaves a half-written repo, and a swap killed half-way leaves the old repo where the next run
+puts it back (builder.repo.files.replace_folder). With --lora every merged weight is checked to be finite as it is
 made, and the transformer graphs written are read back and checked again, before anything at OUT is replaced.
 
 --lora PATH[:SCALE] (repeatable) merges LoRA weights into the transformer before its export and quantisation
