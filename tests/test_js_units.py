@@ -32,6 +32,7 @@ PURE_MODULES = (
     "src/shared/png_text.js",
     "src/shared/format.js",
     "src/shared/browser_needs.js",
+    "src/shared/graph_needs.js",
 )
 
 

@@ -1,7 +1,8 @@
 // @ts-check
 /**
- * @file Stage 1 of generate(), Check inputs, for the parameters (the input images are checked by
- * encode_images.js checkInputImages): every one against the limits, before any download or GPU work.
+ * @file Stage 1 of generate(), Check inputs, for the parameters: every one against the limits, the input images'
+ * fields included, before any download or GPU work (the image files themselves are decoded and checked next, by
+ * encode_images.js checkInputImages).
  * builder/pipeline/reference_request.py is its twin.
  * @module pipeline/check_inputs
  */
@@ -13,11 +14,14 @@ import { checkImageParams } from './input_images.js';
 import { vaeTileProblem } from './vae_tiles.js';
 
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
+/** @typedef {ReturnType<typeof checkImageParams>} ImageParams */
 
 /**
  * Reject bad parameters before any download or GPU work (never adjust them silently).
  * @param {any} params
- * @returns {GenerateParams}
+ * @returns {{params: GenerateParams, images: ImageParams}}  `params`: the request's parameters without the image
+ *   files (the result carries them back); `images`: the mode and its image fields (input_images.js
+ *   checkImageParams).
  */
 export function checkInputs(params) {
     if (!params || typeof params !== 'object') {
@@ -92,7 +96,7 @@ export function checkInputs(params) {
     if (preview) checked.preview = true;
     if (vaeTile !== undefined) checked.vaeTile = vaeTile;
     // The image files stay out of the checked parameters (the result would carry them back); `inputs` names them.
-    const { mode, strength } = checkImageParams(params);
-    if (mode === 'inpaint') checked.strength = /** @type {number} */ (strength);
-    return checked;
+    const images = checkImageParams(params);
+    if (images.mode === 'inpaint') checked.strength = /** @type {number} */ (images.strength);
+    return { params: checked, images };
 }

@@ -55,10 +55,10 @@ export async function generate(params, { model, signal, onEvent }) {
     const context = { model, meter, signal };
 
     // 1. Check inputs
-    const { checked, plan } = await clock.time('check', undefined, async () => ({
-        checked: checkInputs(params),
-        plan: await checkInputImages(params, signal),
-    }));
+    const { checked, plan } = await clock.time('check', undefined, async () => {
+        const { params: checked, images } = checkInputs(params);
+        return { checked, plan: await checkInputImages(images, checked, signal) };
+    });
     const { prompt, seed, steps, width, height } = checked;
     const noiseTokens = (height / PATCH) * (width / PATCH);
     const imageSeqLen = noiseTokens + plan.tokens;
