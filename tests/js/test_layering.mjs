@@ -25,7 +25,7 @@ const ALLOWED = Object.freeze({
     store: ['store', 'shared'],
     shared: ['shared'],
     coi_register: [],
-    service_worker: [],
+    service_worker: ['shared'],
 });
 /** The modules that node tests without a browser: no runtime, no store, not even by a detour. */
 const PURE = Object.freeze([
