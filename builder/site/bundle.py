@@ -41,8 +41,8 @@ import jinja2
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
 from builder.errors import BuildError
+from builder.node import NodeTools, ensure_node_modules, find_node, lock_hash
 from builder.site import icons
-from builder.site.node import NodeTools, ensure_node_modules, find_node, lock_hash
 from builder.site.ort_versions import ORT_PACKAGE, onnxruntime_web_version, package_version, runtime_package
 
 BUILD_RECORD = ".klein-build.json"
@@ -149,7 +149,7 @@ def input_stamp(web_src: Path, model_base: str, *, cache_shell: bool = True, run
     for part in (__version__, model_base, lock_hash(web_src), f"cache_shell={cache_shell}", runtime):
         digest.update(part.encode() + b"\0")
     # The build code itself: a changed bundler must not be skipped as "up to date".
-    for path in (Path(__file__), Path(__file__).with_name("node.py"), Path(icons.__file__)):
+    for path in (Path(__file__), Path(__file__).parents[1] / "node.py", Path(icons.__file__)):
         digest.update(path.read_bytes())
     for path in source_files(web_src):
         digest.update(path.relative_to(web_src).as_posix().encode() + b"\0")
