@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from builder import REPO_ROOT
-from builder.site.node import find_node
+from builder.node import find_node
 
 JS_TEST_DIR = REPO_ROOT / "tests" / "js"
 JS_TEST_FILES = sorted(JS_TEST_DIR.glob("test_*.mjs"))

@@ -22,8 +22,8 @@ import pytest
 
 from builder import REPO_ROOT, WEB_SRC
 from builder.errors import InputError
+from builder.node import find_node
 from builder.pipeline import inpaint, latents, limits, prompt, rng, schedule
-from builder.site.node import find_node
 
 TWINS_SCRIPT = REPO_ROOT / "tests" / "js" / "twins.mjs"
 

@@ -13,7 +13,7 @@ from builder.errors import InputError
 STEPS_MIN = 1
 STEPS_MAX = 50  # klein is distilled for 4 steps
 SIZE_MIN = 64
-SIZE_MAX = 2048  # the main transformer graph's attention split covers up to 2048x2048 (repo/attention.py)
+SIZE_MAX = 2048  # the main transformer graph's attention split covers up to 2048x2048 (convert/attention.py)
 SIZE_MULTIPLE = 16  # one latent token per 16x16 pixels (8x VAE downsampling, then 2x2 patches)
 SEED_MAX = 2**32  # seeds are in [0, SEED_MAX): the app seeds its MT19937 (torch's CPU generator) with 32 bits
 

@@ -43,10 +43,10 @@ import jinja2
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
 from builder.errors import BuildError, KleinWebError
+from builder.node import NodeTools, ensure_node_modules, find_node, lock_hash
 from builder.repo import paths
 from builder.repo.owned_folder import Owner
 from builder.site import icons, runtime_files
-from builder.site.node import NodeTools, ensure_node_modules, find_node, lock_hash
 from builder.site.ort_versions import ORT_PACKAGE, onnxruntime_web_version, package_version, runtime_package
 
 BUILD_RECORD = ".klein-build.json"
@@ -155,7 +155,7 @@ def input_stamp(web_src: Path, model_base: str, *, cache_shell: bool = True, run
     # The build code itself: a changed bundler must not be skipped as "up to date".
     for module in (icons, runtime_files):
         digest.update(Path(str(module.__file__)).read_bytes())
-    for path in (Path(__file__), Path(__file__).with_name("node.py")):
+    for path in (Path(__file__), Path(__file__).parents[1] / "node.py"):
         digest.update(path.read_bytes())
     for path in source_files(web_src):
         digest.update(path.relative_to(web_src).as_posix().encode() + b"\0")

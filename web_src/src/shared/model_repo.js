@@ -20,7 +20,7 @@ export const VARIANTS = Object.freeze(['q4', 'q4f16', 'fp32', 'fp16']);
 export const TOKENIZER_FILES = Object.freeze(['tokenizer/tokenizer.json', 'tokenizer/tokenizer_config.json']);
 export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
 /**
- * The step previews' colour map, fitted to the repository's VAE by `klein-web convert` (builder/repo/preview_map.py
+ * The step previews' colour map, fitted to the repository's VAE by `klein-web convert` (builder/convert/preview_map.py
  * PREVIEW_MAP_FILE). Optional: without it the app uses the published FLUX.2 map (pipeline/preview.js).
  */
 export const PREVIEW_MAP_FILE = 'vae_decoder/preview_map.json';

@@ -12,7 +12,7 @@ file's `lora_adapter_metadata` (a PEFT LoraConfig, as diffusers saves it) or fro
 tensors; without either alpha = rank, as diffusers assumes. Kohya files carry alpha per module, and diffusers'
 conversion folds it into A and B.
 
-The merge keeps the converter's streaming: a skeleton's placeholder (builder.repo.checkpoint) reads its base
+The merge keeps the converter's streaming: a skeleton's placeholder (builder.convert.checkpoint) reads its base
 weight from the checkpoint when the graph needs it and adds the LoRA delta right then, so the checkpoint is still
 never held in memory; only the LoRA factors are (a few hundred MB at most).
 
@@ -122,7 +122,7 @@ def load(spec: LoraSpec, *, log: Callable[[str], None] = lambda _m: None) -> Lor
 def _read_safetensors(path: Path, where: str) -> tuple[dict[str, Any], dict[str, str]]:
     from safetensors import SafetensorError, safe_open
 
-    from builder.repo.checkpoint import read_header
+    from builder.convert.checkpoint import read_header
 
     try:
         read_header(path)  # a clear "not a safetensors file" for pickles, zips and the like

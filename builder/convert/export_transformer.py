@@ -28,8 +28,8 @@ import onnx
 import torch
 from torch import nn
 
-from builder.repo.fused_ops import rms_norm, rotate
-from builder.repo.onnx_export import Placement, export_module
+from builder.convert.fused_ops import rms_norm, rotate
+from builder.convert.onnx_export import Placement, export_module
 
 INPUT_NAMES = ("hidden_states", "encoder_hidden_states", "timestep", "img_ids", "txt_ids")
 OUTPUT_NAMES = ("noise_pred",)
@@ -89,7 +89,7 @@ def apply_rotary_emb_export(
 
 
 class ExportRMSNorm(nn.Module):
-    """torch.nn.RMSNorm(dim, eps, elementwise_affine=True) as one fused op (builder.repo.fused_ops.RMSNormOp)."""
+    """torch.nn.RMSNorm(dim, eps, elementwise_affine=True) as one fused op (builder.convert.fused_ops.RMSNormOp)."""
 
     def __init__(self, norm: nn.RMSNorm) -> None:
         super().__init__()
@@ -206,9 +206,9 @@ def export_transformer(
     """ONNX graph of one denoising step, weights attached by `placement` (default fp32; see export_module).
 
     The joint attention of every block is split into `query_blocks` blocks along the query axis
-    (builder.repo.attention); None picks the count that keeps each score buffer within budget at 2048^2 px.
+    (builder.convert.attention); None picks the count that keeps each score buffer within budget at 2048^2 px.
     """
-    from builder.repo.attention import apply_query_blocks, max_attention_tokens, query_blocks_for, record_heads
+    from builder.convert.attention import apply_query_blocks, max_attention_tokens, query_blocks_for, record_heads
 
     config = transformer.config
     if query_blocks is None:

@@ -28,7 +28,7 @@ import torch
 
 
 class RMSNormOp(torch.autograd.Function):
-    """x * rsqrt(mean(x^2) + eps) * w over the last axis. builder.repo.onnx_checks registers the exported op's
+    """x * rsqrt(mean(x^2) + eps) * w over the last axis. builder.convert.onnx_checks registers the exported op's
     schema with the onnx checker, which does not know onnxruntime's ops of the default domain."""
 
     @staticmethod

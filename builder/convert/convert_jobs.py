@@ -35,7 +35,7 @@ Work = Callable[..., Any]
 
 def estimated_peak(folder: Path, precision: str) -> int:
     """The estimated peak resident memory of converting the component in `folder` (its safetensors headers)."""
-    from builder.repo.checkpoint import Checkpoint
+    from builder.convert.checkpoint import Checkpoint
 
     parameters = 0
     for tensor in Checkpoint(folder).tensors.values():

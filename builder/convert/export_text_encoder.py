@@ -9,7 +9,7 @@ first 27 layers run; the final RMSNorm and lm_head are dropped. As in transforme
 arange(seq) (not derived from the mask), and a query attends to key j when j <= query AND mask[j] == 1.
 
 Every Qwen3RMSNorm exports as one SimplifiedLayerNormalization and each rotary embedding as one
-RotaryEmbedding (builder.repo.fused_ops), with the same maths.
+RotaryEmbedding (builder.convert.fused_ops), with the same maths.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import onnx
 import torch
 from torch import nn
 
-from builder.repo.fused_ops import rms_norm, rotate
-from builder.repo.onnx_export import Placement, export_module
+from builder.convert.fused_ops import rms_norm, rotate
+from builder.convert.onnx_export import Placement, export_module
 
 # Flux2KleinPipeline.__call__ default `text_encoder_out_layers`.
 OUT_LAYERS = (9, 18, 27)
@@ -72,7 +72,7 @@ class PromptEmbedder(nn.Module):
 
 
 class ExportQwen3RMSNorm(nn.Module):
-    """Qwen3RMSNorm as one fused op (builder.repo.fused_ops.RMSNormOp; the export runs in float32, so the
+    """Qwen3RMSNorm as one fused op (builder.convert.fused_ops.RMSNormOp; the export runs in float32, so the
     module's casts to float32 and back are no-ops)."""
 
     def __init__(self, norm: Any) -> None:

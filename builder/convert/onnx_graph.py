@@ -6,8 +6,8 @@ float64 tensors, weights in external-data files named `{component}_{variant}.onn
 each under 2 GB, with the bare file name as `location` (it is the `path` of onnxruntime-web's
 `externalData` entries).
 
-Exporting a torch module to such a graph is builder.repo.onnx_export; checking a graph against the rules,
-builder.repo.onnx_checks.
+Exporting a torch module to such a graph is builder.convert.onnx_export; checking a graph against the rules,
+builder.convert.onnx_checks.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ quantised as it is attached to the exported graph (q4_placement), and the 4-bit 
 The MatMul weights go through onnxruntime's own quantiser (MatMulNBitsQuantizer), so the packed q4 layout is
 exactly what the MatMulNBits kernels of onnxruntime and onnxruntime-web expect; the token embedding's
 GatherBlockQuantized blocks follow the same rule (symmetric, zero point 8, low nibble first). Weights kept in fp16
-are builder.repo.fp16_storage; graphs that compute in fp16 (the q4f16 fast path, the fp16 VAE),
-builder.repo.fp16_compute.
+are builder.convert.fp16_storage; graphs that compute in fp16 (the q4f16 fast path, the fp16 VAE),
+builder.convert.fp16_compute.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from builder.convert.fp16_storage import to_fp16_array
+from builder.convert.onnx_export import Placement
+from builder.convert.onnx_graph import MS_DOMAIN, add_initializer
 from builder.errors import ConversionError
-from builder.repo.fp16_storage import to_fp16_array
-from builder.repo.onnx_export import Placement
-from builder.repo.onnx_graph import MS_DOMAIN, add_initializer
 
 Q4_BLOCK_SIZE = 32
 
@@ -35,7 +35,7 @@ def q4_placement(
     fp16_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
     q4_tables: Callable[[onnx.ModelProto], Iterable[str]] = lambda _m: (),
 ) -> Placement:
-    """Weights for a q4 graph, quantised one at a time as they are attached (builder.repo.onnx_export.attach_weights).
+    """Weights for a q4 graph, quantised one at a time as they are attached (builder.convert.onnx_export.attach_weights).
 
     Every MatMul whose weight is constant becomes com.microsoft.MatMulNBits (`bits(node name)` bits, 4 unless
     said otherwise; `block_size`, symmetric), except the nodes `exclude(graph)` names (they stay fp32). Tables

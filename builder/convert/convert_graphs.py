@@ -13,16 +13,16 @@ from typing import Any
 
 import onnx
 
+from builder.convert.attention import recorded_query_blocks
+from builder.convert.onnx_checks import check_no_float64, check_ops, verify_saved_graph
+from builder.convert.onnx_export import Placement
+from builder.convert.onnx_graph import DEFAULT_DATA_FILE_CAP, save_graph
+from builder.convert.weight_format import COMPACT, WeightFormat
 from builder.errors import ConversionError
 from builder.memory import peak_rss_bytes, reset_peak_rss
-from builder.repo.attention import recorded_query_blocks
 from builder.repo.files import atomic_write_bytes
 from builder.repo.manifest import CONTRACT, GraphEntry, external_data_names, graph_path
-from builder.repo.onnx_checks import check_no_float64, check_ops, verify_saved_graph
-from builder.repo.onnx_export import Placement
-from builder.repo.onnx_graph import DEFAULT_DATA_FILE_CAP, save_graph
 from builder.repo.sizes import gigabytes
-from builder.repo.weight_format import COMPACT, WeightFormat
 
 # The VAE's halves: small convolutional graphs kept in fp32 and fp16 instead of q4.
 VAE_COMPONENTS = ("vae_decoder", "vae_encoder")
@@ -70,19 +70,19 @@ class SavedGraph:
 def exporter(component: str, module: Any) -> Export:
     """The export function of `component` for `module` (a skeleton, or a module with weights in memory)."""
     if component == "text_encoder":
-        from builder.repo.export_text_encoder import export_text_encoder
+        from builder.convert.export_text_encoder import export_text_encoder
 
         return lambda placement: export_text_encoder(module, placement=placement)
     if component == "transformer":
-        from builder.repo.export_transformer import export_transformer
+        from builder.convert.export_transformer import export_transformer
 
         # Unsplit: write_graphs writes one graph per size class from it (write_size_classes).
         return lambda placement: export_transformer(module, query_blocks=1, placement=placement)
     if component == "vae_encoder":
-        from builder.repo.export_vae_encoder import export_vae_encoder
+        from builder.convert.export_vae_encoder import export_vae_encoder
 
         return lambda _placement: export_vae_encoder(module)
-    from builder.repo.export_vae import export_vae
+    from builder.convert.export_vae import export_vae
 
     return lambda _placement: export_vae(module)
 
@@ -104,8 +104,8 @@ def write_graphs(
     saved, and freed before the next; a variant derived from another (q4f16 from q4, the fp16 VAE from
     the fp32 one) is read back from the saved files. So the peak is about one graph, never the checkpoint.
     """
-    from builder.repo.fp16_compute import to_fp16, to_q4f16
-    from builder.repo.fp16_storage import store_fp16
+    from builder.convert.fp16_compute import to_fp16, to_q4f16
+    from builder.convert.fp16_storage import store_fp16
 
     saved: list[SavedGraph] = []
     start_rss = reset_peak_rss()  # each graph's peak is measured from here, then from the previous save
@@ -151,9 +151,9 @@ def write_graphs(
     block_size = weights.block_size[component]
     flags: dict[str, Any] = {}
     if component == "text_encoder":
-        from builder.repo.export_text_encoder import embedding_table_name
-        from builder.repo.fp16_storage import cast_fp16_embedding
-        from builder.repo.quantize import q4_placement
+        from builder.convert.export_text_encoder import embedding_table_name
+        from builder.convert.fp16_storage import cast_fp16_embedding
+        from builder.convert.quantize import q4_placement
 
         def table(graph: onnx.ModelProto) -> list[str]:
             return [embedding_table_name(graph)[1]]
@@ -182,8 +182,8 @@ def write_graphs(
                 ),
             }
     else:
-        from builder.repo.export_transformer import q4_excluded_nodes
-        from builder.repo.quantize import q4_placement
+        from builder.convert.export_transformer import q4_excluded_nodes
+        from builder.convert.quantize import q4_placement
 
         exclude = q4_excluded_nodes if weights.adaln == "fp32" else (lambda _graph: ())
         model = export(
@@ -201,10 +201,10 @@ def write_graphs(
 
 def write_size_classes(saved: list[SavedGraph], stage: Path, *, log: Callable[[str], None]) -> list[SavedGraph]:
     """Replace each saved transformer graph (exported with its attention unsplit) by one graph per size
-    class (builder.repo.attention.size_classes): the same weight files, the attention split just enough for
+    class (builder.convert.attention.size_classes): the same weight files, the attention split just enough for
     that class. The most-split one takes the main path, so a client that reads only the main graph can
     run every size; the others are `<component>_<variant>.qb<N>.onnx`. Other components pass through."""
-    from builder.repo.attention import apply_query_blocks, recorded_heads, size_classes
+    from builder.convert.attention import apply_query_blocks, recorded_heads, size_classes
 
     result = []
     for graph in saved:

@@ -1,5 +1,5 @@
 """torch -> ONNX for the three exporters: the TorchScript export, the weights attached one at a time, and the
-clean-up that leaves a graph by the rules of builder.repo.onnx_graph (no Identity nodes, constants folded, the
+clean-up that leaves a graph by the rules of builder.convert.onnx_graph (no Identity nodes, constants folded, the
 contract's I/O dims).
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 import onnx
 from onnx import TensorProto
 
+from builder.convert.onnx_graph import IR_VERSION, OPSET, add_initializer, tensor_bytes
 from builder.errors import ConversionError
 from builder.repo.manifest import CONTRACT
-from builder.repo.onnx_graph import IR_VERSION, OPSET, add_initializer, tensor_bytes
 
 # How a graph's weights are stored as they are attached: given the weightless graph, returns the function
 # that receives each weight (initializer name, float32/int numpy array) and adds it to the graph.
@@ -26,7 +26,7 @@ Placement = Callable[[onnx.ModelProto], Callable[[str, Any], None]]
 FOLD_INITIALIZER_BYTES = 64 * 1024
 
 # The exporter's C++ side warns, once per node, that it cannot infer an op it does not know; Flux's
-# RotaryEmbedding output is left untyped on purpose (builder.repo.fused_ops says why), so for a user this is
+# RotaryEmbedding output is left untyped on purpose (builder.convert.fused_ops says why), so for a user this is
 # one unactionable line per attention layer.
 _UNTYPED_OP_WARNING = "type is missing, so it may result in wrong shape inference"
 
@@ -72,7 +72,7 @@ def export_module(
     names (`/m/transformer_blocks.0/attn/to_q/MatMul`) that the quantizer's exclusion rules match on.
 
     Memory: the graph is exported *without* parameters (they become graph inputs named like the module's
-    parameters), so the module may be a skeleton whose parameters are placeholders (builder.repo.checkpoint).
+    parameters), so the module may be a skeleton whose parameters are placeholders (builder.convert.checkpoint).
     The weights are attached afterwards one tensor at a time: read (from the checkpoint, for placeholders),
     handed to `placement` (which stores it, quantises it, ...; default: an fp32 initializer) and dropped.
     Exporting with `export_params=True` instead costs about 4x the weights inside torch.onnx.export.
@@ -118,14 +118,14 @@ def store_fp32(model: onnx.ModelProto) -> Callable[[str, Any], None]:
 def attach_weights(model: onnx.ModelProto, module: Any, *, input_names: Sequence[str], placement: Placement) -> None:
     """Turn the weight inputs of a graph exported with `export_params=False` into initializers.
 
-    Each weight is read (builder.repo.checkpoint.weight_value), given to `placement(model)` and released before
+    Each weight is read (builder.convert.checkpoint.weight_value), given to `placement(model)` and released before
     the next is read, so the peak is the finished graph plus one weight.
 
     A weight that only feeds a `Transpose(perm=[1, 0])` (every nn.Linear: y = x @ W^T) is stored already
     transposed and the Transpose is dropped, as the exporter's own constant folding would do; the stored
     name is the Transpose's output, so the MatMul that reads it is unchanged.
     """
-    from builder.repo.checkpoint import weight_value
+    from builder.convert.checkpoint import weight_value
 
     place = placement(model)
     tensors: dict[str, Any] = dict(module.named_parameters())

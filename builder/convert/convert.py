@@ -6,20 +6,20 @@
     vae/           (AutoencoderKLFlux2) vae_decoder/vae_decoder_fp16.onnx (q4, q4f16) and vae_decoder_fp32.onnx
                                         vae_encoder/vae_encoder_fp16.onnx (q4, q4f16) and vae_encoder_fp32.onnx
                                         vae_decoder/preview_map.json: the step previews' colours, fitted to
-                                        the VAE (builder/repo/preview_map.py)
+                                        the VAE (builder/convert/preview_map.py)
 
 --precision q4f16 writes the q4 graphs too (same packed weights), so one repo serves adapters with and
 without shader-f16; the manifest marks the q4f16 graphs requires_f16.
     tokenizer/, scheduler/              copied unchanged
                                         manifest.json (every file with size + sha256, every graph's I/O)
 
---weights compact|seed: how the q4/q4f16 graphs store their weights (builder.repo.weight_format).
+--weights compact|seed: how the q4/q4f16 graphs store their weights (builder.convert.weight_format).
 
 Memory: the checkpoint is never loaded. Each component is built as a skeleton (its classes and config,
-placeholder weights: builder.repo.checkpoint), exported without weights, and then its weights are streamed
+placeholder weights: builder.convert.checkpoint), exported without weights, and then its weights are streamed
 from the safetensors files one tensor at a time, each stored or quantised as it arrives; so the peak is
 about one output graph. The log prints each component's peak RSS next to its graph size. --jobs N builds the
-three parts (text encoder, transformer, VAE) in N processes at once (builder.repo.convert_jobs).
+three parts (text encoder, transformer, VAE) in N processes at once (builder.convert.convert_jobs).
 
 OUT is assembled in a temp folder beside it and swapped in at the end: a failed or interrupted
 conversion never leaves a half-written repo, and a swap killed half-way leaves the old repo where the next run
@@ -27,10 +27,10 @@ puts it back (builder.repo.files.replace_folder). With --lora every merged weigh
 made, and the transformer graphs written are read back and checked again, before anything at OUT is replaced.
 
 --lora PATH[:SCALE] (repeatable) merges LoRA weights into the transformer before its export and quantisation
-(builder.repo.lora); the manifest lists them.
+(builder.convert.lora); the manifest lists them.
 
-This module runs the steps: SRC is read by builder.repo.convert_source, each component's graphs are written by
-builder.repo.convert_graphs.
+This module runs the steps: SRC is read by builder.convert.convert_source, each component's graphs are written by
+builder.convert.convert_graphs.
 """
 
 from __future__ import annotations
@@ -43,11 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from builder import __version__
-from builder.errors import ConversionError, KleinWebError
-from builder.repo import lora, preview_map
-from builder.repo.convert_graphs import SavedGraph, exporter, write_graphs
-from builder.repo.convert_jobs import choose_jobs, estimated_peak, run_parts
-from builder.repo.convert_source import (
+from builder.convert import lora, preview_map
+from builder.convert.convert_graphs import SavedGraph, exporter, write_graphs
+from builder.convert.convert_jobs import choose_jobs, estimated_peak, run_parts
+from builder.convert.convert_source import (
     SOURCE_FOLDER,
     SOURCE_FOLDERS,
     check_config,
@@ -56,14 +55,15 @@ from builder.repo.convert_source import (
     load_skeleton,
     prepare_loras,
 )
+from builder.convert.finite_weights import check_finite_graph
+from builder.convert.onnx_graph import DEFAULT_DATA_FILE_CAP
+from builder.convert.pipeline_kind import pipeline_defaults
+from builder.convert.weight_format import COMPACT, WeightFormat
+from builder.errors import ConversionError, KleinWebError
 from builder.repo.files import clean_stale_staging, ensure_folder, make_staging, probe_writable, replace_folder
-from builder.repo.finite_weights import check_finite_graph
 from builder.repo.manifest import MANIFEST_NAME, LoraEntry, Manifest, write
 from builder.repo.manifest import load as load_manifest
-from builder.repo.onnx_graph import DEFAULT_DATA_FILE_CAP
-from builder.repo.pipeline_kind import pipeline_defaults
 from builder.repo.verify import describe_files
-from builder.repo.weight_format import COMPACT, WeightFormat
 
 PRECISIONS = ("q4", "q4f16", "fp32")
 # What `convert` builds from one skeleton each (and, with --jobs, in one process each): the VAE's decoder and
@@ -84,11 +84,11 @@ def convert(
 ) -> Manifest:
     """Convert the diffusers pipeline folder SRC into a web model repo at OUT; returns its manifest.
 
-    `loras` are merged into the transformer in order (builder.repo.lora). `weights`: how the q4 and q4f16 graphs
-    store their weights (builder.repo.weight_format; the seed repository's layout, or the compact default).
+    `loras` are merged into the transformer in order (builder.convert.lora). `weights`: how the q4 and q4f16 graphs
+    store their weights (builder.convert.weight_format; the seed repository's layout, or the compact default).
 
     `jobs`: how many parts (text encoder, transformer, VAE) are built at once, each in its own process
-    (builder.repo.convert_jobs; the same bytes whatever the count); None chooses from the free memory.
+    (builder.convert.convert_jobs; the same bytes whatever the count); None chooses from the free memory.
 
     `max_data_file_bytes` caps each external-data file (one number, or per component; components missing
     from the mapping get the default 1.8 GB). Tests use small caps to get several files per graph.

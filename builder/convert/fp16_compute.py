@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from builder.convert.fp16_storage import restore_fp32
 from builder.errors import ConversionError
-from builder.repo.fp16_storage import restore_fp32
 
 # What of the fp16 VAE stays fp32. The attention (scores, softmax and the weighted sum, which adds up one value
 # per latent pixel): in fp16 its error grows with the image, and an all-fp16 VAE fails against the CPU at

@@ -1,4 +1,4 @@
-"""The checks of a graph against the rules of builder.repo.onnx_graph: the ops onnxruntime-web's WebGPU EP runs,
+"""The checks of a graph against the rules of builder.convert.onnx_graph: the ops onnxruntime-web's WebGPU EP runs,
 no float64, and a saved graph re-read whole (IR version, opset, external-data files, onnx.checker).
 """
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from builder.convert.onnx_graph import IR_VERSION, MS_DOMAIN, OPSET
 from builder.errors import ConversionError
 from builder.repo import paths
-from builder.repo.onnx_graph import IR_VERSION, MS_DOMAIN, OPSET
 
 # The ops each graph may contain: the seed model card's lists plus the few basic ones this exporter emits
 # (Sub: split sizes of the joint attention; Equal/ConstantOfShape: the dynamic Expand of grouped-query

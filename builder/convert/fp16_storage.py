@@ -11,8 +11,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from builder.convert.onnx_graph import INLINE_TENSOR_BYTES, tensor_bytes
 from builder.errors import ConversionError
-from builder.repo.onnx_graph import INLINE_TENSOR_BYTES, tensor_bytes
 
 # Suffix of an initializer stored in fp16 for a graph that computes in fp32 (store_fp16).
 STORED_FP16 = "_fp16"

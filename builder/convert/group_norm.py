@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from builder.repo.onnx_graph import MS_DOMAIN
+from builder.convert.onnx_graph import MS_DOMAIN
 
 
 def fuse_group_norms(model: onnx.ModelProto, *, data_dir: Path | None = None) -> int:

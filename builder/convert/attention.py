@@ -20,7 +20,7 @@ a 1024^2 edit with four reference images); the manifest records
 N per graph (GraphEntry.attention_query_blocks) and the app computes the footprint from it.
 
 Blocks cost kernels, so the transformer gets one graph per size class (`size_classes`, written by
-builder.repo.convert_graphs.write_size_classes on the same weight files), each split just enough for its sizes.
+builder.convert.convert_graphs.write_size_classes on the same weight files), each split just enough for its sizes.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ TEXT_TOKENS = 512
 
 # Editing adds the tokens of up to 4 reference images, each used at up to 1024^2 px (4096 tokens): the
 # numbers of builder.pipeline.limits REFERENCES_MAX and IMAGE_AREA_MAX, which tests/test_attention.py holds
-# equal (builder.repo does not import the pipeline). The longest transformer attention the converter sizes for is
+# equal (builder.convert does not import the pipeline). The longest transformer attention the converter sizes for is
 # a 1024^2 edit with four such references, or a 2048^2 text-to-image, whichever is longer.
 REFERENCE_TOKENS_MAX = 4 * (1024 // 16) ** 2
 MAX_TRANSFORMER_TOKENS = max((MAX_IMAGE_SIDE // 16) ** 2, (1024 // 16) ** 2 + REFERENCE_TOKENS_MAX) + TEXT_TOKENS

@@ -1,5 +1,5 @@
 """SRC, the diffusers FLUX.2 [klein] folder `klein-web convert` reads: checked, each component built as a skeleton
-(its classes and config; weights stay on disk, builder.repo.checkpoint), the --lora files merged into the
+(its classes and config; weights stay on disk, builder.convert.checkpoint), the --lora files merged into the
 transformer's, and tokenizer/ and scheduler/ copied as they are.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.convert import lora
 from builder.errors import ConversionError
-from builder.repo import lora
 
 # The SRC subfolder each component is converted from, and the folders copied unchanged.
 SOURCE_FOLDER = {
@@ -77,8 +77,8 @@ def check_source(src: Path) -> dict[str, object]:
 
 
 def load_skeleton(src: Path, component: str, *, log: Callable[[str], None]) -> Any:
-    """One component as a skeleton (builder.repo.checkpoint): its classes and config, weights left on disk."""
-    from builder.repo.checkpoint import Checkpoint, build_skeleton
+    """One component as a skeleton (builder.convert.checkpoint): its classes and config, weights left on disk."""
+    from builder.convert.checkpoint import Checkpoint, build_skeleton
 
     folder = src / SOURCE_FOLDER[component]
     log(f"{component}: reading {folder}")
@@ -89,7 +89,7 @@ def load_skeleton(src: Path, component: str, *, log: Callable[[str], None]) -> A
 def check_config(src: Path, component: str) -> None:
     """Fails as load_skeleton would when `component`'s config cannot build its model, reading no tensor (every
     parameter lands on the meta device)."""
-    from builder.repo.checkpoint import parameters_on_meta
+    from builder.convert.checkpoint import parameters_on_meta
 
     folder = src / SOURCE_FOLDER[component]
     with config_errors(folder, component), parameters_on_meta():
@@ -113,7 +113,7 @@ def config_errors(folder: Path, component: str) -> Iterator[None]:
 def model_factory(folder: Path, component: str) -> Callable[[], Any]:
     """What builds `component`'s model from the config in `folder` (weights uninitialised)."""
     if component == "text_encoder":
-        from builder.repo.export_text_encoder import OUT_LAYERS
+        from builder.convert.export_text_encoder import OUT_LAYERS
 
         return lambda: text_encoder_from_config(folder, num_layers=max(OUT_LAYERS))
     import diffusers
