@@ -14,6 +14,7 @@ three wings: the app driver, and on it `regress` and the benchmarks, which never
     check.driver   root, repo, pipeline, site, check.driver
     check.regress  root, repo, pipeline, site, check.driver, check.regress
     check.bench    root, repo, pipeline, site, check.driver, check.bench
+    check.kernel_lab  root, repo, pipeline, site, check.driver, check.kernel_lab
     cli            everything (cli/, __main__.py); nothing outside cli imports it but __main__.py
 
 Third-party libraries with a home:
@@ -50,7 +51,7 @@ PACKAGE = ROOT / "builder"
 
 ROOT_MODULES = {"builder", "builder.errors", "builder.memory"}
 LAYERS = ("repo", "pipeline", "site", "check")
-CHECK_WINGS = ("driver", "regress", "bench")
+CHECK_WINGS = ("driver", "regress", "bench", "kernel_lab")
 BELOW_CHECK = {"root", "repo", "pipeline", "site"}
 ALLOWED_LAYERS: dict[str, set[str]] = {
     "root": {"root"},
@@ -61,7 +62,8 @@ ALLOWED_LAYERS: dict[str, set[str]] = {
     "check.driver": BELOW_CHECK | {"check.driver"},
     "check.regress": BELOW_CHECK | {"check.driver", "check.regress"},
     "check.bench": BELOW_CHECK | {"check.driver", "check.bench"},
-    "cli": BELOW_CHECK | {"check", "check.driver", "check.regress", "check.bench", "cli"},
+    "check.kernel_lab": BELOW_CHECK | {"check.driver", "check.kernel_lab"},
+    "cli": BELOW_CHECK | {"check", "check.driver", "check.regress", "check.bench", "check.kernel_lab", "cli"},
 }
 # (importer, imported module): the one crossing the table does not allow, and why it is needed.
 EXCEPTIONS = {

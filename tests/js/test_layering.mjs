@@ -21,6 +21,7 @@ const ALLOWED = Object.freeze({
     worker: ['worker', 'protocol', 'pipeline', 'runtime', 'store', 'shared'],
     pipeline: ['pipeline', 'protocol', 'runtime', 'store', 'shared'],
     runtime: ['runtime', 'shared'],
+    kernels: ['kernels'],
     store: ['store', 'shared'],
     shared: ['shared'],
     coi_register: [],
