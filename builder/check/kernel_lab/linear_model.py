@@ -91,7 +91,8 @@ def row_exponents(weight: Q4Weight) -> np.ndarray:
     target = (np.max(np.abs(weight.scales.astype(F32)), axis=1) * F32(8 / 127)).astype(F32)
     fraction, exponent = np.frexp(target)
     # frexp: target = fraction · 2^exponent with fraction in [0.5, 1); an exact power of two needs one less.
-    return np.where(fraction == 0.5, exponent - 1, exponent).astype(np.int32)
+    exponents: np.ndarray = np.where(fraction == 0.5, exponent - 1, exponent).astype(np.int32)
+    return exponents
 
 
 def expand_weight(weight: Q4Weight) -> tuple[np.ndarray, np.ndarray]:
@@ -161,34 +162,59 @@ def float_bound(x: np.ndarray, weight: Q4Weight, *, f16_weights: bool = False) -
     order), [M, N]. Epilogues add a few roundings of their own on top."""
     w = dequantize_as(weight, f16_weights=f16_weights)
     k = x.shape[1]
-    return (k * 2.0**-23) * (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T)
+    bound: np.ndarray = (k * 2.0**-23) * (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T)
+    return bound
 
 
 def float_tolerance(x: np.ndarray, weight: Q4Weight, epilogue: Epilogue, *, f16_weights: bool = False) -> np.ndarray:
-    """How far a float path's output [M, columns] may lie from `float_linear`: the summation bound carried through
-    the epilogue (silu's slope is below 1.1), plus a few float32 roundings of the epilogue itself (WGSL's exp is
-    within 3 + 2|x| ulp)."""
-    n = weight.shape[0]
+    """How far a float path's output [M, columns] may lie from `float_linear`: the float32 summation bound carried
+    through the epilogue."""
     exact = x.astype(np.float64) @ dequantize_as(weight, f16_weights=f16_weights).astype(np.float64).T
-    bound = float_bound(x, weight, f16_weights=f16_weights)
+    return carried(exact, float_bound(x, weight, f16_weights=f16_weights), epilogue, len(x))
+
+
+def near_ties(x: np.ndarray) -> np.ndarray:
+    """Where x · (127 / max|x|) lies so close to a rounding boundary (k + 1/2) that a GPU's division, allowed a few
+    ulp, may round it the other way: bool [M, K]."""
+    amax = np.max(np.abs(x.astype(np.float64)), axis=1, keepdims=True)
+    y = np.abs(x * (127 / np.where(amax > 0, amax, 1)))
+    return np.abs(y - np.floor(y) - 0.5) <= 2.0**-20 * np.maximum(y, 1)
+
+
+def int8_tolerance(x: np.ndarray, weight: Q4Weight, epilogue: Epilogue) -> np.ndarray:
+    """How far an int8 path's output may lie from `int8_linear`: nothing but the epilogue's float roundings, except
+    where an activation is a near tie (`near_ties`) and may be quantised one step the other way."""
+    _, sx = quantize_rows(x)
+    w8, sw = expand_weight(weight)
+    ties = near_ties(x).astype(np.float64)
+    bound = (ties @ np.abs(w8.astype(np.float64)).T) * sx[:, None] * sw[None, :]
+    return carried(int8_dots(x, weight).astype(np.float64), bound, epilogue, len(x))
+
+
+def carried(dots: np.ndarray, bound: np.ndarray, epilogue: Epilogue, m: int) -> np.ndarray:
+    """A bound on the output's error [M, columns] from a bound on each dot product's (`bound`, around `dots`, both
+    [M, N]): carried through the epilogue (silu's slope is below 1.1), plus a few float32 roundings of the epilogue
+    itself (WGSL's exp is within 3 + 2|x| ulp)."""
+    n = dots.shape[1]
     rows_a, rows_b = epilogue.rows(n)
     bias = np.zeros(n) if epilogue.bias is None else epilogue.bias.astype(np.float64)
-    a, da = exact[:, rows_a] + bias[rows_a], bound[:, rows_a]
+    a, da = dots[:, rows_a] + bias[rows_a], bound[:, rows_a]
     ulp = 2.0**-23
     if rows_b is None:
         value, error = a, da + 2 * ulp * np.abs(a)
     else:
-        b, db = exact[:, rows_b] + bias[rows_b], bound[:, rows_b]
+        b, db = dots[:, rows_b] + bias[rows_b], bound[:, rows_b]
         silu = a / (1 + np.exp(np.minimum(-a, 80.0)))
         value = silu * b
         error = 1.1 * np.abs(b) * da + np.abs(silu) * db + da * db + (8 + 2 * np.abs(a)) * ulp * np.abs(value)
     if epilogue.kind == "gate_residual":
         assert epilogue.gate is not None and epilogue.residual is not None
-        per_item = epilogue.rows_per_batch or len(x)
-        gate = np.abs(np.repeat(epilogue.gate.astype(np.float64), per_item, axis=0)[: len(x)])
+        per_item = epilogue.rows_per_batch or m
+        gate = np.abs(np.repeat(epilogue.gate.astype(np.float64), per_item, axis=0)[:m])
         value = epilogue.residual.astype(np.float64) + gate * value
         error = gate * error
-    return error + 4 * ulp * np.abs(value) + 1e-30
+    total: np.ndarray = error + 4 * ulp * np.abs(value) + 1e-30
+    return total
 
 
 def int8_dots(x: np.ndarray, weight: Q4Weight) -> np.ndarray:
@@ -197,7 +223,8 @@ def int8_dots(x: np.ndarray, weight: Q4Weight) -> np.ndarray:
     w8, sw = expand_weight(weight)
     acc = qx.astype(np.int64) @ w8.astype(np.int64).T
     assert np.abs(acc).max(initial=0) < 2**31, "int32 accumulators overflow"
-    return (acc.astype(F32) * sx[:, None] * sw[None, :]).astype(F32)
+    dots: np.ndarray = (acc.astype(F32) * sx[:, None] * sw[None, :]).astype(F32)
+    return dots
 
 
 def int8_linear(x: np.ndarray, weight: Q4Weight, epilogue: Epilogue) -> np.ndarray:

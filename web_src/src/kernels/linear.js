@@ -16,15 +16,20 @@
  */
 
 import { q4Sizes } from './q4_weights.js';
-import { PARAM_BYTES, PARAM_FIELDS, checkEpilogue } from './linear_epilogue.js';
+import { BINDING, PARAM_BYTES, PARAM_FIELDS, checkEpilogue } from './linear_epilogue.js';
 import { tiledGrid, tiledWgsl } from './linear_tiled.js';
+import { INT8_BINDING, int8Scratch, quantiseWgsl } from './linear_int8.js';
+import { dp4aWgsl } from './linear_dp4a.js';
+import { matrixGrid, matrixWgsl } from './linear_matrix.js';
+import { linearPaths, matrixSizeControl } from './linear_paths.js';
 
 /**
  * @typedef {import('./linear_epilogue.js').Epilogue} Epilogue
  * @typedef {import('./linear_epilogue.js').FloatType} FloatType
  * @typedef {import('./q4_weights.js').ScaleType} ScaleType
  * @typedef {import('./q4_weights.js').Q4Weight} Q4Weight
- * @typedef {'int8-matrix' | 'f16-matrix' | 'int8-dp4a' | 'tiled'} LinearPath
+ * @typedef {import('./linear_paths.js').LinearPath} LinearPath
+ * @typedef {import('./linear_matrix.js').OffsetUnit} OffsetUnit
  */
 
 /**
@@ -35,7 +40,10 @@ import { tiledGrid, tiledWgsl } from './linear_tiled.js';
  * @property {FloatType} activation  The type of x, and of the bias and gate.
  * @property {FloatType} [output]  The output's type; the activations' by default.
  * @property {Epilogue} epilogue
- * @property {LinearPath} [path]  Which path to build; the fastest the device has by default.
+ * @property {LinearPath} [path]  Which path to build; the fastest the device has by default (linearPaths()).
+ * @property {OffsetUnit} [int8Unit]  int8-matrix: how the device counts 8-bit fragment offsets (probeInt8Unit();
+ *   probed here when not given).
+ * @property {import('./linear_paths.js').AdapterFacts | null} [adapterInfo]  GPUAdapter.info, for the matrix paths.
  */
 
 /**
@@ -54,11 +62,16 @@ import { tiledGrid, tiledWgsl } from './linear_tiled.js';
  * @property {number} [rowsPerBatch]  Rows of one batch item (the gate's row), m by default.
  * @property {number} [gateStride]  Elements between the gate vectors of two batch items.
  * @property {number} [gateOffset]  Where the gate starts in its buffer, in elements.
+ * @property {GPUBuffer} [scratch]  int8 paths: where x is quantised (scratchBytes(m) bytes); a buffer of the
+ *   binding's own when not given.
+ * @property {boolean} [quantised]  int8 paths: `scratch` already holds this x quantised (an earlier linear of the
+ *   same x and scratch ran first): skip the quantiser.
  */
 
 /**
  * @typedef {Object} BoundLinear
- * @property {(pass: GPUComputePassEncoder) => void} dispatch  Record into an open compute pass.
+ * @property {(pass: GPUComputePassEncoder) => void} dispatch  Record into an open compute pass (the int8 paths:
+ *   the quantiser, then the product; a pass orders them).
  * @property {(encoder: GPUCommandEncoder, options?: {timestampWrites?: GPUComputePassTimestampWrites}) => void} encode
  *   Record as a compute pass of its own.
  * @property {() => void} destroy  Free the buffers the binding owns.
@@ -67,6 +80,8 @@ import { tiledGrid, tiledWgsl } from './linear_tiled.js';
 /**
  * @typedef {Object} Linear
  * @property {LinearPath} path
+ * @property {number} flops  Floating-point operations per row of x with every weight row used: 2·n·k.
+ * @property {(m: number) => number} scratchBytes  The int8 scratch for m rows (0 on the float paths).
  * @property {(buffers: LinearBuffers) => BoundLinear} bind
  */
 
@@ -76,22 +91,36 @@ import { tiledGrid, tiledWgsl } from './linear_tiled.js';
  * @returns {Promise<Linear>}
  */
 export async function createLinear(device, description) {
-    const { n, k, scales, activation } = description;
+    const { n, k, scales, activation, adapterInfo = null } = description;
     const output = description.output ?? activation;
     const epilogue = checkEpilogue(description.epilogue);
-    const path = description.path ?? 'tiled';
-    if ((activation === 'f16' || output === 'f16') && !device.features.has('shader-f16'))
-        throw new Error('float16 activations need the shader-f16 feature, which this device lacks.');
+    const offered = linearPaths(device, { activation, output }, adapterInfo);
+    const path = description.path ?? offered[0];
+    if (!offered.includes(path))
+        throw new Error(`The linear path ${path} (${activation} → ${output}) needs features this device lacks.`);
     const { packedBytes, scaleBytes, kBlocks } = q4Sizes({ n, k, scales });
     const swiglu = epilogue.kind === 'swiglu';
+    const int8 = path === 'int8-matrix' || path === 'int8-dp4a';
     const variant = { epilogue, activation, output, scales };
-    const module = device.createShaderModule({ label: `linear ${path}`, code: tiledWgsl(variant) });
-    const pipeline = await device.createComputePipelineAsync({
-        label: `linear ${path} ${epilogue.kind}`,
-        layout: 'auto',
-        compute: { module, entryPoint: 'main' },
-    });
+    const label = `linear/${path}/${epilogue.kind}`;
+    const sizeControl = matrixSizeControl(device, adapterInfo) === true;
+    let code;
+    if (path === 'tiled') code = tiledWgsl(variant);
+    else if (path === 'int8-dp4a') code = dp4aWgsl(variant);
+    else if (path === 'f16-matrix') code = matrixWgsl({ kind: 'f16', ...variant, sizeControl });
+    else {
+        const unit = description.int8Unit ?? (await probeInt8Unit(device, { adapterInfo }));
+        if (!unit) throw new Error('The int8 matrix units give wrong products on this device; use another path.');
+        code = matrixWgsl({ kind: 'int8', ...variant, unit, sizeControl });
+    }
+    const [pipeline, quantiser] = await Promise.all([
+        computePipeline(device, label, code),
+        int8 ? computePipeline(device, `linear/quantise/${activation}`, quantiseWgsl({ activation })) : null,
+    ]);
+    const grid = path.endsWith('matrix') ? matrixGrid : tiledGrid;
     const elementBytes = (/** @type {FloatType} */ type) => (type === 'f16' ? 2 : 4);
+    const alignment = device.limits.minStorageBufferOffsetAlignment;
+    const scratchBytes = (/** @type {number} */ m) => (int8 ? int8Scratch({ m, k, alignment }).bytes : 0);
 
     /** @param {LinearBuffers} b */
     function bind(b) {
@@ -103,7 +132,7 @@ export async function createLinear(device, description) {
         const rowsPerBatch = b.rowsPerBatch ?? b.m;
         const gateStride = b.gateStride ?? 0;
         const gateOffset = b.gateOffset ?? 0;
-        checkBinding({ ...b, columns, rowA, rowB, outStride, outOffset, swiglu, n, k, packedBytes, scaleBytes });
+        checkBinding({ ...b, columns, rowA, rowB, outStride, swiglu, n, packedBytes, scaleBytes });
         need(b.x, b.m * k * elementBytes(activation), 'x');
         need(b.out, ((b.m - 1) * outStride + outOffset + columns) * elementBytes(output), 'the output');
         if (epilogue.bias) need(b.bias, n * elementBytes(activation), 'the bias');
@@ -126,27 +155,67 @@ export async function createLinear(device, description) {
             gate_offset: gateOffset,
             pad: 0,
         };
+        /** @type {GPUBuffer[]} */
+        const owned = [];
         const params = device.createBuffer({
-            label: 'linear params',
+            label: `${label}/params`,
             size: PARAM_BYTES,
             usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
         });
+        owned.push(params);
         device.queue.writeBuffer(params, 0, new Uint32Array(PARAM_FIELDS.map((f) => values[f])));
+        /** @type {(binding: number, buffer: GPUBuffer, offset?: number, size?: number) => GPUBindGroupEntry} */
+        const entry = (binding, buffer, offset = 0, size = undefined) => ({
+            binding,
+            resource: size === undefined ? { buffer, offset } : { buffer, offset, size },
+        });
         /** @type {GPUBindGroupEntry[]} */
         const entries = [
-            { binding: 0, resource: { buffer: params } },
-            { binding: 1, resource: { buffer: b.x } },
-            { binding: 2, resource: { buffer: b.weight.packed } },
-            { binding: 3, resource: { buffer: b.weight.scales } },
-            { binding: 4, resource: { buffer: b.out } },
+            entry(BINDING.params, params),
+            entry(BINDING.packed, b.weight.packed),
+            entry(BINDING.scales, b.weight.scales),
+            entry(BINDING.out, b.out),
         ];
-        if (epilogue.bias) entries.push({ binding: 5, resource: { buffer: /** @type {GPUBuffer} */ (b.bias) } });
-        if (epilogue.kind === 'gate_residual')
-            entries.push({ binding: 6, resource: { buffer: /** @type {GPUBuffer} */ (b.gate) } });
-        const group = device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
-        const [gx, gy] = tiledGrid({ m: b.m, n: columns, swiglu });
+        if (epilogue.bias) entries.push(entry(BINDING.bias, /** @type {GPUBuffer} */ (b.bias)));
+        if (epilogue.kind === 'gate_residual') entries.push(entry(BINDING.gate, /** @type {GPUBuffer} */ (b.gate)));
+        /** @type {GPUBindGroup | null} */
+        let quantiseGroup = null;
+        if (int8) {
+            const layout = int8Scratch({ m: b.m, k, alignment });
+            let scratch = b.scratch;
+            if (!scratch) {
+                scratch = device.createBuffer({
+                    label: `${label}/scratch`,
+                    size: layout.bytes,
+                    usage: GPUBufferUsage.STORAGE,
+                });
+                owned.push(scratch);
+            }
+            need(scratch, layout.bytes, 'the int8 scratch');
+            const quantised = entry(INT8_BINDING.x, scratch, 0, layout.quantisedBytes);
+            const rowScales = entry(INT8_BINDING.rowScales, scratch, layout.scalesOffset, layout.scalesBytes);
+            entries.push(quantised, rowScales);
+            if (!b.quantised)
+                quantiseGroup = device.createBindGroup({
+                    label: `${label}/quantise`,
+                    layout: /** @type {GPUComputePipeline} */ (quantiser).getBindGroupLayout(0),
+                    entries: [
+                        entry(BINDING.params, params),
+                        entry(INT8_BINDING.x, b.x),
+                        rowScales,
+                        { ...quantised, binding: INT8_BINDING.quantised },
+                    ],
+                });
+        } else entries.push(entry(1, b.x));
+        const group = device.createBindGroup({ label, layout: pipeline.getBindGroupLayout(0), entries });
+        const [gx, gy] = grid({ m: b.m, n: columns, swiglu });
         /** @param {GPUComputePassEncoder} pass */
         const dispatch = (pass) => {
+            if (quantiseGroup) {
+                pass.setPipeline(/** @type {GPUComputePipeline} */ (quantiser));
+                pass.setBindGroup(0, quantiseGroup);
+                pass.dispatchWorkgroups(b.m);
+            }
             pass.setPipeline(pipeline);
             pass.setBindGroup(0, group);
             pass.dispatchWorkgroups(gx, gy);
@@ -156,17 +225,101 @@ export async function createLinear(device, description) {
             dispatch,
             encode(encoder, options = {}) {
                 const { timestampWrites } = options;
-                const pass = encoder.beginComputePass(timestampWrites ? { timestampWrites } : {});
+                const pass = encoder.beginComputePass(timestampWrites ? { label, timestampWrites } : { label });
                 dispatch(pass);
                 pass.end();
             },
             destroy() {
-                params.destroy();
+                for (const buffer of owned) buffer.destroy();
             },
         };
         return bound;
     }
-    return { path, bind };
+    return { path, flops: 2 * n * k, scratchBytes, bind };
+}
+
+/**
+ * How this device counts the offsets and strides of 8-bit fragments, found with one small product on the int8
+ * matrix path checked against the DP4A path (the same numbers by construction): 'words', 'bytes', or null when
+ * neither reading is exact (the int8 matrix path must not be used).
+ * @param {GPUDevice} device
+ * @param {{adapterInfo?: import('./linear_paths.js').AdapterFacts | null}} [options]
+ * @returns {Promise<OffsetUnit | null>}
+ */
+export async function probeInt8Unit(device, { adapterInfo = null } = {}) {
+    const [m, n, k] = [40, 48, 128];
+    const words = new Uint32Array((n * k) / 8);
+    const scales = new Float32Array((n * k) / 32);
+    const x = new Float32Array(m * k);
+    // A fixed pseudo-random pattern (a 32-bit LCG): every nibble value, scales of both signs, rows of both signs.
+    let state = 12345;
+    const next = () => (state = (Math.imul(state, 1664525) + 1013904223) >>> 0);
+    words.forEach((_, i) => (words[i] = next()));
+    scales.forEach((_, i) => (scales[i] = ((next() % 2001) - 1000) / 4096));
+    x.forEach((_, i) => (x[i] = ((next() % 2001) - 1000) / 256));
+    const upload = (/** @type {ArrayBufferView} */ data, /** @type {number} */ usage) => {
+        const buffer = device.createBuffer({
+            size: Math.ceil(data.byteLength / 16) * 16,
+            usage: usage | GPUBufferUsage.COPY_DST,
+        });
+        device.queue.writeBuffer(buffer, 0, data.buffer, data.byteOffset, data.byteLength);
+        return buffer;
+    };
+    const weight = { packed: upload(words, GPUBufferUsage.STORAGE), scales: upload(scales, GPUBufferUsage.STORAGE) };
+    const input = upload(x, GPUBufferUsage.STORAGE);
+    const shape = {
+        n,
+        k,
+        scales: /** @type {ScaleType} */ ('f32'),
+        activation: /** @type {FloatType} */ ('f32'),
+        adapterInfo,
+    };
+    const run = async (/** @type {LinearPath} */ path, /** @type {OffsetUnit} */ unit) => {
+        const linear = await createLinear(device, { ...shape, epilogue: { kind: 'store' }, path, int8Unit: unit });
+        const out = device.createBuffer({ size: m * n * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
+        const read = device.createBuffer({ size: m * n * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+        const bound = linear.bind({ m, x: input, weight, out });
+        const encoder = device.createCommandEncoder();
+        bound.encode(encoder);
+        encoder.copyBufferToBuffer(out, 0, read, 0, m * n * 4);
+        device.queue.submit([encoder.finish()]);
+        await read.mapAsync(GPUMapMode.READ);
+        const values = new Float32Array(read.getMappedRange().slice(0));
+        read.destroy();
+        out.destroy();
+        bound.destroy();
+        return values;
+    };
+    try {
+        if (!linearPaths(device, shape, adapterInfo).includes('int8-dp4a')) return null;
+        const want = await run('int8-dp4a', 'words');
+        for (const unit of /** @type {OffsetUnit[]} */ (['words', 'bytes'])) {
+            const got = await run('int8-matrix', unit);
+            if (got.every((v, i) => Object.is(v, want[i]))) return unit;
+        }
+        return null;
+    } finally {
+        for (const buffer of [weight.packed, weight.scales, input]) buffer.destroy();
+    }
+}
+
+/**
+ * A compute pipeline from `code`, with the compiler's messages in the error when it fails to compile (a feature
+ * the browser implements badly fails here, and the caller falls back to another path).
+ * @param {GPUDevice} device
+ * @param {string} label
+ * @param {string} code
+ * @returns {Promise<GPUComputePipeline>}
+ */
+async function computePipeline(device, label, code) {
+    const module = device.createShaderModule({ label, code });
+    const info = await module.getCompilationInfo();
+    const errors = info.messages.filter((message) => message.type === 'error');
+    if (errors.length)
+        throw new Error(
+            `WGSL kernel ${label} failed to compile: ${errors.map((e) => `${e.lineNum}:${e.linePos} ${e.message}`).join('; ')}`,
+        );
+    return device.createComputePipelineAsync({ label, layout: 'auto', compute: { module, entryPoint: 'main' } });
 }
 
 /**
@@ -181,8 +334,8 @@ function need(buffer, bytes, what) {
 
 /**
  * The binding's rows and columns lie inside the weight.
- * @param {LinearBuffers & {columns: number, rowA: number, rowB: number, outStride: number, outOffset: number,
- *   swiglu: boolean, n: number, k: number, packedBytes: number, scaleBytes: number}} b
+ * @param {LinearBuffers & {columns: number, rowA: number, rowB: number, outStride: number, swiglu: boolean,
+ *   n: number, packedBytes: number, scaleBytes: number}} b
  */
 function checkBinding(b) {
     if (!Number.isInteger(b.m) || b.m < 1) throw new Error(`A linear over ${b.m} rows: give at least one row.`);
