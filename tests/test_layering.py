@@ -14,7 +14,7 @@ three wings: the app driver, and on it `regress` and the benchmarks, which never
     check.driver   root, repo, pipeline, site, check.driver
     check.regress  root, repo, pipeline, site, check.driver, check.regress
     check.bench    root, repo, pipeline, site, check.driver, check.bench
-    check.kernel_lab  root, repo, pipeline, site, check.driver, check.kernel_lab
+    check.kernel_lab  root, repo, site, check.kernel_lab (its own server and browser: it runs without Playwright)
     cli            everything (cli/, __main__.py); nothing outside cli imports it but __main__.py
 
 Third-party libraries with a home:
@@ -23,7 +23,7 @@ Third-party libraries with a home:
                  the `convert` extra: the converter (repo: checkpoint, convert, convert_graphs, convert_source,
                  export_*, group_norm, fused_ops, onnx_*, attention, quantize, fp16_*, lora, finite_weights, tiny)
                  and the bench that builds and exports torch models (check.bench: native, graphs, models, report,
-                 stats, ort_timing),
+                 stats, ort_timing); onnx also in the kernel lab's graphs (check.kernel_lab: attention, site),
                  so `serve`, `fetch`, `reference` and `regress` run without them
     onnxruntime  the reference pipeline's sessions (pipeline/reference_models.py), the bench's timing
                  (check/bench/ort_timing.py), the converter's q4 quantiser (repo/quantize.py: onnxruntime's
@@ -62,7 +62,7 @@ ALLOWED_LAYERS: dict[str, set[str]] = {
     "check.driver": BELOW_CHECK | {"check.driver"},
     "check.regress": BELOW_CHECK | {"check.driver", "check.regress"},
     "check.bench": BELOW_CHECK | {"check.driver", "check.bench"},
-    "check.kernel_lab": BELOW_CHECK | {"check.driver", "check.kernel_lab"},
+    "check.kernel_lab": {"root", "repo", "site", "check.kernel_lab"},
     "cli": BELOW_CHECK | {"check", "check.driver", "check.regress", "check.bench", "check.kernel_lab", "cli"},
 }
 # (importer, imported module): the one crossing the table does not allow, and why it is needed.
@@ -96,9 +96,11 @@ CONVERTER = {
     )
 }
 BENCH = {f"builder.check.bench.{name}" for name in ("native", "graphs", "models", "report", "stats", "ort_timing")}
+KERNEL_LAB_GRAPHS = {"builder.check.kernel_lab.attention", "builder.check.kernel_lab.site"}
 CONVERT_EXTRA = ("torch", "diffusers", "transformers", "onnx", "onnxscript", "safetensors", "ml_dtypes")
 LIBRARY_HOMES: dict[str, set[str]] = {
     **dict.fromkeys(CONVERT_EXTRA, CONVERTER | BENCH),
+    "onnx": CONVERTER | BENCH | KERNEL_LAB_GRAPHS,
     "onnxruntime": {
         "builder.pipeline.reference_models",
         "builder.check.bench.ort_timing",

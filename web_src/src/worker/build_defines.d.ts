@@ -3,7 +3,7 @@
  * esbuild bundle), declared so that tsc checks their use.
  */
 
-/** The onnxruntime wasm files, relative to the worker script's folder. */
+/** The onnxruntime wasm files, relative to the worker script's folder (the kernel lab's page: to its bundle's). */
 declare const KLEIN_ORT_WASM: { mjs: string; wasm: string } | undefined;
 
 /** The store's helper worker script (store/store_worker.js bundled), relative to the worker script's folder. */
