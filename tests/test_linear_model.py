@@ -137,3 +137,9 @@ def test_float_tolerance_catches_one_wrong_block() -> None:
     broken.scales[2, 1] *= 1.01
     wrong = lm.float_linear(x, broken, lm.Epilogue())
     assert np.any(np.abs(wrong - good) > tolerance)
+
+
+def test_the_models_block_is_the_converters() -> None:
+    from builder.repo.quantize import Q4_BLOCK_SIZE
+
+    assert lm.Q4_BLOCK_SIZE == Q4_BLOCK_SIZE

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from builder.repo.quantize import Q4_BLOCK_SIZE, quantize_blocks
-
 F32 = np.float32
+# MatMulNBits' block (builder.repo.quantize.Q4_BLOCK_SIZE), kept here so the lab runs with numpy alone.
+Q4_BLOCK_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ class Q4Weight:
 def pack_weight(weight: np.ndarray, *, scales: str = "f32") -> Q4Weight:
     """An [N, K] float32 weight (nn.Linear's layout: y = x·Wᵀ) packed as the converter packs it (the MatMul's B is
     Wᵀ). `scales`: "f32" (q4 graphs) or "f16" (q4f16 graphs, whose scales are rounded to float16)."""
+    from builder.repo.quantize import quantize_blocks  # onnx comes with it: only tests pack weights
+
     n, k = weight.shape
     packed, block_scales = quantize_blocks(np.ascontiguousarray(weight, dtype=F32), Q4_BLOCK_SIZE)
     kept = block_scales.astype(np.float16) if scales == "f16" else block_scales

@@ -33,6 +33,17 @@ import { linearPaths, matrixSizeControl } from './linear_paths.js';
  */
 
 /**
+ * The paths `device` runs with activations of `dtype`, fastest first (the kernel lab's name for linearPaths).
+ * @param {GPUDevice} device
+ * @param {FloatType} dtype
+ * @param {import('./linear_paths.js').AdapterFacts | null} [adapterInfo]
+ * @returns {LinearPath[]}
+ */
+export function linearVariants(device, dtype, adapterInfo = null) {
+    return linearPaths(device, { activation: dtype }, adapterInfo);
+}
+
+/**
  * @typedef {Object} LinearDescription
  * @property {number} n  Weight rows (MatMulNBits' N).
  * @property {number} k  Weight columns (K), a multiple of 32.
