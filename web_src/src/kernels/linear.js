@@ -16,11 +16,12 @@
  */
 
 import { q4Sizes } from './q4_weights.js';
-import { BINDING, PARAM_BYTES, PARAM_FIELDS, checkEpilogue } from './linear_epilogue.js';
+import { BINDING, PARAM_FIELDS, checkEpilogue } from './linear_epilogue.js';
 import { tiledGrid, tiledWgsl } from './linear_tiled.js';
 import { INT8_BINDING, int8Scratch, quantiseWgsl } from './linear_int8.js';
 import { dp4aWgsl } from './linear_dp4a.js';
 import { matrixGrid, matrixWgsl } from './linear_matrix.js';
+import { computePipeline, uniformBuffer } from './compile.js';
 import { linearPaths, matrixSizeControl } from './linear_paths.js';
 
 /**
@@ -36,7 +37,7 @@ import { linearPaths, matrixSizeControl } from './linear_paths.js';
  * The paths `device` runs with activations of `dtype`, fastest first (the kernel lab's name for linearPaths).
  * @param {GPUDevice} device
  * @param {FloatType} dtype
- * @param {import('./linear_paths.js').AdapterFacts | null} [adapterInfo]
+ * @param {GPUAdapterInfo | null} [adapterInfo]
  * @returns {LinearPath[]}
  */
 export function linearVariants(device, dtype, adapterInfo = null) {
@@ -54,7 +55,7 @@ export function linearVariants(device, dtype, adapterInfo = null) {
  * @property {LinearPath} [path]  Which path to build; the fastest the device has by default (linearPaths()).
  * @property {OffsetUnit} [int8Unit]  int8-matrix: how the device counts 8-bit fragment offsets (probeInt8Unit();
  *   probed here when not given).
- * @property {import('./linear_paths.js').AdapterFacts | null} [adapterInfo]  GPUAdapter.info, for the matrix paths.
+ * @property {GPUAdapterInfo | null} [adapterInfo]  GPUAdapter.info, for the matrix paths.
  */
 
 /**
@@ -168,13 +169,12 @@ export async function createLinear(device, description) {
         };
         /** @type {GPUBuffer[]} */
         const owned = [];
-        const params = device.createBuffer({
-            label: `${label}/params`,
-            size: PARAM_BYTES,
-            usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
-        });
+        const params = uniformBuffer(
+            device,
+            `${label}/params`,
+            new Uint32Array(PARAM_FIELDS.map((f) => values[f])).buffer,
+        );
         owned.push(params);
-        device.queue.writeBuffer(params, 0, new Uint32Array(PARAM_FIELDS.map((f) => values[f])));
         /** @type {(binding: number, buffer: GPUBuffer, offset?: number, size?: number) => GPUBindGroupEntry} */
         const entry = (binding, buffer, offset = 0, size = undefined) => ({
             binding,
@@ -254,7 +254,7 @@ export async function createLinear(device, description) {
  * matrix path checked against the DP4A path (the same numbers by construction): 'words', 'bytes', or null when
  * neither reading is exact (the int8 matrix path must not be used).
  * @param {GPUDevice} device
- * @param {{adapterInfo?: import('./linear_paths.js').AdapterFacts | null}} [options]
+ * @param {{adapterInfo?: GPUAdapterInfo | null}} [options]
  * @returns {Promise<OffsetUnit | null>}
  */
 export async function probeInt8Unit(device, { adapterInfo = null } = {}) {
@@ -312,25 +312,6 @@ export async function probeInt8Unit(device, { adapterInfo = null } = {}) {
     } finally {
         for (const buffer of [weight.packed, weight.scales, input]) buffer.destroy();
     }
-}
-
-/**
- * A compute pipeline from `code`, with the compiler's messages in the error when it fails to compile (a feature
- * the browser implements badly fails here, and the caller falls back to another path).
- * @param {GPUDevice} device
- * @param {string} label
- * @param {string} code
- * @returns {Promise<GPUComputePipeline>}
- */
-async function computePipeline(device, label, code) {
-    const module = device.createShaderModule({ label, code });
-    const info = await module.getCompilationInfo();
-    const errors = info.messages.filter((message) => message.type === 'error');
-    if (errors.length)
-        throw new Error(
-            `WGSL kernel ${label} failed to compile: ${errors.map((e) => `${e.lineNum}:${e.linePos} ${e.message}`).join('; ')}`,
-        );
-    return device.createComputePipelineAsync({ label, layout: 'auto', compute: { module, entryPoint: 'main' } });
 }
 
 /**

@@ -38,7 +38,6 @@ export const PARAM_FIELDS = Object.freeze([
     'gate_offset',
     'pad',
 ]);
-export const PARAM_BYTES = PARAM_FIELDS.length * 4;
 
 /** Binding numbers every path shares; a path's own inputs take 1 and from 7 on. */
 export const BINDING = Object.freeze({ params: 0, packed: 2, scales: 3, out: 4, bias: 5, gate: 6 });

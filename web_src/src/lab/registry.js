@@ -85,7 +85,7 @@ async function labLinear(device, kase, adapterInfo) {
         output: kase.output.type === 'act' ? kase.dtype : /** @type {'f32' | 'f16'} */ (kase.output.type),
         epilogue: { kind, bias: Boolean(kase.spec.bias) },
         path: /** @type {import('../kernels/linear.js').LinearPath} */ (kase.variant),
-        adapterInfo: /** @type {any} */ (adapterInfo),
+        adapterInfo,
     });
     /** @type {{buffers: Record<string, GPUBuffer>, bound: import('../kernels/linear.js').BoundLinear} | null} */
     let current = null;
