@@ -23,7 +23,7 @@ Third-party libraries with a home:
                  the `convert` extra: the converter (repo: checkpoint, convert, convert_graphs, convert_source,
                  export_*, group_norm, fused_ops, onnx_*, attention, quantize, fp16_*, lora, finite_weights, tiny)
                  and the bench that builds and exports torch models (check.bench: native, graphs, models, report,
-                 stats, ort_timing); onnx also in the kernel lab's graphs (check.kernel_lab: attention, site),
+                 stats, ort_timing); onnx also in the kernel lab's graphs (check.kernel_lab: attention, linear, site),
                  so `serve`, `fetch`, `reference` and `regress` run without them
     onnxruntime  the reference pipeline's sessions (pipeline/reference_models.py), the bench's timing
                  (check/bench/ort_timing.py), the converter's q4 quantiser (repo/quantize.py: onnxruntime's
@@ -96,7 +96,11 @@ CONVERTER = {
     )
 }
 BENCH = {f"builder.check.bench.{name}" for name in ("native", "graphs", "models", "report", "stats", "ort_timing")}
-KERNEL_LAB_GRAPHS = {"builder.check.kernel_lab.attention", "builder.check.kernel_lab.site"}
+KERNEL_LAB_GRAPHS = {
+    "builder.check.kernel_lab.attention",
+    "builder.check.kernel_lab.linear",
+    "builder.check.kernel_lab.site",
+}
 CONVERT_EXTRA = ("torch", "diffusers", "transformers", "onnx", "onnxscript", "safetensors", "ml_dtypes")
 LIBRARY_HOMES: dict[str, set[str]] = {
     **dict.fromkeys(CONVERT_EXTRA, CONVERTER | BENCH),

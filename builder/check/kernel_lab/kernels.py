@@ -1,7 +1,8 @@
 """The kernels the lab knows, by the name the page's registry (web_src/src/lab/registry.js) uses.
 
 A kernel module has NAME, `cases(shape_set) -> [Case]`, `reference(case, dtype) -> float64 rows` and
-`graphs(case) -> {site path: onnx ModelProto}` (onnxruntime's equivalent graphs, written when the lab is built).
+`graphs(case) -> {site path: onnx ModelProto}` (onnxruntime's equivalent graphs, written when the lab is built);
+optionally `verdict(case, dtype, variant, rows) -> None | what is wrong`, its own check of a variant's output.
 docs/kernels.md says how to add one.
 """
 
@@ -9,11 +10,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from builder.check.kernel_lab import attention
+from builder.check.kernel_lab import attention, linear
 from builder.check.kernel_lab.cases import Case
 from builder.errors import KernelLabError
 
-MODULES: dict[str, ModuleType] = {module.NAME: module for module in (attention,)}
+MODULES: dict[str, ModuleType] = {module.NAME: module for module in (attention, linear)}
 
 
 def all_cases(shape_set: str, *, only: tuple[str, ...] = ()) -> list[Case]:

@@ -149,7 +149,8 @@ async function runCase(device, adapterInfo, kase, dtype, variant, withOrt) {
     const buffers = Object.fromEntries(Object.entries(values).map(([name, { data }]) => [name, upload(device, data)]));
     buffers[kase.output.name] = device.createBuffer({
         size: Math.ceil((outCount * itemBytes) / 16) * 16,
-        usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC,
+        // COPY_DST: a kernel that updates its output in place (the linear's residual add) starts it from an input.
+        usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
     });
     /** @type {Record<string, unknown>} */
     const result = { id: kase.id, kernel: kase.kernel, dtype, variant, out_type: outType };

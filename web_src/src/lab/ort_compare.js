@@ -7,7 +7,7 @@
  * @module lab/ort_compare
  */
 
-import { createSession, float16, float32, profileEvents, release, run } from '../runtime/ort.js';
+import { createSession, float16, float32, profileEvents, release, run, uint8 } from '../runtime/ort.js';
 import { median } from './timing.js';
 
 /**
@@ -22,7 +22,8 @@ import { median } from './timing.js';
 /**
  * @param {GPUDevice} device
  * @param {Uint8Array} graph
- * @param {Record<string, {dtype: string, data: Float32Array | Uint16Array, dims: number[]}>} feeds
+ * @param {Record<string, {dtype: string, data: Float32Array | Uint16Array | Uint32Array, dims: number[]}>} feeds
+ *   'u32' data (packed 4-bit weights) is fed as the uint8 tensor of its bytes.
  * @param {string} outputName
  * @param {number} runs
  * @returns {Promise<OrtResult>}
@@ -33,9 +34,11 @@ export async function runOrt(device, graph, feeds, outputName, runs) {
         const tensors = Object.fromEntries(
             Object.entries(feeds).map(([name, { dtype, data, dims }]) => [
                 name,
-                dtype === 'f16'
-                    ? float16(/** @type {Uint16Array} */ (data), dims)
-                    : float32(/** @type {Float32Array} */ (data), dims),
+                dtype === 'u32'
+                    ? uint8(new Uint8Array(data.buffer, data.byteOffset, data.byteLength), dims)
+                    : dtype === 'f16'
+                      ? float16(/** @type {Uint16Array} */ (data), dims)
+                      : float32(/** @type {Float32Array} */ (data), dims),
             ]),
         );
         /** @type {Record<string, import('../runtime/ort.js').HostTensor>} */

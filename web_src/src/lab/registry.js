@@ -10,6 +10,7 @@
  */
 
 import { attentionVariants, createFlashAttention } from '../kernels/flash_attention.js';
+import { createLinear, linearVariants } from '../kernels/linear.js';
 
 /**
  * @typedef {Object} LabCase  One case of cases.json (builder/check/kernel_lab/cases.py).
@@ -58,4 +59,64 @@ export const KERNELS = {
                 { adapterInfo },
             ),
     },
+    linear: {
+        variants: (device, dtype, adapterInfo) => linearVariants(device, dtype, adapterInfo),
+        create: (device, kase, adapterInfo) => labLinear(device, kase, adapterInfo),
+    },
 };
+
+/**
+ * A linear case (builder/check/kernel_lab/linear.py) as a lab kernel: the weights' scales take the run's dtype
+ * (fp32 as in the q4 graphs, fp16 as in the q4f16 ones); one binding per set of buffers. For the residual add the
+ * output starts as the `residual` input, copied in before each call (part of the time measured).
+ * @param {GPUDevice} device
+ * @param {LabCase & {dtype: 'f16' | 'f32', variant: string}} kase
+ * @param {GPUAdapterInfo | null} adapterInfo
+ * @returns {Promise<LabKernel>}
+ */
+async function labLinear(device, kase, adapterInfo) {
+    const { m, n, k, columns, rowA, rowB, outStride, outOffset, rowsPerBatch } = kase.shape;
+    const kind = /** @type {import('../kernels/linear_epilogue.js').EpilogueKind} */ (kase.spec.epilogue);
+    const linear = await createLinear(device, {
+        n,
+        k,
+        scales: kase.dtype,
+        activation: kase.dtype,
+        output: kase.output.type === 'act' ? kase.dtype : /** @type {'f32' | 'f16'} */ (kase.output.type),
+        epilogue: { kind, bias: Boolean(kase.spec.bias) },
+        path: /** @type {import('../kernels/linear.js').LinearPath} */ (kase.variant),
+        adapterInfo,
+    });
+    /** @type {{buffers: Record<string, GPUBuffer>, bound: import('../kernels/linear.js').BoundLinear} | null} */
+    let current = null;
+    return {
+        variant: linear.path,
+        flops: 2 * m * k * columns * (kind === 'swiglu' ? 2 : 1),
+        record(encoder, /** @type {Record<string, GPUBuffer>} */ buffers) {
+            if (current?.buffers !== buffers) {
+                current?.bound.destroy();
+                const bound = linear.bind({
+                    m,
+                    x: buffers.x,
+                    weight: { packed: buffers.packed, scales: buffers.scales },
+                    out: buffers.out,
+                    bias: buffers.bias,
+                    gate: buffers.gate,
+                    columns,
+                    rowA,
+                    rowB,
+                    outStride,
+                    outOffset,
+                    rowsPerBatch,
+                    gateStride: columns,
+                });
+                current = { buffers, bound };
+            }
+            if (buffers.residual) encoder.copyBufferToBuffer(buffers.residual, 0, buffers.out, 0, buffers.out.size);
+            current.bound.encode(encoder);
+        },
+        destroy() {
+            current?.bound.destroy();
+        },
+    };
+}

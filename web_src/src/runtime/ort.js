@@ -385,6 +385,15 @@ export function float16(bits, dims) {
 }
 
 /**
+ * @param {Uint8Array} data
+ * @param {readonly number[]} dims
+ * @returns {import('onnxruntime-web').Tensor}
+ */
+export function uint8(data, dims) {
+    return new ort.Tensor('uint8', data, dims);
+}
+
+/**
  * @param {BigInt64Array} data
  * @param {readonly number[]} dims
  * @returns {import('onnxruntime-web').Tensor}
