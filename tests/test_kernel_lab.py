@@ -110,7 +110,9 @@ def lab_site(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> Pa
 def run_lab(cases: list[Case], site_dir: Path, chromium_path: Path) -> list:  # type: ignore[type-arg]
     from builder.check.kernel_lab.run import run_cases
 
-    return run_cases(cases, site_dir=site_dir, executable=chromium_path, gpu=False, timeout_s=240, log=print).rows
+    run = run_cases(cases, site_dir=site_dir, executable=chromium_path, gpu=False, timeout_s=240, log=print)
+    assert run.error is None, run.error
+    return run.rows
 
 
 # The variants SwiftShader runs (subgroups of 4, packed int8 dot products, neither shader-f16 nor subgroup matrices),

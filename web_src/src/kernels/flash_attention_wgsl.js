@@ -9,11 +9,14 @@
  *   words of the key tile). Keys and values go through workgroup memory a block at a time. The 4 partial dot
  *   products of a score are summed with subgroupShuffleXor (`subgroups`) or through workgroup memory (plain).
  * - matrixShader: the subgroup-matrix units (f16 → f32, 16×16×16). Each subgroup owns 16 query rows, keeps their q
- *   as 8 left fragments and their output as 8 fp32 result fragments; a block of 32 keys and values is staged once
- *   per workgroup. The scores go through workgroup memory for the row maxima; the running maximum moves only when
+ *   as 8 left fragments (loaded once through workgroup memory) and their output as 8 fp32 result fragments; a block
+ *   of 32 keys and values is staged once per workgroup, the values transposed, so that every fragment is loaded in
+ *   the layouts the linear kernels use (left row-major, right column-major). The scores go through workgroup memory for the row maxima; the running maximum moves only when
  *   a row's maximum grows by more than 2⁸ (the probabilities stay ≤ 256, safe in fp16), so the output fragments,
  *   which cannot be scaled row by row in registers, are rescaled through workgroup memory only then.
- * Both compute in fp32 and use exp2 with log2(e) folded into the scale.
+ * Both compute in fp32 and use exp2 with log2(e) folded into the scale. Every result fragment starts from one zero
+ * fragment made with the scalar constructor `(0.0)` before the loop, the form the linear kernels use (a fragment
+ * declared in a loop is not re-zeroed in Chromium 156: docs/kernels.md).
  * @module kernels/flash_attention_wgsl
  */
 
@@ -174,7 +177,7 @@ export function matrixShader({ headDim, subgroups, subgroupSize }) {
     const kT = (/** @type {number} */ half, /** @type {number} */ kk) =>
         `subgroupMatrixLoad<${right}, col_major>(&ks, ${half * 16 * headDim + kk * 16}u, D)`;
     const scores = (/** @type {number} */ half) =>
-        `        var s${half} = subgroupMatrixMultiply<f32>(q0, ${kT(half, 0)});\n` +
+        `        var s${half} = subgroupMatrixMultiplyAccumulate(q0, ${kT(half, 0)}, zero);\n` +
         unrolled(
             frags - 1,
             (i) => `        s${half} = subgroupMatrixMultiplyAccumulate(q${i + 1}, ${kT(half, i + 1)}, s${half});`,
@@ -212,13 +215,13 @@ const MASKED: f32 = -1.0e30;
 
 struct Params { tokens: u32, heads: u32, scale_log2: f32, pad: u32 }
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> q: array<f16>;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f16>>;
 @group(0) @binding(2) var<storage, read> k: array<vec4<f16>>;
 @group(0) @binding(3) var<storage, read> v: array<vec4<f16>>;
 @group(0) @binding(4) var<storage, read_write> out: array<f16>;
 
 var<workgroup> ks: array<f16, ${keys * headDim}>;
-var<workgroup> vs: array<f16, ${keys * headDim}>;
+var<workgroup> vs: array<f16, ${keys * headDim}>; // transposed: [headDim][keys]
 var<workgroup> ss: array<f32, ${subgroups * region}>;
 var<workgroup> ps: array<f16, ${subgroups * region}>;
 var<workgroup> rescale: u32;
@@ -234,8 +237,25 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let part = lane % LPR;
     let region = sg * ${region}u;
     let mine = region + r * KEYS + part * COLS;
-${unrolled(frags, (i) => `    let q${i} = subgroupMatrixLoad<${left}, row_major>(&q, head_base + row0 * D + ${i * 16}u, D);`)}
-${unrolled(frags, (i) => `    var o${i} = ${result}();`)}
+${unrolled(frags, (i) => `    var q${i}: ${left};`)}
+    // q reaches the fragments through workgroup memory, 32 rows (two subgroups' worth) at a time: rows past the
+    // end read as zeros there.
+    for (var round = 0u; round < ${Math.ceil(subgroups / 2)}u; round++) {
+        workgroupBarrier();
+        for (var i = li; i < KEYS * D / 4u; i += THREADS) {
+            let at = wg.x * ROWS + round * KEYS + i / (D / 4u);
+            var x = vec4<f16>(0.0h);
+            if (at < tokens) { x = q[head_base / 4u + at * (D / 4u) + i % (D / 4u)]; }
+            let e = i * 4u;
+            ks[e] = x.x; ks[e + 1u] = x.y; ks[e + 2u] = x.z; ks[e + 3u] = x.w;
+        }
+        workgroupBarrier();
+        if (sg / 2u == round) {
+${unrolled(frags, (i) => `            q${i} = subgroupMatrixLoad<${left}, row_major>(&ks, (sg % 2u) * 16u * D + ${i * 16}u, D);`)}
+        }
+    }
+    let zero = ${result}(0.0);
+${unrolled(frags, (i) => `    var o${i} = zero;`)}
     var m = MASKED;
     var l = 0.0;
     for (var kb = 0u; kb < tokens; kb += KEYS) {
@@ -251,7 +271,8 @@ ${unrolled(frags, (i) => `    var o${i} = ${result}();`)}
             }
             let e = i * 4u;
             ks[e] = kx.x; ks[e + 1u] = kx.y; ks[e + 2u] = kx.z; ks[e + 3u] = kx.w;
-            vs[e] = vx.x; vs[e + 1u] = vx.y; vs[e + 2u] = vx.z; vs[e + 3u] = vx.w;
+            let t = (i % (D / 4u)) * 4u * KEYS + i / (D / 4u);
+            vs[t] = vx.x; vs[t + KEYS] = vx.y; vs[t + 2u * KEYS] = vx.z; vs[t + 3u * KEYS] = vx.w;
         }
         workgroupBarrier();
 ${scores(0)}
@@ -292,8 +313,8 @@ ${unrolled(
     frags,
     (
         f,
-    ) => `        o${f} = subgroupMatrixMultiplyAccumulate(p0, subgroupMatrixLoad<${right}, row_major>(&vs, ${f * 16}u, D), o${f});
-        o${f} = subgroupMatrixMultiplyAccumulate(p1, subgroupMatrixLoad<${right}, row_major>(&vs, ${16 * headDim + f * 16}u, D), o${f});`,
+    ) => `        o${f} = subgroupMatrixMultiplyAccumulate(p0, subgroupMatrixLoad<${right}, col_major>(&vs, ${f * 16 * keys}u, KEYS), o${f});
+        o${f} = subgroupMatrixMultiplyAccumulate(p1, subgroupMatrixLoad<${right}, col_major>(&vs, ${f * 16 * keys + 16}u, KEYS), o${f});`,
 )}
     }
     let inv = 1.0 / l;
