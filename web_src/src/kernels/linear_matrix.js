@@ -58,8 +58,9 @@ export function matrixWgsl({ kind, epilogue, activation, output, scales, unit = 
     const int8 = kind === 'int8';
     const swiglu = epilogue.kind === 'swiglu';
     const enables = [
+        'enable subgroups;',
         'enable chromium_experimental_subgroup_matrix;',
-        sizeControl ? 'enable subgroups;\nenable subgroup_size_control;' : '',
+        sizeControl ? 'enable subgroup_size_control;' : '',
         int8 && activation !== 'f16' && output !== 'f16' ? '' : 'enable f16;',
     ];
     // One K step of the fragments: 32 int8 values (8 words) or 16 f16 values; two steps per staged tile.

@@ -39,6 +39,7 @@ export function linearPaths(device, { activation, output = activation }, adapter
     if ((activation === 'f16' || output === 'f16') && !features.f16) return [];
     const storage = device.limits.maxComputeWorkgroupStorageSize;
     const matrices =
+        features.subgroups &&
         matrixSizeControl(device, adapterInfo) !== null &&
         device.limits.maxComputeInvocationsPerWorkgroup >= 4 * MATRIX_SUBGROUP;
     /** @type {LinearPath[]} */
