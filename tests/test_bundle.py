@@ -28,8 +28,8 @@ from builder.site.bundle import (
     SERVICE_WORKER_ENTRY,
     WEB_MANIFEST,
     build,
-    content_security_policy,
 )
+from builder.site.model_base import content_security_policy
 from builder.site.node import find_node, installed_matches_lock, lock_hash
 
 CDN_MARKERS = (b"https://cdn", b"jsdelivr", b"unpkg")

@@ -6,7 +6,7 @@ three wings: the app driver, and on it `regress` and the benchmarks, which never
 
     layer          may import from builder
     -------------  -------------------------------------------------------------
-    root           builder/__init__.py, errors.py, memory.py: only each other
+    root           builder/__init__.py, errors.py, memory.py, terminal.py, urls.py: only each other
     repo           root, repo             (+ tiny.py -> site.node: the Qwen3 tokenizer ships in web_src's node_modules)
     pipeline       root, repo, pipeline
     site           root, repo, site
@@ -48,7 +48,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "builder"
 
-ROOT_MODULES = {"builder", "builder.errors", "builder.memory"}
+ROOT_MODULES = {"builder", "builder.errors", "builder.memory", "builder.terminal", "builder.urls"}
 LAYERS = ("repo", "pipeline", "site", "check")
 CHECK_WINGS = ("driver", "regress", "bench")
 BELOW_CHECK = {"root", "repo", "pipeline", "site"}

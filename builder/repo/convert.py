@@ -56,7 +56,14 @@ from builder.repo.convert_source import (
     load_skeleton,
     prepare_loras,
 )
-from builder.repo.files import clean_stale_staging, ensure_folder, make_staging, probe_writable, replace_folder
+from builder.repo.files import (
+    clean_stale_staging,
+    disk_problem,
+    ensure_folder,
+    make_staging,
+    probe_writable,
+    replace_folder,
+)
 from builder.repo.finite_weights import check_finite_graph
 from builder.repo.manifest import MANIFEST_NAME, LoraEntry, Manifest, write
 from builder.repo.manifest import load as load_manifest
@@ -146,6 +153,15 @@ def convert(
         )
         write(stage, manifest)
         replace_folder(stage, out)
+    except OSError as exc:
+        # A full disk or the file-size limit (the graphs, the tokenizer's copy): one line, the staging folder gone.
+        shutil.rmtree(stage, ignore_errors=True)
+        problem = disk_problem(exc)
+        fix = "Free some space or raise the limit, then run convert again" if problem else "Fix that and run again"
+        raise ConversionError(
+            f"Cannot convert: {problem or exc.strerror or exc} ({exc.filename2 or exc.filename or stage}). {fix}; OUT {out} was left "
+            "as it was."
+        ) from exc
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
