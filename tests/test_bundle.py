@@ -29,8 +29,8 @@ from builder.site.bundle import (
     SERVICE_WORKER_ENTRY,
     WEB_MANIFEST,
     build,
-    content_security_policy,
 )
+from builder.site.model_base import content_security_policy
 from builder.site.runtime_files import PART_BYTES
 
 CDN_MARKERS = (b"https://cdn", b"jsdelivr", b"unpkg")

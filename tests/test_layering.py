@@ -7,7 +7,7 @@ only the benchmarks build models with the converter.
 
     layer          may import from builder
     -------------  -------------------------------------------------------------
-    root           builder/__init__.py, errors.py, memory.py, node.py: only each other
+    root           builder/__init__.py, errors.py, memory.py, node.py, terminal.py, urls.py: only each other
     repo           root, repo
     convert        root, repo, convert
     pipeline       root, repo, pipeline
@@ -52,7 +52,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "builder"
 
-ROOT_MODULES = {"builder", "builder.errors", "builder.memory", "builder.node"}
+ROOT_MODULES = {"builder", "builder.errors", "builder.memory", "builder.node", "builder.terminal", "builder.urls"}
 LAYERS = ("repo", "convert", "pipeline", "site", "check")
 CHECK_WINGS = ("driver", "regress", "bench", "kernel_lab")
 BELOW_CHECK = {"root", "repo", "pipeline", "site"}

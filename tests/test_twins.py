@@ -166,6 +166,34 @@ def test_input_image_size_is_the_same_in_python_and_js() -> None:
         assert used[0] % 16 == 0 and used[1] % 16 == 0 and used[0] * used[1] <= max(1024**2, size[0] * size[1])
 
 
+PROMPTS = ["a fox", "", "a fox\x00", "\x00", "fox\x00 in snow", "a fox\x01\x1b[31m", "un renard \u00e9 \U0001f98a"]
+
+
+def test_the_prompt_is_refused_alike_in_python_and_js(node_modules: Path) -> None:
+    """A NUL character is refused where each side checks the prompt, before any work: the saved PNG keeps the prompt
+    as text, which cannot hold one. Other control characters are prompts like any other."""
+    params = {"seed": 1, "steps": 1, "width": 64, "height": 64, "modelBase": "https://m.example/r/"}
+    script = (
+        "const { checkInputs } = await import(process.argv[1]);"
+        f"const prompts = {json.dumps(PROMPTS)};"
+        "console.log(JSON.stringify(prompts.map((prompt) => {"
+        f"  try {{ checkInputs({{ ...{json.dumps(params)}, prompt }}); return null; }}"
+        "  catch (error) { if (error.name !== 'InputError') throw error; return error.message; }"
+        "})));"
+    )
+    js = node_module_json(script, WEB_SRC / "src" / "pipeline" / "check_inputs.js")
+    for text, js_reason in zip(PROMPTS, js, strict=True):
+        try:
+            limits.check_prompt(text)
+            python_reason = None
+        except InputError as exc:
+            python_reason = str(exc)
+        assert (js_reason is None) == (python_reason is None), (text, js_reason, python_reason)
+        if "\x00" in text:
+            assert js_reason.lower() == str(python_reason).lower(), (js_reason, python_reason)
+            assert "NUL character" in js_reason and f"character {text.index(chr(0))}" in js_reason
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # The pure functions on the same inputs
 # --------------------------------------------------------------------------------------------------------------------

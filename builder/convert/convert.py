@@ -60,7 +60,14 @@ from builder.convert.onnx_graph import DEFAULT_DATA_FILE_CAP
 from builder.convert.pipeline_kind import pipeline_defaults
 from builder.convert.weight_format import COMPACT, WeightFormat
 from builder.errors import ConversionError, KleinWebError
-from builder.repo.files import clean_stale_staging, ensure_folder, make_staging, probe_writable, replace_folder
+from builder.repo.files import (
+    clean_stale_staging,
+    disk_problem,
+    ensure_folder,
+    make_staging,
+    probe_writable,
+    replace_folder,
+)
 from builder.repo.manifest import MANIFEST_NAME, LoraEntry, Manifest, write
 from builder.repo.manifest import load as load_manifest
 from builder.repo.verify import describe_files
@@ -149,6 +156,15 @@ def convert(
         )
         write(stage, manifest)
         replace_folder(stage, out)
+    except OSError as exc:
+        # A full disk or the file-size limit (the graphs, the tokenizer's copy): one line, the staging folder gone.
+        shutil.rmtree(stage, ignore_errors=True)
+        problem = disk_problem(exc)
+        fix = "Free some space or raise the limit, then run convert again" if problem else "Fix that and run again"
+        raise ConversionError(
+            f"Cannot convert: {problem or exc.strerror or exc} ({exc.filename2 or exc.filename or stage}). {fix}; OUT {out} was left "
+            "as it was."
+        ) from exc
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

@@ -83,9 +83,16 @@ def parse_size(text: str, *, where: str = "--size") -> tuple[int, int]:
 
 
 def check_prompt(value: object, *, name: str = "the prompt") -> str:
-    """A prompt must be text that UTF-8 can carry: bytes a shell passed undecoded arrive as lone surrogates."""
+    """A prompt must be text that UTF-8 can carry: bytes a shell passed undecoded arrive as lone surrogates. It must
+    hold no NUL character either: the saved PNG keeps the prompt as text, which cannot (found here, before the
+    image is computed, not when it is saved). web_src/src/pipeline/check_inputs.js `checkInputs` is its twin."""
     if not isinstance(value, str):
         raise InputError(f"{name} must be text, got {type(value).__name__}.")
+    if "\x00" in value:
+        raise InputError(
+            f"{name} contains a NUL character (\\0, character {value.index(chr(0))}): a saved image keeps its prompt "
+            "as text, which cannot hold one; remove it."
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:

@@ -43,6 +43,19 @@ REPLACED = "replaced"
 SWAP_RECORD = "swap.json"
 
 
+# Write errors that are the machine's, not the file's: the user can free space or raise a limit and run again.
+DISK_ERRORS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EFBIG: "a file would be larger than the file-size limit (ulimit -f)",
+}
+
+
+def disk_problem(exc: OSError) -> str | None:
+    """What a full disk, a used-up quota or the file-size limit (`ulimit -f`) means for `exc`, or None."""
+    return DISK_ERRORS.get(exc.errno or 0)
+
+
 def current_umask() -> int:
     """The process umask. Linux reports it in /proc; elsewhere it can only be read by setting it, which for an
     instant changes it for every thread, so that is the fallback."""
@@ -97,8 +110,9 @@ def atomic_write_bytes(path: Path, data: bytes, *, what: str = "output") -> None
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        if exc.errno == errno.ENOSPC:
-            raise OutputError(f"The disk is full: cannot write {what} {path}. Free some space.") from exc
+        problem = disk_problem(exc)
+        if problem is not None:
+            raise OutputError(f"Cannot write {what} {path}: {problem}. Free some space or raise the limit.") from exc
         raise OutputError(f"Cannot write {what} {path} ({exc.strerror}).") from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

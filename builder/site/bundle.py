@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import jinja2
 
@@ -47,6 +46,7 @@ from builder.node import NodeTools, ensure_node_modules, find_node, lock_hash
 from builder.repo import paths
 from builder.repo.owned_folder import Owner
 from builder.site import icons, runtime_files
+from builder.site.model_base import check_model_base, content_security_policy
 from builder.site.ort_versions import ORT_PACKAGE, onnxruntime_web_version, package_version, runtime_package
 
 BUILD_RECORD = ".klein-build.json"
@@ -68,10 +68,6 @@ ORT_RUNTIME = (runtime_files.LOADER, runtime_files.WASM)
 # What `onnxruntime-web/webgpu` resolves to in the package (its exports' default for an ES module import).
 ORT_WEBGPU_ENTRY = "dist/ort.webgpu.bundle.min.mjs"
 
-# The Hub answers /resolve/ URLs of large files with a redirect to a storage subdomain (cas-bridge.xethub.hf.co,
-# cdn-lfs.hf.co, ...), so a model base on the Hub needs all of these in connect-src.
-HUB_HOSTS = ("huggingface.co", "hf.co")
-HUB_CONNECT_SOURCES = ("https://huggingface.co", "https://*.huggingface.co", "https://hf.co", "https://*.hf.co")
 CROSS_ORIGIN_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Embedder-Policy": "require-corp",
@@ -92,49 +88,6 @@ class BuildResult:
 
 
 # ---------------------------------------------------------------------------------------------- inputs
-
-
-def check_model_base(model_base: str) -> str:
-    """An absolute http(s) URL or a site-relative folder, ending in `/` (the app appends file paths to it)."""
-    parts = urlsplit(model_base)
-    if parts.scheme not in ("", "http", "https") or (parts.scheme and not parts.netloc):
-        raise BuildError(
-            f"--model-base {model_base!r}: expected an http(s) URL such as {DEFAULT_MODEL_BASE} "
-            "or a folder relative to the site such as models/."
-        )
-    if not model_base.endswith("/"):
-        raise BuildError(f"--model-base {model_base!r} must end with `/` (it is a folder); use {model_base + '/'!r}.")
-    if any(ch in model_base for ch in "\"'<> ;"):
-        raise BuildError(
-            f"--model-base {model_base!r} contains a quote, space, `;` or angle bracket; percent-encode it."
-        )
-    return model_base
-
-
-def content_security_policy(model_base: str) -> str:
-    """Exactly what onnxruntime-web and the app need: wasm compilation, same-origin workers, model downloads."""
-    connect = ["'self'"]
-    parts = urlsplit(model_base)
-    if parts.scheme:
-        connect.append(f"{parts.scheme}://{parts.netloc}")
-        host = (parts.hostname or "").lower()
-        if any(host == hub or host.endswith("." + hub) for hub in HUB_HOSTS):
-            connect.extend(HUB_CONNECT_SOURCES)
-    connect = list(dict.fromkeys(connect))  # drop duplicates, keep order
-    directives = [
-        "default-src 'self'",
-        # 'wasm-unsafe-eval' lets onnxruntime-web compile its .wasm; no 'unsafe-eval', no inline script.
-        "script-src 'self' 'wasm-unsafe-eval'",
-        # The module worker, onnxruntime's pthread workers (its own .mjs) and coi-sw.js are all same-origin files
-        # (default-src 'self' covers the web app manifest and the icons).
-        "worker-src 'self'",
-        f"connect-src {' '.join(connect)}",
-        "img-src 'self' data: blob:",
-        "style-src 'self'",
-        "object-src 'none'",
-        "base-uri 'self'",
-    ]
-    return "; ".join(directives)
 
 
 def source_files(web_src: Path) -> Iterator[Path]:

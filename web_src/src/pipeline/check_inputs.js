@@ -33,6 +33,14 @@ export function checkInputs(params) {
     if (typeof prompt !== 'string') {
         throw new InputError(`\`prompt\` must be a string, got ${JSON.stringify(prompt)}.`, { prompt });
     }
+    // Refused here, before any work, not when the PNG is written (builder/pipeline/limits.py check_prompt: twin).
+    if (prompt.includes('\0')) {
+        throw new InputError(
+            `The prompt contains a NUL character (\\0, character ${prompt.indexOf('\0')}): a saved image keeps its ` +
+                'prompt as text, which cannot hold one; remove it.',
+            { prompt },
+        );
+    }
     for (const [name, value] of /** @type {[string, any][]} */ ([
         ['width', width],
         ['height', height],
