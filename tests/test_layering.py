@@ -90,6 +90,7 @@ CONVERTER = {
         "fp16_compute",
         "lora",
         "finite_weights",
+        "pipeline_kind",
         "tiny",
     )
 }
