@@ -26,6 +26,7 @@ PURE_MODULES = (
     "src/pipeline/latents.js",
     "src/pipeline/tokenizer.js",
     "src/pipeline/image.js",
+    "src/pipeline/guidance.js",
     "src/models/graph_choice.js",
     "src/pipeline/preview.js",
     "src/pipeline/vae_tiles.js",

@@ -19,7 +19,7 @@ import { opfsSupport } from '../store/backend.js';
 import { featureMemory } from '../store/feature_memory.js';
 import { configureStoreWorkers } from '../store/store_workers.js';
 import { clearingStore, onStoreCleared, whileUsingStore } from '../store/store_lock.js';
-import { WeightStore } from '../store/weights.js';
+import { WeightStore, readManifest } from '../store/weights.js';
 import { serveRequests } from './requests.js';
 
 /**
@@ -103,6 +103,7 @@ export function startWorker(scope) {
             onCleared: onStoreCleared,
             clear: () => WeightStore.clear(),
         },
+        modelInfo: async (modelBase) => ({ pipeline: (await readManifest(modelBase)).pipeline }),
     });
 }
 
