@@ -146,8 +146,8 @@ def regress(
     reference.png, diff.png), in any letter case; an input image or mask `reference` refuses (beyond 64
     megapixels, Pillow's bomb limit, not PNG/JPEG/WebP, truncated); a --reference PNG Pillow will not decode; a
     cases file that is not valid or nests too deeply; a prompt holding a NUL character; --shard I/N with N beyond the
-    number of cases; a --connect, --advertise or --app-url that is no URL. An edit or inpaint case without a size runs at its first
-    image's upright size (EXIF orientation applied), as `reference` and the app use it.
+    number of cases; a --connect, --advertise or --app-url that is no URL. An edit or inpaint case without a size
+    runs at its first image's upright size (EXIF orientation applied), as `reference` and the app use it.
     """
     from builder.check.regress import run as regression
 

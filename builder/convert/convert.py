@@ -161,9 +161,9 @@ def convert(
         shutil.rmtree(stage, ignore_errors=True)
         problem = disk_problem(exc)
         fix = "Free some space or raise the limit, then run convert again" if problem else "Fix that and run again"
+        where = exc.filename2 or exc.filename or stage
         raise ConversionError(
-            f"Cannot convert: {problem or exc.strerror or exc} ({exc.filename2 or exc.filename or stage}). {fix}; OUT {out} was left "
-            "as it was."
+            f"Cannot convert: {problem or exc.strerror or exc} ({where}). {fix}; OUT {out} was left as it was."
         ) from exc
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
