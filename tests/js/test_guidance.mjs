@@ -125,10 +125,10 @@ test("stage 1 checks the guidance scale and the negative prompt in the reference
     refused({ guidanceScale: NaN }, /must be a number from 1 to 30/);
     refused({ negativePrompt: 5 }, /^the negative prompt must be text, got number\.$/);
     refused({ negativePrompt: 'a\ud800b' }, /^the negative prompt is not valid UTF-8 text: character 1 is '\\ud800'/);
-    const checked = checkInputs({ ...PARAMS, guidanceScale: 4, negativePrompt: 'blurry' });
+    const checked = checkInputs({ ...PARAMS, guidanceScale: 4, negativePrompt: 'blurry' }).params;
     assert.equal(checked.guidanceScale, 4);
     assert.equal(checked.negativePrompt, 'blurry');
-    const plain = checkInputs({ ...PARAMS, guidanceScale: null, negativePrompt: undefined });
+    const plain = checkInputs({ ...PARAMS, guidanceScale: null, negativePrompt: undefined }).params;
     assert.ok(!('guidanceScale' in plain) && !('negativePrompt' in plain));
 });
 
