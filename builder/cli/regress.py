@@ -37,6 +37,18 @@ REGRESS_DEFAULTS = RegressOptions()
     "--strength", type=float, default=None, help=f"Inpainting strength in [0, 1]  [default: {limits.STRENGTH_DEFAULT}]"
 )
 @click.option(
+    "--guidance-scale",
+    type=float,
+    default=REGRESS_DEFAULTS.guidance_scale,
+    help=f"Base models: classifier-free guidance, {limits.GUIDANCE_MIN} (none) to {limits.GUIDANCE_MAX}  "
+    "[default: the model's, from its manifest; distilled models ignore it]",
+)
+@click.option(
+    "--negative-prompt",
+    default=REGRESS_DEFAULTS.negative_prompt,
+    help="Base models: what guidance steers away from  [default: none; distilled models ignore it]",
+)
+@click.option(
     "--cases",
     "cases_file",
     type=click.Path(path_type=Path),
@@ -119,6 +131,8 @@ def regress(
     images: tuple[Path, ...],
     mask: Path | None,
     strength: float | None,
+    guidance_scale: float | None,
+    negative_prompt: str | None,
     cases_file: Path | None,
     reference_png: Path | None,
     reference_from_cpu: bool,
@@ -160,6 +174,8 @@ def regress(
         images=images,
         mask=mask,
         strength=strength,
+        guidance_scale=guidance_scale,
+        negative_prompt=negative_prompt,
         steps=steps,
         cases_file=cases_file,
         reference_png=reference_png,

@@ -200,6 +200,8 @@ class WorkerClient:
         memory: str | None = None,
         preview: bool = False,
         vae_tile: int | None = None,
+        guidance_scale: float | None = None,
+        negative_prompt: str | None = None,
         timeout_s: float = 300,
     ) -> Reply:
         params: dict[str, Any] = {
@@ -220,6 +222,10 @@ class WorkerClient:
             params["preview"] = True
         if vae_tile is not None:
             params["vaeTile"] = vae_tile
+        if guidance_scale is not None:
+            params["guidanceScale"] = guidance_scale
+        if negative_prompt is not None:
+            params["negativePrompt"] = negative_prompt
         return self.request("generate", params=params, timeout_s=timeout_s)
 
     def load(self, *, width: int = 64, height: int = 64, timeout_s: float = 120) -> Reply:
