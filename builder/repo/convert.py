@@ -43,7 +43,7 @@ from typing import Any
 
 from builder import __version__
 from builder.errors import ConversionError
-from builder.repo import lora, preview_map
+from builder.repo import lora, model_card, preview_map
 from builder.repo.convert_graphs import SavedGraph, exporter, write_graphs
 from builder.repo.convert_jobs import choose_jobs, estimated_peak, run_parts
 from builder.repo.convert_source import (
@@ -142,6 +142,7 @@ def convert(
             loras=merged,
         )
         write(stage, manifest)
+        model_card.write_model_card(stage, manifest, src)
         replace_folder(stage, out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
