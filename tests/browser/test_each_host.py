@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import generate_through_form
 from host_server import serve_host  # tests/ is on sys.path
 
 from builder.site import hosts
@@ -18,35 +19,6 @@ from builder.site.bundle import build
 pytestmark = pytest.mark.browser
 
 READY_MS = 120_000
-GENERATE_TIMEOUT_MS = 300_000
-RESULT_PIXELS_JS = """() => {
-    const image = document.querySelector('#result-image');
-    const canvas = document.createElement('canvas');
-    canvas.width = image.naturalWidth;
-    canvas.height = image.naturalHeight;
-    const context = canvas.getContext('2d');
-    context.drawImage(image, 0, 0);
-    return Array.from(context.getImageData(0, 0, canvas.width, canvas.height).data);
-}"""
-
-
-def generate(page: Any) -> list[int]:
-    """One 64x64, 2-step text-to-image run through the form; the image's RGBA pixels."""
-    page.wait_for_function(
-        "() => document.querySelector('#status').textContent.startsWith('Ready')", timeout=READY_MS, polling=100
-    )
-    page.fill("#prompt", "a lighthouse at dusk")
-    page.fill("#seed", "5")
-    page.fill("#steps", "2")
-    page.select_option("#size", "custom")
-    page.fill("#width", "64")
-    page.fill("#height", "64")
-    page.click("#generate")
-    page.wait_for_function(
-        "() => ['done', 'error'].includes(document.body.dataset.state)", timeout=GENERATE_TIMEOUT_MS, polling=200
-    )
-    assert page.evaluate("() => document.body.dataset.state") == "done", page.inner_text("#error")
-    return list(page.evaluate(RESULT_PIXELS_JS))
 
 
 def test_every_host_isolates_the_page_and_generates(
@@ -63,7 +35,7 @@ def test_every_host_isolates_the_page_and_generates(
             if name == "github-pages":
                 # No headers: the service worker isolates the page, after one reload.
                 assert page.evaluate("() => sessionStorage.getItem('klein-coi-reloaded')") == "1"
-            images[name] = generate(page)
+            images[name] = generate_through_form(page, prompt="a lighthouse at dusk", seed=5)
             assert page.get_attribute("#model-source", "data-kind") == "local", name
             served = {path for method, path in site.requests if method == "GET"}
             assert "/models/manifest.json" in served, name

@@ -58,9 +58,9 @@ export class Models {
         // A re-converted repository (other sizes or hashes) invalidates the loaded sessions and derived objects.
         await this.sessions.keepChosen(plan.choices);
         this.caches.deriveFrom(plan.tokenizerIdentity);
-        const { downloadedBytes, fetched } = await this.source.download(plan, { signal, onProgress });
+        const { downloadedBytes, fetched, restarted } = await this.source.download(plan, { signal, onProgress });
         await this.forgetReplaced(new Set(fetched), plan.tokenizerIdentity);
-        return { notes: plan.notes, downloadedBytes };
+        return { notes: [...plan.notes, ...restarted], downloadedBytes };
     }
 
     /**
