@@ -16,7 +16,9 @@ CONVERTER = "klein-web 0.1.0 convert --precision q4f16 --lora style.safetensors:
 def a_manifest() -> Manifest:
     transformer = "transformer/transformer_q4f16.onnx"
     graphs = [
-        GraphEntry("transformer", "q4f16", transformer, ["transformer_q4f16.onnx_data"], "q4 MatMulNBits, fp16 compute", [], []),
+        GraphEntry(
+            "transformer", "q4f16", transformer, ["transformer_q4f16.onnx_data"], "q4 MatMulNBits, fp16 compute", [], []
+        ),
         GraphEntry("vae_decoder", "fp16", "vae_decoder/vae_decoder_fp16.onnx", [], "fp16", [], []),
     ]
     files = {

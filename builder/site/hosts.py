@@ -4,7 +4,7 @@ command that deploys there.
 Every host gets the same site; what differs is how the host is told the response headers the app needs (COOP/COEP
 for cross-origin isolation, the CSP, a long cache for the hashed assets) and what it refuses:
 
-    generic       `_headers` (Netlify / Cloudflare format): today's output for any host
+    generic       `_headers` (Netlify / Cloudflare format), for any static host
     cloudflare    `_headers`                       Cloudflare Pages (and Workers static assets)
     netlify       `_headers`                       read from the deployed folder (netlify.toml is read from the
                                                    repository root, not the deployed folder)

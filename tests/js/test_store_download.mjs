@@ -217,7 +217,10 @@ test('a host that answers the request for the rest with an error status gets a p
             ],
         );
         assert.deepEqual(backend.files.get('a.bin'), FILE);
-        assert.match(String(restarted), new RegExp(`answered HTTP ${status} to the request for the rest.*again from its start`));
+        assert.match(
+            String(restarted),
+            new RegExp(`answered HTTP ${status} to the request for the rest.*again from its start`),
+        );
     }
 });
 
