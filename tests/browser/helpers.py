@@ -294,7 +294,7 @@ RESULT_PIXELS_JS = """() => {
 }"""
 
 
-def generate_through_form(page: Any, *, prompt: str, seed: int, timeout_ms: float = 300_000) -> list[int]:
+def generate_through_form(page: Any, *, prompt: str, seed: int, timeout_ms: float = 600_000) -> list[int]:
     """One 64x64, 2-step text-to-image run through the page's form, as a user starts it; the image's RGBA pixels."""
     page.wait_for_function(
         "() => document.querySelector('#status').textContent.startsWith('Ready')", timeout=120_000, polling=100
@@ -306,8 +306,14 @@ def generate_through_form(page: Any, *, prompt: str, seed: int, timeout_ms: floa
     page.fill("#width", "64")
     page.fill("#height", "64")
     page.click("#generate")
-    page.wait_for_function(
-        "() => ['done', 'error'].includes(document.body.dataset.state)", timeout=timeout_ms, polling=200
-    )
+    try:
+        page.wait_for_function(
+            "() => ['done', 'error'].includes(document.body.dataset.state)", timeout=timeout_ms, polling=200
+        )
+    except Exception as exc:  # Playwright's TimeoutError: say where the run stood
+        where = page.evaluate(
+            "() => [document.querySelector('#status').textContent, document.querySelector('#progress-detail').textContent]"
+        )
+        raise AssertionError(f"no image within {timeout_ms / 1000:.0f} s; the page says {where}") from exc
     assert page.evaluate("() => document.body.dataset.state") == "done", page.inner_text("#error")
     return list(page.evaluate(RESULT_PIXELS_JS))

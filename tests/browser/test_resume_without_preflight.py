@@ -7,6 +7,7 @@ generates. Chromium, the tiny model, the app's page and worker as a user runs th
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ class StorageHost:
                 if path == host.cut and first_get:
                     self.wfile.write(data[start : len(data) // 2])
                     self.wfile.flush()
+                    time.sleep(2)  # the page reads and stores what came before the connection breaks
                     self.close_connection = True  # the rest never comes: a cut connection
                     return
                 self.wfile.write(data[start:])
