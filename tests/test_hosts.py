@@ -20,7 +20,8 @@ from host_server import HostSite  # tests/ is on sys.path
 from builder import WEB_SRC
 from builder.errors import BuildError
 from builder.site import hosts
-from builder.site.bundle import BUILD_RECORD, build, content_security_policy
+from builder.site.bundle import BUILD_RECORD, build
+from builder.site.model_base import content_security_policy
 
 ISOLATION = {
     "cross-origin-opener-policy": "same-origin",

@@ -34,7 +34,11 @@ from builder.site.hosts import HOSTS
     ".nojekyll), refuses a site over its limits and prints the command that deploys it.",
 )
 def build(out_dir: Path, model_base: str, onnxruntime_web: str | None, host: str) -> None:
-    """Bundle web_src/ into a static site in OUT (a no-op when nothing changed)."""
+    """Bundle web_src/ into a static site in OUT (a no-op when nothing changed).
+
+    OUT must be new, empty or a site klein-web built (its .klein-web-build marker or build record); any other
+    folder is refused before anything is written.
+    """
     from builder.site import bundle, hosts
 
     result = bundle.build(out_dir, model_base=model_base, log=log, onnxruntime_web=onnxruntime_web, host=host)

@@ -19,6 +19,8 @@ Output layout (every path relative to the site root, so dist/ works under any su
                                the worker loads, its .wasm in parts (builder/site/runtime_files.py)
     .klein-build.json          build record: input stamp, output list, CSP, build id (read by the server and the
                                next build)
+    .klein-web-build           the marker that makes the folder the build's (builder.repo.owned_folder): written
+                               before the first file, so a folder holding someone's own site is never replaced
 
 The shell (every output the page needs, source maps and the headers file aside) is hashed into the build id, which
 index.html and coi-sw.js carry: the service worker keeps each build's shell in a cache of its own, so a deploy
@@ -36,14 +38,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import jinja2
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
-from builder.errors import BuildError
+from builder.errors import BuildError, KleinWebError
+from builder.node import NodeTools, ensure_node_modules, find_node, lock_hash
+from builder.repo import paths
+from builder.repo.owned_folder import Owner
 from builder.site import hosts, icons, runtime_files
-from builder.site.node import NodeTools, ensure_node_modules, find_node, lock_hash
+from builder.site.model_base import check_model_base, content_security_policy
 from builder.site.ort_versions import ORT_PACKAGE, onnxruntime_web_version, package_version, runtime_package
 
 BUILD_RECORD = ".klein-build.json"
@@ -65,10 +69,6 @@ ORT_RUNTIME = (runtime_files.LOADER, runtime_files.WASM)
 # What `onnxruntime-web/webgpu` resolves to in the package (its exports' default for an ES module import).
 ORT_WEBGPU_ENTRY = "dist/ort.webgpu.bundle.min.mjs"
 
-# The Hub answers /resolve/ URLs of large files with a redirect to a storage subdomain (cas-bridge.xethub.hf.co,
-# cdn-lfs.hf.co, ...), so a model base on the Hub needs all of these in connect-src.
-HUB_HOSTS = ("huggingface.co", "hf.co")
-HUB_CONNECT_SOURCES = ("https://huggingface.co", "https://*.huggingface.co", "https://hf.co", "https://*.hf.co")
 CROSS_ORIGIN_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Embedder-Policy": "require-corp",
@@ -91,49 +91,6 @@ class BuildResult:
 # ---------------------------------------------------------------------------------------------- inputs
 
 
-def check_model_base(model_base: str) -> str:
-    """An absolute http(s) URL or a site-relative folder, ending in `/` (the app appends file paths to it)."""
-    parts = urlsplit(model_base)
-    if parts.scheme not in ("", "http", "https") or (parts.scheme and not parts.netloc):
-        raise BuildError(
-            f"--model-base {model_base!r}: expected an http(s) URL such as {DEFAULT_MODEL_BASE} "
-            "or a folder relative to the site such as models/."
-        )
-    if not model_base.endswith("/"):
-        raise BuildError(f"--model-base {model_base!r} must end with `/` (it is a folder); use {model_base + '/'!r}.")
-    if any(ch in model_base for ch in "\"'<> ;"):
-        raise BuildError(
-            f"--model-base {model_base!r} contains a quote, space, `;` or angle bracket; percent-encode it."
-        )
-    return model_base
-
-
-def content_security_policy(model_base: str) -> str:
-    """Exactly what onnxruntime-web and the app need: wasm compilation, same-origin workers, model downloads."""
-    connect = ["'self'"]
-    parts = urlsplit(model_base)
-    if parts.scheme:
-        connect.append(f"{parts.scheme}://{parts.netloc}")
-        host = (parts.hostname or "").lower()
-        if any(host == hub or host.endswith("." + hub) for hub in HUB_HOSTS):
-            connect.extend(HUB_CONNECT_SOURCES)
-    connect = list(dict.fromkeys(connect))  # drop duplicates, keep order
-    directives = [
-        "default-src 'self'",
-        # 'wasm-unsafe-eval' lets onnxruntime-web compile its .wasm; no 'unsafe-eval', no inline script.
-        "script-src 'self' 'wasm-unsafe-eval'",
-        # The module worker, onnxruntime's pthread workers (its own .mjs) and coi-sw.js are all same-origin files
-        # (default-src 'self' covers the web app manifest and the icons).
-        "worker-src 'self'",
-        f"connect-src {' '.join(connect)}",
-        "img-src 'self' data: blob:",
-        "style-src 'self'",
-        "object-src 'none'",
-        "base-uri 'self'",
-    ]
-    return "; ".join(directives)
-
-
 def source_files(web_src: Path) -> Iterator[Path]:
     """Every input file of the site under web_src (not node_modules, not dot-folders), in a stable order."""
     for root, dirs, files in os.walk(web_src):
@@ -154,7 +111,7 @@ def input_stamp(
     # The build code itself: a changed bundler must not be skipped as "up to date".
     for module in (icons, runtime_files, hosts):
         digest.update(Path(str(module.__file__)).read_bytes())
-    for path in (Path(__file__), Path(__file__).with_name("node.py")):
+    for path in (Path(__file__), Path(__file__).parents[1] / "node.py"):
         digest.update(path.read_bytes())
     for path in source_files(web_src):
         digest.update(path.relative_to(web_src).as_posix().encode() + b"\0")
@@ -174,6 +131,26 @@ def read_record(out_dir: Path) -> dict[str, object] | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
+
+
+# A site built before the marker existed is recognised by its build record.
+OWNER = Owner(
+    ".klein-web-build",
+    "A site built by `klein-web build`; building again replaces its files.\n",
+    "a site klein-web built",
+    earlier=lambda folder: read_record(folder) is not None,
+)
+
+
+def check_out_folder(out_dir: Path, *, what: str) -> None:
+    """BuildError, before anything is bundled, unless `out_dir` is missing, empty or a site of ours: a build replaces
+    index.html and the rest, and deletes files under assets/ it did not make."""
+    why = OWNER.why_not(out_dir)
+    if why is not None:
+        raise BuildError(
+            f"{what} {out_dir} is {why}; a build would replace its index.html and delete files under assets/. "
+            f"Pass a new or empty folder, e.g. {what} {out_dir / 'klein-web'}; nothing was written."
+        )
 
 
 def is_up_to_date(out_dir: Path, stamp: str) -> bool:
@@ -369,8 +346,10 @@ def install(staging: Path, out_dir: Path, *, previous: list[str]) -> list[str]:
         os.replace(source, target)
     stale = set(previous) | {p.relative_to(out_dir).as_posix() for p in (out_dir / "assets").rglob("*") if p.is_file()}
     for name in sorted(stale - set(staged)):
-        if ".." not in name.split("/") and not name.startswith("/"):  # the record is data: never trust it blindly
-            (out_dir / name).unlink(missing_ok=True)
+        try:  # the record is data: each name is checked like a path from elsewhere
+            paths.inside(out_dir, name, what="build record output").unlink(missing_ok=True)
+        except KleinWebError:
+            continue
     return staged
 
 
@@ -383,21 +362,24 @@ def build(
     log: Callable[[str], None] = lambda _message: None,
     onnxruntime_web: str | None = None,
     host: str = "generic",
+    what: str = "--out",
 ) -> BuildResult:
     """Build the site into out_dir; a no-op (nothing written) when the inputs match the last build.
 
     `cache_shell` False: the service worker keeps no shell (`serve --watch`: every reload gets the latest build).
     `onnxruntime_web`: build with that onnxruntime-web version instead of the pinned one (runtime_package).
     `host`: write what that host reads and refuse a site over its limits (builder/site/hosts.py).
+    `what`: the option that named out_dir, for messages (`--out`, `--dist`).
     """
     started = time.perf_counter()
     out_dir, web_src = Path(out_dir).resolve(), Path(web_src).resolve()
     check_model_base(model_base)
     site_host = hosts.host_named(host)
     if out_dir.exists() and not out_dir.is_dir():
-        raise BuildError(f"--out {out_dir} is a file; pass a folder (it is created if missing).")
+        raise BuildError(f"{what} {out_dir} is a file; pass a folder (it is created if missing).")
     if out_dir == web_src or web_src in out_dir.parents:
-        raise BuildError(f"--out {out_dir} is inside web_src ({web_src}); the build would read its own output.")
+        raise BuildError(f"{what} {out_dir} is inside web_src ({web_src}); the build would read its own output.")
+    check_out_folder(out_dir, what=what)
     if not has_web_src(web_src):
         raise BuildError(
             f"{web_src} holds no app sources (no package.json): building needs a checkout of the repository. "
@@ -460,6 +442,7 @@ def build(
         previous_outputs = (record or {}).get("outputs")
         previous = [str(name) for name in previous_outputs] if isinstance(previous_outputs, list) else []
         out_dir.mkdir(exist_ok=True)
+        OWNER.mark(out_dir)
         install(staging, out_dir, previous=previous)
     seconds = time.perf_counter() - started
     log(f"built {out_dir} in {seconds:.2f} s ({len(outputs)} files, build {build})")

@@ -1,6 +1,6 @@
 """The inference worker in real headless Chromium (WebGPU on SwiftShader), driven through its protocol.
 
-Each test serves the built app plus a tiny model repository (builder.repo.tiny) and compares the worker's image with
+Each test serves the built app plus a tiny model repository (builder.convert.tiny) and compares the worker's image with
 the onnxruntime CPU reference (builder.pipeline.reference) for the same prompt, seed and size. One Chromium context is
 shared by the module; each test gets its own server port, hence its own origin and an empty model store.
 """
@@ -221,7 +221,7 @@ def test_q4_against_reference(
     )
     assert not [note for note in reply.ok()["notes"] if "shader-f16" in note], reply.ok()["notes"]
     # The quantized weights reach the GPU through the app's own buffers, not onnxruntime's copies: exactly the
-    # external initializers that only MatMulNBits / GatherBlockQuantized read (pipeline/graph_weights.js).
+    # external initializers that only MatMulNBits / GatherBlockQuantized read (models/graph_weights.js).
     for component in ("text_encoder", "transformer", "vae_decoder"):
         graph = next((tiny_models["q4"] / component).glob(f"{component}_{graphs[component]['variant']}.onnx"))
         assert graphs[component]["streamedBytes"] == streamed_bytes(graph), component

@@ -5,7 +5,7 @@
  * JSEP kernels silently return zeros for fp16 graphs on adapters without shader-f16.
  *
  * Everything else talks to five functions: configureOrt, createSession, submit, run, release, plus the
- * tensor helpers float32 / int64. A session created with `staticDims` on WebGPU captures its kernels
+ * tensor helpers float32 / float16 / int64. A session created with `staticDims` on WebGPU captures its kernels
  * (see SessionOptions); `run` hides the difference. A session may take some weights as GPU buffers the app
  * uploaded (SessionOptions.weights): every run feeds them, and releasing the session destroys them.
  *
@@ -37,7 +37,7 @@ import { runtimeSource } from './wasm_parts.js';
  * @property {boolean} [profile]  Turn onnxruntime's profiler on: every run records each kernel's GPU time (WebGPU
  *   timestamp queries) until profileEvents() ends it. A profiled session never captures: replays record nothing.
  * @property {GpuWeight[]} [weights]  On WebGPU: graph inputs that are weights in the app's GPU buffers (the graph
- *   rewritten by pipeline/graph_weights.js); the session owns the buffers from here on.
+ *   rewritten by models/graph_weights.js); the session owns the buffers from here on.
  * @property {boolean} [capture]  With `staticDims`, on WebGPU: the session captures. Its first run records every
  *   kernel and later runs replay the recording without the EP's per-kernel host work (the time it saves:
  *   docs/performance.md). Every run must then have exactly these dims. Worth it for a graph run
@@ -398,6 +398,24 @@ export async function release(session) {
  */
 export function float32(data, dims) {
     return new ort.Tensor('float32', data, dims);
+}
+
+/**
+ * @param {Uint16Array} bits  IEEE half-precision values as their bits.
+ * @param {readonly number[]} dims
+ * @returns {import('onnxruntime-web').Tensor}
+ */
+export function float16(bits, dims) {
+    return new ort.Tensor('float16', bits, dims);
+}
+
+/**
+ * @param {Uint8Array} data
+ * @param {readonly number[]} dims
+ * @returns {import('onnxruntime-web').Tensor}
+ */
+export function uint8(data, dims) {
+    return new ort.Tensor('uint8', data, dims);
 }
 
 /**
