@@ -64,16 +64,24 @@ def convert(src: Path, out: Path, precision: str, weights: str, loras: tuple[str
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option(
+    "--like",
+    type=click.Choice(["4b", "9b"]),
+    default="4b",
+    show_default=True,
+    help="The released klein whose structure it copies: 9b has klein-9B's wider text encoder (Qwen3-8B-shaped), "
+    "wider prompt embeddings and transformer, and its block ratios.",
+)
+@click.option(
     "--full-size",
     is_flag=True,
-    help="The real klein-4B sizes instead (random bf16 weights, ~17 GB, diffusers folder only): "
+    help="The real sizes of that klein instead (random bf16 weights, ~17 GB for 4b, diffusers folder only): "
     "measure `klein-web convert` on it.",
 )
-def make_tiny(out: Path, seed: int, full_size: bool) -> None:
+def make_tiny(out: Path, seed: int, like: str, full_size: bool) -> None:
     """Make a tiny random-weight klein (diffusers + q4 + fp32 web repos) in OUT for tests."""
     from builder.convert import tiny
 
-    paths = tiny.make_tiny(out, seed=seed, log=log, full_size=full_size)
+    paths = tiny.make_tiny(out, seed=seed, log=log, full_size=full_size, like=like)
     for name, path in paths.items():
         click.echo(f"{name}: {path}")
 

