@@ -51,7 +51,7 @@ def checkout_lock(name: str) -> Iterator[None]:
 # torch imported. The full lane (`pytest --full`, or KLEIN_TEST_FULL=1; scripts/test.sh passes --full) adds every
 # test that runs Chromium, needs make-tiny's torch-built model, imports torch or its model libraries, or is marked
 # slow.
-FULL_LANE_FIXTURES = frozenset({"tiny_models", "chromium_path"})
+FULL_LANE_FIXTURES = frozenset({"tiny_models", "tiny_models_9b", "chromium_path"})
 FULL_LANE_MARKERS = frozenset({"browser", "slow", "torch"})
 FULL_LANE_LIBRARIES = frozenset({"torch", "diffusers", "transformers"})
 FULL_LANE_ENV = "KLEIN_TEST_FULL"
@@ -221,6 +221,16 @@ def tiny_models() -> dict[str, Path]:
 
     with checkout_lock("tiny-models"):
         return cached_tiny_models(0, log=lambda _msg: None)
+
+
+@pytest.fixture(scope="session")
+def tiny_models_9b() -> dict[str, Path]:
+    """make-tiny --like 9b: klein-9B's structure (builder.convert.tiny LIKES), cached like `tiny_models` and built
+    only for the tests that ask for it."""
+    from tiny_cache import tiny_models as cached_tiny_models  # tests/ is on sys.path
+
+    with checkout_lock("tiny-models-9b"):
+        return cached_tiny_models(0, log=lambda _msg: None, like="9b")
 
 
 def tiny_conversion(tiny_models: dict[str, Path], name: str, **options: Any) -> Path:

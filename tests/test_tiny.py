@@ -107,3 +107,45 @@ def test_a_populated_out_is_refused_before_anything_changes(tmp_path: Path) -> N
 def test_a_rerun_replaces_its_own_output(tiny_models: dict[str, Path]) -> None:
     for name in ("diffusers", "q4", "fp32"):
         assert (tiny_models[name] / tiny.MARKER).is_file()
+
+
+def test_like_9b_keeps_klein_9bs_structure(tiny_models_9b: dict[str, Path]) -> None:
+    """make-tiny --like 9b: klein-9B's structural choices, scaled down in its ratios (tiny.LIKES)."""
+    import onnx
+    from diffusers import Flux2KleinPipeline
+
+    from builder.repo import manifest
+
+    pipe = Flux2KleinPipeline.from_pretrained(tiny_models_9b["diffusers"])
+    te, tr = pipe.text_encoder.config, pipe.transformer.config
+    real_te, real_tr = tiny.FULL_9B_TEXT_ENCODER_CONFIG, tiny.FULL_9B_TRANSFORMER_CONFIG
+    assert pipe.config.is_distilled is True and te.num_hidden_layers >= 28  # hidden states 9/18/27, not final-normed
+    # The prompt embeddings are three of the encoder's hidden states wide, as in klein-9B (3 x 4096 = 12288), and
+    # wider than the 4B-like tiny's.
+    assert real_tr["joint_attention_dim"] == 3 * real_te["hidden_size"] == 12288
+    assert tr.joint_attention_dim == 3 * te.hidden_size > tiny.TRANSFORMER_CONFIG["joint_attention_dim"]
+    embeds, text_ids = pipe.encode_prompt(prompt="a fox", device="cpu")
+    assert tuple(embeds.shape) == (1, 512, tr.joint_attention_dim)
+    # klein-9B's ratios: the transformer as wide as the encoder, 1 double block to 3 single ones, the encoder's
+    # 4:1 query-to-key/value heads and 3x feed-forward, its untied output embedding (Qwen3-8B; Qwen3-4B ties it).
+    ratios = [
+        lambda c, t: t["num_attention_heads"] * t["attention_head_dim"] / c["hidden_size"],
+        lambda c, t: t["num_single_layers"] / t["num_layers"],
+        lambda c, t: c["num_attention_heads"] / c["num_key_value_heads"],
+        lambda c, t: c["intermediate_size"] / c["hidden_size"],
+    ]
+    for ratio in ratios:
+        assert ratio(te.to_dict(), dict(tr)) == ratio(real_te, real_tr)
+    assert te.tie_word_embeddings is False and real_te["tie_word_embeddings"] is False
+    assert tiny.FULL_TEXT_ENCODER_CONFIG["tie_word_embeddings"] is True
+    assert te.vocab_size == real_te["vocab_size"] and sum(tr.axes_dims_rope) == tr.attention_head_dim
+
+    # The converted repositories follow the model, not klein-4B: the transformer graphs record its heads, and the
+    # text encoder keeps the input embedding only (the untied output embedding is never used).
+    for precision in ("q4", "fp32"):
+        repo = manifest.load(tiny_models_9b[precision])
+        heads = {graph.attention_heads for graph in repo.graphs if graph.component == "transformer"}
+        assert heads == {tr.num_attention_heads}, precision
+        encoder = next(g for g in repo.graphs if g.component == "text_encoder")
+        names = [i.name for i in onnx.load(tiny_models_9b[precision] / encoder.path, load_external_data=False).graph.initializer]
+        assert not [name for name in names if "lm_head" in name], precision

@@ -68,8 +68,8 @@ def builder_sources(root: str = "builder.convert.tiny") -> list[Path]:
     return sorted(seen)
 
 
-def cache_key(seed: int) -> str:
-    digest = hashlib.sha256(f"make-tiny seed {seed}; python {sys.version_info[:2]}\n".encode())
+def cache_key(seed: int, like: str = "4b") -> str:
+    digest = hashlib.sha256(f"make-tiny seed {seed} like {like}; python {sys.version_info[:2]}\n".encode())
     for path in builder_sources():
         digest.update(f"{path.relative_to(REPO_ROOT).as_posix()}\n".encode() + path.read_bytes())
     for name in LIBRARIES:
@@ -111,18 +111,19 @@ def cached_folder(entry: Path, build: Callable[[Path], None], *, log: Callable[[
     return entry
 
 
-def tiny_models(seed: int, *, log: Callable[[str], None]) -> dict[str, Path]:
-    """make_tiny's {'diffusers': ..., 'q4': ..., 'fp32': ...} for `seed`, from the cache or built into it."""
+def tiny_models(seed: int, *, log: Callable[[str], None], like: str = "4b") -> dict[str, Path]:
+    """make_tiny's {'diffusers': ..., 'q4': ..., 'fp32': ...} for `seed` and `like` (the klein whose structure it
+    copies, builder.convert.tiny LIKES), from the cache or built into it. Each `like` has its own entries."""
     from builder.node import ensure_node_modules
 
     ensure_node_modules(log=log)  # the tokenizer files are part of the key
-    prefix = f"tiny-seed{seed}-"
-    entry = CACHE_DIR / f"{prefix}{cache_key(seed)}"
+    prefix = f"tiny-seed{seed}-" if like == "4b" else f"tiny-{like}-seed{seed}-"
+    entry = CACHE_DIR / f"{prefix}{cache_key(seed, like)}"
 
     def build(staging: Path) -> None:
         from builder.convert.tiny import make_tiny
 
-        make_tiny(staging, seed=seed, log=log)
+        make_tiny(staging, seed=seed, log=log, like=like)
         for stale in CACHE_DIR.glob(f"{prefix}*"):  # made by other code or libraries, and what was derived from it
             if stale.name != entry.name and not stale.name.startswith(f"{entry.name}-"):
                 shutil.rmtree(stale, ignore_errors=True)

@@ -47,6 +47,7 @@ class SavedGraph:
     attention_query_blocks: int = 1
     attention_max_tokens: int | None = None
     attention_heads: int | None = None
+    largest_weight_bytes: int | None = None
     path: str | None = None  # default: graph_path(component, variant)
 
     def entry(self) -> GraphEntry:
@@ -64,6 +65,7 @@ class SavedGraph:
             attention_query_blocks=self.attention_query_blocks,
             attention_max_tokens=self.attention_max_tokens,
             attention_heads=self.attention_heads,
+            largest_weight_bytes=self.largest_weight_bytes,
         )
 
 
@@ -123,6 +125,7 @@ def write_graphs(
                 names,
                 weights.precision_text(component, variant),
                 attention_query_blocks=recorded_query_blocks(model),
+                largest_weight_bytes=largest_weight_bytes(model),
                 **flags,
             )
         )
@@ -262,6 +265,24 @@ def _save_component(
         raise ConversionError(f"Data files {names} do not follow the repo naming {expected}.")
     verify_saved_graph(stage / graph_path(component, variant), component)
     return names
+
+
+def largest_weight_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of the graph's largest weight as stored: the largest buffer it binds for one tensor (for the text
+    encoder, its token embedding: 151,936 x 2,560 values at 4 bits for klein-4B, x 4,096 for klein-9B). The app
+    checks it against the adapter's buffer limit before any download."""
+    sizes = [
+        onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize * _count(tensor.dims)
+        for tensor in model.graph.initializer
+    ]
+    return max(sizes, default=0)
+
+
+def _count(dims: Any) -> int:
+    count = 1
+    for dim in dims:
+        count *= int(dim)
+    return count
 
 
 def graph_bytes(stage: Path, graph: GraphEntry) -> int:

@@ -130,6 +130,9 @@ class GraphEntry:
     # Attention heads of the graph's score buffers (heads x ceil(tokens / blocks) x tokens fp32 values), so
     # the app can also check a size class against the adapter's own buffer limit. None: not recorded.
     attention_heads: int | None = None
+    # The bytes of its largest weight as stored, the largest buffer it binds for one tensor (the text encoder's
+    # token embedding), so the app can check the adapter's buffer limit against this model. None: not recorded.
+    largest_weight_bytes: int | None = None
 
     def files(self) -> list[str]:
         folder = self.path.rsplit("/", 1)[0]
@@ -234,6 +237,7 @@ OPTIONAL_GRAPH_KEYS = {
     "attention_query_blocks",
     "attention_max_tokens",
     "attention_heads",
+    "largest_weight_bytes",
 }
 
 
@@ -283,12 +287,12 @@ def _tensors(value: object, where: str) -> list[TensorSpec]:
     return specs
 
 
-def _count(g: dict[str, Any], key: str, where: str, *, nullable: bool) -> int | None:
+def _count(g: dict[str, Any], key: str, where: str, *, nullable: bool, most: int = 2**31 - 1) -> int | None:
     value = g.get(key, None if nullable else 1)
     if value is None and nullable:
         return None
     _require(
-        _int_in(value, 1, 2**31 - 1),
+        _int_in(value, 1, most),
         where + key,
         f"must be a positive integer{' or null' if nullable else ''}, got {value!r}",
     )
@@ -346,6 +350,7 @@ def _graph(g: object, i: int) -> GraphEntry:
         attention_query_blocks=int(_count(g, "attention_query_blocks", where, nullable=False) or 1),
         attention_max_tokens=_count(g, "attention_max_tokens", where, nullable=True),
         attention_heads=_count(g, "attention_heads", where, nullable=True),
+        largest_weight_bytes=_count(g, "largest_weight_bytes", where, nullable=True, most=MAX_FILE_SIZE),
     )
 
 

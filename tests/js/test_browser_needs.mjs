@@ -184,3 +184,93 @@ test('a limit too small for any image is missing once, with the figure', () => {
         ['buffer-size'],
     );
 });
+
+/**
+ * A manifest's graphs and file sizes (RepoFacts) for a klein-9B-shaped repository as `klein-web convert` writes it:
+ * a token embedding of 151,936 x 4,096 values at 4 bits, 32 transformer heads, the q4 and q4f16 text encoder and
+ * transformer, the fp16 and fp32 VAE decoders.
+ * @param {{heads?: number, embedding?: number}} [shape]
+ * @returns {import('../../web_src/src/shared/browser_needs.js').RepoFacts}
+ */
+function convertedRepo({ heads = 32, embedding = (151936 * 4096) / 2 } = {}) {
+    /** @type {Record<string, {size: number}>} */
+    const files = {};
+    /** @type {import('../../web_src/src/shared/model_repo.js').GraphEntry[]} */
+    const graphs = [];
+    /** @param {string} component @param {string} variant @param {number} dataBytes @param {Partial<import('../../web_src/src/shared/model_repo.js').GraphEntry>} more */
+    const graph = (component, variant, dataBytes, more = {}) => {
+        const path = more.path ?? `${component}/${component}_${variant}.onnx`;
+        const data = `${component}_${variant}.onnx_data`;
+        files[path] = { size: 1e6 };
+        files[`${component}/${data}`] = { size: dataBytes };
+        graphs.push({
+            component,
+            variant,
+            path,
+            externalData: [data],
+            precision: variant,
+            requiresF16: variant.endsWith('f16') || variant === 'fp16',
+            cpuNodesWithoutF16: [],
+            attentionQueryBlocks: 1,
+            attentionMaxTokens: null,
+            attentionHeads: null,
+            largestWeightBytes: null,
+            ...more,
+        });
+    };
+    for (const variant of ['q4', 'q4f16']) {
+        graph('text_encoder', variant, 4.9e9, { largestWeightBytes: embedding });
+        // Its most-split graph, sized so each score buffer of the longest attention stays within 512 MiB, and one
+        // unsplit size class on the same weight files.
+        const tokens = 20992 + 512;
+        const blocks = Math.ceil(tokens / Math.floor((512 * MiB) / (heads * tokens * 4)));
+        graph('transformer', variant, 4.6e9, { attentionHeads: heads, attentionQueryBlocks: blocks });
+        graph('transformer', variant, 4.6e9, {
+            attentionHeads: heads,
+            path: `transformer/transformer_${variant}.qb1.onnx`,
+        });
+    }
+    graph('vae_decoder', 'fp16', 0.1e9, { attentionQueryBlocks: 32 });
+    graph('vae_decoder', 'fp32', 0.1e9, { attentionQueryBlocks: 32 });
+    return { seedLayout: false, graphs, files };
+}
+
+test("a model's manifest decides its needs: klein-9B's wider token embedding, its heads, its download", () => {
+    const nine = convertedRepo();
+    const limit256 = profile({ maxBufferSize: 256 * MiB, maxStorageBufferBindingSize: 256 * MiB });
+    // klein-4B's 185 MiB embedding fits 256 MiB buffers; klein-9B's 297 MiB does not, and the page says so.
+    assert.equal(decide(limit256).canRun, true);
+    const refused = decide(limit256, { repo: nine });
+    assert.equal(refused.canRun, false);
+    assert.deepEqual(
+        refused.missing.map((m) => m.need),
+        ['buffer-size'],
+    );
+    assert.match(refused.missing[0].what, /297 MiB/);
+    const big = profile({ shaderF16: true, subgroupMatrix: true });
+    const decision = decide(big, { repo: nine });
+    assert.equal(decision.canRun, true);
+    assert.equal(decision.model.tokenEmbeddingBytes, (151936 * 4096) / 2);
+    assert.equal(decision.model.transformerHeads, 32);
+    // The download is the family's graphs and weights, each file once (the size classes share weight files), and
+    // the fp16 VAE with shader-f16.
+    assert.equal(decision.family, 'q4f16');
+    assert.equal(decision.model.downloadBytes, 4.9e9 + 1e6 + (4.6e9 + 2e6) + (0.1e9 + 1e6));
+    assert.equal(decision.model.largestPartBytes, 4.9e9 + 1e6);
+    // The sizes that fit follow its heads and its most-split graph: a 4B-shaped manifest (24 heads) fits at least
+    // as large an image in the same buffers, and the figure is what sizeFits gives for the model's own figures.
+    const limit128 = profile({ maxBufferSize: 1 * GiB, maxStorageBufferBindingSize: 300 * MiB });
+    const nineSide = decide(limit128, { repo: nine }).largestSide;
+    const fourSide = decide(limit128, { repo: convertedRepo({ heads: 24, embedding: (151936 * 2560) / 2 }) })
+        .largestSide;
+    assert.ok(nineSide > 0 && nineSide <= fourSide, `${nineSide} vs ${fourSide}`);
+    const model = decide(limit128, { repo: nine }).model;
+    assert.equal(sizeFits(nineSide, nineSide, 300 * MiB, true, model), true);
+    assert.equal(sizeFits(nineSide + LIMITS.sizeMultiple, nineSide + LIMITS.sizeMultiple, 300 * MiB, true, model), false);
+    // Lean mode's GPU memory note names the model's largest part, not klein-4B's measured figure.
+    const lean = decide(profile({ shaderF16: true, deviceMemory: 4 }), { repo: nine });
+    assert.match(lean.lacks.find((l) => l.feature === 'memory')?.cost ?? '', /more than 4\.9 GB/);
+    assert.match(decide(profile({ deviceMemory: 4 })).lacks.find((l) => l.feature === 'memory')?.cost ?? '', /3\.2 GB/);
+    // The seed repository (no manifest: klein-4B) keeps the full-size klein-4B figures.
+    assert.deepEqual(decide(big, { repo: { ...nine, seedLayout: true } }).model, FULL_SIZE_MODEL);
+});

@@ -119,6 +119,8 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @typedef {Object} ModelInfo  What kind of model a model base holds (`modelInfo`).
  * @property {import('./shared/model_repo.js').PipelineDefaults} pipeline  Distilled or base, and the steps and
  *   guidance scales diffusers runs it with (manifest.json `pipeline`).
+ * @property {import('./shared/browser_needs.js').RepoFacts} repo  Its graphs and file sizes, from which the page
+ *   weighs this browser against the model's own sizes (shared/browser_needs.js modelNeeds).
  */
 
 /**

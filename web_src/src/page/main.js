@@ -104,17 +104,22 @@ function showModelSource(form, errors) {
 }
 
 /**
- * The model's kind, asked of the worker once the model source is known: the form then shows a base model's guidance
- * fields, or why a distilled model has none, and takes the model's default steps.
+ * The model's kind and sizes, asked of the worker once the model source is known: the form then shows a base model's
+ * guidance fields, or why a distilled model has none, and takes the model's default steps; the capability panel and
+ * the browser note weigh this browser against the model's own sizes (a klein-9B repository's, not klein-4B's).
  * @param {WorkerClient} client
  * @param {Promise<ModelSource>} source
  * @param {FormView} form
+ * @param {Readiness} readiness
  */
-function learnModel(client, source, form) {
+function learnModel(client, source, form, readiness) {
     source
         .then((found) => client.modelInfo(found.base))
         .then(
-            (info) => form.setModel(info.pipeline),
+            (info) => {
+                form.setModel(info.pipeline);
+                readiness.setModel(info.repo);
+            },
             (err) => form.guidance.unreadable(err instanceof Error ? err.message : String(err)),
         );
 }
@@ -209,7 +214,7 @@ function main() {
         advice: webgpuAdvice(browser),
     });
     readiness.start();
-    learnModel(client, source, form);
+    learnModel(client, source, form, readiness);
     history.open(indexedDB);
 
     const outputCard = requireElement(document, 'output', HTMLElement);

@@ -39,6 +39,24 @@ export class Readiness {
         this.cannotRunAdvice = null;
         /** @type {Promise<Capabilities | null>} */
         this.probe = Promise.resolve(null);
+        /** @type {import('../shared/browser_needs.js').RepoFacts | null} The model's manifest, once read. */
+        this.repo = null;
+    }
+
+    /**
+     * The model's manifest is read: decide again with its own sizes (a klein-9B repository needs a larger buffer
+     * for its token embedding and downloads more than klein-4B), and render the panel and the note with them.
+     * @param {import('../shared/browser_needs.js').RepoFacts} repo
+     */
+    setModel(repo) {
+        this.repo = repo;
+        this.views.capabilities.setModel(repo);
+        this.probe.then(
+            (caps) => {
+                if (caps) this.#judge(caps);
+            },
+            () => {},
+        );
     }
 
     /** Probes once at page load; a failure is shown without scrolling to it. */
@@ -63,6 +81,7 @@ export class Readiness {
     async ready() {
         const caps = await this.probe.catch(() => (this.probe = this.#run()));
         if (caps === null) throw this.cannotRun ?? new NoWebGPUError('WebGPU is not available in this browser.');
+        if (this.cannotRun) throw this.cannotRun; // the model's manifest asked for more than this browser has
         return caps;
     }
 
@@ -111,12 +130,9 @@ export class Readiness {
             );
         }
         capabilities.render(caps);
-        // Whether the app runs here is decided from what the worker found, never from the browser's name.
-        const decision = decide(caps);
-        const note = summaryNote(decision);
-        browserNote.textContent = note.text;
-        browserNote.dataset.tone = note.tone;
         if (!caps.webgpu) {
+            // Whether the app runs here is decided from what the worker found, never from the browser's name.
+            const decision = decide(caps, { repo: this.repo });
             const error = new NoWebGPUError(caps.error ?? 'This browser exposes no WebGPU adapter.');
             this.cannotRun = error;
             const found = decision.missing.find((m) => m.need === 'webgpu' || m.need === 'adapter');
@@ -130,6 +146,23 @@ export class Readiness {
             setState('error');
             return null;
         }
+        if (!this.#judge(caps)) return null;
+        progress.idle(caps.software ? 'Ready (software GPU: expect minutes per image).' : 'Ready.');
+        return caps;
+    }
+
+    /**
+     * The note at the top for a browser with WebGPU, from the decision for the model (klein-4B's figures until its
+     * manifest is read); when the browser lacks what the model needs, Generate is blocked with advice.
+     * @param {Capabilities} caps
+     * @returns {boolean}  Whether the app can run here.
+     */
+    #judge(caps) {
+        const { form, errors, progress, browserNote, browser } = this.views;
+        const decision = decide(caps, { repo: this.repo });
+        const note = summaryNote(decision);
+        browserNote.textContent = note.text;
+        browserNote.dataset.tone = note.tone;
         if (!decision.canRun) {
             this.cannotRun = new KleinError(`The app needs ${decision.missing.map((m) => m.what).join('; ')}.`, {
                 code: ErrorCode.UNSUPPORTED,
@@ -143,9 +176,8 @@ export class Readiness {
             errors.show(this.cannotRunAdvice, ErrorCode.UNSUPPORTED, { reveal: false });
             progress.idle('This browser lacks what the app needs.');
             setState('error');
-            return null;
+            return false;
         }
-        progress.idle(caps.software ? 'Ready (software GPU: expect minutes per image).' : 'Ready.');
-        return caps;
+        return true;
     }
 }

@@ -22,6 +22,7 @@
 
 import { attentionScoreBytes, graphFamily, vaeAttentionTokens } from './graph_needs.js';
 import { LIMITS } from './limits.js';
+import { graphFiles } from './model_repo.js';
 
 /** @typedef {import('./types.js').Capabilities} Capabilities */
 
@@ -62,12 +63,16 @@ function queryBlocksFor(heads, tokens) {
 }
 
 /**
- * What the model asks of the GPU, by default the full-size model as `klein-web convert` writes it.
+ * What the model asks of the GPU and of storage: FULL_SIZE_MODEL (klein-4B as `klein-web convert` writes it) until
+ * the model's manifest is read, then modelNeeds' figures from it.
  * @typedef {Object} ModelNeeds
  * @property {number} tokenEmbeddingBytes  The largest single buffer the graphs bind.
  * @property {number} transformerHeads
  * @property {number} transformerQueryBlocks  Of the most-split transformer graph.
  * @property {number} vaeQueryBlocks          Of the VAE decoder's graph.
+ * @property {number} downloadBytes  What text-to-image downloads: the graphs this browser runs and their weights.
+ * @property {number | null} largestPartBytes  The weights of the largest part (lean mode holds one at a time on the
+ *   GPU); null where only the measured klein-4B figure is known (FULL_SIZE_MODEL).
  */
 
 /** @type {Readonly<ModelNeeds>} */
@@ -76,7 +81,77 @@ export const FULL_SIZE_MODEL = Object.freeze({
     transformerHeads: ATTENTION.transformerHeads,
     transformerQueryBlocks: queryBlocksFor(ATTENTION.transformerHeads, ATTENTION.transformerMaxTokens),
     vaeQueryBlocks: queryBlocksFor(1, ATTENTION.vaeMaxTokens),
+    // The q4 set in the seed repository's layout (text encoder 2.48 + transformer 3.00 + VAE 0.10 GB), the most a
+    // klein-4B repository asks for.
+    downloadBytes: 5.6e9,
+    largestPartBytes: null,
 });
+
+/**
+ * @typedef {Object} RepoFacts  What modelNeeds reads of a manifest (shared/model_repo.js Manifest).
+ * @property {boolean} seedLayout
+ * @property {import('./model_repo.js').GraphEntry[]} graphs
+ * @property {Record<string, {size: number | null}>} files
+ */
+
+/**
+ * What this model asks of this browser, from its manifest: the figures `klein-web convert` records (each graph's
+ * largest weight, attention heads and query blocks) and the sizes of the files it lists, for the graphs the
+ * worker chooses on these features (`family` for the text encoder and the transformer, the fp16 VAE decoder with
+ * shader-f16). Whatever the manifest does not record (the seed layout, older conversions: klein-4B) keeps
+ * FULL_SIZE_MODEL's figure. So a klein-9B repository asks for its wider token embedding, its transformer's heads
+ * and its download, not klein-4B's.
+ * @param {RepoFacts} repo
+ * @param {{family: string, shaderF16: boolean}} choice
+ * @returns {ModelNeeds}
+ */
+export function modelNeeds(repo, { family, shaderF16 }) {
+    if (repo.seedLayout) return FULL_SIZE_MODEL;
+    /** @param {string} component @param {string[]} variants  The graphs of the first variant the repo has. */
+    const chosen = (component, variants) => {
+        const graphs = repo.graphs.filter((g) => g.component === component);
+        const variant = variants.find((v) => graphs.some((g) => g.variant === v)) ?? graphs[0]?.variant;
+        return graphs.filter((g) => g.variant === variant);
+    };
+    const textEncoder = chosen('text_encoder', [family, 'q4', 'q4f16', 'fp32', 'fp16']);
+    const transformer = chosen('transformer', [family, 'q4', 'q4f16', 'fp32', 'fp16']);
+    const vae = chosen('vae_decoder', shaderF16 ? ['fp16', 'fp32'] : ['fp32', 'fp16']);
+    /** @param {(number | null)[]} values @param {number} fallback */
+    const most = (values, fallback) => {
+        const known = values.filter((v) => typeof v === 'number');
+        return known.length ? Math.max(...known) : fallback;
+    };
+    /** @param {import('./model_repo.js').GraphEntry[]} graphs  Their files' bytes, each file once. */
+    const bytes = (graphs) => {
+        const files = new Set(graphs.flatMap(graphFiles));
+        let total = 0;
+        for (const path of files) total += repo.files[path]?.size ?? 0;
+        return total;
+    };
+    const heads = most(
+        transformer.map((g) => g.attentionHeads),
+        0,
+    );
+    return {
+        tokenEmbeddingBytes: most(
+            [...textEncoder, ...transformer, ...vae].map((g) => g.largestWeightBytes),
+            FULL_SIZE_MODEL.tokenEmbeddingBytes,
+        ),
+        transformerHeads: heads || FULL_SIZE_MODEL.transformerHeads,
+        transformerQueryBlocks: heads
+            ? most(
+                  transformer.map((g) => g.attentionQueryBlocks),
+                  1,
+              )
+            : FULL_SIZE_MODEL.transformerQueryBlocks,
+        vaeQueryBlocks: most(
+            vae.map((g) => g.attentionQueryBlocks),
+            FULL_SIZE_MODEL.vaeQueryBlocks,
+        ),
+        downloadBytes: bytes([...textEncoder, ...transformer, ...vae]),
+        largestPartBytes: Math.max(bytes(textEncoder), bytes(transformer), bytes(vae)),
+    };
+}
 
 /** @typedef {import('./types.js').OpfsSupport} OpfsSupport */
 
@@ -113,6 +188,7 @@ export const FULL_SIZE_MODEL = Object.freeze({
  * @property {number} largestSide  The largest square image side (multiple of LIMITS.sizeMultiple) whose attention
  *   buffers fit bufferLimit; 0 when none does.
  * @property {Lack[]} lacks
+ * @property {ModelNeeds} model  The figures it was decided with: the model's, once its manifest is known.
  */
 
 /**
@@ -135,12 +211,13 @@ export function sizeFits(width, height, limit, shaderF16, model = FULL_SIZE_MODE
 }
 
 /**
- * Decide what this browser can run.
+ * Decide what this browser can run: for the model in `repo` (its manifest, modelNeeds) once that is known, else for
+ * `model` (by default klein-4B's figures).
  * @param {CapabilityRecord} caps
- * @param {{model?: ModelNeeds}} [options]
+ * @param {{model?: ModelNeeds, repo?: RepoFacts | null}} [options]
  * @returns {Decision}
  */
-export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
+export function decide(caps, { model: given = FULL_SIZE_MODEL, repo = null } = {}) {
     /** @type {Missing[]} */
     const missing = [];
     /** @type {Lack[]} */
@@ -172,6 +249,8 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
         });
     }
     const bufferLimit = Math.min(caps.maxBufferSize, caps.maxStorageBufferBindingSize);
+    const { family, kernels } = graphFamily(caps);
+    const model = repo ? modelNeeds(repo, { family, shaderF16: caps.shaderF16 }) : given;
     if (gpu && bufferLimit < model.tokenEmbeddingBytes) {
         missing.push({
             need: 'buffer-size',
@@ -180,7 +259,6 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
                 `allows ${mib(bufferLimit)} per buffer`,
         });
     }
-    const { family, kernels } = graphFamily(caps);
     let largestSide = 0;
     if (gpu) {
         for (let side = LIMITS.sizeMax; side >= LIMITS.sizeMin; side -= LIMITS.sizeMultiple) {
@@ -259,8 +337,8 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
             feature: 'memory',
             cost:
                 `This device reports ${memory} GB of memory; the app runs in lean mode, which takes about 2 GB in ` +
-                'the tab and 3.2 GB of GPU memory at 512x512, so the browser may close the tab: close other tabs ' +
-                'and use small sizes.',
+                `the tab and ${leanGpuMemory(model)} of GPU memory at 512x512, so the browser may close the tab: ` +
+                'close other tabs and use small sizes.',
             tone: 'warn',
         });
     }
@@ -270,7 +348,18 @@ export function decide(caps, { model = FULL_SIZE_MODEL } = {}) {
             what: `GPU buffers large enough for the smallest image (this GPU allows ${mib(bufferLimit)})`,
         });
     }
-    return { canRun: missing.length === 0, missing, family, kernels, bufferLimit, largestSide, lacks };
+    return { canRun: missing.length === 0, missing, family, kernels, bufferLimit, largestSide, lacks, model };
+}
+
+/**
+ * Lean mode's GPU memory at 512x512 in words: klein-4B's measured 3.2 GB (docs/machines.md), or for a model known by
+ * its manifest, at least its largest part's weights (lean mode holds one part at a time, with its activations).
+ * @param {ModelNeeds} model
+ * @returns {string}
+ */
+function leanGpuMemory(model) {
+    if (model.largestPartBytes === null) return '3.2 GB';
+    return `more than ${(model.largestPartBytes / 1e9).toFixed(1)} GB (its largest part's weights)`;
 }
 
 /**

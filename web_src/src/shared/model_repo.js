@@ -41,6 +41,8 @@ export const PREVIEW_MAP_FILE = 'vae_decoder/preview_map.json';
  * @property {number | null} attentionMaxTokens  The longest attention (image + text tokens) the converter sized
  *   this graph for; a transformer variant may have one graph per size class on the same weights. null: any size.
  * @property {number | null} attentionHeads  Heads of its attention score buffers (null: not recorded).
+ * @property {number | null} largestWeightBytes  Its largest weight as stored, the largest buffer it binds for one
+ *   tensor (the text encoder's token embedding); null: not recorded (the seed layout, older conversions).
  */
 
 /**

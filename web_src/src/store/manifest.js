@@ -68,6 +68,7 @@ export function seedManifest(modelBase, { chatTemplate = false } = {}) {
         attentionQueryBlocks: 1,
         attentionMaxTokens: null,
         attentionHeads: null,
+        largestWeightBytes: null,
     }));
     /** @type {Manifest['files']} */
     const files = {};
@@ -293,6 +294,7 @@ export function parseManifest(json, modelBase) {
             attentionQueryBlocks: count('attention_query_blocks', 1, false),
             attentionMaxTokens: count('attention_max_tokens', null, true),
             attentionHeads: count('attention_heads', null, true),
+            largestWeightBytes: count('largest_weight_bytes', null, true),
         };
         for (const path of graphFiles(entry)) if (!(path in files)) bad(`graph file ${path} is not listed in "files"`);
         return entry;

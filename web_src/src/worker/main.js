@@ -103,8 +103,21 @@ export function startWorker(scope) {
             onCleared: onStoreCleared,
             clear: () => WeightStore.clear(),
         },
-        modelInfo: async (modelBase) => ({ pipeline: (await readManifest(modelBase)).pipeline }),
+        modelInfo: async (modelBase) => modelInfo(await readManifest(modelBase)),
     });
+}
+
+/**
+ * What the page learns of a model before any download: its kind and defaults, and the graphs and file sizes its
+ * capability decision weighs (shared/browser_needs.js modelNeeds).
+ * @param {import('../shared/model_repo.js').Manifest} manifest
+ * @returns {import('../protocol.js').ModelInfo}
+ */
+function modelInfo({ pipeline, seedLayout, graphs, files }) {
+    /** @type {Record<string, {size: number | null}>} */
+    const sizes = {};
+    for (const [path, entry] of Object.entries(files)) sizes[path] = { size: entry.size };
+    return { pipeline, repo: { seedLayout, graphs, files: sizes } };
 }
 
 startWorker(/** @type {DedicatedWorkerGlobalScope} */ (/** @type {unknown} */ (self)));

@@ -14,9 +14,7 @@ import { firstSentence } from './error_view.js';
 
 /** @typedef {import('../../shared/browser_needs.js').CapabilityRecord} CapabilityRecord */
 /** @typedef {import('../../shared/browser_needs.js').Decision} Decision */
-
-/** About what the q4 model needs in browser storage (text encoder 2.48 + transformer 3.00 + VAE 0.10 GB). */
-const MODEL_BYTES = 5.6e9;
+/** @typedef {import('../../shared/browser_needs.js').RepoFacts} RepoFacts */
 /**
  * Dawn hides shader-f16 on NVIDIA + Vulkan (every NVIDIA GPU under Linux) unless this toggle is on; with it the
  * q4f16 graphs run instead of the q4 ones (int8 activations, slower per step: docs/machines.md).
@@ -38,10 +36,12 @@ export const NVIDIA_F16_FLAG = '--enable-dawn-features=vulkan_enable_f16_on_nvid
  * (shared/browser_needs.js), so a browser is described by what it has, whatever its name.
  * @param {CapabilityRecord} caps
  * @param {{linux: boolean}} platform  Whether the browser runs on Linux (where WebGPU goes through Vulkan).
+ * @param {RepoFacts | null} [repo]  The model's manifest once the worker has read it: its sizes, not klein-4B's.
  * @returns {Row[]}
  */
-export function describeCapabilities(caps, { linux }) {
-    const decision = decide(caps);
+export function describeCapabilities(caps, { linux }, repo = null) {
+    const decision = decide(caps, { repo });
+    const modelBytes = decision.model.downloadBytes;
     /** @param {string} feature */
     const cost = (feature) => decision.lacks.find((lack) => lack.feature === feature)?.cost;
     /** @type {Row[]} */
@@ -95,7 +95,7 @@ export function describeCapabilities(caps, { linux }) {
     const free = quota - usage;
     const opfsMissing = decision.missing.find((m) => m.need === 'opfs' || m.need === 'sync-access-handle');
     const opfsNotes = [cost('move'), cost('create-writable')].filter(Boolean);
-    const roomy = free >= MODEL_BYTES || usage >= MODEL_BYTES;
+    const roomy = free >= modelBytes || usage >= modelBytes;
     rows.push({
         label: 'Storage',
         value: `${formatBytes(usage)} used of ${formatBytes(quota)}${persisted ? ' · persistent' : ''}`,
@@ -105,7 +105,7 @@ export function describeCapabilities(caps, { linux }) {
             : [
                   roomy
                       ? ''
-                      : `The model needs about ${formatBytes(MODEL_BYTES)}; only ${formatBytes(Math.max(0, free))} is available to this site.`,
+                      : `The model needs about ${formatBytes(modelBytes)}; only ${formatBytes(Math.max(0, free))} is available to this site.`,
                   ...opfsNotes,
               ]
                   .filter(Boolean)
@@ -161,7 +161,10 @@ export function summaryNote(decision) {
     }
     const costs = decision.lacks.filter((lack) => lack.tone === 'warn').map((lack) => lack.cost);
     const runs = `This browser runs the app: the ${decision.family} graphs, on ${decision.kernels}.`;
-    if (costs.length === 0) return { text: `${runs} About 5.6 GB is downloaded once, then cached.`, tone: 'ok' };
+    if (costs.length === 0) {
+        const size = formatBytes(decision.model.downloadBytes);
+        return { text: `${runs} About ${size} is downloaded once, then cached.`, tone: 'ok' };
+    }
     return { text: `${runs} ${costs.join(' ')}`, tone: 'warn' };
 }
 
@@ -176,6 +179,19 @@ export class CapabilitiesView {
         this.clearButton = requireElement(doc, 'clear-cache', HTMLButtonElement);
         this.cacheMessage = requireElement(doc, 'cache-message', HTMLElement);
         this.clearButton.addEventListener('click', onClearCache);
+        /** @type {CapabilityRecord | null} */
+        this.caps = null;
+        /** @type {RepoFacts | null} The model's manifest, once the worker has read it. */
+        this.repo = null;
+    }
+
+    /**
+     * The model is known: the panel's sizes become its own.
+     * @param {RepoFacts} repo
+     */
+    setModel(repo) {
+        this.repo = repo;
+        if (this.caps) this.render(this.caps);
     }
 
     /** @param {string} text  While probing, or when the probe itself failed. */
@@ -188,10 +204,11 @@ export class CapabilitiesView {
 
     /** @param {CapabilityRecord} caps */
     render(caps) {
+        this.caps = caps;
         this.panel.dataset.json = JSON.stringify(caps);
         const children = [];
         const linux = /Linux/.test(navigator.userAgent) && !/Android/.test(navigator.userAgent);
-        for (const row of describeCapabilities(caps, { linux })) {
+        for (const row of describeCapabilities(caps, { linux }, this.repo)) {
             const term = document.createElement('dt');
             term.textContent = row.label;
             const value = document.createElement('dd');
