@@ -31,7 +31,9 @@ def test_fp32_matches_diffusers(
         tiny_models_9b["fp32"], prompt=PROMPT, seed=seed, width=width, height=height, steps=STEPS, log=lambda _m: None
     )
     assert result.variants == {"text_encoder": "fp32", "transformer": "fp32", "vae_decoder": "fp32"}
-    comparison = imaging.compare(result.image, diffusers_uint8(diffusers_pipe_9b, width=width, height=height, seed=seed))
+    comparison = imaging.compare(
+        result.image, diffusers_uint8(diffusers_pipe_9b, width=width, height=height, seed=seed)
+    )
     print(f"9B-shaped fp32 {width}x{height} vs diffusers: {comparison.summary()}")
     assert comparison.psnr >= 40.0, comparison.summary()
 

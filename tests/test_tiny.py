@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -109,6 +110,17 @@ def test_a_rerun_replaces_its_own_output(tiny_models: dict[str, Path]) -> None:
         assert (tiny_models[name] / tiny.MARKER).is_file()
 
 
+def ratios(encoder: dict[str, Any], transformer: dict[str, Any]) -> tuple[float, ...]:
+    """The structural ratios of a klein: transformer width to encoder width, single to double blocks, the encoder's
+    query to key/value heads, its feed-forward to its width."""
+    return (
+        transformer["num_attention_heads"] * transformer["attention_head_dim"] / encoder["hidden_size"],
+        transformer["num_single_layers"] / transformer["num_layers"],
+        encoder["num_attention_heads"] / encoder["num_key_value_heads"],
+        encoder["intermediate_size"] / encoder["hidden_size"],
+    )
+
+
 def test_like_9b_keeps_klein_9bs_structure(tiny_models_9b: dict[str, Path]) -> None:
     """make-tiny --like 9b: klein-9B's structural choices, scaled down in its ratios (tiny.LIKES)."""
     import onnx
@@ -124,18 +136,11 @@ def test_like_9b_keeps_klein_9bs_structure(tiny_models_9b: dict[str, Path]) -> N
     # wider than the 4B-like tiny's.
     assert real_tr["joint_attention_dim"] == 3 * real_te["hidden_size"] == 12288
     assert tr.joint_attention_dim == 3 * te.hidden_size > tiny.TRANSFORMER_CONFIG["joint_attention_dim"]
-    embeds, text_ids = pipe.encode_prompt(prompt="a fox", device="cpu")
+    embeds = pipe.encode_prompt(prompt="a fox", device="cpu")[0]
     assert tuple(embeds.shape) == (1, 512, tr.joint_attention_dim)
     # klein-9B's ratios: the transformer as wide as the encoder, 1 double block to 3 single ones, the encoder's
     # 4:1 query-to-key/value heads and 3x feed-forward, its untied output embedding (Qwen3-8B; Qwen3-4B ties it).
-    ratios = [
-        lambda c, t: t["num_attention_heads"] * t["attention_head_dim"] / c["hidden_size"],
-        lambda c, t: t["num_single_layers"] / t["num_layers"],
-        lambda c, t: c["num_attention_heads"] / c["num_key_value_heads"],
-        lambda c, t: c["intermediate_size"] / c["hidden_size"],
-    ]
-    for ratio in ratios:
-        assert ratio(te.to_dict(), dict(tr)) == ratio(real_te, real_tr)
+    assert ratios(te.to_dict(), dict(tr)) == ratios(real_te, real_tr) == (1.0, 3.0, 4.0, 3.0)
     assert te.tie_word_embeddings is False and real_te["tie_word_embeddings"] is False
     assert tiny.FULL_TEXT_ENCODER_CONFIG["tie_word_embeddings"] is True
     assert te.vocab_size == real_te["vocab_size"] and sum(tr.axes_dims_rope) == tr.attention_head_dim
@@ -147,5 +152,11 @@ def test_like_9b_keeps_klein_9bs_structure(tiny_models_9b: dict[str, Path]) -> N
         heads = {graph.attention_heads for graph in repo.graphs if graph.component == "transformer"}
         assert heads == {tr.num_attention_heads}, precision
         encoder = next(g for g in repo.graphs if g.component == "text_encoder")
-        names = [i.name for i in onnx.load(tiny_models_9b[precision] / encoder.path, load_external_data=False).graph.initializer]
+        names = [
+            i.name
+            for i in onnx.load(tiny_models_9b[precision] / encoder.path, load_external_data=False).graph.initializer
+        ]
         assert not [name for name in names if "lm_head" in name], precision
+        # The manifest records the largest buffer it binds, the token embedding: 4 bits or 4 bytes a value.
+        embedding_values = tiny.QWEN3_VOCAB_SIZE * te.hidden_size
+        assert encoder.largest_weight_bytes == {"q4": embedding_values // 2, "fp32": embedding_values * 4}[precision]

@@ -222,7 +222,7 @@ function convertedRepo({ heads = 32, embedding = (151936 * 4096) / 2 } = {}) {
         graph('text_encoder', variant, 4.9e9, { largestWeightBytes: embedding });
         // Its most-split graph, sized so each score buffer of the longest attention stays within 512 MiB, and one
         // unsplit size class on the same weight files.
-        const tokens = 20992 + 512;
+        const tokens = 20480 + 512; // a 1024^2 edit with four 1024^2 references, and the text
         const blocks = Math.ceil(tokens / Math.floor((512 * MiB) / (heads * tokens * 4)));
         graph('transformer', variant, 4.6e9, { attentionHeads: heads, attentionQueryBlocks: blocks });
         graph('transformer', variant, 4.6e9, {
@@ -259,14 +259,18 @@ test("a model's manifest decides its needs: klein-9B's wider token embedding, it
     assert.equal(decision.model.largestPartBytes, 4.9e9 + 1e6);
     // The sizes that fit follow its heads and its most-split graph: a 4B-shaped manifest (24 heads) fits at least
     // as large an image in the same buffers, and the figure is what sizeFits gives for the model's own figures.
-    const limit128 = profile({ maxBufferSize: 1 * GiB, maxStorageBufferBindingSize: 300 * MiB });
-    const nineSide = decide(limit128, { repo: nine }).largestSide;
-    const fourSide = decide(limit128, { repo: convertedRepo({ heads: 24, embedding: (151936 * 2560) / 2 }) })
-        .largestSide;
+    const limit300 = profile({ maxBufferSize: 1 * GiB, maxStorageBufferBindingSize: 300 * MiB });
+    const nineSide = decide(limit300, { repo: nine }).largestSide;
+    const fourSide = decide(limit300, {
+        repo: convertedRepo({ heads: 24, embedding: (151936 * 2560) / 2 }),
+    }).largestSide;
     assert.ok(nineSide > 0 && nineSide <= fourSide, `${nineSide} vs ${fourSide}`);
-    const model = decide(limit128, { repo: nine }).model;
+    const model = decide(limit300, { repo: nine }).model;
     assert.equal(sizeFits(nineSide, nineSide, 300 * MiB, true, model), true);
-    assert.equal(sizeFits(nineSide + LIMITS.sizeMultiple, nineSide + LIMITS.sizeMultiple, 300 * MiB, true, model), false);
+    assert.equal(
+        sizeFits(nineSide + LIMITS.sizeMultiple, nineSide + LIMITS.sizeMultiple, 300 * MiB, true, model),
+        false,
+    );
     // Lean mode's GPU memory note names the model's largest part, not klein-4B's measured figure.
     const lean = decide(profile({ shaderF16: true, deviceMemory: 4 }), { repo: nine });
     assert.match(lean.lacks.find((l) => l.feature === 'memory')?.cost ?? '', /more than 4\.9 GB/);

@@ -22,7 +22,7 @@ import { LruCache } from './lru.js';
  * @property {number[]} dims
  */
 
-/** Prompt embeddings kept (15.7 MB each for klein-4B: [1, 512, 7680] float32). */
+/** Prompt embeddings kept (15.7 MB each for klein-4B: [1, 512, 7680] float32; 25.2 MB for klein-9B: 12288 wide). */
 export const PROMPT_ENTRIES = 4;
 /** Encoded input images kept (8 MiB each for a 1024^2 image: [1, 128, 64, 64] float32), enough for a request's
  * four references and an image to inpaint. */

@@ -27,7 +27,7 @@ export const MIN_FIREFOX_MAC = 145;
 
 export const SUPPORT_NOTE =
     'Runs where the browser gives a worker WebGPU and the Origin Private File System: Chrome and Edge 113+, Safari 26, ' +
-    'Firefox 141+ on Windows and 145+ on Apple-silicon Macs, with a GPU. About 5.6 GB is downloaded once, then cached.';
+    'Firefox 141+ on Windows and 145+ on Apple-silicon Macs, with a GPU. The model (4 to 6 GB for klein-4B, about twice that for klein-9B) is downloaded once, then cached.';
 
 /**
  * @param {{userAgent: string}} nav  `navigator`
