@@ -37,4 +37,7 @@ def test_the_decision_uses_the_converters_query_blocks_and_budget() -> None:
         "transformerHeads": TRANSFORMER_HEADS,
         "transformerQueryBlocks": transformer_blocks,
         "vaeQueryBlocks": vae_blocks,
+        # Until the model's manifest is read: the seed repository's q4 set, and no figure of its parts' weights.
+        "downloadBytes": 5_600_000_000,
+        "largestPartBytes": None,
     }

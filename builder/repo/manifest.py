@@ -65,7 +65,7 @@ class TensorSpec:
 
 
 # The I/O contract of each component, exactly as the seed model card states it.
-# `hidden` is the text-encoder width times 3 (7680 for klein-4B, 96 for the tiny test model).
+# `hidden` is the text-encoder width times 3 (7680 for klein-4B, 12288 for klein-9B, 96 for the tiny test model).
 CONTRACT: dict[str, tuple[list[TensorSpec], list[TensorSpec]]] = {
     "text_encoder": (
         [TensorSpec("input_ids", "int64", ["batch", "seq"]), TensorSpec("attention_mask", "int64", ["batch", "seq"])],
