@@ -123,6 +123,8 @@ BAD: dict[str, tuple[bytes, str]] = {
     "query-blocks-zero": (mutate(graph0("attention_query_blocks", 0)), "attention_query_blocks"),
     "max-tokens-negative": (mutate(graph0("attention_max_tokens", -5)), "attention_max_tokens"),
     "heads-string": (mutate(graph0("attention_heads", "24")), "attention_heads"),
+    "largest-weight-zero": (mutate(graph0("largest_weight_bytes", 0)), "largest_weight_bytes"),
+    "largest-weight-huge": (mutate(graph0("largest_weight_bytes", 2**41)), "largest_weight_bytes"),
     "cpu-nodes-string": (mutate(graph0("cpu_nodes_without_f16", "x")), "cpu_nodes_without_f16"),
     "inputs-not-list": (mutate(graph0("inputs", {})), "inputs"),
     "tensor-extra-key": (mutate(tensor("evil", 1)), "inputs[0]"),
