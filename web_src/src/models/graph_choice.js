@@ -262,3 +262,25 @@ export function checkDecodeFits(vae, { width, height }, gpu) {
         { needed, limit, width, height },
     );
 }
+
+/** Each variant with half-precision activations, and its sibling on the same 4-bit weights with fp32 activations. */
+const FP32_ACTIVATIONS = Object.freeze({ q4f16: 'q4', fp16: 'fp32' });
+
+/**
+ * The graphs to run instead when the chosen text encoder or transformer overflowed half precision: the variant
+ * with fp32 activations of the one chosen (q4f16 -> q4, fp16 -> fp32), where the repository has it for both (a
+ * precision forces both). `from` is the chosen variant; `to` is null when it has no such sibling here.
+ * @param {Manifest} manifest
+ * @param {Pick<Choices, 'text_encoder' | 'transformer'>} choices
+ * @returns {{from: string, to: string | null} | null}  null when the chosen graphs compute in fp32 already.
+ */
+export function activationFallback(manifest, choices) {
+    const from = [choices.transformer, choices.text_encoder]
+        .map((c) => c.graph.variant)
+        .find((v) => Object.hasOwn(FP32_ACTIVATIONS, v));
+    if (!from) return null;
+    const to = FP32_ACTIVATIONS[/** @type {keyof typeof FP32_ACTIVATIONS} */ (from)];
+    const has = (/** @type {string} */ component) =>
+        manifest.graphs.some((g) => g.component === component && g.variant === to);
+    return { from, to: has('text_encoder') && has('transformer') ? to : null };
+}

@@ -130,10 +130,14 @@ export async function denoise(
         // While the GPU computes the first step: work that is not a step (its time is not the step's).
         const asideMs = i === start && duringFirstStep ? await timed(duringFirstStep) : 0;
         let velocity = await prediction;
+        // Each prediction, before the Euler step folds it into the latents: a half-precision overflow is caught at
+        // the step that made it.
+        assertFinite(velocity, `transformer's prediction at ${what.toLowerCase()}`, 'transformer');
         if (guidance) {
             // Queued only once the first prediction is on the CPU: a captured session writes every run's output into
             // the same GPU buffer, which the second run would overwrite before the first one's download.
             const negative = await (await predict(i, guidance.negative, `${what}, negative prompt`)).prediction;
+            assertFinite(negative, `transformer's prediction at ${what.toLowerCase()}, negative prompt`, 'transformer');
             velocity = guided(velocity, negative, guidance.scale);
         }
         eulerStep(latents, velocity, schedule.sigmas[i], schedule.sigmas[i + 1]);
@@ -161,7 +165,7 @@ export async function denoise(
         };
     }
     announce?.();
-    assertFinite(latents, 'denoised latents');
+    assertFinite(latents, 'denoised latents', 'transformer');
     return { denoised: latents.slice(), stepMs, transformerCalls };
 }
 

@@ -165,7 +165,7 @@ export async function encodeImages(plan, { model, meter, signal }) {
                 { meter, what: `The VAE encoder (${image.label})` },
             );
             latents = requireOutput(outputs, 'image_latents', 'VAE encoder'); // [1, 128, h, w]
-            assertFinite(latents.data, `latents of ${image.label}`);
+            assertFinite(latents.data, `latents of ${image.label}`, 'vae_encoder');
             images.set(latentsKey(job), latents);
         }
         const grid = { height: height / PATCH, width: width / PATCH };

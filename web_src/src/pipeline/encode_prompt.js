@@ -42,7 +42,7 @@ export async function startEncoding(prompt, { model, meter, signal }) {
     );
     const embedding = outputs.then((outputs) => {
         const embeds = requireOutput(outputs, 'prompt_embeds', 'text encoder'); // [1, 512, joint_dim]
-        assertFinite(embeds.data, 'prompt embeddings');
+        assertFinite(embeds.data, 'prompt embeddings', 'text_encoder');
         /** @type {PromptEmbedding} */
         const made = { ...embeds, tokens: encoded.tokens, droppedTokens: encoded.droppedTokens };
         prompts.set(prompt, made);

@@ -61,11 +61,14 @@ export function toRgba(image, width, height) {
 }
 
 /**
- * Throws if any value is NaN or infinite (fp16 overflow, a broken kernel, corrupted weights).
+ * Throws if any value is NaN or infinite (fp16 overflow, a broken kernel, corrupted weights). One pass over values
+ * already read back for the next stage (about 1 ms per million values); the error names the component that made
+ * them, so the worker can run that stage on graphs with fp32 activations (worker/recovery.js).
  * @param {ArrayLike<number>} data
  * @param {string} what What the data is, for the message ("prompt embeddings", "latents after step 2"...).
+ * @param {string} [component]  The model component whose output `data` is ('text_encoder', 'transformer', ...).
  */
-export function assertFinite(data, what) {
+export function assertFinite(data, what, component) {
     let nan = 0;
     let inf = 0;
     let first = -1;
@@ -81,7 +84,7 @@ export function assertFinite(data, what) {
             `Found ${nan} NaN and ${inf} infinite value(s) in the ${what} (out of ${data.length}, first at ` +
                 `index ${first}). This usually means a numeric overflow in half precision or a faulty GPU kernel. ` +
                 "Try another seed, the 'fp32' precision, or clear the model cache if the download may be corrupted.",
-            { what, nan, inf, total: data.length, firstIndex: first },
+            { what, nan, inf, total: data.length, firstIndex: first, nonFinite: true, component },
         );
     }
 }
@@ -91,7 +94,7 @@ export function assertFinite(data, what) {
  * @param {Float32Array} image [1, 3, H, W] in [0, 1]
  */
 export function checkImage(image) {
-    assertFinite(image, 'decoded image');
+    assertFinite(image, 'decoded image', 'vae_decoder');
     if (image.length === 0) {
         throw new DegenerateOutputError('The decoded image is empty.', { length: 0 });
     }

@@ -80,3 +80,20 @@ async function remember(key, off) {
 
 /** @type {import('../shared/types.js').FeatureMemory} */
 export const featureMemory = Object.freeze({ recall, remember });
+
+/**
+ * The precision a model falls back to in this browser after its half-precision graphs overflowed
+ * (worker/recovery.js), kept in the same file under the key `model <modelBase>`: {precision, reason}. Later runs
+ * that ask for no precision start on it instead of overflowing once more.
+ */
+export const precisionMemory = Object.freeze({
+    /** @param {string} modelBase @returns {Promise<{precision: string, reason: string} | null>} */
+    async recall(modelBase) {
+        const { precision, reason } = await recall(`model ${modelBase}`);
+        return precision ? { precision, reason: reason ?? '' } : null;
+    },
+    /** @param {string} modelBase @param {string} precision @param {string} reason */
+    async remember(modelBase, precision, reason) {
+        await remember(`model ${modelBase}`, { precision, reason });
+    },
+});

@@ -16,7 +16,7 @@ import { configureOrt, ortThreads } from '../runtime/ort.js';
 import { configureTokenizerWorker } from '../pipeline/tokenizer_helper.js';
 import { runtimeFiles } from '../runtime/wasm_parts.js';
 import { opfsSupport } from '../store/backend.js';
-import { featureMemory } from '../store/feature_memory.js';
+import { featureMemory, precisionMemory } from '../store/feature_memory.js';
 import { configureStoreWorkers } from '../store/store_workers.js';
 import { clearingStore, onStoreCleared, whileUsingStore } from '../store/store_lock.js';
 import { WeightStore, readManifest } from '../store/weights.js';
@@ -104,6 +104,7 @@ export function startWorker(scope) {
             clear: () => WeightStore.clear(),
         },
         modelInfo: async (modelBase) => modelInfo(await readManifest(modelBase)),
+        precisions: precisionMemory,
     });
 }
 

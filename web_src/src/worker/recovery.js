@@ -6,30 +6,61 @@
  * - An optional GPU feature that failed at its first use (GpuFeatureError): again without that feature.
  * - A run in fast memory mode that ran out of GPU memory or lost its device, when the request did not ask for
  *   fast mode itself: once more in lean mode (models/memory_mode.js), which holds one session at a time.
+ * - Half precision that overflowed (NaN or infinity in the text encoder's or the transformer's output, from q4f16 or
+ *   fp16 graphs): once more on the same weights' graphs with fp32 activations (q4, fp32) where the repository has
+ *   them, remembered for that model in this browser (store/feature_memory.js precisionMemory) so later runs start
+ *   there; where it has none, one sentence naming what overflowed.
  * - Anything else, a cancelled job included: no retry.
  * Each retry first releases the sessions; a job that fails or is cancelled after giving up a feature releases them
  * too, and turns the features back on (they were not the cause).
  * @module worker/recovery
  */
 
-import { ErrorCode, GpuFeatureError, KleinError } from '../shared/errors.js';
+import { activationFallback } from '../models/graph_choice.js';
+import { DegenerateOutputError, ErrorCode, GpuFeatureError, KleinError } from '../shared/errors.js';
 
 /** @typedef {import('../models/model.js').Model} Model */
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
 
 /**
- * @typedef {{kind: 'drop-feature', feature: string, reason: string} | {kind: 'lean', reason: string}} Recovery
+ * @typedef {{kind: 'drop-feature', feature: string, reason: string} | {kind: 'lean', reason: string}
+ *   | {kind: 'precision', precision: string, reason: string}} Recovery
  */
 
 /**
+ * @typedef {Object} PrecisionMemory  The precision each model falls back to in this browser (store/feature_memory.js).
+ * @property {(modelBase: string) => Promise<{precision: string, reason: string} | null>} recall
+ * @property {(modelBase: string, precision: string, reason: string) => Promise<void>} remember
+ */
+
+/** @param {unknown} err @returns {err is KleinError} A half-precision overflow of the text encoder or transformer. */
+function overflowed(err) {
+    return (
+        err instanceof KleinError &&
+        err.code === ErrorCode.DEGENERATE_OUTPUT &&
+        err.detail?.nonFinite === true &&
+        (err.detail.component === 'text_encoder' || err.detail.component === 'transformer')
+    );
+}
+
+/**
  * @param {unknown} err
- * @param {{aborted: boolean, memoryMode: string, askedMemory: string | undefined, leanTried: boolean}} state
+ * @param {{aborted: boolean, memoryMode: string, askedMemory: string | undefined, leanTried: boolean,
+ *   fallback?: {from: string, to: string | null} | null}} state
  *   `memoryMode`: the mode the failed run used; `askedMemory`: the request's own `memory`; `leanTried`: this job
- *   already ran again in lean mode.
+ *   already ran again in lean mode; `fallback`: the failed run's half-precision variant and its fp32-activation
+ *   sibling in the repository (models/graph_choice.js activationFallback), null when it ran fp32 activations.
  * @returns {Recovery | null}
  */
-export function recoveryFor(err, { aborted, memoryMode, askedMemory, leanTried }) {
+export function recoveryFor(err, { aborted, memoryMode, askedMemory, leanTried, fallback = null }) {
     if (aborted || !(err instanceof KleinError)) return null;
+    if (overflowed(err) && fallback?.to) {
+        return {
+            kind: 'precision',
+            precision: fallback.to,
+            reason: `the ${fallback.from} ${err.detail.component.replace('_', ' ')} overflowed half precision (${err.message.split(' (')[0]})`,
+        };
+    }
     if (err instanceof GpuFeatureError)
         return { kind: 'drop-feature', feature: err.detail.feature, reason: err.detail.cause };
     const ranOutOfMemory = err.code === ErrorCode.OUT_OF_MEMORY && err.detail?.runtime === true;
@@ -48,31 +79,73 @@ export function recoveryFor(err, { aborted, memoryMode, askedMemory, leanTried }
 /**
  * Run `job`, and run it again another way while recoveryFor() finds one: without a GPU feature that failed (each
  * retry gives up one more feature the device has, so this ends), or once in lean memory mode. A job that succeeds
- * without features has the browser remember that they fail (Gpu.remember).
+ * without features has the browser remember that they fail (Gpu.remember). A request that asks for no precision
+ * starts on the one this browser remembers for its model; one that overflowed half precision runs again on the
+ * fp32-activation graphs, and its result's notes say so.
  * @template T
- * @param {() => Promise<T>} job
- * @param {{model: Pick<Model, 'sessions' | 'memory'>, gpu: Pick<Gpu, 'dropFeature' | 'remember' | 'restore'>,
- *   signal: AbortSignal, askedMemory: string | undefined, onEvent: (event: {type: 'stage', stage: 'load',
- *   detail: string}) => void}} options  `askedMemory`: the request's own `memory`; `onEvent`: says why the job
- *   loads again.
+ * @param {(overrides: {precision?: string}) => Promise<T>} job  Runs the request with `overrides` on its params.
+ * @param {{model: Pick<Model, 'sessions' | 'memory' | 'source'>, gpu: Pick<Gpu, 'dropFeature' | 'remember' |
+ *   'restore'>, signal: AbortSignal, askedMemory: string | undefined, onEvent: (event: {type: 'stage', stage: 'load',
+ *   detail: string}) => void, precisions?: PrecisionMemory, modelBase?: string, askedPrecision?: string}} options
+ *   `askedMemory`, `askedPrecision`: the request's own `memory` and `precision`; `onEvent`: says why the job loads
+ *   again; `precisions`, `modelBase`: where the model's fallback precision is kept.
  * @returns {Promise<T>}
  */
-export async function runRecovering(job, { model, gpu, signal, askedMemory, onEvent }) {
+export async function runRecovering(
+    job,
+    { model, gpu, signal, askedMemory, onEvent, precisions, modelBase, askedPrecision },
+) {
     /** @type {string[]} Features given up during this job. */
     const dropped = [];
     let leanTried = false;
+    /** @type {{precision?: string}} */
+    const overrides = {};
+    /** @type {string[]} What the result's notes say about the precision it ran on. */
+    const precisionNotes = [];
+    const remembered =
+        askedPrecision === undefined && precisions && modelBase
+            ? await precisions.recall(modelBase).catch(() => null)
+            : null;
+    if (remembered) {
+        overrides.precision = remembered.precision;
+        precisionNotes.push(
+            `Ran the ${remembered.precision} graphs, as this browser remembers for this model: ${remembered.reason}.`,
+        );
+    }
     for (;;) {
         try {
-            const result = await job();
+            const result = await job(overrides);
             await gpu.remember(dropped);
+            const notes = /** @type {{notes?: unknown} | null} */ (result)?.notes;
+            if (precisionNotes.length > 0 && Array.isArray(notes)) notes.push(...precisionNotes);
             return result;
         } catch (err) {
+            const source = model.source;
+            const fallback =
+                overflowed(err) && !overrides.precision && source?.manifest && source.choices
+                    ? activationFallback(source.manifest, source.choices)
+                    : null;
             const recovery = recoveryFor(err, {
                 aborted: signal.aborted,
                 memoryMode: model.memory.current.mode,
                 askedMemory,
                 leanTried,
+                fallback,
             });
+            if (recovery?.kind === 'precision') {
+                await model.sessions.releaseAll();
+                overrides.precision = recovery.precision;
+                precisionNotes.push(
+                    `Ran again on the ${recovery.precision} graphs (fp32 activations): ${recovery.reason}.`,
+                );
+                if (precisions && modelBase) await precisions.remember(modelBase, recovery.precision, recovery.reason);
+                onEvent({
+                    type: 'stage',
+                    stage: 'load',
+                    detail: `again on the ${recovery.precision} graphs: ${recovery.reason}`,
+                });
+                continue;
+            }
             if (recovery?.kind === 'drop-feature') {
                 await model.sessions.releaseAll();
                 gpu.dropFeature(recovery.feature, recovery.reason);
@@ -96,6 +169,14 @@ export async function runRecovering(job, { model, gpu, signal, askedMemory, onEv
             if (signal.aborted || dropped.length > 0) await model.sessions.releaseAll();
             // Failing without the features as well, they were not the cause: the next job has them again.
             if (!signal.aborted) gpu.restore(dropped);
+            if (fallback && !fallback.to && err instanceof KleinError) {
+                const component = String(err.detail.component).replace('_', ' ');
+                throw new DegenerateOutputError(
+                    `The ${fallback.from} ${component} overflowed half precision (${err.message.split(' (')[0]}), ` +
+                        `and this model has no graphs with fp32 activations to run it on instead.`,
+                    err.detail,
+                );
+            }
             throw signal.aborted ? signal.reason : err;
         }
     }

@@ -11,7 +11,8 @@
  * releases its sessions (gives the GPU memory back); a queued job is answered `cancelled` immediately.
  *
  * Some failures run the job again another way (worker/recovery.js): an optional GPU feature that fails at its first
- * use runs it on a device without that feature; a fast-mode run that runs out of memory runs once more in lean mode.
+ * use runs it on a device without that feature; a fast-mode run that runs out of memory runs once more in lean mode;
+ * half-precision graphs that overflow run it on the fp32-activation graphs.
  *
  * Tabs share the model store (store/store_lock.js): generate and load hold it shared, clearCache exclusively (refused
  * with code 'busy' while a job of any tab uses it), and a clear in another tab makes this worker forget the store.
@@ -45,6 +46,8 @@ import { runRecovering } from './recovery.js';
  * @property {StoreAccess} store
  * @property {(modelBase: string) => Promise<import('../protocol.js').ModelInfo>} modelInfo  The model's kind and
  *   defaults, from its manifest (store/weights.js readManifest).
+ * @property {import('./recovery.js').PrecisionMemory} [precisions]  The precision each model falls back to in this
+ *   browser after its half-precision graphs overflowed.
  */
 
 /**
@@ -109,7 +112,7 @@ export class JobQueue {
  * @param {MessagePort_} scope
  * @param {WorkerParts} parts
  */
-export function serveRequests(scope, { model, gpu, probe, store, modelInfo }) {
+export function serveRequests(scope, { model, gpu, probe, store, modelInfo, precisions }) {
     const jobs = new JobQueue();
 
     /**
@@ -129,8 +132,18 @@ export function serveRequests(scope, { model, gpu, probe, store, modelInfo }) {
         jobs.run(request.id, (signal) => {
             const onEvent = (/** @type {any} */ event) => post(/** @type {Event} */ ({ ...event, id: request.id }));
             // Shared with other tabs' jobs; a clear in another tab waits for none and is refused meanwhile.
-            const job = () => store.whileUsing(() => run(request.params, { model, signal, onEvent }));
-            return runRecovering(job, { model, gpu, signal, askedMemory: request.params?.memory, onEvent });
+            const job = (/** @type {{precision?: string}} */ overrides) =>
+                store.whileUsing(() => run({ ...request.params, ...overrides }, { model, signal, onEvent }));
+            return runRecovering(job, {
+                model,
+                gpu,
+                signal,
+                askedMemory: request.params?.memory,
+                askedPrecision: request.params?.precision || undefined,
+                modelBase: request.params?.modelBase,
+                precisions,
+                onEvent,
+            });
         });
 
     /** @type {Readonly<Record<string, (request: any) => Promise<{result: any, transfer?: Transferable[]}>>>} */
