@@ -289,6 +289,54 @@ def q4f16_repo(tiny_models: dict[str, Path]) -> Path:
     return tiny_conversion(tiny_models, "q4f16", precision="q4f16", jobs=1)
 
 
+# The text encoder's first MLP channels that overflowing_q4f16_repo makes overflow, and how much their gate and up
+# projections are scaled: about 1e6 after SiLU(gate) * up on the tiny model, past fp16's 65504, far within fp32.
+OVERFLOW_CHANNELS = (5, 17, 40)
+OVERFLOW_SCALE = 1e4
+
+
+@pytest.fixture(scope="session")
+def overflowing_q4f16_repo(tiny_models: dict[str, Path]) -> Path:
+    """make-tiny's model with massive activations injected into its text encoder, converted with --precision q4f16
+    --weights seed (the q4f16 and q4 graphs; the seed layout's fp16 token table is a plain Gather, which the wasm EP
+    runs where an adapter without shader-f16 sends the q4f16 graphs, unlike the compact layout's 4-bit one). A few
+    of layer 0's MLP channels have their gate and up rows scaled past fp16's range and their down-projection column
+    zeroed: in fp32 they add exactly nothing, in fp16 they are infinite and the zero weight turns them into NaN, as
+    a real checkpoint's massive channels overflow where random weights never do."""
+    from safetensors.torch import load_file, save_file
+    from tiny_cache import derived  # tests/ is on sys.path
+
+    from builder.convert.convert import convert
+    from builder.convert.tiny import TINY_DATA_FILE_CAPS
+    from builder.convert.weight_format import SEED
+
+    def make(models: dict[str, Path], out: Path) -> None:
+        checkpoint = out.parent / "overflowing-checkpoint"
+        shutil.copytree(models["diffusers"], checkpoint)
+        weights_file = checkpoint / "text_encoder" / "model.safetensors"
+        weights = load_file(weights_file)
+        channels = list(OVERFLOW_CHANNELS)
+        for projection in ("gate_proj", "up_proj"):
+            weights[f"model.layers.0.mlp.{projection}.weight"][channels] *= OVERFLOW_SCALE
+        weights["model.layers.0.mlp.down_proj.weight"][:, channels] = 0
+        save_file(weights, weights_file, metadata={"format": "pt"})
+        try:
+            convert(
+                checkpoint,
+                out,
+                precision="q4f16",
+                weights=SEED,
+                jobs=1,
+                log=lambda _msg: None,
+                max_data_file_bytes=TINY_DATA_FILE_CAPS,
+            )
+        finally:
+            shutil.rmtree(checkpoint, ignore_errors=True)
+
+    with checkout_lock("tiny-overflowing-seed-q4f16"):
+        return derived(tiny_models, "overflowing-seed-q4f16", make, log=lambda _msg: None)
+
+
 @pytest.fixture(scope="session")
 def dist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One build of the app for the whole session (the default model base)."""
