@@ -171,3 +171,16 @@ test('an overflow with no fp32-activation graphs is one sentence naming what ove
     );
     assert.equal(fake.memory.saved.length, 0);
 });
+
+test('a remembered precision the repository no longer has is forgotten for the run, not reported', async () => {
+    const fake = parts(['q4f16'], 'q4f16', { precision: 'q4', reason: 'the q4f16 text encoder overflowed' });
+    const asked = /** @type {any[]} */ ([]);
+    const result = await runRecovering(async (overrides) => {
+        asked.push(overrides.precision);
+        if (overrides.precision === 'q4')
+            throw new InputError('`precision` "q4" is not available', { precision: 'q4' });
+        return { notes: /** @type {string[]} */ ([]) };
+    }, fake.options);
+    assert.deepEqual(asked, ['q4', undefined]);
+    assert.deepEqual(result.notes, []);
+});

@@ -120,6 +120,18 @@ export async function runRecovering(
             if (precisionNotes.length > 0 && Array.isArray(notes)) notes.push(...precisionNotes);
             return result;
         } catch (err) {
+            // The remembered precision is gone from a re-converted repository: run as if none were remembered.
+            const rememberedGone =
+                remembered &&
+                overrides.precision === remembered.precision &&
+                err instanceof KleinError &&
+                err.code === ErrorCode.INPUT &&
+                err.detail?.precision === remembered.precision;
+            if (rememberedGone) {
+                delete overrides.precision;
+                precisionNotes.length = 0;
+                continue;
+            }
             const source = model.source;
             const fallback =
                 overflowed(err) && !overrides.precision && source?.manifest && source.choices
