@@ -91,7 +91,7 @@ rm -rf "$tmp/chr"
 # ----------------------------------------------------------------------------------------------------------- debs
 say "the Vulkan/GL loader and fonts"
 mkdir -p "$tmp/apt/partial" "$tmp/debs"
-apt_options=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 "-oDir::State::Lists=$tmp/apt")
+apt_options=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 "-oDir::State::Lists=$tmp/apt" -oAPT::Sandbox::User=root)
 apt-get "${apt_options[@]}" update > /dev/null
 (cd "$tmp/debs" && apt-get "${apt_options[@]}" download -q libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 \
   libgles2 fontconfig-config fonts-dejavu-core > /dev/null)
