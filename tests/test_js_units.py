@@ -26,12 +26,14 @@ PURE_MODULES = (
     "src/pipeline/latents.js",
     "src/pipeline/tokenizer.js",
     "src/pipeline/image.js",
-    "src/pipeline/graph_choice.js",
+    "src/pipeline/guidance.js",
+    "src/models/graph_choice.js",
     "src/pipeline/preview.js",
     "src/pipeline/vae_tiles.js",
     "src/shared/png_text.js",
     "src/shared/format.js",
     "src/shared/browser_needs.js",
+    "src/shared/graph_needs.js",
 )
 
 

@@ -7,7 +7,7 @@ only the benchmarks build models with the converter.
 
     layer          may import from builder
     -------------  -------------------------------------------------------------
-    root           builder/__init__.py, errors.py, memory.py, node.py: only each other
+    root           builder/__init__.py, errors.py, memory.py, node.py, terminal.py, urls.py: only each other
     repo           root, repo
     convert        root, repo, convert
     pipeline       root, repo, pipeline
@@ -16,13 +16,16 @@ only the benchmarks build models with the converter.
     check.driver   root, repo, pipeline, site, check.driver
     check.regress  root, repo, pipeline, site, check.driver, check.regress
     check.bench    root, repo, convert, pipeline, site, check.driver, check.bench
+    check.kernel_lab  root, repo, convert, site, check.kernel_lab (its own server and browser: it runs without
+                   Playwright; the graphs it compares against are the converter's)
     cli            everything (cli/, __main__.py); nothing outside cli imports it but __main__.py
 
 Third-party libraries with a home:
 
     torch, diffusers, transformers, onnx, onnxscript, safetensors, ml_dtypes
                  the `convert` extra: the converter (convert/) and the bench that builds and exports torch models
-                 (check.bench: native, graphs, models, report, stats, ort_timing),
+                 (check.bench: native, graphs, models, report, stats, ort_timing); onnx also in the kernel lab's
+                 graphs (check.kernel_lab: attention, linear, site),
                  so `serve`, `fetch`, `reference` and `regress` run without them
     onnxruntime  the reference pipeline's sessions (pipeline/reference_models.py), the bench's timing
                  (check/bench/ort_timing.py), the converter's q4 quantiser (convert/quantize.py: onnxruntime's
@@ -49,9 +52,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "builder"
 
-ROOT_MODULES = {"builder", "builder.errors", "builder.memory", "builder.node"}
+ROOT_MODULES = {"builder", "builder.errors", "builder.memory", "builder.node", "builder.terminal", "builder.urls"}
 LAYERS = ("repo", "convert", "pipeline", "site", "check")
-CHECK_WINGS = ("driver", "regress", "bench")
+CHECK_WINGS = ("driver", "regress", "bench", "kernel_lab")
 BELOW_CHECK = {"root", "repo", "pipeline", "site"}
 ALLOWED_LAYERS: dict[str, set[str]] = {
     "root": {"root"},
@@ -63,13 +66,21 @@ ALLOWED_LAYERS: dict[str, set[str]] = {
     "check.driver": BELOW_CHECK | {"check.driver"},
     "check.regress": BELOW_CHECK | {"check.driver", "check.regress"},
     "check.bench": BELOW_CHECK | {"convert", "check.driver", "check.bench"},
-    "cli": BELOW_CHECK | {"convert", "check", "check.driver", "check.regress", "check.bench", "cli"},
+    "check.kernel_lab": {"root", "repo", "convert", "site", "check.kernel_lab"},
+    "cli": BELOW_CHECK
+    | {"convert", "check", "check.driver", "check.regress", "check.bench", "check.kernel_lab", "cli"},
 }
 
 BENCH = {f"builder.check.bench.{name}" for name in ("native", "graphs", "models", "report", "stats", "ort_timing")}
+KERNEL_LAB_GRAPHS = {
+    "builder.check.kernel_lab.attention",
+    "builder.check.kernel_lab.linear",
+    "builder.check.kernel_lab.site",
+}
 CONVERT_EXTRA = ("torch", "diffusers", "transformers", "onnx", "onnxscript", "safetensors", "ml_dtypes")
 LIBRARY_HOMES: dict[str, set[str]] = {
     **dict.fromkeys(CONVERT_EXTRA, {"builder.convert.*"} | BENCH),
+    "onnx": {"builder.convert.*"} | BENCH | KERNEL_LAB_GRAPHS,
     "onnxruntime": {
         "builder.pipeline.reference_models",
         "builder.check.bench.ort_timing",

@@ -89,7 +89,7 @@ def test_the_corpus_is_the_schema_as_written() -> None:
     """The corpus's valid manifest is what `to_bytes` writes for a seed-layout repository, field for field."""
     valid = CORPUS["valid"]
     assert json.loads(manifest.to_bytes(manifest.parse(json.dumps(valid).encode(), "corpus"))) == valid
-    assert len(CORPUS["bad"]) >= 100 and len(GOOD) >= 9
+    assert len(CORPUS["bad"]) >= 100 and len(GOOD) >= 13
 
 
 def test_every_good_case_loads(tmp_path: Path) -> None:
@@ -109,6 +109,19 @@ def test_loras_round_trip_and_are_left_out_when_there_are_none(tmp_path: Path) -
         manifest.LoraEntry("b:c.safetensors", SHA, -2.0),
     ]
     assert json.loads(manifest.to_bytes(loaded))["loras"] == GOOD["with-loras"]["loras"]
+
+
+def test_pipeline_round_trips_and_is_left_out_for_distilled_klein(tmp_path: Path) -> None:
+    assert "pipeline" not in CORPUS["valid"]  # distilled klein's manifest keeps the layout older readers know
+    assert manifest.PipelineDefaults(True, 4, None, None) == manifest.DISTILLED
+    assert load(tmp_path, CORPUS["valid"]).pipeline == manifest.DISTILLED
+    loaded = load(tmp_path, GOOD["base-model"])
+    assert loaded.pipeline == manifest.PipelineDefaults(False, 50, 4.0, 8.0)
+    assert json.loads(manifest.to_bytes(loaded)) == GOOD["base-model"]
+    written_out = load(tmp_path, GOOD["distilled-pipeline-written-out"])
+    assert written_out.pipeline == manifest.DISTILLED and "pipeline" not in json.loads(manifest.to_bytes(written_out))
+    whole = load(tmp_path, GOOD["pipeline-whole-floats"]).pipeline
+    assert type(whole.steps) is int and type(whole.guidance_scale) is float
 
 
 def test_block_hashes_round_trip_and_are_left_out_when_there_are_none(tmp_path: Path) -> None:
@@ -225,6 +238,10 @@ POOL: list[Any] = [
     {"size": 1},
     {"size": 1, "sha256": SHA},
     {"size": 1 << 20, "sha256": [SHA]},
+    1000,
+    1001,
+    0.999,
+    {"is_distilled": False, "steps": 50, "guidance_scale": 4.0, "inpaint_guidance_scale": None},
 ]
 
 
@@ -243,7 +260,7 @@ def places(value: Any) -> list[tuple[Any, Any]]:
 def mutated(rng: random.Random) -> Any:
     """The valid manifest with one to three random changes: a value replaced (by a pool value or a copy of another
     part of the manifest), a field or entry removed or added, a key renamed."""
-    data = copy.deepcopy(CORPUS["valid"])
+    data = copy.deepcopy(rng.choice([CORPUS["valid"], GOOD["base-model"]]))
     for _ in range(rng.randint(1, 3)):
         spots = places(data)
         container, key = rng.choice(spots)
@@ -256,7 +273,8 @@ def mutated(rng: random.Random) -> Any:
         elif action == "add" and isinstance(container, list):
             container.append(copy.deepcopy(rng.choice([*POOL, *container])))
         elif action == "add":
-            container[rng.choice(["extra", "blocks", "loras", "attention_heads", "sha256", "a/b"])] = rng.choice(POOL)
+            name = rng.choice(["extra", "blocks", "loras", "pipeline", "attention_heads", "sha256", "steps", "a/b"])
+            container[name] = rng.choice(POOL)
         elif isinstance(container, dict):
             container[rng.choice(["x", "size", "../y", "files", "transformer/transformer_q4.onnx"])] = container.pop(
                 key
@@ -297,6 +315,12 @@ def verdict(read: manifest.Manifest | ModelRepoError) -> Any:
         },
         "graphs": [[getattr(g, name) for name in GRAPH_FIELDS] for g in read.graphs],
         "loras": [[lora.file, lora.sha256, lora.scale] for lora in read.loras],
+        "pipeline": [
+            read.pipeline.is_distilled,
+            read.pipeline.steps,
+            read.pipeline.guidance_scale,
+            read.pipeline.inpaint_guidance_scale,
+        ],
     }
 
 

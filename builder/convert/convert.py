@@ -22,7 +22,8 @@ about one output graph. The log prints each component's peak RSS next to its gra
 three parts (text encoder, transformer, VAE) in N processes at once (builder.convert.convert_jobs).
 
 OUT is assembled in a temp folder beside it and swapped in at the end: a failed or interrupted
-conversion never leaves a half-written repo. With --lora every merged weight is checked to be finite as it is
+conversion never leaves a half-written repo, and a swap killed half-way leaves the old repo where the next run
+puts it back (builder.repo.files.replace_folder). With --lora every merged weight is checked to be finite as it is
 made, and the transformer graphs written are read back and checked again, before anything at OUT is replaced.
 
 --lora PATH[:SCALE] (repeatable) merges LoRA weights into the transformer before its export and quantisation
@@ -47,6 +48,7 @@ from builder.convert.convert_graphs import SavedGraph, exporter, write_graphs
 from builder.convert.convert_jobs import choose_jobs, estimated_peak, run_parts
 from builder.convert.convert_source import (
     SOURCE_FOLDER,
+    SOURCE_FOLDERS,
     check_config,
     check_source,
     copy_unchanged,
@@ -55,10 +57,20 @@ from builder.convert.convert_source import (
 )
 from builder.convert.finite_weights import check_finite_graph
 from builder.convert.onnx_graph import DEFAULT_DATA_FILE_CAP
+from builder.convert.pipeline_kind import pipeline_defaults
 from builder.convert.weight_format import COMPACT, WeightFormat
-from builder.errors import ConversionError
-from builder.repo.files import clean_stale_staging, ensure_folder, make_staging, probe_writable, replace_folder
+from builder.errors import ConversionError, KleinWebError
+from builder.repo.files import (
+    clean_stale_staging,
+    disk_problem,
+    ensure_folder,
+    make_staging,
+    probe_writable,
+    replace_folder,
+)
 from builder.repo.manifest import MANIFEST_NAME, LoraEntry, Manifest, write
+from builder.repo.manifest import load as load_manifest
+from builder.repo.model_card import write_model_card
 from builder.repo.verify import describe_files
 
 PRECISIONS = ("q4", "q4f16", "fp32")
@@ -95,9 +107,10 @@ def convert(
     # 1. Check inputs: nothing is written when the source or the destination is wrong.
     model_index = check_source(src)
     check_precision(precision)
-    check_destination(out)
+    check_destination(out, inputs=[src, *(item.path for item in loras)])
     if jobs is not None:
         check_jobs(jobs)
+    defaults = pipeline_defaults(model_index)  # distilled or base: what manifest.json tells the app and reference
     # Each part's config must build its model: a hand-edited config.json fails now, not once the parts before it
     # are converted.
     for components in PARTS.values():
@@ -140,9 +153,20 @@ def convert(
             files=describe_files(stage, [name for graph in entries for name in graph.files()] + copied + fitted),
             graphs=entries,
             loras=merged,
+            pipeline=defaults,
         )
         write(stage, manifest)
+        write_model_card(stage, manifest, src)
         replace_folder(stage, out)
+    except OSError as exc:
+        # A full disk or the file-size limit (the graphs, the tokenizer's copy): one line, the staging folder gone.
+        shutil.rmtree(stage, ignore_errors=True)
+        problem = disk_problem(exc)
+        fix = "Free some space or raise the limit, then run convert again" if problem else "Fix that and run again"
+        where = exc.filename2 or exc.filename or stage
+        raise ConversionError(
+            f"Cannot convert: {problem or exc.strerror or exc} ({where}). {fix}; OUT {out} was left as it was."
+        ) from exc
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
@@ -195,17 +219,44 @@ def check_precision(precision: str) -> None:
         raise ConversionError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}.")
 
 
-def check_destination(out: Path) -> None:
-    """OUT may be missing, empty, or an earlier model repo (replaced); never an unrelated folder."""
+def check_destination(out: Path, *, inputs: Sequence[Path] = ()) -> None:
+    """OUT may be missing, empty, or an earlier model repo (replaced); never an unrelated folder, and never one
+    holding an input (SRC, a --lora file), which the swap at the end would delete with the old OUT."""
     if out.is_symlink():
         raise ConversionError(f"OUT {out} is a symlink; pass the real folder so the link is not replaced.")
     if out.exists() and not out.is_dir():
         raise ConversionError(f"OUT {out} is a file; pass a folder path for the model repo.")
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST_NAME).is_file():
+    if out.is_dir() and any(out.iterdir()) and not is_model_repo(out):
         raise ConversionError(
-            f"OUT {out} is a non-empty folder that is not a model repo (no {MANIFEST_NAME}); "
+            f"OUT {out} is a non-empty folder that is not a model repo (no klein-web {MANIFEST_NAME}); "
             "pass a new or empty folder so nothing unrelated is overwritten."
         )
+    real_out = out.resolve()
+    for given in inputs:
+        real = Path(given).resolve()
+        read = [real / name for name in SOURCE_FOLDERS] if real.is_dir() else []
+        # Every file the conversion reads, symlinks followed: whatever lies inside OUT goes with the old OUT.
+        for path in [Path(given), *(path for folder in read for path in sorted(folder.rglob("*")))]:
+            resolved = path.resolve()
+            if resolved == real_out or real_out in resolved.parents:
+                raise ConversionError(
+                    f"{path} is inside OUT {out}, which the conversion replaces (its files would be deleted); "
+                    f"pass another OUT, e.g. {out.parent / (out.name + '-new')}, or move it out of OUT first."
+                )
+        if any(folder == real_out or folder in real_out.parents for folder in read):
+            raise ConversionError(
+                f"OUT {out} is inside {given}'s folders that the conversion reads; pass an OUT outside them, "
+                f"e.g. {Path(given) / 'web'}."
+            )
     # The staging folder goes beside OUT: find out now, not after the conversion, that it cannot be written.
     ensure_folder(out.parent, what=f"OUT {out}")
     probe_writable(out.parent, what=f"OUT {out}")
+
+
+def is_model_repo(folder: Path) -> bool:
+    """`folder` holds a klein-web manifest.json (a web app's manifest.json is someone else's project)."""
+    try:
+        load_manifest(folder)
+    except KleinWebError:
+        return False
+    return True

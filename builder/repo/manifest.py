@@ -169,6 +169,45 @@ class LoraEntry:
     scale: float
 
 
+def _whole(value: Any) -> Any:
+    """A number the schema checked to be an integer, as an int (JSON's 1.0 is one too)."""
+    return int(value) if isinstance(value, float) else value
+
+
+@dataclass(frozen=True)
+class PipelineDefaults:
+    """What kind of FLUX.2 [klein] model the repository holds, and the defaults diffusers runs it with.
+
+    Distilled models (klein-4B, klein-9B: `"is_distilled": true` in their model_index.json) run one transformer call
+    a step and ignore any guidance scale; base models run classifier-free guidance when the scale is above 1: a
+    second call a step on the negative prompt's embeddings. `klein-web convert` reads both from the checkpoint and
+    from diffusers' own defaults (builder.convert.pipeline_kind); a manifest without them (the seed repository, older
+    conversions) holds distilled klein."""
+
+    is_distilled: bool
+    steps: int  # the model card's 4 for distilled models; Flux2KleinPipeline's 50 for base models
+    guidance_scale: float | None  # text and editing (Flux2KleinPipeline); None: no guidance (distilled)
+    inpaint_guidance_scale: float | None  # inpainting (Flux2KleinInpaintPipeline)
+
+
+def _pipeline(value: dict[str, Any]) -> PipelineDefaults:
+    """manifest.json's `pipeline`, which the schema checked."""
+
+    def scale(key: str) -> float | None:
+        return None if value[key] is None else float(value[key])
+
+    return PipelineDefaults(
+        is_distilled=value["is_distilled"],
+        steps=_whole(value["steps"]),
+        guidance_scale=scale("guidance_scale"),
+        inpaint_guidance_scale=scale("inpaint_guidance_scale"),
+    )
+
+
+# A manifest without `pipeline` holds distilled klein: the schema's default.
+DISTILLED = _pipeline(SCHEMA["properties"]["pipeline"]["default"])
+
+
 @dataclass
 class Manifest:
     source: str
@@ -180,6 +219,8 @@ class Manifest:
     # The LoRAs baked into the weights, in the order they were added. Optional in manifest.json and left out when
     # empty, so a manifest without LoRAs stays readable by a reader that does not know the key.
     loras: list[LoraEntry] = field(default_factory=list)
+    # Optional in manifest.json and left out for distilled models, so their manifests read as before.
+    pipeline: PipelineDefaults = DISTILLED
 
     def graph(self, component: str, variant: str) -> GraphEntry:
         for entry in self.graphs:
@@ -195,6 +236,8 @@ class Manifest:
         data = asdict(self)
         if not self.loras:
             del data["loras"]
+        if self.pipeline == DISTILLED:
+            del data["pipeline"]
         for entry in data["files"].values():
             if entry["blocks"] is None:
                 del entry["blocks"]
@@ -207,11 +250,6 @@ class Manifest:
 BLOCK_SIZE = 16 << 20
 # The graph fields a manifest may leave out; GraphEntry's defaults are the schema's.
 OPTIONAL_GRAPH_FIELDS = tuple(key for key in _GRAPH_FIELDS if key not in SCHEMA["$defs"]["graph"]["required"])
-
-
-def _whole(value: Any) -> Any:
-    """A number the schema checked to be an integer, as an int (JSON's 1.0 is one too)."""
-    return int(value) if isinstance(value, float) else value
 
 
 def _graph(g: dict[str, Any]) -> GraphEntry:
@@ -260,6 +298,7 @@ def _from_json(data: Any, where: Path | str) -> Manifest:
         files={rel: _file(entry) for rel, entry in data["files"].items()},
         graphs=[_graph(g) for g in data["graphs"]],
         loras=[LoraEntry(file=x["file"], sha256=x["sha256"], scale=float(x["scale"])) for x in data.get("loras", [])],
+        pipeline=_pipeline(data["pipeline"]) if "pipeline" in data else DISTILLED,
     )
 
 

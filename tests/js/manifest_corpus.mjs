@@ -88,6 +88,12 @@ export function verdict(read) {
             g.attentionHeads,
         ]),
         loras: manifest.loras.map((l) => [l.file, l.sha256, l.scale]),
+        pipeline: [
+            manifest.pipeline.isDistilled,
+            manifest.pipeline.steps,
+            manifest.pipeline.guidanceScale,
+            manifest.pipeline.inpaintGuidanceScale,
+        ],
     };
 }
 

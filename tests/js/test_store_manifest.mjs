@@ -4,11 +4,12 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { test } from 'node:test';
 
-import { chooseGraphs } from '../../web_src/src/pipeline/graph_choice.js';
+import { chooseGraphs } from '../../web_src/src/models/graph_choice.js';
 import { ModelFileError } from '../../web_src/src/shared/errors.js';
 import {
     CHAT_TEMPLATE_FILE,
     COMPONENTS,
+    DISTILLED,
     FORMAT,
     FORMAT_VERSION,
     OPTIONAL_COMPONENTS,
@@ -111,7 +112,7 @@ test('a repo with VAE encoder graphs loads, and text-to-image neither chooses no
     for (const shaderF16 of [true, false]) {
         const { choices } = chooseGraphs(manifest, { shaderF16 }, undefined, 16 + 512);
         assert.deepEqual(Object.keys(choices).sort(), ['text_encoder', 'transformer', 'vae_decoder']);
-        // What pipeline/models.js downloads: the chosen graphs' files (plus the tokenizer).
+        // What models/model_source.js downloads: the chosen graphs' files (plus the tokenizer).
         const paths = Object.values(choices).flatMap((c) => graphFiles(c.graph));
         assert.ok(paths.length > 0 && !paths.some((p) => p.startsWith('vae_encoder/')), paths.join(', '));
     }
@@ -217,4 +218,23 @@ test('a manifest that is no JSON, or of a newer format, is refused through fetch
     } finally {
         server.close();
     }
+});
+
+test("a base model's `pipeline` is read as builder/repo/manifest.py reads it; absent, the model is distilled klein", () => {
+    const base = 'https://example.org/repo/';
+    // The schema's default: distilled klein's 4 steps, no guidance.
+    assert.deepEqual(DISTILLED, { isDistilled: true, steps: 4, guidanceScale: null, inpaintGuidanceScale: null });
+    assert.deepEqual(parseManifest(convertedManifestJson(), base).pipeline, DISTILLED);
+    assert.deepEqual(seedManifest(base).pipeline, DISTILLED);
+    const pipeline = { is_distilled: false, steps: 50, guidance_scale: 4.0, inpaint_guidance_scale: 8.0 };
+    assert.deepEqual(parseManifest({ ...convertedManifestJson(), pipeline }, base).pipeline, {
+        isDistilled: false,
+        steps: 50,
+        guidanceScale: 4,
+        inpaintGuidanceScale: 8,
+    });
+    const none = { ...pipeline, guidance_scale: null, inpaint_guidance_scale: null };
+    assert.equal(parseManifest({ ...convertedManifestJson(), pipeline: none }, base).pipeline.guidanceScale, null);
+    // Malformed ones are the corpus's pipeline-* cases (every bad manifest of the corpus, above).
+    assert.ok(CORPUS.bad.filter((c) => c.name.startsWith('pipeline-')).length >= 15);
 });

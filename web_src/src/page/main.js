@@ -27,7 +27,7 @@ import { PreviewSetting, StepPreviewView } from './ui/step_preview.js';
 import { OfflineStatus } from './ui/offline_status.js';
 import { Toast, setState } from './ui/page_state.js';
 import { ProgressView } from './ui/progress.js';
-import { ResultView } from './ui/result.js';
+import { ResultView, encodeImage } from './ui/result.js';
 
 /** @typedef {import('./model_source.js').ModelSource} ModelSource */
 
@@ -101,6 +101,22 @@ function showModelSource(form, errors) {
         },
     );
     return source;
+}
+
+/**
+ * The model's kind, asked of the worker once the model source is known: the form then shows a base model's guidance
+ * fields, or why a distilled model has none, and takes the model's default steps.
+ * @param {WorkerClient} client
+ * @param {Promise<ModelSource>} source
+ * @param {FormView} form
+ */
+function learnModel(client, source, form) {
+    source
+        .then((found) => client.modelInfo(found.base))
+        .then(
+            (info) => form.setModel(info.pipeline),
+            (err) => form.guidance.unreadable(err instanceof Error ? err.message : String(err)),
+        );
 }
 
 /**
@@ -193,6 +209,7 @@ function main() {
         advice: webgpuAdvice(browser),
     });
     readiness.start();
+    learnModel(client, source, form);
     history.open(indexedDB);
 
     const outputCard = requireElement(document, 'output', HTMLElement);
@@ -213,6 +230,7 @@ function main() {
         outputCard,
         preview,
         stepPreview,
+        encode: encodeImage,
     });
     form.onSubmit(() => {
         runner.generate().catch((err) => {

@@ -6,7 +6,7 @@
  * the same names; each stage is one call to the module named after it, timed under the key in brackets:
  *   1. Check inputs (check)              check_inputs.js, encode_images.js checkInputImages
  *   2. Load models (download, load)      load_models.js
- *   3. Encode prompt (encode)            encode_prompt.js
+ *   3. Encode prompt (encode)            encode_prompt.js (a base model's guidance: guidance.js)
  *   4. Encode images (images)            encode_images.js
  *   5. Prepare latents (latents)         prepare_latents.js
  *   6. Prepare timesteps (timesteps)     prepare_latents.js
@@ -27,7 +27,7 @@ import { encodePrompt } from './encode_prompt.js';
 import { kernelTimes } from './kernel_times.js';
 import { PATCH } from './latents.js';
 import { loadModels } from './load_models.js';
-import { newMeter } from './meter.js';
+import { newMeter } from '../models/meter.js';
 import { prepareLatents, prepareTimesteps } from './prepare_latents.js';
 import { StepPreview } from './preview.js';
 import { vaeDecoderPin } from './session_pins.js';
@@ -36,44 +36,53 @@ import { describePlan, tileSize } from './vae_tiles.js';
 
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
 /** @typedef {import('../protocol.js').GenerateResult} GenerateResult */
-/** @typedef {import('./models.js').Models} Models */
+/** @typedef {import('../models/model.js').Model} Model */
 /** @typedef {import('./stage_clock.js').RunContext} RunContext */
 /** @typedef {import('./stage_clock.js').GenerateEvent} GenerateEvent */
 
 /**
  * Run the whole pipeline. Cancellable between stages and between denoising steps through `signal`.
  * @param {GenerateParams} params
- * @param {{models: Models, signal: AbortSignal, onEvent: (event: GenerateEvent) => void}} options
+ * @param {{model: Model, signal: AbortSignal, onEvent: (event: GenerateEvent) => void}} options
  * @returns {Promise<GenerateResult>}
  */
-export async function generate(params, { models, signal, onEvent }) {
+export async function generate(params, { model, signal, onEvent }) {
+    const { sessions } = model;
     const meter = newMeter();
     const started = meter.startedAt;
     const clock = new StageClock({ meter, signal, onEvent });
     /** @type {RunContext} */
-    const context = { models, meter, signal };
+    const context = { model, meter, signal };
 
     // 1. Check inputs
-    const { checked, plan } = await clock.time('check', undefined, async () => ({
-        checked: checkInputs(params),
-        plan: await checkInputImages(params, signal),
-    }));
+    const { checked, plan } = await clock.time('check', undefined, async () => {
+        const { params: checked, images } = checkInputs(params);
+        return { checked, plan: await checkInputImages(images, checked, signal) };
+    });
     const { prompt, seed, steps, width, height } = checked;
     const noiseTokens = (height / PATCH) * (width / PATCH);
     const imageSeqLen = noiseTokens + plan.tokens;
-    models.profiling = checked.profile === true;
+    sessions.profiling = checked.profile === true;
 
     // 2. Load models (and start stage 3 as soon as the text encoder exists)
-    const { notes, cached, encoding, imagesCached, previewMap, tiles } = await loadModels(checked, imageSeqLen, plan, {
-        ...context,
-        clock,
-        onEvent,
-    });
-
-    // 3. Encode prompt
-    const embedding = await clock.time('encode', cached ? 'cached' : undefined, () =>
-        encodePrompt(prompt, { cached, encoding }, context),
+    const { notes, cached, encoding, guidance, negative, imagesCached, previewMap, tiles } = await loadModels(
+        checked,
+        imageSeqLen,
+        plan,
+        { ...context, clock, onEvent },
     );
+
+    // 3. Encode prompt (and a base model's negative prompt, the same way)
+    const allCached = Boolean(cached) && (!negative || Boolean(negative.cached));
+    const encodeDetail = guidance
+        ? `prompt and negative prompt${allCached ? ', cached' : ''}`
+        : allCached
+          ? 'cached'
+          : undefined;
+    const { embedding, negativeEmbedding } = await clock.time('encode', encodeDetail, async () => ({
+        embedding: await encodePrompt(prompt, { cached, encoding }, context),
+        negativeEmbedding: guidance && negative ? await encodePrompt(guidance.negativePrompt, negative, context) : null,
+    }));
 
     // 4. Encode images (and inpainting's mask)
     const { conditioning, mask } =
@@ -108,17 +117,21 @@ export async function generate(params, { models, signal, onEvent }) {
           })
         : null;
     const denoiseDetail =
-        `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
+        `${runSteps} steps` +
+        (guidance ? `, 2 transformer calls each (guidance ${guidance.scale})` : '') +
+        `, ${noiseTokens} image tokens` +
+        (plan.tokens ? ` + ${plan.tokens} from input images` : '');
     // The VAE decoder's session is created while the GPU computes the first step, when it fits beside the others.
     const vaePin = vaeDecoderPin(tileSize(tiles));
     const duringFirstStep = async () => {
-        if (models.fits('vae_decoder', vaePin)) await models.session('vae_decoder', { meter, signal, pin: vaePin });
+        if (sessions.fits('vae_decoder', vaePin)) await sessions.session('vae_decoder', { meter, signal, pin: vaePin });
     };
-    const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
+    const { denoised, stepMs, transformerCalls } = await clock.time('denoise', denoiseDetail, () =>
         denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, preview, {
             ...context,
             onEvent,
             duringFirstStep,
+            guidance: guidance && negativeEmbedding ? { scale: guidance.scale, negative: negativeEmbedding } : null,
         }),
     );
 
@@ -130,10 +143,10 @@ export async function generate(params, { models, signal, onEvent }) {
     const { timings } = clock;
     timings.sessionRun = meter.runMs;
     timings.total = performance.now() - started;
-    const graphs = models.describe(meter, { vae_decoder: describePlan(tiles) });
+    const graphs = sessions.describe(meter, { vae_decoder: describePlan(tiles) });
     // After the timings: ending the profiles and releasing the profiled sessions is not part of the run.
-    const kernels = checked.profile ? kernelTimes(await models.endProfiling()) : undefined;
-    await models.finishRun();
+    const kernels = checked.profile ? kernelTimes(await sessions.endProfiling()) : undefined;
+    await sessions.finishRun();
     return {
         width,
         height,
@@ -141,10 +154,11 @@ export async function generate(params, { models, signal, onEvent }) {
         params: checked,
         timings,
         stepMs,
+        transformerCalls,
         prompt: { tokens: embedding.tokens, droppedTokens: embedding.droppedTokens },
         graphs,
-        device: models.deviceGrant(),
-        memory: models.memory,
+        device: sessions.deviceGrant(),
+        memory: model.memory.current,
         preview: preview ? { map: preview.map.source, frames: preview.frames, ms: preview.ms } : null,
         notes,
         inputs: {
@@ -154,6 +168,7 @@ export async function generate(params, { models, signal, onEvent }) {
             strength: plan.strength,
             steps: runSteps,
             referenceTokens: plan.tokens,
+            guidance,
         },
         timeline: [...meter.timeline].sort((a, b) => a.startMs - b.startMs),
         ...(kernels ? { kernels } : {}),

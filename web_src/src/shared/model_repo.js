@@ -2,11 +2,13 @@
 /**
  * @file The model repository as the app reads it: the `Manifest` and `GraphEntry` shapes (builder/repo/manifest.py's
  * schema, camel-cased), its components and variants, and where a graph's and the tokenizer's files live.
- * store/ fetches and downloads these files; pipeline/ chooses among the graphs.
+ * store/ fetches and downloads these files; models/ chooses among the graphs; the stages read their graphs' outputs
+ * by the names the contract gives them (requireOutput).
  * @module shared/model_repo
  */
 
 import SCHEMA from '../../../builder/repo/manifest_schema.json' with { type: 'json' };
+import { ModelFileError } from './errors.js';
 
 /**
  * The schema of manifest.json, which the Python tool reads too (builder/repo/manifest.py): every field, its bounds,
@@ -77,6 +79,8 @@ export const PREVIEW_MAP_FILE = 'vae_decoder/preview_map.json';
  * @property {Record<string, FileEntry>} files
  * @property {GraphEntry[]} graphs
  * @property {LoraEntry[]} loras  LoRAs `klein-web convert --lora` merged into the transformer's weights, in order.
+ * @property {PipelineDefaults} pipeline  The model's kind and the defaults diffusers runs it with (DISTILLED when
+ *   the manifest has no `pipeline`, and for the seed layout).
  * @property {any} raw  The manifest.json object as fetched (null for the seed layout), kept for offline use.
  */
 
@@ -88,6 +92,34 @@ export const PREVIEW_MAP_FILE = 'vae_decoder/preview_map.json';
  */
 
 /**
+ * @typedef {Object} PipelineDefaults  What kind of FLUX.2 [klein] model a repository holds, and the defaults diffusers
+ *   runs it with (builder/repo/manifest.py PipelineDefaults, manifest.json `pipeline`). Distilled models (klein-4B,
+ *   klein-9B) run one transformer call a step and ignore any guidance scale; base models run classifier-free guidance
+ *   when the scale is above 1: a second call a step, on the negative prompt's embeddings (pipeline/guidance.js).
+ * @property {boolean} isDistilled
+ * @property {number} steps  The model card's 4 for distilled models; Flux2KleinPipeline's 50 for base models.
+ * @property {number | null} guidanceScale  Text and editing (Flux2KleinPipeline); null: no guidance.
+ * @property {number | null} inpaintGuidanceScale  Inpainting (Flux2KleinInpaintPipeline); null: no guidance.
+ */
+
+/**
+ * manifest.json's `pipeline`, which the schema checked, camel-cased.
+ * @param {{is_distilled: boolean, steps: number, guidance_scale: number | null, inpaint_guidance_scale: number | null}} value
+ * @returns {Readonly<PipelineDefaults>}
+ */
+export function pipelineDefaults(value) {
+    return Object.freeze({
+        isDistilled: value.is_distilled,
+        steps: value.steps,
+        guidanceScale: value.guidance_scale,
+        inpaintGuidanceScale: value.inpaint_guidance_scale,
+    });
+}
+
+/** A manifest without `pipeline` (the seed repository, older conversions) holds distilled klein: the schema's default. */
+export const DISTILLED = pipelineDefaults(SCHEMA.properties.pipeline.default);
+
+/**
  * Repo-relative paths of a graph and its external-data files (same folder).
  * @param {GraphEntry} graph
  * @returns {string[]}
@@ -95,4 +127,22 @@ export const PREVIEW_MAP_FILE = 'vae_decoder/preview_map.json';
 export function graphFiles(graph) {
     const folder = graph.path.slice(0, graph.path.lastIndexOf('/') + 1);
     return [graph.path, ...graph.externalData.map((name) => folder + name)];
+}
+
+/**
+ * An output by its contract name, or a ModelFileError naming what the graph has instead.
+ * @param {Record<string, {data: unknown, dims: number[]}>} outputs  A session's outputs, on the CPU.
+ * @param {string} name
+ * @param {string} graph
+ * @returns {{data: Float32Array, dims: number[]}}
+ */
+export function requireOutput(outputs, name, graph) {
+    const tensor = outputs[name];
+    if (!tensor || !(tensor.data instanceof Float32Array)) {
+        throw new ModelFileError(
+            `The ${graph} graph has no float32 output \`${name}\` (it has: ${Object.keys(outputs).join(', ')}); ` +
+                'the model does not follow the klein-web contract.',
+        );
+    }
+    return { data: tensor.data, dims: tensor.dims };
 }

@@ -8,7 +8,15 @@
  */
 
 import { InputError, ModelFileError, NetworkError } from '../shared/errors.js';
-import { CHAT_TEMPLATE_FILE, FORMAT_VERSION, SCHEMA, TOKENIZER_FILES, graphFiles } from '../shared/model_repo.js';
+import {
+    CHAT_TEMPLATE_FILE,
+    DISTILLED,
+    FORMAT_VERSION,
+    SCHEMA,
+    TOKENIZER_FILES,
+    graphFiles,
+    pipelineDefaults,
+} from '../shared/model_repo.js';
 import { SchemaProblem, check, typeOf } from './schema_check.js';
 
 export const MANIFEST_NAME = 'manifest.json';
@@ -54,7 +62,7 @@ export function seedManifest(modelBase, { chatTemplate = false } = {}) {
         precision: String(precision),
         requiresF16: Boolean(requiresF16),
         // The seed's token-embedding node names are not known here: without shader-f16 the whole text
-        // encoder goes to the wasm EP instead (pipeline/graph_choice.js).
+        // encoder goes to the wasm EP instead (models/graph_choice.js).
         cpuNodesWithoutF16: [],
         attentionQueryBlocks: 1,
         attentionMaxTokens: null,
@@ -65,7 +73,7 @@ export function seedManifest(modelBase, { chatTemplate = false } = {}) {
     const tokenizerFiles = chatTemplate ? [...TOKENIZER_FILES, CHAT_TEMPLATE_FILE] : TOKENIZER_FILES;
     for (const path of [...graphs.flatMap(graphFiles), ...tokenizerFiles])
         files[path] = { size: null, sha256: null, blocks: null };
-    return { modelBase, source: modelBase, seedLayout: true, files, graphs, loras: [], raw: null };
+    return { modelBase, source: modelBase, seedLayout: true, files, graphs, loras: [], pipeline: DISTILLED, raw: null };
 }
 
 /**
@@ -212,6 +220,7 @@ export function parseManifest(json, modelBase) {
         files,
         graphs,
         loras: loras.map((/** @type {any} */ l) => ({ file: l.file, sha256: l.sha256, scale: l.scale })),
+        pipeline: json.pipeline === undefined ? DISTILLED : pipelineDefaults(json.pipeline),
         raw: json,
     };
 }

@@ -1,0 +1,336 @@
+// @ts-check
+/**
+ * @file Which of a graph's weights the app uploads to the GPU itself, and the graph rewritten to take them as
+ * inputs.
+ *
+ * onnxruntime-web creates a session in one call that copies every external initializer into its own memory and
+ * then into GPU buffers; the tab holds the stored files, those copies and the upload staging at once, about twice
+ * the graph (docs/machines.md). The quantized matrices (MatMulNBits and GatherBlockQuantized inputs) are nearly all
+ * of a graph's bytes and their kernels read them from GPU buffers like any input, so the app lifts them out: the
+ * graph declares them as inputs, the app streams each one from the store into a GPU buffer of its own
+ * (runtime/gpu_weights.js), and every run feeds those buffers. The other external initializers (norms, biases,
+ * embeddings run on the CPU) are small and stay in the graph, inlined. The same repository files serve both paths:
+ * nothing about the model on disk changes.
+ *
+ * This reads and writes the ONNX protobuf directly (ModelProto.graph, GraphProto.initializer/input/node): only the
+ * few fields it needs are decoded; every other byte is copied as it is.
+ * @module models/graph_weights
+ */
+
+import { concat } from '../shared/bytes.js';
+
+/** Operators whose weight inputs may be GPU buffers the app owns: onnxruntime's WebGPU kernels read them as inputs. */
+export const LIFTABLE_OPS = new Set(['MatMulNBits', 'GatherBlockQuantized']);
+
+/** ONNX TensorProto data types onnxruntime-web can wrap around a GPU buffer, by their names there. */
+const GPU_TYPES = new Map([
+    [1, 'float32'],
+    [2, 'uint8'],
+    [6, 'int32'],
+    [7, 'int64'],
+    [9, 'bool'],
+    [10, 'float16'],
+    [12, 'uint32'],
+]);
+
+// Field numbers of onnx.proto.
+const MODEL_GRAPH = 7;
+const GRAPH_NODE = 1;
+const GRAPH_INITIALIZER = 5;
+const GRAPH_INPUT = 11;
+const NODE_INPUT = 1;
+const NODE_NAME = 3;
+const NODE_OP_TYPE = 4;
+const TENSOR_DIMS = 1;
+const TENSOR_DATA_TYPE = 2;
+const TENSOR_NAME = 8;
+const TENSOR_RAW_DATA = 9;
+const TENSOR_EXTERNAL_DATA = 13;
+const TENSOR_DATA_LOCATION = 14;
+const ENTRY_KEY = 1;
+const ENTRY_VALUE = 2;
+const EXTERNAL = 1;
+
+const VARINT = 0;
+const FIXED64 = 1;
+const BYTES = 2;
+const FIXED32 = 5;
+
+/**
+ * @typedef {Object} WeightRef  An external initializer: where its bytes are stored.
+ * @property {string} name
+ * @property {number} dataType  ONNX TensorProto data type.
+ * @property {number[]} dims
+ * @property {string} location  The external-data file's bare name, as the graph stores it.
+ * @property {number} offset
+ * @property {number | null} length  Null: to the end of the file.
+ */
+
+/**
+ * @typedef {WeightRef & {gpuType: string}} LiftedWeight  A weight the app uploads and feeds; `gpuType`: its
+ *   onnxruntime-web data type.
+ */
+
+/**
+ * @typedef {Object} WeightPlan
+ * @property {LiftedWeight[]} lifted  Uploaded by the app, fed to every run.
+ * @property {WeightRef[]} inlined  Kept in the graph, their bytes inlined.
+ */
+
+/**
+ * @typedef {Object} Field  One field of a protobuf message.
+ * @property {number} number
+ * @property {number} wire
+ * @property {number} start  Where its tag starts.
+ * @property {number} end  Where it ends.
+ * @property {number} value  A varint's value, else where the payload starts.
+ */
+
+/**
+ * The fields of a message in `bytes[from, to)`.
+ * @param {Uint8Array} bytes
+ * @param {number} [from]
+ * @param {number} [to]
+ * @returns {Generator<Field>}
+ */
+function* fields(bytes, from = 0, to = bytes.length) {
+    let pos = from;
+    while (pos < to) {
+        const start = pos;
+        const [tag, afterTag] = readVarint(bytes, pos);
+        const number = Math.floor(tag / 8);
+        const wire = tag % 8;
+        let value;
+        if (wire === VARINT) [value, pos] = readVarint(bytes, afterTag);
+        else if (wire === FIXED64) [value, pos] = [afterTag, afterTag + 8];
+        else if (wire === FIXED32) [value, pos] = [afterTag, afterTag + 4];
+        else if (wire === BYTES) {
+            const [length, payload] = readVarint(bytes, afterTag);
+            [value, pos] = [payload, payload + length];
+        } else throw new Error(`The graph file is not an ONNX model (protobuf wire type ${wire} at byte ${start}).`);
+        if (pos > to) throw new Error(`The graph file is cut short (a field at byte ${start} runs past its message).`);
+        yield { number, wire, start, end: pos, value };
+    }
+}
+
+/**
+ * @param {Uint8Array} bytes
+ * @param {number} pos
+ * @returns {[number, number]}  The value (exact below 2^53) and the position after it.
+ */
+function readVarint(bytes, pos) {
+    let value = 0;
+    let scale = 1;
+    for (;;) {
+        if (pos >= bytes.length) throw new Error('The graph file is cut short (in a protobuf varint).');
+        const byte = bytes[pos++];
+        value += (byte & 0x7f) * scale;
+        if (byte < 0x80) return [value, pos];
+        scale *= 128;
+    }
+}
+
+/**
+ * @param {number} value  A non-negative integer below 2^53.
+ * @returns {number[]}
+ */
+function varint(value) {
+    const out = [];
+    while (value >= 0x80) {
+        out.push((value % 128) | 0x80);
+        value = Math.floor(value / 128);
+    }
+    out.push(value);
+    return out;
+}
+
+/**
+ * @param {Uint8Array} bytes
+ * @param {Field} field  A length-delimited field.
+ * @returns {string}
+ */
+function text(bytes, field) {
+    return new TextDecoder().decode(bytes.subarray(field.value, field.end));
+}
+
+/**
+ * The payload of a length-delimited field.
+ * @param {Uint8Array} bytes
+ * @param {Field} field
+ * @returns {Uint8Array}
+ */
+function payload(bytes, field) {
+    return bytes.subarray(field.value, field.end);
+}
+
+/**
+ * The graph message of a ModelProto.
+ * @param {Uint8Array} model
+ * @returns {Field}
+ */
+function graphField(model) {
+    for (const field of fields(model)) if (field.number === MODEL_GRAPH && field.wire === BYTES) return field;
+    throw new Error('The graph file has no graph (not an ONNX model).');
+}
+
+/**
+ * An initializer's name, type, dims and, when its data is external, where it is stored.
+ * @param {Uint8Array} tensor  A TensorProto's bytes.
+ * @returns {{name: string, dataType: number, dims: number[], external: WeightRef | null}}
+ */
+function readTensor(tensor) {
+    let name = '';
+    let dataType = 0;
+    /** @type {number[]} */
+    const dims = [];
+    let external = false;
+    /** @type {Record<string, string>} */
+    const entries = {};
+    for (const field of fields(tensor)) {
+        if (field.number === TENSOR_NAME) name = text(tensor, field);
+        else if (field.number === TENSOR_DATA_TYPE) dataType = field.value;
+        else if (field.number === TENSOR_DIMS && field.wire === VARINT) dims.push(field.value);
+        else if (field.number === TENSOR_DIMS && field.wire === BYTES) {
+            for (let pos = field.value; pos < field.end;) {
+                const [dim, next] = readVarint(tensor, pos);
+                dims.push(dim);
+                pos = next;
+            }
+        } else if (field.number === TENSOR_DATA_LOCATION) external = field.value === EXTERNAL;
+        else if (field.number === TENSOR_EXTERNAL_DATA) {
+            const entry = payload(tensor, field);
+            let key = '';
+            let value = '';
+            for (const part of fields(entry)) {
+                if (part.number === ENTRY_KEY) key = text(entry, part);
+                else if (part.number === ENTRY_VALUE) value = text(entry, part);
+            }
+            entries[key] = value;
+        }
+    }
+    if (!external) return { name, dataType, dims, external: null };
+    if (!entries.location) throw new Error(`The initializer ${name} is external but names no file.`);
+    const ref = {
+        name,
+        dataType,
+        dims,
+        location: entries.location.replace(/^\.\//, ''),
+        offset: Number(entries.offset ?? 0),
+        length: entries.length === undefined ? null : Number(entries.length),
+    };
+    return { name, dataType, dims, external: ref };
+}
+
+/**
+ * Which external initializers of `graphBytes` the app uploads itself: those every consumer of which is a
+ * LIFTABLE_OPS node that runs on the GPU, of a type a GPU buffer can hold. Every other external one is inlined.
+ * @param {Uint8Array} graphBytes  A serialized ModelProto.
+ * @param {{forceCpuNodeNames?: readonly string[]}} [options]  Nodes that run on the CPU: their inputs stay put.
+ * @returns {WeightPlan}
+ */
+export function planWeights(graphBytes, { forceCpuNodeNames = [] } = {}) {
+    const graph = graphField(graphBytes);
+    const onCpu = new Set(forceCpuNodeNames);
+    /** @type {Map<string, boolean>} Each tensor consumed: whether every consumer may read it from the app's buffer. */
+    const liftable = new Map();
+    /** @type {WeightRef[]} */
+    const externals = [];
+    for (const field of fields(graphBytes, graph.value, graph.end)) {
+        if (field.number === GRAPH_NODE) {
+            const node = payload(graphBytes, field);
+            let op = '';
+            let name = '';
+            /** @type {string[]} */
+            const inputs = [];
+            for (const part of fields(node)) {
+                if (part.number === NODE_OP_TYPE) op = text(node, part);
+                else if (part.number === NODE_NAME) name = text(node, part);
+                else if (part.number === NODE_INPUT) inputs.push(text(node, part));
+            }
+            const ok = LIFTABLE_OPS.has(op) && !onCpu.has(name);
+            for (const input of inputs) liftable.set(input, (liftable.get(input) ?? true) && ok);
+        } else if (field.number === GRAPH_INITIALIZER) {
+            const { external } = readTensor(payload(graphBytes, field));
+            if (external) externals.push(external);
+        }
+    }
+    /** @type {LiftedWeight[]} */
+    const lifted = [];
+    /** @type {WeightRef[]} */
+    const inlined = [];
+    for (const ref of externals) {
+        const gpuType = GPU_TYPES.get(ref.dataType);
+        if (gpuType && liftable.get(ref.name) === true) lifted.push({ ...ref, gpuType });
+        else inlined.push(ref);
+    }
+    return { lifted, inlined };
+}
+
+/**
+ * `graphBytes` with the plan's lifted weights turned into graph inputs and its inlined ones carrying their bytes.
+ * @param {Uint8Array} graphBytes
+ * @param {WeightPlan} plan
+ * @param {Map<string, Uint8Array>} inlineData  The bytes of each of `plan.inlined`, by name.
+ * @returns {Uint8Array}
+ */
+export function rewriteGraph(graphBytes, plan, inlineData) {
+    const graph = graphField(graphBytes);
+    const lifted = new Set(plan.lifted.map((w) => w.name));
+    /** @type {Uint8Array[]} */
+    const graphParts = [];
+    for (const field of fields(graphBytes, graph.value, graph.end)) {
+        const whole = graphBytes.subarray(field.start, field.end);
+        if (field.number !== GRAPH_INITIALIZER) {
+            graphParts.push(whole);
+            continue;
+        }
+        const tensor = payload(graphBytes, field);
+        const { name, external } = readTensor(tensor);
+        if (!external) graphParts.push(whole);
+        else if (lifted.has(name)) continue;
+        else {
+            const data = inlineData.get(name);
+            if (!data) throw new Error(`rewriteGraph: no bytes for the inlined initializer ${name}.`);
+            /** @type {Uint8Array[]} */
+            const kept = [];
+            for (const part of fields(tensor)) {
+                if (part.number !== TENSOR_EXTERNAL_DATA && part.number !== TENSOR_DATA_LOCATION)
+                    kept.push(tensor.subarray(part.start, part.end));
+            }
+            kept.push(...message(TENSOR_RAW_DATA, [data]));
+            graphParts.push(...message(GRAPH_INITIALIZER, kept));
+        }
+    }
+    for (const weight of plan.lifted) graphParts.push(...message(GRAPH_INPUT, [valueInfo(weight)]));
+    /** @type {Uint8Array[]} */
+    const modelParts = [];
+    for (const field of fields(graphBytes)) {
+        if (field.start === graph.start) modelParts.push(...message(MODEL_GRAPH, graphParts));
+        else modelParts.push(graphBytes.subarray(field.start, field.end));
+    }
+    return concat(modelParts);
+}
+
+/**
+ * A length-delimited field holding `parts`, as parts (no copy of them).
+ * @param {number} number
+ * @param {Uint8Array[]} parts
+ * @returns {Uint8Array[]}
+ */
+function message(number, parts) {
+    const length = parts.reduce((sum, p) => sum + p.length, 0);
+    return [Uint8Array.from([...varint(number * 8 + BYTES), ...varint(length)]), ...parts];
+}
+
+/**
+ * A ValueInfoProto declaring `weight` as a tensor input of fixed dims.
+ * @param {WeightRef} weight
+ * @returns {Uint8Array}
+ */
+function valueInfo(weight) {
+    const dims = weight.dims.flatMap((d) => message(1, [Uint8Array.from([...varint(1 * 8 + VARINT), ...varint(d)])]));
+    const elemType = Uint8Array.from([...varint(1 * 8 + VARINT), ...varint(weight.dataType)]);
+    const tensorType = message(1, [elemType, ...message(2, dims)]);
+    const name = new TextEncoder().encode(weight.name);
+    return concat([...message(1, [name]), ...message(2, tensorType)]);
+}
