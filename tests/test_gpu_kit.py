@@ -55,18 +55,20 @@ def machine(tmp_path: Path) -> dict[str, str]:
 
 
 def payloads(tmp_path: Path) -> Path:
-    """Stand-ins for pack.sh's payloads: the app, a model folder, the Python packages, the commit."""
+    """Stand-ins for pack.sh's payloads: the app, the kernel lab, a model folder, the Python packages, the commit."""
     made = tmp_path / "made"
     (made / "dist").mkdir(parents=True)
     (made / "dist" / ".klein-build.json").write_text(json.dumps({"onnxruntime_web": "1.30.0"}), encoding="utf-8")
     (made / "model").mkdir()
     (made / "model" / "manifest.json").write_text("{}", encoding="utf-8")
     (made / "model" / "weights.bin").write_bytes(os.urandom(300_000))  # random: xz cannot shrink it below a part
+    (made / "lab").mkdir()
+    (made / "lab" / "lab.json").write_text("{}", encoding="utf-8")
     (made / "site").mkdir()
     (made / "site" / "KLEIN_PACKAGES").write_text("playwright==1.65.2\n", encoding="utf-8")
     payload = tmp_path / "payload"
     payload.mkdir()
-    for name in ("dist", "model", "site"):
+    for name in ("dist", "lab", "model", "site"):
         tar_xz(payload / f"{'python' if name == 'site' else name}.tar.xz", made, name)
     (payload / "commit").write_text("abc1234\n", encoding="utf-8")
     return payload
@@ -103,7 +105,7 @@ def test_parts_arrive_one_by_one_and_are_unpacked_once_all_are_there(tmp_path: P
     assert setup.returncode == 0 and "ready" in setup.stdout, setup.stdout + setup.stderr
     assert "commit abc1234" in setup.stdout and '"onnxruntime_web": "1.30.0"' in setup.stdout
     assert (root / "model" / "weights.bin").stat().st_size == 300_000
-    assert (root / "site" / "KLEIN_PACKAGES").is_file()
+    assert (root / "site" / "KLEIN_PACKAGES").is_file() and (root / "lab" / "lab.json").is_file()
 
     again = run("setup.sh", arrived, env=machine)  # nothing is unpacked twice
     assert again.returncode == 0 and "ready" in again.stdout and "the app in" not in again.stdout, again.stdout
@@ -155,6 +157,15 @@ def test_run_fills_in_the_served_app_and_records_the_run(tmp_path: Path, machine
     assert "chromium: Chromium 156.0.8078.114" in record and '"onnxruntime_web": "1.30.0"' in record
     assert "exit status: 0" in record and "nvidia-smi peak: 7656 MiB" in record and "gpu: NVIDIA H200" in record
     assert "--memory [auto|fast|lean]" in (folder / "output.log").read_text(encoding="utf-8")
+
+    lab = run("run.sh", tmp_path / "lab", "kernel-lab", "--kernel", "flash_attention", "--help", env=machine)
+    assert lab.returncode == 0, lab.stdout + lab.stderr
+    command = (tmp_path / "lab" / "run.txt").read_text(encoding="utf-8").splitlines()[0]
+    assert (
+        f"python3 -m builder kernel-lab --gpu --browser {root}/chr/chromium/chromium --site {root}/lab "
+        f"--out {tmp_path / 'lab'}/kernel-lab.json --kernel flash_attention --help"
+    ) in command, command
+    assert "--shapes [small|real]" in (tmp_path / "lab" / "output.log").read_text(encoding="utf-8")
 
     regress = run("run.sh", tmp_path / "regress", "regress", "--no-such-option", env=machine)
     assert regress.returncode == 2

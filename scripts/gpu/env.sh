@@ -1,7 +1,7 @@
 # Sourced on the GPU machine after scripts/gpu/setup.sh (from the repository root): the NVIDIA Vulkan and EGL
 # loaders' driver files, the unpacked Chromium, the packed Python packages behind the machine's own with this clone
 # on the path, and a node for the scripts that bundle pages (Playwright's). Sets KLEIN_CHROMIUM, KLEIN_GPU_DIST and
-# KLEIN_GPU_MODELS.
+# KLEIN_GPU_MODELS, KLEIN_GPU_LAB.
 root=${KLEIN_GPU_ROOT:-/tmp/klein-gpu}
 # The driver's Vulkan ICD and EGL vendor files: where the NVIDIA container toolkit puts them, else where Debian does.
 for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json \
@@ -26,3 +26,4 @@ if [ -x "$root/site/playwright/driver/node" ]; then
 fi
 export PATH=$root/bin:$PATH
 export KLEIN_CHROMIUM=$root/chr/chromium/chromium KLEIN_GPU_DIST=$root/dist KLEIN_GPU_MODELS=$root/model
+export KLEIN_GPU_LAB=$root/lab

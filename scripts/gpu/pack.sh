@@ -18,6 +18,8 @@
 #             as wheels for --python-version (default 3.12), unzipped; the GPU machine uses those it lacks
 #   node      esbuild and hash-wasm from web_src/node_modules (scripts/hash_bench.py and read_bench.py bundle pages)
 #   dist      the app, built here (`klein-web build`, with --onnxruntime-web when given)
+#   lab       the kernel lab, built here (`klein-web kernel-lab --build`: its page, runtime and graphs), where the
+#             commit has one
 #   model     full-size (the default): the structure of a full-size klein-4B repository with random weights, q4 and
 #             q4f16 (`make-tiny --full-size`, `convert --precision q4f16`, `scripts/weightless_repo.py strip`:
 #             about 25 minutes and 30 GB of disk on a 2-core machine, once), which setup.sh refills; tiny:
@@ -141,6 +143,12 @@ tar -C "$tmp" -cf - site | xz -T0 -6 > "$payload/python.tar.xz"
 say "the app"
 "$py" -m builder build --out "$tmp/dist" ${ort:+--onnxruntime-web "$ort"}
 tar -C "$tmp" -cf - dist | xz -T0 -6 > "$payload/dist.tar.xz"
+# A commit before the kernel lab (an older build packed for comparison, with scripts/gpu/ checked out into it) has none.
+if "$py" -m builder kernel-lab --help > /dev/null 2>&1; then
+  say "the kernel lab"
+  "$py" -m builder kernel-lab --build "$tmp/lab"
+  tar -C "$tmp" -cf - lab | xz -T0 -6 > "$payload/lab.tar.xz"
+fi
 tar -C web_src -cf - node_modules/esbuild node_modules/@esbuild node_modules/.bin/esbuild node_modules/hash-wasm \
   node_modules/.klein-lock-hash | xz -T0 -6 > "$payload/node.tar.xz"
 

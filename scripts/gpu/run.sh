@@ -4,15 +4,17 @@
 #
 #   bash scripts/gpu/run.sh FOLDER COMMAND [ARGS...]
 #
-# COMMAND is a klein-web command (browser-bench, load-bench, regress, reference, bench, ...) or a script of
-# scripts/ (scripts/read_bench.py, scripts/hash_bench.py, ...). For browser-bench, load-bench and regress it fills
-# in --gpu, --browser, --models and --dist (the Chromium, model and app setup.sh unpacked) and where their results
-# go (--out FOLDER; regress: --report FOLDER/report) before ARGS, so ARGS can name any other, e.g.:
+# COMMAND is a klein-web command (browser-bench, load-bench, regress, kernel-lab, reference, bench, ...) or a
+# script of scripts/ (scripts/read_bench.py, scripts/hash_bench.py, ...). For browser-bench, load-bench and regress
+# it fills in --gpu, --browser, --models and --dist (the Chromium, model and app setup.sh unpacked) and where their
+# results go (--out FOLDER; regress: --report FOLDER/report); for kernel-lab --gpu, --browser, --site (the lab
+# setup.sh unpacked) and --out FOLDER/kernel-lab.json; all before ARGS, so ARGS can name any other, e.g.:
 #
 #   bash scripts/gpu/run.sh results/b512-lean browser-bench --precision q4f16 --sizes 512x512 --memory lean
 #   bash scripts/gpu/run.sh results/regress-512 regress --precision q4f16 --size 512x512 --seed 42 \
 #       --prompt "a red fox in the snow" --reference-from-cpu --psnr-min 40
 #   bash scripts/gpu/run.sh results/read scripts/read_bench.py --gpu
+#   bash scripts/gpu/run.sh results/attention kernel-lab --shapes real --kernel flash_attention --timeout 170
 #
 # FOLDER also gets output.log (all the command printed), smi.csv (nvidia-smi's memory use every 100 ms while it
 # ran) and run.txt (the command, machine, GPU and driver, Chromium, the app's onnxruntime-web, the commit, the exit
@@ -33,6 +35,8 @@ served=(--gpu --browser "$KLEIN_CHROMIUM" --models "$KLEIN_GPU_MODELS" --dist "$
 case "$command" in
   browser-bench|load-bench) line=(python3 -m builder "$command" "${served[@]}" --out "$folder" "$@") ;;
   regress) line=(python3 -m builder regress "${served[@]}" --report "$folder/report" "$@") ;;
+  kernel-lab) line=(python3 -m builder kernel-lab --gpu --browser "$KLEIN_CHROMIUM" --site "$KLEIN_GPU_LAB"
+    --out "$folder/kernel-lab.json" "$@") ;;
   *.py) line=(python3 "$command" "$@") ;;
   *) line=(python3 -m builder "$command" "$@") ;;
 esac

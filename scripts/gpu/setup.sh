@@ -71,6 +71,10 @@ if todo dist; then
   rm -rf "$root/dist" && unpack dist && done_with dist
   say "the app in $root/dist ($(grep -o '"onnxruntime_web": "[^"]*"' "$root/dist/.klein-build.json"))"
 fi
+if todo lab; then
+  rm -rf "$root/lab" && unpack lab && done_with lab
+  say "the kernel lab in $root/lab"
+fi
 if todo chromium; then
   rm -rf "$root/chr" && unpack chromium && done_with chromium
   say "Chromium: $(LD_LIBRARY_PATH=$root/chr/chromium:$root/chr/lib "$root/chr/chromium/chromium" --version 2>&1 | tail -1)"
