@@ -17,6 +17,8 @@
  * @module models/graph_weights
  */
 
+import { concat } from '../shared/bytes.js';
+
 /** Operators whose weight inputs may be GPU buffers the app owns: onnxruntime's WebGPU kernels read them as inputs. */
 export const LIFTABLE_OPS = new Set(['MatMulNBits', 'GatherBlockQuantized']);
 
@@ -331,18 +333,4 @@ function valueInfo(weight) {
     const tensorType = message(1, [elemType, ...message(2, dims)]);
     const name = new TextEncoder().encode(weight.name);
     return concat([...message(1, [name]), ...message(2, tensorType)]);
-}
-
-/**
- * @param {Uint8Array[]} parts
- * @returns {Uint8Array}
- */
-function concat(parts) {
-    const out = new Uint8Array(parts.reduce((sum, p) => sum + p.length, 0));
-    let at = 0;
-    for (const part of parts) {
-        out.set(part, at);
-        at += part.length;
-    }
-    return out;
 }

@@ -13,6 +13,7 @@
 
 import { PRECISIONS } from '../protocol.js';
 import { InputError } from '../shared/errors.js';
+import { FORMAT } from '../shared/model_repo.js';
 
 /** Where the page keeps the local repository it found, for visits without a network. */
 export const LOCAL_MODELS_KEY = 'klein-web:local-models';
@@ -157,8 +158,7 @@ async function hasManifest(url, fetch) {
     if (!response.ok) return false;
     try {
         const body = await response.json();
-        // Same format tag as builder/repo/manifest.py FORMAT.
-        return typeof body === 'object' && body !== null && body.format === 'klein-web-model-repo';
+        return typeof body === 'object' && body !== null && body.format === FORMAT;
     } catch {
         return false;
     }

@@ -11,6 +11,7 @@
  * @module pipeline/input_images
  */
 
+import { hex } from '../shared/bytes.js';
 import { decodeImageFile } from '../shared/decode_image.js';
 import { ImageRefusal, ImageTooLarge } from '../shared/image_file.js';
 import { InputError } from '../shared/errors.js';
@@ -125,8 +126,7 @@ export function checkImageParams({ images, mask, strength }) {
  * @returns {Promise<string>}
  */
 async function sha256Hex(bytes) {
-    const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
-    return Array.from(digest, (b) => b.toString(16).padStart(2, '0')).join('');
+    return hex(await crypto.subtle.digest('SHA-256', bytes));
 }
 
 /**

@@ -19,6 +19,7 @@
  * @module store/backend
  */
 
+import { hex } from '../shared/bytes.js';
 import { ErrorCode, KleinError, QuotaError } from '../shared/errors.js';
 import { parseIdentity } from './identity.js';
 import { openStoredFile } from './stored_file.js';
@@ -50,7 +51,7 @@ export const ROOT_DIR = 'klein-models';
  */
 export async function keyFor(modelBase) {
     const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(modelBase));
-    return Array.from(new Uint8Array(digest).slice(0, 16), (b) => b.toString(16).padStart(2, '0')).join('');
+    return hex(new Uint8Array(digest).subarray(0, 16));
 }
 
 /** @typedef {import('../shared/types.js').OpfsSupport} OpfsSupport */

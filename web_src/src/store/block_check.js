@@ -13,6 +13,7 @@
  * @module store/block_check
  */
 
+import { hex as toHex } from '../shared/bytes.js'; // this file's Sha256 has a method hex() of its own
 import { IntegrityError } from '../shared/errors.js';
 
 /** @typedef {import('../shared/model_repo.js').Blocks} Blocks */
@@ -20,14 +21,6 @@ import { IntegrityError } from '../shared/errors.js';
 
 /** Block digests under way at once (each holds a copy of its block until it is done). */
 const DIGESTS_IN_FLIGHT = 4;
-
-/**
- * @param {ArrayBuffer} digest
- * @returns {string}
- */
-function toHex(digest) {
-    return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('');
-}
 
 /** @implements {Sha256} */
 export class BlockCheck {
