@@ -19,6 +19,14 @@ import {
 } from '../../web_src/src/pipeline/guidance.js';
 import { inpaintStart } from '../../web_src/src/shared/inpaint.js';
 import {
+    checkExtension,
+    extensionProblem,
+    extensionText,
+    padImage,
+    padMask,
+    paddedProblem,
+} from '../../web_src/src/shared/outpaint.js';
+import {
     LATENT_CHANNELS,
     PATCH,
     blendMask,
@@ -57,6 +65,9 @@ function refused(run) {
         throw error;
     }
 }
+
+/** @param {string} text @returns {Uint8Array} */
+const bytes = (text) => new Uint8Array(Buffer.from(text, 'base64'));
 
 const [casesPath, outPath] = process.argv.slice(2);
 const cases = JSON.parse(fs.readFileSync(casesPath, 'utf-8'));
@@ -111,6 +122,23 @@ const out = {
     guidanceText: cases.guidanceText.map((/** @type {[number, string]} */ [scale, negativePrompt]) =>
         guidanceText({ scale, negativePrompt }),
     ),
+    paddings: cases.paddings.map(
+        (/** @type {{width: number, height: number, extension: any, rgb: string, mask: string | null}} */ c) => {
+            const extension = checkExtension(c.extension);
+            const image = padImage({ width: c.width, height: c.height, rgb: bytes(c.rgb) }, extension);
+            const mask = padMask(c.mask === null ? null : bytes(c.mask), c.width, c.height, extension);
+            return {
+                image: { size: [image.width, image.height], rgb: encode(image.rgb) },
+                mask: { size: [mask.width, mask.height], rgb: encode(mask.rgb) },
+                text: extensionText(extension),
+            };
+        },
+    ),
+    extensions: cases.extensions.map((/** @type {[number, number, any]} */ [width, height, values]) => {
+        const problem = extensionProblem(values);
+        if (problem !== null) return problem;
+        return paddedProblem(checkExtension(values), width, height, 'The image to inpaint (a.png)');
+    }),
     masks: cases.masks.map((/** @type {{height: number, width: number, plane: string}} */ { height, width, plane }) =>
         encode(interpolateBilinear(float32s(plane), height, width, height / PATCH, width / PATCH)),
     ),
