@@ -278,8 +278,8 @@ EXTENSIONS = [
     (100, 80, {"top": 2049}),
     (100, 80, {"bottom": 1.5}),
     (100, 80, {"middle": 8}),
-    (100, 80, {"right": 700}),  # 8.0:1 exactly: allowed
-    (100, 80, {"right": 701}),  # beyond 8:1
+    (100, 80, {"right": 540}),  # 640x80, 8:1 exactly: allowed
+    (100, 80, {"right": 541}),  # beyond 8:1
     (1024, 1024, {"right": 2048, "left": 2048}),  # 5120x1024, used at 2288x457: wider than an output side
     (8000, 8000, {"right": 2048}),  # beyond the megapixels
     (64, 64, {"left": 2048, "right": 2048, "top": 2048, "bottom": 2048}),
