@@ -14,8 +14,9 @@
 import { InputError } from './errors.js';
 import { LIMITS, inputImageSize } from './limits.js';
 
+/** @typedef {'left' | 'right' | 'top' | 'bottom'} Side */
 /** The sides, in the order the PNG key and messages name them. */
-export const SIDES = Object.freeze(['left', 'right', 'top', 'bottom']);
+export const SIDES = Object.freeze(/** @type {Side[]} */ (['left', 'right', 'top', 'bottom']));
 /** Pixels added on one side at most. */
 export const EXTEND_MAX = LIMITS.sizeMax;
 /** The mask's value on the new area. */
@@ -41,7 +42,8 @@ export function extensionProblem(values) {
         return `The extension must name sides (left, right, top, bottom) and pixels, got ${JSON.stringify(values)}.`;
     }
     for (const [side, value] of Object.entries(values)) {
-        if (!SIDES.includes(side)) return `The extension has no side '${side}'; use left, right, top and bottom.`;
+        if (!(/** @type {readonly string[]} */ (SIDES).includes(side)))
+            return `The extension has no side '${side}'; use left, right, top and bottom.`;
         if (!Number.isInteger(value)) {
             return `The extension's ${side} must be a whole number of pixels, got ${JSON.stringify(value)}.`;
         }
