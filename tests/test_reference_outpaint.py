@@ -102,9 +102,7 @@ def test_outpainting_with_a_mask_and_a_reference(
         extend=sides,
     )
     image, mask = padded_inputs(files["source"], sides, files["mask"])
-    expected = oracle(
-        inpaint_pipe, image=image, mask_image=mask, image_reference=load(files["small"]), strength=0.6
-    )
+    expected = oracle(inpaint_pipe, image=image, mask_image=mask, image_reference=load(files["small"]), strength=0.6)
     assert_close(result.image, expected, "outpaint left+bottom, mask, reference")
     assert (result.width, result.height) == (128, 96) and result.steps_run == 3
     assert result.mask is not None and result.mask.name == "mask.png"

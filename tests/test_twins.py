@@ -379,7 +379,9 @@ def js(cases: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[
                 "rgb": encode(image),
                 "mask": None if mask is None else encode(mask),
             }
-            for (width, height, values), image, mask in zip(PADDINGS, cases["pad_images"], cases["pad_masks"], strict=True)
+            for (width, height, values), image, mask in zip(
+                PADDINGS, cases["pad_images"], cases["pad_masks"], strict=True
+            )
         ],
         "extensions": EXTENSIONS,
     }

@@ -108,8 +108,9 @@ def generate(
     image's used size. With `mask` (inpaint) `images[0]` is the image to inpaint, the output has its used size
     (a different WIDTH/HEIGHT is refused), `images[1:]` are its references and `strength` in [0, 1] says how
     much of the schedule runs. `extend` ({"right": 128, ...}) outpaints: inpainting of `images[0]` padded on those
-    sides under a mask white on the new area (builder.pipeline.outpaint), `mask` optional. `variants` pins a variant per component (e.g. {"transformer": "q4"}); otherwise
-    VARIANT_PREFERENCE picks. `steps` None and `guidance_scale` None take the model's defaults (manifest.json
+    sides under a mask white on the new area (builder.pipeline.outpaint), `mask` optional. `variants` pins a
+    variant per component (e.g. {"transformer": "q4"}); otherwise VARIANT_PREFERENCE picks. `steps` None and
+    `guidance_scale` None take the model's defaults (manifest.json
     `pipeline`): 4 steps and no guidance for distilled models, diffusers' defaults for base models, which run
     classifier-free guidance against `negative_prompt` (builder.pipeline.guidance).
     """
