@@ -11,7 +11,7 @@
 import { InputError } from '../shared/errors.js';
 import { inputImageSize } from '../shared/limits.js';
 import { requireOutput } from '../shared/model_repo.js';
-import { extensionText, maskSizeProblem, padImage, padMask, paddedProblem } from '../shared/outpaint.js';
+import { extensionText, maskSizeProblem, padImage, padMask, paddedProblem, paddedSize } from '../shared/outpaint.js';
 import { assertFinite } from './image.js';
 import {
     binaryMask,
@@ -72,23 +72,27 @@ export async function checkInputImages({ mode, images, mask, strength, extension
     const used = referenceSizes(mode, references);
     let decodedMask = null;
     if (mode === 'inpaint') {
+        const source = decoded[0];
+        // Outpainting: the output size is the padded image's used size.
+        const problem = extension ? paddedProblem(extension, source.width, source.height, source.label) : null;
+        if (problem) throw new InputError(problem, { extend: extension });
+        const canvas = extension ? paddedSize(extension, source.width, source.height) : source;
+        const { width, height } = inputImageSize(canvas.width, canvas.height);
+        if (params.width !== width || params.height !== height) {
+            throw new InputError(
+                `Inpainting keeps the size of the image to inpaint: ${source.label} is ${canvas.width}x${canvas.height}` +
+                    `${extension ? ' extended' : ''} and is used at ${width}x${height}, so \`width\` and \`height\` ` +
+                    `must be ${width} and ${height} (got ${params.width}x${params.height}).`,
+                { width: params.width, height: params.height, expected: { width, height } },
+            );
+        }
+        used.unshift({ width, height });
         if (mask) {
             signal.throwIfAborted();
             decodedMask = await decodeImage(mask, `The mask (${mask.name})`, { mask: true });
             checkGreyMask(decodedMask);
         }
-        if (extension) [decoded[0], decodedMask] = outpaintInputs(decoded[0], decodedMask, extension);
-        const source = decoded[0];
-        const { width, height } = inputImageSize(source.width, source.height);
-        if (params.width !== width || params.height !== height) {
-            throw new InputError(
-                `Inpainting keeps the size of the image to inpaint: ${source.label} is ${source.width}x${source.height} ` +
-                    `and is used at ${width}x${height}, so \`width\` and \`height\` must be ${width} and ${height} ` +
-                    `(got ${params.width}x${params.height}).`,
-                { width: params.width, height: params.height, expected: { width, height } },
-            );
-        }
-        used.unshift({ width, height });
+        if (extension) [decoded[0], decodedMask] = outpaintInputs(source, decodedMask, extension);
     }
     const tokens = used.reduce((sum, size) => sum + (size.width / PATCH) * (size.height / PATCH), 0);
     return { mode, images: decoded, used, mask: decodedMask, maskGiven: !!mask, extension, strength, tokens };
