@@ -95,7 +95,11 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @property {ImageInput} [mask]  Inpainting mask: white repaints, black keeps (grey is thresholded at 50%, as
  *   diffusers binarises); any size (resized to the image as diffusers does).
  * @property {number} [strength]  Inpainting: the share of the schedule that runs, in [0, 1] (diffusers' default
- *   0.8); ignored without a mask.
+ *   0.8); ignored without a mask or an extension.
+ * @property {{left?: number, right?: number, top?: number, bottom?: number}} [extend]  Outpainting: pixels
+ *   (0..LIMITS.sizeMax) added on each side of images[0], which is then inpainted padded under a mask white on the
+ *   new area (shared/outpaint.js); `mask` is optional then and, given, covers the original area at its decoded
+ *   size. width and height are the padded image's used size.
  * @property {'fast' | 'lean'} [memory]  How many model sessions stay on the GPU (models/memory_mode.js): `fast`
  *   keeps them loaded between stages and images, `lean` holds one at a time; absent: the worker chooses from what
  *   the browser tells about the machine, and runs lean after a fast run ran out of memory.
@@ -196,8 +200,10 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  *   (inside the denoising steps); null without.
  * @property {string[]} notes   Things the user should know (e.g. "VAE ran on the CPU: no shader-f16").
  * @property {{mode: 'text' | 'edit' | 'inpaint', images: InputImageInfo[], mask: InputImageInfo | null,
- *   strength: number | null, steps: number, referenceTokens: number,
- *   guidance: {scale: number, negativePrompt: string} | null}} inputs  The mode that ran; `steps`: the
+ *   strength: number | null, extension: import('./shared/outpaint.js').Extension | null, steps: number,
+ *   referenceTokens: number,
+ *   guidance: {scale: number, negativePrompt: string} | null}} inputs  The mode that ran (`mask`: the mask file
+ *   given, null when an outpainting run had none; `extension`: outpainting's pixels added); `steps`: the
  *   denoising steps that ran (inpainting's strength runs the last ones); `referenceTokens`: tokens the images
  *   added to every step; `guidance`: the classifier-free guidance that ran (a base model's; null: none).
  * @property {Record<string, import('./shared/types.js').ComponentKernels>} [kernels]  With `profile`: per

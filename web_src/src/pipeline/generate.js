@@ -164,8 +164,9 @@ export async function generate(params, { model, signal, onEvent }) {
         inputs: {
             mode: plan.mode,
             images: conditioning?.infos ?? [],
-            mask: mask?.info ?? null,
+            mask: plan.maskGiven ? (mask?.info ?? null) : null,
             strength: plan.strength,
+            extension: plan.extension,
             steps: runSteps,
             referenceTokens: plan.tokens,
             guidance,
