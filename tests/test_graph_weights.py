@@ -1,4 +1,4 @@
-"""pipeline/graph_weights.js, the app's ONNX rewrite that streams quantized weights to the GPU: run under node on a
+"""models/graph_weights.js, the app's ONNX rewrite that streams quantized weights to the GPU: run under node on a
 graph saved by onnx, then checked with onnx and onnxruntime (the rewritten graph, fed the lifted weights, computes
 what the original computes)."""
 
@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from builder import REPO_ROOT
 from builder.site.node import find_node
 
-MODULE = (REPO_ROOT / "web_src" / "src" / "pipeline" / "graph_weights.js").as_uri()
+MODULE = (REPO_ROOT / "web_src" / "src" / "models" / "graph_weights.js").as_uri()
 K, N, BLOCK = 64, 48, 32
 # Reads the graph and its data file, plans and rewrites as the app does, writes the graph and the plan.
 SCRIPT = f"""

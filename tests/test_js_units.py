@@ -26,7 +26,7 @@ PURE_MODULES = (
     "src/pipeline/latents.js",
     "src/pipeline/tokenizer.js",
     "src/pipeline/image.js",
-    "src/pipeline/graph_choice.js",
+    "src/models/graph_choice.js",
     "src/pipeline/preview.js",
     "src/pipeline/vae_tiles.js",
     "src/shared/png_text.js",

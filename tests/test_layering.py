@@ -92,6 +92,7 @@ CONVERTER = {
         "fp16_compute",
         "lora",
         "finite_weights",
+        "pipeline_kind",
         "tiny",
     )
 }

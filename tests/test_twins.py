@@ -136,6 +136,8 @@ def test_python_and_js_limits_are_the_same_numbers() -> None:
         "imageFileBytesMax": 64 * 2**20,
         "imagePixelsMax": 8192**2,
         "strengthDefault": 0.8,
+        "guidanceMin": 1,
+        "guidanceMax": 30,
     }
 
 

@@ -25,6 +25,10 @@ IMAGE_AREA_MAX = 1024 * 1024  # larger images are resized (LANCZOS) to about thi
 IMAGE_FILE_BYTES_MAX = 64 * 2**20  # an input file larger than this is refused before decoding
 IMAGE_PIXELS_MAX = 8192 * 8192  # a decoded image larger than this is refused (decompression bombs)
 STRENGTH_DEFAULT = 0.8  # inpainting's share of the schedule when none is given (Flux2KleinInpaintPipeline's default)
+# Classifier-free guidance of base models (manifest.json `pipeline`): 1 runs none (diffusers guides only above 1);
+# beyond 30 images only burn out.
+GUIDANCE_MIN = 1
+GUIDANCE_MAX = 30
 
 
 def nearest_side(value: int) -> int:
@@ -128,4 +132,13 @@ def check_strength(value: object, *, name: str = "`strength`") -> float:
         raise InputError(f"{name} must be a number from 0 to 1, got {value!r}; try 0.8.")
     if not 0 <= value <= 1:
         raise InputError(f"{name} {value} is outside 0..1; try 0.8.")
+    return float(value)
+
+
+def check_guidance(value: object, *, name: str = "`guidance_scale`") -> float:
+    """A classifier-free guidance scale for a base model, in [GUIDANCE_MIN, GUIDANCE_MAX]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{name} must be a number from {GUIDANCE_MIN} to {GUIDANCE_MAX}, got {value!r}; try 4.")
+    if not GUIDANCE_MIN <= value <= GUIDANCE_MAX:
+        raise InputError(f"{name} {value} is outside {GUIDANCE_MIN}..{GUIDANCE_MAX} (1 is no guidance); try 4.")
     return float(value)

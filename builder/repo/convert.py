@@ -42,12 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from builder import __version__
-from builder.errors import ConversionError
+from builder.errors import ConversionError, KleinWebError
 from builder.repo import lora, preview_map
 from builder.repo.convert_graphs import SavedGraph, exporter, write_graphs
 from builder.repo.convert_jobs import choose_jobs, estimated_peak, run_parts
 from builder.repo.convert_source import (
     SOURCE_FOLDER,
+    SOURCE_FOLDERS,
     check_config,
     check_source,
     copy_unchanged,
@@ -57,7 +58,9 @@ from builder.repo.convert_source import (
 from builder.repo.files import clean_stale_staging, ensure_folder, make_staging, probe_writable, replace_folder
 from builder.repo.finite_weights import check_finite_graph
 from builder.repo.manifest import MANIFEST_NAME, LoraEntry, Manifest, write
+from builder.repo.manifest import load as load_manifest
 from builder.repo.onnx_graph import DEFAULT_DATA_FILE_CAP
+from builder.repo.pipeline_kind import pipeline_defaults
 from builder.repo.verify import describe_files
 from builder.repo.weight_format import COMPACT, WeightFormat
 
@@ -94,8 +97,9 @@ def convert(
 
     # 1. Check inputs: nothing is written when the source or the destination is wrong.
     model_index = check_source(src)
+    defaults = pipeline_defaults(model_index)  # distilled or base: what manifest.json tells the app and reference
     check_precision(precision)
-    check_destination(out)
+    check_destination(out, inputs=[src, *(item.path for item in loras)])
     if jobs is not None:
         check_jobs(jobs)
     # Each part's config must build its model: a hand-edited config.json fails now, not once the parts before it
@@ -140,6 +144,7 @@ def convert(
             files=describe_files(stage, [name for graph in entries for name in graph.files()] + copied + fitted),
             graphs=entries,
             loras=merged,
+            pipeline=defaults,
         )
         write(stage, manifest)
         replace_folder(stage, out)
@@ -195,17 +200,44 @@ def check_precision(precision: str) -> None:
         raise ConversionError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}.")
 
 
-def check_destination(out: Path) -> None:
-    """OUT may be missing, empty, or an earlier model repo (replaced); never an unrelated folder."""
+def check_destination(out: Path, *, inputs: Sequence[Path] = ()) -> None:
+    """OUT may be missing, empty, or an earlier model repo (replaced); never an unrelated folder, and never one
+    holding an input (SRC, a --lora file), which the swap at the end would delete with the old OUT."""
     if out.is_symlink():
         raise ConversionError(f"OUT {out} is a symlink; pass the real folder so the link is not replaced.")
     if out.exists() and not out.is_dir():
         raise ConversionError(f"OUT {out} is a file; pass a folder path for the model repo.")
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST_NAME).is_file():
+    if out.is_dir() and any(out.iterdir()) and not is_model_repo(out):
         raise ConversionError(
-            f"OUT {out} is a non-empty folder that is not a model repo (no {MANIFEST_NAME}); "
+            f"OUT {out} is a non-empty folder that is not a model repo (no klein-web {MANIFEST_NAME}); "
             "pass a new or empty folder so nothing unrelated is overwritten."
         )
+    real_out = out.resolve()
+    for given in inputs:
+        real = Path(given).resolve()
+        read = [real / name for name in SOURCE_FOLDERS] if real.is_dir() else []
+        # Every file the conversion reads, symlinks followed: whatever lies inside OUT goes with the old OUT.
+        for path in [Path(given), *(path for folder in read for path in sorted(folder.rglob("*")))]:
+            resolved = path.resolve()
+            if resolved == real_out or real_out in resolved.parents:
+                raise ConversionError(
+                    f"{path} is inside OUT {out}, which the conversion replaces (its files would be deleted); "
+                    f"pass another OUT, e.g. {out.parent / (out.name + '-new')}, or move it out of OUT first."
+                )
+        if any(folder == real_out or folder in real_out.parents for folder in read):
+            raise ConversionError(
+                f"OUT {out} is inside {given}'s folders that the conversion reads; pass an OUT outside them, "
+                f"e.g. {Path(given) / 'web'}."
+            )
     # The staging folder goes beside OUT: find out now, not after the conversion, that it cannot be written.
     ensure_folder(out.parent, what=f"OUT {out}")
     probe_writable(out.parent, what=f"OUT {out}")
+
+
+def is_model_repo(folder: Path) -> bool:
+    """`folder` holds a klein-web manifest.json (a web app's manifest.json is someone else's project)."""
+    try:
+        load_manifest(folder)
+    except KleinWebError:
+        return False
+    return True

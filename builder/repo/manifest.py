@@ -164,6 +164,25 @@ class LoraEntry:
     scale: float
 
 
+@dataclass(frozen=True)
+class PipelineDefaults:
+    """What kind of FLUX.2 [klein] model the repository holds, and the defaults diffusers runs it with.
+
+    Distilled models (klein-4B, klein-9B: `"is_distilled": true` in their model_index.json) run one transformer call
+    a step and ignore any guidance scale; base models run classifier-free guidance when the scale is above 1: a
+    second call a step on the negative prompt's embeddings. `klein-web convert` reads both from the checkpoint and
+    from diffusers' own defaults (builder.repo.pipeline_kind); a manifest without them (the seed repository, older
+    conversions) holds distilled klein."""
+
+    is_distilled: bool = True
+    steps: int = 4  # the model card's 4 for distilled models; Flux2KleinPipeline's 50 for base models
+    guidance_scale: float | None = None  # text and editing (Flux2KleinPipeline); None: no guidance (distilled)
+    inpaint_guidance_scale: float | None = None  # inpainting (Flux2KleinInpaintPipeline)
+
+
+DISTILLED = PipelineDefaults()
+
+
 @dataclass
 class Manifest:
     source: str
@@ -175,6 +194,8 @@ class Manifest:
     # The LoRAs baked into the weights, in the order they were added. Optional in manifest.json and left out when
     # empty, so a manifest without LoRAs stays readable by a reader that does not know the key.
     loras: list[LoraEntry] = field(default_factory=list)
+    # Optional in manifest.json and left out for distilled models, so their manifests read as before.
+    pipeline: PipelineDefaults = DISTILLED
 
     def graph(self, component: str, variant: str) -> GraphEntry:
         for entry in self.graphs:
@@ -190,6 +211,8 @@ class Manifest:
         data = asdict(self)
         if not self.loras:
             del data["loras"]
+        if self.pipeline == DISTILLED:
+            del data["pipeline"]
         for entry in data["files"].values():
             if entry["blocks"] is None:
                 del entry["blocks"]
@@ -413,6 +436,34 @@ def _loras(value: object) -> list[LoraEntry]:
     return entries
 
 
+def _guidance(value: object, where: str) -> float | None:
+    _require(
+        value is None
+        or (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 1),
+        where,
+        f"must be a finite number of at least 1, or null, got {value!r}",
+    )
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _pipeline(value: object) -> PipelineDefaults:
+    keys = {"is_distilled", "steps", "guidance_scale", "inpaint_guidance_scale"}
+    _require(
+        isinstance(value, dict) and set(value) == keys,
+        "pipeline",
+        "must be an object {is_distilled, steps, guidance_scale, inpaint_guidance_scale}",
+    )
+    assert isinstance(value, dict)
+    _require(isinstance(value["is_distilled"], bool), "pipeline.is_distilled", "must be true or false")
+    _require(_int_in(value["steps"], 1, 1000), "pipeline.steps", f"must be a positive integer, got {value['steps']!r}")
+    return PipelineDefaults(
+        is_distilled=value["is_distilled"],
+        steps=value["steps"],
+        guidance_scale=_guidance(value["guidance_scale"], "pipeline.guidance_scale"),
+        inpaint_guidance_scale=_guidance(value["inpaint_guidance_scale"], "pipeline.inpaint_guidance_scale"),
+    )
+
+
 def _from_json(data: object, where: Path | str) -> Manifest:
     """The one schema check of manifest.json: any violation is a ModelRepoError naming the field."""
     try:
@@ -426,7 +477,8 @@ def _from_json(data: object, where: Path | str) -> Manifest:
             raise ModelRepoError(
                 f"{where} is format version {version}; this klein-web reads up to {FORMAT_VERSION}. Upgrade klein-web."
             )
-        unknown = sorted(set(data) - {"format", "format_version", "source", "converter", "files", "graphs", "loras"})
+        top = {"format", "format_version", "source", "converter", "files", "graphs", "loras", "pipeline"}
+        unknown = sorted(set(data) - top)
         _require(not unknown, "the top level", f"has unknown field(s) {', '.join(map(repr, unknown))}")
         source, converter = _string(data, "source", ""), _string(data, "converter", "")
         _require(
@@ -445,11 +497,12 @@ def _from_json(data: object, where: Path | str) -> Manifest:
         for rel in TOKENIZER_FILES:
             _require(rel in files, "files", f"does not list {rel}")
         loras = _loras(data["loras"]) if "loras" in data else []
+        pipeline = _pipeline(data["pipeline"]) if "pipeline" in data else DISTILLED
     except _Invalid as exc:
         raise ModelRepoError(
             f"{where} is malformed: {exc}. Re-create it with `klein-web fetch` or `klein-web convert`."
         ) from None
-    return Manifest(source=source, converter=converter, files=files, graphs=graphs, loras=loras)
+    return Manifest(source=source, converter=converter, files=files, graphs=graphs, loras=loras, pipeline=pipeline)
 
 
 def load(repo_dir: Path) -> Manifest:

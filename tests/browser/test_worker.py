@@ -221,7 +221,7 @@ def test_q4_against_reference(
     )
     assert not [note for note in reply.ok()["notes"] if "shader-f16" in note], reply.ok()["notes"]
     # The quantized weights reach the GPU through the app's own buffers, not onnxruntime's copies: exactly the
-    # external initializers that only MatMulNBits / GatherBlockQuantized read (pipeline/graph_weights.js).
+    # external initializers that only MatMulNBits / GatherBlockQuantized read (models/graph_weights.js).
     for component in ("text_encoder", "transformer", "vae_decoder"):
         graph = next((tiny_models["q4"] / component).glob(f"{component}_{graphs[component]['variant']}.onnx"))
         assert graphs[component]["streamedBytes"] == streamed_bytes(graph), component

@@ -1,7 +1,7 @@
 // @ts-check
 /**
  * @file shared/browser_needs.js: the decision for recorded capability profiles of the browsers people use, and the
- * twins it must agree with (pipeline/graph_choice.js's variant order, size classes and VAE check).
+ * twins it must agree with (models/graph_choice.js's variant order, size classes and VAE check).
  *
  * The profiles, with their sources, are in tests/js/browser_profiles.mjs.
  * @module tests/js/test_browser_needs
@@ -10,7 +10,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { checkDecodeFits, sizeClass, variantOrder } from '../../web_src/src/pipeline/graph_choice.js';
+import { checkDecodeFits, sizeClass, variantOrder } from '../../web_src/src/models/graph_choice.js';
 import {
     FULL_SIZE_MODEL,
     TOKEN_EMBEDDING_BYTES,
@@ -161,7 +161,7 @@ test('an OPFS without sync access handles, or none, is what is missing', () => {
     assert.equal(decide(unreported).canRun, true);
 });
 
-test("the graph family is pipeline/graph_choice.js variantOrder's first choice for every feature set", () => {
+test("the graph family is models/graph_choice.js variantOrder's first choice for every feature set", () => {
     for (const shaderF16 of [false, true]) {
         for (const subgroups of [false, true]) {
             for (const subgroupMatrix of [false, true]) {

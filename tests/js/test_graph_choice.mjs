@@ -1,11 +1,11 @@
 // @ts-check
-/** @file pipeline/graph_choice: variant per adapter, size class per image, sizes refused. @module tests/js/test_graph_choice */
+/** @file models/graph_choice: variant per adapter, size class per image, sizes refused. @module tests/js/test_graph_choice */
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { checkDecodeFits, chooseGraphs, sizeClass } from '../../web_src/src/pipeline/graph_choice.js';
-import { LEAN_SCORE_BUFFER_BYTES } from '../../web_src/src/pipeline/memory_mode.js';
+import { checkDecodeFits, chooseGraphs, sizeClass } from '../../web_src/src/models/graph_choice.js';
+import { LEAN_SCORE_BUFFER_BYTES } from '../../web_src/src/models/memory_mode.js';
 import { OutOfMemoryError } from '../../web_src/src/shared/errors.js';
 
 /**
@@ -154,7 +154,7 @@ test('a VAE decode whose attention buffer cannot fit is refused with the largest
 });
 
 test('the variant follows the features the device has: DP4A q4 beats q4f16 without matrix units', async () => {
-    const { variantOrder } = await import('../../web_src/src/pipeline/graph_choice.js');
+    const { variantOrder } = await import('../../web_src/src/models/graph_choice.js');
     const nvidia = { vendor: 'nvidia' };
     const first = (/** @type {any} */ gpu) => variantOrder(gpu)[0];
     assert.equal(first({ shaderF16: true, subgroups: true, subgroupMatrix: true, adapter: nvidia }), 'q4f16');

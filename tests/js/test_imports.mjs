@@ -17,9 +17,9 @@ const EXPORTS = {
     ],
     '../../web_src/src/pipeline/tokenizer.js': ['PromptTokenizer'],
     '../../web_src/src/pipeline/image.js': ['toRgba', 'assertFinite', 'checkImage'],
-    '../../web_src/src/pipeline/graph_choice.js': ['chooseGraphs', 'sizeClass', 'checkDecodeFits'],
-    '../../web_src/src/pipeline/meter.js': ['newMeter', 'mark'],
-    '../../web_src/src/pipeline/model_report.js': ['describeChoices', 'summarizeChoices'],
+    '../../web_src/src/models/graph_choice.js': ['chooseGraphs', 'sizeClass', 'checkDecodeFits'],
+    '../../web_src/src/models/meter.js': ['newMeter', 'mark'],
+    '../../web_src/src/models/model_report.js': ['describeChoices', 'summarizeChoices'],
     '../../web_src/src/shared/png_text.js': ['addTextChunks', 'readTextChunks'],
 };
 

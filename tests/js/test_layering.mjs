@@ -1,8 +1,8 @@
 // @ts-check
 /**
- * @file The web app's layering, from its imports: data flows page -> protocol -> worker -> pipeline -> runtime |
- * store -> shared, and only runtime/ort.js imports onnxruntime-web. Our WGSL kernels (kernels/) import nothing of
- * the app; the kernel lab's page (lab/) drives them on the runtime's device. Every import counts, JSDoc type imports
+ * @file The web app's layering, from its imports: data flows page -> protocol -> worker -> pipeline -> models ->
+ * runtime | store -> shared, and only runtime/ort.js imports onnxruntime-web. Our WGSL kernels (kernels/) import
+ * nothing of the app; the kernel lab's page (lab/) drives them on the runtime's device. Every import counts, JSDoc type imports
  * (`import('...')`) included, since a type import is still a dependency a reader has to follow.
  * @module tests/js/test_layering
  */
@@ -19,8 +19,9 @@ const SRC = fileURLToPath(new URL('../../web_src/src/', import.meta.url));
 const ALLOWED = Object.freeze({
     page: ['page', 'protocol', 'shared'],
     protocol: ['shared'],
-    worker: ['worker', 'protocol', 'pipeline', 'runtime', 'store', 'shared'],
-    pipeline: ['pipeline', 'protocol', 'runtime', 'store', 'shared'],
+    worker: ['worker', 'protocol', 'pipeline', 'models', 'runtime', 'store', 'shared'],
+    pipeline: ['pipeline', 'protocol', 'models', 'shared'],
+    models: ['models', 'protocol', 'runtime', 'store', 'shared'],
     runtime: ['runtime', 'shared'],
     kernels: ['kernels'],
     lab: ['lab', 'kernels', 'runtime', 'shared'],
@@ -29,16 +30,11 @@ const ALLOWED = Object.freeze({
     coi_register: [],
     service_worker: [],
 });
-/** The pipeline modules that node tests without a browser: no runtime, no store, not even by a detour. */
-const PURE = Object.freeze(
-    ['tokenizer', 'rng', 'schedule', 'latents', 'image', 'graph_choice', 'graph_weights', 'meter', 'model_report'].map(
-        (name) => `pipeline/${name}.js`,
-    ),
-);
-/** The pipeline modules that join the pipeline to the runtime and the store: Models and the parts it delegates to. */
-const JOINERS = Object.freeze(
-    ['models', 'model_source', 'sessions', 'session_runs', 'graph_upload'].map((name) => `pipeline/${name}.js`),
-);
+/** The modules that node tests without a browser: no runtime, no store, not even by a detour. */
+const PURE = Object.freeze([
+    ...['tokenizer', 'rng', 'schedule', 'latents', 'image'].map((name) => `pipeline/${name}.js`),
+    ...['graph_choice', 'graph_weights', 'memory_mode', 'meter', 'model_report'].map((name) => `models/${name}.js`),
+]);
 const ORT_IMPORTER = 'runtime/ort.js';
 
 const STATIC_IMPORT = /^\s*import\s+(?:[\w*{}\s,]+?\s+from\s+)?['"]([^'"]+)['"]/gm;
@@ -133,11 +129,6 @@ export function violations(graph) {
         for (const target of imports) {
             if (!graph.local.has(target)) problems.push(`${file} imports ${target}, which does not exist`);
             if (allowed && !allowed.includes(layerOf(target))) problems.push(`${file} (${layer}) imports ${target}`);
-            if (layer === 'pipeline' && !JOINERS.includes(file) && ['runtime', 'store'].includes(layerOf(target))) {
-                problems.push(
-                    `${file} imports ${target}: only ${JOINERS.join(', ')} join the pipeline to runtime/ and store/`,
-                );
-            }
         }
         for (const specifier of graph.packages.get(file) ?? []) {
             if (specifier.startsWith('onnxruntime') && file !== ORT_IMPORTER) {
@@ -150,9 +141,7 @@ export function violations(graph) {
         if (reachable(graph, file).has(file)) problems.push(`${file} is part of an import cycle`);
     }
     for (const file of PURE) {
-        const reached = [...reachable(graph, file)].filter(
-            (target) => ['runtime', 'store'].includes(layerOf(target)) || JOINERS.includes(target),
-        );
+        const reached = [...reachable(graph, file)].filter((target) => ['runtime', 'store'].includes(layerOf(target)));
         if (reached.length > 0) problems.push(`${file} is pure but reaches ${reached.join(', ')}`);
     }
     return problems;
@@ -193,22 +182,23 @@ test('the rules catch each kind of breach', () => {
     const clean = {
         'page/main.js': ['protocol.js', 'shared/errors.js'],
         'protocol.js': ['shared/errors.js'],
-        'pipeline/models.js': ['runtime/ort.js', 'store/weights.js', 'pipeline/graph_choice.js'],
-        'pipeline/graph_choice.js': ['shared/errors.js'],
-        'pipeline/generate.js': ['pipeline/models.js'],
+        'models/model.js': ['runtime/ort.js', 'store/weights.js', 'models/graph_choice.js'],
+        'models/graph_choice.js': ['shared/errors.js'],
+        'pipeline/generate.js': ['models/model.js'],
         'runtime/ort.js': ['onnxruntime-web/webgpu', 'shared/errors.js'],
         'store/weights.js': ['shared/errors.js'],
         'shared/errors.js': [],
     };
     assert.deepEqual(violations(graphOf(clean)), []);
     const breaches = [
-        ['page/main.js', 'pipeline/models.js', /page\/main.js \(page\) imports pipeline\/models.js/],
+        ['page/main.js', 'models/model.js', /page\/main.js \(page\) imports models\/model.js/],
         ['store/weights.js', 'runtime/ort.js', /store\/weights.js \(store\) imports runtime\/ort.js/],
         ['runtime/ort.js', 'protocol.js', /runtime\/ort.js \(runtime\) imports protocol.js/],
         ['shared/errors.js', 'protocol.js', /shared\/errors.js \(shared\) imports protocol.js/],
         ['store/weights.js', 'onnxruntime-web', /only runtime\/ort.js imports onnxruntime/],
-        ['pipeline/graph_choice.js', 'pipeline/models.js', /graph_choice.js is pure but reaches/],
-        ['pipeline/generate.js', 'store/weights.js', /generate.js imports store\/weights.js: only pipeline\/models.js/],
+        ['models/graph_choice.js', 'models/model.js', /graph_choice.js is pure but reaches/],
+        ['pipeline/generate.js', 'store/weights.js', /generate.js \(pipeline\) imports store\/weights.js/],
+        ['models/model.js', 'pipeline/generate.js', /model.js \(models\) imports pipeline\/generate.js/],
         ['shared/errors.js', 'shared/errors.js', /part of an import cycle/],
     ];
     for (const [file, extra, message] of /** @type {[string, string, RegExp][]} */ (breaches)) {
@@ -227,6 +217,6 @@ test('web_src/src keeps its layering', () => {
     assert.ok(graph.local.size >= 30, `only ${graph.local.size} modules found under ${SRC}`);
     const ortImports = graph.packages.get(ORT_IMPORTER);
     assert.ok(ortImports?.has('onnxruntime-web/webgpu'), `${ORT_IMPORTER} must import onnxruntime`);
-    for (const file of [...PURE, ...JOINERS]) assert.ok(graph.local.has(file), `${file} is listed but does not exist`);
+    for (const file of PURE) assert.ok(graph.local.has(file), `${file} is listed but does not exist`);
     assert.deepEqual(violations(graph), []);
 });

@@ -1,10 +1,10 @@
 // @ts-check
-/** @file pipeline/memory_mode: the user's mode wins, else the machine's facts choose. @module tests/js/test_memory_mode */
+/** @file models/memory_mode: the user's mode wins, else the machine's facts choose. @module tests/js/test_memory_mode */
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { chooseMemoryMode } from '../../web_src/src/pipeline/memory_mode.js';
+import { MemoryBudget, chooseMemoryMode } from '../../web_src/src/models/memory_mode.js';
 
 const GIB = 2 ** 30;
 
@@ -27,4 +27,22 @@ test('a small machine or a small GPU gets lean mode, saying why; a large one fas
     assert.equal(chooseMemoryMode({ deviceMemory: 8, maxBufferSize: GIB, software: true }).mode, 'fast');
     // Nothing known: fast.
     assert.equal(chooseMemoryMode({}).mode, 'fast');
+});
+
+test("a worker's budget: half the memory in fast mode, nothing beside the session in use in lean mode", () => {
+    const budget = new MemoryBudget(8);
+    assert.equal(budget.choose(undefined, { maxBufferSize: 4 * GIB }).mode, 'fast');
+    assert.equal(budget.bytes, 4 * GIB);
+    budget.choose('lean', { maxBufferSize: 4 * GIB });
+    assert.equal(budget.bytes, 0);
+    assert.equal(budget.current.why, 'lean mode, as asked');
+});
+
+test('after a fast run ran out of memory, requests that ask for no mode run lean; one that asks for fast runs fast', () => {
+    const budget = new MemoryBudget(8);
+    budget.leanAfterFailure = 'fast mode ran out of memory (Denoising step 1)';
+    const chosen = budget.choose(undefined, { maxBufferSize: 4 * GIB });
+    assert.equal(chosen.mode, 'lean');
+    assert.match(chosen.why, /ran out of memory/);
+    assert.equal(budget.choose('fast', { maxBufferSize: 4 * GIB }).mode, 'fast');
 });

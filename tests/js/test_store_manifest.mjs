@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { test } from 'node:test';
 
-import { chooseGraphs } from '../../web_src/src/pipeline/graph_choice.js';
+import { chooseGraphs } from '../../web_src/src/models/graph_choice.js';
 import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../../web_src/src/shared/model_repo.js';
 import { fetchManifest, parseManifest, seedManifest } from '../../web_src/src/store/manifest.js';
 
@@ -92,7 +92,7 @@ test('a repo with VAE encoder graphs loads, and text-to-image neither chooses no
     for (const shaderF16 of [true, false]) {
         const { choices } = chooseGraphs(manifest, { shaderF16 }, undefined, 16 + 512);
         assert.deepEqual(Object.keys(choices).sort(), ['text_encoder', 'transformer', 'vae_decoder']);
-        // What pipeline/models.js downloads: the chosen graphs' files (plus the tokenizer).
+        // What models/model_source.js downloads: the chosen graphs' files (plus the tokenizer).
         const paths = Object.values(choices).flatMap((c) => graphFiles(c.graph));
         assert.ok(paths.length > 0 && !paths.some((p) => p.startsWith('vae_encoder/')), paths.join(', '));
     }

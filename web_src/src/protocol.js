@@ -29,7 +29,7 @@
  * with more tokens than the model can hold, is refused before any download) and resizes and VAE-encodes them in
  * the `images` stage.
  *
- * Worker behaviour (worker/main.js):
+ * Worker behaviour (worker/requests.js):
  *   - load creates and releases each session of one model without running it (pipeline/load_sessions.js): what
  *     each costs to create, and whether the browser can hold it, on adapters too slow to run the pipeline.
  *   - generate, load and clearCache run one at a time, in arrival order: a generate sent while another runs is
@@ -71,7 +71,7 @@ export const STAGES = Object.freeze(
 /** Graph variants `GenerateParams.precision` may force for the text encoder and the transformer. */
 export const PRECISIONS = Object.freeze(['q4', 'q4f16', 'fp32']);
 
-/** Memory modes `GenerateParams.memory` may ask for (pipeline/memory_mode.js); absent: the worker chooses. */
+/** Memory modes `GenerateParams.memory` may ask for (models/memory_mode.js); absent: the worker chooses. */
 export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
 
 /** @typedef {(typeof STAGES)[number]} Stage */
@@ -93,7 +93,7 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  *   diffusers binarises); any size (resized to the image as diffusers does).
  * @property {number} [strength]  Inpainting: the share of the schedule that runs, in [0, 1] (diffusers' default
  *   0.8); ignored without a mask.
- * @property {'fast' | 'lean'} [memory]  How many model sessions stay on the GPU (pipeline/memory_mode.js): `fast`
+ * @property {'fast' | 'lean'} [memory]  How many model sessions stay on the GPU (models/memory_mode.js): `fast`
  *   keeps them loaded between stages and images, `lean` holds one at a time; absent: the worker chooses from what
  *   the browser tells about the machine, and runs lean after a fast run ran out of memory.
  * @property {number} [vaeTile]  The side (pixels, a multiple of 16) of the tiles the VAE decodes the image in, so
@@ -168,7 +168,7 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @property {number[]} stepMs  Wall time of each denoising step.
  * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number, streamedBytes: number}>} graphs
  *   Which variant and EP ran each component, and how (`detail`: e.g. "attention unsplit, graph capture";
- *   `streamedBytes`: the weights the app streamed into its own GPU buffers, pipeline/graph_upload.js).
+ *   `streamedBytes`: the weights the app streamed into its own GPU buffers, models/graph_upload.js).
  * @property {import('./shared/types.js').DeviceGrant | null} device  The features and limits the shared GPU device
  *   was given (onnxruntime's kernels choose their paths from them), and the optional features it was made without
  *   because they failed in this browser; null when nothing ran on WebGPU.

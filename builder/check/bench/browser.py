@@ -81,7 +81,7 @@ class ImageRun:
     memory: dict[str, Any]
     wasm_heap_bytes: int | None
     kernels: dict[str, Any] | None = None  # the app's per-component kernel times (phase `profiled`)
-    memory_mode: str = ""  # the app's memory mode for the run (pipeline/memory_mode.js): fast or lean
+    memory_mode: str = ""  # the app's memory mode for the run (models/memory_mode.js): fast or lean
     preview: dict[str, Any] | None = None  # the step previews' map, count and milliseconds (GenerateResult.preview)
     timeline: list[dict[str, Any]] = field(default_factory=list)  # the app's: what ran when (protocol.js)
 

@@ -18,8 +18,10 @@ from typing import Any
 
 from builder import __version__
 from builder.check.regress import report_folder
+from builder.check.regress.cases import case_name_problem
 from builder.check.regress.report import BROWSER_LOG_NAME, REPORT_NAME, Verdict
-from builder.errors import InputError
+from builder.errors import InputError, KleinWebError
+from builder.repo import paths
 from builder.repo.files import atomic_write_bytes, check_output_folder
 
 Log = Callable[[str], None]
@@ -110,13 +112,65 @@ def check_shards(shards: Sequence[ShardReport]) -> None:
             f"shard(s) {labels} missing: run `klein-web regress ... --shard {missing[0]}/{first.count}` "
             "with the same cases and flags, and pass its --report folder too."
         )
+    folders: dict[str, Path] = {}
     for shard in shards:
         for entry in shard.data["cases"]:
-            if not (shard.folder / str(entry["folder"]) / REPORT_NAME).is_file():
+            source = case_folder(shard, entry["folder"])
+            if not (source / REPORT_NAME).is_file():
                 raise InputError(
                     f"{shard.folder}: case {entry['case']} has no {REPORT_NAME} (the shard was "
                     "interrupted or its folder changed); run that shard again."
                 )
+            # Compared without letter case, as regress compares case names: one folder of OUT each.
+            key = str(entry["folder"]).casefold()
+            if key in folders:
+                raise InputError(
+                    f"case folder {entry['folder']!r} is listed twice ({folders[key]} and {shard.folder}): the "
+                    "shards are not one run's; run them again from one cases file."
+                )
+            folders[key] = shard.folder
+
+
+def case_folder(shard: ShardReport, folder: object) -> Path:
+    """A case's folder in `shard`, from its report: checked like a case name (one plain folder name, none of the
+    run's own files), and a real folder inside the shard (no symlink out of it), since OUT gets a copy of it and
+    merging again deletes that copy first."""
+    problem = case_name_problem(folder)
+    if problem is not None:
+        raise InputError(
+            f"{shard.folder / REPORT_NAME} names the case folder {folder!r}, which {problem}: not a report regress "
+            "wrote; run that shard again."
+        )
+    assert isinstance(folder, str)
+    try:
+        path = paths.inside(shard.folder, folder, what=f"{shard.folder}: the case folder")
+    except KleinWebError as exc:
+        raise InputError(f"{exc} Run that shard again.") from None
+    if path.is_symlink():
+        raise InputError(f"{path} is a symlink, not a case folder regress wrote; run that shard again.")
+    return path
+
+
+def out_folder(out: Path, entry: dict[str, Any]) -> Path:
+    """Where a case's folder goes in OUT (an earlier merge's copy there is replaced): inside OUT, symlinks resolved."""
+    try:
+        return paths.inside(out, str(entry["folder"]), what=f"OUT's folder of case {entry['folder']!r}")
+    except KleinWebError as exc:
+        raise InputError(f"{exc} Merge into a new folder.") from None
+
+
+def check_apart(out: Path, shard_dirs: Sequence[Path]) -> None:
+    """OUT and the shards must not hold each other: writing OUT would delete a shard's folders before they are
+    read (or a shard's files would be merged into themselves)."""
+    real_out = out.resolve()
+    for folder in shard_dirs:
+        real = Path(folder).resolve()
+        if real == real_out:
+            raise InputError(f"OUT {out} is one of the shards' folders; merge into another folder.")
+        if real_out in real.parents:
+            raise InputError(f"shard {folder} is inside OUT {out}; merge into a folder outside the shards.")
+        if real in real_out.parents:
+            raise InputError(f"OUT {out} is inside shard {folder}; merge into a folder outside the shards.")
 
 
 def _short(value: Any) -> str:
@@ -131,26 +185,26 @@ def merge(out_dir: Path, shard_dirs: Sequence[Path], *, log: Log) -> int:
         raise InputError("give the --report folders of the shards to merge: klein-web regress-merge OUT SHARD_DIR...")
     out = check_output_folder(Path(out_dir), what="OUT", create=False)
     report_folder.check_report_folder(out, what="OUT")
-    for folder in shard_dirs:
-        if Path(folder).resolve() == out.resolve():
-            raise InputError(f"OUT {out} is one of the shards' folders; merge into another folder.")
+    check_apart(out, shard_dirs)
     shards = sorted((read_shard(Path(folder)) for folder in shard_dirs), key=lambda shard: shard.index)
     check_shards(shards)
     entries = sorted(
         ({**entry, "shard": shard.index} for shard in shards for entry in shard.data["cases"]),
         key=lambda entry: int(entry.get("position") or 0),
     )
+    by_index = {shard.index: shard for shard in shards}
+    copies = [(case_folder(by_index[entry["shard"]], entry["folder"]), out_folder(out, entry)) for entry in entries]
 
     # 2. Copy every case's folder, then the logs, then report.json last.
     out.mkdir(parents=True, exist_ok=True)
     report_folder.mark(out)
     (out / REPORT_NAME).unlink(missing_ok=True)  # until the merged one lands, the folder reads as incomplete
-    by_index = {shard.index: shard for shard in shards}
-    for entry in entries:
-        target = out / str(entry["folder"])
-        if target.exists():
+    for source, target in copies:
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        elif target.exists():
             shutil.rmtree(target)
-        shutil.copytree(by_index[entry["shard"]].folder / str(entry["folder"]), target)
+        shutil.copytree(source, target)
     logs = [
         f"===== shard {shard.index}/{shard.count}: {shard.folder} =====\n" + _read_text(shard.folder / BROWSER_LOG_NAME)
         for shard in shards

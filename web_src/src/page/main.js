@@ -27,7 +27,7 @@ import { PreviewSetting, StepPreviewView } from './ui/step_preview.js';
 import { OfflineStatus } from './ui/offline_status.js';
 import { Toast, setState } from './ui/page_state.js';
 import { ProgressView } from './ui/progress.js';
-import { ResultView } from './ui/result.js';
+import { ResultView, encodeImage } from './ui/result.js';
 
 /** @typedef {import('./model_source.js').ModelSource} ModelSource */
 
@@ -213,6 +213,7 @@ function main() {
         outputCard,
         preview,
         stepPreview,
+        encode: encodeImage,
     });
     form.onSubmit(() => {
         runner.generate().catch((err) => {

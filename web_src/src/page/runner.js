@@ -13,7 +13,6 @@ import { runRequest } from './run_request.js';
 import { adviseError } from './ui/error_view.js';
 import { randomSeed } from './ui/form.js';
 import { currentState, setState } from './ui/page_state.js';
-import { encodeImage } from './ui/result.js';
 
 /** @typedef {import('./ui/form.js').FormValues} FormValues */
 /** @typedef {import('./ui/editing.js').Collected} Collected */
@@ -37,6 +36,9 @@ import { encodeImage } from './ui/result.js';
  * @property {HTMLElement} outputCard
  * @property {import('./ui/step_preview.js').PreviewSetting} preview
  * @property {import('./ui/step_preview.js').StepPreviewView} stepPreview
+ * @property {(result: import('../protocol.js').GenerateResult, context: {modelLabel: string, version: string})
+ *   => Promise<import('./ui/result.js').EncodedImage>} encode  The image as a tagged PNG and a thumbnail
+ *   (ui/result.js encodeImage).
  */
 
 /**
@@ -154,7 +156,7 @@ export class Runner {
      * @param {{batch: BatchRun, index: number}} place  Which image of which batch.
      */
     async #image(values, inputs, found, { batch, index }) {
-        const { client, memory, progress, strip, history, version, preview, stepPreview } = this.parts;
+        const { client, memory, progress, strip, history, version, preview, stepPreview, encode } = this.parts;
         const { settings, params } = runRequest(values, found, memory.value(), inputs.params);
         const request = preview.enabled() ? { ...params, preview: true } : params;
         let output;
@@ -165,7 +167,7 @@ export class Runner {
         } finally {
             stepPreview.clear();
         }
-        const encoded = await encodeImage(output, { modelLabel: found.label, version });
+        const encoded = await encode(output, { modelLabel: found.label, version });
         batch.finish(index, output.timings.total);
         strip.add(index, output, encoded);
         strip.render();

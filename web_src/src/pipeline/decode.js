@@ -6,8 +6,8 @@
  */
 
 import { checkImage, toRgba } from './image.js';
+import { requireOutput } from '../shared/model_repo.js';
 import { LATENT_CHANNELS, PATCH, unpackLatents } from './latents.js';
-import { requireOutput } from './session_runs.js';
 import { vaeDecoderPin } from './session_pins.js';
 import { decodeTiles, tileSize } from './vae_tiles.js';
 
@@ -22,12 +22,13 @@ import { decodeTiles, tileSize } from './vae_tiles.js';
  * @param {RunContext} context
  * @returns {Promise<Uint8ClampedArray>}
  */
-export async function decode(denoised, tiles, { models, meter, signal }) {
+export async function decode(denoised, tiles, { model, meter, signal }) {
+    const { sessions } = model;
     const { latentHeight, latentWidth, tileHeight, tileWidth } = tiles;
     const latents = unpackLatents(denoised, LATENT_CHANNELS, latentHeight, latentWidth); // [1, H*W, C] -> [1, C, H, W]
-    const vae = await models.session('vae_decoder', { meter, signal, pin: vaeDecoderPin(tileSize(tiles)) });
+    const vae = await sessions.session('vae_decoder', { meter, signal, pin: vaeDecoderPin(tileSize(tiles)) });
     const run = async (/** @type {Float32Array} */ data, /** @type {string} */ what) => {
-        const outputs = await models.run(
+        const outputs = await sessions.run(
             vae,
             { latents: { data, dims: [1, LATENT_CHANNELS, tileHeight, tileWidth] } },
             { meter, what },

@@ -5,12 +5,12 @@
  * @module pipeline/denoise
  */
 
+import { requireOutput } from '../shared/model_repo.js';
 import { assertFinite } from './image.js';
 import { LATENT_CHANNELS, blendMask, eulerStep, scaleNoise } from './latents.js';
-import { requireOutput } from './session_runs.js';
 import { transformerPin } from './session_pins.js';
 
-/** @typedef {import('./model_caches.js').PromptEmbedding} PromptEmbedding */
+/** @typedef {import('../models/model_caches.js').PromptEmbedding} PromptEmbedding */
 /** @typedef {import('./schedule.js').Schedule} Schedule */
 /** @typedef {import('./encode_images.js').Conditioning} Conditioning */
 /** @typedef {import('./prepare_latents.js').Latents} Latents */
@@ -47,8 +47,9 @@ export async function denoise(
     inpainting,
     imageSeqLen,
     preview,
-    { models, meter, signal, onEvent, duringFirstStep },
+    { model, meter, signal, onEvent, duringFirstStep },
 ) {
+    const { sessions } = model;
     const { imgIds, txtIds, latentHeight, latentWidth, noise } = prepared;
     const noiseTokens = latentHeight * latentWidth;
     const extraTokens = conditioning ? conditioning.ids.length / 4 : 0;
@@ -69,7 +70,7 @@ export async function denoise(
     const total = schedule.modelTimesteps.length;
     const start = inpainting ? inpainting.start : 0;
     const steps = total - start;
-    const transformer = await models.session('transformer', { meter, signal, pin: transformerPin(imageSeqLen) });
+    const transformer = await sessions.session('transformer', { meter, signal, pin: transformerPin(imageSeqLen) });
     /** @type {number[]} */
     const stepMs = [];
     const loopStart = performance.now();
@@ -78,7 +79,7 @@ export async function denoise(
     for (let i = start; i < total; i++) {
         signal.throwIfAborted();
         const stepStart = performance.now();
-        const { outputs } = await models.submit(
+        const { outputs } = await sessions.submit(
             transformer,
             {
                 hidden_states: { data: hiddenStates, dims: [1, imageSeqLen, LATENT_CHANNELS] },

@@ -10,6 +10,7 @@
 
 import { InputError } from '../shared/errors.js';
 import { inputImageSize } from '../shared/limits.js';
+import { requireOutput } from '../shared/model_repo.js';
 import { assertFinite } from './image.js';
 import {
     binaryMask,
@@ -24,7 +25,6 @@ import {
     toPlanes,
 } from './input_images.js';
 import { LATENT_CHANNELS, PATCH, interpolateBilinear, packLatents, prepareImageIds } from './latents.js';
-import { requireOutput } from './session_runs.js';
 
 /** @typedef {import('./input_images.js').DecodedImage} DecodedImage */
 /** @typedef {import('./input_images.js').Pixels} Pixels */
@@ -100,6 +100,15 @@ export async function checkInputImages(params, signal) {
  */
 
 /**
+ * What an image's latents are cached under (Model.images): the file, and how it was made into pixels.
+ * @param {ImageJob} job
+ * @returns {string}
+ */
+export function latentsKey({ image, how }) {
+    return `${image.sha256}|${how}`;
+}
+
+/**
  * What stage 4 encodes, in token order: editing's references; inpainting's image to inpaint, then its
  * references (several of them as one batch, see input_images.js inpaintReferencePixels).
  * @param {InputPlan} plan
@@ -133,7 +142,8 @@ export function imageJobs(plan) {
  * @param {RunContext} context
  * @returns {Promise<Conditioning>}
  */
-export async function encodeImages(plan, { models, meter, signal }) {
+export async function encodeImages(plan, { model, meter, signal }) {
+    const { sessions, images } = model;
     const jobs = imageJobs(plan);
     /** @type {Float32Array[]} */
     const packed = [];
@@ -141,23 +151,23 @@ export async function encodeImages(plan, { models, meter, signal }) {
     const grids = [];
     /** @type {InputImageInfo[]} */
     const infos = [];
-    for (const [i, { image, how, pixels }] of jobs.entries()) {
+    for (const [i, job] of jobs.entries()) {
         signal.throwIfAborted();
+        const { image, pixels } = job;
         const { width, height } = plan.used[i];
-        const key = models.imageKey(image.sha256, how);
-        let latents = models.cachedImage(key);
+        let latents = images.get(latentsKey(job));
         const cached = latents !== undefined;
         if (!latents) {
             const made = pixels();
-            const session = await models.session('vae_encoder', { meter, signal });
-            const outputs = await models.run(
+            const session = await sessions.session('vae_encoder', { meter, signal });
+            const outputs = await sessions.run(
                 session,
                 { image: { data: toPlanes(made), dims: [1, 3, made.height, made.width] } },
                 { meter, what: `The VAE encoder (${image.label})` },
             );
             latents = requireOutput(outputs, 'image_latents', 'VAE encoder'); // [1, 128, h, w]
             assertFinite(latents.data, `latents of ${image.label}`);
-            models.cacheImage(key, latents);
+            images.set(latentsKey(job), latents);
         }
         const grid = { height: height / PATCH, width: width / PATCH };
         packed.push(packLatents(latents.data, LATENT_CHANNELS, grid.height, grid.width));

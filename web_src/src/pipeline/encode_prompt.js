@@ -6,13 +6,13 @@
  * @module pipeline/encode_prompt
  */
 
+import { requireOutput } from '../shared/model_repo.js';
 import { assertFinite } from './image.js';
-import { requireOutput } from './session_runs.js';
 import { TEXT_ENCODER_PIN } from './session_pins.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 import { TokenizerHelper } from './tokenizer_helper.js';
 
-/** @typedef {import('./model_caches.js').PromptEmbedding} PromptEmbedding */
+/** @typedef {import('../models/model_caches.js').PromptEmbedding} PromptEmbedding */
 /** @typedef {import('./stage_clock.js').RunContext} RunContext */
 
 /**
@@ -28,10 +28,11 @@ import { TokenizerHelper } from './tokenizer_helper.js';
  * @param {RunContext} context
  * @returns {Promise<Encoding>}
  */
-export async function startEncoding(prompt, { models, meter, signal }) {
-    const encoded = await (await startTokenizer(models)).encode(prompt, { maxLength: MAX_SEQUENCE_LENGTH });
-    const session = await models.session('text_encoder', { meter, signal, pin: TEXT_ENCODER_PIN });
-    const { outputs } = await models.submit(
+export async function startEncoding(prompt, { model, meter, signal }) {
+    const { sessions, prompts } = model;
+    const encoded = await (await startTokenizer(model.source)).encode(prompt, { maxLength: MAX_SEQUENCE_LENGTH });
+    const session = await sessions.session('text_encoder', { meter, signal, pin: TEXT_ENCODER_PIN });
+    const { outputs } = await sessions.submit(
         session,
         {
             input_ids: { data: encoded.inputIds, dims: [1, encoded.inputIds.length] },
@@ -44,7 +45,7 @@ export async function startEncoding(prompt, { models, meter, signal }) {
         assertFinite(embeds.data, 'prompt embeddings');
         /** @type {PromptEmbedding} */
         const made = { ...embeds, tokens: encoded.tokens, droppedTokens: encoded.droppedTokens };
-        models.cachePrompt(prompt, made);
+        prompts.set(prompt, made);
         return made;
     });
     embedding.catch(() => {}); // awaited by stage 3; a failure before then is not unhandled
@@ -53,11 +54,11 @@ export async function startEncoding(prompt, { models, meter, signal }) {
 /**
  * The model's tokenizer, building in its helper worker (pipeline/tokenizer_helper.js) from the first call on: stage 2
  * calls this before it creates any session, so the tokenizer is ready when the text encoder is.
- * @param {import('./models.js').Models} models
+ * @param {import('../models/model_source.js').ModelSource} source  After Model.prepare(): the model's files.
  * @returns {Promise<TokenizerHelper>}
  */
-export async function startTokenizer(models) {
-    return models.memo('tokenizer', async () => TokenizerHelper.start(await models.tokenizerFiles()));
+export async function startTokenizer(source) {
+    return source.derive('tokenizer', async () => TokenizerHelper.start(await source.tokenizerFiles()));
 }
 
 /**

@@ -27,7 +27,7 @@ import { encodePrompt } from './encode_prompt.js';
 import { kernelTimes } from './kernel_times.js';
 import { PATCH } from './latents.js';
 import { loadModels } from './load_models.js';
-import { newMeter } from './meter.js';
+import { newMeter } from '../models/meter.js';
 import { prepareLatents, prepareTimesteps } from './prepare_latents.js';
 import { StepPreview } from './preview.js';
 import { vaeDecoderPin } from './session_pins.js';
@@ -36,22 +36,23 @@ import { describePlan, tileSize } from './vae_tiles.js';
 
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
 /** @typedef {import('../protocol.js').GenerateResult} GenerateResult */
-/** @typedef {import('./models.js').Models} Models */
+/** @typedef {import('../models/model.js').Model} Model */
 /** @typedef {import('./stage_clock.js').RunContext} RunContext */
 /** @typedef {import('./stage_clock.js').GenerateEvent} GenerateEvent */
 
 /**
  * Run the whole pipeline. Cancellable between stages and between denoising steps through `signal`.
  * @param {GenerateParams} params
- * @param {{models: Models, signal: AbortSignal, onEvent: (event: GenerateEvent) => void}} options
+ * @param {{model: Model, signal: AbortSignal, onEvent: (event: GenerateEvent) => void}} options
  * @returns {Promise<GenerateResult>}
  */
-export async function generate(params, { models, signal, onEvent }) {
+export async function generate(params, { model, signal, onEvent }) {
+    const { sessions } = model;
     const meter = newMeter();
     const started = meter.startedAt;
     const clock = new StageClock({ meter, signal, onEvent });
     /** @type {RunContext} */
-    const context = { models, meter, signal };
+    const context = { model, meter, signal };
 
     // 1. Check inputs
     const { checked, plan } = await clock.time('check', undefined, async () => ({
@@ -61,7 +62,7 @@ export async function generate(params, { models, signal, onEvent }) {
     const { prompt, seed, steps, width, height } = checked;
     const noiseTokens = (height / PATCH) * (width / PATCH);
     const imageSeqLen = noiseTokens + plan.tokens;
-    models.profiling = checked.profile === true;
+    sessions.profiling = checked.profile === true;
 
     // 2. Load models (and start stage 3 as soon as the text encoder exists)
     const { notes, cached, encoding, imagesCached, previewMap, tiles } = await loadModels(checked, imageSeqLen, plan, {
@@ -112,7 +113,7 @@ export async function generate(params, { models, signal, onEvent }) {
     // The VAE decoder's session is created while the GPU computes the first step, when it fits beside the others.
     const vaePin = vaeDecoderPin(tileSize(tiles));
     const duringFirstStep = async () => {
-        if (models.fits('vae_decoder', vaePin)) await models.session('vae_decoder', { meter, signal, pin: vaePin });
+        if (sessions.fits('vae_decoder', vaePin)) await sessions.session('vae_decoder', { meter, signal, pin: vaePin });
     };
     const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
         denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, preview, {
@@ -130,10 +131,10 @@ export async function generate(params, { models, signal, onEvent }) {
     const { timings } = clock;
     timings.sessionRun = meter.runMs;
     timings.total = performance.now() - started;
-    const graphs = models.describe(meter, { vae_decoder: describePlan(tiles) });
+    const graphs = sessions.describe(meter, { vae_decoder: describePlan(tiles) });
     // After the timings: ending the profiles and releasing the profiled sessions is not part of the run.
-    const kernels = checked.profile ? kernelTimes(await models.endProfiling()) : undefined;
-    await models.finishRun();
+    const kernels = checked.profile ? kernelTimes(await sessions.endProfiling()) : undefined;
+    await sessions.finishRun();
     return {
         width,
         height,
@@ -143,8 +144,8 @@ export async function generate(params, { models, signal, onEvent }) {
         stepMs,
         prompt: { tokens: embedding.tokens, droppedTokens: embedding.droppedTokens },
         graphs,
-        device: models.deviceGrant(),
-        memory: models.memory,
+        device: sessions.deviceGrant(),
+        memory: model.memory.current,
         preview: preview ? { map: preview.map.source, frames: preview.frames, ms: preview.ms } : null,
         notes,
         inputs: {

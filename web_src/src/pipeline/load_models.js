@@ -6,7 +6,8 @@
  * @module pipeline/load_models
  */
 
-import { imageJobs } from './encode_images.js';
+import { summarizeChoices } from '../models/model_report.js';
+import { imageJobs, latentsKey } from './encode_images.js';
 import { startEncoding, startTokenizer } from './encode_prompt.js';
 import { loadPreviewMap } from './preview.js';
 import { sessionPins } from './session_pins.js';
@@ -14,7 +15,7 @@ import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 import { decodePlan, tileSize, vaeTileFor } from './vae_tiles.js';
 
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
-/** @typedef {import('./model_caches.js').PromptEmbedding} PromptEmbedding */
+/** @typedef {import('../models/model_caches.js').PromptEmbedding} PromptEmbedding */
 /** @typedef {import('./encode_images.js').InputPlan} InputPlan */
 /** @typedef {import('./encode_prompt.js').Encoding} Encoding */
 /** @typedef {import('./stage_clock.js').RunContext} RunContext */
@@ -43,37 +44,37 @@ import { decodePlan, tileSize, vaeTileFor } from './vae_tiles.js';
  *   prompt's embedding from an earlier run; `encoding`: stage 3 under way; `imagesCached`: every input image's
  *   latents are (none to encode); `tiles`: how stage 8 decodes.
  */
-export async function loadModels(params, imageSeqLen, plan, { models, meter, signal, clock, onEvent }) {
+export async function loadModels(params, imageSeqLen, plan, { model, meter, signal, clock, onEvent }) {
     const { notes, previewMap } = await clock.time('download', undefined, async () => {
-        const prepared = await models.prepare(
+        const prepared = await model.prepare(
             { ...params, attentionTokens: imageSeqLen + MAX_SEQUENCE_LENGTH, encodeSizes: plan.used },
             { signal, onProgress: (progress) => onEvent({ type: 'progress', progress }) },
         );
         if (!params.preview) return { notes: prepared.notes, previewMap: null };
-        const { map, note } = await loadPreviewMap(models, signal);
+        const { map, note } = await loadPreviewMap(model.source, signal);
         return { notes: note ? [...prepared.notes, note] : prepared.notes, previewMap: map };
     });
     // The caches are keyed by the encoders chosen above.
-    const cached = models.cachedPrompt(params.prompt);
+    const cached = model.prompts.get(params.prompt);
     // Built in a helper worker while the sessions below are created.
-    if (!cached) await startTokenizer(models);
-    const encodeImages = imageJobs(plan).some((job) => !models.cachedImage(models.imageKey(job.image.sha256, job.how)));
+    if (!cached) await startTokenizer(model.source);
+    const encodeImages = imageJobs(plan).some((job) => !model.images.get(latentsKey(job)));
     /** @type {import('../shared/model_repo.js').AnyComponent[]} */
     const order = [
         ...(cached ? [] : /** @type {const} */ (['text_encoder'])),
         ...(encodeImages ? /** @type {const} */ (['vae_encoder']) : []),
         'transformer',
     ];
-    const tiles = decodePlan(params, vaeTileFor({ vaeTile: params.vaeTile, memory: models.memory.mode }));
+    const tiles = decodePlan(params, vaeTileFor({ vaeTile: params.vaeTile, memory: model.memory.current.mode }));
     const pins = sessionPins(imageSeqLen, tileSize(tiles));
     /** @type {Encoding | null} */
     let encoding = null;
     /** @param {import('../shared/model_repo.js').AnyComponent} component */
     const onLoaded = async (component) => {
-        if (component === 'text_encoder') encoding = await startEncoding(params.prompt, { models, meter, signal });
+        if (component === 'text_encoder') encoding = await startEncoding(params.prompt, { model, meter, signal });
     };
-    await clock.time('load', models.summary(), () =>
-        models.preload(order, { meter, signal, pins, next: ['vae_decoder'], onLoaded }),
+    await clock.time('load', summarizeChoices(model.source.requireChoices()), () =>
+        model.sessions.preload(order, { meter, signal, pins, next: ['vae_decoder'], onLoaded }),
     );
     return { notes, cached, encoding, imagesCached: !encodeImages, previewMap, tiles };
 }

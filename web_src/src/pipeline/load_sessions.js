@@ -14,13 +14,13 @@
 import { COMPONENTS, OPTIONAL_COMPONENTS } from '../shared/model_repo.js';
 import { InputError } from '../shared/errors.js';
 import { checkInputs } from './check_inputs.js';
-import { newMeter } from './meter.js';
+import { newMeter } from '../models/meter.js';
 import { sessionPins } from './session_pins.js';
 import { PATCH } from './latents.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 
-/** @typedef {import('./models.js').Models} Models */
-/** @typedef {import('./meter.js').Meter} Meter */
+/** @typedef {import('../models/model.js').Model} Model */
+/** @typedef {import('../models/meter.js').Meter} Meter */
 /** @typedef {import('../shared/model_repo.js').AnyComponent} Component */
 /** @typedef {import('../protocol.js').LoadParams} LoadParams */
 /** @typedef {import('../protocol.js').LoadResult} LoadResult */
@@ -51,10 +51,11 @@ export function checkLoadParams(params) {
  * Download what the chosen graphs need (nothing when the store has it), then create and release each session
  * of `components`, in order, so only one is alive at a time.
  * @param {any} params  LoadParams, checked here.
- * @param {{models: Models, signal: AbortSignal, onEvent: (event: any) => void}} options
+ * @param {{model: Model, signal: AbortSignal, onEvent: (event: any) => void}} options
  * @returns {Promise<LoadResult>}
  */
-export async function loadSessions(params, { models, signal, onEvent }) {
+export async function loadSessions(params, { model, signal, onEvent }) {
+    const { sessions } = model;
     const checked = checkLoadParams(params);
     const { width, height } = checked;
     const imageSeqLen = (height / PATCH) * (width / PATCH);
@@ -62,29 +63,29 @@ export async function loadSessions(params, { models, signal, onEvent }) {
     const downloadStarted = performance.now();
     // The encoder, when asked for, is created for an input image of the same size.
     const encodeSizes = /** @type {string[]} */ (checked.components).includes('vae_encoder') ? [{ width, height }] : [];
-    const { notes, downloadedBytes } = await models.prepare(
+    const { notes, downloadedBytes } = await model.prepare(
         { ...checked, attentionTokens: imageSeqLen + MAX_SEQUENCE_LENGTH, encodeSizes },
         { signal, onProgress: (progress) => onEvent({ type: 'progress', progress }) },
     );
     const downloadMs = performance.now() - downloadStarted;
     // Sessions of earlier requests would be counted in this request's memory peaks.
-    await models.releaseAll();
+    await sessions.releaseAll();
 
     const meter = newMeter();
-    /** @type {Partial<Record<Component, import('./sessions.js').Pin>>} */
+    /** @type {Partial<Record<Component, import('../models/sessions.js').Pin>>} */
     const pins = sessionPins(imageSeqLen, { width, height });
     for (const component of /** @type {Component[]} */ (checked.components)) {
         signal.throwIfAborted();
         onEvent({ type: 'stage', stage: 'load', detail: component });
-        await models.session(component, { meter, signal, pin: pins[component] });
-        await models.unload(component);
+        await sessions.session(component, { meter, signal, pin: pins[component] });
+        await sessions.unload(component);
     }
-    const described = models.describe(meter);
+    const described = sessions.describe(meter);
     const graphs = Object.fromEntries(
         /** @type {Component[]} */ (checked.components).map((c) => {
-            const { bytes, graph } = models.requireChoice(c);
+            const { bytes, graph } = model.source.requireChoice(c);
             return [c, { ...described[c], bytes, path: graph.path }];
         }),
     );
-    return { params: checked, downloadedBytes, downloadMs, graphs, device: models.deviceGrant(), notes };
+    return { params: checked, downloadedBytes, downloadMs, graphs, device: sessions.deviceGrant(), notes };
 }

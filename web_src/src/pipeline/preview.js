@@ -134,16 +134,17 @@ export function parsePreviewMap(json) {
  * The map of the prepared model: the repository's own when its manifest lists one (downloaded into the store like
  * the graphs), else the published FLUX.2 map. A map that cannot be had or read falls back too, with a note: the
  * preview never stops an image.
- * @param {import('./models.js').Models} models  After prepare(): its store and manifest are the model's.
+ * @param {import('../models/model_source.js').ModelSource} source  After Model.prepare(): its store and manifest
+ *   are the model's.
  * @param {AbortSignal} signal
  * @returns {Promise<{map: PreviewMap, note: string | null}>}
  */
-export async function loadPreviewMap(models, signal) {
-    const entry = models.manifest?.files[PREVIEW_MAP_FILE];
-    const store = models.store;
+export async function loadPreviewMap(source, signal) {
+    const entry = source.manifest?.files[PREVIEW_MAP_FILE];
+    const store = source.store;
     if (!entry || !store) return { map: publishedMap(), note: null };
     try {
-        const map = await models.memo(`preview-map:${entry.size}:${entry.sha256}`, async () => {
+        const map = await source.derive(`preview-map:${entry.size}:${entry.sha256}`, async () => {
             await store.ensure([{ path: PREVIEW_MAP_FILE, ...entry }], { signal });
             return parsePreviewMap(JSON.parse(await store.readText(PREVIEW_MAP_FILE)));
         });

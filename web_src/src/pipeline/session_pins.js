@@ -9,7 +9,7 @@
 import { PATCH } from './latents.js';
 import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
 
-/** @typedef {import('./sessions.js').Pin} Pin */
+/** @typedef {import('../models/sessions.js').Pin} Pin */
 
 /** @type {Pin} The text encoder's one shape: a prompt padded to MAX_SEQUENCE_LENGTH. */
 export const TEXT_ENCODER_PIN = Object.freeze({

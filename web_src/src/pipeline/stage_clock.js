@@ -5,23 +5,23 @@
  * @module pipeline/stage_clock
  */
 
-import { mark } from './meter.js';
+import { mark } from '../models/meter.js';
 
 /** @typedef {import('../protocol.js').Stage} Stage */
 /** @typedef {import('../protocol.js').StageTimings} StageTimings */
-/** @typedef {import('./meter.js').Meter} Meter */
+/** @typedef {import('../models/meter.js').Meter} Meter */
 
 /**
  * @typedef {{type: 'progress', progress: import('../shared/types.js').DownloadProgress}
  *   | {type: 'stage', stage: Stage, detail?: string}
  *   | {type: 'step', step: number, steps: number, elapsedMs: number, etaMs: number,
  *     preview?: import('../protocol.js').PreviewFrame}} GenerateEvent
- *   The protocol's events without the request id (worker/main.js adds it).
+ *   The protocol's events without the request id (worker/requests.js adds it).
  */
 
 /**
  * @typedef {Object} RunContext  What every stage of one run shares.
- * @property {import('./models.js').Models} models
+ * @property {import('../models/model.js').Model} model  The model's parts: each stage uses those it needs.
  * @property {Meter} meter
  * @property {AbortSignal} signal
  */

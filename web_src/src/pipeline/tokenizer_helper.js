@@ -14,7 +14,7 @@ import { KleinError, deserializeError } from '../shared/errors.js';
 import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
 
 /** @typedef {import('./tokenizer.js').EncodedPrompt} EncodedPrompt */
-/** @typedef {{tokenizerJson: Blob, tokenizerConfig: Blob, chatTemplate?: Blob}} TokenizerFiles  As stored. */
+/** @typedef {import('../models/model_source.js').TokenizerFiles} TokenizerFiles */
 
 /** @type {string | null} The helper's script (worker/main.js sets it from the build). */
 let workerUrl = null;

@@ -7,7 +7,7 @@
  * released (onnxruntime PR #23144), which would kill the GPU buffers of any session we keep. Passing
  * our own device to every session keeps it alive across release(). When the browser loses the device
  * (driver reset, GPU process crash), `device.lost` fires; the next job gets a fresh device and the
- * sessions are reloaded (pipeline/sessions.js watches `generation`).
+ * sessions are reloaded (models/sessions.js watches `generation`).
  * @module runtime/gpu
  */
 

@@ -1,6 +1,6 @@
 // @ts-check
 /**
- * @file Weights the app uploads to the GPU itself (pipeline/graph_weights.js chooses them): each in a GPU buffer of
+ * @file Weights the app uploads to the GPU itself (models/graph_weights.js chooses them): each in a GPU buffer of
  * its own, streamed from the store in chunks with a bounded amount queued, so the tab holds a few chunks of a graph
  * at a time instead of the whole graph and its copies.
  * @module runtime/gpu_weights

@@ -36,7 +36,7 @@ import * as ort from 'onnxruntime-web/webgpu';
  * @property {boolean} [profile]  Turn onnxruntime's profiler on: every run records each kernel's GPU time (WebGPU
  *   timestamp queries) until profileEvents() ends it. A profiled session never captures: replays record nothing.
  * @property {GpuWeight[]} [weights]  On WebGPU: graph inputs that are weights in the app's GPU buffers (the graph
- *   rewritten by pipeline/graph_weights.js); the session owns the buffers from here on.
+ *   rewritten by models/graph_weights.js); the session owns the buffers from here on.
  * @property {boolean} [capture]  With `staticDims`, on WebGPU: the session captures. Its first run records every
  *   kernel and later runs replay the recording without the EP's per-kernel host work (the time it saves:
  *   docs/performance.md). Every run must then have exactly these dims. Worth it for a graph run

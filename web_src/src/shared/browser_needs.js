@@ -28,7 +28,7 @@ import { LIMITS } from './limits.js';
  * The FLUX.2 [klein] 4B text encoder's token embedding as `klein-web convert` stores it: 151,936 tokens x 2,560
  * values at 4 bits, the packed data GatherBlockQuantized binds as one buffer (its fp32 scales are a quarter of
  * that). A repository in the seed's layout binds its fp16 table instead (x 2 bytes, 742 MiB), with shader-f16
- * only: without it those nodes run on the CPU (pipeline/graph_choice.js place).
+ * only: without it those nodes run on the CPU (models/graph_choice.js place).
  */
 export const TOKEN_EMBEDDING_BYTES = (151936 * 2560) / 2;
 
@@ -37,7 +37,7 @@ export const TOKEN_EMBEDDING_BYTES = (151936 * 2560) / 2;
  * BUDGET at the longest attention it is sized for, the transformer's joint attention has TEXT_TOKENS text tokens
  * beside the image's 16x16-px patches and its longest is a 1024^2 edit with four 1024^2 references or a 2048^2
  * image; the VAE's mid-block attention has one head over the 8x-downsampled grid. The most-split graph of each
- * is what runs when the adapter's limit is below the budget (pipeline/graph_choice.js sizeClass, checkDecodeFits).
+ * is what runs when the adapter's limit is below the budget (models/graph_choice.js sizeClass, checkDecodeFits).
  */
 const ATTENTION = Object.freeze({
     budget: 512 * 1024 * 1024,
@@ -106,7 +106,7 @@ export const FULL_SIZE_MODEL = Object.freeze({
  * @property {boolean} canRun
  * @property {Missing[]} missing  Empty when canRun.
  * @property {'q4f16' | 'q4'} family  The graph variant the text encoder and the transformer run by default
- *   (pipeline/graph_choice.js variantOrder's first choice).
+ *   (models/graph_choice.js variantOrder's first choice).
  * @property {string} kernels  Which kernels run that family's 4-bit layers, in words.
  * @property {number} bufferLimit  The largest buffer the graphs may bind: min(maxBufferSize, maxStorageBufferBindingSize).
  * @property {number} largestSide  The largest square image side (multiple of LIMITS.sizeMultiple) whose attention
@@ -146,7 +146,7 @@ export function sizeFits(width, height, limit, shaderF16, model = FULL_SIZE_MODE
 }
 
 /**
- * The graph family and kernels the features give (the same order as pipeline/graph_choice.js variantOrder, which
+ * The graph family and kernels the features give (the same order as models/graph_choice.js variantOrder, which
  * a node test holds equal): with shader-f16, q4f16 on matrix units, else q4 on DP4A where subgroups give it
  * (not on Apple GPUs), else q4f16 on plain fp16 kernels; without shader-f16, q4.
  * @param {{shaderF16: boolean, subgroups: boolean, subgroupMatrix: boolean, adapter: {vendor: string} | null}} caps

@@ -28,6 +28,9 @@ export const LIMITS = Object.freeze({
     imagePixelsMax: 67108864,
     /** Inpainting's share of the schedule when none is given (Flux2KleinInpaintPipeline's default). */
     strengthDefault: 0.8,
+    /** Classifier-free guidance of base models: 1 runs none (diffusers guides only above 1). */
+    guidanceMin: 1,
+    guidanceMax: 30,
 });
 
 /**

@@ -2,9 +2,12 @@
 /**
  * @file The model repository as the app reads it: the `Manifest` and `GraphEntry` shapes (builder/repo/manifest.py's
  * schema, camel-cased), its components and variants, and where a graph's and the tokenizer's files live.
- * store/ fetches and downloads these files; pipeline/ chooses among the graphs.
+ * store/ fetches and downloads these files; models/ chooses among the graphs; the stages read their graphs' outputs
+ * by the names the contract gives them (requireOutput).
  * @module shared/model_repo
  */
+
+import { ModelFileError } from './errors.js';
 
 /** The components text-to-image runs: every repository has them. */
 export const COMPONENTS = Object.freeze(/** @type {const} */ (['text_encoder', 'transformer', 'vae_decoder']));
@@ -79,4 +82,22 @@ export const PREVIEW_MAP_FILE = 'vae_decoder/preview_map.json';
 export function graphFiles(graph) {
     const folder = graph.path.slice(0, graph.path.lastIndexOf('/') + 1);
     return [graph.path, ...graph.externalData.map((name) => folder + name)];
+}
+
+/**
+ * An output by its contract name, or a ModelFileError naming what the graph has instead.
+ * @param {Record<string, {data: unknown, dims: number[]}>} outputs  A session's outputs, on the CPU.
+ * @param {string} name
+ * @param {string} graph
+ * @returns {{data: Float32Array, dims: number[]}}
+ */
+export function requireOutput(outputs, name, graph) {
+    const tensor = outputs[name];
+    if (!tensor || !(tensor.data instanceof Float32Array)) {
+        throw new ModelFileError(
+            `The ${graph} graph has no float32 output \`${name}\` (it has: ${Object.keys(outputs).join(', ')}); ` +
+                'the model does not follow the klein-web contract.',
+        );
+    }
+    return { data: tensor.data, dims: tensor.dims };
 }

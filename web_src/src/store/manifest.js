@@ -62,7 +62,7 @@ export function seedManifest(modelBase, { chatTemplate = false } = {}) {
         precision: String(precision),
         requiresF16: Boolean(requiresF16),
         // The seed's token-embedding node names are not known here: without shader-f16 the whole text
-        // encoder goes to the wasm EP instead (pipeline/graph_choice.js).
+        // encoder goes to the wasm EP instead (models/graph_choice.js).
         cpuNodesWithoutF16: [],
         attentionQueryBlocks: 1,
         attentionMaxTokens: null,

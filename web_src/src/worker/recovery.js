@@ -1,15 +1,21 @@
 // @ts-check
 /**
- * @file What the worker does when a job fails: run it again another way, or report the error. Pure, so node tests
- * every rule (worker/main.js applies the answer).
+ * @file What the worker does when a job fails: run it again another way, or report the error. recoveryFor() decides,
+ * runRecovering() runs a job and applies the decision; neither touches the GPU or the store but through the parts it
+ * is given, so node tests every rule.
  * - An optional GPU feature that failed at its first use (GpuFeatureError): again without that feature.
  * - A run in fast memory mode that ran out of GPU memory or lost its device, when the request did not ask for
- *   fast mode itself: once more in lean mode (pipeline/memory_mode.js), which holds one session at a time.
+ *   fast mode itself: once more in lean mode (models/memory_mode.js), which holds one session at a time.
  * - Anything else, a cancelled job included: no retry.
+ * Each retry first releases the sessions; a job that fails or is cancelled after giving up a feature releases them
+ * too, and turns the features back on (they were not the cause).
  * @module worker/recovery
  */
 
 import { ErrorCode, GpuFeatureError, KleinError } from '../shared/errors.js';
+
+/** @typedef {import('../models/model.js').Model} Model */
+/** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
 
 /**
  * @typedef {{kind: 'drop-feature', feature: string, reason: string} | {kind: 'lean', reason: string}} Recovery
@@ -37,4 +43,60 @@ export function recoveryFor(err, { aborted, memoryMode, askedMemory, leanTried }
         return { kind: 'lean', reason: `fast mode ${what} (${err.message.slice(0, 200)})` };
     }
     return null;
+}
+
+/**
+ * Run `job`, and run it again another way while recoveryFor() finds one: without a GPU feature that failed (each
+ * retry gives up one more feature the device has, so this ends), or once in lean memory mode. A job that succeeds
+ * without features has the browser remember that they fail (Gpu.remember).
+ * @template T
+ * @param {() => Promise<T>} job
+ * @param {{model: Pick<Model, 'sessions' | 'memory'>, gpu: Pick<Gpu, 'dropFeature' | 'remember' | 'restore'>,
+ *   signal: AbortSignal, askedMemory: string | undefined, onEvent: (event: {type: 'stage', stage: 'load',
+ *   detail: string}) => void}} options  `askedMemory`: the request's own `memory`; `onEvent`: says why the job
+ *   loads again.
+ * @returns {Promise<T>}
+ */
+export async function runRecovering(job, { model, gpu, signal, askedMemory, onEvent }) {
+    /** @type {string[]} Features given up during this job. */
+    const dropped = [];
+    let leanTried = false;
+    for (;;) {
+        try {
+            const result = await job();
+            await gpu.remember(dropped);
+            return result;
+        } catch (err) {
+            const recovery = recoveryFor(err, {
+                aborted: signal.aborted,
+                memoryMode: model.memory.current.mode,
+                askedMemory,
+                leanTried,
+            });
+            if (recovery?.kind === 'drop-feature') {
+                await model.sessions.releaseAll();
+                gpu.dropFeature(recovery.feature, recovery.reason);
+                dropped.push(recovery.feature);
+                onEvent({
+                    type: 'stage',
+                    stage: 'load',
+                    detail: `again without ${recovery.feature}, which failed in this browser`,
+                });
+                continue;
+            }
+            if (recovery?.kind === 'lean') {
+                // This worker runs lean from now on: the machine could not hold the fast mode's sessions.
+                leanTried = true;
+                await model.sessions.releaseAll();
+                model.memory.leanAfterFailure = recovery.reason;
+                onEvent({ type: 'stage', stage: 'load', detail: `again in lean memory mode: ${recovery.reason}` });
+                continue;
+            }
+            // Cancelled or failed mid-run: give the GPU memory back; the next run reloads from the store.
+            if (signal.aborted || dropped.length > 0) await model.sessions.releaseAll();
+            // Failing without the features as well, they were not the cause: the next job has them again.
+            if (!signal.aborted) gpu.restore(dropped);
+            throw signal.aborted ? signal.reason : err;
+        }
+    }
 }

@@ -1,6 +1,6 @@
 // @ts-check
 /**
- * @file The Memory field: Auto, Fast or Lean (GenerateParams.memory; pipeline/memory_mode.js says what each
+ * @file The Memory field: Auto, Fast or Lean (GenerateParams.memory; models/memory_mode.js says what each
  * does). The choice is kept in this browser (localStorage) and `?memory=fast|lean|auto` on the address sets it.
  * @module page/ui/memory_setting
  */

@@ -185,7 +185,7 @@ function deviceLine(device, transformerVariant) {
 }
 
 /**
- * The memory mode the run used and why (pipeline/memory_mode.js).
+ * The memory mode the run used and why (models/memory_mode.js).
  * @param {GenerateResult['memory'] | undefined} memory
  * @returns {HTMLElement[]}
  */

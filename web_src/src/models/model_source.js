@@ -1,21 +1,24 @@
 // @ts-check
 /**
  * @file The model a request runs: the weight store of its model source, the manifest, the graph and execution
- * provider pipeline/graph_choice.js chose per component for this adapter, the files those need (downloaded into
- * the store when missing), and the memory mode (pipeline/memory_mode.js) the request runs in.
- * @module pipeline/model_source
+ * provider models/graph_choice.js chose per component for this adapter (within the memory mode
+ * models/memory_mode.js chooses for the request), the files those need (downloaded into the store when missing),
+ * and the objects made from the model's files (the tokenizer, the step previews' map), made once.
+ * @module models/model_source
  */
 
 import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../shared/model_repo.js';
 import { WeightStore } from '../store/weights.js';
 import { checkDecodeFits, chooseGraphs } from './graph_choice.js';
-import { chooseMemoryMode, LEAN_SCORE_BUFFER_BYTES, memoryBudget } from './memory_mode.js';
+import { LEAN_SCORE_BUFFER_BYTES } from './memory_mode.js';
 
 /** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */
 /** @typedef {import('../shared/model_repo.js').Manifest} Manifest */
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
+/** @typedef {import('./memory_mode.js').MemoryBudget} MemoryBudget */
 /** @typedef {import('./graph_choice.js').Choice} Choice */
 /** @typedef {import('./graph_choice.js').Choices} Choices */
+/** @typedef {{tokenizerJson: Blob, tokenizerConfig: Blob, chatTemplate?: Blob}} TokenizerFiles  As stored. */
 
 /**
  * @typedef {Object} Plan  What prepare() chose, before its files are downloaded.
@@ -39,22 +42,21 @@ import { chooseMemoryMode, LEAN_SCORE_BUFFER_BYTES, memoryBudget } from './memor
 
 export class ModelSource {
     /**
-     * @param {{gpu: Gpu}} options
+     * @param {{gpu: Gpu, memory: MemoryBudget}} options  `memory`: chooses each request's mode.
      */
-    constructor({ gpu }) {
+    constructor({ gpu, memory }) {
         this.gpu = gpu;
+        this.memory = memory;
         /** @type {WeightStore | null} */
         this.store = null;
         /** @type {Manifest | null} */
         this.manifest = null;
         /** @type {Choices | null} */
         this.choices = null;
-        /** The fast mode's budget. */
-        this.fastBudget = memoryBudget(/** @type {Navigator & {deviceMemory?: number}} */ (navigator).deviceMemory);
-        /** @type {import('./memory_mode.js').MemoryChoice} The current request's memory mode. */
-        this.memory = { mode: 'fast', why: '' };
-        /** @type {string | null} Why this worker runs lean from now on: a fast run ran out of memory. */
-        this.leanAfterFailure = null;
+        /** @type {Map<string, any>} Objects made from the model's files, by key (derive()). */
+        this.derived = new Map();
+        /** The tokenizer files' paths, sizes and hashes the derived objects were made with. */
+        this.derivedFrom = '';
     }
 
     /**
@@ -83,11 +85,11 @@ export class ModelSource {
         const manifest = await store.loadManifest({ signal });
         // Which graphs are already stored: a slower variant that is stored beats a faster one still to download.
         const stored = await store.completePaths(manifest.graphs.flatMap((g) => graphFiles(g)));
-        this.memory = this.chooseMemory(memory, info);
+        const mode = this.memory.choose(memory, info);
         const { choices, notes } = chooseGraphs(manifest, info, precision, attentionTokens, {
             encoder: encodeSizes.length > 0,
             stored,
-            scoreBudget: this.memory.mode === 'lean' ? LEAN_SCORE_BUFFER_BYTES : Infinity,
+            scoreBudget: mode.mode === 'lean' ? LEAN_SCORE_BUFFER_BYTES : Infinity,
         });
         for (const { feature, reason, remembered } of this.gpu.grant?.off ?? []) {
             notes.push(
@@ -101,8 +103,8 @@ export class ModelSource {
         checkDecodeFits(choices.vae_decoder, { width, height }, info);
         // The encoder's mid-block attention is the decoder's, at the input image's size.
         if (choices.vae_encoder) for (const size of encodeSizes) checkDecodeFits(choices.vae_encoder, size, info);
-        if (this.memory.mode === 'lean' && memory === undefined)
-            notes.push(`The app runs in ${this.memory.why}: one model part at a time, reloaded for each image.`);
+        if (mode.mode === 'lean' && memory === undefined)
+            notes.push(`The app runs in ${mode.why}: one model part at a time, reloaded for each image.`);
         if (info.software)
             notes.push(
                 `The GPU adapter is a software renderer (${info.adapter.architecture || info.adapter.description || 'fallback'}): it works, but very slowly.`,
@@ -134,30 +136,6 @@ export class ModelSource {
     }
 
     /**
-     * The memory mode of a request: the one it asks for, else lean once a fast run of this worker ran out of
-     * memory, else the one the machine's facts suggest.
-     * @param {string | undefined} requested
-     * @param {import('../runtime/gpu.js').GpuInfo} info
-     * @returns {import('./memory_mode.js').MemoryChoice}
-     */
-    chooseMemory(requested, info) {
-        if (requested === undefined && this.leanAfterFailure)
-            return { mode: 'lean', why: `lean mode: ${this.leanAfterFailure}` };
-        const { deviceMemory } = /** @type {Navigator & {deviceMemory?: number}} */ (navigator);
-        return chooseMemoryMode({
-            requested,
-            deviceMemory,
-            maxBufferSize: info.maxBufferSize,
-            software: info.software,
-        });
-    }
-
-    /** How many bytes of sessions may stay loaded at once: none beside the one in use in lean mode. */
-    get budget() {
-        return this.memory.mode === 'lean' ? 0 : this.fastBudget;
-    }
-
-    /**
      * @param {Manifest} manifest
      * @returns {string[]}
      */
@@ -167,7 +145,7 @@ export class ModelSource {
 
     /**
      * The tokenizer files as stored (disk-backed Files): {tokenizerJson, tokenizerConfig, chatTemplate?}.
-     * @returns {Promise<import('./tokenizer_helper.js').TokenizerFiles>}
+     * @returns {Promise<TokenizerFiles>}
      */
     async tokenizerFiles() {
         const store = /** @type {WeightStore} */ (this.store);
@@ -190,7 +168,7 @@ export class ModelSource {
 
     /** @returns {Choices} */
     requireChoices() {
-        if (!this.choices) throw new Error('Models.prepare() must run before sessions are used.');
+        if (!this.choices) throw new Error('Model.prepare() must run before sessions are used.');
         return this.choices;
     }
 
@@ -201,8 +179,40 @@ export class ModelSource {
     requireChoice(component) {
         const choice = this.requireChoices()[component];
         if (!choice)
-            throw new Error(`Models.prepare() did not choose a ${component} graph (no input images were announced).`);
+            throw new Error(`Model.prepare() did not choose a ${component} graph (no input images were announced).`);
         return choice;
+    }
+
+    /**
+     * An object made from the model's files, made once (the tokenizer, in its helper worker; the step previews'
+     * map): kept while the tokenizer files stay the same (keepDerived), and for a file of its own, under a key
+     * naming that file's version.
+     * @template T
+     * @param {string} key
+     * @param {() => Promise<T>} make
+     * @returns {Promise<T>}
+     */
+    async derive(key, make) {
+        if (!this.derived.has(key)) this.derived.set(key, await make());
+        return this.derived.get(key);
+    }
+
+    /**
+     * Keep the derived objects only while the tokenizer files they come from stay the same (`identity`: their
+     * paths, sizes and hashes); else forget them, ending those that hold something (the tokenizer's helper worker).
+     * @param {string} identity
+     */
+    keepDerived(identity) {
+        if (this.derivedFrom === identity) return;
+        this.dropDerived();
+        this.derivedFrom = identity;
+    }
+
+    /** Forget the derived objects, ending those that hold something (the tokenizer's helper worker). */
+    dropDerived() {
+        for (const value of this.derived.values()) value?.close?.();
+        this.derived.clear();
+        this.derivedFrom = '';
     }
 
     /** Forget the model and close its store: the next prepare() starts afresh. */
@@ -211,5 +221,6 @@ export class ModelSource {
         this.store = null;
         this.manifest = null;
         this.choices = null;
+        this.dropDerived();
     }
 }

@@ -2,13 +2,12 @@
 /**
  * @file Running a session on CPU tensors: its inputs made into runtime tensors, the run queued, its outputs
  * checked against the device's state on their way back, the time metered, and failures mapped to user-facing
- * errors. Models.submit() runs sessions through here.
- * @module pipeline/session_runs
+ * errors. Sessions.submit() runs sessions through here.
+ * @module models/session_runs
  */
 
 import { runtimeError } from '../runtime/errors.js';
 import { float32, int64, submit } from '../runtime/ort.js';
-import { ModelFileError } from '../shared/errors.js';
 import { mark } from './meter.js';
 
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
@@ -55,22 +54,4 @@ export async function submitRun(gpu, session, inputs, { meter, what }) {
             mark(meter, what, started);
         });
     return { outputs };
-}
-
-/**
- * An output by its contract name, or a ModelFileError naming what the graph has instead.
- * @param {Record<string, HostTensor>} outputs
- * @param {string} name
- * @param {string} graph
- * @returns {{data: Float32Array, dims: number[]}}
- */
-export function requireOutput(outputs, name, graph) {
-    const tensor = outputs[name];
-    if (!tensor || !(tensor.data instanceof Float32Array)) {
-        throw new ModelFileError(
-            `The ${graph} graph has no float32 output \`${name}\` (it has: ${Object.keys(outputs).join(', ')}); ` +
-                'the model does not follow the klein-web contract.',
-        );
-    }
-    return { data: tensor.data, dims: tensor.dims };
 }

@@ -1,6 +1,7 @@
 // @ts-check
 /**
- * @file How many sessions stay on the GPU at once: the memory mode. Pure policy, so node tests it.
+ * @file How many sessions stay on the GPU at once: the memory mode, and the budget of one worker's sessions that
+ * follows from it (MemoryBudget). Pure policy, so node tests it.
  * - `fast`: the sessions stay loaded while they fit a budget of half the machine's memory as the browser reports
  *   it (`navigator.deviceMemory`); a hot image with a new seed loads nothing.
  * - `lean`: one session at a time: each is released before the next stage loads its own, and all of them when
@@ -11,7 +12,7 @@
  *   (docs/machines.md).
  * The user's choice (the page's Memory field, `?memory=`) wins; otherwise the mode follows what the browser tells
  * about the machine, and a fast run that runs out of GPU memory or loses its device is run again in lean mode.
- * @module pipeline/memory_mode
+ * @module models/memory_mode
  */
 
 /** Below this (GiB, as navigator.deviceMemory reports: Chrome rounds down to a power of two and caps at 8) the
@@ -65,4 +66,44 @@ const GIB = 1024 ** 3;
 export function memoryBudget(deviceMemory) {
     const gib = typeof deviceMemory === 'number' && deviceMemory > 0 ? deviceMemory : 4;
     return (gib * GIB) / 2;
+}
+
+/**
+ * The memory budget of one worker's sessions: the mode of the current request (chosen when its model is prepared),
+ * and the bytes of sessions that mode lets stay loaded. Once a fast run of this worker ran out of memory
+ * (`leanAfterFailure`, set by worker/recovery.js), requests that ask for no mode run lean.
+ */
+export class MemoryBudget {
+    /**
+     * @param {number | undefined} deviceMemory  navigator.deviceMemory (GiB; undefined where the browser does not say).
+     */
+    constructor(deviceMemory) {
+        this.deviceMemory = deviceMemory;
+        /** The bytes of sessions fast mode keeps loaded. */
+        this.fastBytes = memoryBudget(deviceMemory);
+        /** @type {MemoryChoice} The current request's memory mode. */
+        this.current = { mode: 'fast', why: '' };
+        /** @type {string | null} Why this worker runs lean from now on: a fast run ran out of memory. */
+        this.leanAfterFailure = null;
+    }
+
+    /**
+     * Choose the current request's mode: the one it asks for, else lean once a fast run of this worker ran out of
+     * memory, else the one the machine's facts suggest.
+     * @param {string | undefined} requested  The request's `memory`.
+     * @param {{maxBufferSize?: number, software?: boolean}} adapter
+     * @returns {MemoryChoice}
+     */
+    choose(requested, { maxBufferSize, software }) {
+        this.current =
+            requested === undefined && this.leanAfterFailure
+                ? { mode: 'lean', why: `lean mode: ${this.leanAfterFailure}` }
+                : chooseMemoryMode({ requested, deviceMemory: this.deviceMemory, maxBufferSize, software });
+        return this.current;
+    }
+
+    /** How many bytes of sessions may stay loaded at once: none beside the one in use in lean mode. */
+    get bytes() {
+        return this.current.mode === 'lean' ? 0 : this.fastBytes;
+    }
 }

@@ -2,9 +2,9 @@
 /**
  * @file A WebGPU session's graph and weights from the store: the quantized weights streamed into GPU buffers of the
  * app's (runtime/gpu_weights.js), the graph rewritten to take them as inputs and to carry its other weights inline
- * (pipeline/graph_weights.js). The tab then holds the graph's structure and a few chunks, never the whole graph
+ * (models/graph_weights.js). The tab then holds the graph's structure and a few chunks, never the whole graph
  * twice over (docs/machines.md "Memory and download").
- * @module pipeline/graph_upload
+ * @module models/graph_upload
  */
 
 import { uploadWeights } from '../runtime/gpu_weights.js';

@@ -2,7 +2,7 @@
 /**
  * @file How a job's result and the load stage's detail line describe the chosen graphs: variant, EP, how each
  * ran and what its session cost to create.
- * @module pipeline/model_report
+ * @module models/model_report
  */
 
 import { formatBytes } from '../shared/format.js';
@@ -20,7 +20,7 @@ import { formatBytes } from '../shared/format.js';
  * @param {Partial<Record<AnyComponent, string>>} how  What the run did with a component beyond its graph (e.g.
  *   the VAE decoder's tiles).
  * @param {Map<AnyComponent, number>} streamed  The weight bytes the app streamed to the GPU for each component's
- *   session (pipeline/graph_upload.js); absent: onnxruntime loaded them all.
+ *   session (models/graph_upload.js); absent: onnxruntime loaded them all.
  * @returns {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number,
  *   streamedBytes: number}>}
  */

@@ -2,7 +2,7 @@
 /**
  * @file A job's meter: where its time went (session creation, file reads, runs) and a timeline of what it did
  * when, for the result and the timeline view.
- * @module pipeline/meter
+ * @module models/meter
  */
 
 /** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */

@@ -1,18 +1,18 @@
 // @ts-check
 /**
  * @file Which sessions stay loaded: sessions are created one at a time from stored bytes, the graph and EP
- * pipeline/model_source.js chose, and kept while everything loaded fits the request's memory budget.
+ * models/model_source.js chose, and kept while everything loaded fits the request's memory budget.
  *
- * Memory policy (pipeline/memory_mode.js): in fast mode a session stays loaded while everything loaded fits a
+ * Memory policy (models/memory_mode.js): in fast mode a session stays loaded while everything loaded fits a
  * budget derived from the device's memory; when the next stage needs room, the least recently used sessions are
  * released first (the text encoder usually, since prompt embeddings are cached per prompt). In lean mode the
  * budget is zero: one session at a time, and none after the image (finishRun).
  *
  * Loading overlaps where memory allows: in fast mode the next session's files are read (by the store's helper
  * workers) while the current session is created (readAhead), and a run returns once its work is queued
- * (pipeline/session_runs.js), so the next session is created while the GPU computes. Lean mode holds one
+ * (models/session_runs.js), so the next session is created while the GPU computes. Lean mode holds one
  * session's files at a time.
- * @module pipeline/sessions
+ * @module models/sessions
  */
 
 import { runtimeError } from '../runtime/errors.js';
@@ -20,6 +20,8 @@ import { createSession, profileEvents, release } from '../runtime/ort.js';
 import { graphFiles } from '../shared/model_repo.js';
 import { filesToRead, uploadGraph, uploadsWeights, wholeFiles } from './graph_upload.js';
 import { mark } from './meter.js';
+import { describeChoices } from './model_report.js';
+import { submitRun } from './session_runs.js';
 
 /** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
@@ -28,10 +30,14 @@ import { mark } from './meter.js';
 /** @typedef {import('./graph_choice.js').Choices} Choices */
 /** @typedef {import('./meter.js').Meter} Meter */
 /** @typedef {import('./model_source.js').ModelSource} ModelSource */
+/** @typedef {import('./memory_mode.js').MemoryBudget} MemoryBudget */
+/** @typedef {import('./session_runs.js').HostInput} HostInput */
+/** @typedef {import('../runtime/ort.js').HostTensor} HostTensor */
+/** @typedef {import('../runtime/ort.js').Session} Session */
 
 /**
  * @typedef {Object} Loaded
- * @property {import('../runtime/ort.js').Session} session
+ * @property {Session} session
  * @property {Choice} choice
  * @property {number} generation  Gpu.generation the session was created on.
  * @property {number} lastUsed
@@ -44,7 +50,7 @@ import { mark } from './meter.js';
  * @typedef {Object} ReadAhead  A session's files being read before the session is created.
  * @property {string} identity  Choice.identity of the graph they belong to.
  * @property {Promise<Uint8Array[]>} files  The graph, then the external-data files read whole (none when the
- *   session's weights are streamed to the GPU: pipeline/graph_upload.js).
+ *   session's weights are streamed to the GPU: models/graph_upload.js).
  */
 
 /**
@@ -55,11 +61,13 @@ import { mark } from './meter.js';
 
 export class Sessions {
     /**
-     * @param {{gpu: Gpu, source: ModelSource}} options  `source`: the chosen graphs, their store and the budget.
+     * @param {{gpu: Gpu, source: ModelSource, memory: MemoryBudget}} options  `source`: the chosen graphs and their
+     *   store; `memory`: how many bytes of sessions stay loaded.
      */
-    constructor({ gpu, source }) {
+    constructor({ gpu, source, memory }) {
         this.gpu = gpu;
         this.source = source;
+        this.memory = memory;
         /** @type {Map<AnyComponent, Loaded>} */
         this.loaded = new Map();
         /** @type {Map<AnyComponent, ReadAhead>} */
@@ -85,7 +93,7 @@ export class Sessions {
         const now = this.fitting(components);
         const reads = [...now, ...components.filter((c) => !now.includes(c)), ...next];
         for (const [i, component] of now.entries()) {
-            if (this.source.budget > 0) this.readAhead(reads[i + 1], meter);
+            if (this.memory.bytes > 0) this.readAhead(reads[i + 1], meter);
             await this.session(component, { meter, signal, pin: pins[component] });
             await onLoaded?.(component);
         }
@@ -102,7 +110,7 @@ export class Sessions {
         const fit = [];
         for (const [i, component] of components.entries()) {
             planned += this.source.requireChoice(component).bytes;
-            if (i > 0 && planned > this.source.budget) break;
+            if (i > 0 && planned > this.memory.bytes) break;
             fit.push(component);
         }
         return fit;
@@ -119,7 +127,7 @@ export class Sessions {
         const existing = this.loaded.get(component);
         if (existing?.dimsKey === this.dimsKey(pin)) return true;
         const others = this.usedBytes() - (existing?.choice.bytes ?? 0);
-        return others + this.source.requireChoice(component).bytes <= this.source.budget;
+        return others + this.source.requireChoice(component).bytes <= this.memory.bytes;
     }
 
     /**
@@ -164,7 +172,7 @@ export class Sessions {
      * @param {{meter: Meter, signal?: AbortSignal, pin?: Pin}} options  `pin`: the symbolic input dims every
      *   run of this session will have (the transformer's img_seq and txt_seq in a denoising loop), and whether it
      *   captures its kernels on WebGPU (runtime/ort.js). A session pinned otherwise is created anew.
-     * @returns {Promise<import('../runtime/ort.js').Session>}
+     * @returns {Promise<Session>}
      */
     async session(component, { meter, signal, pin }) {
         const choice = this.source.requireChoice(component);
@@ -267,19 +275,62 @@ export class Sessions {
             .filter(([c]) => c !== keep)
             .sort((a, b) => a[1].lastUsed - b[1].lastUsed);
         for (const [component] of byAge) {
-            if (this.usedBytes() + bytes <= this.source.budget) break;
+            if (this.usedBytes() + bytes <= this.memory.bytes) break;
             await this.unload(component);
         }
     }
 
     /**
      * Hold `session`'s buffers until its outputs are on the CPU: unload() waits for them.
-     * @param {import('../runtime/ort.js').Session} session
+     * @param {Session} session
      * @param {Promise<unknown>} outputs
      */
     downloading(session, outputs) {
         const loaded = [...this.loaded.values()].find((l) => l.session === session);
         if (loaded) loaded.downloading = outputs.catch(() => {});
+    }
+
+    /**
+     * Run a session on CPU tensors: resolves once its work is queued, with its outputs on their way to the CPU
+     * (`outputs`); meanwhile other sessions may be created or run, and the session is released only after them.
+     * @param {Session} session
+     * @param {Record<string, HostInput>} inputs  By graph input name.
+     * @param {{meter: Meter, what: string}} options  `what`: how errors name the run.
+     * @returns {Promise<{outputs: Promise<Record<string, HostTensor>>}>}
+     */
+    async submit(session, inputs, options) {
+        const queued = await submitRun(this.gpu, session, inputs, options);
+        this.downloading(session, queued.outputs);
+        return queued;
+    }
+
+    /**
+     * Run a session on CPU tensors and wait for its outputs (submit(), awaited).
+     * @param {Session} session
+     * @param {Record<string, HostInput>} inputs
+     * @param {{meter: Meter, what: string}} options
+     * @returns {Promise<Record<string, HostTensor>>}
+     */
+    async run(session, inputs, options) {
+        return (await this.submit(session, inputs, options)).outputs;
+    }
+
+    /**
+     * How each chosen graph ran in this job (models/model_report.js describeChoices).
+     * @param {Meter} meter
+     * @param {Partial<Record<AnyComponent, string>>} [how]  What the run did with a component beyond its graph.
+     * @returns {ReturnType<typeof describeChoices>}
+     */
+    describe(meter, how = {}) {
+        return describeChoices(this.source.requireChoices(), this.captureState, meter, how, this.streamed);
+    }
+
+    /**
+     * The features and limits the sessions' GPU device was given (null before a WebGPU session was created).
+     * @returns {import('../runtime/gpu.js').DeviceGrant | null}
+     */
+    deviceGrant() {
+        return this.gpu.grant;
     }
 
     /**
@@ -352,7 +403,7 @@ export class Sessions {
     /** The image is done: in lean mode nothing stays on the GPU between images; files read ahead are let go. */
     async finishRun() {
         this.readsAhead.clear();
-        if (this.source.memory.mode === 'lean') await this.releaseAll();
+        if (this.memory.current.mode === 'lean') await this.releaseAll();
     }
 
     /** Release every session (cancel, model change): gives the GPU memory back, and the files read ahead. */

@@ -14,7 +14,7 @@
  *
  * This reads and writes the ONNX protobuf directly (ModelProto.graph, GraphProto.initializer/input/node): only the
  * few fields it needs are decoded; every other byte is copied as it is.
- * @module pipeline/graph_weights
+ * @module models/graph_weights
  */
 
 /** Operators whose weight inputs may be GPU buffers the app owns: onnxruntime's WebGPU kernels read them as inputs. */

@@ -1,7 +1,7 @@
 // @ts-check
 /**
  * @file Which graph runs each component on this adapter, and where: pure policy over the manifest and the
- * adapter's facts, so node tests it without onnxruntime or a GPU (pipeline/sessions.js turns the choice into
+ * adapter's facts, so node tests it without onnxruntime or a GPU (models/sessions.js turns the choice into
  * sessions). The rules:
  * - text encoder and transformer: the variant `precision` forces, else the first the repository has in the order
  *   of variantOrder() for the device's features (the fastest kernels first), preferring a stored variant to
@@ -14,7 +14,7 @@
  * - a graph needing shader-f16 the adapter lacks runs on WebGPU with its fp16 nodes forced onto the CPU
  *   when the manifest names them, else wholly on the wasm EP (place);
  * - a size whose attention buffers cannot fit is refused before anything is downloaded.
- * @module pipeline/graph_choice
+ * @module models/graph_choice
  */
 
 import { InputError, ModelFileError, OutOfMemoryError } from '../shared/errors.js';

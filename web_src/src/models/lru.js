@@ -1,8 +1,8 @@
 // @ts-check
 /**
  * @file A small least-recently-used map: what the session cache keeps of prompt embeddings and encoded input
- * images (pipeline/model_caches.js). A Map keeps insertion order, so the first key is the least recently used one.
- * @module pipeline/lru
+ * images (models/model_caches.js). A Map keeps insertion order, so the first key is the least recently used one.
+ * @module models/lru
  */
 
 /** @template T */

@@ -1,0 +1,189 @@
+// @ts-check
+/**
+ * @file The inference worker's answers: each request of the page <-> worker protocol (protocol.js) goes through a
+ * dispatch table and gets exactly one `result` or `error` with its id. It runs on the parts worker/main.js makes
+ * (the model, the GPU, the probe, the store's lock), handed in, so node tests it with fakes of them.
+ *
+ * Concurrency: generate, load and clearCache are *exclusive jobs* and run one at a time in arrival order.
+ * A generate sent while another runs is queued, not refused, so "Cancel, then Generate" works without
+ * the page having to wait for the cancelled job to wind down. probe, decode and cancel answer at once.
+ * Cancel aborts the job's AbortController: a running job stops before the next denoising step and
+ * releases its sessions (gives the GPU memory back); a queued job is answered `cancelled` immediately.
+ *
+ * Some failures run the job again another way (worker/recovery.js): an optional GPU feature that fails at its first
+ * use runs it on a device without that feature; a fast-mode run that runs out of memory runs once more in lean mode.
+ *
+ * Tabs share the model store (store/store_lock.js): generate and load hold it shared, clearCache exclusively (refused
+ * with code 'busy' while a job of any tab uses it), and a clear in another tab makes this worker forget the store.
+ * @module worker/requests
+ */
+
+import { generate } from '../pipeline/generate.js';
+import { decodeRequest } from '../pipeline/input_images.js';
+import { loadSessions } from '../pipeline/load_sessions.js';
+import { PROTOCOL_VERSION } from '../protocol.js';
+import { CancelledError, InputError, serializeError } from '../shared/errors.js';
+import { runRecovering } from './recovery.js';
+
+/** @typedef {import('../protocol.js').Event} Event */
+/** @typedef {import('../models/model.js').Model} Model */
+/** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
+
+/**
+ * @typedef {Object} StoreAccess  The model store as jobs share it with other tabs (store/store_lock.js).
+ * @property {<T>(task: () => Promise<T>) => Promise<T>} whileUsing  Run a job that reads or fills the store.
+ * @property {<T>(task: () => Promise<T>) => Promise<T>} clearing  Run the clear, refused while any tab uses it.
+ * @property {(onCleared: () => void) => void} onCleared  Hear of a clear in another tab.
+ * @property {() => Promise<number>} clear  Delete every stored file: the bytes freed.
+ */
+
+/**
+ * @typedef {Object} WorkerParts  What the requests run on.
+ * @property {Model} model
+ * @property {Gpu} gpu
+ * @property {() => Promise<import('../shared/types.js').Capabilities>} probe  The adapter, its limits and the storage.
+ * @property {StoreAccess} store
+ */
+
+/**
+ * @typedef {Object} MessagePort_  The worker's side of the page's messages: a DedicatedWorkerGlobalScope.
+ * @property {(message: any, transfer: Transferable[]) => void} postMessage
+ * @property {((message: MessageEvent) => void) | null} onmessage
+ */
+
+/**
+ * Runs exclusive jobs one at a time, each with its own AbortController.
+ */
+export class JobQueue {
+    constructor() {
+        /** @type {Promise<unknown>} */
+        this.tail = Promise.resolve();
+        /** @type {Map<string, {controller: AbortController, started: boolean}>} */
+        this.jobs = new Map();
+    }
+
+    /**
+     * @template T
+     * @param {string} id
+     * @param {(signal: AbortSignal) => Promise<T>} task
+     * @returns {Promise<T>}
+     */
+    run(id, task) {
+        const controller = new AbortController();
+        const job = { controller, started: false };
+        this.jobs.set(id, job);
+        const chained = this.tail.then(() => {
+            job.started = true;
+            controller.signal.throwIfAborted();
+            return task(controller.signal);
+        });
+        // A job cancelled while still queued is answered now, not when the jobs before it finish.
+        const cancelledWhileQueued = new Promise((_, reject) => {
+            controller.signal.addEventListener('abort', () => job.started || reject(controller.signal.reason), {
+                once: true,
+            });
+        });
+        const result = /** @type {Promise<T>} */ (Promise.race([chained, cancelledWhileQueued])).finally(() =>
+            this.jobs.delete(id),
+        );
+        this.tail = chained.catch(() => {});
+        return result;
+    }
+
+    /**
+     * @param {string} id
+     * @returns {boolean} Whether a job with that id was running or queued.
+     */
+    cancel(id) {
+        const job = this.jobs.get(id);
+        if (!job) return false;
+        job.controller.abort(new CancelledError());
+        return true;
+    }
+}
+
+/**
+ * Answer the page's requests in `scope` from now on.
+ * @param {MessagePort_} scope
+ * @param {WorkerParts} parts
+ */
+export function serveRequests(scope, { model, gpu, probe, store }) {
+    const jobs = new JobQueue();
+
+    /**
+     * @param {Event} event
+     * @param {Transferable[]} [transfer]
+     */
+    const post = (event, transfer = []) => scope.postMessage(event, transfer);
+
+    /**
+     * Run a pipeline function (generate, loadSessions) as an exclusive job, its events tagged with the request id.
+     * @template T
+     * @param {{id: string, params: any}} request
+     * @param {(params: any, options: {model: Model, signal: AbortSignal, onEvent: (event: any) => void}) => Promise<T>} run
+     * @returns {Promise<T>}
+     */
+    const pipelineJob = (request, run) =>
+        jobs.run(request.id, (signal) => {
+            const onEvent = (/** @type {any} */ event) => post(/** @type {Event} */ ({ ...event, id: request.id }));
+            // Shared with other tabs' jobs; a clear in another tab waits for none and is refused meanwhile.
+            const job = () => store.whileUsing(() => run(request.params, { model, signal, onEvent }));
+            return runRecovering(job, { model, gpu, signal, askedMemory: request.params?.memory, onEvent });
+        });
+
+    /** @type {Readonly<Record<string, (request: any) => Promise<{result: any, transfer?: Transferable[]}>>>} */
+    const handlers = Object.freeze({
+        probe: async () => ({ result: { ...(await probe()), protocolVersion: PROTOCOL_VERSION } }),
+
+        generate: async (/** @type {{id: string, params: any}} */ request) => {
+            const result = await pipelineJob(request, generate);
+            return { result, transfer: [result.rgba.buffer] };
+        },
+
+        // loadSessions releases each session it creates.
+        load: async (/** @type {{id: string, params: any}} */ request) => ({
+            result: await pipelineJob(request, loadSessions),
+        }),
+
+        decode: async (/** @type {{params: any}} */ request) => {
+            const result = await decodeRequest(request.params);
+            return { result, transfer: [result.rgb.buffer] };
+        },
+
+        cancel: async (/** @type {{target: string}} */ request) => ({
+            result: { cancelled: jobs.cancel(String(request.target)) },
+        }),
+
+        clearCache: async (/** @type {{id: string}} */ request) => {
+            const freedBytes = await jobs.run(request.id, () =>
+                store.clearing(async () => {
+                    await model.reset();
+                    return store.clear();
+                }),
+            );
+            return { result: { freedBytes } };
+        },
+    });
+
+    // Another tab cleared the store: forget it (after any job of ours), so the next job downloads the model again.
+    store.onCleared(() => {
+        jobs.run(`store-cleared-${Date.now()}`, () => model.reset()).catch(() => {});
+    });
+
+    scope.onmessage = async (/** @type {MessageEvent} */ message) => {
+        const request = message.data;
+        const id = String(request?.id ?? '');
+        try {
+            const handler = Object.hasOwn(handlers, request?.type) ? handlers[request.type] : undefined;
+            if (!handler) {
+                throw new InputError(
+                    `Unknown request type ${JSON.stringify(request?.type)}; expected one of ${Object.keys(handlers).join(', ')} (protocol ${PROTOCOL_VERSION}).`,
+                );
+            }
+            const { result, transfer } = await handler(request);
+            post({ type: 'result', id, result }, transfer);
+        } catch (err) {
+            post({ type: 'error', id, error: serializeError(err) });
+        }
+    };
+}
