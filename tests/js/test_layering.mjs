@@ -2,8 +2,8 @@
 /**
  * @file The web app's layering, from its imports: data flows page -> protocol -> worker -> pipeline -> models ->
  * runtime | store -> shared, and only runtime/ort.js imports onnxruntime-web. Our WGSL kernels (kernels/) import
- * nothing of the app; the kernel lab's page (lab/) drives them on the runtime's device. Every import counts, JSDoc type imports
- * (`import('...')`) included, since a type import is still a dependency a reader has to follow.
+ * nothing of the app; the kernel lab's page (lab/) drives them on the runtime's device. Every import counts, JSDoc
+ * type imports (`import('...')`) included, since a type import is still a dependency a reader has to follow.
  * @module tests/js/test_layering
  */
 
