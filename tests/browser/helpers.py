@@ -200,8 +200,12 @@ class WorkerClient:
         memory: str | None = None,
         preview: bool = False,
         vae_tile: int | None = None,
+        step_kernels: bool | None = None,
+        step_check: bool = False,
         timeout_s: float = 300,
     ) -> Reply:
+        """`step_kernels`: False runs the transformer on onnxruntime even where our kernels could; `step_check`: the
+        first step on our kernels is run on onnxruntime too and compared (GenerateResult.stepCheck)."""
         params: dict[str, Any] = {
             "prompt": prompt,
             "seed": seed,
@@ -220,6 +224,10 @@ class WorkerClient:
             params["preview"] = True
         if vae_tile is not None:
             params["vaeTile"] = vae_tile
+        if step_kernels is not None:
+            params["stepKernels"] = step_kernels
+        if step_check:
+            params["stepCheck"] = True
         return self.request("generate", params=params, timeout_s=timeout_s)
 
     def load(self, *, width: int = 64, height: int = 64, timeout_s: float = 120) -> Reply:

@@ -34,10 +34,13 @@ import { transformerPin } from './session_pins.js';
  * @param {number} imageSeqLen  The transformer's image tokens: the noise's, then the input images' (generate()
  *   works it out once, for the session's pin in stage 2 and for every step here).
  * @param {StepPreview | null} preview
- * @param {RunContext & {onEvent: (event: GenerateEvent) => void, duringFirstStep?: () => Promise<void>}} context
- *   `duringFirstStep`: work done while the GPU computes the first step (creating the VAE decoder's session).
- * @returns {Promise<{denoised: Float32Array, stepMs: number[]}>} The denoised tokens [1, H*W, C], and the wall
- *   time of each step (the first one records the graph capture).
+ * @param {RunContext & {onEvent: (event: GenerateEvent) => void, duringFirstStep?: () => Promise<void>,
+ *   checkStep?: boolean}} context  `duringFirstStep`: work done while the GPU computes the first step (creating the
+ *   VAE decoder's session); `checkStep`: the first step run on onnxruntime too, when our kernels ran it
+ *   (GenerateParams.stepCheck).
+ * @returns {Promise<{denoised: Float32Array, stepMs: number[],
+ *   stepCheck: import('../shared/types.js').StepCheck | null}>} The denoised tokens [1, H*W, C], the wall time of
+ *   each step (the first one records the graph capture), and the check of the first step.
  */
 export async function denoise(
     prepared,
@@ -47,7 +50,7 @@ export async function denoise(
     inpainting,
     imageSeqLen,
     preview,
-    { model, meter, signal, onEvent, duringFirstStep },
+    { model, meter, signal, onEvent, duringFirstStep, checkStep = false },
 ) {
     const { sessions } = model;
     const { imgIds, txtIds, latentHeight, latentWidth, noise } = prepared;
@@ -70,33 +73,44 @@ export async function denoise(
     const total = schedule.modelTimesteps.length;
     const start = inpainting ? inpainting.start : 0;
     const steps = total - start;
-    const transformer = await sessions.session('transformer', { meter, signal, pin: transformerPin(imageSeqLen) });
+    const pin = transformerPin(imageSeqLen);
+    const transformer = await sessions.session('transformer', { meter, signal, pin });
     /** @type {number[]} */
     const stepMs = [];
+    /** @type {import('../shared/types.js').StepCheck | null} */
+    let stepCheck = null;
     const loopStart = performance.now();
     /** @type {(() => void) | null} A finished step's event, sent (with its preview) while the GPU runs the next. */
     let announce = null;
     for (let i = start; i < total; i++) {
         signal.throwIfAborted();
         const stepStart = performance.now();
-        const { outputs } = await sessions.submit(
-            transformer,
-            {
-                hidden_states: { data: hiddenStates, dims: [1, imageSeqLen, LATENT_CHANNELS] },
-                encoder_hidden_states: { data: embedding.data, dims: embedding.dims },
-                // float32(t / 1000), which is not always sigma itself (see schedule.js).
-                timestep: { data: Float32Array.of(schedule.modelTimesteps[i]), dims: [1] },
-                img_ids: { data: ids, dims: [imageSeqLen, 4] },
-                txt_ids: { data: txtIds, dims: [textSeqLen, 4] },
-            },
-            { meter, what: `Denoising step ${i - start + 1}` },
-        );
+        const inputs = {
+            hidden_states: { data: hiddenStates, dims: [1, imageSeqLen, LATENT_CHANNELS] },
+            encoder_hidden_states: { data: embedding.data, dims: embedding.dims },
+            // float32(t / 1000), which is not always sigma itself (see schedule.js).
+            timestep: { data: Float32Array.of(schedule.modelTimesteps[i]), dims: [1] },
+            img_ids: { data: ids, dims: [imageSeqLen, 4] },
+            txt_ids: { data: txtIds, dims: [textSeqLen, 4] },
+        };
+        const { outputs } = await sessions.submit(transformer, inputs, {
+            meter,
+            what: `Denoising step ${i - start + 1}`,
+        });
         // The previous step's preview is drawn on the CPU while the GPU runs this step, off the steps' critical path
         // (the latents it reads change only after this step's output arrives).
         announce?.();
         // While the GPU computes the first step: work that is not a step (its time is not the step's).
         const asideMs = i === start && duringFirstStep ? await timed(duringFirstStep) : 0;
         const noisePred = requireOutput(await outputs, 'noise_pred', 'transformer'); // [1, imageSeqLen, C]
+        let checkMs = 0;
+        if (checkStep && i === start) {
+            // Before the Euler step changes hiddenStates in place: onnxruntime gets the very same inputs.
+            const got = /** @type {Float32Array} */ (noisePred.data);
+            checkMs = await timed(async () => {
+                stepCheck = await sessions.checkStep(transformer, inputs, got, { meter, signal, pin });
+            });
+        }
         // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
         const velocity = noisePred.data.subarray(0, latents.length);
         eulerStep(latents, velocity, schedule.sigmas[i], schedule.sigmas[i + 1]);
@@ -107,7 +121,7 @@ export async function denoise(
                     : inpainting.imageLatents;
             blendMask(latents, proper, inpainting.mask, LATENT_CHANNELS);
         }
-        stepMs.push(performance.now() - stepStart - asideMs);
+        stepMs.push(performance.now() - stepStart - asideMs - checkMs);
         const done = i - start + 1;
         const elapsedMs = performance.now() - loopStart;
         const sigmaNext = schedule.sigmas[i + 1];
@@ -125,7 +139,7 @@ export async function denoise(
     }
     announce?.();
     assertFinite(latents, 'denoised latents');
-    return { denoised: latents.slice(), stepMs };
+    return { denoised: latents.slice(), stepMs, stepCheck };
 }
 
 /**

@@ -63,6 +63,7 @@ export async function generate(params, { model, signal, onEvent }) {
     const noiseTokens = (height / PATCH) * (width / PATCH);
     const imageSeqLen = noiseTokens + plan.tokens;
     sessions.profiling = checked.profile === true;
+    sessions.stepKernels = checked.stepKernels !== false;
 
     // 2. Load models (and start stage 3 as soon as the text encoder exists)
     const { notes, cached, encoding, imagesCached, previewMap, tiles } = await loadModels(checked, imageSeqLen, plan, {
@@ -115,11 +116,12 @@ export async function generate(params, { model, signal, onEvent }) {
     const duringFirstStep = async () => {
         if (sessions.fits('vae_decoder', vaePin)) await sessions.session('vae_decoder', { meter, signal, pin: vaePin });
     };
-    const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
+    const { denoised, stepMs, stepCheck } = await clock.time('denoise', denoiseDetail, () =>
         denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, preview, {
             ...context,
             onEvent,
             duringFirstStep,
+            checkStep: checked.stepCheck === true,
         }),
     );
 
@@ -158,5 +160,6 @@ export async function generate(params, { model, signal, onEvent }) {
         },
         timeline: [...meter.timeline].sort((a, b) => a.startMs - b.startMs),
         ...(kernels ? { kernels } : {}),
+        ...(stepCheck ? { stepCheck } : {}),
     };
 }
