@@ -19,14 +19,15 @@ import torch
 from graph_helpers import at_accuracy_level, with_fp16_stored_weights
 from onnx import TensorProto, numpy_helper
 
+from builder.convert.fp16_storage import restore_fp32
+from builder.convert.onnx_checks import ALLOWED_OPS
+from builder.convert.onnx_graph import HARD_FILE_LIMIT, IR_VERSION, OPSET
+from builder.convert.quantize import dequantize_blocks
+from builder.convert.tiny import MARKER
 from builder.errors import ConversionError
 from builder.repo import manifest as repo
 from builder.repo import verify
-from builder.repo.fp16_storage import restore_fp32
-from builder.repo.onnx_checks import ALLOWED_OPS
-from builder.repo.onnx_graph import HARD_FILE_LIMIT, IR_VERSION, OPSET
-from builder.repo.quantize import dequantize_blocks
-from builder.repo.tiny import MARKER
+from builder.repo.model_card import CARD_NAME
 
 PROMPTS = ["a red fox sitting in the snow", "x"]  # two lengths: different padding per row
 
@@ -413,7 +414,7 @@ def test_manifest_matches_repo(tiny_models: dict[str, Path], repo_name: str) -> 
     root = tiny_models[repo_name]
     manifest = repo.load(root)
     on_disk = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
-    assert on_disk == sorted([*manifest.files, repo.MANIFEST_NAME, MARKER])
+    assert on_disk == sorted([*manifest.files, repo.MANIFEST_NAME, MARKER, CARD_NAME])
     for rel, entry in manifest.files.items():
         data = (root / rel).read_bytes()
         assert entry.size == len(data) and entry.sha256 == hashlib.sha256(data).hexdigest(), rel
@@ -453,7 +454,7 @@ def test_convert_cli_reproduces_make_tiny_graphs(tiny_models: dict[str, Path], t
 
 
 def test_convert_rejects_bad_input_before_writing(tiny_models: dict[str, Path], tmp_path: Path) -> None:
-    from builder.repo.convert import convert
+    from builder.convert.convert import convert
 
     def quiet(_msg: str) -> None:
         pass

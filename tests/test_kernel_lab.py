@@ -18,7 +18,7 @@ from builder import REPO_ROOT
 from builder.check.kernel_lab import adaln, attention, kernels, linear, prng, qk_norm_rope
 from builder.check.kernel_lab.cases import Case, Tensor
 from builder.check.kernel_lab.check import check
-from builder.site.node import find_node
+from builder.node import find_node
 
 PRNG_SCRIPT = """
 import { randomFloats, randomWords, toHalfBits } from './web_src/src/lab/prng.js';
@@ -71,6 +71,12 @@ def test_the_check_passes_the_reference_and_fails_a_wrong_output() -> None:
     wrong[len(wrong) // 2, 5] += 0.01
     failed = check(case, page_result(case, wrong), references={})
     assert not failed.passed and "max error" in failed.message
+    # Where it is wrong: the one changed row (its output row number) and column, in the first 16-column block.
+    assert failed.wrong is not None
+    assert failed.wrong["rows"] == 1 and failed.wrong["column_blocks"] == [0]
+    assert failed.wrong["first"][0]["row"] == case.rows[len(wrong) // 2]
+    assert failed.wrong["first"][0]["column"] == 5
+    assert f"first row {case.rows[len(wrong) // 2]} column 5" in failed.message
     nan = want.copy()
     nan[0, 0] = np.nan
     assert not check(case, page_result(case, nan), references={}).passed
@@ -110,7 +116,9 @@ def lab_site(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> Pa
 def run_lab(cases: list[Case], site_dir: Path, chromium_path: Path) -> list:  # type: ignore[type-arg]
     from builder.check.kernel_lab.run import run_cases
 
-    return run_cases(cases, site_dir=site_dir, executable=chromium_path, gpu=False, timeout_s=240, log=print).rows
+    run = run_cases(cases, site_dir=site_dir, executable=chromium_path, gpu=False, timeout_s=240, log=print)
+    assert run.error is None, run.error
+    return run.rows
 
 
 # The variants SwiftShader runs (subgroups of 4, packed int8 dot products, neither shader-f16 nor subgroup matrices),

@@ -8,7 +8,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from builder.check.kernel_lab import linear_model as lm
-from builder.repo.quantize import dequantize_blocks, quantize_matmul
+from builder.convert.quantize import dequantize_blocks, quantize_matmul
 
 
 def weights(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
@@ -140,6 +140,6 @@ def test_float_tolerance_catches_one_wrong_block() -> None:
 
 
 def test_the_models_block_is_the_converters() -> None:
-    from builder.repo.quantize import Q4_BLOCK_SIZE
+    from builder.convert.quantize import Q4_BLOCK_SIZE
 
     assert lm.Q4_BLOCK_SIZE == Q4_BLOCK_SIZE

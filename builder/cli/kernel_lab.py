@@ -50,7 +50,7 @@ def kernel_lab(
 ) -> None:
     """Run every kernel variant the device offers on random inputs, check it against numpy (float64), time it with
     timestamp queries beside onnxruntime-web's equivalent graph, print the table and write --out. Exit 1 when a
-    check fails, 2 when the lab could not run."""
+    check fails, 2 when the lab could not run to its end (the table and --out then hold the cases it finished)."""
     from builder.check.driver.chromium import find_chromium
     from builder.check.kernel_lab import kernels, report, site
     from builder.check.kernel_lab.run import run_cases
@@ -67,7 +67,10 @@ def kernel_lab(
             result = run_cases(cases, site_dir=lab, executable=executable, gpu=gpu, timeout_s=timeout_s, log=log)
         click.echo(report.table(result.rows))
         settings = {"gpu": gpu, "shapes": shape_set, "kernels": list(only), "browser": str(executable)}
-        report.write_json(out_json, env=result.env, rows=result.rows, settings=settings)
+        report.write_json(out_json, env=result.env, rows=result.rows, settings=settings, error=result.error)
         log(f"wrote {out_json}")
+    if result.error is not None:
+        click.echo(f"could not run the kernel lab to its end: {result.error}", err=True)
+        sys.exit(2)
     if not result.passed:
         sys.exit(1)

@@ -37,6 +37,18 @@ REGRESS_DEFAULTS = RegressOptions()
     "--strength", type=float, default=None, help=f"Inpainting strength in [0, 1]  [default: {limits.STRENGTH_DEFAULT}]"
 )
 @click.option(
+    "--guidance-scale",
+    type=float,
+    default=REGRESS_DEFAULTS.guidance_scale,
+    help=f"Base models: classifier-free guidance, {limits.GUIDANCE_MIN} (none) to {limits.GUIDANCE_MAX}  "
+    "[default: the model's, from its manifest; distilled models ignore it]",
+)
+@click.option(
+    "--negative-prompt",
+    default=REGRESS_DEFAULTS.negative_prompt,
+    help="Base models: what guidance steers away from  [default: none; distilled models ignore it]",
+)
+@click.option(
     "--cases",
     "cases_file",
     type=click.Path(path_type=Path),
@@ -119,6 +131,8 @@ def regress(
     images: tuple[Path, ...],
     mask: Path | None,
     strength: float | None,
+    guidance_scale: float | None,
+    negative_prompt: str | None,
     cases_file: Path | None,
     reference_png: Path | None,
     reference_from_cpu: bool,
@@ -145,8 +159,9 @@ def regress(
     report; a case named like one of the run's own files (report.json, browser.log, candidate.png,
     reference.png, diff.png), in any letter case; an input image or mask `reference` refuses (beyond 64
     megapixels, Pillow's bomb limit, not PNG/JPEG/WebP, truncated); a --reference PNG Pillow will not decode; a
-    cases file that is not valid or nests too deeply. An edit or inpaint case without a size runs at its first
-    image's upright size (EXIF orientation applied), as `reference` and the app use it.
+    cases file that is not valid or nests too deeply; a prompt holding a NUL character; --shard I/N with N beyond the
+    number of cases; a --connect, --advertise or --app-url that is no URL. An edit or inpaint case without a size
+    runs at its first image's upright size (EXIF orientation applied), as `reference` and the app use it.
     """
     from builder.check.regress import run as regression
 
@@ -159,6 +174,8 @@ def regress(
         images=images,
         mask=mask,
         strength=strength,
+        guidance_scale=guidance_scale,
+        negative_prompt=negative_prompt,
         steps=steps,
         cases_file=cases_file,
         reference_png=reference_png,
@@ -193,7 +210,9 @@ def regress_merge(out_dir: Path, shard_dirs: tuple[Path, ...]) -> None:
     not run), every case's folder, each shard's browser and adapter.
 
     Refused (exit 2, one line, OUT_DIR untouched): shards of different cases files, flags, model repositories or
-    --precision; a shard missing, given twice or interrupted; an OUT_DIR that is a non-empty folder but no report.
+    --precision; a shard missing, given twice or interrupted; an OUT_DIR that is a non-empty folder but no report,
+    or that holds a shard or lies inside one; a report naming a case folder that is no case name, or damaged in any
+    field the merge reads.
     """
     from builder.check.regress import merge
 

@@ -1,6 +1,6 @@
 """The inference worker in real headless Chromium (WebGPU on SwiftShader), driven through its protocol.
 
-Each test serves the built app plus a tiny model repository (builder.repo.tiny) and compares the worker's image with
+Each test serves the built app plus a tiny model repository (builder.convert.tiny) and compares the worker's image with
 the onnxruntime CPU reference (builder.pipeline.reference) for the same prompt, seed and size. One Chromium context is
 shared by the module; each test gets its own server port, hence its own origin and an empty model store.
 """
@@ -109,11 +109,17 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(
 
     # A square and a non-square size, then the non-square size again with another seed: its sessions are kept,
     # and their captured kernels replay (the VAE decoder's for the first time, the transformer's from step 1).
+    # The last asks for guidance, which this distilled model ignores, as diffusers does: the same image.
     cases = [(0, 64, 64), (42, 96, 64), (7, 96, 64)]
     for i, (seed, width, height) in enumerate(cases):
+        guidance: dict[str, Any] = {"guidance_scale": 4.0, "negative_prompt": "blurry"} if i == 2 else {}
         # onnxruntime's transformer, the fallback of our kernels (tests/browser/test_step_kernels.py runs those).
-        reply = client.generate(prompt=PROMPT, seed=seed, width=width, height=height, steps=STEPS, step_kernels=False)
+        reply = client.generate(
+            prompt=PROMPT, seed=seed, width=width, height=height, steps=STEPS, step_kernels=False, **guidance
+        )
         result = reply.ok()
+        assert result["transformerCalls"] == STEPS and result["inputs"]["guidance"] is None
+        assert len([note for note in result["notes"] if "ignored" in note]) == (2 if guidance else 0), result["notes"]
         # The tiny transformer's 2 heads fit these sizes unsplit; pinned to the size, it captures its kernels
         # (the steps after the first replay them), and the image still matches the reference.
         transformer = dict(result["graphs"]["transformer"])

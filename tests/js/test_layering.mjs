@@ -30,11 +30,11 @@ const ALLOWED = Object.freeze({
     store: ['store', 'shared'],
     shared: ['shared'],
     coi_register: [],
-    service_worker: [],
+    service_worker: ['shared'],
 });
 /** The modules that node tests without a browser: no runtime, no store, not even by a detour. */
 const PURE = Object.freeze([
-    ...['tokenizer', 'rng', 'schedule', 'latents', 'image'].map((name) => `pipeline/${name}.js`),
+    ...['tokenizer', 'rng', 'schedule', 'latents', 'image', 'guidance'].map((name) => `pipeline/${name}.js`),
     ...['graph_choice', 'graph_weights', 'memory_mode', 'meter', 'model_report'].map((name) => `models/${name}.js`),
 ]);
 const ORT_IMPORTER = 'runtime/ort.js';

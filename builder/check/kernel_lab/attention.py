@@ -1,6 +1,6 @@
 """Flash attention (web_src/src/kernels/flash_attention.js): its cases, its float64 reference, and onnxruntime's
 equivalent, the decomposed attention as the converter exports it (MatMul, scale, fp32 Softmax, MatMul), split
-into query blocks as the app's graphs are (builder.repo.attention)."""
+into query blocks as the app's graphs are (builder.convert.attention)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _shapes(shape_set: str) -> list[tuple[int, int, int]]:
 
 
 def query_blocks(heads: int, tokens: int) -> int:
-    from builder.repo.attention import query_blocks_for
+    from builder.convert.attention import query_blocks_for
 
     return query_blocks_for(heads=heads, tokens=tokens)
 
@@ -96,7 +96,7 @@ def decomposed_graph(dtype: str, head_dim: int, blocks: int) -> Any:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from builder.repo.attention import chunk_attention
+    from builder.convert.attention import chunk_attention
 
     elem = TensorProto.FLOAT16 if dtype == "f16" else TensorProto.FLOAT
     np_type = np.float16 if dtype == "f16" else np.float32

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 F32 = np.float32
-# MatMulNBits' block (builder.repo.quantize.Q4_BLOCK_SIZE), kept here so the lab runs with numpy alone.
+# MatMulNBits' block (builder.convert.quantize.Q4_BLOCK_SIZE), kept here so the lab runs with numpy alone.
 Q4_BLOCK_SIZE = 32
 
 
@@ -48,7 +48,7 @@ class Q4Weight:
 def pack_weight(weight: np.ndarray, *, scales: str = "f32") -> Q4Weight:
     """An [N, K] float32 weight (nn.Linear's layout: y = x·Wᵀ) packed as the converter packs it (the MatMul's B is
     Wᵀ). `scales`: "f32" (q4 graphs) or "f16" (q4f16 graphs, whose scales are rounded to float16)."""
-    from builder.repo.quantize import quantize_blocks  # onnx comes with it: only tests pack weights
+    from builder.convert.quantize import quantize_blocks  # onnx comes with it: only tests pack weights
 
     n, k = weight.shape
     packed, block_scales = quantize_blocks(np.ascontiguousarray(weight, dtype=F32), Q4_BLOCK_SIZE)

@@ -33,10 +33,13 @@ def table(rows: list[Checked]) -> str:
     return "\n".join(lines)
 
 
-def write_json(path: Path, *, env: dict[str, Any], rows: list[Checked], settings: dict[str, Any]) -> None:
-    """Written whole or not at all (a temporary file renamed into place)."""
+def write_json(
+    path: Path, *, env: dict[str, Any], rows: list[Checked], settings: dict[str, Any], error: str | None = None
+) -> None:
+    """Written whole or not at all (a temporary file renamed into place). `error`: why the run stopped early."""
     data = {
         "settings": settings,
+        "error": error,
         "env": env,
         "results": [asdict(row) | {"tflops": row.tflops, "ort_tflops": row.ort_tflops} for row in rows],
     }

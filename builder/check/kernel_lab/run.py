@@ -26,10 +26,11 @@ POLL_S = 1.0
 class LabRun:
     env: dict[str, Any]
     rows: list[Checked]
+    error: str | None = None  # why the page did not finish: `rows` holds what it reported until then
 
     @property
     def passed(self) -> bool:
-        return bool(self.rows) and all(row.passed for row in self.rows)
+        return self.error is None and bool(self.rows) and all(row.passed for row in self.rows)
 
 
 def run_cases(
@@ -41,11 +42,21 @@ def run_cases(
     timeout_s: float,
     log: Log,
 ) -> LabRun:
-    """Every case in every dtype and variant the page's device runs; KernelLabError when the page could not finish."""
+    """Every case in every dtype and variant the page's device runs. When the page does not finish (a timeout,
+    Chromium gone, the page failing) the run keeps the rows reported until then and says why in `error`."""
+    run = LabRun(env={}, rows=[])
+    try:
+        _drive(cases, run, site_dir=site_dir, executable=executable, gpu=gpu, timeout_s=timeout_s, log=log)
+    except KernelLabError as exc:
+        run.error = str(exc)
+    return run
+
+
+def _drive(
+    cases: list[Case], run: LabRun, *, site_dir: Path, executable: Path, gpu: bool, timeout_s: float, log: Log
+) -> None:
     by_id = {case.id: case for case in cases}
     references: dict[tuple[str, str], np.ndarray] = {}
-    rows: list[Checked] = []
-    env: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="klein-kernel-lab-log-") as tmp:
         browser_log = Path(tmp) / "chromium.log"
         with (
@@ -67,20 +78,19 @@ def run_cases(
                 if kind == "log":
                     log(str(report.get("line", "")))
                 elif kind == "env":
-                    env = report
-                    log(_describe(env))
+                    run.env = report
+                    log(_describe(report))
                 elif kind == "result":
                     case = by_id.get(str(report.get("id")))
                     if case is None:
                         raise KernelLabError(f"the page reported an unknown case {report.get('id')!r}")
                     row = check(case, report, references=references)
-                    rows.append(row)
+                    run.rows.append(row)
                     log(f"  {'ok' if row.passed else 'FAIL'} {row.message}".rstrip())
                 elif kind == "done":
                     if not report.get("ok"):
                         raise KernelLabError(f"the lab page failed: {report.get('error')}")
                     break
-    return LabRun(env=env, rows=rows)
 
 
 def _describe(env: dict[str, Any]) -> str:

@@ -27,8 +27,9 @@ PAGE_HTML = """<!doctype html>
 
 def build(out_dir: Path, *, log: Callable[[str], None]) -> Path:
     """Bundle the lab page into out_dir (replacing an earlier lab there) and write every case's graphs."""
-    from builder.site.bundle import ORT_DIST, ORT_RUNTIME, hashed_name, run_esbuild
-    from builder.site.node import ensure_node_modules, find_node
+    from builder.node import ensure_node_modules, find_node
+    from builder.site.bundle import ORT_DIST, run_esbuild
+    from builder.site.runtime_files import copy_runtime
 
     out_dir = Path(out_dir)
     if out_dir.exists() and not (out_dir / RECORD).is_file() and any(out_dir.iterdir()):
@@ -37,10 +38,7 @@ def build(out_dir: Path, *, log: Callable[[str], None]) -> Path:
     assets = out_dir / "assets"
     assets.mkdir(parents=True)
     ensure_node_modules(web_src=WEB_SRC, log=log)
-    runtime = {}
-    for role, name in zip(("mjs", "wasm"), ORT_RUNTIME, strict=True):
-        runtime[role] = hashed_name(WEB_SRC / ORT_DIST / name)
-        shutil.copyfile(WEB_SRC / ORT_DIST / name, assets / runtime[role])
+    runtime = copy_runtime(WEB_SRC / ORT_DIST, assets)  # the app's runtime files: the .wasm in parts
     script = run_esbuild(
         find_node(),
         WEB_SRC,
@@ -51,7 +49,7 @@ def build(out_dir: Path, *, log: Callable[[str], None]) -> Path:
             "--format=esm",
             "--platform=browser",
             f"--define:KLEIN_VERSION={json.dumps(__version__)}",
-            f"--define:KLEIN_ORT_WASM={json.dumps(runtime)}",
+            f"--define:KLEIN_ORT_WASM={runtime.worker_define()}",
         ],
     )
     (out_dir / PAGE).write_text(PAGE_HTML.format(script=script))

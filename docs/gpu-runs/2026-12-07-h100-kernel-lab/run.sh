@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after the three parts of pack.sh were copied into /tmp/g (one call
-# each: `mkdir -p /tmp/g && cp -r .gpu/* /tmp/g/`): unpacks Chromium, the lab and the loaders, then runs the kernel
-# lab at small shapes (a correctness pass of every variant the GPU offers) and at klein-4B's real shapes.
-# Results land in $OUT: kernel-lab-small.json, kernel-lab-real.json, lab.log, versions.txt.
+# each: `mkdir -p /tmp/g && cp -r .gpu/pN/* /tmp/g/`): unpacks Chromium, the lab and the loaders (once), then runs the
+# kernel lab at small shapes (a correctness pass of every variant the GPU offers) and at klein-4B's real shapes.
+# Results land in $OUT: kernel-lab-small.json, kernel-lab-attention.json, kernel-lab-linear.json, lab.log,
+# versions.txt.
 set -uo pipefail
 g=/tmp/g
 cd "$g"
+if [ ! -x chr/chromium/chromium ]; then
 for f in debs/*.deb; do dpkg -x "$f" /; done
 ldconfig
 cat all.part.* > all && rm -f all.part.*
@@ -14,6 +16,7 @@ head -c "$size" all | xz -d > chromium.bin
 tail -c +"$((size + 1))" all | tar -C "$g" -xJf -
 mv chromium.bin chr/chromium/chromium && chmod +x chr/chromium/chromium
 tar -xJf lab.tar.xz
+fi
 export LD_LIBRARY_PATH=$g/chr/chromium:$g/chr/lib
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 export VK_ICD_FILENAMES=$VK_DRIVER_FILES
@@ -29,9 +32,17 @@ chrome=$g/chr/chromium/chromium
 } > "$OUT/versions.txt" 2>&1
 cat "$OUT/versions.txt"
 cd "$g/src"
-python3 -m builder kernel-lab --gpu --shapes small --site "$g/site" --browser "$chrome" \
-  --out "$OUT/kernel-lab-small.json" --timeout 150 2>&1 | tee "$OUT/lab.log"
-echo "small exit ${PIPESTATUS[0]}" | tee -a "$OUT/versions.txt"
-python3 -m builder kernel-lab --gpu --shapes real --site "$g/site" --browser "$chrome" \
-  --out "$OUT/kernel-lab-real.json" --timeout 330 2>&1 | tee -a "$OUT/lab.log"
-echo "real exit ${PIPESTATUS[0]}" | tee -a "$OUT/versions.txt"
+lab() {  # NAME SHAPES TIMEOUT [--kernel K]
+  local name=$1 shapes=$2 timeout=$3; shift 3
+  python3 -m builder kernel-lab --gpu --shapes "$shapes" --site "$g/site" --browser "$chrome" \
+    --out "$OUT/kernel-lab-$name.json" --timeout "$timeout" "$@" 2>&1 | tee -a "$OUT/lab.log"
+  echo "$name exit ${PIPESTATUS[0]}" | tee -a "$OUT/versions.txt"
+}
+# STAGE 1 (default): small shapes and attention at real shapes; STAGE 2: the linear layers at real shapes (a call of
+# their own: about 8 minutes).
+if [ "${STAGE:-1}" = 1 ]; then
+  lab small small 150
+  lab attention real 150 --kernel flash_attention
+else
+  lab linear real 540 --kernel linear
+fi

@@ -9,6 +9,7 @@
 
 import { Gpu } from '../runtime/gpu.js';
 import { configureOrt } from '../runtime/ort.js';
+import { runtimeFiles } from '../runtime/wasm_parts.js';
 import { runOrt } from './ort_compare.js';
 import { randomFloats, randomWords, toHalfBits } from './prng.js';
 import { KERNELS } from './registry.js';
@@ -202,12 +203,7 @@ async function runCase(device, adapterInfo, kase, dtype, variant, withOrt) {
 
 async function main() {
     const cases = /** @type {LabCase[]} */ (await (await fetch('cases.json')).json());
-    configureOrt({
-        wasmPaths: ORT_WASM
-            ? { mjs: new URL(ORT_WASM.mjs, import.meta.url).href, wasm: new URL(ORT_WASM.wasm, import.meta.url).href }
-            : null,
-        threads: 1,
-    });
+    configureOrt({ runtime: ORT_WASM ? runtimeFiles(ORT_WASM, import.meta.url) : null, threads: 1 });
     const gpu = new Gpu();
     const device = await gpu.getDevice();
     const adapter = /** @type {GPUAdapter} */ (gpu.adapter);

@@ -14,7 +14,7 @@
 
 import { ModelFileError, NetworkError, QuotaError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
-import { OpfsBackend, clearAll } from './backend.js';
+import { OpfsBackend, clearAll, keyFor } from './backend.js';
 import { createSha256, hashStored } from './hashing.js';
 import { serverIdentity } from './http_answers.js';
 import { compareIdentity, fromManifest } from './identity.js';
@@ -35,6 +35,27 @@ const MANIFEST_COPY = '.manifest.json';
 /** @typedef {{path: string, size: number | null, want: FileIdentity, blocks: Blocks | null, have: number}} MissingFile
  * To download; `have`: bytes of a partial copy already stored; `blocks`: the manifest's block hashes of `want`. */
 /** @typedef {import('../shared/model_repo.js').Blocks} Blocks */
+
+/**
+ * The manifest of `modelBase` as a job reads it (WeightStore.loadManifest: fetched, else the copy an earlier visit
+ * kept), without opening its store: nothing is created or written, so the page may ask before any Generate.
+ * @param {string} modelBase
+ * @param {{signal?: AbortSignal}} [options]
+ * @returns {Promise<import('../shared/model_repo.js').Manifest>}
+ */
+export async function readManifest(modelBase, { signal } = {}) {
+    try {
+        return await fetchManifest(modelBase, { signal });
+    } catch (err) {
+        if (!(err instanceof NetworkError)) throw err;
+        const copy = await OpfsBackend.ofKey(await keyFor(modelBase)).then(
+            (backend) => backend.readText(MANIFEST_COPY),
+            () => null, // no store of this model source yet
+        );
+        if (copy === null) throw err;
+        return parseManifest(JSON.parse(copy), modelBase);
+    }
+}
 
 export class WeightStore {
     /**
@@ -237,12 +258,13 @@ export class WeightStore {
      * @param {WantedFile[]} files
      * @param {{signal?: AbortSignal, onProgress?: (progress: DownloadProgress) => void, downloadsAtOnce?: number}} [options]
      *   `downloadsAtOnce`: DOWNLOADS_AT_ONCE unless a benchmark compares (scripts/hash_bench.py).
-     * @returns {Promise<{downloadedBytes: number, files: number, fetched: string[]}>} `fetched`: the paths
-     *   downloaded (their previous bytes, if any were loaded, are stale).
+     * @returns {Promise<{downloadedBytes: number, files: number, fetched: string[], restarted: string[]}>} `fetched`:
+     *   the paths downloaded (their previous bytes, if any were loaded, are stale); `restarted`: a line for each
+     *   file whose resume the host would not serve, downloaded again from its start instead (store/download.js).
      */
     async ensure(files, { signal, onProgress, downloadsAtOnce = DOWNLOADS_AT_ONCE } = {}) {
         const { missing, storedBytes } = await this.missing(files, signal);
-        if (missing.length === 0) return { downloadedBytes: 0, files: 0, fetched: [] };
+        if (missing.length === 0) return { downloadedBytes: 0, files: 0, fetched: [], restarted: [] };
 
         await this.checkQuota(missing);
         if (!this.persistRequested) {
@@ -250,19 +272,23 @@ export class WeightStore {
             await this.persist();
         }
         const meter = new ProgressMeter(storedBytes, missing, onProgress);
+        /** @type {string[]} */
+        const restarted = [];
         // The largest first: the file that takes longest to hash starts first.
         const largestFirst = [...missing].sort((a, b) => (b.size ?? 0) - (a.size ?? 0));
         await atMostAtOnce(largestFirst, downloadsAtOnce, signal, async (file, shared) => {
             meter.start(file);
-            const { size } = await this.workers.download(this.backend, this.modelBase + file.path, file.path, {
+            const stored = await this.workers.download(this.backend, this.modelBase + file.path, file.path, {
                 want: file.want,
                 blocks: file.blocks,
                 signal: shared,
                 onProgress: (loaded, fileTotal) => meter.update(file, loaded, fileTotal),
             });
-            meter.finish(file, size);
+            if (stored.restarted) restarted.push(stored.restarted);
+            meter.finish(file, stored.size);
         });
-        return { downloadedBytes: meter.downloaded, files: missing.length, fetched: missing.map((f) => f.path) };
+        const fetched = missing.map((f) => f.path);
+        return { downloadedBytes: meter.downloaded, files: missing.length, fetched, restarted };
     }
 
     /**
