@@ -14,8 +14,8 @@ import onnx
 import pytest
 
 from builder import REPO_ROOT
-from builder.repo.tiny import TRANSFORMER_CONFIG
-from builder.site.node import find_node
+from builder.convert.tiny import TRANSFORMER_CONFIG
+from builder.node import find_node
 
 SRC = REPO_ROOT / "web_src" / "src"
 # Prints the StepGraph of each graph file given (its typed arrays as lists), or the refusal.

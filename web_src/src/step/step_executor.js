@@ -2,7 +2,7 @@
 /**
  * @file The transformer step of FLUX.2 [klein] on our WGSL kernels (kernels/), as one executor over the app's
  * GPUDevice: `noise_pred` from the same inputs as the ONNX graph's (hidden_states, encoder_hidden_states, timestep,
- * img_ids, txt_ids), computed as the graph computes it (builder/repo/export_transformer.py): the time embedding and
+ * img_ids, txt_ids), computed as the graph computes it (builder/convert/export_transformer.py): the time embedding and
  * the modulations shared by every block, the two embedders, the double-stream blocks over the text and image
  * streams, the single-stream blocks over both, the final AdaLN and projection. docs/kernels.md says why the step is
  * one executor and not onnxruntime with our kernels between its segments.

@@ -14,7 +14,7 @@
  */
 
 import { createAdaLN } from '../kernels/adaln.js';
-import { attentionVariants, createFlashAttention } from '../kernels/flash_attention.js';
+import { UNVERIFIED_VARIANTS, attentionVariants, createFlashAttention } from '../kernels/flash_attention.js';
 import { createLinear, probeInt8Unit } from '../kernels/linear.js';
 import { linearPaths } from '../kernels/linear_paths.js';
 import { createQkNormRope } from '../kernels/qk_norm_rope.js';
@@ -84,8 +84,9 @@ export class StepKernels {
         this.linears = new Map();
         /** @type {LinearPath[]} The paths left for the linears over tokens, fastest first; failed ones drop off. */
         this.paths = linearPaths(device, { activation: ACT }, adapterInfo);
-        /** @type {AttentionVariant[]} Likewise for flash attention. */
-        this.attentionVariants = attentionVariants(device, ACT, adapterInfo);
+        /** @type {AttentionVariant[]} Likewise for flash attention: the verified variants only (the matrix ones still
+         * give wrong outputs on GPUs, docs/kernels.md). */
+        this.attentionVariants = attentionVariants(device, ACT, adapterInfo).filter((v) => !UNVERIFIED_VARIANTS.has(v));
         /** @type {Set<string>} The paths and variants the step's kernels run on. */
         this.used = new Set();
         /** @type {string[]} Variants that failed to compile here, and why. */
