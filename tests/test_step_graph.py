@@ -73,6 +73,16 @@ def read(tiny_models: dict[str, Path]) -> dict[str, Any]:
     return {name: out[str(path)] for name, path in paths.items()}
 
 
+def test_a_q4f16_transformer_is_refused_for_its_float16_constants(q4f16_repo: Path) -> None:
+    # The q4f16 graph computes in float16 from its first op (the timestep's scale is a Constant cast to float16):
+    # not the float32 graph the executor computes, so it runs on onnxruntime (models/step_session.js stepKernelsFor
+    # reports the reason), while its q4 twin in the same repository runs on our kernels.
+    out = node(READ_SCRIPT, *(str(transformer_graph(q4f16_repo, v)) for v in ("q4f16", "q4")))
+    q4f16, q4 = (out[str(transformer_graph(q4f16_repo, v))] for v in ("q4f16", "q4"))
+    assert q4f16["refused"] == "UnsupportedGraph: /m/Constant_2_output_0_as_fp16 is not a constant in the graph file."
+    assert "refused" not in q4 and q4["config"]["doubleBlocks"] == 1, q4
+
+
 def test_the_tiny_transformers_read_as_their_diffusers_config(read: dict[str, Any]) -> None:
     c = TRANSFORMER_CONFIG
     inner = c["num_attention_heads"] * c["attention_head_dim"]
