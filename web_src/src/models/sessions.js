@@ -22,14 +22,7 @@ import { filesToRead, uploadGraph, uploadsWeights, wholeFiles } from './graph_up
 import { mark } from './meter.js';
 import { describeChoices } from './model_report.js';
 import { submitRun } from './session_runs.js';
-import {
-    compareSteps,
-    createStepSession,
-    dispatchCount,
-    isStepSession,
-    stepKernelsError,
-    stepKernelsFor,
-} from './step_session.js';
+import { createStepSession, dispatchCount, isStepSession, stepKernelsError, stepKernelsFor } from './step_session.js';
 
 /** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
@@ -367,32 +360,6 @@ export class Sessions {
         const queued = await submitRun(this.gpu, session, inputs, options);
         this.downloading(session, queued.outputs);
         return queued;
-    }
-
-    /**
-     * Our kernels' step against onnxruntime's (GenerateParams.stepCheck): an onnxruntime session of the transformer,
-     * created beside ours for one run on the same inputs, then released. Null when `session` is onnxruntime's.
-     * @param {AnySession} session  The transformer's session that computed `got`.
-     * @param {Record<string, HostInput>} inputs
-     * @param {Float32Array} got  Its noise_pred.
-     * @param {{meter: Meter, signal?: AbortSignal, pin?: Pin}} options
-     * @returns {Promise<import('../shared/types.js').StepCheck | null>}
-     */
-    async checkStep(session, inputs, got, { meter, signal, pin }) {
-        if (!isStepSession(session)) return null;
-        const choice = this.source.requireChoice('transformer');
-        const device = await this.gpu.getDevice();
-        const store = /** @type {WeightStore} */ (this.source.store);
-        const [graphBytes, ...data] = await store.readFiles(filesToRead(choice));
-        const streamed = this.streamed.get('transformer') ?? 0;
-        const onnx = await this.createOrt('transformer', choice, { graphBytes, data, device, signal, pin, meter });
-        this.streamed.set('transformer', streamed);
-        try {
-            const { outputs } = await submitRun(this.gpu, onnx, inputs, { meter, what: 'The step on onnxruntime' });
-            return compareSteps(got, /** @type {Float32Array} */ ((await outputs).noise_pred.data));
-        } finally {
-            await release(onnx).catch(() => {});
-        }
     }
 
     /**

@@ -5,6 +5,7 @@
  * @module pipeline/denoise
  */
 
+import { checkStep as checkOnOnnxruntime } from '../models/step_check.js';
 import { requireOutput } from '../shared/model_repo.js';
 import { guided } from './guidance.js';
 import { assertFinite } from './image.js';
@@ -135,7 +136,7 @@ export async function denoise(
         if (checkStep && i === start) {
             // Before the Euler step changes hiddenStates in place: onnxruntime gets the very same inputs.
             checkMs = await timed(async () => {
-                stepCheck = await sessions.checkStep(transformer, inputs, noisePred, { meter, signal, pin });
+                stepCheck = await checkOnOnnxruntime(sessions, transformer, inputs, noisePred, { meter, signal, pin });
             });
         }
         // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
