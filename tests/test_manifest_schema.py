@@ -147,6 +147,7 @@ def test_left_out_graph_fields_take_the_schemas_defaults(tmp_path: Path) -> None
         "attention_query_blocks",
         "attention_max_tokens",
         "attention_heads",
+        "largest_weight_bytes",
     }
     for key in manifest.OPTIONAL_GRAPH_FIELDS:
         assert getattr(graph, key) == fields[key]["default"], key

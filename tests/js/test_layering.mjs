@@ -2,9 +2,9 @@
 /**
  * @file The web app's layering, from its imports: data flows page -> protocol -> worker -> pipeline -> models ->
  * runtime | store -> shared, and only runtime/ort.js imports onnxruntime-web. Our WGSL kernels (kernels/) import
- * nothing of the app; the kernel lab's page (lab/) drives them on the runtime's device. Every import counts, JSDoc
- * type imports
- * (`import('...')`) included, since a type import is still a dependency a reader has to follow.
+ * nothing of the app; the transformer step on them (step/) imports only them, and models/ hands it its device and
+ * weights; the kernel lab's page (lab/) drives the kernels on the runtime's device. Every import counts, JSDoc
+ * type imports (`import('...')`) included, since a type import is still a dependency a reader has to follow.
  * @module tests/js/test_layering
  */
 
@@ -22,8 +22,9 @@ const ALLOWED = Object.freeze({
     protocol: ['shared'],
     worker: ['worker', 'protocol', 'pipeline', 'models', 'runtime', 'store', 'shared'],
     pipeline: ['pipeline', 'protocol', 'models', 'shared'],
-    models: ['models', 'protocol', 'runtime', 'store', 'shared'],
+    models: ['models', 'protocol', 'step', 'runtime', 'store', 'shared'],
     runtime: ['runtime', 'shared'],
+    step: ['step', 'kernels'],
     kernels: ['kernels'],
     lab: ['lab', 'kernels', 'runtime', 'shared'],
     store: ['store', 'shared'],

@@ -116,7 +116,14 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  *   default), encoded like the prompt; a distilled model ignores it.
  * @property {boolean} [profile]  Report where the GPU time went (GenerateResult.kernels): the run's sessions are
  *   created anew with onnxruntime's profiler on and without graph capture (so the run is slower than usual), and
- *   released after it.
+ *   released after it; the transformer then runs on onnxruntime, whose profiler times it (our kernels are timed
+ *   by the kernel lab, docs/kernels.md).
+ * @property {boolean} [stepKernels]  false: run the transformer on onnxruntime even where our kernels could
+ *   (step/; GenerateResult.graphs.transformer.step says which ran). Absent or true: our kernels where the device
+ *   and the graph allow.
+ * @property {boolean} [stepCheck]  After the first denoising step on our kernels, run onnxruntime's transformer on
+ *   the same inputs and report how far the two predictions are apart (GenerateResult.stepCheck; both are then
+ *   loaded at once for that step).
  */
 
 /**
@@ -188,9 +195,10 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @property {{tokens: number, droppedTokens: number}} prompt
  * @property {number[]} stepMs  Wall time of each denoising step.
  * @property {number} transformerCalls  The transformer's runs: one a step, two with a base model's guidance.
- * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number, streamedBytes: number}>} graphs
+ * @property {Record<string, import('./shared/types.js').GraphReport>} graphs
  *   Which variant and EP ran each component, and how (`detail`: e.g. "attention unsplit, graph capture";
- *   `streamedBytes`: the weights the app streamed into its own GPU buffers, models/graph_upload.js).
+ *   `streamedBytes`: the weights the app streamed into its own GPU buffers, models/graph_upload.js; `step`: what
+ *   ran the transformer's steps, our kernels or onnxruntime, and their dispatches per step).
  * @property {import('./shared/types.js').DeviceGrant | null} device  The features and limits the shared GPU device
  *   was given (onnxruntime's kernels choose their paths from them), and the optional features it was made without
  *   because they failed in this browser; null when nothing ran on WebGPU.
@@ -210,6 +218,8 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  *   component that ran, its GPU time per kernel program (pipeline/kernel_times.js makes it).
  * @property {TimelineEvent[]} timeline  What the run did when: its stages, each session's files read and the session
  *   created, each run from its start to its outputs on the CPU (overlapping where loading overlaps).
+ * @property {import('./shared/types.js').StepCheck} [stepCheck]  With GenerateParams.stepCheck, when our kernels ran
+ *   the step: their first step's prediction against onnxruntime's on the same inputs.
  */
 
 /**
