@@ -121,7 +121,9 @@ export async function uploadGraph(store, choice, graphBytes, device, { signal } 
     try {
         const graph = rewriteGraph(graphBytes, plan, await readSpans(await located(plan.inlined), read));
         const sources = await located(plan.lifted);
-        const buffers = await uploadWeights(device, sources, readInto, { signal });
+        // The store checks each opened file beside the upload (store/stored_check.js): the buffers are kept only then.
+        const verified = () => store.verify([...opened.keys()].map((location) => pathOf.get(location) ?? location));
+        const buffers = await uploadWeights(device, sources, readInto, { signal, verified });
         const weights = plan.lifted.map((w) => ({
             name: w.name,
             buffer: /** @type {GPUBuffer} */ (buffers.get(w.name)),
