@@ -58,14 +58,14 @@ def stub_source(folder: Path) -> Path:
 
 
 def convert_quietly(src: Path, out: Path, **options: object) -> None:
-    from builder.repo.convert import convert
+    from builder.convert.convert import convert
 
     convert(src, out, log=lambda _line: None, **options)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("kind", ["inside", "symlink-into-out", "a-weight-linked-into-out", "lora-inside"])
 def test_convert_refuses_an_out_holding_its_input(tmp_path: Path, kind: str) -> None:
-    from builder.repo.lora import LoraSpec
+    from builder.convert.lora import LoraSpec
 
     holder = write_stub_repo(tmp_path / "holder")  # an earlier model repository
     loras: list[LoraSpec] = []
@@ -114,7 +114,7 @@ def test_convert_refuses_a_folder_whose_manifest_is_not_kleins(tmp_path: Path) -
 
 def test_convert_still_takes_an_out_beside_or_under_its_source(tmp_path: Path) -> None:
     """An OUT directly inside SRC (`convert ckpt ckpt/web`) or an earlier repository is still fine to write."""
-    from builder.repo.convert import check_destination
+    from builder.convert.convert import check_destination
 
     src = stub_source(tmp_path / "checkpoint")
     check_destination(src / "web", inputs=[src])

@@ -43,8 +43,8 @@ def base_checkpoint(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempP
 
 @pytest.fixture(scope="module")
 def base_repo(base_checkpoint: Path) -> Path:
-    from builder.repo.convert import convert
-    from builder.repo.tiny import TINY_DATA_FILE_CAPS
+    from builder.convert.convert import convert
+    from builder.convert.tiny import TINY_DATA_FILE_CAPS
 
     out = base_checkpoint.parent / "fp32"
     convert(base_checkpoint, out, precision="fp32", log=lambda _m: None, max_data_file_bytes=TINY_DATA_FILE_CAPS)
@@ -100,7 +100,7 @@ def test_a_distilled_models_manifest_reads_as_before(tiny_models: dict[str, Path
 def test_convert_refuses_an_is_distilled_that_is_not_a_boolean(
     base_checkpoint: Path, tmp_path: Path, value: object
 ) -> None:
-    from builder.repo.convert import convert
+    from builder.convert.convert import convert
 
     src = tmp_path / "src"
     shutil.copytree(base_checkpoint, src)

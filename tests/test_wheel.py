@@ -156,7 +156,7 @@ def test_the_wheel_carries_the_built_app(installed: Installed) -> None:
         ("worker-", ".js"),
         ("page-", ".css"),
         ("coi-", ".js"),
-        ("ort-wasm-simd-threaded.asyncify-", ".wasm"),
+        ("ort-wasm-simd-threaded.asyncify.1of", ".wasm"),
         ("ort-wasm-simd-threaded.asyncify-", ".mjs"),
     ):
         assert any(name.startswith(f"assets/{prefix}") and name.endswith(suffix) for name in assets), (prefix, assets)

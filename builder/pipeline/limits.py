@@ -13,7 +13,7 @@ from builder.errors import InputError
 STEPS_MIN = 1
 STEPS_MAX = 50  # klein is distilled for 4 steps
 SIZE_MIN = 64
-SIZE_MAX = 2048  # the main transformer graph's attention split covers up to 2048x2048 (repo/attention.py)
+SIZE_MAX = 2048  # the main transformer graph's attention split covers up to 2048x2048 (convert/attention.py)
 SIZE_MULTIPLE = 16  # one latent token per 16x16 pixels (8x VAE downsampling, then 2x2 patches)
 SEED_MAX = 2**32  # seeds are in [0, SEED_MAX): the app seeds its MT19937 (torch's CPU generator) with 32 bits
 
@@ -83,9 +83,16 @@ def parse_size(text: str, *, where: str = "--size") -> tuple[int, int]:
 
 
 def check_prompt(value: object, *, name: str = "the prompt") -> str:
-    """A prompt must be text that UTF-8 can carry: bytes a shell passed undecoded arrive as lone surrogates."""
+    """A prompt must be text that UTF-8 can carry: bytes a shell passed undecoded arrive as lone surrogates. It must
+    hold no NUL character either: the saved PNG keeps the prompt as text, which cannot (found here, before the
+    image is computed, not when it is saved). web_src/src/pipeline/check_inputs.js `checkInputs` is its twin."""
     if not isinstance(value, str):
         raise InputError(f"{name} must be text, got {type(value).__name__}.")
+    if "\x00" in value:
+        raise InputError(
+            f"{name} contains a NUL character (\\0, character {value.index(chr(0))}): a saved image keeps its prompt "
+            "as text, which cannot hold one; remove it."
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:

@@ -49,7 +49,7 @@ VARIANTS = ("q4", "q4f16", "fp32", "fp16")
 TOKENIZER_FILES = ("tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json")
 OPTIONAL_TOKENIZER_FILES = ("tokenizer/chat_template.jinja",)
 SCHEDULER_CONFIG = "scheduler/scheduler_config.json"
-# The step previews' colour map `convert` fits to the VAE (builder.repo.preview_map); optional, like the VAE encoder.
+# The step previews' colour map `convert` fits to the VAE (builder.convert.preview_map); optional, like the VAE encoder.
 PREVIEW_MAP_FILE = "vae_decoder/preview_map.json"
 
 MAX_SEQUENCE_LENGTH = 512  # Flux2KleinPipeline.tokenizer_max_length
@@ -86,7 +86,7 @@ CONTRACT: dict[str, tuple[list[TensorSpec], list[TensorSpec]]] = {
         [TensorSpec("image", "float32", ["batch", 3, "height", "width"])],
     ),
     # Not in the seed model card: an image in [0, 1] (sides multiples of 16) -> its BN-normalised latents, what
-    # Flux2KleinPipeline packs into reference-image tokens (builder.repo.export_vae_encoder).
+    # Flux2KleinPipeline packs into reference-image tokens (builder.convert.export_vae_encoder).
     "vae_encoder": (
         [TensorSpec("image", "float32", ["batch", 3, "height", "width"])],
         [TensorSpec("image_latents", "float32", ["batch", 128, "latent_h", "latent_w"])],
@@ -119,11 +119,11 @@ class GraphEntry:
     # Node names the app may place on the CPU (WebGPU EP `forceCpuNodeNames`) when the adapter lacks
     # shader-f16, so the rest of the graph still runs on WebGPU (the fp16 token embedding Gather + Cast).
     cpu_nodes_without_f16: list[str] = field(default_factory=list)
-    # The graph's attention runs in this many query blocks (builder.repo.attention): its largest score buffer is
+    # The graph's attention runs in this many query blocks (builder.convert.attention): its largest score buffer is
     # heads * ceil(tokens / blocks) * tokens values instead of heads * tokens^2. 1 = not split.
     attention_query_blocks: int = 1
     # The longest attention (image + text tokens) this graph keeps within the converter's score-buffer budget
-    # (builder.repo.attention). A transformer repo lists one graph per size class for a variant, all on the same
+    # (builder.convert.attention). A transformer repo lists one graph per size class for a variant, all on the same
     # weight files; the app runs the least-split one whose limit covers its size. None: not recorded (one
     # graph for every size, like the seed repo's).
     attention_max_tokens: int | None = None
@@ -171,7 +171,7 @@ class PipelineDefaults:
     Distilled models (klein-4B, klein-9B: `"is_distilled": true` in their model_index.json) run one transformer call
     a step and ignore any guidance scale; base models run classifier-free guidance when the scale is above 1: a
     second call a step on the negative prompt's embeddings. `klein-web convert` reads both from the checkpoint and
-    from diffusers' own defaults (builder.repo.pipeline_kind); a manifest without them (the seed repository, older
+    from diffusers' own defaults (builder.convert.pipeline_kind); a manifest without them (the seed repository, older
     conversions) holds distilled klein."""
 
     is_distilled: bool = True

@@ -1,7 +1,6 @@
 // @ts-check
 /**
- * @file shared/browser_needs.js: the decision for recorded capability profiles of the browsers people use, and the
- * twins it must agree with (models/graph_choice.js's variant order, size classes and VAE check).
+ * @file shared/browser_needs.js: the decision for recorded capability profiles of the browsers people use.
  *
  * The profiles, with their sources, are in tests/js/browser_profiles.mjs.
  * @module tests/js/test_browser_needs
@@ -10,14 +9,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { checkDecodeFits, sizeClass, variantOrder } from '../../web_src/src/models/graph_choice.js';
-import {
-    FULL_SIZE_MODEL,
-    TOKEN_EMBEDDING_BYTES,
-    decide,
-    graphFamily,
-    sizeFits,
-} from '../../web_src/src/shared/browser_needs.js';
+import { FULL_SIZE_MODEL, TOKEN_EMBEDDING_BYTES, decide, sizeFits } from '../../web_src/src/shared/browser_needs.js';
 import { LIMITS } from '../../web_src/src/shared/limits.js';
 import { GiB, MiB, PROFILES, profile } from './browser_profiles.mjs';
 
@@ -159,56 +151,6 @@ test('an OPFS without sync access handles, or none, is what is missing', () => {
     // A worker that reports nothing about OPFS is not refused for it.
     const { opfs: _o, ...unreported } = profile({});
     assert.equal(decide(unreported).canRun, true);
-});
-
-test("the graph family is models/graph_choice.js variantOrder's first choice for every feature set", () => {
-    for (const shaderF16 of [false, true]) {
-        for (const subgroups of [false, true]) {
-            for (const subgroupMatrix of [false, true]) {
-                for (const vendor of ['nvidia', 'apple', 'qualcomm']) {
-                    const gpu = { shaderF16, subgroups, subgroupMatrix, adapter: { vendor } };
-                    assert.equal(graphFamily(gpu).family, variantOrder(gpu)[0], JSON.stringify(gpu));
-                }
-            }
-        }
-    }
-});
-
-test("sizeFits agrees with the app's own size checks on the full-size model's most-split graphs", () => {
-    const transformer = {
-        component: 'transformer',
-        variant: 'q4',
-        attentionHeads: FULL_SIZE_MODEL.transformerHeads,
-        attentionQueryBlocks: FULL_SIZE_MODEL.transformerQueryBlocks,
-        attentionMaxTokens: null,
-    };
-    const manifest = /** @type {any} */ ({ graphs: [transformer] });
-    for (const limit of [128 * MiB, 256 * MiB, 512 * MiB, GiB]) {
-        for (const shaderF16 of [false, true]) {
-            const vae = /** @type {any} */ ({
-                graph: {
-                    component: 'vae_decoder',
-                    variant: shaderF16 ? 'fp16' : 'fp32',
-                    attentionQueryBlocks: FULL_SIZE_MODEL.vaeQueryBlocks,
-                },
-                ep: 'webgpu',
-            });
-            for (let side = 256; side <= LIMITS.sizeMax; side += 128) {
-                let appFits = true;
-                try {
-                    sizeClass(manifest, /** @type {any} */ (transformer), (side / 16) ** 2 + 512, limit);
-                    checkDecodeFits(vae, { width: side, height: side }, { maxStorageBufferBindingSize: limit });
-                } catch {
-                    appFits = false;
-                }
-                assert.equal(
-                    sizeFits(side, side, limit, shaderF16),
-                    appFits,
-                    `${side}px, ${limit} B, f16 ${shaderF16}`,
-                );
-            }
-        }
-    }
 });
 
 test("the token embedding is the full-size text encoder's: 151,936 x 2,560 values at 4 bits", () => {

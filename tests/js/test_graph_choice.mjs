@@ -153,18 +153,8 @@ test('a VAE decode whose attention buffer cannot fit is refused with the largest
     );
 });
 
-test('the variant follows the features the device has: DP4A q4 beats q4f16 without matrix units', async () => {
-    const { variantOrder } = await import('../../web_src/src/models/graph_choice.js');
+test('the variant follows the features the device has (shared/graph_needs.js variantOrder)', () => {
     const nvidia = { vendor: 'nvidia' };
-    const first = (/** @type {any} */ gpu) => variantOrder(gpu)[0];
-    assert.equal(first({ shaderF16: true, subgroups: true, subgroupMatrix: true, adapter: nvidia }), 'q4f16');
-    assert.equal(first({ shaderF16: true, subgroups: true, subgroupMatrix: false, adapter: nvidia }), 'q4');
-    assert.equal(first({ shaderF16: true, subgroups: false, adapter: nvidia }), 'q4f16');
-    // Apple GPUs get no DP4A kernels from onnxruntime: q4 would run on fp32 kernels there.
-    assert.equal(first({ shaderF16: true, subgroups: true, adapter: { vendor: 'apple' } }), 'q4f16');
-    assert.equal(first({ shaderF16: false, subgroups: true, adapter: nvidia }), 'q4');
-    assert.equal(first({ shaderF16: false }), 'q4');
-
     const m = manifest();
     const pick = (/** @type {any} */ gpu) =>
         chooseGraphs(m, gpu, undefined, tokens(512)).choices.transformer.graph.variant;

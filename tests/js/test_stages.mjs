@@ -265,3 +265,18 @@ test('loadSessions creates and releases each session in turn, as generate() woul
     assert.deepEqual(result.graphs.transformer.path, 'transformer/model.onnx');
     assert.equal(result.graphs.transformer.bytes, 1000);
 });
+
+test('stage 1 refuses bad image fields and unusable files before anything is downloaded', async () => {
+    for (const bad of [
+        { images: 'cat.png' },
+        { images: [reference], mask: reference, strength: 2 },
+        { images: [{ name: 'empty.png', bytes: new ArrayBuffer(10) }] },
+    ]) {
+        const { model, log } = fakeModel();
+        await assert.rejects(
+            run(bad, model),
+            (err) => err instanceof Error && /** @type {any} */ (err).code === 'input',
+        );
+        assert.deepEqual(log, [], JSON.stringify(Object.keys(bad)));
+    }
+});

@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeGuard
 
 from builder import __version__
 from builder.check.regress import report_folder
@@ -23,8 +23,10 @@ from builder.check.regress.report import BROWSER_LOG_NAME, REPORT_NAME, Verdict
 from builder.errors import InputError, KleinWebError
 from builder.repo import paths
 from builder.repo.files import atomic_write_bytes, check_output_folder
+from builder.terminal import printable
 
 Log = Callable[[str], None]
+VERDICTS = {verdict.label: verdict for verdict in Verdict}
 
 # What must be equal between shards, and what to do when it is not.
 SAME = (
@@ -79,7 +81,58 @@ def read_shard(folder: Path) -> ShardReport:
             f"{folder} is not the report of a `regress --shard I/N` run (its {REPORT_NAME} names no "
             "shard); pass the shards' --report folders."
         )
+    check_fields(path, run, data["cases"])
+    try:  # what the merged report.json carries over must be JSON again: no NaN or Infinity (1e999 reads as one)
+        json.dumps(data, allow_nan=False)
+    except ValueError:
+        raise InputError(
+            f"{path} holds a number JSON cannot carry (NaN or Infinity): not a report regress wrote; run that shard "
+            "again."
+        ) from None
     return ShardReport(Path(folder), data)
+
+
+def check_fields(path: Path, run: dict[str, Any], cases: list[Any]) -> None:
+    """Every field of a shard's report that the merge reads, as regress writes it (a report is data: a damaged or
+    hand-made one is refused here, in one line, before OUT is touched)."""
+
+    def refuse(what: str, value: object, expected: str) -> NoReturn:
+        raise InputError(
+            f"{path}: {what} is {_short(value)}, not {expected}: not a report regress wrote; run that shard again."
+        )
+
+    total, shard = run.get("cases_total"), run["shard"]
+    if not _count(total):
+        refuse("`run.cases_total`", total, "a number of cases")
+    index, count = shard.get("index"), shard.get("count")
+    if not _count(count) or count > total:
+        refuse("`run.shard.count`", count, f"a number of shards from 1 to {total}")
+    if not _count(index) or index > count:
+        refuse("`run.shard.index`", index, f"a shard from 1 to {count}")
+    if len(cases) > total:
+        refuse("the number of cases", len(cases), f"at most {total}")
+    for number, entry in enumerate(cases, start=1):
+        where = f"case {number}"
+        if not isinstance(entry, dict):
+            refuse(where, entry, "a table of fields")
+        for key in ("case", "folder"):
+            if key not in entry:
+                refuse(f"{where}'s `{key}`", None, "a case name")
+        if case_name_problem(entry["case"]) is not None:
+            refuse(f"{where}'s `case`", entry["case"], "a case name")
+        position = entry.get("position")
+        if not _count(position) or position > total:
+            refuse(f"{where}'s `position`", position, f"a position in the cases file (1 to {total})")
+        verdict = entry.get("verdict")
+        if verdict not in VERDICTS:
+            refuse(f"{where}'s `verdict`", verdict, f"one of {', '.join(VERDICTS)}")
+        if not isinstance(entry.get("reason"), str):
+            refuse(f"{where}'s `reason`", entry.get("reason"), "a text")
+
+
+def _count(value: object) -> TypeGuard[int]:
+    """A whole number from 1 (JSON's `true`, `1.0`, `"1"` and `1e999` are not)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def check_shards(shards: Sequence[ShardReport]) -> None:
@@ -105,9 +158,11 @@ def check_shards(shards: Sequence[ShardReport]) -> None:
                 f"{shard.folder}); pass each shard's folder once."
             )
         seen[shard.index] = shard.folder
-    missing = sorted(set(range(1, first.count + 1)) - set(seen))
+    # The first few missing shards, found without listing all N (a report's N is data).
+    missing = [index for index in range(1, min(first.count, len(seen) + 5) + 1) if index not in seen]
     if missing:
-        labels = ", ".join(f"{index}/{first.count}" for index in missing)
+        more = ", ..." if first.count > len(seen) + 5 else ""
+        labels = ", ".join(f"{index}/{first.count}" for index in missing) + more
         raise InputError(
             f"shard(s) {labels} missing: run `klein-web regress ... --shard {missing[0]}/{first.count}` "
             "with the same cases and flags, and pass its --report folder too."
@@ -190,7 +245,7 @@ def merge(out_dir: Path, shard_dirs: Sequence[Path], *, log: Log) -> int:
     check_shards(shards)
     entries = sorted(
         ({**entry, "shard": shard.index} for shard in shards for entry in shard.data["cases"]),
-        key=lambda entry: int(entry.get("position") or 0),
+        key=lambda entry: int(entry["position"]),
     )
     by_index = {shard.index: shard for shard in shards}
     copies = [(case_folder(by_index[entry["shard"]], entry["folder"]), out_folder(out, entry)) for entry in entries]
@@ -210,9 +265,7 @@ def merge(out_dir: Path, shard_dirs: Sequence[Path], *, log: Log) -> int:
         for shard in shards
     ]
     atomic_write_bytes(out / BROWSER_LOG_NAME, "\n".join(logs).encode("utf-8"))
-    worst = max(
-        (Verdict[str(entry["verdict"]).upper().replace("-", "_")] for entry in entries), default=Verdict.COULD_NOT_RUN
-    )
+    worst = max((VERDICTS[entry["verdict"]] for entry in entries), default=Verdict.COULD_NOT_RUN)
     data = {
         "verdict": worst.label,
         "exit_code": worst.exit_code,
@@ -234,9 +287,10 @@ def merge(out_dir: Path, shard_dirs: Sequence[Path], *, log: Log) -> int:
     }
     atomic_write_bytes(out / REPORT_NAME, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8"))
     for entry in entries:
+        # The reason is a report's text: shown on one line, its control characters escaped, never obeyed.
         log(
             f"{entry['verdict'].upper():>13}  {entry['case']} (shard {entry['shard']}/{shards[0].count}): "
-            f"{entry['reason']}"
+            f"{printable(entry['reason'], one_line=True)}"
         )
     log(
         f"overall: {worst.label.upper()} (exit {worst.exit_code}); {len(entries)} cases from {len(shards)} shards; "

@@ -4,8 +4,8 @@
  * adapter's facts, so node tests it without onnxruntime or a GPU (models/sessions.js turns the choice into
  * sessions). The rules:
  * - text encoder and transformer: the variant `precision` forces, else the first the repository has in the order
- *   of variantOrder() for the device's features (the fastest kernels first), preferring a stored variant to
- *   one not downloaded yet;
+ *   of shared/graph_needs.js variantOrder() for the device's features (the fastest kernels first), preferring a
+ *   stored variant to one not downloaded yet;
  * - transformer: of that variant's size classes, the least-split graph sized for this image (sizeClass); in lean
  *   memory mode the least-split one whose attention score buffers stay within a smaller budget, since those
  *   buffers are most of the transformer's activations;
@@ -20,6 +20,7 @@
 import { InputError, ModelFileError, OutOfMemoryError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
 import { LIMITS } from '../shared/limits.js';
+import { attentionScoreBytes, vaeAttentionTokens, variantOrder } from '../shared/graph_needs.js';
 import { graphFiles } from '../shared/model_repo.js';
 
 /** @typedef {import('../shared/model_repo.js').Component} Component */
@@ -27,6 +28,7 @@ import { graphFiles } from '../shared/model_repo.js';
 /** @typedef {Record<Component, Choice> & {vae_encoder?: Choice}} Choices  The encoder only for input images. */
 /** @typedef {import('../shared/model_repo.js').GraphEntry} GraphEntry */
 /** @typedef {import('../shared/model_repo.js').Manifest} Manifest */
+/** @typedef {import('../shared/graph_needs.js').GpuFeatures} GpuFeatures */
 
 /**
  * @typedef {Object} Choice  Which graph runs a component, and where.
@@ -38,31 +40,6 @@ import { graphFiles } from '../shared/model_repo.js';
  *   often do not).
  */
 
-/**
- * @typedef {Object} GpuFeatures  The device features that decide which variant runs fastest.
- * @property {boolean} shaderF16
- * @property {boolean} [subgroups]
- * @property {boolean} [subgroupMatrix]  chromium-experimental-subgroup-matrix
- * @property {{vendor: string}} [adapter]
- */
-
-/**
- * Variant preference for the text encoder and the transformer, fastest first, by the kernels onnxruntime runs
- * each variant's 4-bit layers on (measured per feature set: docs/machines.md):
- * - shader-f16 with matrix units (subgroup-matrix): q4f16's fp16 matrix-unit kernels;
- * - shader-f16 and subgroups without matrix units: q4, whose layers run as int8 dot products (DP4A, given
- *   subgroups, not on Apple GPUs), beat q4f16's plain fp16 kernels;
- * - shader-f16 alone: q4f16;
- * - no shader-f16: q4 (q4f16 and fp16 would need their fp16 nodes on the CPU).
- * @param {GpuFeatures} gpu
- * @returns {readonly string[]}
- */
-export function variantOrder({ shaderF16, subgroups = false, subgroupMatrix = false, adapter }) {
-    if (!shaderF16) return Object.freeze(['q4', 'fp32', 'q4f16', 'fp16']);
-    const dp4a = subgroups && !/apple/i.test(adapter?.vendor ?? '');
-    if (dp4a && !subgroupMatrix) return Object.freeze(['q4', 'q4f16', 'fp32', 'fp16']);
-    return Object.freeze(['q4f16', 'q4', 'fp32', 'fp16']);
-}
 /** The VAE score buffer the CPU (wasm) path may hold. */
 const WASM_BUFFER_LIMIT = 1024 ** 3;
 
@@ -204,7 +181,7 @@ function graphBytes(graph, manifest) {
  */
 export function sizeClass(manifest, graph, tokens, bufferLimit = Infinity, preferredBytes = Infinity) {
     /** @param {GraphEntry} g */
-    const scoreBytes = (g) => (g.attentionHeads ?? 0) * Math.ceil(tokens / g.attentionQueryBlocks) * tokens * 4;
+    const scoreBytes = (g) => attentionScoreBytes(g.attentionHeads ?? 0, tokens, g.attentionQueryBlocks, 4);
     const siblings = manifest.graphs.filter((g) => g.component === graph.component && g.variant === graph.variant);
     const fitting = siblings.filter(
         (g) => (g.attentionMaxTokens === null || g.attentionMaxTokens >= tokens) && scoreBytes(g) <= bufferLimit,
@@ -258,7 +235,7 @@ function place(graph, manifest, shaderF16, notes) {
  * Refuse a size whose VAE decode cannot fit before anything is downloaded or run. The VAE mid-block
  * attention materialises a [rows x tokens] score matrix (tokens = (H/8)(W/8); Softmax + MatMul in the
  * graph, no fused kernel), which must fit one storage buffer on WebGPU and the 4 GB wasm32 heap on the
- * CPU. The converter splits the queries into `attentionQueryBlocks` blocks (builder/repo/attention.py), so
+ * CPU. The converter splits the queries into `attentionQueryBlocks` blocks (builder/convert/attention.py), so
  * rows = ceil(tokens / blocks); an unsplit graph (the seed's) has rows = tokens (16384^2 x 2 B = 512 MiB
  * at 1024^2 in fp16).
  * @param {Choice} vae
@@ -270,10 +247,7 @@ export function checkDecodeFits(vae, { width, height }, gpu) {
     const limit = vae.ep === 'webgpu' ? gpu.maxStorageBufferBindingSize : WASM_BUFFER_LIMIT;
     const blocks = vae.graph.attentionQueryBlocks ?? 1;
     /** @param {number} w @param {number} h */
-    const scoreBytes = (w, h) => {
-        const tokens = (w / 8) * (h / 8);
-        return Math.ceil(tokens / blocks) * tokens * bytesPerValue;
-    };
+    const scoreBytes = (w, h) => attentionScoreBytes(1, vaeAttentionTokens(w, h), blocks, bytesPerValue);
     const needed = scoreBytes(width, height);
     if (needed <= limit) return;
     // The largest square of a valid size whose score block fits.

@@ -1,7 +1,8 @@
 // @ts-check
 /**
- * @file Stage 1 of generate(), Check inputs, for the parameters (the input images are checked by
- * encode_images.js checkInputImages): every one against the limits, before any download or GPU work.
+ * @file Stage 1 of generate(), Check inputs, for the parameters: every one against the limits, the input images'
+ * fields included, before any download or GPU work (the image files themselves are decoded and checked next, by
+ * encode_images.js checkInputImages).
  * builder/pipeline/reference_request.py is its twin.
  * @module pipeline/check_inputs
  */
@@ -9,15 +10,19 @@
 import { MEMORY_MODES, PRECISIONS } from '../protocol.js';
 import { InputError } from '../shared/errors.js';
 import { LIMITS } from '../shared/limits.js';
+import { guidanceScaleProblem, negativePromptProblem } from './guidance.js';
 import { checkImageParams } from './input_images.js';
 import { vaeTileProblem } from './vae_tiles.js';
 
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
+/** @typedef {ReturnType<typeof checkImageParams>} ImageParams */
 
 /**
  * Reject bad parameters before any download or GPU work (never adjust them silently).
  * @param {any} params
- * @returns {GenerateParams}
+ * @returns {{params: GenerateParams, images: ImageParams}}  `params`: the request's parameters without the image
+ *   files (the result carries them back); `images`: the mode and its image fields (input_images.js
+ *   checkImageParams).
  */
 export function checkInputs(params) {
     if (!params || typeof params !== 'object') {
@@ -28,6 +33,14 @@ export function checkInputs(params) {
     // diffusers accepts an empty prompt (it encodes the chat template alone), so we do too.
     if (typeof prompt !== 'string') {
         throw new InputError(`\`prompt\` must be a string, got ${JSON.stringify(prompt)}.`, { prompt });
+    }
+    // Refused here, before any work, not when the PNG is written (builder/pipeline/limits.py check_prompt: twin).
+    if (prompt.includes('\0')) {
+        throw new InputError(
+            `The prompt contains a NUL character (\\0, character ${prompt.indexOf('\0')}): a saved image keeps its ` +
+                'prompt as text, which cannot hold one; remove it.',
+            { prompt },
+        );
     }
     for (const [name, value] of /** @type {[string, any][]} */ ([
         ['width', width],
@@ -84,6 +97,13 @@ export function checkInputs(params) {
     }
     const tileProblem = vaeTile === undefined ? null : vaeTileProblem(vaeTile);
     if (tileProblem) throw new InputError(tileProblem, { vaeTile });
+    // Checked for every model; whether they apply is the model's to say, once its manifest is read (stage 2).
+    const { guidanceScale, negativePrompt } = params;
+    const given = (/** @type {unknown} */ value) => value !== undefined && value !== null;
+    const guidanceProblem = given(guidanceScale) ? guidanceScaleProblem(guidanceScale) : null;
+    if (guidanceProblem) throw new InputError(guidanceProblem, { guidanceScale });
+    const negativeProblem = given(negativePrompt) ? negativePromptProblem(negativePrompt) : null;
+    if (negativeProblem) throw new InputError(negativeProblem, { negativePrompt });
     /** @type {GenerateParams} */
     const checked = { prompt, seed, steps, width, height, modelBase };
     if (precision) checked.precision = precision;
@@ -91,8 +111,10 @@ export function checkInputs(params) {
     if (memory !== undefined) checked.memory = memory;
     if (preview) checked.preview = true;
     if (vaeTile !== undefined) checked.vaeTile = vaeTile;
+    if (given(guidanceScale)) checked.guidanceScale = /** @type {number} */ (guidanceScale);
+    if (given(negativePrompt)) checked.negativePrompt = /** @type {string} */ (negativePrompt);
     // The image files stay out of the checked parameters (the result would carry them back); `inputs` names them.
-    const { mode, strength } = checkImageParams(params);
-    if (mode === 'inpaint') checked.strength = /** @type {number} */ (strength);
-    return checked;
+    const images = checkImageParams(params);
+    if (images.mode === 'inpaint') checked.strength = /** @type {number} */ (images.strength);
+    return { params: checked, images };
 }

@@ -15,7 +15,6 @@ import { assertFinite } from './image.js';
 import {
     binaryMask,
     checkGreyMask,
-    checkImageParams,
     decodeImage,
     imageLabel,
     inpaintPixels,
@@ -52,12 +51,12 @@ import { LATENT_CHANNELS, PATCH, interpolateBilinear, packLatents, prepareImageI
 /**
  * Stage 1 for the input images: each decoded and checked in turn (cancellable between them), the size each is
  * used at and the tokens they add. Inpainting's output size must be the used size of the image to inpaint.
- * @param {any} params  Checked by checkInputs.
+ * @param {import('./check_inputs.js').ImageParams} fields  The request's image fields, as checkInputs checked them.
+ * @param {{width: number, height: number}} params  The output size, as checkInputs checked it.
  * @param {AbortSignal} signal
  * @returns {Promise<InputPlan>}
  */
-export async function checkInputImages(params, signal) {
-    const { mode, images, mask, strength } = checkImageParams(params);
+export async function checkInputImages({ mode, images, mask, strength }, params, signal) {
     if (mode === 'text') return { mode, images: [], used: [], mask: null, strength: null, tokens: 0 };
     /** @type {DecodedImage[]} */
     const decoded = [];

@@ -31,7 +31,7 @@ import { MAX_SEQUENCE_LENGTH } from './tokenizer.js';
  */
 export function checkLoadParams(params) {
     // The size, model and precision rules are generate()'s; prompt, seed and steps do not apply here.
-    const { width, height, modelBase, precision } = checkInputs({ ...params, prompt: '', seed: 0, steps: 1 });
+    const { width, height, modelBase, precision } = checkInputs({ ...params, prompt: '', seed: 0, steps: 1 }).params;
     const components = params?.components ?? [...COMPONENTS];
     /** @type {string[]} */
     const known = [...COMPONENTS, ...OPTIONAL_COMPONENTS];

@@ -20,6 +20,7 @@
  * @module shared/browser_needs
  */
 
+import { attentionScoreBytes, graphFamily, vaeAttentionTokens } from './graph_needs.js';
 import { LIMITS } from './limits.js';
 
 /** @typedef {import('./types.js').Capabilities} Capabilities */
@@ -33,7 +34,7 @@ import { LIMITS } from './limits.js';
 export const TOKEN_EMBEDDING_BYTES = (151936 * 2560) / 2;
 
 /**
- * The converter's attention split (builder/repo/attention.py): every graph's largest score buffer stays within
+ * The converter's attention split (builder/convert/attention.py): every graph's largest score buffer stays within
  * BUDGET at the longest attention it is sized for, the transformer's joint attention has TEXT_TOKENS text tokens
  * beside the image's 16x16-px patches and its longest is a 1024^2 edit with four 1024^2 references or a 2048^2
  * image; the VAE's mid-block attention has one head over the 8x-downsampled grid. The most-split graph of each
@@ -49,7 +50,7 @@ const ATTENTION = Object.freeze({
 });
 
 /**
- * Query blocks the converter splits an attention of `heads` x `tokens` into (builder/repo/attention.py
+ * Query blocks the converter splits an attention of `heads` x `tokens` into (builder/convert/attention.py
  * query_blocks_for, fp32 scores).
  * @param {number} heads
  * @param {number} tokens
@@ -106,25 +107,13 @@ export const FULL_SIZE_MODEL = Object.freeze({
  * @property {boolean} canRun
  * @property {Missing[]} missing  Empty when canRun.
  * @property {'q4f16' | 'q4'} family  The graph variant the text encoder and the transformer run by default
- *   (models/graph_choice.js variantOrder's first choice).
+ *   (shared/graph_needs.js graphFamily, the worker's first choice).
  * @property {string} kernels  Which kernels run that family's 4-bit layers, in words.
  * @property {number} bufferLimit  The largest buffer the graphs may bind: min(maxBufferSize, maxStorageBufferBindingSize).
  * @property {number} largestSide  The largest square image side (multiple of LIMITS.sizeMultiple) whose attention
  *   buffers fit bufferLimit; 0 when none does.
  * @property {Lack[]} lacks
  */
-
-/**
- * The largest score buffer of an attention over `tokens` split into `blocks` query blocks.
- * @param {number} heads
- * @param {number} tokens
- * @param {number} blocks
- * @param {number} bytesPerValue
- * @returns {number}
- */
-function scoreBytes(heads, tokens, blocks, bytesPerValue) {
-    return heads * Math.ceil(tokens / blocks) * tokens * bytesPerValue;
-}
 
 /**
  * Whether a width x height text-to-image fits `limit` per buffer: the transformer's most-split graph (fp32 scores)
@@ -138,31 +127,11 @@ function scoreBytes(heads, tokens, blocks, bytesPerValue) {
  */
 export function sizeFits(width, height, limit, shaderF16, model = FULL_SIZE_MODEL) {
     const transformerTokens = (width / 16) * (height / 16) + ATTENTION.textTokens;
-    const vaeTokens = (width / 8) * (height / 8);
+    const vaeTokens = vaeAttentionTokens(width, height);
     return (
-        scoreBytes(model.transformerHeads, transformerTokens, model.transformerQueryBlocks, 4) <= limit &&
-        scoreBytes(1, vaeTokens, model.vaeQueryBlocks, shaderF16 ? 2 : 4) <= limit
+        attentionScoreBytes(model.transformerHeads, transformerTokens, model.transformerQueryBlocks, 4) <= limit &&
+        attentionScoreBytes(1, vaeTokens, model.vaeQueryBlocks, shaderF16 ? 2 : 4) <= limit
     );
-}
-
-/**
- * The graph family and kernels the features give (the same order as models/graph_choice.js variantOrder, which
- * a node test holds equal): with shader-f16, q4f16 on matrix units, else q4 on DP4A where subgroups give it
- * (not on Apple GPUs), else q4f16 on plain fp16 kernels; without shader-f16, q4.
- * @param {{shaderF16: boolean, subgroups: boolean, subgroupMatrix: boolean, adapter: {vendor: string} | null}} caps
- * @returns {{family: 'q4f16' | 'q4', kernels: string}}
- */
-export function graphFamily({ shaderF16, subgroups, subgroupMatrix, adapter }) {
-    const dp4a = subgroups && !/apple/i.test(adapter?.vendor ?? '');
-    if (!shaderF16) {
-        return {
-            family: 'q4',
-            kernels: dp4a ? 'int8 dot products (DP4A) with fp32 activations' : 'plain fp32 kernels',
-        };
-    }
-    if (subgroupMatrix) return { family: 'q4f16', kernels: 'fp16 matrix-unit kernels' };
-    if (dp4a) return { family: 'q4', kernels: 'int8 dot products (DP4A), faster here than plain fp16 kernels' };
-    return { family: 'q4f16', kernels: 'plain fp16 kernels' };
 }
 
 /**

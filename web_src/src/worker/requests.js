@@ -6,7 +6,7 @@
  *
  * Concurrency: generate, load and clearCache are *exclusive jobs* and run one at a time in arrival order.
  * A generate sent while another runs is queued, not refused, so "Cancel, then Generate" works without
- * the page having to wait for the cancelled job to wind down. probe, decode and cancel answer at once.
+ * the page having to wait for the cancelled job to wind down. probe, modelInfo, decode and cancel answer at once.
  * Cancel aborts the job's AbortController: a running job stops before the next denoising step and
  * releases its sessions (gives the GPU memory back); a queued job is answered `cancelled` immediately.
  *
@@ -43,6 +43,8 @@ import { runRecovering } from './recovery.js';
  * @property {Gpu} gpu
  * @property {() => Promise<import('../shared/types.js').Capabilities>} probe  The adapter, its limits and the storage.
  * @property {StoreAccess} store
+ * @property {(modelBase: string) => Promise<import('../protocol.js').ModelInfo>} modelInfo  The model's kind and
+ *   defaults, from its manifest (store/weights.js readManifest).
  */
 
 /**
@@ -107,7 +109,7 @@ export class JobQueue {
  * @param {MessagePort_} scope
  * @param {WorkerParts} parts
  */
-export function serveRequests(scope, { model, gpu, probe, store }) {
+export function serveRequests(scope, { model, gpu, probe, store, modelInfo }) {
     const jobs = new JobQueue();
 
     /**
@@ -143,6 +145,10 @@ export function serveRequests(scope, { model, gpu, probe, store }) {
         // loadSessions releases each session it creates.
         load: async (/** @type {{id: string, params: any}} */ request) => ({
             result: await pipelineJob(request, loadSessions),
+        }),
+
+        modelInfo: async (/** @type {{params: any}} */ request) => ({
+            result: await modelInfo(request.params?.modelBase),
         }),
 
         decode: async (/** @type {{params: any}} */ request) => {
