@@ -24,7 +24,7 @@ import { ErrorCode, KleinError, deserializeError } from '../shared/errors.js';
 /**
  * A request without its id (the client assigns ids).
  * @typedef {{type: 'probe'} | {type: 'generate', params: GenerateParams} | {type: 'cancel', target: string}
- *   | {type: 'clearCache'}} RequestBody
+ *   | {type: 'clearCache'} | {type: 'modelInfo', params: {modelBase: string}}} RequestBody
  */
 
 export class WorkerClient {
@@ -46,6 +46,15 @@ export class WorkerClient {
     /** @returns {Promise<Capabilities>} Adapter, limits and storage, probed in the worker before any download. */
     probe() {
         return this.#request({ type: 'probe' });
+    }
+
+    /**
+     * What kind of model `modelBase` holds (its manifest's `pipeline`), answered without any download.
+     * @param {string} modelBase
+     * @returns {Promise<import('../protocol.js').ModelInfo>}
+     */
+    modelInfo(modelBase) {
+        return this.#request({ type: 'modelInfo', params: { modelBase } });
     }
 
     /**

@@ -112,7 +112,13 @@ async function download({ id, key, url, path, want, blocks }) {
                 postMessage({ type: 'progress', id, loaded, total });
             },
         });
-        postMessage({ type: 'downloaded', id, size: stored.size, identity: stored.identity });
+        postMessage({
+            type: 'downloaded',
+            id,
+            size: stored.size,
+            identity: stored.identity,
+            restarted: stored.restarted,
+        });
     } finally {
         downloads.delete(id);
     }

@@ -382,7 +382,7 @@ export class StoreWorkers {
      * @param {string} path
      * @param {{want?: FileIdentity, blocks?: Blocks | null, signal?: AbortSignal,
      *   onProgress?: (loaded: number, total: number | null) => void}} [options]
-     * @returns {Promise<{size: number, identity: FileIdentity}>}
+     * @returns {Promise<{size: number, identity: FileIdentity, restarted: string | null}>}
      */
     async download(backend, url, path, { want, blocks = null, signal, onProgress } = {}) {
         const helper = await this.helper();
@@ -398,7 +398,7 @@ export class StoreWorkers {
             // The helper finds the store's folder by its key (directory handles do not cross threads everywhere).
             const message = { type: 'download', key: backend.key, url, path, want, blocks };
             const done = await ask(helper, id, message, (answer) => onProgress?.(answer.loaded, answer.total));
-            return { size: done.size, identity: done.identity };
+            return { size: done.size, identity: done.identity, restarted: done.restarted ?? null };
         } catch (err) {
             if (signal?.aborted) throw signal.reason;
             if (err instanceof KleinError) throw err;
