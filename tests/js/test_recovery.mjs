@@ -4,8 +4,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { recoveryFor } from '../../web_src/src/worker/recovery.js';
-import { DeviceLostError, GpuFeatureError, InputError, OutOfMemoryError } from '../../web_src/src/shared/errors.js';
+import { recoveryFor, runRecovering } from '../../web_src/src/worker/recovery.js';
+import {
+    DeviceLostError,
+    GpuFeatureError,
+    InputError,
+    OutOfMemoryError,
+    StoredFileError,
+} from '../../web_src/src/shared/errors.js';
 
 const fast = { aborted: false, memoryMode: 'fast', askedMemory: undefined, leanTried: false };
 
@@ -39,4 +45,53 @@ test('refusals before any GPU work and other errors are reported as they are', (
     assert.equal(recoveryFor(tooLarge, fast), null);
     assert.equal(recoveryFor(new InputError('bad seed'), fast), null);
     assert.equal(recoveryFor(new Error('a bug'), fast), null);
+});
+
+test('a stored file found changed is deleted and the job runs again, once per file', async () => {
+    const changed = (/** @type {string} */ path) =>
+        new StoredFileError(`${path} changed in this browser's storage since it was downloaded: ...`, { path });
+    const plan = recoveryFor(changed('a.onnx_data'), fast);
+    assert.deepEqual(plan, { kind: 'refetch', path: 'a.onnx_data', reason: changed('a.onnx_data').message });
+    assert.equal(recoveryFor(changed('a.onnx_data'), { ...fast, refetched: new Set(['a.onnx_data']) }), null);
+    assert.equal(recoveryFor(changed('a.onnx_data'), { ...fast, aborted: true }), null);
+
+    /** @type {string[]} */
+    const forgotten = [];
+    /** @type {string[]} */
+    const said = [];
+    const failures = [changed('a.onnx_data'), changed('b.onnx_data'), changed('a.onnx_data')];
+    let runs = 0;
+    const options = {
+        model: /** @type {any} */ ({
+            sessions: { releaseAll: async () => {} },
+            memory: { current: { mode: 'fast' } },
+            source: { store: { forget: async (/** @type {string} */ path) => void forgotten.push(path) } },
+        }),
+        gpu: /** @type {any} */ ({ dropFeature() {}, remember: async () => {}, restore() {} }),
+        signal: new AbortController().signal,
+        askedMemory: undefined,
+        onEvent: (/** @type {{stage: string, detail: string}} */ event) =>
+            void said.push(`${event.stage}: ${event.detail}`),
+    };
+    const job = async () => {
+        runs += 1;
+        const failure = failures.shift();
+        if (failure) throw failure;
+        return 'image';
+    };
+    // a changed, b changed, then a again: the third failure is reported, and a is deleted each time.
+    await assert.rejects(
+        runRecovering(job, options),
+        (err) => err instanceof StoredFileError && err.detail.path === 'a.onnx_data',
+    );
+    assert.equal(runs, 3);
+    assert.deepEqual(forgotten, ['a.onnx_data', 'b.onnx_data', 'a.onnx_data']);
+    assert.deepEqual(said, [
+        `download: ${changed('a.onnx_data').message}: downloading it again`,
+        `download: ${changed('b.onnx_data').message}: downloading it again`,
+    ]);
+    runs = 0;
+    failures.push(changed('c.onnx_data'));
+    assert.equal(await runRecovering(job, options), 'image');
+    assert.equal(runs, 2);
 });

@@ -80,7 +80,8 @@ export async function uploadGraph(store, choice, graphBytes, device, { signal } 
     try {
         const graph = rewriteGraph(graphBytes, plan, await readSpans(await files.located(plan.inlined), files.read));
         const sources = await files.located(plan.lifted);
-        const buffers = await uploadWeights(device, sources, files.readInto, { signal });
+        // The buffers are kept only once the store has vouched for every byte they hold.
+        const buffers = await uploadWeights(device, sources, files.readInto, { signal, verified: files.verified });
         const weights = plan.lifted.map((w) => ({
             name: w.name,
             buffer: /** @type {GPUBuffer} */ (buffers.get(w.name)),
@@ -109,6 +110,8 @@ export function bytesOf(sources) {
  * @property {(refs: WeightRef[]) => Promise<{name: string, location: string, offset: number, length: number}[]>}
  *   located  Where each weight's bytes are (a length the graph leaves out runs to the end of its file).
  * @property {() => Promise<'handle' | 'file'>} readBy  How the files were read (store/stored_file.js).
+ * @property {() => Promise<void>} verified  Wait for the store's check of every file opened so far: a
+ *   StoredFileError when one is no longer the file that was downloaded (the caller then drops what it read).
  * @property {() => void} close  Close the files opened (call when done: an open file cannot be removed).
  */
 
@@ -166,6 +169,8 @@ export function storedWeights(store, choice) {
         async readBy() {
             return (await Promise.all(opened.values())).some((f) => f.via === 'file') ? 'file' : 'handle';
         },
+        // The store checks each opened file's blocks beside the reads (store/stored_check.js).
+        verified: () => store.verify([...opened.keys()].map((location) => pathOf.get(location) ?? location)),
         close() {
             for (const opening of opened.values())
                 opening.then(

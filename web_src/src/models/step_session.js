@@ -126,9 +126,10 @@ export async function createStepSession(store, choice, graph, device, { signal, 
     try {
         const external = tensors.flatMap((t) => (t.external ? [t.external] : []));
         const sources = await files.located(external);
-        buffers = await uploadWeights(device, sources, files.readInto, { signal });
+        buffers = await uploadWeights(device, sources, files.readInto, { signal, verified: files.verified });
         for (const tensor of tensors) if (tensor.raw) buffers.set(tensor.name, upload(device, tensor.name, tensor.raw));
         const norms = await normWeights(graph, files);
+        await files.verified(); // the files the norms' weights were read from, where those were not checked yet
         /** @type {Map<string, StepLinear>} */
         const linears = new Map();
         for (const [path, ref] of graph.linears) {

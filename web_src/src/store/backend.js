@@ -147,6 +147,20 @@ export class OpfsBackend {
     }
 
     /**
+     * Whether this store's folder is still there (the browser's "clear site data" removes it under a running page).
+     * @returns {Promise<boolean>}
+     */
+    async present() {
+        try {
+            const root = await (await opfsRoot()).getDirectoryHandle(ROOT_DIR);
+            return await (await root.getDirectoryHandle(this.key)).isSameEntry(this.dir);
+        } catch (err) {
+            if (isNotFound(err)) return false;
+            throw err;
+        }
+    }
+
+    /**
      * The folder holding `path` and the bare file name.
      * @param {string} path  Repo-relative, '/'-separated.
      * @param {boolean} create

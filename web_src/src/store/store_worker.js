@@ -5,14 +5,18 @@
  * - a download (store/download.js: fetch, write, resume, verify, complete), whose bytes it hands to a hashing helper
  *   of its own (this same script, started through store/store_workers.js), so writing never waits for a digest;
  * - the SHA-256 of a download (one running digest per download, fed the chunks the downloading thread hands over);
- * - reading a stored file into memory while the inference worker's thread creates a session.
+ * - reading a stored file into memory while the inference worker's thread creates a session, checked against the
+ *   manifest first (store/stored_check.js);
+ * - checking a stored file that the inference worker streams to the GPU, beside the upload.
  *
  * Messages in: {type: 'download', id, key, url, path, want, blocks} (key: the store's, store/backend.js),
  * {type: 'cancel', id};
- * {type: 'open' | 'update' | 'digest' | 'drop', id, chunks?} for hashes; {type: 'read', id, key, path}.
+ * {type: 'open' | 'update' | 'digest' | 'drop', id, chunks?} for hashes; {type: 'read' | 'check', id, key, path,
+ * expected} (expected: stored_check.js Expected, or null).
  * Out: {type: 'ready'} once, then {type: 'progress', id, loaded, total} and {type: 'downloaded', id, size, identity},
  * {type: 'hashed', id, bytes} per update, {type: 'digest', id, hex}, {type: 'read', id, bytes} (its buffer
- * transferred), or {type: 'error', id, message, error?} (error: shared/errors.js serializeError).
+ * transferred), {type: 'checked', id}, or {type: 'error', id, message, error?} (error: shared/errors.js
+ * serializeError).
  * @module store/store_worker
  */
 
@@ -20,10 +24,12 @@ import { CancelledError, serializeError } from '../shared/errors.js';
 import { OpfsBackend } from './backend.js';
 import { downloadFile } from './download.js';
 import { createSha256 } from './hashing.js';
+import { checkStoredBytes, checkStoredFile } from './stored_check.js';
 import { readStored } from './stored_file.js';
 import { StoreWorkers, configureStoreWorkers } from './store_workers.js';
 
 /** @typedef {import('./hashing.js').Sha256} Sha256 */
+/** @typedef {import('./stored_check.js').Expected} Expected */
 
 /** A download's progress goes out at most this often (the store's meter throttles further). */
 const PROGRESS_INTERVAL_MS = 50;
@@ -64,11 +70,25 @@ async function hash({ type, id, chunks = [] }) {
 }
 
 /**
- * @param {{id: number, key: string, path: string}} message
+ * @param {{id: number, key: string, path: string, expected: Expected | null}} message
  */
-async function read({ id, key, path }) {
+async function read({ id, key, path, expected }) {
     const bytes = await readStored(await OpfsBackend.ofKey(key), path);
+    if (expected) await checkStoredBytes(bytes, path, expected);
     postMessage({ type: 'read', id, bytes }, [bytes.buffer]);
+}
+
+/**
+ * @param {{id: number, key: string, path: string, expected: Expected}} message
+ */
+async function check({ id, key, path, expected }) {
+    const file = await (await OpfsBackend.ofKey(key)).openFile(path);
+    try {
+        await checkStoredFile(file, path, expected);
+    } finally {
+        file.close();
+    }
+    postMessage({ type: 'checked', id });
 }
 
 /**
@@ -118,6 +138,7 @@ onmessage = ({ data }) => {
     if (data.type === 'download') download(data).catch((err) => refuse(data, err));
     else if (data.type === 'cancel') downloads.get(data.id)?.abort(new CancelledError());
     else if (data.type === 'read') read(data).catch((err) => refuse(data, err));
+    else if (data.type === 'check') check(data).catch((err) => refuse(data, err));
     else queue = queue.then(() => hash(data)).catch((err) => refuse(data, err));
 };
 

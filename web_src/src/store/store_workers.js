@@ -8,8 +8,10 @@
  *   helper the download's helper starts (SHA-256 over one file is sequential: the parallelism is across files).
  * - Hashing: the chunks go to the hashing helper after they are written (their buffers move, no copy), in batches,
  *   and the download may run at most WINDOW_BYTES ahead of its hash.
- * - Reading: a stored file is read into memory by a helper and its buffer moved back, so the next session's files
- *   are read while onnxruntime creates the current one (the inference worker's thread is busy then).
+ * - Reading: a stored file is read into memory by a helper, checked against the manifest (store/stored_check.js)
+ *   and its buffer moved back, so the next session's files are read while onnxruntime creates the current one (the
+ *   inference worker's thread is busy then).
+ * - Checking: a stored file streamed to the GPU is read and checked by a helper beside the upload.
  *
  * Where no helper runs (no worker URL configured: node, a plain esbuild bundle; a helper that fails to start), the
  * same work runs on the calling thread (store/download.js, store/hashing.js, store/stored_file.js), behind the same
@@ -20,9 +22,11 @@
 import { KleinError, deserializeError } from '../shared/errors.js';
 import { downloadFile } from './download.js';
 import { createSha256 } from './hashing.js';
+import { checkStoredBytes, checkStoredFile } from './stored_check.js';
 import { readStored } from './stored_file.js';
 
 /** @typedef {import('./hashing.js').Sha256} Sha256 */
+/** @typedef {import('./stored_check.js').Expected} Expected */
 /** @typedef {import('./backend.js').OpfsBackend} OpfsBackend */
 /** @typedef {import('./identity.js').FileIdentity} FileIdentity */
 /** @typedef {import('../shared/model_repo.js').Blocks} Blocks */
@@ -323,16 +327,47 @@ export class StoreWorkers {
     }
 
     /**
-     * A stored file's bytes, read by a helper (or on this thread where none runs): store/stored_file.js readWhole.
+     * A stored file's bytes, read by a helper (or on this thread where none runs): store/stored_file.js readStored,
+     * then checked against `expected` (store/stored_check.js; a StoredFileError when they are not that file).
      * @param {OpfsBackend} backend
      * @param {string} path
+     * @param {Expected | null} [expected]
      * @returns {Promise<Uint8Array>}
      */
-    async read(backend, path) {
+    async read(backend, path, expected = null) {
         const helper = await this.helper();
-        if (!helper) return readStored(backend, path);
+        if (!helper) {
+            const bytes = await readStored(backend, path);
+            if (expected) await checkStoredBytes(bytes, path, expected);
+            return bytes;
+        }
         try {
-            return (await ask(helper, nextId++, { type: 'read', key: backend.key, path })).bytes;
+            return (await ask(helper, nextId++, { type: 'read', key: backend.key, path, expected })).bytes;
+        } finally {
+            helper.busy--;
+        }
+    }
+
+    /**
+     * Check a stored file against `expected` (store/stored_check.js checkStoredFile), in a helper (or on this thread
+     * where none runs): a StoredFileError when it is not that file.
+     * @param {OpfsBackend} backend
+     * @param {string} path
+     * @param {Expected} expected
+     * @returns {Promise<void>}
+     */
+    async check(backend, path, expected) {
+        const helper = await this.helper();
+        if (!helper) {
+            const file = await backend.openFile(path);
+            try {
+                return await checkStoredFile(file, path, expected);
+            } finally {
+                file.close();
+            }
+        }
+        try {
+            await ask(helper, nextId++, { type: 'check', key: backend.key, path, expected });
         } finally {
             helper.busy--;
         }
