@@ -41,3 +41,7 @@ class RegressionError(KleinWebError):
 
 class OutputError(KleinWebError):
     """A result cannot be written where asked (a folder, a device, a symlink, no permission)."""
+
+
+class KernelLabError(KleinWebError):
+    """The kernel lab could not run (no lab build, no browser, the page failed): exit code 2."""

@@ -45,7 +45,7 @@ import { configureOrt, createSession, profileEvents, release, run } from './src/
 import { deviceDescriptor } from './src/runtime/gpu.js';
 import { kernelTimes } from './src/pipeline/kernel_times.js';
 
-configureOrt({ wasmPaths: null, threads: 1 });
+configureOrt({ runtime: null, threads: 1 });
 
 async function bytes(path) {
     return new Uint8Array(await (await fetch(path)).arrayBuffer());

@@ -6,7 +6,7 @@
                MatMul(p, v), with the queries in --blocks blocks
   mha          one com.microsoft.MultiHeadAttention node with present_key/present_value outputs (the
                condition under which onnxruntime's WebGPU EP may take its flash-attention path)
-A development aid for builder/repo/attention.py: it prints the median time of each (graph capture on, inputs on
+A development aid for builder/convert/attention.py: it prints the median time of each (graph capture on, inputs on
 the GPU, outputs read back), the max |error| against float64 numpy, and the WebGPU programs each ran.
 """
 

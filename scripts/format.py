@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from builder import REPO_ROOT, WEB_SRC
-from builder.site.node import ensure_node_modules, find_node
+from builder.node import ensure_node_modules, find_node
 
 # The paths `ruff check` lints (tests/test_lint.py LINTED); docs/gpu-runs holds records of runs, kept as they ran.
 PYTHON = ("builder", "tests", "scripts", "setup.py")

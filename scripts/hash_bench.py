@@ -38,9 +38,9 @@ from typing import Any
 
 from builder import WEB_SRC
 from builder.check.driver.chromium import find_chromium, launch_persistent
+from builder.node import ensure_node_modules, find_node
 from builder.repo import verify
 from builder.site.chrome import launch_args
-from builder.site.node import ensure_node_modules, find_node
 
 MIB = 1024 * 1024
 # The q4f16 set's weight files, in GB: text encoder and transformer data (two files each), the fp16 VAE decoder.

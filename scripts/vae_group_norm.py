@@ -5,7 +5,7 @@
 `convert` exports every GroupNorm of the VAE as its decomposition (Reshape, InstanceNormalization, Reshape, Mul,
 Add), which every onnxruntime EP runs. onnxruntime-web 1.31 added a WebGPU GroupNorm kernel (channels-last, with
 the SiLU after it fused); this writes OUT, REPO with the VAE decoder's and encoder's graphs rewritten to use it
-(builder/repo/group_norm.py fuse_group_norms), so the two can be timed against each other on a GPU
+(builder/convert/group_norm.py fuse_group_norms), so the two can be timed against each other on a GPU
 (docs/performance.md says how). Only the small .onnx graph files and manifest.json change; every other file is
 copied, not linked: onnx refuses to read external data from a file with several hard links, so a linked copy would
 make REPO itself unreadable to the converter's tools while OUT exists. OUT runs in the browser on WebGPU with onnxruntime-web >= 1.31 only:
@@ -22,10 +22,10 @@ from pathlib import Path
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from builder.convert.group_norm import fuse_group_norms
 from builder.errors import InputError
 from builder.repo import manifest, verify
 from builder.repo.files import atomic_write_bytes
-from builder.repo.group_norm import fuse_group_norms
 
 COMPONENTS = ("vae_decoder", "vae_encoder")
 

@@ -9,7 +9,7 @@ a second. Each initializer is classed by the op that reads it (through the Cast 
 the input it feeds: "MatMulNBits B uint8", "GatherBlockQuantized scales float16", "MatMul B float32", ...
 
 `tiny TINY WORK`: TINY is a `klein-web make-tiny` folder. Its diffusers model is converted (--precision q4f16) in
-each weight format of builder.repo.weight_format into WORK/<format> (kept: a second run reuses them), then every
+each weight format of builder.convert.weight_format into WORK/<format> (kept: a second run reuses them), then every
 text encoder and transformer graph is compared with the fp32 graph of TINY/fp32 (relative L2 and max |error| of
 its output on the same inputs), and whole images (CPU onnxruntime, builder.pipeline.reference) with the seed
 format's q4f16 image, today's fast path, and with the fp32 image (PSNR, dB).
@@ -40,10 +40,10 @@ import onnx
 from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from builder.convert.fp16_storage import STORED_FP16
+from builder.convert.onnx_graph import IR_VERSION, MS_DOMAIN, tensor_bytes
+from builder.convert.quantize import quantize_blocks, quantize_matmul
 from builder.repo import manifest
-from builder.repo.fp16_storage import STORED_FP16
-from builder.repo.onnx_graph import IR_VERSION, MS_DOMAIN, tensor_bytes
-from builder.repo.quantize import quantize_blocks, quantize_matmul
 
 # Input names of the ops whose initializers the byte table classes (other ops: "input <i>").
 INPUT_ROLES = {
@@ -124,7 +124,7 @@ def studied_formats() -> dict[str, Any]:
     output projections)."""
     from dataclasses import replace
 
-    from builder.repo.weight_format import COMPACT, FORMATS
+    from builder.convert.weight_format import COMPACT, FORMATS
 
     blocks128 = {"text_encoder": 128, "transformer": 128}
     return {
@@ -330,7 +330,7 @@ def embedding_study() -> None:
 
 
 def dequantized(table: np.ndarray, block: int) -> np.ndarray:
-    from builder.repo.quantize import dequantize_blocks
+    from builder.convert.quantize import dequantize_blocks
 
     packed, scales = quantize_blocks(table, block)
     # What the converter stores: the scales in fp16 (store_fp16), cast up when the session is created.
@@ -388,7 +388,7 @@ def matmul_nbits_output(
     onnxruntime's CPU kernels."""
     import onnxruntime as ort
 
-    from builder.repo.fp16_storage import store_fp16
+    from builder.convert.fp16_storage import store_fp16
 
     k, n = weight.shape
     graph = helper.make_graph(
@@ -497,7 +497,7 @@ IMAGE_SIZES = (64, 128)
 
 def converted(diffusers: Path, out: Path, weights: Any) -> Path:
     """The tiny model converted (--precision q4f16) in `weights`' format at OUT, reused when already there."""
-    from builder.repo.convert import convert
+    from builder.convert.convert import convert
 
     if (out / manifest.MANIFEST_NAME).is_file():
         print(f"(reusing {out})", file=sys.stderr)

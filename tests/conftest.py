@@ -186,7 +186,7 @@ def _node_modules_before_the_workers_race() -> None:
     (builds, tsc, make-tiny and the tokenizer tests read it, and a build installs it where it is missing), so no
     two workers ever run `npm ci` at once. One process needs no lock: the `node_modules` fixture installs it."""
     if "PYTEST_XDIST_WORKER" in os.environ:
-        from builder.site.node import ensure_node_modules
+        from builder.node import ensure_node_modules
 
         with checkout_lock("node_modules"):
             ensure_node_modules(log=lambda _msg: None)
@@ -198,7 +198,7 @@ def node_modules() -> Path:
 
     Requested by every test that reads it or links it into a copy of web_src, so none depends on an earlier
     test (or an earlier run) having installed it."""
-    from builder.site.node import ensure_node_modules
+    from builder.node import ensure_node_modules
 
     return ensure_node_modules(log=lambda _msg: None)
 
@@ -227,8 +227,8 @@ def tiny_conversion(tiny_models: dict[str, Path], name: str, **options: Any) -> 
     the tiny model in .test-cache/ (tests/tiny_cache.py), so no test file converts it again for itself."""
     from tiny_cache import derived  # tests/ is on sys.path
 
-    from builder.repo.convert import convert
-    from builder.repo.tiny import TINY_DATA_FILE_CAPS
+    from builder.convert.convert import convert
+    from builder.convert.tiny import TINY_DATA_FILE_CAPS
 
     def make(models: dict[str, Path], out: Path) -> None:
         convert(models["diffusers"], out, log=lambda _msg: None, max_data_file_bytes=TINY_DATA_FILE_CAPS, **options)
@@ -241,7 +241,7 @@ def tiny_conversion(tiny_models: dict[str, Path], name: str, **options: Any) -> 
 def seed_layout_q4(tiny_models: dict[str, Path]) -> Path:
     """make-tiny's model converted with --precision q4 --weights seed: the weight layout of the seed repository on
     the Hub (fp16 token embedding, fp32 AdaLN and scales), which the app keeps running."""
-    from builder.repo.weight_format import SEED
+    from builder.convert.weight_format import SEED
 
     return tiny_conversion(tiny_models, "seed-q4", precision="q4", weights=SEED, jobs=1)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import onnx
 
-from builder.repo.fp16_compute import set_accuracy_level
-from builder.repo.fp16_storage import store_fp16
+from builder.convert.fp16_compute import set_accuracy_level
+from builder.convert.fp16_storage import store_fp16
 
 
 def at_accuracy_level(graph: Path, level: int) -> bytes:
@@ -21,7 +21,7 @@ def at_accuracy_level(graph: Path, level: int) -> bytes:
 
 def with_fp16_stored_weights(graph: Path) -> bytes:
     """The saved fp32 graph (weights loaded) with its weights stored as the compact format stores an fp32-computing
-    graph's (builder.repo.fp16_storage.store_fp16: large float32 initializers rounded to fp16, cast back up): what a q4
+    graph's (builder.convert.fp16_storage.store_fp16: large float32 initializers rounded to fp16, cast back up): what a q4
     repo's fp32 VAE must compute exactly, up to kernel rounding."""
     model = onnx.load(str(graph))
     store_fp16(model)

@@ -1,4 +1,4 @@
-"""Attention in query blocks (builder/repo/attention.py): exact, recorded in the manifest, and within the buffer limit.
+"""Attention in query blocks (builder/convert/attention.py): exact, recorded in the manifest, and within the buffer limit.
 
 The unsplit reference graphs are exported at test time from the same tiny diffusers modules with
 `query_blocks=1`; buffer sizes are read from onnxruntime's own profile (each node's output_size).
@@ -16,8 +16,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from builder.repo import manifest as repo
-from builder.repo.attention import (
+from builder.convert.attention import (
     MAX_ATTENTION_BUFFER_BYTES,
     REFERENCE_TOKENS_MAX,
     chunk_attention,
@@ -27,7 +26,8 @@ from builder.repo.attention import (
     recorded_query_blocks,
     size_classes,
 )
-from builder.repo.tiny import TRANSFORMER_CONFIG
+from builder.convert.tiny import TRANSFORMER_CONFIG
+from builder.repo import manifest as repo
 
 GIB = 1024**3
 
@@ -59,8 +59,8 @@ def unsplit_graphs(tiny_models: dict[str, Path]) -> dict[str, onnx.ModelProto]:
     """The tiny transformer and VAE exported with one query block (the plain MatMul-Softmax-MatMul)."""
     from diffusers import AutoencoderKLFlux2, Flux2Transformer2DModel
 
-    from builder.repo.export_transformer import export_transformer
-    from builder.repo.export_vae import export_vae
+    from builder.convert.export_transformer import export_transformer
+    from builder.convert.export_vae import export_vae
 
     src = tiny_models["diffusers"]
     transformer = Flux2Transformer2DModel.from_pretrained(src / "transformer", dtype=torch.float32)
@@ -154,7 +154,7 @@ def test_transformer_has_one_graph_per_size_class_on_shared_weights(tiny_models:
 
 
 def test_the_longest_attention_covers_the_editing_limits() -> None:
-    """builder.repo cannot import the pipeline's limits; this holds its copy of them equal."""
+    """builder.convert cannot import the pipeline's limits; this holds its copy of them equal."""
     from builder.pipeline import limits
 
     per_reference = limits.input_image_tokens(1024, 1024)
@@ -171,7 +171,7 @@ def test_the_longest_attention_covers_the_editing_limits() -> None:
 
 def test_split_fp16_attention_with_casts_equals_unsplit(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     """The q4f16 graph runs Softmax in fp32 between Casts; splitting it keeps the Casts in every block."""
-    from builder.repo.convert import convert
+    from builder.convert.convert import convert
 
     convert(tiny_models["diffusers"], tmp_path / "q4f16", precision="q4f16", log=lambda _m: None)
     manifest = repo.load(tmp_path / "q4f16")

@@ -21,8 +21,8 @@ from builder.check.bench import native as bench
 from builder.check.bench import ort_timing, overhead
 from builder.check.bench import report as bench_report
 from builder.check.bench import stats as bench_stats
+from builder.convert.attention import size_classes
 from builder.errors import BenchError, InputError
-from builder.repo.attention import size_classes
 
 
 def test_median_of_odd_and_even_samples_and_empty_is_an_error() -> None:

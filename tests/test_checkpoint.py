@@ -1,4 +1,4 @@
-"""builder.repo.checkpoint: safetensors read tensor by tensor, skeleton modules, and the converter's streaming."""
+"""builder.convert.checkpoint: safetensors read tensor by tensor, skeleton modules, and the converter's streaming."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from builder.convert import checkpoint as ckpt
+from builder.convert.checkpoint import Checkpoint, build_skeleton, weight_value
 from builder.errors import ConversionError
-from builder.repo import checkpoint as ckpt
-from builder.repo.checkpoint import Checkpoint, build_skeleton, weight_value
 
 
 def test_reads_every_float_dtype_exactly_and_across_shards(tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_convert_streams_weights_one_at_a_time(
 ) -> None:
     """The converter never holds two checkpoint tensors at once, nor the checkpoint: each weight read is
     placed (stored or quantised) and freed before the next read. That is what bounds its peak memory."""
-    from builder.repo.convert import convert
+    from builder.convert.convert import convert
 
     alive: set[int] = set()
     most = 0

@@ -19,14 +19,14 @@ import torch
 from graph_helpers import at_accuracy_level, with_fp16_stored_weights
 from onnx import TensorProto, numpy_helper
 
+from builder.convert.fp16_storage import restore_fp32
+from builder.convert.onnx_checks import ALLOWED_OPS
+from builder.convert.onnx_graph import HARD_FILE_LIMIT, IR_VERSION, OPSET
+from builder.convert.quantize import dequantize_blocks
+from builder.convert.tiny import MARKER
 from builder.errors import ConversionError
 from builder.repo import manifest as repo
 from builder.repo import verify
-from builder.repo.fp16_storage import restore_fp32
-from builder.repo.onnx_checks import ALLOWED_OPS
-from builder.repo.onnx_graph import HARD_FILE_LIMIT, IR_VERSION, OPSET
-from builder.repo.quantize import dequantize_blocks
-from builder.repo.tiny import MARKER
 
 PROMPTS = ["a red fox sitting in the snow", "x"]  # two lengths: different padding per row
 
@@ -453,7 +453,7 @@ def test_convert_cli_reproduces_make_tiny_graphs(tiny_models: dict[str, Path], t
 
 
 def test_convert_rejects_bad_input_before_writing(tiny_models: dict[str, Path], tmp_path: Path) -> None:
-    from builder.repo.convert import convert
+    from builder.convert.convert import convert
 
     def quiet(_msg: str) -> None:
         pass

@@ -80,7 +80,7 @@ def test_staging_folders_of_dead_processes_are_removed_live_ones_kept(tmp_path: 
 
 
 def test_convert_removes_what_a_killed_conversion_left(tiny_models: dict[str, Path], tmp_path: Path) -> None:
-    from builder.repo.convert import convert
+    from builder.convert.convert import convert
 
     stale = tmp_path / f".repo.partial-{dead_pid()}-x1y2z3"
     (stale / "text_encoder").mkdir(parents=True)

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from builder import REPO_ROOT
-from builder.site.node import find_node
+from builder.node import find_node
 
 MODULE = (REPO_ROOT / "web_src" / "src" / "models" / "graph_weights.js").as_uri()
 K, N, BLOCK = 64, 48, 32

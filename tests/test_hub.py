@@ -419,3 +419,67 @@ def test_stale_partials_of_another_revision_are_removed(seed_repo: Path, tmp_pat
     assert result.returncode == 0, result.stderr
     assert not stale.exists() and not left.exists() and not (dest / ".fetch").exists()
     assert "removed 1 stale partial download(s)" in result.stderr and str(left) in result.stderr
+
+
+class HostileDigestHub(FakeHub):
+    """A mirror whose listing gives a wanted file a digest or size of its choosing, and drops every download of it."""
+
+    target: str = "tokenizer/tokenizer.json"
+    changes: dict[str, Any] = {}  # noqa: RUF012 - set per test
+
+    async def model_info(self, request):  # type: ignore[no-untyped-def]
+        reply = await super().model_info(request)
+        data = json.loads(bytes(reply.body))
+        for sibling in data["siblings"]:
+            if sibling["rfilename"] == self.target:
+                for key, value in self.changes.items():
+                    if key == "lfs.sha256":
+                        sibling["lfs"] = {"size": sibling["size"], "sha256": value, "pointerSize": 134}
+                    else:
+                        sibling[key] = value
+        from starlette.responses import JSONResponse
+
+        return JSONResponse(data)
+
+
+@pytest.mark.parametrize(
+    ("target", "changes", "says"),
+    [
+        ("tokenizer/tokenizer.json", {"blobId": "../../../../../z"}, "blobId '../../../../../z'"),
+        ("tokenizer/tokenizer.json", {"blobId": "/tmp/klein-web-z"}, "blobId '/tmp/klein-web-z'"),
+        ("tokenizer/tokenizer.json", {"blobId": 12345}, "blobId 12345"),
+        ("tokenizer/tokenizer.json", {"blobId": "a" * 39 + "\n"}, "not 40 hexadecimal digits"),
+        ("transformer/transformer_q4.onnx", {"lfs.sha256": "../../../../../z" + "0" * 48}, "LFS sha256"),
+        ("transformer/transformer_q4.onnx", {"lfs.sha256": "../" * 21 + "z"}, "LFS sha256"),
+        ("tokenizer/tokenizer.json", {"size": -5}, "has no size in bytes"),
+        ("tokenizer/tokenizer.json", {"size": "12"}, "has no size in bytes"),
+    ],
+)
+def test_no_field_of_a_listing_becomes_a_path_unchecked(
+    seed_repo: Path, tmp_path: Path, target: str, changes: dict[str, Any], says: str
+) -> None:
+    """A digest names the file's partial download: a mirror's `blobId` of `../../../../../z`, with the connection
+    dropped, would leave `z.incomplete` with bytes of its choosing outside --dir."""
+    hub = HostileDigestHub({REPO: FakeRepo(seed_repo, COMMIT)})
+    hub.target, hub.changes = target, changes
+    hub.cut[target] = 10  # every download of it drops half-way: the partial file would stay
+    dest = tmp_path / "a" / "b" / "models"
+    with serving(hub) as endpoint:
+        result = run_fetch(endpoint, dest)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "refusing" in result.stderr and says in result.stderr and repr(target) in result.stderr, result.stderr
+    outside = sorted(p for p in tmp_path.rglob("*") if p.is_file() and dest not in p.parents)
+    assert outside == [] and not hub.requests  # refused before any byte was downloaded
+    assert not Path("/tmp/klein-web-z.incomplete").exists()
+
+
+def test_a_partial_file_never_lands_outside_dir_through_a_link(tmp_path: Path) -> None:
+    from builder.errors import KleinWebError
+    from builder.repo.download import RemoteFile, partial_path
+
+    dest, elsewhere = tmp_path / "models", tmp_path / "elsewhere"
+    dest.mkdir()
+    elsewhere.mkdir()
+    (dest / ".fetch").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(KleinWebError, match="outside"):
+        partial_path(dest, RemoteFile("tokenizer/tokenizer.json", 5, None, "0" * 40))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from builder import REPO_ROOT
-from builder.site.node import find_node
+from builder.node import find_node
 
 JS_TEST_DIR = REPO_ROOT / "tests" / "js"
 JS_TEST_FILES = sorted(JS_TEST_DIR.glob("test_*.mjs"))
@@ -27,6 +27,7 @@ PURE_MODULES = (
     "src/pipeline/latents.js",
     "src/pipeline/tokenizer.js",
     "src/pipeline/image.js",
+    "src/pipeline/guidance.js",
     "src/models/graph_choice.js",
     "src/pipeline/preview.js",
     "src/pipeline/vae_tiles.js",

@@ -1,32 +1,36 @@
 """Which module of builder/ may import what, read from the source with `ast` (imports inside functions count).
 
-Data flows one way: the model repository (repo) is read by the reference pipeline (pipeline) and the
-server (site); the checks (check) drive all three; the command line (cli) calls everything. The checks have
-three wings: the app driver, and on it `regress` and the benchmarks, which never import each other.
+Data flows one way: the model repository (repo) is written by the converter (convert) and read by the reference
+pipeline (pipeline) and the server (site); the checks (check) drive them; the command line (cli) calls everything.
+The checks have three wings: the app driver, and on it `regress` and the benchmarks, which never import each other;
+only the benchmarks build models with the converter.
 
     layer          may import from builder
     -------------  -------------------------------------------------------------
-    root           builder/__init__.py, errors.py, memory.py: only each other
-    repo           root, repo             (+ tiny.py -> site.node: the Qwen3 tokenizer ships in web_src's node_modules)
+    root           builder/__init__.py, errors.py, memory.py, node.py, terminal.py, urls.py: only each other
+    repo           root, repo
+    convert        root, repo, convert
     pipeline       root, repo, pipeline
     site           root, repo, site
     check          builder/check/__init__.py: nothing
     check.driver   root, repo, pipeline, site, check.driver
     check.regress  root, repo, pipeline, site, check.driver, check.regress
-    check.bench    root, repo, pipeline, site, check.driver, check.bench
+    check.bench    root, repo, convert, pipeline, site, check.driver, check.bench
+    check.kernel_lab  root, repo, convert, site, check.kernel_lab (its own server and browser: it runs without
+                   Playwright; the graphs it compares against are the converter's)
     cli            everything (cli/, __main__.py); nothing outside cli imports it but __main__.py
 
 Third-party libraries with a home:
 
     torch, diffusers, transformers, onnx, onnxscript, safetensors, ml_dtypes
-                 the `convert` extra: the converter (repo: checkpoint, convert, convert_graphs, convert_source,
-                 export_*, group_norm, fused_ops, onnx_*, attention, quantize, fp16_*, lora, finite_weights, tiny)
-                 and the bench that builds and exports torch models (check.bench: native, graphs, models, report,
-                 stats, ort_timing),
+                 the `convert` extra: the converter (convert/) and the bench that builds and exports torch models
+                 (check.bench: native, graphs, models, report, stats, ort_timing); onnx also in the kernel lab's
+                 graphs (check.kernel_lab: attention, linear, site),
                  so `serve`, `fetch`, `reference` and `regress` run without them
     onnxruntime  the reference pipeline's sessions (pipeline/reference_models.py), the bench's timing
-                 (check/bench/ort_timing.py), the converter's q4 quantiser (repo/quantize.py: onnxruntime's
-                 MatMulNBits quantiser) and its step-preview fit (repo/preview_map.py: runs the VAE graphs it wrote)
+                 (check/bench/ort_timing.py), the converter's q4 quantiser (convert/quantize.py: onnxruntime's
+                 MatMulNBits quantiser) and its step-preview fit (convert/preview_map.py: runs the VAE graphs it
+                 wrote)
     playwright   check only (site/chrome.py holds switches and launches nothing)
     starlette, uvicorn, watchfiles   site only (the HTTP server)
     huggingface_hub                  repo only (the Hub download)
@@ -48,60 +52,40 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "builder"
 
-ROOT_MODULES = {"builder", "builder.errors", "builder.memory"}
-LAYERS = ("repo", "pipeline", "site", "check")
-CHECK_WINGS = ("driver", "regress", "bench")
+ROOT_MODULES = {"builder", "builder.errors", "builder.memory", "builder.node", "builder.terminal", "builder.urls"}
+LAYERS = ("repo", "convert", "pipeline", "site", "check")
+CHECK_WINGS = ("driver", "regress", "bench", "kernel_lab")
 BELOW_CHECK = {"root", "repo", "pipeline", "site"}
 ALLOWED_LAYERS: dict[str, set[str]] = {
     "root": {"root"},
     "repo": {"root", "repo"},
+    "convert": {"root", "repo", "convert"},
     "pipeline": {"root", "repo", "pipeline"},
     "site": {"root", "repo", "site"},
     "check": set(),
     "check.driver": BELOW_CHECK | {"check.driver"},
     "check.regress": BELOW_CHECK | {"check.driver", "check.regress"},
-    "check.bench": BELOW_CHECK | {"check.driver", "check.bench"},
-    "cli": BELOW_CHECK | {"check", "check.driver", "check.regress", "check.bench", "cli"},
-}
-# (importer, imported module): the one crossing the table does not allow, and why it is needed.
-EXCEPTIONS = {
-    ("builder.repo.tiny", "builder.site.node"),  # the tiny model copies the Qwen3 tokenizer from node_modules
+    "check.bench": BELOW_CHECK | {"convert", "check.driver", "check.bench"},
+    "check.kernel_lab": {"root", "repo", "convert", "site", "check.kernel_lab"},
+    "cli": BELOW_CHECK
+    | {"convert", "check", "check.driver", "check.regress", "check.bench", "check.kernel_lab", "cli"},
 }
 
-CONVERTER = {
-    f"builder.repo.{name}"
-    for name in (
-        "checkpoint",
-        "convert",
-        "convert_graphs",
-        "convert_source",
-        "export_text_encoder",
-        "export_transformer",
-        "export_vae",
-        "export_vae_encoder",
-        "group_norm",
-        "fused_ops",
-        "onnx_graph",
-        "onnx_export",
-        "onnx_checks",
-        "attention",
-        "quantize",
-        "fp16_storage",
-        "fp16_compute",
-        "lora",
-        "finite_weights",
-        "tiny",
-    )
-}
 BENCH = {f"builder.check.bench.{name}" for name in ("native", "graphs", "models", "report", "stats", "ort_timing")}
+KERNEL_LAB_GRAPHS = {
+    "builder.check.kernel_lab.attention",
+    "builder.check.kernel_lab.linear",
+    "builder.check.kernel_lab.site",
+}
 CONVERT_EXTRA = ("torch", "diffusers", "transformers", "onnx", "onnxscript", "safetensors", "ml_dtypes")
 LIBRARY_HOMES: dict[str, set[str]] = {
-    **dict.fromkeys(CONVERT_EXTRA, CONVERTER | BENCH),
+    **dict.fromkeys(CONVERT_EXTRA, {"builder.convert.*"} | BENCH),
+    "onnx": {"builder.convert.*"} | BENCH | KERNEL_LAB_GRAPHS,
     "onnxruntime": {
         "builder.pipeline.reference_models",
         "builder.check.bench.ort_timing",
-        "builder.repo.quantize",
-        "builder.repo.preview_map",
+        "builder.convert.quantize",
+        "builder.convert.preview_map",
     },
     "onnxruntime_ep_webgpu": {"builder.check.bench.ort_timing"},
     "playwright": {"builder.check.*"},
@@ -158,7 +142,7 @@ def is_builder_module(name: str) -> bool:
 
 
 def layer_of(module: str) -> str | None:
-    """root, repo, pipeline, site, check (its wings: check.driver, ...) or cli for a builder module; None for
+    """root, repo, convert, pipeline, site, check (its wings: check.driver, ...) or cli for a builder module; None for
     anything else."""
     if module in ROOT_MODULES:
         return "root"
@@ -190,12 +174,7 @@ def violations(found: Iterator[Import]) -> list[str]:
             importer, imported = layer_of(item.module), layer_of(item.target)
             if imported == "cli" and importer != "cli":
                 problems.append(f"{where} (nothing imports the command line)")
-            elif (
-                importer
-                and imported
-                and imported not in ALLOWED_LAYERS[importer]
-                and (item.module, item.target) not in EXCEPTIONS
-            ):
+            elif importer and imported and imported not in ALLOWED_LAYERS[importer]:
                 problems.append(f"{where} ({importer} may import only {sorted(ALLOWED_LAYERS[importer])})")
         elif top in LIBRARY_HOMES and not matches(item.module, LIBRARY_HOMES[top]):
             problems.append(f"{where} ({top} belongs in {sorted(LIBRARY_HOMES[top])})")
@@ -220,7 +199,7 @@ def test_every_module_is_seen() -> None:
         "builder.cli",
         "builder.cli.app",
         "builder.site.server",
-        "builder.repo.convert",
+        "builder.convert.convert",
         "builder.pipeline.reference",
         "builder.check.regress.run",
         "builder.check.bench.browser",
@@ -230,11 +209,6 @@ def test_every_module_is_seen() -> None:
         layer_of(module)  # raises for a module outside the table
     # The scan does reach function bodies: the command line imports its implementations lazily.
     assert any(item.target == "builder.site.server" for item in package_imports() if item.module == "builder.cli.app")
-
-
-def test_every_exception_is_still_needed() -> None:
-    found = {(item.module, item.target) for item in package_imports()}
-    assert found >= EXCEPTIONS, f"remove exceptions no module needs any more: {sorted(EXCEPTIONS - found)}"
 
 
 @pytest.mark.parametrize(
@@ -287,6 +261,20 @@ def test_every_exception_is_still_needed() -> None:
             "playwright belongs in",
         ),
         ("builder.pipeline.reference", "if True:\n    import diffusers\n", "diffusers belongs in"),
+        # The repository's format is read without the converter; only the bench and the command line build models.
+        (
+            "builder.repo.manifest",
+            "from builder.convert.onnx_graph import DEFAULT_DATA_FILE_CAP\n",
+            "imports builder.convert.onnx_graph",
+        ),
+        ("builder.repo.verify", "import onnx\n", "onnx belongs in"),
+        ("builder.site.server", "from builder.convert import tiny\n", "imports builder.convert.tiny"),
+        (
+            "builder.check.regress.run",
+            "def f():\n    from builder.convert import tiny\n",
+            "imports builder.convert.tiny",
+        ),
+        ("builder.node", "from builder.site import bundle\n", "imports builder.site.bundle"),
     ],
 )
 def test_the_checker_finds_a_violation(module: str, source: str, expected: str) -> None:
@@ -301,10 +289,16 @@ def test_the_checker_finds_a_violation(module: str, source: str, expected: str) 
         ("builder.check.bench.load", "from builder.check.driver.session import launched\nfrom . import output\n"),
         ("builder.check.regress.page", "from ..driver.page import fill_form\nfrom .cases import Case\n"),
         ("builder.pipeline.reference_models", "def f():\n    import onnxruntime\n"),
-        ("builder.repo.export_vae", "import torch\nfrom builder.repo.onnx_export import export_module\n"),
+        ("builder.convert.export_vae", "import torch\nfrom builder.convert.onnx_export import export_module\n"),
         ("builder.site.server", "from . import bundle\nfrom builder import WEB_SRC, __version__\n"),
         ("builder.__main__", "from builder.cli import main\n"),
         ("builder.cli.bench", "from builder.cli.shared import log\nfrom builder.check.bench import load\n"),
+        (
+            "builder.check.bench.models",
+            "from builder.convert import tiny\nfrom builder.convert.export_vae import export\n",
+        ),
+        ("builder.convert.tiny", "from builder.node import ensure_node_modules\nfrom builder.repo import files\n"),
+        ("builder.site.bundle", "from builder.node import find_node\n"),
     ],
 )
 def test_the_checker_allows_what_the_table_allows(module: str, source: str) -> None:

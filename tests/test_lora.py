@@ -1,7 +1,7 @@
 """`klein-web convert --lora`: LoRA weights merged into the transformer, checked against diffusers itself.
 
 The oracle is `Flux2KleinPipeline.load_lora_weights(path)` + `fuse_lora(lora_scale=s)` (diffusers with its PEFT
-backend) on the tiny model; ours is builder.repo.lora merged into the same transformer in torch, and the fp32
+backend) on the tiny model; ours is builder.convert.lora merged into the same transformer in torch, and the fp32
 ONNX transformer that `klein-web convert --lora` writes, run on onnxruntime CPU. The LoRA files are random and
 written here, in the layouts diffusers' Flux2 loader reads: diffusers/PEFT (with alpha in the adapter metadata),
 kohya and BFL.
@@ -22,8 +22,8 @@ from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from builder.cli import main
+from builder.convert import lora as lora_module
 from builder.errors import ConversionError
-from builder.repo import lora as lora_module
 from builder.repo import manifest as repo
 
 RANK = 4

@@ -21,9 +21,9 @@ from onnx import TensorProto, helper, numpy_helper
 from safetensors.torch import save_file
 
 from builder.cli import main
+from builder.convert import finite_weights
+from builder.convert import lora as lora_module
 from builder.errors import ConversionError
-from builder.repo import finite_weights
-from builder.repo import lora as lora_module
 
 RANK = 4
 IN_FEATURES = 32  # the tiny transformer's proj_out: [128, 32]

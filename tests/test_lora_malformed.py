@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from safetensors.torch import save_file
 
 from builder.cli import main
-from builder.repo import lora as lora_module
+from builder.convert import lora as lora_module
 
 RANK = 4
 A_KEY = "transformer.proj_out.lora_A.weight"

@@ -1,4 +1,4 @@
-"""The step preview's colour map (builder/repo/preview_map.py): its layout against diffusers, the least-squares fit,
+"""The step preview's colour map (builder/convert/preview_map.py): its layout against diffusers, the least-squares fit,
 the procedural images it is fitted on, and the map `convert` writes for the tiny model's VAE.
 
 What the app does with the map (pipeline/preview.js) is tested in tests/js/test_preview.mjs and, in the browser,
@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from builder.convert import preview_map
 from builder.errors import ModelRepoError
 from builder.pipeline import reference
 from builder.pipeline.latents import unpack_latents
 from builder.repo import manifest as repo
-from builder.repo import preview_map
 
 # On the tiny model's VAE (random weights: its decoder is barely linear in its latents, docs/preview.md) the fitted
 # map's RMSE on held-out latents is about 93% of the mean colour's; a trained VAE's is far lower.

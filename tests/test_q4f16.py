@@ -16,14 +16,14 @@ import pytest
 from graph_helpers import at_accuracy_level
 from onnx import TensorProto
 
+from builder.convert.fp16_compute import Q4F16_FP32_SCOPES, residual_adds, value_types
+from builder.convert.fp16_storage import STORED_FP16
+from builder.convert.onnx_checks import ALLOWED_OPS, check_no_float64
+from builder.convert.onnx_graph import IR_VERSION, MS_DOMAIN
 from builder.pipeline.imaging import psnr
 from builder.pipeline.reference import generate
 from builder.repo import manifest as repo
 from builder.repo import verify
-from builder.repo.fp16_compute import Q4F16_FP32_SCOPES, residual_adds, value_types
-from builder.repo.fp16_storage import STORED_FP16
-from builder.repo.onnx_checks import ALLOWED_OPS, check_no_float64
-from builder.repo.onnx_graph import IR_VERSION, MS_DOMAIN
 
 PROMPTS = ("a red fox sitting in the snow", "x", "an astronaut riding a horse on the moon, 35mm photo")
 
@@ -169,8 +169,8 @@ def test_q4f16_accumulates_the_residual_stream_in_fp32() -> None:
     a pre-norm block `x + W @ LayerNorm(x)` with |x| ~ 1e5 must stay finite and right in q4f16."""
     from onnx import helper, numpy_helper
 
-    from builder.repo.fp16_compute import to_q4f16
-    from builder.repo.quantize import quantize_matmul
+    from builder.convert.fp16_compute import to_q4f16
+    from builder.convert.quantize import quantize_matmul
 
     rng = np.random.default_rng(0)
     width = 64

@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from builder import REPO_ROOT
+from builder.node import find_node
 from builder.pipeline.limits import input_image_size
-from builder.site.node import find_node
 
 MODULE = (REPO_ROOT / "web_src" / "src" / "pipeline" / "resample.js").as_uri()
 

@@ -4,7 +4,8 @@ The folder is make-tiny's q4 repo without its manifest.json (the seed layout, as
 `klein-web serve` subprocess serves it; then files change under it: a new size, the same size with new bytes, the
 same size and restored modification time, a file removed (the server must say why, 503, one log line each time)
 and put back, and a manifest.json added. Each time /models/manifest.json must describe the files as they are now,
-with the sha256 computed here from the bytes on disk.
+with the sha256 computed here from the bytes on disk. While a changed weight file is hashed again, 80 manifest
+requests wait for it, and another file is still answered at once: waiting requests hold no worker thread.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import hashlib
 import json
 import os
 import shutil
+import socket
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -101,3 +104,61 @@ def test_the_hash_cache_sees_a_rewrite_with_the_modification_time_put_back(tmp_p
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     second = verify.describe_files(tmp_path, ["weights.bin"])["weights.bin"].sha256
     assert first == hashlib.sha256(b"a" * 64).hexdigest() and second == hashlib.sha256(b"b" * 64).hexdigest()
+
+
+WAITING = 80  # twice the worker threads Starlette runs blocking work on
+REHASHED = 1024 * 1024 * 1024  # the changed weight file: hashing it takes a second or more
+
+
+def read_answer(client: socket.socket) -> tuple[int, bytes]:
+    """(status, body) of the one answer on a `Connection: close` request."""
+    data = b""
+    while chunk := client.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+def test_requests_waiting_for_a_rehash_hold_no_worker_thread(
+    tiny_models: dict[str, Path], dist_dir: Path, tmp_path: Path, live_server_factory: Any
+) -> None:
+    folder = tmp_path / "seed"
+    shutil.copytree(tiny_models["q4"], folder)
+    (folder / "manifest.json").unlink()
+    server = live_server_factory(dist_dir, models=folder)
+    assert get_manifest(server)[0] == 200
+    weights = max(folder.rglob("*.onnx_data*"), key=lambda path: path.stat().st_size)
+    with open(weights, "r+b") as handle:
+        handle.truncate(REHASHED)  # sparse: a new size, hashed again on the next manifest request
+
+    clients = []
+    try:
+        for _ in range(WAITING):
+            client = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+            client.sendall(b"GET /models/manifest.json HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            clients.append(client)
+        start = time.monotonic()
+        with urllib.request.urlopen(server.url("/index.html"), timeout=60) as response:
+            assert response.status == 200 and response.read()
+        answered_in = time.monotonic() - start
+        assert answered_in < 1.0, f"the other file waited {answered_in:.1f} s for the rehash"
+        # The rehash was still running: no manifest request has its answer yet.
+        still_waiting = []
+        for client in clients:
+            client.setblocking(False)
+            try:
+                client.recv(1, socket.MSG_PEEK)  # an answer, or the end of one
+                still_waiting.append(False)
+            except BlockingIOError:
+                still_waiting.append(True)
+            client.setblocking(True)
+        assert all(still_waiting), "the rehash ended before the other file was asked for: make REHASHED larger"
+        answers = [read_answer(client) for client in clients]
+    finally:
+        for client in clients:
+            client.close()
+    relative = weights.relative_to(folder).as_posix()
+    for status, body in answers:
+        assert status == 200, body[:300]
+        assert json.loads(body)["files"][relative]["size"] == REHASHED
+    assert server.output().count("describing them again") == 1  # one rehash for all of them

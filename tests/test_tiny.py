@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from builder.convert import tiny
 from builder.errors import ConversionError
-from builder.repo import tiny
 
 
 def file_hashes(root: Path) -> dict[str, str]:

@@ -22,8 +22,9 @@ import pytest
 
 from builder import REPO_ROOT, WEB_SRC
 from builder.errors import InputError
-from builder.pipeline import inpaint, latents, limits, prompt, rng, schedule
-from builder.site.node import find_node
+from builder.node import find_node
+from builder.pipeline import guidance, imaging, inpaint, latents, limits, prompt, rng, schedule
+from builder.repo.manifest import DISTILLED, PipelineDefaults
 
 TWINS_SCRIPT = REPO_ROOT / "tests" / "js" / "twins.mjs"
 
@@ -136,6 +137,8 @@ def test_python_and_js_limits_are_the_same_numbers() -> None:
         "imageFileBytesMax": 64 * 2**20,
         "imagePixelsMax": 8192**2,
         "strengthDefault": 0.8,
+        "guidanceMin": 1,
+        "guidanceMax": 30,
     }
 
 
@@ -162,6 +165,34 @@ def test_input_image_size_is_the_same_in_python_and_js() -> None:
         used = limits.input_image_size(*size)
         assert used_js == {"width": used[0], "height": used[1], "tokens": limits.input_image_tokens(*size)}, size
         assert used[0] % 16 == 0 and used[1] % 16 == 0 and used[0] * used[1] <= max(1024**2, size[0] * size[1])
+
+
+PROMPTS = ["a fox", "", "a fox\x00", "\x00", "fox\x00 in snow", "a fox\x01\x1b[31m", "un renard \u00e9 \U0001f98a"]
+
+
+def test_the_prompt_is_refused_alike_in_python_and_js(node_modules: Path) -> None:
+    """A NUL character is refused where each side checks the prompt, before any work: the saved PNG keeps the prompt
+    as text, which cannot hold one. Other control characters are prompts like any other."""
+    params = {"seed": 1, "steps": 1, "width": 64, "height": 64, "modelBase": "https://m.example/r/"}
+    script = (
+        "const { checkInputs } = await import(process.argv[1]);"
+        f"const prompts = {json.dumps(PROMPTS)};"
+        "console.log(JSON.stringify(prompts.map((prompt) => {"
+        f"  try {{ checkInputs({{ ...{json.dumps(params)}, prompt }}); return null; }}"
+        "  catch (error) { if (error.name !== 'InputError') throw error; return error.message; }"
+        "})));"
+    )
+    js = node_module_json(script, WEB_SRC / "src" / "pipeline" / "check_inputs.js")
+    for text, js_reason in zip(PROMPTS, js, strict=True):
+        try:
+            limits.check_prompt(text)
+            python_reason = None
+        except InputError as exc:
+            python_reason = str(exc)
+        assert (js_reason is None) == (python_reason is None), (text, js_reason, python_reason)
+        if "\x00" in text:
+            assert js_reason.lower() == str(python_reason).lower(), (js_reason, python_reason)
+            assert "NUL character" in js_reason and f"character {text.index(chr(0))}" in js_reason
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -214,6 +245,22 @@ TEXT_LENGTHS = [1, 7, 512]
 IMAGE_GRIDS = [[], [(3, 5)], [(3, 5), (2, 2), (4, 1)], [(64, 48), (2, 2), (2, 2), (5, 7), (1, 1)]]
 PACKING_GRIDS = [(3, 5), (8, 6)]
 MASK_SIZES = [(64, 96), (256, 128), (80, 1024), (16, 16)]  # binary masks shrunk 16x, as the pipeline uses them
+GUIDANCE_SCALES = [1.5, 4.0, 7.3, 30.0]
+GUIDANCE_DEFAULTS = [
+    DISTILLED,
+    PipelineDefaults(is_distilled=False, steps=50, guidance_scale=4.0, inpaint_guidance_scale=8.0),
+    PipelineDefaults(is_distilled=False, steps=28, guidance_scale=None, inpaint_guidance_scale=1.0),
+]
+GUIDANCE_REQUESTS = [
+    (defaults, mode, scale, negative)
+    for defaults in GUIDANCE_DEFAULTS
+    for mode in ("text", "edit", "inpaint")
+    for scale in (None, 1, 1.0001, 4.5)
+    for negative in (None, "", "blurry")
+]
+BAD_SCALES = [0.5, 30.5, 31, 0.999]
+BAD_PROMPTS = ["a\ud800b", "x\U0001f98a\udc80", "\udfff"]
+PNG_GUIDANCE = [(1.5, ""), (4.0, "blurry, low quality"), (7.25, "狐"), (30, "x"), (4.1, "")]
 SEQ = 24
 
 
@@ -237,6 +284,11 @@ def cases() -> dict[str, Any]:
             generator.choice(np.array([0, 0.25, 0.5, 0.75, 1, 0.3], np.float32), (1, SEQ, 1)),
         ),
         "masks": [(generator.random(size) > 0.5).astype(np.float32) for size in MASK_SIZES],
+        # Wide exponents, so that rounding once per operation differs from rounding the whole expression once.
+        "guided": tuple(
+            (generator.standard_normal(4096) * 2.0 ** generator.integers(-20, 20, 4096)).astype(np.float32)
+            for _ in range(2)
+        ),
     }
 
 
@@ -270,6 +322,28 @@ def js(cases: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[
         "masks": [
             {"height": plane.shape[0], "width": plane.shape[1], "plane": encode(plane)} for plane in cases["masks"]
         ],
+        "guided": {
+            "positive": encode(cases["guided"][0]),
+            "negative": encode(cases["guided"][1]),
+            "scales": GUIDANCE_SCALES,
+        },
+        "resolved": [
+            {
+                "defaults": {
+                    "isDistilled": defaults.is_distilled,
+                    "steps": defaults.steps,
+                    "guidanceScale": defaults.guidance_scale,
+                    "inpaintGuidanceScale": defaults.inpaint_guidance_scale,
+                },
+                "mode": mode,
+                "scale": scale,
+                "negativePrompt": negative,
+            }
+            for defaults, mode, scale, negative in GUIDANCE_REQUESTS
+        ],
+        "scaleProblems": BAD_SCALES,
+        "promptProblems": BAD_PROMPTS,
+        "guidanceText": PNG_GUIDANCE,
     }
     (folder / "cases.json").write_text(json.dumps(data))
     result = run_node(str(TWINS_SCRIPT), str(folder / "cases.json"), str(folder / "out.json"))
@@ -342,3 +416,41 @@ def test_the_mask_on_the_latent_grid_is_the_same(cases: dict[str, Any], js: dict
         height, width = plane.shape
         python = latents.mask_latents(plane, height // latents.PATCH, width // latents.PATCH)
         assert same_float32(made, python), plane.shape
+
+
+def test_guidance_combines_the_predictions_the_same(cases: dict[str, Any], js: dict[str, Any]) -> None:
+    positive, negative = cases["guided"]
+    for scale, made in zip(GUIDANCE_SCALES, js["guided"], strict=True):
+        python = guidance.guided(positive, negative, scale)
+        assert same_float32(made, python), scale
+        # One rounding per operation: rounding the float64 expression once gives other bits somewhere.
+        once = (negative.astype(np.float64) + scale * (positive.astype(np.float64) - negative)).astype(np.float32)
+        assert not np.array_equal(python, once), scale
+
+
+def test_guidance_is_resolved_the_same(js: dict[str, Any]) -> None:
+    for (defaults, mode, scale, negative), made in zip(GUIDANCE_REQUESTS, js["resolved"], strict=True):
+        notes: list[str] = []
+        python = guidance.resolve_guidance(defaults, mode=mode, scale=scale, negative_prompt=negative, log=notes.append)
+        expected = None if python is None else {"scale": python.scale, "negativePrompt": python.negative_prompt}
+        assert made == {"guidance": expected, "notes": len(notes)}, (defaults, mode, scale, negative)
+    assert any(made["guidance"] for made in js["resolved"]) and any(made["notes"] for made in js["resolved"])
+
+
+def test_guidance_inputs_are_refused_in_the_same_words(js: dict[str, Any]) -> None:
+    for value, message in zip(BAD_SCALES, js["scaleProblems"], strict=True):
+        with pytest.raises(InputError) as refused:
+            limits.check_guidance(value, name="`name`")
+        assert message == str(refused.value), value
+    for text, message in zip(BAD_PROMPTS, js["promptProblems"], strict=True):
+        with pytest.raises(InputError) as refused:
+            limits.check_prompt(text, name="the text")
+        assert message == str(refused.value), repr(text)
+
+
+def test_the_png_guidance_keys_are_the_same(js: dict[str, Any]) -> None:
+    for (scale, negative), made in zip(PNG_GUIDANCE, js["guidanceText"], strict=True):
+        text = imaging.png_text(
+            prompt="p", seed=1, steps=2, width=64, height=64, model="m", guidance_scale=scale, negative_prompt=negative
+        )
+        assert made == {key: text[key] for key in ("guidance_scale", "negative_prompt")}, (scale, negative)

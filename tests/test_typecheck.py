@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from builder import WEB_SRC
-from builder.site.node import ensure_node_modules, find_node
+from builder.node import ensure_node_modules, find_node
 
 SOURCE_FILES = sorted((WEB_SRC / "src").rglob("*.js"))
 

@@ -20,12 +20,12 @@ import torch
 from graph_helpers import with_fp16_stored_weights
 from onnx import TensorProto
 
+from builder.convert.attention import max_attention_tokens, query_blocks_for, recorded_query_blocks
+from builder.convert.onnx_checks import ALLOWED_OPS
+from builder.convert.onnx_graph import IR_VERSION
 from builder.errors import ModelRepoError
 from builder.repo import manifest as repo
 from builder.repo import seed_layout, verify
-from builder.repo.attention import max_attention_tokens, query_blocks_for, recorded_query_blocks
-from builder.repo.onnx_checks import ALLOWED_OPS
-from builder.repo.onnx_graph import IR_VERSION
 
 # Measured on the seed-0 tiny model (onnxruntime 1.32 CPU): fp32 graph max |diff| 1.43e-6 (batch 2, 48x80 px);
 # fp16 graph max |diff| / max |ref| 9.0e-4 (64x32 px). The fp16 bound is ~2x its measurement.

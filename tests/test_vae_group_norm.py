@@ -1,4 +1,4 @@
-"""builder/repo/group_norm.py fuse_group_norms: the VAE's exported GroupNorms as com.microsoft GroupNorm.
+"""builder/convert/group_norm.py fuse_group_norms: the VAE's exported GroupNorms as com.microsoft GroupNorm.
 
 onnxruntime's CPU EP has no GroupNorm kernel, so the rewritten graph is evaluated here by onnx's reference
 evaluator, with GroupNorm written out from onnxruntime's contrib-op definition (channels last, SiLU activation), and
@@ -18,8 +18,8 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 from builder import REPO_ROOT
+from builder.convert.group_norm import fuse_group_norms
 from builder.repo import manifest
-from builder.repo.group_norm import fuse_group_norms
 
 # Measured on the seed-0 tiny model: max |diff| 1e-6 order (float32 sums in another order).
 FP32_MAX_ABS = 1e-4

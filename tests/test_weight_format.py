@@ -1,4 +1,4 @@
-"""The weight formats of the q4 / q4f16 graphs (builder.repo.weight_format): the compact layout `convert` writes,
+"""The weight formats of the q4 / q4f16 graphs (builder.convert.weight_format): the compact layout `convert` writes,
 the seed repository's layout `--weights seed` keeps, the pieces both are made of, and `convert --jobs`.
 
 The quantiser and storage tests build one-node graphs and run them on onnxruntime's CPU kernels; the repository
@@ -17,13 +17,13 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from builder.convert.convert_jobs import default_jobs
+from builder.convert.fp16_storage import STORED_FP16, restore_fp32, store_fp16
+from builder.convert.onnx_checks import verify_saved_graph
+from builder.convert.onnx_graph import IR_VERSION, MS_DOMAIN, tensor_bytes
+from builder.convert.quantize import dequantize_blocks, quantize_blocks, quantize_gather
 from builder.errors import ConversionError
 from builder.repo import manifest as repo
-from builder.repo.convert_jobs import default_jobs
-from builder.repo.fp16_storage import STORED_FP16, restore_fp32, store_fp16
-from builder.repo.onnx_checks import verify_saved_graph
-from builder.repo.onnx_graph import IR_VERSION, MS_DOMAIN, tensor_bytes
-from builder.repo.quantize import dequantize_blocks, quantize_blocks, quantize_gather
 
 GB = 10**9
 
@@ -230,8 +230,8 @@ def test_compact_layout_is_smaller_and_keeps_the_images(tiny_models: dict[str, P
 
 def test_jobs_write_the_same_bytes(tiny_models: dict[str, Path], q4f16_repo: Path, tmp_path: Path) -> None:
     """`convert --jobs 3` writes what one process writes (the q4f16_repo fixture: `--jobs 1`), byte for byte."""
-    from builder.repo.convert import convert
-    from builder.repo.tiny import TINY_DATA_FILE_CAPS
+    from builder.convert.convert import convert
+    from builder.convert.tiny import TINY_DATA_FILE_CAPS
 
     lines: list[str] = []
     convert(

@@ -81,16 +81,16 @@ def installed(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> I
     src = base / "src"
     src.mkdir()
     copy_sources(src)
-    # --no-isolation: this environment already has the build requirements (setuptools, jinja2, node), wherever
-    # this interpreter finds them (a PYTHONPATH included); the checkout is not on the path, the copy is the cwd.
-    build_env = {**clean_env, "PYTHONPATH": os.pathsep.join(dependency_paths())}
+    # `python -m build` as a user runs it: isolated (the build requirements come from [build-system] requires alone,
+    # nothing of this environment), an sdist first and the wheel built from that sdist, so a module the build imports
+    # but does not declare, or a file MANIFEST.in leaves out, fails here.
     built = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(base / "dist")],
+        [sys.executable, "-m", "build", "--outdir", str(base / "dist")],
         cwd=src,
-        env=build_env,
+        env=clean_env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
         check=False,
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
@@ -156,7 +156,7 @@ def test_the_wheel_carries_the_built_app(installed: Installed) -> None:
         ("worker-", ".js"),
         ("page-", ".css"),
         ("coi-", ".js"),
-        ("ort-wasm-simd-threaded.asyncify-", ".wasm"),
+        ("ort-wasm-simd-threaded.asyncify.1of", ".wasm"),
         ("ort-wasm-simd-threaded.asyncify-", ".mjs"),
     ):
         assert any(name.startswith(f"assets/{prefix}") and name.endswith(suffix) for name in assets), (prefix, assets)
@@ -248,3 +248,28 @@ def test_the_installed_package_says_it_cannot_rebuild(installed: Installed) -> N
     assert watch.returncode == 1 and "--watch" in watch.stderr, watch.stderr
     other_base = run_installed(installed, "serve", "--port", "1", "--model-base", "https://example.com/m/")
     assert other_base.returncode == 1 and "--models" in other_base.stderr, other_base.stderr
+
+
+def test_pip_install_of_the_source_tree_builds_in_isolation(tmp_path: Path, node_modules: Path) -> None:
+    """`pip install .` into a fresh venv: pip builds the wheel in an isolated environment of the build requirements
+    alone (the way `pip install git+URL` does too), and the installed package carries the built app."""
+    src = tmp_path / "src"
+    src.mkdir()
+    copy_sources(src)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", str(src)],
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    app = venv_site_packages(python) / "builder" / "_app"
+    assert (app / "index.html").is_file() and (app / BUILD_RECORD).is_file(), sorted(
+        p.name for p in app.parent.iterdir()
+    )

@@ -1,6 +1,6 @@
 """make-tiny's models for the tests, built once and kept in .test-cache/ (git-ignored) between test sessions.
 
-An entry is keyed by everything that makes it: the source of builder.repo.tiny and of every builder module it
+An entry is keyed by everything that makes it: the source of builder.convert.tiny and of every builder module it
 imports (at any depth, functions included), the versions of the libraries that build and convert it, the Qwen3
 tokenizer files it copies, the Python version and the seed. So a change to the converter builds the model afresh,
 and a fresh clone builds it once per seed. An entry is used only while its files still hash to what they were when
@@ -48,14 +48,14 @@ def module_file(name: str) -> Path | None:
     return None
 
 
-def builder_sources(root: str = "builder.repo.tiny") -> list[Path]:
+def builder_sources(root: str = "builder.convert.tiny") -> list[Path]:
     """The files of `root` and of every builder module it imports, directly or not, with their packages' __init__."""
     seen: set[Path] = set()
     pending = [root]
     while pending:
         name = pending.pop()
         parts = name.split(".")
-        for i in range(1, len(parts) + 1):  # importing builder.repo.tiny runs builder/ and builder/repo/ first
+        for i in range(1, len(parts) + 1):  # importing builder.convert.tiny runs builder/ and builder/convert/ first
             path = module_file(".".join(parts[:i]))
             if path is None or path in seen:
                 continue
@@ -113,14 +113,14 @@ def cached_folder(entry: Path, build: Callable[[Path], None], *, log: Callable[[
 
 def tiny_models(seed: int, *, log: Callable[[str], None]) -> dict[str, Path]:
     """make_tiny's {'diffusers': ..., 'q4': ..., 'fp32': ...} for `seed`, from the cache or built into it."""
-    from builder.site.node import ensure_node_modules
+    from builder.node import ensure_node_modules
 
     ensure_node_modules(log=log)  # the tokenizer files are part of the key
     prefix = f"tiny-seed{seed}-"
     entry = CACHE_DIR / f"{prefix}{cache_key(seed)}"
 
     def build(staging: Path) -> None:
-        from builder.repo.tiny import make_tiny
+        from builder.convert.tiny import make_tiny
 
         make_tiny(staging, seed=seed, log=log)
         for stale in CACHE_DIR.glob(f"{prefix}*"):  # made by other code or libraries, and what was derived from it

@@ -1,7 +1,7 @@
 """The `klein-web` command line: thin click commands that parse flags and call one function each.
 
 One module per group of commands: `app` (build, serve), `model_repo` (convert, make-tiny, fetch), `reference`,
-`regress` (regress, regress-merge) and `bench` (bench, browser-bench, load-bench); `shared` holds what several of
+`regress` (regress, regress-merge), `bench` (bench, browser-bench, load-bench) and `kernel_lab`; `shared` holds what several of
 them use. Implementations are imported inside each command so `klein-web serve --help` loads no ML library, and
 KleinWebError is turned into a clean message and exit code in this package, and only here.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from builder import __version__
-from builder.cli import app, bench, model_repo, reference, regress
+from builder.cli import app, bench, kernel_lab, model_repo, reference, regress
 from builder.cli.shared import KleinGroup
 
 
@@ -33,5 +33,6 @@ for command in (
     bench.browser_bench,
     bench.load_bench,
     bench.bench,
+    kernel_lab.kernel_lab,
 ):
     main.add_command(command)

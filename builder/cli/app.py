@@ -24,7 +24,11 @@ from builder.cli.shared import log
     "web_src/.onnxruntime-web/), to time two versions against each other.",
 )
 def build(out_dir: Path, model_base: str, onnxruntime_web: str | None) -> None:
-    """Bundle web_src/ into a static site in OUT (a no-op when nothing changed)."""
+    """Bundle web_src/ into a static site in OUT (a no-op when nothing changed).
+
+    OUT must be new, empty or a site klein-web built (its .klein-web-build marker or build record); any other
+    folder is refused before anything is written.
+    """
     from builder.site import bundle
 
     result = bundle.build(out_dir, model_base=model_base, log=log, onnxruntime_web=onnxruntime_web)

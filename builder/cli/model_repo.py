@@ -44,9 +44,9 @@ def convert(src: Path, out: Path, precision: str, weights: str, loras: tuple[str
     holding NaN or infinite values (factors, alpha, lora_alpha), a scale or merge that makes a weight non-finite
     or beyond float16's 65504, and malformed LoRA files (docs/refusals.md).
     """
-    from builder.repo import convert as converter
-    from builder.repo.lora import parse_spec
-    from builder.repo.weight_format import FORMATS
+    from builder.convert import convert as converter
+    from builder.convert.lora import parse_spec
+    from builder.convert.weight_format import FORMATS
 
     converter.convert(
         src,
@@ -71,7 +71,7 @@ def convert(src: Path, out: Path, precision: str, weights: str, loras: tuple[str
 )
 def make_tiny(out: Path, seed: int, full_size: bool) -> None:
     """Make a tiny random-weight klein (diffusers + q4 + fp32 web repos) in OUT for tests."""
-    from builder.repo import tiny
+    from builder.convert import tiny
 
     paths = tiny.make_tiny(out, seed=seed, log=log, full_size=full_size)
     for name, path in paths.items():

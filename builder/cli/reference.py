@@ -20,7 +20,24 @@ from builder.pipeline import limits
     help="WIDTHxHEIGHT, multiples of 16 [default: 512x512; with --image the first image's used size; with "
     "--mask always the image to inpaint's].",
 )
-@click.option("--steps", default=4, show_default=True, type=click.IntRange(limits.STEPS_MIN, limits.STEPS_MAX))
+@click.option(
+    "--steps",
+    default=None,
+    type=click.IntRange(limits.STEPS_MIN, limits.STEPS_MAX),
+    help="Denoising steps [default: the model's: 4 for distilled klein, diffusers' 50 for base models].",
+)
+@click.option(
+    "--guidance-scale",
+    type=float,
+    default=None,
+    help=f"Base models: classifier-free guidance scale, {limits.GUIDANCE_MIN}..{limits.GUIDANCE_MAX} (1: none) "
+    "[default: diffusers' 4.0, 8.0 for inpainting]. Distilled models ignore it, as diffusers does.",
+)
+@click.option(
+    "--negative-prompt",
+    default=None,
+    help='Base models with guidance: what the image should not show [default: "", as diffusers].',
+)
 @click.option(
     "--image",
     "images",
@@ -56,7 +73,9 @@ def reference(
     prompt: str,
     seed: int,
     size: str | None,
-    steps: int,
+    steps: int | None,
+    guidance_scale: float | None,
+    negative_prompt: str | None,
     images: tuple[Path, ...],
     mask: Path | None,
     strength: float | None,
@@ -94,5 +113,7 @@ def reference(
         mask=mask,
         strength=ref.DEFAULT_STRENGTH if strength is None else strength,
         variants=pinned,
+        guidance_scale=guidance_scale,
+        negative_prompt=negative_prompt,
     )
     click.echo(str(out_png))

@@ -145,7 +145,8 @@ def regress(
     report; a case named like one of the run's own files (report.json, browser.log, candidate.png,
     reference.png, diff.png), in any letter case; an input image or mask `reference` refuses (beyond 64
     megapixels, Pillow's bomb limit, not PNG/JPEG/WebP, truncated); a --reference PNG Pillow will not decode; a
-    cases file that is not valid or nests too deeply. An edit or inpaint case without a size runs at its first
+    cases file that is not valid or nests too deeply; a prompt holding a NUL character; --shard I/N with N beyond the
+    number of cases; a --connect, --advertise or --app-url that is no URL. An edit or inpaint case without a size runs at its first
     image's upright size (EXIF orientation applied), as `reference` and the app use it.
     """
     from builder.check.regress import run as regression
@@ -193,7 +194,9 @@ def regress_merge(out_dir: Path, shard_dirs: tuple[Path, ...]) -> None:
     not run), every case's folder, each shard's browser and adapter.
 
     Refused (exit 2, one line, OUT_DIR untouched): shards of different cases files, flags, model repositories or
-    --precision; a shard missing, given twice or interrupted; an OUT_DIR that is a non-empty folder but no report.
+    --precision; a shard missing, given twice or interrupted; an OUT_DIR that is a non-empty folder but no report,
+    or that holds a shard or lies inside one; a report naming a case folder that is no case name, or damaged in any
+    field the merge reads.
     """
     from builder.check.regress import merge
 

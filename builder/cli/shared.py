@@ -13,21 +13,40 @@ import click
 from click.decorators import FC
 
 from builder.errors import KleinWebError
+from builder.repo.files import disk_problem
+from builder.terminal import printable
 
 
 def log(message: str) -> None:
-    """Progress and status lines go to stderr, so stdout stays clean for results."""
-    click.echo(message, err=True)
+    """Progress and status lines go to stderr, so stdout stays clean for results. They carry text from elsewhere
+    (reports, servers, the browser): its control characters are shown escaped, never obeyed by the terminal."""
+    click.echo(printable(message), err=True)
+
+
+def error_line(exc: BaseException) -> str | None:
+    """The message of an error a user can act on: a KleinWebError's, or a full disk's or the file-size limit's
+    wherever a write met it; None for any other error (a bug: its traceback is wanted)."""
+    if isinstance(exc, KleinWebError):
+        return printable(str(exc))
+    if isinstance(exc, OSError) and disk_problem(exc) is not None:
+        return printable(
+            f"Cannot write {exc.filename2 or exc.filename or 'a file'}: {disk_problem(exc)}. Free some space or raise the limit, "
+            "then run the command again."
+        )
+    return None
 
 
 class KleinGroup(click.Group):
-    """Turns KleinWebError into `Error: ...` and exit code 1, without a traceback."""
+    """Turns KleinWebError (and a full disk) into `Error: ...` and exit code 1, without a traceback."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except KleinWebError as exc:
-            raise click.ClickException(str(exc)) from exc
+        except (KleinWebError, OSError) as exc:
+            line = error_line(exc)
+            if line is None:
+                raise
+            raise click.ClickException(line) from exc
 
 
 @contextmanager
@@ -35,8 +54,11 @@ def exit_2_on_error(doing: str) -> Iterator[None]:
     """A KleinWebError becomes one line `could not DOING: ...` and exit code 2, told apart from a check's 1 (fail)."""
     try:
         yield
-    except KleinWebError as exc:
-        click.echo(f"could not {doing}: {exc}", err=True)
+    except (KleinWebError, OSError) as exc:
+        line = error_line(exc)
+        if line is None:
+            raise
+        click.echo(f"could not {doing}: {line}", err=True)
         sys.exit(2)
 
 

@@ -62,12 +62,15 @@ def png_text(
     images: Sequence[str] = (),
     mask: str | None = None,
     strength: float | None = None,
+    guidance_scale: float | None = None,
+    negative_prompt: str | None = None,
 ) -> dict[str, str]:
     """The tEXt chunks klein-web writes (the web app's Download PNG uses the same keys).
 
     Editing adds `mode` (`edit`) and `images`; inpainting `mode` (`inpaint`), `images` (the image to inpaint
     first), `mask` and `strength` (repr of the float). Each image is one `input_line`. Text-to-image has none
-    of them.
+    of them. A base model's classifier-free guidance adds `guidance_scale` (repr of the float) and
+    `negative_prompt` in every mode; a distilled model's image has neither.
     """
     text = {
         "prompt": prompt,
@@ -77,6 +80,9 @@ def png_text(
         "model": model,
         "software": SOFTWARE,
     }
+    if guidance_scale is not None:
+        text["guidance_scale"] = repr(float(guidance_scale))
+        text["negative_prompt"] = negative_prompt or ""
     if mode == "text":
         return text
     if mode not in ("edit", "inpaint"):

@@ -13,7 +13,7 @@ from builder.errors import InputError
 STEPS_MIN = 1
 STEPS_MAX = 50  # klein is distilled for 4 steps
 SIZE_MIN = 64
-SIZE_MAX = 2048  # the main transformer graph's attention split covers up to 2048x2048 (repo/attention.py)
+SIZE_MAX = 2048  # the main transformer graph's attention split covers up to 2048x2048 (convert/attention.py)
 SIZE_MULTIPLE = 16  # one latent token per 16x16 pixels (8x VAE downsampling, then 2x2 patches)
 SEED_MAX = 2**32  # seeds are in [0, SEED_MAX): the app seeds its MT19937 (torch's CPU generator) with 32 bits
 
@@ -25,6 +25,10 @@ IMAGE_AREA_MAX = 1024 * 1024  # larger images are resized (LANCZOS) to about thi
 IMAGE_FILE_BYTES_MAX = 64 * 2**20  # an input file larger than this is refused before decoding
 IMAGE_PIXELS_MAX = 8192 * 8192  # a decoded image larger than this is refused (decompression bombs)
 STRENGTH_DEFAULT = 0.8  # inpainting's share of the schedule when none is given (Flux2KleinInpaintPipeline's default)
+# Classifier-free guidance of base models (manifest.json `pipeline`): 1 runs none (diffusers guides only above 1);
+# beyond 30 images only burn out.
+GUIDANCE_MIN = 1
+GUIDANCE_MAX = 30
 
 
 def nearest_side(value: int) -> int:
@@ -79,9 +83,16 @@ def parse_size(text: str, *, where: str = "--size") -> tuple[int, int]:
 
 
 def check_prompt(value: object, *, name: str = "the prompt") -> str:
-    """A prompt must be text that UTF-8 can carry: bytes a shell passed undecoded arrive as lone surrogates."""
+    """A prompt must be text that UTF-8 can carry: bytes a shell passed undecoded arrive as lone surrogates. It must
+    hold no NUL character either: the saved PNG keeps the prompt as text, which cannot (found here, before the
+    image is computed, not when it is saved). web_src/src/pipeline/check_inputs.js `checkInputs` is its twin."""
     if not isinstance(value, str):
         raise InputError(f"{name} must be text, got {type(value).__name__}.")
+    if "\x00" in value:
+        raise InputError(
+            f"{name} contains a NUL character (\\0, character {value.index(chr(0))}): a saved image keeps its prompt "
+            "as text, which cannot hold one; remove it."
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -128,4 +139,13 @@ def check_strength(value: object, *, name: str = "`strength`") -> float:
         raise InputError(f"{name} must be a number from 0 to 1, got {value!r}; try 0.8.")
     if not 0 <= value <= 1:
         raise InputError(f"{name} {value} is outside 0..1; try 0.8.")
+    return float(value)
+
+
+def check_guidance(value: object, *, name: str = "`guidance_scale`") -> float:
+    """A classifier-free guidance scale for a base model, in [GUIDANCE_MIN, GUIDANCE_MAX]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{name} must be a number from {GUIDANCE_MIN} to {GUIDANCE_MAX}, got {value!r}; try 4.")
+    if not GUIDANCE_MIN <= value <= GUIDANCE_MAX:
+        raise InputError(f"{name} {value} is outside {GUIDANCE_MIN}..{GUIDANCE_MAX} (1 is no guidance); try 4.")
     return float(value)

@@ -29,7 +29,8 @@ import numpy as np
 
 from builder.memory import peak_rss_bytes
 from builder.pipeline import imaging, limits
-from builder.pipeline.reference_models import load_models, parse_variants
+from builder.pipeline.guidance import Guidance, resolve_guidance
+from builder.pipeline.reference_models import load_models, model_defaults, parse_variants
 from builder.pipeline.reference_request import InputInfo, check_inputs, check_request
 from builder.pipeline.reference_stages import (
     decode,
@@ -73,6 +74,8 @@ class ReferenceResult:
     mask: InputInfo | None = None
     strength: float | None = None  # inpaint only
     steps_run: int = 0  # denoising steps that ran (inpainting runs the last strength x steps of the schedule)
+    steps: int = 0  # the schedule's steps (the model's default where none was asked for)
+    guidance: Guidance | None = None  # base models: the classifier-free guidance that ran (two calls a step)
 
     @property
     def reference_tokens(self) -> int:
@@ -87,12 +90,14 @@ def generate(
     seed: int,
     width: int | None = None,
     height: int | None = None,
-    steps: int,
+    steps: int | None,
     log: Callable[[str], None],
     variants: Mapping[str, str] | None = None,
     images: Sequence[Path] = (),
     mask: Path | None = None,
     strength: float = DEFAULT_STRENGTH,
+    guidance_scale: float | None = None,
+    negative_prompt: str | None = None,
 ) -> ReferenceResult:
     """Text (+ images, + mask) -> image with onnxruntime on the CPU, exactly as the diffusers pipeline computes it.
 
@@ -100,12 +105,16 @@ def generate(
     image's used size. With `mask` (inpaint) `images[0]` is the image to inpaint, the output has its used size
     (a different WIDTH/HEIGHT is refused), `images[1:]` are its references and `strength` in [0, 1] says how
     much of the schedule runs. `variants` pins a variant per component (e.g. {"transformer": "q4"}); otherwise
-    VARIANT_PREFERENCE picks.
+    VARIANT_PREFERENCE picks. `steps` None and `guidance_scale` None take the model's defaults (manifest.json
+    `pipeline`): 4 steps and no guidance for distilled models, diffusers' defaults for base models, which run
+    classifier-free guidance against `negative_prompt` (builder.pipeline.guidance).
     """
     seconds: dict[str, float] = {}
 
-    # 1. Check inputs
+    # 1. Check inputs (the model's kind and defaults come from its manifest, read before any model work)
     with _stage("check", seconds, log):
+        defaults = model_defaults(Path(model_dir))
+        steps = defaults.steps if steps is None else steps
         plan, files, mask_file = check_request(
             prompt=prompt,
             seed=seed,
@@ -117,15 +126,19 @@ def generate(
             strength=strength,
             log=log,
         )
+        guidance = resolve_guidance(
+            defaults, mode=plan.mode, scale=guidance_scale, negative_prompt=negative_prompt, log=log
+        )
     width, height = plan.width, plan.height
 
     # 2. Load models
     with _stage("load", seconds, log):
         models = load_models(Path(model_dir), plan, variants or {}, log=log)
 
-    # 3. Encode prompt
+    # 3. Encode prompt (and, with guidance, the negative prompt the same way)
     with _stage("encode", seconds, log):
         prompt_embeds, tokens = encode_prompt(models, prompt, log=log)
+        negative_embeds = encode_prompt(models, guidance.negative_prompt, log=log)[0] if guidance else None
 
     # 4. Encode images (and inpainting's mask)
     conditioning = None
@@ -144,7 +157,17 @@ def generate(
 
     # 7. Denoising loop
     with _stage("denoise", seconds, log):
-        denoised = denoise(models, start_latents, prepared, prompt_embeds, schedule, conditioning, log=log)
+        denoised = denoise(
+            models,
+            start_latents,
+            prepared,
+            prompt_embeds,
+            schedule,
+            conditioning,
+            log=log,
+            guidance=guidance,
+            negative_embeds=negative_embeds,
+        )
 
     # 8. Decode
     with _stage("decode", seconds, log):
@@ -170,6 +193,8 @@ def generate(
         mask=plan.mask,
         strength=plan.strength,
         steps_run=steps - schedule.start,
+        steps=steps,
+        guidance=guidance,
     )
 
 
@@ -180,13 +205,15 @@ def generate_png(
     seed: int,
     width: int | None,
     height: int | None,
-    steps: int,
+    steps: int | None,
     out: Path,
     log: Callable[[str], None],
     images: Sequence[Path] = (),
     mask: Path | None = None,
     strength: float = DEFAULT_STRENGTH,
     variants: Mapping[str, str] | None = None,
+    guidance_scale: float | None = None,
+    negative_prompt: str | None = None,
 ) -> ReferenceResult:
     """`generate()` and write the image to OUT as PNG with tEXt metadata (atomically)."""
     # Before the pipeline: a folder, a device or an unwritable place must not cost a whole run.
@@ -203,11 +230,13 @@ def generate_png(
         mask=mask,
         strength=strength,
         variants=variants,
+        guidance_scale=guidance_scale,
+        negative_prompt=negative_prompt,
     )
     text = imaging.png_text(
         prompt=prompt,
         seed=seed,
-        steps=steps,
+        steps=result.steps,
         width=result.width,
         height=result.height,
         model=result.model,
@@ -215,6 +244,8 @@ def generate_png(
         images=[info.metadata_line() for info in result.images],
         mask=result.mask.metadata_line() if result.mask else None,
         strength=result.strength,
+        guidance_scale=result.guidance.scale if result.guidance else None,
+        negative_prompt=result.guidance.negative_prompt if result.guidance else None,
     )
     imaging.write_png(Path(out), result.image, text=text)
     log(f"reference: wrote {out}")

@@ -178,3 +178,11 @@ def _open_session(onnxruntime: Any, model_dir: Path, graph: manifest.GraphEntry)
         yield wrapper
     finally:
         wrapper.release()
+
+
+def model_defaults(model_dir: Path) -> manifest.PipelineDefaults:
+    """The model's kind and default steps and guidance (manifest.json `pipeline`), read before any model work; a
+    folder without a manifest is the seed repository's layout: distilled klein-4B."""
+    if (Path(model_dir) / manifest.MANIFEST_NAME).is_file():
+        return manifest.load(Path(model_dir)).pipeline
+    return manifest.DISTILLED

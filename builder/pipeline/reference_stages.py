@@ -12,6 +12,7 @@ import numpy as np
 
 from builder.pipeline import imaging, inputs
 from builder.pipeline import prompt as prompt_module
+from builder.pipeline.guidance import Guidance, guided
 from builder.pipeline.inpaint import inpaint_start
 from builder.pipeline.latents import (
     LATENT_CHANNELS,
@@ -158,9 +159,12 @@ def denoise(
     conditioning: Conditioning | None,
     *,
     log: Callable[[str], None],
+    guidance: Guidance | None = None,
+    negative_embeds: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Stage 7: one transformer call per step on the noise tokens followed by the input images' tokens; the
-    prediction for the noise tokens takes a float32 Euler step. Inpainting runs the steps from `schedule.start` on
+    """Stage 7: one transformer call per step on the noise tokens followed by the input images' tokens (with
+    `guidance`, a second on `negative_embeds`, the two combined by guidance.guided); the prediction for the noise
+    tokens takes a float32 Euler step. Inpainting runs the steps from `schedule.start` on
     and, after each, puts the image (re-noised to the next sigma, clean after the last step) back where the mask
     keeps it. Returns the denoised tokens [1, h*w, 128]."""
     latents = start_latents
@@ -174,19 +178,22 @@ def denoise(
     with models.session("transformer") as session:
         for i in range(schedule.start, len(timesteps)):
             step_start = time.perf_counter()
-            (noise_pred,) = session.run(
-                ["noise_pred"],
-                {
-                    "hidden_states": (
-                        np.concatenate([latents, conditioning.tokens], axis=1) if conditioning is not None else latents
-                    ),
-                    "encoder_hidden_states": prompt_embeds,
-                    "timestep": model_timestep(timesteps[i]),  # f32(t / 1000), as the pipeline passes it
-                    "img_ids": img_ids,
-                    "txt_ids": prepared.txt_ids,
-                },
-            )
-            latents = euler_step(latents, noise_pred[:, :count], sigmas[i], sigmas[i + 1])
+            feeds = {
+                "hidden_states": (
+                    np.concatenate([latents, conditioning.tokens], axis=1) if conditioning is not None else latents
+                ),
+                "encoder_hidden_states": prompt_embeds,
+                "timestep": model_timestep(timesteps[i]),  # f32(t / 1000), as the pipeline passes it
+                "img_ids": img_ids,
+                "txt_ids": prepared.txt_ids,
+            }
+            (noise_pred,) = session.run(["noise_pred"], feeds)
+            noise_pred = noise_pred[:, :count]
+            if guidance is not None and negative_embeds is not None:
+                # The negative prompt's embeddings are as long as the prompt's (both padded to 512): same txt_ids.
+                (negative_pred,) = session.run(["noise_pred"], {**feeds, "encoder_hidden_states": negative_embeds})
+                noise_pred = guided(noise_pred, negative_pred[:, :count], guidance.scale)
+            latents = euler_step(latents, noise_pred, sigmas[i], sigmas[i + 1])
             if inpainting is not None:
                 # Outside the mask the image, noised to the next step's sigma (none after the last step).
                 image = (

@@ -1,1 +1,1 @@
-"""`klein-web fetch`, `convert` and `make-tiny`: the model repository, its layout, and how its graphs are made."""
+"""`klein-web fetch` and what reads a model repository: its format (the manifest), download and verification."""

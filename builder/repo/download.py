@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +31,12 @@ TIMEOUT_S = 60.0
 PROGRESS_EVERY_S = 2.0
 
 
+# The Hub's digests: a file's LFS sha256 and its git blob id (sha1). Both come from the server, so both are checked
+# before either becomes part of a partial file's name.
+SHA256 = re.compile(r"[0-9a-f]{64}")
+GIT_SHA1 = re.compile(r"[0-9a-f]{40}")
+
+
 @dataclass(frozen=True)
 class RemoteFile:
     path: str
@@ -43,8 +50,27 @@ class RemoteFile:
         return (self.sha256 or self.git_sha1 or f"size{self.size}")[:16]
 
 
+def listing_problem(path: object, size: object, sha256: object, git_sha1: object) -> str | None:
+    """Why a server's description of one file cannot be used, or None: every field of it that becomes part of a
+    path (its name, its digests) is checked like a path of ours first."""
+    reason = paths.unsafe_reason(path)
+    if reason is not None:
+        return reason
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return f"has no size in bytes (got {size!r}), so it cannot be verified"
+    if sha256 is not None and not (isinstance(sha256, str) and SHA256.fullmatch(sha256)):
+        return f"has an LFS sha256 {sha256!r} that is not 64 hexadecimal digits"
+    if git_sha1 is not None and not (isinstance(git_sha1, str) and GIT_SHA1.fullmatch(git_sha1)):
+        return f"has a blobId {git_sha1!r} that is not 40 hexadecimal digits"
+    return None
+
+
 def partial_path(dest: Path, remote_file: RemoteFile) -> Path:
-    return dest / PARTIAL_DIR / f"{remote_file.path}.{remote_file.key}.incomplete"
+    """DEST/.fetch/<path>.<key>.incomplete, refused (ModelRepoError) unless it stays inside DEST/.fetch."""
+    problem = listing_problem(remote_file.path, remote_file.size, remote_file.sha256, remote_file.git_sha1)
+    if problem is not None:
+        raise FetchError(f"{remote_file.path!r} {problem}; refusing to download it.")
+    return paths.inside(dest, f"{PARTIAL_DIR}/{remote_file.path}.{remote_file.key}.incomplete", what="partial file")
 
 
 def clean_stale_partials(dest: Path, wanted: list[RemoteFile], *, log: Callable[[str], None]) -> None:

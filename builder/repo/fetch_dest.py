@@ -5,7 +5,7 @@ DEST must be missing, empty, or a model repository: one an earlier fetch marked 
 first download, so an interrupted fetch resumes), one with a klein-web manifest.json (`fetch` or `convert`
 output), the seed layout `hf download` writes, or one holding only what a killed fetch leaves (`.fetch/` with
 `*.incomplete` partial files, `.manifest.partial-*` staging folders). Anything else is refused before a byte is
-written.
+written (builder.repo.owned_folder's rule, which the other commands' output folders follow too).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from builder.errors import FetchError, KleinWebError
 from builder.repo import manifest
 from builder.repo.download import PARTIAL_DIR
-from builder.repo.files import atomic_write_bytes
+from builder.repo.owned_folder import Owner
 
 MARKER = ".klein-web-fetch"
 LEFTOVER = re.compile(r"\.manifest\.(partial|old)-\d+-\w+")
@@ -30,31 +30,18 @@ def check_path_text(text: str) -> Path:
     return Path(text)
 
 
-def why_not_ours(dest: Path) -> str | None:
-    """None when fetch may write into `dest`, else what `dest` is."""
-    if dest.is_symlink() and not dest.is_dir():
-        return "a dangling symlink"
-    if not dest.exists():
-        return None
-    if not dest.is_dir():
-        return "a file, not a folder"
-    try:
-        if not any(dest.iterdir()) or (dest / MARKER).is_file():
-            return None
-    except OSError as exc:
-        return f"a folder that cannot be read ({exc.strerror})"
+def is_model_repository(dest: Path) -> bool:
+    """`dest` holds a klein-web manifest.json, the seed layout, or only what a killed fetch leaves."""
     if (dest / manifest.MANIFEST_NAME).is_file():
         try:
             manifest.load(dest)
-            return None
+            return True
         except KleinWebError:
-            return f"a folder whose {manifest.MANIFEST_NAME} is not a klein-web model manifest"
-    try:
-        if seed_layout(dest) or only_fetch_leftovers(dest):
-            return None
-    except OSError as exc:
-        return f"a folder that cannot be read ({exc.strerror})"
-    return "a non-empty folder that is not a model repository"
+            return False  # say a web app's manifest.json: its folder is someone's project
+    return seed_layout(dest) or only_fetch_leftovers(dest)
+
+
+OWNER = Owner(MARKER, MARKER_TEXT, "a model repository", earlier=is_model_repository)
 
 
 def seed_layout(dest: Path) -> bool:
@@ -81,18 +68,17 @@ def only_fetch_leftovers(dest: Path) -> bool:
 
 def check_destination(dest: Path) -> None:
     """FetchError, before anything is written, unless `dest` is missing, empty or a model repository."""
-    what = why_not_ours(dest)
+    what = OWNER.why_not(dest)
     if what is None:
         return
     if not dest.is_dir():
         raise FetchError(f"--dir {dest} is {what}; pass a new or empty folder. Nothing was written.")
     raise FetchError(
-        f"--dir {dest} is {what} (no {MARKER}); fetching would overwrite or delete files in it. "
+        f"--dir {dest} is {what}; fetching would overwrite or delete files in it. "
         f"Pass a new or empty folder, e.g. --dir {dest / 'klein-4b'}; nothing was written."
     )
 
 
 def mark(dest: Path) -> None:
     """Mark `dest` as fetch's, so a later or resumed fetch may update it."""
-    if not (dest / MARKER).is_file():
-        atomic_write_bytes(dest / MARKER, MARKER_TEXT.encode("utf-8"), what="marker")
+    OWNER.mark(dest)

@@ -8,12 +8,19 @@ file gets the mode a plain `open()` would give it (0644 under umask 022).
 
 Staging folders (`.NAME.partial-PID-XXXX`, `.NAME.old-PID-XXXX`) carry the id of the process that made them, so
 the next run can tell one left behind by a killed process from one a concurrent run is still filling.
+
+A finished folder replaces an earlier one in two renames (`replace_folder`): the earlier one into
+`.NAME.old-PID-XXXX/previous`, then the new one into place. At every instant the earlier or the new folder is at
+its place or recoverable: an interrupted swap puts the earlier one back, and a killed one leaves it in `previous`,
+which the next run's `clean_stale_staging` moves back when nothing took its place (it deletes only what the
+finished swap marked `replaced`, or a `previous` whose place holds the very folder the swap moved in).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import shutil
@@ -29,6 +36,24 @@ from builder.repo.sizes import megabytes
 # A staging folder without a readable owner (made by another tool version) counts as stale after this long.
 STALE_AFTER_S = 15 * 60
 STAGING_KINDS = ("partial", "old")
+# Inside `.NAME.old-PID-XXXX`: the folder the swap moved aside, renamed to REPLACED once the new one is in place
+# (only then is it garbage), and which folder the swap moves in (its device and inode), so the next run can tell.
+PREVIOUS = "previous"
+REPLACED = "replaced"
+SWAP_RECORD = "swap.json"
+
+
+# Write errors that are the machine's, not the file's: the user can free space or raise a limit and run again.
+DISK_ERRORS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EFBIG: "a file would be larger than the file-size limit (ulimit -f)",
+}
+
+
+def disk_problem(exc: OSError) -> str | None:
+    """What a full disk, a used-up quota or the file-size limit (`ulimit -f`) means for `exc`, or None."""
+    return DISK_ERRORS.get(exc.errno or 0)
 
 
 def current_umask() -> int:
@@ -85,8 +110,9 @@ def atomic_write_bytes(path: Path, data: bytes, *, what: str = "output") -> None
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        if exc.errno == errno.ENOSPC:
-            raise OutputError(f"The disk is full: cannot write {what} {path}. Free some space.") from exc
+        problem = disk_problem(exc)
+        if problem is not None:
+            raise OutputError(f"Cannot write {what} {path}: {problem}. Free some space or raise the limit.") from exc
         raise OutputError(f"Cannot write {what} {path} ({exc.strerror}).") from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -192,7 +218,8 @@ def _tree_bytes(path: Path) -> int:
 
 
 def clean_stale_staging(parent: Path, names: tuple[str, ...], *, log: Callable[[str], None]) -> list[Path]:
-    """Remove `.NAME.partial-*` / `.NAME.old-*` folders in `parent` left by a killed run; says what went."""
+    """Remove `.NAME.partial-*` / `.NAME.old-*` folders in `parent` left by a killed run; says what went. A folder a
+    killed swap moved aside is put back first when nothing took its place (recover_swap)."""
     if not Path(parent).is_dir():
         return []
     pattern = re.compile(r"\.(?P<name>.+)\.(?:" + "|".join(STAGING_KINDS) + r")-(?:(?P<pid>\d+)-)?[A-Za-z0-9_]+")
@@ -204,6 +231,8 @@ def clean_stale_staging(parent: Path, names: tuple[str, ...], *, log: Callable[[
             continue
         if match.group("pid") == str(os.getpid()) or not _is_stale(entry, match.group("pid"), now):
             continue
+        if not recover_swap(entry, Path(parent) / match.group("name"), log=log):
+            continue
         size = _tree_bytes(entry)
         shutil.rmtree(entry, ignore_errors=True)
         if not entry.exists():
@@ -212,12 +241,73 @@ def clean_stale_staging(parent: Path, names: tuple[str, ...], *, log: Callable[[
     return removed
 
 
+def recover_swap(entry: Path, target: Path, *, log: Callable[[str], None]) -> bool:
+    """For a stale staging folder `entry` of `target`: put back the folder a killed swap moved aside into it, when
+    `target` is gone. True when what is left in `entry` may be deleted; False when it holds the only copy of an
+    earlier folder whose place another folder took since (it is kept, and said so)."""
+    previous = entry / PREVIOUS
+    if previous.is_symlink() or not previous.is_dir():
+        return True
+    if not (target.exists() or target.is_symlink()):
+        try:
+            previous.rename(target)
+        except OSError as exc:
+            raise OutputError(
+                f"Cannot put {target} back from {previous}, where an interrupted run moved it ({exc.strerror}); "
+                "move it back by hand."
+            ) from exc
+        log(f"restored {target}, which an interrupted run had moved aside into {entry}")
+        return True
+    if _swapped_in(entry, target) is not False:
+        return True  # the swap finished its second rename: `previous` is the earlier folder, replaced
+    log(
+        f"kept {previous}: an interrupted run moved the earlier {target} there, and {target} is now another "
+        "folder; move the one you want to keep into place."
+    )
+    return False
+
+
+def _swapped_in(entry: Path, target: Path) -> bool | None:
+    """Whether `target` is the folder the swap in `entry` moved in (None: the swap recorded nothing)."""
+    try:
+        record = json.loads((entry / SWAP_RECORD).read_bytes())
+        moved = (int(record["device"]), int(record["inode"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        info = target.lstat()
+    except OSError:
+        return False
+    return (info.st_dev, info.st_ino) == moved
+
+
 def replace_folder(stage: Path, out: Path) -> None:
-    """Move the finished staging folder to `out`, replacing an earlier one only once the new one is complete."""
-    if out.exists() or out.is_symlink():
-        old = make_staging(out.parent, out.name, "old")
-        out.rename(old / "previous")
+    """Move the finished staging folder to `out`, replacing an earlier one only once the new one is complete.
+
+    Two renames through `.OUT.old-PID-XXXX/previous`; interrupted between them (an exception, Ctrl-C), the earlier
+    folder is put back; killed between them, the next run's clean_stale_staging puts it back."""
+    if not (out.exists() or out.is_symlink()):
         stage.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
+        return
+    old = make_staging(out.parent, out.name, "old")
+    info = stage.lstat()
+    atomic_write_bytes(old / SWAP_RECORD, json.dumps({"device": info.st_dev, "inode": info.st_ino}).encode())
+    try:
+        out.rename(old / PREVIOUS)
         stage.rename(out)
+    except BaseException:
+        _put_back(old, out)
+        raise
+    (old / PREVIOUS).rename(old / REPLACED)  # from here on the earlier folder is garbage
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _put_back(old: Path, out: Path) -> None:
+    """After a failed swap: the earlier folder back at `out` when it was moved aside. Should that fail too, it stays
+    in `old` for the next run."""
+    previous = old / PREVIOUS
+    with contextlib.suppress(OSError):
+        if previous.is_dir() and not (out.exists() or out.is_symlink()):
+            previous.rename(out)
+        if not previous.exists():
+            shutil.rmtree(old, ignore_errors=True)

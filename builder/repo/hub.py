@@ -3,7 +3,8 @@
 0. Check that DEST can be written and holds nothing but a model repository (builder.repo.fetch_dest), before the
    Hub is asked anything.
 1. Ask the Hub for the revision's commit and every file's size and hashes (`HfApi.model_info(files_metadata=True)`).
-   Each listed name must pass builder.repo.paths, so a hostile mirror cannot make us write outside DEST.
+   Each listed name, and each digest that names a partial file, must pass builder.repo.paths' checks
+   (download.listing_problem), so a hostile mirror cannot make us write outside DEST.
 2. Pick what the app needs: the repo's manifest.json when it has one, else the graphs found in the seed layout
    (`{component}/{component}_{variant}.onnx` + `.onnx_data*`), plus tokenizer/*, scheduler/* and the licence.
 3. Remove partial downloads no wanted file resumes (another revision's, left by a killed run), then check free
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from builder import __version__
 from builder.errors import FetchError, KleinWebError, ModelRepoError
-from builder.repo import fetch_dest, manifest, paths, seed_layout, verify
+from builder.repo import fetch_dest, manifest, seed_layout, verify
 from builder.repo.download import (
     PARTIAL_DIR,
     Progress,
@@ -35,6 +36,7 @@ from builder.repo.download import (
     clean_stale_partials,
     download,
     have_bytes,
+    listing_problem,
     remove_empty_partial_dir,
 )
 from builder.repo.files import check_output_folder, clean_stale_staging, make_staging
@@ -152,20 +154,18 @@ def _repo_files(repo: str, revision: str) -> tuple[str, dict[str, RemoteFile]]:
         raise FetchError(f"The Hub at {endpoint} returned no commit or file list for {repo!r} @ {revision!r}.")
     files = {}
     for sibling in info.siblings:
-        reason = paths.unsafe_reason(sibling.rfilename)
+        sha256 = sibling.lfs.get("sha256") if sibling.lfs else None
+        # A hostile mirror (or HF_ENDPOINT) must not make us write outside --dir: every field that becomes part of
+        # a path (the name, the digests naming partial files) is checked first.
+        reason = listing_problem(sibling.rfilename, sibling.size, sha256, sibling.blob_id)
         if reason is not None:
-            # A hostile mirror (or HF_ENDPOINT) must not make us write outside --dir.
             raise FetchError(
                 f"The Hub at {endpoint} lists a file {sibling.rfilename!r} in {repo!r} that {reason}; "
                 "refusing to download from it. Check HF_ENDPOINT."
             )
-        if sibling.size is None:
-            raise FetchError(f"The Hub returned no size for {sibling.rfilename} in {repo!r}; cannot verify it.")
+        assert sibling.size is not None  # listing_problem checked it
         files[sibling.rfilename] = RemoteFile(
-            path=sibling.rfilename,
-            size=int(sibling.size),
-            sha256=sibling.lfs["sha256"] if sibling.lfs else None,
-            git_sha1=sibling.blob_id,
+            path=sibling.rfilename, size=sibling.size, sha256=sha256, git_sha1=sibling.blob_id
         )
     return info.sha, files
 

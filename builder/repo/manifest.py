@@ -49,7 +49,7 @@ VARIANTS = ("q4", "q4f16", "fp32", "fp16")
 TOKENIZER_FILES = ("tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json")
 OPTIONAL_TOKENIZER_FILES = ("tokenizer/chat_template.jinja",)
 SCHEDULER_CONFIG = "scheduler/scheduler_config.json"
-# The step previews' colour map `convert` fits to the VAE (builder.repo.preview_map); optional, like the VAE encoder.
+# The step previews' colour map `convert` fits to the VAE (builder.convert.preview_map); optional, like the VAE encoder.
 PREVIEW_MAP_FILE = "vae_decoder/preview_map.json"
 
 MAX_SEQUENCE_LENGTH = 512  # Flux2KleinPipeline.tokenizer_max_length
@@ -86,7 +86,7 @@ CONTRACT: dict[str, tuple[list[TensorSpec], list[TensorSpec]]] = {
         [TensorSpec("image", "float32", ["batch", 3, "height", "width"])],
     ),
     # Not in the seed model card: an image in [0, 1] (sides multiples of 16) -> its BN-normalised latents, what
-    # Flux2KleinPipeline packs into reference-image tokens (builder.repo.export_vae_encoder).
+    # Flux2KleinPipeline packs into reference-image tokens (builder.convert.export_vae_encoder).
     "vae_encoder": (
         [TensorSpec("image", "float32", ["batch", 3, "height", "width"])],
         [TensorSpec("image_latents", "float32", ["batch", 128, "latent_h", "latent_w"])],
@@ -119,11 +119,11 @@ class GraphEntry:
     # Node names the app may place on the CPU (WebGPU EP `forceCpuNodeNames`) when the adapter lacks
     # shader-f16, so the rest of the graph still runs on WebGPU (the fp16 token embedding Gather + Cast).
     cpu_nodes_without_f16: list[str] = field(default_factory=list)
-    # The graph's attention runs in this many query blocks (builder.repo.attention): its largest score buffer is
+    # The graph's attention runs in this many query blocks (builder.convert.attention): its largest score buffer is
     # heads * ceil(tokens / blocks) * tokens values instead of heads * tokens^2. 1 = not split.
     attention_query_blocks: int = 1
     # The longest attention (image + text tokens) this graph keeps within the converter's score-buffer budget
-    # (builder.repo.attention). A transformer repo lists one graph per size class for a variant, all on the same
+    # (builder.convert.attention). A transformer repo lists one graph per size class for a variant, all on the same
     # weight files; the app runs the least-split one whose limit covers its size. None: not recorded (one
     # graph for every size, like the seed repo's).
     attention_max_tokens: int | None = None
@@ -164,6 +164,25 @@ class LoraEntry:
     scale: float
 
 
+@dataclass(frozen=True)
+class PipelineDefaults:
+    """What kind of FLUX.2 [klein] model the repository holds, and the defaults diffusers runs it with.
+
+    Distilled models (klein-4B, klein-9B: `"is_distilled": true` in their model_index.json) run one transformer call
+    a step and ignore any guidance scale; base models run classifier-free guidance when the scale is above 1: a
+    second call a step on the negative prompt's embeddings. `klein-web convert` reads both from the checkpoint and
+    from diffusers' own defaults (builder.convert.pipeline_kind); a manifest without them (the seed repository, older
+    conversions) holds distilled klein."""
+
+    is_distilled: bool = True
+    steps: int = 4  # the model card's 4 for distilled models; Flux2KleinPipeline's 50 for base models
+    guidance_scale: float | None = None  # text and editing (Flux2KleinPipeline); None: no guidance (distilled)
+    inpaint_guidance_scale: float | None = None  # inpainting (Flux2KleinInpaintPipeline)
+
+
+DISTILLED = PipelineDefaults()
+
+
 @dataclass
 class Manifest:
     source: str
@@ -175,6 +194,8 @@ class Manifest:
     # The LoRAs baked into the weights, in the order they were added. Optional in manifest.json and left out when
     # empty, so a manifest without LoRAs stays readable by a reader that does not know the key.
     loras: list[LoraEntry] = field(default_factory=list)
+    # Optional in manifest.json and left out for distilled models, so their manifests read as before.
+    pipeline: PipelineDefaults = DISTILLED
 
     def graph(self, component: str, variant: str) -> GraphEntry:
         for entry in self.graphs:
@@ -190,6 +211,8 @@ class Manifest:
         data = asdict(self)
         if not self.loras:
             del data["loras"]
+        if self.pipeline == DISTILLED:
+            del data["pipeline"]
         for entry in data["files"].values():
             if entry["blocks"] is None:
                 del entry["blocks"]
@@ -413,6 +436,34 @@ def _loras(value: object) -> list[LoraEntry]:
     return entries
 
 
+def _guidance(value: object, where: str) -> float | None:
+    _require(
+        value is None
+        or (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 1),
+        where,
+        f"must be a finite number of at least 1, or null, got {value!r}",
+    )
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _pipeline(value: object) -> PipelineDefaults:
+    keys = {"is_distilled", "steps", "guidance_scale", "inpaint_guidance_scale"}
+    _require(
+        isinstance(value, dict) and set(value) == keys,
+        "pipeline",
+        "must be an object {is_distilled, steps, guidance_scale, inpaint_guidance_scale}",
+    )
+    assert isinstance(value, dict)
+    _require(isinstance(value["is_distilled"], bool), "pipeline.is_distilled", "must be true or false")
+    _require(_int_in(value["steps"], 1, 1000), "pipeline.steps", f"must be a positive integer, got {value['steps']!r}")
+    return PipelineDefaults(
+        is_distilled=value["is_distilled"],
+        steps=value["steps"],
+        guidance_scale=_guidance(value["guidance_scale"], "pipeline.guidance_scale"),
+        inpaint_guidance_scale=_guidance(value["inpaint_guidance_scale"], "pipeline.inpaint_guidance_scale"),
+    )
+
+
 def _from_json(data: object, where: Path | str) -> Manifest:
     """The one schema check of manifest.json: any violation is a ModelRepoError naming the field."""
     try:
@@ -426,7 +477,8 @@ def _from_json(data: object, where: Path | str) -> Manifest:
             raise ModelRepoError(
                 f"{where} is format version {version}; this klein-web reads up to {FORMAT_VERSION}. Upgrade klein-web."
             )
-        unknown = sorted(set(data) - {"format", "format_version", "source", "converter", "files", "graphs", "loras"})
+        top = {"format", "format_version", "source", "converter", "files", "graphs", "loras", "pipeline"}
+        unknown = sorted(set(data) - top)
         _require(not unknown, "the top level", f"has unknown field(s) {', '.join(map(repr, unknown))}")
         source, converter = _string(data, "source", ""), _string(data, "converter", "")
         _require(
@@ -445,11 +497,12 @@ def _from_json(data: object, where: Path | str) -> Manifest:
         for rel in TOKENIZER_FILES:
             _require(rel in files, "files", f"does not list {rel}")
         loras = _loras(data["loras"]) if "loras" in data else []
+        pipeline = _pipeline(data["pipeline"]) if "pipeline" in data else DISTILLED
     except _Invalid as exc:
         raise ModelRepoError(
             f"{where} is malformed: {exc}. Re-create it with `klein-web fetch` or `klein-web convert`."
         ) from None
-    return Manifest(source=source, converter=converter, files=files, graphs=graphs, loras=loras)
+    return Manifest(source=source, converter=converter, files=files, graphs=graphs, loras=loras, pipeline=pipeline)
 
 
 def load(repo_dir: Path) -> Manifest:

@@ -14,9 +14,12 @@ Output layout (every path relative to the site root, so dist/ works under any su
     assets/tokenizer-HASH.js(.map)  the tokenizer's helper worker (web_src/src/pipeline/tokenizer_helper.js)
     assets/coi-HASH.js         registers coi-sw.js (and reloads once when the host sends no COOP/COEP headers)
     assets/icon-SIZE-PURPOSE-HASH.png  the app's icons (builder/site/icons.py), 192 and 512 px, any and maskable
-    assets/ort-wasm-simd-threaded.asyncify-HASH.{mjs,wasm}  the onnxruntime-web runtime the worker loads
+    assets/ort-wasm-simd-threaded.asyncify-HASH.mjs, ….asyncify.1of2-HASH.wasm, ...  the onnxruntime-web runtime
+                               the worker loads, its .wasm in parts (builder/site/runtime_files.py)
     .klein-build.json          build record: input stamp, output list, CSP, build id (read by the server and the
                                next build)
+    .klein-web-build           the marker that makes the folder the build's (builder.repo.owned_folder): written
+                               before the first file, so a folder holding someone's own site is never replaced
 
 The shell (every output the page needs, source maps and the headers file aside) is hashed into the build id, which
 index.html and coi-sw.js carry: the service worker keeps each build's shell in a cache of its own, so a deploy
@@ -28,21 +31,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import jinja2
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
-from builder.errors import BuildError
-from builder.site import icons
-from builder.site.node import NodeTools, ensure_node_modules, find_node, lock_hash
+from builder.errors import BuildError, KleinWebError
+from builder.node import NodeTools, ensure_node_modules, find_node, lock_hash
+from builder.repo import paths
+from builder.repo.owned_folder import Owner
+from builder.site import icons, runtime_files
+from builder.site.model_base import check_model_base, content_security_policy
 from builder.site.ort_versions import ORT_PACKAGE, onnxruntime_web_version, package_version, runtime_package
 
 BUILD_RECORD = ".klein-build.json"
@@ -60,14 +64,10 @@ STYLE = "style.css"
 TEMPLATE = "index.html.j2"
 # The onnxruntime-web build the worker imports (`onnxruntime-web/webgpu`) loads exactly these two files.
 ORT_DIST = f"{ORT_PACKAGE}/dist"
-ORT_RUNTIME = ("ort-wasm-simd-threaded.asyncify.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
+ORT_RUNTIME = (runtime_files.LOADER, runtime_files.WASM)
 # What `onnxruntime-web/webgpu` resolves to in the package (its exports' default for an ES module import).
 ORT_WEBGPU_ENTRY = "dist/ort.webgpu.bundle.min.mjs"
 
-# The Hub answers /resolve/ URLs of large files with a redirect to a storage subdomain (cas-bridge.xethub.hf.co,
-# cdn-lfs.hf.co, ...), so a model base on the Hub needs all of these in connect-src.
-HUB_HOSTS = ("huggingface.co", "hf.co")
-HUB_CONNECT_SOURCES = ("https://huggingface.co", "https://*.huggingface.co", "https://hf.co", "https://*.hf.co")
 CROSS_ORIGIN_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Embedder-Policy": "require-corp",
@@ -83,54 +83,11 @@ class BuildResult:
     seconds: float
     files: dict[
         str, str
-    ]  # role (page_js, page_css, worker_js, store_js, coi_js, ort_mjs, ort_wasm, icons) -> path in the site
+    ]  # role (page_js, page_css, worker_js, store_js, coi_js, ort_mjs, ort_wasm_part0.., icons) -> path in the site
     build_id: str  # the hash over the shell's files that index.html and coi-sw.js carry
 
 
 # ---------------------------------------------------------------------------------------------- inputs
-
-
-def check_model_base(model_base: str) -> str:
-    """An absolute http(s) URL or a site-relative folder, ending in `/` (the app appends file paths to it)."""
-    parts = urlsplit(model_base)
-    if parts.scheme not in ("", "http", "https") or (parts.scheme and not parts.netloc):
-        raise BuildError(
-            f"--model-base {model_base!r}: expected an http(s) URL such as {DEFAULT_MODEL_BASE} "
-            "or a folder relative to the site such as models/."
-        )
-    if not model_base.endswith("/"):
-        raise BuildError(f"--model-base {model_base!r} must end with `/` (it is a folder); use {model_base + '/'!r}.")
-    if any(ch in model_base for ch in "\"'<> ;"):
-        raise BuildError(
-            f"--model-base {model_base!r} contains a quote, space, `;` or angle bracket; percent-encode it."
-        )
-    return model_base
-
-
-def content_security_policy(model_base: str) -> str:
-    """Exactly what onnxruntime-web and the app need: wasm compilation, same-origin workers, model downloads."""
-    connect = ["'self'"]
-    parts = urlsplit(model_base)
-    if parts.scheme:
-        connect.append(f"{parts.scheme}://{parts.netloc}")
-        host = (parts.hostname or "").lower()
-        if any(host == hub or host.endswith("." + hub) for hub in HUB_HOSTS):
-            connect.extend(HUB_CONNECT_SOURCES)
-    connect = list(dict.fromkeys(connect))  # drop duplicates, keep order
-    directives = [
-        "default-src 'self'",
-        # 'wasm-unsafe-eval' lets onnxruntime-web compile its .wasm; no 'unsafe-eval', no inline script.
-        "script-src 'self' 'wasm-unsafe-eval'",
-        # The module worker, onnxruntime's pthread workers (its own .mjs) and coi-sw.js are all same-origin files
-        # (default-src 'self' covers the web app manifest and the icons).
-        "worker-src 'self'",
-        f"connect-src {' '.join(connect)}",
-        "img-src 'self' data: blob:",
-        "style-src 'self'",
-        "object-src 'none'",
-        "base-uri 'self'",
-    ]
-    return "; ".join(directives)
 
 
 def source_files(web_src: Path) -> Iterator[Path]:
@@ -149,7 +106,9 @@ def input_stamp(web_src: Path, model_base: str, *, cache_shell: bool = True, run
     for part in (__version__, model_base, lock_hash(web_src), f"cache_shell={cache_shell}", runtime):
         digest.update(part.encode() + b"\0")
     # The build code itself: a changed bundler must not be skipped as "up to date".
-    for path in (Path(__file__), Path(__file__).with_name("node.py"), Path(icons.__file__)):
+    for module in (icons, runtime_files):
+        digest.update(Path(str(module.__file__)).read_bytes())
+    for path in (Path(__file__), Path(__file__).parents[1] / "node.py"):
         digest.update(path.read_bytes())
     for path in source_files(web_src):
         digest.update(path.relative_to(web_src).as_posix().encode() + b"\0")
@@ -171,6 +130,26 @@ def read_record(out_dir: Path) -> dict[str, object] | None:
     return record if isinstance(record, dict) else None
 
 
+# A site built before the marker existed is recognised by its build record.
+OWNER = Owner(
+    ".klein-web-build",
+    "A site built by `klein-web build`; building again replaces its files.\n",
+    "a site klein-web built",
+    earlier=lambda folder: read_record(folder) is not None,
+)
+
+
+def check_out_folder(out_dir: Path, *, what: str) -> None:
+    """BuildError, before anything is bundled, unless `out_dir` is missing, empty or a site of ours: a build replaces
+    index.html and the rest, and deletes files under assets/ it did not make."""
+    why = OWNER.why_not(out_dir)
+    if why is not None:
+        raise BuildError(
+            f"{what} {out_dir} is {why}; a build would replace its index.html and delete files under assets/. "
+            f"Pass a new or empty folder, e.g. {what} {out_dir / 'klein-web'}; nothing was written."
+        )
+
+
 def is_up_to_date(out_dir: Path, stamp: str) -> bool:
     record = read_record(out_dir)
     if record is None or record.get("stamp") != stamp:
@@ -180,12 +159,6 @@ def is_up_to_date(out_dir: Path, stamp: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- bundling
-
-
-def hashed_name(path: Path) -> str:
-    """`ort-wasm-simd-threaded.asyncify.wasm` -> `ort-wasm-simd-threaded.asyncify-1a2b3c4d5e.wasm`."""
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:10]
-    return f"{path.stem}-{digest}{path.suffix}"
 
 
 def run_esbuild(
@@ -221,24 +194,15 @@ def run_esbuild(
     return entries[0]
 
 
-def bundle_assets(tools: NodeTools, web_src: Path, assets: Path, *, runtime: Path | None = None) -> dict[str, str]:
-    """Run esbuild on the page, the workers, the CSS and the COI script; copy the ORT runtime. Returns roles.
-    `runtime`: another onnxruntime-web package folder than node_modules' (runtime_package)."""
+def bundle_assets(
+    tools: NodeTools, web_src: Path, assets: Path, *, runtime: Path | None = None
+) -> tuple[dict[str, str], runtime_files.Runtime]:
+    """Run esbuild on the page, the workers, the CSS and the COI script; copy the ORT runtime. Returns roles and the
+    runtime's files. `runtime`: another onnxruntime-web package folder than node_modules' (runtime_package)."""
     assets.mkdir(parents=True)
-    files: dict[str, str] = {}
-    ort_dir = (runtime or web_src / ORT_PACKAGE) / "dist"
-    for role, source in zip(("ort_mjs", "ort_wasm"), ORT_RUNTIME, strict=True):
-        path = ort_dir / source
-        if not path.is_file():
-            raise BuildError(
-                f"{path} is missing: node_modules is incomplete. Fix: delete {web_src}/node_modules and build again."
-            )
-        files[role] = hashed_name(path)
-        shutil.copyfile(path, assets / files[role])
+    ort = runtime_files.copy_runtime((runtime or web_src / ORT_PACKAGE) / "dist", assets)
+    files: dict[str, str] = ort.roles()
     version = f"--define:KLEIN_VERSION={json.dumps(__version__)}"
-    # Names relative to the worker's own folder (both live in assets/): the worker resolves them with
-    # new URL(name, self.location.href).
-    ort_wasm = json.dumps({"mjs": files["ort_mjs"], "wasm": files["ort_wasm"]})
     module = ["--format=esm", "--platform=browser", version]
     files["page_js"] = run_esbuild(tools, web_src, PAGE_ENTRY, out_assets=assets, name="page", extra=module)
     files["store_js"] = run_esbuild(tools, web_src, STORE_WORKER_ENTRY, out_assets=assets, name="store", extra=module)
@@ -256,7 +220,7 @@ def bundle_assets(tools: NodeTools, web_src: Path, assets: Path, *, runtime: Pat
         extra=[
             *module,
             *other,
-            f"--define:KLEIN_ORT_WASM={ort_wasm}",
+            f"--define:KLEIN_ORT_WASM={ort.worker_define()}",
             f"--define:KLEIN_STORE_WORKER={json.dumps(files['store_js'])}",
             f"--define:KLEIN_TOKENIZER_WORKER={json.dumps(files['tokenizer_js'])}",
         ],
@@ -272,7 +236,7 @@ def bundle_assets(tools: NodeTools, web_src: Path, assets: Path, *, runtime: Pat
             name = f"icon-{size}-{purpose}-{hashlib.sha256(data).hexdigest()[:10]}.png"
             (assets / name).write_bytes(data)
             files[f"icon_{size}_{purpose}"] = name
-    return {role: f"assets/{name}" for role, name in files.items()}
+    return {role: f"assets/{name}" for role, name in files.items()}, ort
 
 
 def web_manifest(files: dict[str, str]) -> str:
@@ -298,9 +262,16 @@ def build_id(site: Path, shell: list[str], service_worker_source: bytes) -> str:
     return digest.hexdigest()[:16]
 
 
-def bundle_service_worker(tools: NodeTools, web_src: Path, site: Path, *, build: str, shell: list[str]) -> None:
-    """`coi-sw.js` at the site root with the build id and the shell list (empty: cache nothing) compiled in."""
-    defines = [f"--define:KLEIN_BUILD={json.dumps(build)}", f"--define:KLEIN_SHELL={json.dumps(shell)}"]
+def bundle_service_worker(
+    tools: NodeTools, web_src: Path, site: Path, *, build: str, shell: list[str], runtime: runtime_files.Runtime
+) -> None:
+    """`coi-sw.js` at the site root with the build id, the shell list (empty: cache nothing) and the runtime's parts
+    compiled in."""
+    defines = [
+        f"--define:KLEIN_BUILD={json.dumps(build)}",
+        f"--define:KLEIN_SHELL={json.dumps(shell)}",
+        f"--define:KLEIN_RUNTIME={runtime.service_worker_define()}",
+    ]
     run_esbuild(
         tools,
         web_src,
@@ -369,8 +340,10 @@ def install(staging: Path, out_dir: Path, *, previous: list[str]) -> list[str]:
         os.replace(source, target)
     stale = set(previous) | {p.relative_to(out_dir).as_posix() for p in (out_dir / "assets").rglob("*") if p.is_file()}
     for name in sorted(stale - set(staged)):
-        if ".." not in name.split("/") and not name.startswith("/"):  # the record is data: never trust it blindly
-            (out_dir / name).unlink(missing_ok=True)
+        try:  # the record is data: each name is checked like a path from elsewhere
+            paths.inside(out_dir, name, what="build record output").unlink(missing_ok=True)
+        except KleinWebError:
+            continue
     return staged
 
 
@@ -382,19 +355,22 @@ def build(
     cache_shell: bool = True,
     log: Callable[[str], None] = lambda _message: None,
     onnxruntime_web: str | None = None,
+    what: str = "--out",
 ) -> BuildResult:
     """Build the site into out_dir; a no-op (nothing written) when the inputs match the last build.
 
     `cache_shell` False: the service worker keeps no shell (`serve --watch`: every reload gets the latest build).
     `onnxruntime_web`: build with that onnxruntime-web version instead of the pinned one (runtime_package).
+    `what`: the option that named out_dir, for messages (`--out`, `--dist`).
     """
     started = time.perf_counter()
     out_dir, web_src = Path(out_dir).resolve(), Path(web_src).resolve()
     check_model_base(model_base)
     if out_dir.exists() and not out_dir.is_dir():
-        raise BuildError(f"--out {out_dir} is a file; pass a folder (it is created if missing).")
+        raise BuildError(f"{what} {out_dir} is a file; pass a folder (it is created if missing).")
     if out_dir == web_src or web_src in out_dir.parents:
-        raise BuildError(f"--out {out_dir} is inside web_src ({web_src}); the build would read its own output.")
+        raise BuildError(f"{what} {out_dir} is inside web_src ({web_src}); the build would read its own output.")
+    check_out_folder(out_dir, what=what)
     if not has_web_src(web_src):
         raise BuildError(
             f"{web_src} holds no app sources (no package.json): building needs a checkout of the repository. "
@@ -424,7 +400,7 @@ def build(
     with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent) as tmp:
         staging = Path(tmp)
         log(f"bundling {web_src} -> {out_dir}")
-        files = bundle_assets(tools, web_src, staging / "assets", runtime=runtime)
+        files, ort = bundle_assets(tools, web_src, staging / "assets", runtime=runtime)
         (staging / WEB_MANIFEST).write_text(web_manifest(files))
         (staging / HEADERS_FILE).write_text(headers_file(csp))
 
@@ -436,7 +412,7 @@ def build(
         shell = shell_files(staging)
         build = build_id(staging, shell, (web_src / SERVICE_WORKER_ENTRY).read_bytes())
         (staging / PAGE).write_text(index(build))
-        bundle_service_worker(tools, web_src, staging, build=build, shell=shell if cache_shell else [])
+        bundle_service_worker(tools, web_src, staging, build=build, shell=shell if cache_shell else [], runtime=ort)
         outputs = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
         record_data = {
             "stamp": stamp,
@@ -449,11 +425,13 @@ def build(
             "shell": shell,
             "cache_shell": cache_shell,
             "onnxruntime_web": version,
+            "runtime": ort.names(runtime_files.ASSETS),
         }
         (staging / BUILD_RECORD).write_text(json.dumps(record_data, indent=2) + "\n")
         previous_outputs = (record or {}).get("outputs")
         previous = [str(name) for name in previous_outputs] if isinstance(previous_outputs, list) else []
         out_dir.mkdir(exist_ok=True)
+        OWNER.mark(out_dir)
         install(staging, out_dir, previous=previous)
     seconds = time.perf_counter() - started
     log(f"built {out_dir} in {seconds:.2f} s ({len(outputs)} files, build {build})")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from builder import WEB_SRC
 from builder.errors import BuildError
-from builder.site.node import find_node
+from builder.node import find_node
 
 ORT_PACKAGE = "node_modules/onnxruntime-web"
 # Other onnxruntime-web versions than the pinned one, installed on demand for builds that compare versions.

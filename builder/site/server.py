@@ -3,8 +3,8 @@
 `create_app(dist_dir, models_dir)` is the whole HTTP behaviour; `serve()` adds the build-if-stale step, the
 socket, the start message, `--watch` and `--open`. Every response, errors included, carries COOP/COEP/CORP so
 the page is `crossOriginIsolated` (SharedArrayBuffer threads for onnxruntime-web). Files are streamed from disk
-with HTTP Range support (Starlette's FileResponse), so multi-GB weights never sit in memory and interrupted
-downloads resume.
+with HTTP Range support (Starlette's FileResponse; under `serve`, sent by the kernel: builder.site.file_sending),
+so multi-GB weights never sit in memory and interrupted downloads resume.
 """
 
 from __future__ import annotations
@@ -24,20 +24,22 @@ from email.utils import parsedate
 from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.staticfiles import NotModifiedResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn import Config, Server
 
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
 from builder.errors import KleinWebError, ModelRepoError, ServeError
 from builder.repo import local, manifest, paths, verify
 from builder.site.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_record
 from builder.site.chrome import LINUX_DESKTOP_CHROME_FLAGS
+from builder.site.connection_guard import Guard, GuardedServer
+from builder.site.file_sending import FileResponse
 from builder.site.served_manifest import ServedManifest
 
 MODELS_PREFIX = "/models/"
@@ -82,12 +84,6 @@ def media_type(name: str) -> str:
     return MEDIA_TYPES.get(Path(name).suffix.lower(), "application/octet-stream")
 
 
-class StreamingFileResponse(FileResponse):
-    """FileResponse with 1 MiB reads: 64 KiB reads make multi-GB weights crawl through the thread pool."""
-
-    chunk_size = 1024 * 1024
-
-
 def resolve_inside(root: Path, url_path: str) -> Path | None:
     """The regular file `url_path` names under `root`, or None (-> 404) for anything that could escape it.
 
@@ -128,7 +124,7 @@ def file_response(root: Path, url_path: str, request: Request) -> Response:
         if exc.errno in (errno.ENOENT, errno.ENAMETOOLONG, errno.ENOTDIR):
             raise HTTPException(status_code=404) from exc
         raise
-    response = StreamingFileResponse(path, stat_result=stat_result, media_type=media_type(path.name))
+    response = FileResponse(path, stat_result=stat_result, media_type=media_type(path.name))
     if is_not_modified(response.headers, request.headers):
         return NotModifiedResponse(response.headers)
     return response
@@ -221,7 +217,7 @@ def create_app(
             and not (models_root / manifest.MANIFEST_NAME).exists()
         ):
             try:
-                body = await run_in_threadpool(generated.current)
+                body = await generated.current()
             except ModelRepoError as exc:
                 log(f"models: {exc}")
                 return Response(f"{exc}\n", status_code=503, media_type=MEDIA_TYPES[".txt"])
@@ -310,18 +306,16 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 @contextmanager
 def serve_in_thread(
-    app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
+    app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning", guard: Guard | None = None
 ) -> Iterator[int]:
     """Serve `app` with uvicorn in a daemon thread (regress, the tests) on `host`; yields the port (`port` 0: a free
-    one)."""
-    import uvicorn
-
+    one). With `guard`, on serve's guarded protocol (its deadlines, cap and sendfile), else on uvicorn's own, where
+    ASGI middleware sees every body byte (regress and the tests count and cut them)."""
     # Port 0 and handing the bound socket to uvicorn: no pick-a-free-port-then-bind race.
     sock = bind_socket(host, port)
     port = int(sock.getsockname()[1])
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=3)
-    )
+    config = {"log_level": log_level, "access_log": False, "lifespan": "off", "timeout_graceful_shutdown": 3}
+    server = Server(Config(app, **config)) if guard is None else GuardedServer(app, guard=guard, **config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"klein-serve-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -383,7 +377,7 @@ def watch_and_rebuild(
     # Polling: inotify misses changes on some mounted and network file systems; 0.5 s is plenty for a dev loop.
     for _changes in watch(web_src, watch_filter=relevant, stop_event=stop, force_polling=True, poll_delay_ms=500):
         try:
-            result = build(dist_dir, model_base=model_base, web_src=web_src, cache_shell=False, log=log)
+            result = build(dist_dir, model_base=model_base, web_src=web_src, cache_shell=False, log=log, what="--dist")
             if result.changed:
                 log(f"rebuilt in {result.seconds:.2f} s; reload the page")
         except KleinWebError as exc:
@@ -420,8 +414,6 @@ def serve(
     log: Callable[[str], None] = lambda _message: None,
 ) -> None:
     """Build dist if stale, then serve it until Ctrl+C. model_base None: the one dist was built with."""
-    import uvicorn
-
     check_listen(host, port)
     models_manifest = check_models_dir(models_dir, log=log) if models_dir is not None else None
     if model_base is None:
@@ -432,7 +424,7 @@ def serve(
     else:
         try:
             # --watch: a build whose service worker keeps no shell, so every reload shows the latest sources.
-            build(dist_dir, model_base=model_base, cache_shell=not watch, log=log)
+            build(dist_dir, model_base=model_base, cache_shell=not watch, log=log, what="--dist")
         except KleinWebError as exc:
             if read_record(Path(dist_dir)) is None:
                 raise
@@ -451,21 +443,9 @@ def serve(
     log(start_message(url, dist_dir=Path(dist_dir), models_dir=models_dir, model_base=model_base))
 
     # access_log on: each line names the path, which the tests read to prove no weight file was re-requested.
-    # The h11 protocol with a request-head deadline and a connection cap (builder.site.connection_guard).
-    from builder.site.connection_guard import BACKLOG, Guard, GuardedServer
-
-    guard = Guard(log)
-    server = GuardedServer(
-        uvicorn.Config(
-            app,
-            log_level="info",
-            access_log=True,
-            timeout_graceful_shutdown=3,
-            http=guard.protocol_class(),
-            backlog=BACKLOG,
-        ),
-        guard=guard,
-    )
+    # The h11 protocol with a request-head deadline, a send deadline, a connection cap and files sent by the kernel
+    # (builder.site.connection_guard).
+    server = GuardedServer(app, guard=Guard(log), log_level="info", access_log=True, timeout_graceful_shutdown=3)
     stop = threading.Event()
     threads: list[threading.Thread] = []
     if watch:

@@ -85,9 +85,12 @@ def settled_state(page: Any, what: str, ok: Callable[[dict[str, Any]], bool]) ->
 
 
 def shell_urls(base_url: str, dist: Path) -> list[str]:
-    shell = (read_record(dist) or {}).get("shell")
-    assert isinstance(shell, list)
-    return sorted(base_url + str(name) for name in shell)
+    """What the service worker keeps: the shell, the runtime's .wasm joined in place of its parts."""
+    record = read_record(dist) or {}
+    shell, runtime = record.get("shell"), record.get("runtime")
+    assert isinstance(shell, list) and isinstance(runtime, dict)
+    kept = [name for name in shell if name not in runtime["parts"]] + [runtime["whole"]]
+    return sorted(base_url + str(name) for name in kept)
 
 
 def generate(page: Any) -> list[int]:

@@ -15,7 +15,7 @@ import pytest
 from helpers import Reply, WorkerClient  # tests/browser is on sys.path (rootdir-relative import mode)
 from test_preview_map import reference_run  # tests/ is on sys.path too
 
-from builder.repo import preview_map
+from builder.convert import preview_map
 from builder.repo.manifest import PREVIEW_MAP_FILE
 
 pytestmark = pytest.mark.browser

@@ -1,6 +1,6 @@
 """The inference worker in real headless Chromium (WebGPU on SwiftShader), driven through its protocol.
 
-Each test serves the built app plus a tiny model repository (builder.repo.tiny) and compares the worker's image with
+Each test serves the built app plus a tiny model repository (builder.convert.tiny) and compares the worker's image with
 the onnxruntime CPU reference (builder.pipeline.reference) for the same prompt, seed and size. One Chromium context is
 shared by the module; each test gets its own server port, hence its own origin and an empty model store.
 """

@@ -21,6 +21,7 @@ import zlib from 'node:zlib';
 import { MemoryBudget } from '../../web_src/src/models/memory_mode.js';
 import { EncoderCache } from '../../web_src/src/models/model_caches.js';
 import { LATENT_CHANNELS, PATCH } from '../../web_src/src/pipeline/latents.js';
+import { DISTILLED } from '../../web_src/src/shared/model_repo.js';
 import { REPO_ROOT } from './golden.mjs';
 
 export const EMBED_DIM = 8;
@@ -44,6 +45,8 @@ let tokenizer = null;
  * @property {'fast' | 'lean'} [memory]  The mode prepare() chooses when the request asks for none.
  * @property {(component: string, call: number) => Error | null} [fail]  An error a run throws instead of its outputs.
  * @property {boolean} [encoder]  The repository has a VAE encoder (default true).
+ * @property {import('../../web_src/src/shared/model_repo.js').PipelineDefaults} [pipeline]  The model's kind, as its
+ *   manifest says (default: distilled klein).
  */
 
 /** @param {string} component */
@@ -65,6 +68,7 @@ export function fakeModel({
     memory = 'fast',
     fail,
     encoder = true,
+    pipeline = DISTILLED,
 } = {}) {
     /** @type {LogEntry[]} */
     const log = [];
@@ -238,7 +242,7 @@ export function fakeModel({
             budget.choose(params.memory ?? (memory === 'lean' ? 'lean' : undefined), { maxBufferSize: 2 ** 32 });
             if (params.encodeSizes?.length && !encoder) throw new Error('the fake repository has no VAE encoder');
             onProgress?.({ loadedBytes: 0, totalBytes: 0, files: [] });
-            return { notes: ['a note from prepare'], downloadedBytes: 0 };
+            return { notes: ['a note from prepare'], downloadedBytes: 0, pipeline };
         },
         async reset() {
             log.push({ what: 'release', component: 'reset' });

@@ -1,7 +1,9 @@
 // @ts-check
 /**
  * @file The web app's layering, from its imports: data flows page -> protocol -> worker -> pipeline -> models ->
- * runtime | store -> shared, and only runtime/ort.js imports onnxruntime-web. Every import counts, JSDoc type imports
+ * runtime | store -> shared, and only runtime/ort.js imports onnxruntime-web. Our WGSL kernels (kernels/) import
+ * nothing of the app; the kernel lab's page (lab/) drives them on the runtime's device. Every import counts, JSDoc
+ * type imports
  * (`import('...')`) included, since a type import is still a dependency a reader has to follow.
  * @module tests/js/test_layering
  */
@@ -22,14 +24,16 @@ const ALLOWED = Object.freeze({
     pipeline: ['pipeline', 'protocol', 'models', 'shared'],
     models: ['models', 'protocol', 'runtime', 'store', 'shared'],
     runtime: ['runtime', 'shared'],
+    kernels: ['kernels'],
+    lab: ['lab', 'kernels', 'runtime', 'shared'],
     store: ['store', 'shared'],
     shared: ['shared'],
     coi_register: [],
-    service_worker: [],
+    service_worker: ['shared'],
 });
 /** The modules that node tests without a browser: no runtime, no store, not even by a detour. */
 const PURE = Object.freeze([
-    ...['tokenizer', 'rng', 'schedule', 'latents', 'image'].map((name) => `pipeline/${name}.js`),
+    ...['tokenizer', 'rng', 'schedule', 'latents', 'image', 'guidance'].map((name) => `pipeline/${name}.js`),
     ...['graph_choice', 'graph_weights', 'memory_mode', 'meter', 'model_report'].map((name) => `models/${name}.js`),
 ]);
 const ORT_IMPORTER = 'runtime/ort.js';

@@ -64,7 +64,7 @@ test('the published FLUX.2 map feeds each pixel of a token only from its own cha
     );
 });
 
-/** @returns {any} A preview map file as builder/repo/preview_map.py writes it, weights[o][c] = o + c / 1000. */
+/** @returns {any} A preview map file as builder/convert/preview_map.py writes it, weights[o][c] = o + c / 1000. */
 function mapFile() {
     return {
         format: 'klein-web-preview-map',

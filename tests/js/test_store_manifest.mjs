@@ -4,7 +4,7 @@ import { createServer } from 'node:http';
 import { test } from 'node:test';
 
 import { chooseGraphs } from '../../web_src/src/models/graph_choice.js';
-import { CHAT_TEMPLATE_FILE, TOKENIZER_FILES, graphFiles } from '../../web_src/src/shared/model_repo.js';
+import { CHAT_TEMPLATE_FILE, DISTILLED, TOKENIZER_FILES, graphFiles } from '../../web_src/src/shared/model_repo.js';
 import { fetchManifest, parseManifest, seedManifest } from '../../web_src/src/store/manifest.js';
 
 /** A tiny model server: `present` lists the repo-relative paths that exist; no manifest.json. */
@@ -134,5 +134,34 @@ test('block hashes are read where a file lists them, and malformed ones are refu
         const bad = convertedManifestJson();
         bad.files[path] = { size, sha256, blocks };
         assert.throws(() => parseManifest(bad, base), error);
+    }
+});
+
+test("a base model's `pipeline` is read as builder/repo/manifest.py reads it; absent, the model is distilled klein", () => {
+    const base = 'https://example.org/repo/';
+    assert.deepEqual(parseManifest(convertedManifestJson(), base).pipeline, DISTILLED);
+    assert.deepEqual(seedManifest(base).pipeline, DISTILLED);
+    const pipeline = { is_distilled: false, steps: 50, guidance_scale: 4.0, inpaint_guidance_scale: 8.0 };
+    assert.deepEqual(parseManifest({ ...convertedManifestJson(), pipeline }, base).pipeline, {
+        isDistilled: false,
+        steps: 50,
+        guidanceScale: 4,
+        inpaintGuidanceScale: 8,
+    });
+    const none = { ...pipeline, guidance_scale: null, inpaint_guidance_scale: null };
+    assert.equal(parseManifest({ ...convertedManifestJson(), pipeline: none }, base).pipeline.guidanceScale, null);
+    for (const [bad, field] of [
+        [null, /"pipeline" must be an object/],
+        [[], /"pipeline" must be an object/],
+        [{ ...pipeline, extra: 1 }, /"pipeline" must be an object/],
+        [{ steps: 50, guidance_scale: 4, inpaint_guidance_scale: 8 }, /"pipeline" must be an object/],
+        [{ ...pipeline, is_distilled: 'no' }, /pipeline.is_distilled/],
+        [{ ...pipeline, steps: 0 }, /pipeline.steps/],
+        [{ ...pipeline, steps: 1001 }, /pipeline.steps/],
+        [{ ...pipeline, steps: 2.5 }, /pipeline.steps/],
+        [{ ...pipeline, guidance_scale: 0.5 }, /pipeline.guidance_scale/],
+        [{ ...pipeline, inpaint_guidance_scale: '8' }, /pipeline.inpaint_guidance_scale/],
+    ]) {
+        assert.throws(() => parseManifest({ ...convertedManifestJson(), pipeline: bad }, base), field);
     }
 });

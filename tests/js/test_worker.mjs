@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { PROTOCOL_VERSION } from '../../web_src/src/protocol.js';
-import { ErrorCode, GpuFeatureError, OutOfMemoryError } from '../../web_src/src/shared/errors.js';
+import { ErrorCode, GpuFeatureError, NetworkError, OutOfMemoryError } from '../../web_src/src/shared/errors.js';
 import { serveRequests } from '../../web_src/src/worker/requests.js';
 import { VELOCITY, fakeModel, pngFile, runsOf } from './fake_model.mjs';
 
@@ -20,9 +20,10 @@ const PARAMS = { prompt: 'a fox', seed: 1, steps: 2, width: 64, height: 64, mode
  * A worker scope serving requests on `fake`'s model, with a fake GPU and store lock; `send` posts a request and
  * resolves with its last message (result or error) and every message it got.
  * @param {ReturnType<typeof fakeModel>} fake
- * @param {{whileUsing?: <T>(task: () => Promise<T>) => Promise<T>}} [store]
+ * @param {{whileUsing?: <T>(task: () => Promise<T>) => Promise<T>, modelInfo?: (modelBase: string) => Promise<any>}}
+ *   [parts]  The store lock's `whileUsing`; `modelInfo`: what the manifest of a model base says.
  */
-function worker(fake, { whileUsing = (task) => task() } = {}) {
+function worker(fake, { whileUsing = (task) => task(), modelInfo = async () => ({}) } = {}) {
     /** @type {{message: any, transfer: Transferable[]}[]} */
     const posted = [];
     /** @type {Map<string, (message: any) => void>} */
@@ -69,7 +70,7 @@ function worker(fake, { whileUsing = (task) => task() } = {}) {
         clear: async () => 1234,
     };
     const probe = async () => /** @type {any} */ ({ webgpu: true, adapter: { vendor: 'test' } });
-    serveRequests(scope, /** @type {any} */ ({ model: fake.model, gpu, probe, store }));
+    serveRequests(scope, /** @type {any} */ ({ model: fake.model, gpu, probe, store, modelInfo }));
     /**
      * @param {Record<string, any>} request
      * @returns {Promise<{answer: any, messages: any[], transfer: Transferable[]}>}
@@ -227,4 +228,30 @@ test('decode answers with the upright RGB bytes of one file, moved to the page',
     assert.deepEqual(Array.from(answer.result.rgb.subarray(0, 6)), [0, 0, 7, 1, 0, 7]);
     assert.match(answer.result.sha256, /^[0-9a-f]{64}$/);
     assert.deepEqual(transfer, [answer.result.rgb.buffer]);
+});
+
+test("modelInfo answers at once with the model's kind, beside a running job, and its errors as errors", async () => {
+    const pipeline = { isDistilled: false, steps: 50, guidanceScale: 4, inpaintGuidanceScale: 8 };
+    /** @type {string[]} */
+    const asked = [];
+    /** @type {(value?: unknown) => void} */
+    let release = () => {};
+    const held = new Promise((resolve) => (release = resolve));
+    const { send } = worker(fakeModel(), {
+        whileUsing: async (task) => (await held, task()),
+        modelInfo: async (modelBase) => {
+            asked.push(modelBase);
+            if (modelBase.includes('offline')) throw new NetworkError('Could not reach the model server.');
+            return { pipeline };
+        },
+    });
+    const running = send({ type: 'generate', id: 'g', params: PARAMS }); // held in the store lock
+    const { answer } = await send({ type: 'modelInfo', id: 'm', params: { modelBase: PARAMS.modelBase } });
+    assert.deepEqual(answer, { type: 'result', id: 'm', result: { pipeline } });
+    const failed = (await send({ type: 'modelInfo', id: 'n', params: { modelBase: 'https://offline.test/' } })).answer;
+    assert.equal(failed.type, 'error');
+    assert.equal(failed.error.code, ErrorCode.NETWORK);
+    assert.deepEqual(asked, [PARAMS.modelBase, 'https://offline.test/']);
+    release();
+    assert.equal((await running).answer.type, 'result');
 });

@@ -10,6 +10,13 @@
 import fs from 'node:fs';
 
 import { InputError } from '../../web_src/src/shared/errors.js';
+import { guidanceText } from '../../web_src/src/shared/png_text.js';
+import {
+    guidanceScaleProblem,
+    guided,
+    negativePromptProblem,
+    resolveGuidance,
+} from '../../web_src/src/pipeline/guidance.js';
 import { inpaintStart } from '../../web_src/src/shared/inpaint.js';
 import {
     LATENT_CHANNELS,
@@ -90,6 +97,20 @@ const out = {
         const { latents, image, mask } = cases.blendMask;
         return encode(blendMask(float32s(latents), float32s(image), float32s(mask), C));
     })(),
+    guided: cases.guided.scales.map((/** @type {number} */ scale) =>
+        encode(guided(float32s(cases.guided.positive), float32s(cases.guided.negative), scale)),
+    ),
+    resolved: cases.resolved.map(
+        (/** @type {{defaults: any, mode: any, scale: number | null, negativePrompt: string | null}} */ c) => {
+            const { guidance, notes } = resolveGuidance(c.defaults, c);
+            return { guidance, notes: notes.length };
+        },
+    ),
+    scaleProblems: cases.scaleProblems.map((/** @type {number} */ value) => guidanceScaleProblem(value, '`name`')),
+    promptProblems: cases.promptProblems.map((/** @type {string} */ value) => negativePromptProblem(value, 'the text')),
+    guidanceText: cases.guidanceText.map((/** @type {[number, string]} */ [scale, negativePrompt]) =>
+        guidanceText({ scale, negativePrompt }),
+    ),
     masks: cases.masks.map((/** @type {{height: number, width: number, plane: string}} */ { height, width, plane }) =>
         encode(interpolateBilinear(float32s(plane), height, width, height / PATCH, width / PATCH)),
     ),

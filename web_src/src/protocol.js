@@ -12,6 +12,7 @@
  *   {type: 'cancel', id, target}              -> result: {cancelled: boolean}   (target = generate or load id)
  *   {type: 'clearCache', id}                  -> result: {freedBytes: number}
  *   {type: 'decode', id, params: DecodeParams} -> result: DecodeResult
+ *   {type: 'modelInfo', id, params: {modelBase}} -> result: ModelInfo
  *
  * Worker -> page:
  *   {type: 'progress', id, progress: DownloadProgress}   bytes of the model download (shared/types.js)
@@ -39,6 +40,8 @@
  *     and answers `error` with code 'cancelled'; its sessions are released (GPU memory freed; the next run
  *     reloads them from the local store). A queued generate is answered 'cancelled' immediately.
  *     `{cancelled: false}` means no running or queued request had that id.
+ *   - modelInfo answers at once (no job): the model's kind and defaults from its manifest, fetched, else the copy
+ *     the store kept (offline); nothing is stored. The page shows the fields that kind takes before any Generate.
  *   - decode answers at once (no job, no model): one input file read exactly as `generate` reads it (the
  *     decoding contract of docs/editing.md), for the tests that hold the worker to the CPU reference.
  *   - the probe result also carries `protocolVersion` (= PROTOCOL_VERSION), and for the page's capability decision
@@ -47,7 +50,7 @@
  * @module protocol
  */
 
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 /**
  * Pipeline stages in order; `stage` events name one of these. pipeline/generate.js's numbered stages, with
@@ -102,9 +105,21 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  *   Absent: lean mode's tile (vae_tiles.js LEAN_VAE_TILE) in lean mode, the whole image in fast mode.
  * @property {boolean} [preview]  Send a preview of the image with every `step` event (pipeline/preview.js: the
  *   latents mapped to colours, no VAE); the image itself is the same with or without it.
+ * @property {number} [guidanceScale]  Classifier-free guidance of a base model, in [LIMITS.guidanceMin,
+ *   LIMITS.guidanceMax]: above 1, every step runs the transformer a second time, on the negative prompt
+ *   (pipeline/guidance.js). Absent: the model's default for the mode (manifest.json `pipeline`). A distilled model
+ *   ignores it and says so in the result's notes, as diffusers does.
+ * @property {string} [negativePrompt]  What guidance steers away from (base models; absent: `""`, diffusers'
+ *   default), encoded like the prompt; a distilled model ignores it.
  * @property {boolean} [profile]  Report where the GPU time went (GenerateResult.kernels): the run's sessions are
  *   created anew with onnxruntime's profiler on and without graph capture (so the run is slower than usual), and
  *   released after it.
+ */
+
+/**
+ * @typedef {Object} ModelInfo  What kind of model a model base holds (`modelInfo`).
+ * @property {import('./shared/model_repo.js').PipelineDefaults} pipeline  Distilled or base, and the steps and
+ *   guidance scales diffusers runs it with (manifest.json `pipeline`).
  */
 
 /**
@@ -167,6 +182,7 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @property {StageTimings} timings
  * @property {{tokens: number, droppedTokens: number}} prompt
  * @property {number[]} stepMs  Wall time of each denoising step.
+ * @property {number} transformerCalls  The transformer's runs: one a step, two with a base model's guidance.
  * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number, streamedBytes: number}>} graphs
  *   Which variant and EP ran each component, and how (`detail`: e.g. "attention unsplit, graph capture";
  *   `streamedBytes`: the weights the app streamed into its own GPU buffers, models/graph_upload.js).
@@ -179,9 +195,10 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  *   (inside the denoising steps); null without.
  * @property {string[]} notes   Things the user should know (e.g. "VAE ran on the CPU: no shader-f16").
  * @property {{mode: 'text' | 'edit' | 'inpaint', images: InputImageInfo[], mask: InputImageInfo | null,
- *   strength: number | null, steps: number, referenceTokens: number}} inputs  The mode that ran; `steps`: the
+ *   strength: number | null, steps: number, referenceTokens: number,
+ *   guidance: {scale: number, negativePrompt: string} | null}} inputs  The mode that ran; `steps`: the
  *   denoising steps that ran (inpainting's strength runs the last ones); `referenceTokens`: tokens the images
- *   added to every step.
+ *   added to every step; `guidance`: the classifier-free guidance that ran (a base model's; null: none).
  * @property {Record<string, import('./shared/types.js').ComponentKernels>} [kernels]  With `profile`: per
  *   component that ran, its GPU time per kernel program (pipeline/kernel_times.js makes it).
  * @property {TimelineEvent[]} timeline  What the run did when: its stages, each session's files read and the session
@@ -239,5 +256,6 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  *   cancel: {request: {target: string}, result: {cancelled: boolean}},
  *   clearCache: {request: {}, result: {freedBytes: number}},
  *   decode: {request: {params: DecodeParams}, result: DecodeResult},
+ *   modelInfo: {request: {params: {modelBase: string}}, result: ModelInfo},
  * }} WorkerApi  Each request of the page to the worker, with its result and events (shared/channel.js).
  */

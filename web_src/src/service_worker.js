@@ -10,6 +10,10 @@
  *      always come from one build. A new build is a new script: the browser installs it beside the running one and
  *      it waits until the page asks it to take over (`skip-waiting`) or every tab of the app is closed. An empty
  *      shell (`klein-web serve --watch`) caches nothing and takes over at once.
+ *      onnxruntime-web's `.wasm` comes in parts (no host may refuse a file of the site: builder/site/runtime_files.py):
+ *      installing joins them, checks the whole against `KLEIN_RUNTIME`'s SHA-256 and keeps only the whole, served at
+ *      a URL of its own (`KLEIN_RUNTIME.whole`, with the header runtime/wasm_parts.js looks for), so onnxruntime
+ *      fetches one `.wasm` and the browser keeps its compiled code between starts.
  *   2. Cross-origin isolation on hosts that cannot send headers (GitHub Pages): documents and worker scripts get
  *      COOP/COEP/CORP added, so the page is `crossOriginIsolated` and onnxruntime-web can use threads.
  * Everything else (the model's files, other origins) goes to the network untouched: model weights live in the
@@ -17,12 +21,16 @@
  * @module service_worker
  */
 
+import { JOINED_HEADER, joinParts } from './shared/runtime_parts.js';
+
 /** @type {ServiceWorkerGlobalScope} */
 const sw = /** @type {any} */ (self);
 
 const BUILD = typeof KLEIN_BUILD === 'string' ? KLEIN_BUILD : 'unbuilt';
 /** Shell files relative to this script's folder (the site root); `index.html` is the page. */
 const SHELL = typeof KLEIN_SHELL === 'object' ? KLEIN_SHELL : [];
+/** The runtime's parts and their joined copy; null when the shell is not cached. */
+const RUNTIME = typeof KLEIN_RUNTIME === 'object' && SHELL.length > 0 ? KLEIN_RUNTIME : null;
 const CACHE_PREFIX = 'klein-shell-';
 const CACHE = CACHE_PREFIX + BUILD;
 const PAGE = 'index.html';
@@ -35,7 +43,9 @@ const ISOLATION_HEADERS = Object.freeze({
 });
 
 const root = new URL('./', sw.location.href);
-const shellUrls = new Set(SHELL.map((path) => new URL(path, root).href));
+/** What the cache holds: the shell, the runtime's joined copy in place of its parts. */
+const KEPT = [...SHELL.filter((path) => !RUNTIME?.parts.includes(path)), ...(RUNTIME ? [RUNTIME.whole] : [])];
+const shellUrls = new Set(KEPT.map((path) => new URL(path, root).href));
 
 sw.addEventListener('install', (event) => event.waitUntil(install()));
 sw.addEventListener('activate', (event) => event.waitUntil(activate()));
@@ -75,11 +85,31 @@ async function install() {
         if (!page.includes(`<meta name="klein-build" content="${BUILD}">`)) {
             throw new Error(`${PAGE} on the server is not build ${BUILD}`);
         }
-        await Promise.all(SHELL.map((path, i) => cache.put(new URL(path, root).href, responses[i])));
+        /** @type {[string, Response][]} */
+        const kept = [];
+        SHELL.forEach((path, i) => RUNTIME?.parts.includes(path) || kept.push([path, responses[i]]));
+        if (RUNTIME) kept.push([RUNTIME.whole, await joinedRuntime(RUNTIME, responses)]);
+        await Promise.all(kept.map(([path, response]) => cache.put(new URL(path, root).href, response)));
     } catch (err) {
         await caches.delete(CACHE);
         throw err;
     }
+}
+
+/**
+ * The runtime's `.wasm` joined from the parts among the shell's responses, checked (it throws when they are not this
+ * build's, which fails the install), as the response onnxruntime will fetch.
+ * @param {import('./shared/runtime_parts.js').RuntimeNames} runtime
+ * @param {Response[]} responses  The shell's, in SHELL's order.
+ * @returns {Promise<Response>}
+ */
+async function joinedRuntime(runtime, responses) {
+    const parts = await Promise.all(
+        runtime.parts.map(async (path) => new Uint8Array(await responses[SHELL.indexOf(path)].arrayBuffer())),
+    );
+    const whole = await joinParts(parts, runtime);
+    const headers = { 'Content-Type': 'application/wasm', [JOINED_HEADER]: runtime.sha256 };
+    return new Response(whole, { headers });
 }
 
 async function activate() {

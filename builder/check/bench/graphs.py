@@ -42,15 +42,15 @@ def export_graphs(
     write_graphs for each precision. Returns {label: graph path}; the label is the variant (q4, q4f16,
     fp16, fp32), for the transformer plus its attention split (one graph per size class, as the converter
     writes them), and for the VAE also an unsplit copy: what the split costs at sizes that fit without it."""
-    from builder.repo.convert_graphs import exporter, write_graphs
-    from builder.repo.onnx_graph import DEFAULT_DATA_FILE_CAP
+    from builder.convert.convert_graphs import exporter, write_graphs
+    from builder.convert.onnx_graph import DEFAULT_DATA_FILE_CAP
 
     if component == "text_encoder":
         assert layers is not None, "a text-encoder chain has a layer count"
         causal_lm = build_text_encoder(scale, layers[0], device="cpu")
         exports = {"": lambda placement: export_text_chain(causal_lm, layers[0], placement=placement)}
     else:
-        from builder.repo.export_vae import export_vae
+        from builder.convert.export_vae import export_vae
 
         module = (
             build_transformer(scale, layers or (), device="cpu")
@@ -76,8 +76,8 @@ def export_graphs(
 
 
 def export_text_chain(causal_lm: Any, layers: int, *, placement: Any = None) -> Any:
-    """builder.repo.export_text_encoder.export_text_encoder for a k-layer chain (hidden states k/3, 2k/3, k)."""
-    from builder.repo.export_text_encoder import export_text_encoder
+    """builder.convert.export_text_encoder.export_text_encoder for a k-layer chain (hidden states k/3, 2k/3, k)."""
+    from builder.convert.export_text_encoder import export_text_encoder
 
     return export_text_encoder(causal_lm, placement=placement, out_layers=out_layers(layers))
 
@@ -85,7 +85,7 @@ def export_text_chain(causal_lm: Any, layers: int, *, placement: Any = None) -> 
 def timed_transformers(scale: Scale, sizes: Sequence[int | None], graphs: Mapping[str, Path]) -> set[str]:
     """The transformer graphs worth a device's time: each variant's main graph (every size) and the ones
     the app runs at the bench's sizes; the other size classes only serve sizes the bench does not time."""
-    from builder.repo.attention import size_classes
+    from builder.convert.attention import size_classes
 
     most = size_classes("transformer", heads=int(scale.transformer["num_attention_heads"]))[0][0]
     variants = {label.split(",")[0] for label in graphs}
@@ -95,7 +95,7 @@ def timed_transformers(scale: Scale, sizes: Sequence[int | None], graphs: Mappin
 def app_choice(scale: Scale, size: int | None, variant: str) -> str:
     """The label of the transformer graph the app runs at size x size (models.sizeClass): the least-split
     graph of the variant whose attention limit covers the image and text tokens."""
-    from builder.repo.attention import size_classes
+    from builder.convert.attention import size_classes
 
     tokens = (int(size or 0) // 16) ** 2 + scale.txt_seq
     classes = size_classes("transformer", heads=int(scale.transformer["num_attention_heads"]))

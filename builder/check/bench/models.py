@@ -1,6 +1,6 @@
 """The bench's torch side: random-weight klein components at a scale, their inputs, and PyTorch timing.
 
-Random weights with the real configs (builder/repo/tiny.py's configs at the real sizes): speed does not depend on
+Random weights with the real configs (builder/convert/tiny.py's configs at the real sizes): speed does not depend on
 the weight values, and the Hub is not needed. PyTorch runs bf16 on CUDA (fp32 on the CPU for the smoke test) and is
 timed with CUDA events.
 """
@@ -38,7 +38,7 @@ class Scale:
 
 def full_scale() -> Scale:
     """The real FLUX.2 [klein] 4B sizes (the configs of the published klein-4B checkpoint)."""
-    from builder.repo import tiny
+    from builder.convert import tiny
 
     return _scale(
         "full",
@@ -53,7 +53,7 @@ def full_scale() -> Scale:
 
 def tiny_scale() -> Scale:
     """make-tiny's configs and small inputs: the CPU smoke test of the whole bench path."""
-    from builder.repo import tiny
+    from builder.convert import tiny
 
     return _scale(
         "tiny",
@@ -193,7 +193,7 @@ def torch_callable(
             name: tensor(name) for name in ("hidden_states", "encoder_hidden_states", "timestep", "img_ids", "txt_ids")
         }
         return lambda: module(**args, guidance=None, return_dict=False)[0]
-    from builder.repo.export_vae import LatentDecoder
+    from builder.convert.export_vae import LatentDecoder
 
     decoder = LatentDecoder(module).to(device=device, dtype=dtype)
     latents = tensor("latents")

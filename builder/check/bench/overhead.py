@@ -54,7 +54,7 @@ def browser_overhead(
     timeout_s: float = 900.0,
 ) -> dict[str, Any]:
     """Generate one image with the app (on make-tiny unless `models_dir`) and report the orchestration overhead."""
-    from builder.repo.tiny import make_tiny
+    from builder.convert.tiny import make_tiny
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

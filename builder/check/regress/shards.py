@@ -18,7 +18,9 @@ from builder.check.regress.cases import Case, RegressOptions
 from builder.errors import InputError
 from builder.repo import manifest
 
-SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+SHARD = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")
+# More digits than any cases file has cases (and int() of thousands of digits is refused by Python itself).
+DIGITS_MAX = 9
 
 
 @dataclass(frozen=True)
@@ -33,11 +35,16 @@ class Shard:
 
 def parse_shard(text: str) -> Shard:
     """`I/N` with 1 <= I <= N; InputError saying what a shard is otherwise."""
-    match = SHARD.match(text)
+    match = SHARD.fullmatch(text)
     if match is None:
         raise InputError(
             f"--shard {text!r}: give I/N, this run's shard and the number of shards, e.g. --shard 1/2 "
             "and --shard 2/2 on two machines."
+        )
+    if max(len(match.group(1)), len(match.group(2))) > DIGITS_MAX:
+        raise InputError(
+            f"--shard {text.strip()}: more shards than a cases file has cases; N is at most the number of cases, "
+            "e.g. --shard 1/2."
         )
     index, count = int(match.group(1)), int(match.group(2))
     if count < 1:
@@ -54,13 +61,13 @@ def select(cases: list[Case], shard: Shard | None) -> list[tuple[int, Case]]:
     numbered = list(enumerate(cases, start=1))
     if shard is None:
         return numbered
-    chosen = numbered[shard.index - 1 :: shard.count]
-    if not chosen:
+    # Every shard of a run is refused alike when some shard would run none: such a run could never be merged.
+    if shard.count > len(cases):
         raise InputError(
-            f"--shard {shard.label}: the cases file has {len(cases)} case(s), so shard {shard.index} "
+            f"--shard {shard.label}: the cases file has {len(cases)} case(s), so shard {len(cases) + 1} "
             f"would run none; use at most {len(cases)} shards."
         )
-    return chosen
+    return numbered[shard.index - 1 :: shard.count]
 
 
 def repo_identity(repo: manifest.Manifest) -> str:

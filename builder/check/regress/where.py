@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import urllib.parse
 
+from builder import urls
 from builder.check.regress.cases import RegressOptions
 from builder.errors import InputError
 
@@ -24,20 +25,24 @@ def is_loopback(host: str | None) -> bool:
 
 
 def _http_url(value: str, flag: str) -> urllib.parse.SplitResult:
-    parts = urllib.parse.urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(f"{flag} {value!r}: give an http:// or https:// address, e.g. {flag} http://build-box:8123/.")
+    """`value` split into its parts, or InputError saying what to give instead (never urlsplit's traceback)."""
+    parts, problem = urls.split(value)
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(
+            f"{flag} {value!r}{' ' + problem if problem else ''}: give an http:// or https:// address, e.g. "
+            f"{flag} http://build-box:8123/."
+        )
     return parts
 
 
 def check(options: RegressOptions) -> None:
     """InputError, before anything starts, for a combination that cannot work, saying what to pass instead."""
     if options.connect is not None:
-        endpoint = urllib.parse.urlsplit(options.connect)
-        if endpoint.scheme not in ("ws", "wss") or not endpoint.hostname:
+        endpoint, problem = urls.split(options.connect)
+        if endpoint is None or endpoint.scheme not in ("ws", "wss") or not endpoint.hostname:
             raise InputError(
-                f"--connect {options.connect!r}: give the ws:// address a Playwright browser server "
-                "prints (`playwright launch-server`, docs/regress.md), e.g. --connect "
+                f"--connect {options.connect!r}{' ' + problem if problem else ''}: give the ws:// address a "
+                "Playwright browser server prints (`playwright launch-server`, docs/regress.md), e.g. --connect "
                 "ws://gpu-box:3000/0123abcd."
             )
         launch_flags = [

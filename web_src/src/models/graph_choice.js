@@ -235,7 +235,7 @@ function place(graph, manifest, shaderF16, notes) {
  * Refuse a size whose VAE decode cannot fit before anything is downloaded or run. The VAE mid-block
  * attention materialises a [rows x tokens] score matrix (tokens = (H/8)(W/8); Softmax + MatMul in the
  * graph, no fused kernel), which must fit one storage buffer on WebGPU and the 4 GB wasm32 heap on the
- * CPU. The converter splits the queries into `attentionQueryBlocks` blocks (builder/repo/attention.py), so
+ * CPU. The converter splits the queries into `attentionQueryBlocks` blocks (builder/convert/attention.py), so
  * rows = ceil(tokens / blocks); an unsplit graph (the seed's) has rows = tokens (16384^2 x 2 B = 512 MiB
  * at 1024^2 in fp16).
  * @param {Choice} vae

@@ -25,7 +25,7 @@ const SMALL_ADAPTER_BYTES = 2 ** 31;
 /** Lean mode's budget for one attention score buffer of the transformer (its largest activations, held in fp32
  * for the softmax): 128 MiB takes 512^2 from one query block (216 MiB per score buffer) to four and 1024^2 from
  * four (486 MiB) to seventeen (115 MiB). The converter's budget, what every adapter must allow, is 512 MiB
- * (builder/repo/attention.py). */
+ * (builder/convert/attention.py). */
 export const LEAN_SCORE_BUFFER_BYTES = 128 * 2 ** 20;
 
 /**

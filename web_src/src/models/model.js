@@ -40,7 +40,8 @@ export class Model {
      * (the sizes input images are encoded at) the VAE encoder is chosen too, and each size checked to fit it.
      * @param {import('./model_source.js').PrepareParams} params
      * @param {{signal?: AbortSignal, onProgress?: (p: import('../shared/types.js').DownloadProgress) => void}} options
-     * @returns {Promise<{notes: string[], downloadedBytes: number}>}
+     * @returns {Promise<{notes: string[], downloadedBytes: number,
+     *   pipeline: import('../shared/model_repo.js').PipelineDefaults}>}  `pipeline`: the model's kind and defaults.
      */
     async prepare(params, { signal, onProgress }) {
         this.sessions.readsAhead.clear();
@@ -57,7 +58,7 @@ export class Model {
         this.source.keepDerived(plan.tokenizerIdentity);
         const { downloadedBytes, fetched } = await this.source.download(plan, { signal, onProgress });
         await this.forgetReplaced(new Set(fetched), plan.tokenizerIdentity);
-        return { notes: plan.notes, downloadedBytes };
+        return { notes: plan.notes, downloadedBytes, pipeline: plan.manifest.pipeline };
     }
 
     /**

@@ -10,6 +10,7 @@
 import { MEMORY_MODES, PRECISIONS } from '../protocol.js';
 import { InputError } from '../shared/errors.js';
 import { LIMITS } from '../shared/limits.js';
+import { guidanceScaleProblem, negativePromptProblem } from './guidance.js';
 import { checkImageParams } from './input_images.js';
 import { vaeTileProblem } from './vae_tiles.js';
 
@@ -32,6 +33,14 @@ export function checkInputs(params) {
     // diffusers accepts an empty prompt (it encodes the chat template alone), so we do too.
     if (typeof prompt !== 'string') {
         throw new InputError(`\`prompt\` must be a string, got ${JSON.stringify(prompt)}.`, { prompt });
+    }
+    // Refused here, before any work, not when the PNG is written (builder/pipeline/limits.py check_prompt: twin).
+    if (prompt.includes('\0')) {
+        throw new InputError(
+            `The prompt contains a NUL character (\\0, character ${prompt.indexOf('\0')}): a saved image keeps its ` +
+                'prompt as text, which cannot hold one; remove it.',
+            { prompt },
+        );
     }
     for (const [name, value] of /** @type {[string, any][]} */ ([
         ['width', width],
@@ -88,6 +97,13 @@ export function checkInputs(params) {
     }
     const tileProblem = vaeTile === undefined ? null : vaeTileProblem(vaeTile);
     if (tileProblem) throw new InputError(tileProblem, { vaeTile });
+    // Checked for every model; whether they apply is the model's to say, once its manifest is read (stage 2).
+    const { guidanceScale, negativePrompt } = params;
+    const given = (/** @type {unknown} */ value) => value !== undefined && value !== null;
+    const guidanceProblem = given(guidanceScale) ? guidanceScaleProblem(guidanceScale) : null;
+    if (guidanceProblem) throw new InputError(guidanceProblem, { guidanceScale });
+    const negativeProblem = given(negativePrompt) ? negativePromptProblem(negativePrompt) : null;
+    if (negativeProblem) throw new InputError(negativeProblem, { negativePrompt });
     /** @type {GenerateParams} */
     const checked = { prompt, seed, steps, width, height, modelBase };
     if (precision) checked.precision = precision;
@@ -95,6 +111,8 @@ export function checkInputs(params) {
     if (memory !== undefined) checked.memory = memory;
     if (preview) checked.preview = true;
     if (vaeTile !== undefined) checked.vaeTile = vaeTile;
+    if (given(guidanceScale)) checked.guidanceScale = /** @type {number} */ (guidanceScale);
+    if (given(negativePrompt)) checked.negativePrompt = /** @type {string} */ (negativePrompt);
     // The image files stay out of the checked parameters (the result would carry them back); `inputs` names them.
     const images = checkImageParams(params);
     if (images.mode === 'inpaint') checked.strength = /** @type {number} */ (images.strength);

@@ -6,6 +6,7 @@
  */
 
 import { requireOutput } from '../shared/model_repo.js';
+import { guided } from './guidance.js';
 import { assertFinite } from './image.js';
 import { LATENT_CHANNELS, blendMask, eulerStep, scaleNoise } from './latents.js';
 import { transformerPin } from './session_pins.js';
@@ -20,8 +21,15 @@ import { transformerPin } from './session_pins.js';
 /** @typedef {import('./stage_clock.js').GenerateEvent} GenerateEvent */
 
 /**
- * Stage 7: one transformer call per step (klein is guidance-distilled: no CFG) on the noise tokens followed by
- * the input images' tokens; the prediction for the noise tokens takes a float32 Euler step,
+ * @typedef {Object} StepGuidance  A base model's classifier-free guidance (pipeline/guidance.js), as stage 7 runs it.
+ * @property {number} scale
+ * @property {PromptEmbedding} negative  The negative prompt's embedding (as long as the prompt's: both 512 tokens).
+ */
+
+/**
+ * Stage 7: one transformer call per step on the noise tokens followed by the input images' tokens (with
+ * `guidance`, a second on the negative prompt's embedding, the two predictions combined by guidance.js guided());
+ * the prediction for the noise tokens takes a float32 Euler step,
  * x += (sigma_next - sigma) * v, as FlowMatchEulerDiscreteScheduler.step. Inpainting runs the steps from
  * `start` on and, after each, puts the image (re-noised to the next sigma, clean after the last step) back where
  * the mask keeps it. Cancellable between steps. With `preview`, each step's event carries what the image is
@@ -34,10 +42,11 @@ import { transformerPin } from './session_pins.js';
  * @param {number} imageSeqLen  The transformer's image tokens: the noise's, then the input images' (generate()
  *   works it out once, for the session's pin in stage 2 and for every step here).
  * @param {StepPreview | null} preview
- * @param {RunContext & {onEvent: (event: GenerateEvent) => void, duringFirstStep?: () => Promise<void>}} context
- *   `duringFirstStep`: work done while the GPU computes the first step (creating the VAE decoder's session).
- * @returns {Promise<{denoised: Float32Array, stepMs: number[]}>} The denoised tokens [1, H*W, C], and the wall
- *   time of each step (the first one records the graph capture).
+ * @param {RunContext & {onEvent: (event: GenerateEvent) => void, duringFirstStep?: () => Promise<void>,
+ *   guidance?: StepGuidance | null}} context  `duringFirstStep`: work done while the GPU computes the first step
+ *   (creating the VAE decoder's session); `guidance`: a base model's, null or absent for one call a step.
+ * @returns {Promise<{denoised: Float32Array, stepMs: number[], transformerCalls: number}>} The denoised tokens
+ *   [1, H*W, C], the wall time of each step (the first one records the graph capture), and the transformer's runs.
  */
 export async function denoise(
     prepared,
@@ -47,12 +56,17 @@ export async function denoise(
     inpainting,
     imageSeqLen,
     preview,
-    { model, meter, signal, onEvent, duringFirstStep },
+    { model, meter, signal, onEvent, duringFirstStep, guidance = null },
 ) {
     const { sessions } = model;
     const { imgIds, txtIds, latentHeight, latentWidth, noise } = prepared;
     const noiseTokens = latentHeight * latentWidth;
     const extraTokens = conditioning ? conditioning.ids.length / 4 : 0;
+    if (guidance && guidance.negative.dims[1] !== embedding.dims[1]) {
+        throw new Error(
+            `The negative prompt's embedding has ${guidance.negative.dims[1]} tokens, the prompt's ${embedding.dims[1]}.`,
+        );
+    }
     if (noiseTokens + extraTokens !== imageSeqLen) {
         throw new Error(
             `The input images gave ${extraTokens} tokens where stage 1 counted ${imageSeqLen - noiseTokens}.`,
@@ -76,29 +90,52 @@ export async function denoise(
     const loopStart = performance.now();
     /** @type {(() => void) | null} A finished step's event, sent (with its preview) while the GPU runs the next. */
     let announce = null;
-    for (let i = start; i < total; i++) {
-        signal.throwIfAborted();
-        const stepStart = performance.now();
+    let transformerCalls = 0;
+    /**
+     * One transformer run of step i on `text`'s embedding: resolves once queued, with its prediction for the noise
+     * tokens on the way to the CPU (`prediction`).
+     * @param {number} i
+     * @param {PromptEmbedding} text
+     * @param {string} what
+     * @returns {Promise<{prediction: Promise<Float32Array>}>}
+     */
+    const predict = async (i, text, what) => {
+        transformerCalls++;
         const { outputs } = await sessions.submit(
             transformer,
             {
                 hidden_states: { data: hiddenStates, dims: [1, imageSeqLen, LATENT_CHANNELS] },
-                encoder_hidden_states: { data: embedding.data, dims: embedding.dims },
+                encoder_hidden_states: { data: text.data, dims: text.dims },
                 // float32(t / 1000), which is not always sigma itself (see schedule.js).
                 timestep: { data: Float32Array.of(schedule.modelTimesteps[i]), dims: [1] },
                 img_ids: { data: ids, dims: [imageSeqLen, 4] },
                 txt_ids: { data: txtIds, dims: [textSeqLen, 4] },
             },
-            { meter, what: `Denoising step ${i - start + 1}` },
+            { meter, what },
         );
+        // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
+        const prediction = outputs.then((o) =>
+            requireOutput(o, 'noise_pred', 'transformer').data.subarray(0, latents.length),
+        );
+        return { prediction };
+    };
+    for (let i = start; i < total; i++) {
+        signal.throwIfAborted();
+        const stepStart = performance.now();
+        const what = `Denoising step ${i - start + 1}`;
+        const { prediction } = await predict(i, embedding, what);
         // The previous step's preview is drawn on the CPU while the GPU runs this step, off the steps' critical path
         // (the latents it reads change only after this step's output arrives).
         announce?.();
         // While the GPU computes the first step: work that is not a step (its time is not the step's).
         const asideMs = i === start && duringFirstStep ? await timed(duringFirstStep) : 0;
-        const noisePred = requireOutput(await outputs, 'noise_pred', 'transformer'); // [1, imageSeqLen, C]
-        // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
-        const velocity = noisePred.data.subarray(0, latents.length);
+        let velocity = await prediction;
+        if (guidance) {
+            // Queued only once the first prediction is on the CPU: a captured session writes every run's output into
+            // the same GPU buffer, which the second run would overwrite before the first one's download.
+            const negative = await (await predict(i, guidance.negative, `${what}, negative prompt`)).prediction;
+            velocity = guided(velocity, negative, guidance.scale);
+        }
         eulerStep(latents, velocity, schedule.sigmas[i], schedule.sigmas[i + 1]);
         if (inpainting) {
             const proper =
@@ -125,7 +162,7 @@ export async function denoise(
     }
     announce?.();
     assertFinite(latents, 'denoised latents');
-    return { denoised: latents.slice(), stepMs };
+    return { denoised: latents.slice(), stepMs, transformerCalls };
 }
 
 /**

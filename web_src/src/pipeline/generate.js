@@ -6,7 +6,7 @@
  * the same names; each stage is one call to the module named after it, timed under the key in brackets:
  *   1. Check inputs (check)              check_inputs.js, encode_images.js checkInputImages
  *   2. Load models (download, load)      load_models.js
- *   3. Encode prompt (encode)            encode_prompt.js
+ *   3. Encode prompt (encode)            encode_prompt.js (a base model's guidance: guidance.js)
  *   4. Encode images (images)            encode_images.js
  *   5. Prepare latents (latents)         prepare_latents.js
  *   6. Prepare timesteps (timesteps)     prepare_latents.js
@@ -65,16 +65,24 @@ export async function generate(params, { model, signal, onEvent }) {
     sessions.profiling = checked.profile === true;
 
     // 2. Load models (and start stage 3 as soon as the text encoder exists)
-    const { notes, cached, encoding, imagesCached, previewMap, tiles } = await loadModels(checked, imageSeqLen, plan, {
-        ...context,
-        clock,
-        onEvent,
-    });
-
-    // 3. Encode prompt
-    const embedding = await clock.time('encode', cached ? 'cached' : undefined, () =>
-        encodePrompt(prompt, { cached, encoding }, context),
+    const { notes, cached, encoding, guidance, negative, imagesCached, previewMap, tiles } = await loadModels(
+        checked,
+        imageSeqLen,
+        plan,
+        { ...context, clock, onEvent },
     );
+
+    // 3. Encode prompt (and a base model's negative prompt, the same way)
+    const allCached = Boolean(cached) && (!negative || Boolean(negative.cached));
+    const encodeDetail = guidance
+        ? `prompt and negative prompt${allCached ? ', cached' : ''}`
+        : allCached
+          ? 'cached'
+          : undefined;
+    const { embedding, negativeEmbedding } = await clock.time('encode', encodeDetail, async () => ({
+        embedding: await encodePrompt(prompt, { cached, encoding }, context),
+        negativeEmbedding: guidance && negative ? await encodePrompt(guidance.negativePrompt, negative, context) : null,
+    }));
 
     // 4. Encode images (and inpainting's mask)
     const { conditioning, mask } =
@@ -109,17 +117,21 @@ export async function generate(params, { model, signal, onEvent }) {
           })
         : null;
     const denoiseDetail =
-        `${runSteps} steps, ${noiseTokens} image tokens` + (plan.tokens ? ` + ${plan.tokens} from input images` : '');
+        `${runSteps} steps` +
+        (guidance ? `, 2 transformer calls each (guidance ${guidance.scale})` : '') +
+        `, ${noiseTokens} image tokens` +
+        (plan.tokens ? ` + ${plan.tokens} from input images` : '');
     // The VAE decoder's session is created while the GPU computes the first step, when it fits beside the others.
     const vaePin = vaeDecoderPin(tileSize(tiles));
     const duringFirstStep = async () => {
         if (sessions.fits('vae_decoder', vaePin)) await sessions.session('vae_decoder', { meter, signal, pin: vaePin });
     };
-    const { denoised, stepMs } = await clock.time('denoise', denoiseDetail, () =>
+    const { denoised, stepMs, transformerCalls } = await clock.time('denoise', denoiseDetail, () =>
         denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, preview, {
             ...context,
             onEvent,
             duringFirstStep,
+            guidance: guidance && negativeEmbedding ? { scale: guidance.scale, negative: negativeEmbedding } : null,
         }),
     );
 
@@ -142,6 +154,7 @@ export async function generate(params, { model, signal, onEvent }) {
         params: checked,
         timings,
         stepMs,
+        transformerCalls,
         prompt: { tokens: embedding.tokens, droppedTokens: embedding.droppedTokens },
         graphs,
         device: sessions.deviceGrant(),
@@ -155,6 +168,7 @@ export async function generate(params, { model, signal, onEvent }) {
             strength: plan.strength,
             steps: runSteps,
             referenceTokens: plan.tokens,
+            guidance,
         },
         timeline: [...meter.timeline].sort((a, b) => a.startMs - b.startMs),
         ...(kernels ? { kernels } : {}),

@@ -9,7 +9,7 @@
  * same with it or without it.
  *
  * The map is the repository's own (PREVIEW_MAP_FILE, fitted by `klein-web convert` to its VAE:
- * builder/repo/preview_map.py), else PUBLISHED_FLUX2 below.
+ * builder/convert/preview_map.py), else PUBLISHED_FLUX2 below.
  * @module pipeline/preview
  */
 
@@ -103,7 +103,7 @@ export function perChannelMap(factors, bias, source) {
 }
 
 /**
- * A preview map file (builder/repo/preview_map.py writes it), its shapes and numbers checked.
+ * A preview map file (builder/convert/preview_map.py writes it), its shapes and numbers checked.
  * @param {any} json
  * @returns {PreviewMap}
  */

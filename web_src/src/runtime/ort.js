@@ -5,7 +5,7 @@
  * JSEP kernels silently return zeros for fp16 graphs on adapters without shader-f16.
  *
  * Everything else talks to five functions: configureOrt, createSession, submit, run, release, plus the
- * tensor helpers float32 / int64. A session created with `staticDims` on WebGPU captures its kernels
+ * tensor helpers float32 / float16 / int64. A session created with `staticDims` on WebGPU captures its kernels
  * (see SessionOptions); `run` hides the difference. A session may take some weights as GPU buffers the app
  * uploaded (SessionOptions.weights): every run feeds them, and releasing the session destroys them.
  *
@@ -16,6 +16,7 @@
  */
 
 import * as ort from 'onnxruntime-web/webgpu';
+import { runtimeSource } from './wasm_parts.js';
 
 /** @typedef {import('onnxruntime-web').Tensor} Tensor  A tensor as onnxruntime takes it (float32() / int64()). */
 
@@ -130,20 +131,44 @@ function routeWasmPrints() {
     console.log = routed;
 }
 
+/** @type {import('./wasm_parts.js').RuntimeFiles | null} The runtime's parts, until the first session loads them. */
+let pendingRuntime = null;
+
 /**
- * Point ORT at the wasm files the build copied next to the worker script, and set the thread count.
+ * Point ORT at the runtime files the build put next to the worker script, and set the thread count.
  * Call once, before the first session.
- * @param {{wasmPaths: {mjs: string, wasm: string} | null, threads?: number}} options
- *   `wasmPaths`: absolute URLs; null keeps ORT's default (the .wasm next to the bundle, with its
- *   embedded loader), which is what an unprocessed esbuild bundle needs.
+ * @param {{runtime: import('./wasm_parts.js').RuntimeFiles | null, threads?: number}} options
+ *   `runtime`: the loader module and the `.wasm` (absolute URLs), found when the first session is created
+ *   (runtime/wasm_parts.js). null keeps ORT's default (the .wasm next to the bundle, with its embedded
+ *   loader), which is what an unprocessed esbuild bundle needs.
  */
-export function configureOrt({ wasmPaths, threads = ortThreads() }) {
+export function configureOrt({ runtime, threads = ortThreads() }) {
     routeWasmPrints();
-    if (wasmPaths) ort.env.wasm.wasmPaths = { mjs: wasmPaths.mjs, wasm: wasmPaths.wasm };
+    if (runtime) ort.env.wasm.wasmPaths = { mjs: runtime.mjs };
+    pendingRuntime = runtime;
     ort.env.wasm.numThreads = threads;
     // The worker is already off the main thread; ORT's proxy worker would only add a copy.
     ort.env.wasm.proxy = false;
     ort.env.logLevel = 'error';
+}
+
+/**
+ * Before the first session: where onnxruntime gets its `.wasm` (runtime/wasm_parts.js), which it reads when it starts
+ * (at that session). Bytes handed over are dropped from here once it has started.
+ * @param {() => Promise<import('onnxruntime-web').InferenceSession>} start
+ * @returns {Promise<import('onnxruntime-web').InferenceSession>}
+ */
+async function withRuntime(start) {
+    if (!pendingRuntime) return start();
+    const source = await runtimeSource(pendingRuntime);
+    if ('wasm' in source) ort.env.wasm.wasmPaths = { mjs: pendingRuntime.mjs, wasm: source.wasm };
+    else ort.env.wasm.wasmBinary = source.binary;
+    pendingRuntime = null;
+    try {
+        return await start();
+    } finally {
+        ort.env.wasm.wasmBinary = undefined;
+    }
 }
 
 /**
@@ -200,7 +225,7 @@ export async function createSession(
     // Outputs stay on the GPU until run() downloads them, so a run returns once its work is queued (submit).
     if (ep === 'webgpu' && GPU_IO) options.preferredOutputLocation = 'gpu-buffer';
     const create = (/** @type {import('onnxruntime-web').InferenceSession.SessionOptions} */ with_) =>
-        serialized(() => ort.InferenceSession.create(graphBytes, with_));
+        serialized(() => withRuntime(() => ort.InferenceSession.create(graphBytes, with_)));
     // The session owns the weights' buffers from here: a failed creation destroys them.
     try {
         if (capture && !profile && ep === 'webgpu' && device && staticDims && !GPU_IO) {
@@ -373,6 +398,24 @@ export async function release(session) {
  */
 export function float32(data, dims) {
     return new ort.Tensor('float32', data, dims);
+}
+
+/**
+ * @param {Uint16Array} bits  IEEE half-precision values as their bits.
+ * @param {readonly number[]} dims
+ * @returns {import('onnxruntime-web').Tensor}
+ */
+export function float16(bits, dims) {
+    return new ort.Tensor('float16', bits, dims);
+}
+
+/**
+ * @param {Uint8Array} data
+ * @param {readonly number[]} dims
+ * @returns {import('onnxruntime-web').Tensor}
+ */
+export function uint8(data, dims) {
+    return new ort.Tensor('uint8', data, dims);
 }
 
 /**

@@ -34,7 +34,7 @@ import { LIMITS } from './limits.js';
 export const TOKEN_EMBEDDING_BYTES = (151936 * 2560) / 2;
 
 /**
- * The converter's attention split (builder/repo/attention.py): every graph's largest score buffer stays within
+ * The converter's attention split (builder/convert/attention.py): every graph's largest score buffer stays within
  * BUDGET at the longest attention it is sized for, the transformer's joint attention has TEXT_TOKENS text tokens
  * beside the image's 16x16-px patches and its longest is a 1024^2 edit with four 1024^2 references or a 2048^2
  * image; the VAE's mid-block attention has one head over the 8x-downsampled grid. The most-split graph of each
@@ -50,7 +50,7 @@ const ATTENTION = Object.freeze({
 });
 
 /**
- * Query blocks the converter splits an attention of `heads` x `tokens` into (builder/repo/attention.py
+ * Query blocks the converter splits an attention of `heads` x `tokens` into (builder/convert/attention.py
  * query_blocks_for, fp32 scores).
  * @param {number} heads
  * @param {number} tokens

@@ -61,7 +61,7 @@ export function graphFamily(gpu) {
 
 /**
  * The largest score buffer of an attention of `heads` heads over `tokens` tokens, its queries split into `blocks`
- * blocks (builder/repo/attention.py): heads x ceil(tokens / blocks) x tokens values.
+ * blocks (builder/convert/attention.py): heads x ceil(tokens / blocks) x tokens values.
  * @param {number} heads
  * @param {number} tokens
  * @param {number} blocks

@@ -5,7 +5,7 @@
  * table, and a test holds the two equal.
  * - steps: klein is distilled for 4; more than 50 only costs time.
  * - sizes: the VAE downsamples 8x and latents are packed in 2x2 patches, so one latent token is 16x16
- *   pixels; the converter splits attention for sides up to 2048 (builder/repo/attention.py MAX_IMAGE_SIDE).
+ *   pixels; the converter splits attention for sides up to 2048 (builder/convert/attention.py MAX_IMAGE_SIDE).
  * - seeds: torch.Generator('cpu').manual_seed takes 32 bits, so seeds are in [0, seedMax).
  * - input images (editing, inpainting): Flux2ImageProcessor.check_image_input's minimum side and aspect ratio;
  *   larger than imageAreaMax they are resized to about that area; at most referencesMax references; files and
@@ -28,6 +28,9 @@ export const LIMITS = Object.freeze({
     imagePixelsMax: 67108864,
     /** Inpainting's share of the schedule when none is given (Flux2KleinInpaintPipeline's default). */
     strengthDefault: 0.8,
+    /** Classifier-free guidance of base models: 1 runs none (diffusers guides only above 1). */
+    guidanceMin: 1,
+    guidanceMax: 30,
 });
 
 /**

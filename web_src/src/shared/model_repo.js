@@ -20,7 +20,7 @@ export const VARIANTS = Object.freeze(['q4', 'q4f16', 'fp32', 'fp16']);
 export const TOKENIZER_FILES = Object.freeze(['tokenizer/tokenizer.json', 'tokenizer/tokenizer_config.json']);
 export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
 /**
- * The step previews' colour map, fitted to the repository's VAE by `klein-web convert` (builder/repo/preview_map.py
+ * The step previews' colour map, fitted to the repository's VAE by `klein-web convert` (builder/convert/preview_map.py
  * PREVIEW_MAP_FILE). Optional: without it the app uses the published FLUX.2 map (pipeline/preview.js).
  */
 export const PREVIEW_MAP_FILE = 'vae_decoder/preview_map.json';
@@ -64,6 +64,8 @@ export const PREVIEW_MAP_FILE = 'vae_decoder/preview_map.json';
  * @property {Record<string, FileEntry>} files
  * @property {GraphEntry[]} graphs
  * @property {LoraEntry[]} loras  LoRAs `klein-web convert --lora` merged into the transformer's weights, in order.
+ * @property {PipelineDefaults} pipeline  The model's kind and the defaults diffusers runs it with (DISTILLED when
+ *   the manifest has no `pipeline`, and for the seed layout).
  * @property {any} raw  The manifest.json object as fetched (null for the seed layout), kept for offline use.
  */
 
@@ -73,6 +75,25 @@ export const PREVIEW_MAP_FILE = 'vae_decoder/preview_map.json';
  * @property {string} sha256
  * @property {number} scale
  */
+
+/**
+ * @typedef {Object} PipelineDefaults  What kind of FLUX.2 [klein] model a repository holds, and the defaults diffusers
+ *   runs it with (builder/repo/manifest.py PipelineDefaults, manifest.json `pipeline`). Distilled models (klein-4B,
+ *   klein-9B) run one transformer call a step and ignore any guidance scale; base models run classifier-free guidance
+ *   when the scale is above 1: a second call a step, on the negative prompt's embeddings (pipeline/guidance.js).
+ * @property {boolean} isDistilled
+ * @property {number} steps  The model card's 4 for distilled models; Flux2KleinPipeline's 50 for base models.
+ * @property {number | null} guidanceScale  Text and editing (Flux2KleinPipeline); null: no guidance.
+ * @property {number | null} inpaintGuidanceScale  Inpainting (Flux2KleinInpaintPipeline); null: no guidance.
+ */
+
+/** @type {Readonly<PipelineDefaults>} A manifest without `pipeline` (the seed repository, older conversions). */
+export const DISTILLED = Object.freeze({
+    isDistilled: true,
+    steps: 4,
+    guidanceScale: null,
+    inpaintGuidanceScale: null,
+});
 
 /**
  * Repo-relative paths of a graph and its external-data files (same folder).

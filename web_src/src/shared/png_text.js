@@ -218,3 +218,25 @@ export function readTextChunks(png) {
     }
     return out;
 }
+
+/**
+ * The text keys of a base model's classifier-free guidance (builder/pipeline/imaging.py png_text writes the same keys
+ * and values): `guidance_scale` as Python writes the float (its repr: `4.0`, `7.25`) and `negative_prompt`; none
+ * without guidance (a distilled model's image has neither).
+ * @param {{scale: number, negativePrompt: string} | null | undefined} guidance
+ * @returns {Record<string, string>}
+ */
+export function guidanceText(guidance) {
+    if (!guidance) return {};
+    return { guidance_scale: pythonFloat(guidance.scale), negative_prompt: guidance.negativePrompt };
+}
+
+/**
+ * Python's `repr(float(value))` for numbers between 1e-4 and 1e16, where both languages write the shortest digits
+ * that read back the same double without an exponent; Python adds `.0` to a whole number.
+ * @param {number} value
+ * @returns {string}
+ */
+function pythonFloat(value) {
+    return Number.isInteger(value) ? value.toFixed(1) : String(value);
+}

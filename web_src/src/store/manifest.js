@@ -11,6 +11,7 @@ import { InputError, ModelFileError, NetworkError } from '../shared/errors.js';
 import {
     CHAT_TEMPLATE_FILE,
     COMPONENTS,
+    DISTILLED,
     OPTIONAL_COMPONENTS,
     TOKENIZER_FILES,
     VARIANTS,
@@ -73,7 +74,7 @@ export function seedManifest(modelBase, { chatTemplate = false } = {}) {
     const tokenizerFiles = chatTemplate ? [...TOKENIZER_FILES, CHAT_TEMPLATE_FILE] : TOKENIZER_FILES;
     for (const path of [...graphs.flatMap(graphFiles), ...tokenizerFiles])
         files[path] = { size: null, sha256: null, blocks: null };
-    return { modelBase, source: modelBase, seedLayout: true, files, graphs, loras: [], raw: null };
+    return { modelBase, source: modelBase, seedLayout: true, files, graphs, loras: [], pipeline: DISTILLED, raw: null };
 }
 
 /**
@@ -184,6 +185,41 @@ function parseBlocks(entry, sha256, where, bad) {
     return { size, sha256: digests };
 }
 
+/** The most steps a manifest's `pipeline.steps` may say (builder/repo/manifest.py `_pipeline`). */
+const PIPELINE_STEPS_MAX = 1000;
+
+/**
+ * manifest.json's optional `pipeline` (builder/repo/manifest.py `_pipeline`, the same rules): absent, the model is
+ * distilled klein (4 steps, no guidance).
+ * @param {any} value
+ * @param {(what: string) => never} bad
+ * @returns {import('../shared/model_repo.js').PipelineDefaults}
+ */
+export function parsePipeline(value, bad) {
+    if (value === undefined) return DISTILLED;
+    const keys = ['guidance_scale', 'inpaint_guidance_scale', 'is_distilled', 'steps'];
+    if (!value || typeof value !== 'object' || Array.isArray(value) || Object.keys(value).sort().join() !== keys.join())
+        bad('"pipeline" must be an object {is_distilled, steps, guidance_scale, inpaint_guidance_scale}');
+    if (typeof value.is_distilled !== 'boolean') bad('"pipeline.is_distilled" must be true or false');
+    const { steps } = value;
+    if (!Number.isSafeInteger(steps) || steps < 1 || steps > PIPELINE_STEPS_MAX)
+        bad(`"pipeline.steps" must be a positive integer, got ${JSON.stringify(steps)}`);
+    /** @param {string} key @returns {number | null} */
+    const scale = (key) => {
+        const given = value[key];
+        if (given === null) return null;
+        if (typeof given !== 'number' || !Number.isFinite(given) || given < 1)
+            bad(`"pipeline.${key}" must be a finite number of at least 1, or null, got ${JSON.stringify(given)}`);
+        return given;
+    };
+    return {
+        isDistilled: value.is_distilled,
+        steps,
+        guidanceScale: scale('guidance_scale'),
+        inpaintGuidanceScale: scale('inpaint_guidance_scale'),
+    };
+}
+
 /**
  * Validate a manifest.json object (the schema of builder/repo/manifest.py) and camel-case it.
  * @param {any} json
@@ -279,6 +315,7 @@ export function parseManifest(json, modelBase) {
         files,
         graphs,
         loras: loraEntries,
+        pipeline: parsePipeline(json.pipeline, bad),
         raw: json,
     };
 }

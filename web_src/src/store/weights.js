@@ -14,7 +14,7 @@
 
 import { ModelFileError, NetworkError, QuotaError } from '../shared/errors.js';
 import { formatBytes } from '../shared/format.js';
-import { OpfsBackend, clearAll } from './backend.js';
+import { OpfsBackend, clearAll, keyFor } from './backend.js';
 import { createSha256, hashStored } from './hashing.js';
 import { serverIdentity } from './http_answers.js';
 import { compareIdentity, fromManifest } from './identity.js';
@@ -35,6 +35,27 @@ const MANIFEST_COPY = '.manifest.json';
 /** @typedef {{path: string, size: number | null, want: FileIdentity, blocks: Blocks | null, have: number}} MissingFile
  * To download; `have`: bytes of a partial copy already stored; `blocks`: the manifest's block hashes of `want`. */
 /** @typedef {import('../shared/model_repo.js').Blocks} Blocks */
+
+/**
+ * The manifest of `modelBase` as a job reads it (WeightStore.loadManifest: fetched, else the copy an earlier visit
+ * kept), without opening its store: nothing is created or written, so the page may ask before any Generate.
+ * @param {string} modelBase
+ * @param {{signal?: AbortSignal}} [options]
+ * @returns {Promise<import('../shared/model_repo.js').Manifest>}
+ */
+export async function readManifest(modelBase, { signal } = {}) {
+    try {
+        return await fetchManifest(modelBase, { signal });
+    } catch (err) {
+        if (!(err instanceof NetworkError)) throw err;
+        const copy = await OpfsBackend.ofKey(await keyFor(modelBase)).then(
+            (backend) => backend.readText(MANIFEST_COPY),
+            () => null, // no store of this model source yet
+        );
+        if (copy === null) throw err;
+        return parseManifest(JSON.parse(copy), modelBase);
+    }
+}
 
 export class WeightStore {
     /**

@@ -14,24 +14,24 @@ import { Model } from '../models/model.js';
 import { Gpu, OPTIONAL_FEATURES, probe } from '../runtime/gpu.js';
 import { configureOrt, ortThreads } from '../runtime/ort.js';
 import { configureTokenizerWorker } from '../pipeline/tokenizer_helper.js';
+import { runtimeFiles } from '../runtime/wasm_parts.js';
 import { opfsSupport } from '../store/backend.js';
 import { featureMemory } from '../store/feature_memory.js';
 import { configureStoreWorkers } from '../store/store_workers.js';
 import { clearingStore, onStoreCleared, whileUsingStore } from '../store/store_lock.js';
-import { WeightStore } from '../store/weights.js';
+import { WeightStore, readManifest } from '../store/weights.js';
 import { serveRequests } from './requests.js';
 
 /**
- * The onnxruntime wasm files as absolute URLs. builder/site/bundle.py injects KLEIN_ORT_WASM (names
- * relative to this script's folder); a plain esbuild bundle has none and ORT finds its .wasm itself.
+ * The onnxruntime runtime files as absolute URLs. builder/site/bundle.py injects KLEIN_ORT_WASM (names relative to
+ * this script's folder, the `.wasm` in parts: builder/site/runtime_files.py); a plain esbuild bundle has none and ORT
+ * finds its .wasm itself.
  * @param {string} scriptUrl
- * @returns {{mjs: string, wasm: string} | null}
+ * @returns {import('../runtime/wasm_parts.js').RuntimeFiles | null}
  */
-function ortWasmUrls(scriptUrl) {
+function ortRuntime(scriptUrl) {
     // KLEIN_ORT_WASM is an esbuild --define (declared in build_defines.d.ts), not a runtime global.
-    const names = typeof KLEIN_ORT_WASM === 'undefined' ? null : KLEIN_ORT_WASM;
-    if (!names) return null;
-    return { mjs: new URL(names.mjs, scriptUrl).href, wasm: new URL(names.wasm, scriptUrl).href };
+    return typeof KLEIN_ORT_WASM === 'undefined' ? null : runtimeFiles(KLEIN_ORT_WASM, scriptUrl);
 }
 
 /**
@@ -88,7 +88,7 @@ function storeAndMemory(scope) {
  */
 export function startWorker(scope) {
     const threads = ortThreads();
-    configureOrt({ wasmPaths: ortWasmUrls(scope.location.href), threads });
+    configureOrt({ runtime: ortRuntime(scope.location.href), threads });
     configureStoreWorkers(storeWorkerUrl(scope.location.href));
     configureTokenizerWorker(tokenizerWorkerUrl(scope.location.href));
     const gpu = new Gpu({ memory: featureMemory, fault: injectedFault(scope.location.href) });
@@ -103,6 +103,7 @@ export function startWorker(scope) {
             onCleared: onStoreCleared,
             clear: () => WeightStore.clear(),
         },
+        modelInfo: async (modelBase) => ({ pipeline: (await readManifest(modelBase)).pipeline }),
     });
 }
 

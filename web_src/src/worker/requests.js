@@ -7,7 +7,7 @@
  *
  * Concurrency: generate, load and clearCache are *exclusive jobs* and run one at a time in arrival order.
  * A generate sent while another runs is queued, not refused, so "Cancel, then Generate" works without
- * the page having to wait for the cancelled job to wind down. probe, decode and cancel answer at once.
+ * the page having to wait for the cancelled job to wind down. probe, modelInfo, decode and cancel answer at once.
  * Cancel aborts the job's AbortController: a running job stops before the next denoising step and
  * releases its sessions (gives the GPU memory back); a queued job is answered `cancelled` immediately.
  *
@@ -46,6 +46,8 @@ import { runRecovering } from './recovery.js';
  * @property {Gpu} gpu
  * @property {() => Promise<import('../shared/types.js').Capabilities>} probe  The adapter, its limits and the storage.
  * @property {StoreAccess} store
+ * @property {(modelBase: string) => Promise<import('../protocol.js').ModelInfo>} modelInfo  The model's kind and
+ *   defaults, from its manifest (store/weights.js readManifest).
  */
 
 /**
@@ -104,7 +106,7 @@ export class JobQueue {
  * @param {import('../shared/channel.js').Port & {onmessage: ((message: MessageEvent) => void) | null}} scope
  * @param {WorkerParts} parts
  */
-export function serveRequests(scope, { model, gpu, probe, store }) {
+export function serveRequests(scope, { model, gpu, probe, store, modelInfo }) {
     const jobs = new JobQueue();
 
     /**
@@ -135,6 +137,8 @@ export function serveRequests(scope, { model, gpu, probe, store }) {
 
         // loadSessions releases each session it creates.
         load: ({ params }, reply) => pipelineJob(params, reply, loadSessions),
+
+        modelInfo: async ({ params }) => modelInfo(params?.modelBase),
 
         decode: async ({ params }, reply) => {
             const result = await decodeRequest(params);

@@ -1,0 +1,161 @@
+// @ts-check
+/**
+ * @file Flash attention: out = softmax(q·kᵀ·scale)·v for q, k, v and out laid out [heads, tokens, headDim] (one
+ * image, heads outermost), fp16 in and out where the device has shader-f16 (fp32 otherwise), fp32 accumulation,
+ * the scores never written to memory. The WGSL is in kernels/flash_attention_wgsl.js.
+ *
+ * Variants, best first: 'subgroup-matrix' (the f16 → f32 16×16×16 matrix units; needs shader-f16, subgroups and
+ * one fixed subgroup size of 16, 32 or 64), 'subgroups' (the tiled kernel, lanes summed with subgroup shuffles),
+ * 'plain' (the tiled kernel on workgroup memory alone: every adapter).
+ * @module kernels/flash_attention
+ */
+
+import { computePipeline, uniformBuffer } from './compile.js';
+import { fixedSubgroupSize, hasMatrixConfig, kernelFeatures } from './features.js';
+import { LANES_PER_ROW, matrixShader, tiledShader } from './flash_attention_wgsl.js';
+
+/** @typedef {'subgroup-matrix' | 'subgroups' | 'plain'} AttentionVariant */
+/** @typedef {'f16' | 'f32'} Dtype */
+
+export const ATTENTION_VARIANTS = /** @type {const} */ (['subgroup-matrix', 'subgroups', 'plain']);
+
+/**
+ * Variants the lab runs but a caller only gets by naming them: their outputs do not yet match numpy on a GPU
+ * (subgroup-matrix: errors of 0.16–0.3 at klein's shapes on an H100 and an H200, Chromium 156; docs/kernels.md).
+ */
+export const UNVERIFIED_VARIANTS = Object.freeze(new Set(['subgroup-matrix']));
+
+/**
+ * @typedef {Object} AttentionSpec
+ * @property {number} heads
+ * @property {number} tokens
+ * @property {number} headDim  A multiple of 16 (klein: 128).
+ * @property {Dtype} dtype  Of q, k, v and out.
+ * @property {AttentionVariant} [variant]  Default: the best verified one the device runs.
+ * @property {number} [scale]  Softmax scale; default 1/sqrt(headDim).
+ */
+
+/**
+ * @typedef {Object} AttentionBuffers  Storage buffers of heads × tokens × headDim values of the spec's dtype.
+ * @property {GPUBuffer} q
+ * @property {GPUBuffer} k
+ * @property {GPUBuffer} v
+ * @property {GPUBuffer} out
+ */
+
+/**
+ * The variants `device` runs for `dtype`, best first.
+ * @param {GPUDevice} device
+ * @param {Dtype} dtype
+ * @param {GPUAdapterInfo | null} [adapterInfo]
+ * @returns {AttentionVariant[]}
+ */
+export function attentionVariants(device, dtype, adapterInfo = null) {
+    const features = kernelFeatures(device, adapterInfo);
+    if (dtype === 'f16' && !features.f16) return [];
+    /** @type {AttentionVariant[]} */
+    const variants = [];
+    const size = fixedSubgroupSize(features);
+    if (
+        dtype === 'f16' &&
+        features.subgroups &&
+        [16, 32, 64].includes(size) &&
+        hasMatrixConfig(features, { component: 'f16', result: 'f32', M: 16, N: 16, K: 16 })
+    ) {
+        variants.push('subgroup-matrix');
+    }
+    // Lanes 4r..4r+3 must share a subgroup for the shuffles: any subgroup of at least 4 lanes.
+    if (features.subgroups && (features.subgroupMinSize === 0 || features.subgroupMinSize >= LANES_PER_ROW)) {
+        variants.push('subgroups');
+    }
+    variants.push('plain');
+    return variants;
+}
+
+/**
+ * The workgroup layout of a variant within the device's limits.
+ * @param {GPUDevice} device
+ * @param {AttentionVariant} variant
+ * @param {number} subgroupSize
+ * @returns {{rows: number, keys: number, subgroups: number}}
+ */
+function layout(device, variant, subgroupSize) {
+    const storage = device.limits.maxComputeWorkgroupStorageSize;
+    const invocations = device.limits.maxComputeInvocationsPerWorkgroup;
+    if (variant === 'subgroup-matrix') {
+        // 16 KiB of keys and values, then 3 KiB of scores and probabilities per subgroup.
+        const fits = (/** @type {number} */ n) => 16384 + n * 3072 + 16 <= storage && n * subgroupSize <= invocations;
+        const subgroups = [8, 4, 2, 1].find(fits) ?? 1;
+        return { rows: subgroups * 16, keys: 32, subgroups };
+    }
+    // The key tile is keys × headDim fp32 (16 KiB at 32 × 128); plain adds the lanes' partial sums.
+    return variant === 'subgroups' ? { rows: 32, keys: 32, subgroups: 0 } : { rows: 16, keys: 16, subgroups: 0 };
+}
+
+/**
+ * Create the kernel's pipeline once; `record` then adds one dispatch to a command encoder per call.
+ * @param {GPUDevice} device
+ * @param {AttentionSpec} spec
+ * @param {{adapterInfo?: GPUAdapterInfo | null}} [options]
+ * @returns {Promise<{variant: AttentionVariant, dtype: Dtype, flops: number,
+ *   record: (encoder: GPUCommandEncoder, buffers: AttentionBuffers) => void, destroy: () => void}>}
+ */
+export async function createFlashAttention(device, spec, { adapterInfo = null } = {}) {
+    const { heads, tokens, headDim, dtype } = spec;
+    const offered = attentionVariants(device, dtype, adapterInfo);
+    const variant = spec.variant ?? offered.find((v) => !UNVERIFIED_VARIANTS.has(v)) ?? 'plain';
+    if (!offered.includes(variant)) {
+        throw new RangeError(`flash attention: variant ${variant} (${dtype}) needs features this device lacks.`);
+    }
+    const subgroupSize = fixedSubgroupSize(kernelFeatures(device, adapterInfo));
+    const { rows, keys, subgroups } = layout(device, variant, subgroupSize);
+    const code =
+        variant === 'subgroup-matrix'
+            ? matrixShader({ headDim, subgroups, subgroupSize })
+            : tiledShader({ dtype, headDim, rows, keys, reduce: variant === 'subgroups' ? 'subgroups' : 'workgroup' });
+    const label = `flash_attention/${variant}/${dtype}`;
+    const pipeline = await computePipeline(device, label, code);
+    const scale = spec.scale ?? 1 / Math.sqrt(headDim);
+    const words = new ArrayBuffer(16);
+    new Uint32Array(words, 0, 2).set([tokens, heads]);
+    new Float32Array(words, 8, 1)[0] = scale * Math.LOG2E;
+    const params = uniformBuffer(device, `${label}/params`, words);
+    /** @type {{buffers: AttentionBuffers, group: GPUBindGroup} | null} */
+    let bound = null;
+    const groupFor = (/** @type {AttentionBuffers} */ buffers) => {
+        const same =
+            bound &&
+            bound.buffers.q === buffers.q &&
+            bound.buffers.k === buffers.k &&
+            bound.buffers.v === buffers.v &&
+            bound.buffers.out === buffers.out;
+        if (!same) {
+            const group = device.createBindGroup({
+                label,
+                layout: pipeline.getBindGroupLayout(0),
+                entries: [params, buffers.q, buffers.k, buffers.v, buffers.out].map((buffer, binding) => ({
+                    binding,
+                    resource: { buffer },
+                })),
+            });
+            bound = { buffers, group };
+        }
+        return /** @type {{group: GPUBindGroup}} */ (bound).group;
+    };
+    return {
+        variant,
+        dtype,
+        // Two matrix products of heads × tokens × tokens × headDim multiply-adds each.
+        flops: 4 * heads * tokens * tokens * headDim,
+        record(encoder, buffers) {
+            const pass = encoder.beginComputePass({ label });
+            pass.setPipeline(pipeline);
+            pass.setBindGroup(0, groupFor(buffers));
+            pass.dispatchWorkgroups(Math.ceil(tokens / rows), heads);
+            pass.end();
+        },
+        destroy() {
+            params.destroy();
+        },
+    };
+}
