@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from builder import WEB_SRC  # noqa: E402
 from builder.check.driver.chromium import find_chromium, launch_persistent  # noqa: E402
+from builder.node import ensure_node_modules  # noqa: E402
 from builder.site.bundle import build  # noqa: E402
-from builder.site.node import ensure_node_modules  # noqa: E402
 from builder.site.server import create_app, serve_in_thread  # noqa: E402
 
 # Both workers time the same span: from the request to a created session, the runtime started the site's way.

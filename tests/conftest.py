@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import json
 import os
 import shutil
 import socket
@@ -244,6 +245,31 @@ def seed_layout_q4(tiny_models: dict[str, Path]) -> Path:
     from builder.convert.weight_format import SEED
 
     return tiny_conversion(tiny_models, "seed-q4", precision="q4", weights=SEED, jobs=1)
+
+
+@pytest.fixture(scope="session")
+def base_fp32_repo(tiny_models: dict[str, Path]) -> Path:
+    """make-tiny's checkpoint as a base model (model_index.json's is_distilled false: classifier-free guidance, 50
+    steps) converted with --precision fp32, once for all the workers of a run (tests/tiny_cache.py `derived`)."""
+    from tiny_cache import derived  # tests/ is on sys.path
+
+    from builder.convert.convert import convert
+    from builder.convert.tiny import TINY_DATA_FILE_CAPS
+
+    def make(models: dict[str, Path], out: Path) -> None:
+        checkpoint = out.parent / "base-checkpoint"
+        shutil.copytree(models["diffusers"], checkpoint)
+        index_file = checkpoint / "model_index.json"
+        index = json.loads(index_file.read_text(encoding="utf-8"))
+        index["is_distilled"] = False
+        index_file.write_text(json.dumps(index, indent=2), encoding="utf-8")
+        try:
+            convert(checkpoint, out, precision="fp32", log=lambda _msg: None, max_data_file_bytes=TINY_DATA_FILE_CAPS)
+        finally:
+            shutil.rmtree(checkpoint, ignore_errors=True)
+
+    with checkout_lock("tiny-base-fp32"):
+        return derived(tiny_models, "base-fp32", make, log=lambda _msg: None)
 
 
 @pytest.fixture(scope="session")

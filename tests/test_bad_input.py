@@ -266,9 +266,9 @@ def test_a_report_of_an_absurd_shard_count_is_refused_without_listing_every_shar
         ("https://bücher.example/m/", "xn--"),
         ("https://[::1/m/", "is not a URL"),
         ("https://[nonsense]/m/", "IPv6 address"),
-        ("https://models.example/m/?token=1", "query or a fragment"),
-        ("https://models.example/m/#top", "query or a fragment"),
-        ("https://models.example/m/?", "query or a fragment"),
+        ("https://models.example/m/?token=1/", "query or a fragment"),
+        ("https://models.example/m/#top/", "query or a fragment"),
+        ("https://models.example/m/?/", "query or a fragment"),
         ("models/?v=2/", "query or a fragment"),
         ("https://models.example/m\t/", "control character"),
         ("https://models.example/m\x00/", "control character"),
@@ -342,22 +342,23 @@ def test_a_prompt_with_a_nul_is_refused_before_the_browser(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
-    ("given", "flag"),
+    ("given", "says"),
     [
-        ({"connect": "ws://[::1:/x"}, "--connect"),
-        ({"connect": "ws://gpu-box:99999/x"}, "--connect"),
-        ({"connect": "ws://gpu-box:abc/x"}, "--connect"),
-        ({"connect": "ws://gpu box/x"}, "--connect"),
-        ({"advertise": "http://[::1:8123/"}, "--advertise"),
-        ({"advertise": "http://build-box:70000/"}, "--advertise"),
-        ({"app_url": "https://[bad/?model=x"}, "--app-url"),
-        ({"app_url": "https://h.example:-1/"}, "--app-url"),
+        ({"connect": "ws://[::1:/x"}, "--connect 'ws://[::1:/x' is not a URL (Invalid IPv6 URL)"),
+        ({"connect": "ws://127.0.0.1:99999/x"}, "is not a URL (Port out of range"),
+        ({"connect": "ws://localhost:abc/x"}, "is not a URL (Port could not be cast"),
+        ({"connect": "ws://local host/x"}, "contains a space"),
+        ({"advertise": "http://[::1:8123/"}, "--advertise 'http://[::1:8123/' is not a URL"),
+        ({"advertise": "http://build-box:70000/"}, "is not a URL (Port out of range"),
+        ({"app_url": "https://[bad/?model=x"}, "--app-url 'https://[bad/?model=x' is not a URL"),
+        ({"app_url": "https://h.example:-1/"}, "is not a URL (Port could not be cast"),
     ],
 )
-def test_an_address_that_is_no_url_is_one_line(given: dict[str, str], flag: str) -> None:
-    with pytest.raises(InputError, match=flag) as raised:
+def test_an_address_that_is_no_url_is_one_line(given: dict[str, str], says: str) -> None:
+    with pytest.raises(InputError) as raised:
         where.check(RegressOptions(prompt="a fox", reference_from_cpu=True, **given))  # type: ignore[arg-type]
     print(raised.value)
+    assert says in str(raised.value)
 
 
 def test_the_command_line_refuses_a_bad_connect_in_one_line(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from builder.convert.tiny import MARKER
 from builder.errors import ConversionError
 from builder.repo import manifest as repo
 from builder.repo import verify
+from builder.repo.model_card import CARD_NAME
 
 PROMPTS = ["a red fox sitting in the snow", "x"]  # two lengths: different padding per row
 
@@ -413,7 +414,7 @@ def test_manifest_matches_repo(tiny_models: dict[str, Path], repo_name: str) -> 
     root = tiny_models[repo_name]
     manifest = repo.load(root)
     on_disk = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
-    assert on_disk == sorted([*manifest.files, repo.MANIFEST_NAME, MARKER])
+    assert on_disk == sorted([*manifest.files, repo.MANIFEST_NAME, MARKER, CARD_NAME])
     for rel, entry in manifest.files.items():
         data = (root / rel).read_bytes()
         assert entry.size == len(data) and entry.sha256 == hashlib.sha256(data).hexdigest(), rel

@@ -71,6 +71,12 @@ def test_the_check_passes_the_reference_and_fails_a_wrong_output() -> None:
     wrong[len(wrong) // 2, 5] += 0.01
     failed = check(case, page_result(case, wrong), references={})
     assert not failed.passed and "max error" in failed.message
+    # Where it is wrong: the one changed row (its output row number) and column, in the first 16-column block.
+    assert failed.wrong is not None
+    assert failed.wrong["rows"] == 1 and failed.wrong["column_blocks"] == [0]
+    assert failed.wrong["first"][0]["row"] == case.rows[len(wrong) // 2]
+    assert failed.wrong["first"][0]["column"] == 5
+    assert f"first row {case.rows[len(wrong) // 2]} column 5" in failed.message
     nan = want.copy()
     nan[0, 0] = np.nan
     assert not check(case, page_result(case, nan), references={}).passed

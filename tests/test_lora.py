@@ -10,6 +10,7 @@ kohya and BFL.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -473,13 +474,13 @@ def test_bad_loras_are_refused_with_one_line_and_nothing_written(
 
 def test_a_refused_lora_leaves_an_existing_repo_alone(tiny_models: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "repo"
-    out.mkdir()
-    (out / repo.MANIFEST_NAME).write_text("{}")
+    shutil.copytree(tiny_models["fp32"], out)
+    before = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     result = CliRunner().invoke(
         main, ["convert", str(tiny_models["diffusers"]), str(out), "--lora", str(tmp_path / "missing.safetensors:2")]
     )
-    assert result.exit_code == 1 and "no such file" in result.output
-    assert [p.name for p in out.iterdir()] == [repo.MANIFEST_NAME] and (out / repo.MANIFEST_NAME).read_text() == "{}"
+    assert result.exit_code == 1 and "no such file" in result.output, result.output
+    assert {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]
 
 

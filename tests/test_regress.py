@@ -9,6 +9,7 @@ import math
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -440,6 +441,26 @@ def test_bad_editing_cases_say_what_to_fix(tmp_path: Path, entry: dict[str, Any]
     _png(tmp_path / "m.png", 50, 40, grey=True)
     with pytest.raises(InputError, match=message):
         load_cases(_cases(tmp_path, [{"name": "c", **entry}]), defaults=DEFAULTS)
+
+
+def test_cases_carry_a_base_models_guidance_and_the_flags_fill_it_in(tmp_path: Path) -> None:
+    flags = replace(DEFAULTS, guidance_scale=2.0, negative_prompt="dark")
+    entries: list[dict[str, Any]] = [{"name": "g", "guidance_scale": 5, "negative_prompt": "blurry"}, {"name": "flags"}]
+    guided, from_flags = load_cases(_cases(tmp_path, entries), defaults=flags)
+    assert (guided.guidance_scale, guided.negative_prompt) == (5.0, "blurry")
+    assert guided.parameters()["guidance_scale"] == 5.0 and guided.parameters()["negative_prompt"] == "blurry"
+    assert (from_flags.guidance_scale, from_flags.negative_prompt) == (2.0, "dark")
+    plain = load_cases(_cases(tmp_path, [{"name": "p"}]), defaults=DEFAULTS)[0]
+    assert plain.guidance_scale is None and "guidance_scale" not in plain.parameters()
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"guidance_scale": 0.5}, r"case 1 \(c\): guidance_scale 0.5 is outside 1..30"),
+        ({"guidance_scale": "4"}, r"`guidance_scale` must be int or float, got '4'"),
+        ({"guidance_scale": True}, r"`guidance_scale` must be int or float, got True"),
+        ({"negative_prompt": 3}, r"`negative_prompt` must be str, got 3"),
+    ]
+    for entry, message in bad:
+        with pytest.raises(InputError, match=message):
+            load_cases(_cases(tmp_path, [{"name": "c", **entry}]), defaults=DEFAULTS)
 
 
 def _cases(tmp_path: Path, entries: list[dict[str, Any]]) -> Path:

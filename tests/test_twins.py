@@ -259,7 +259,7 @@ GUIDANCE_REQUESTS = [
     for negative in (None, "", "blurry")
 ]
 BAD_SCALES = [0.5, 30.5, 31, 0.999]
-BAD_PROMPTS = ["a\ud800b", "x\U0001f98a\udc80", "\udfff"]
+BAD_PROMPTS = ["a\ud800b", "x\U0001f98a\udc80", "\udfff", "\U0001f98a no\x00", "\x00\ud800"]
 PNG_GUIDANCE = [(1.5, ""), (4.0, "blurry, low quality"), (7.25, "狐"), (30, "x"), (4.1, "")]
 SEQ = 24
 

@@ -8,6 +8,7 @@ import click
 
 from builder import DEFAULT_DIST, DEFAULT_MODEL_BASE
 from builder.cli.shared import log
+from builder.site.hosts import HOSTS
 
 
 @click.command()
@@ -23,17 +24,28 @@ from builder.cli.shared import log
     help="Build with this onnxruntime-web version instead of the pinned one (installed on first use into "
     "web_src/.onnxruntime-web/), to time two versions against each other.",
 )
-def build(out_dir: Path, model_base: str, onnxruntime_web: str | None) -> None:
+@click.option(
+    "--host",
+    "host",
+    type=click.Choice(list(HOSTS)),
+    default="generic",
+    show_default=True,
+    help="The static host to deploy to: writes what it reads (headers file, vercel.json, a Space's README.md, "
+    ".nojekyll), refuses a site over its limits and prints the command that deploys it.",
+)
+def build(out_dir: Path, model_base: str, onnxruntime_web: str | None, host: str) -> None:
     """Bundle web_src/ into a static site in OUT (a no-op when nothing changed).
 
     OUT must be new, empty or a site klein-web built (its .klein-web-build marker or build record); any other
     folder is refused before anything is written.
     """
-    from builder.site import bundle
+    from builder.site import bundle, hosts
 
-    result = bundle.build(out_dir, model_base=model_base, log=log, onnxruntime_web=onnxruntime_web)
+    result = bundle.build(out_dir, model_base=model_base, log=log, onnxruntime_web=onnxruntime_web, host=host)
     state = "built" if result.changed else "up to date"
     log(f"{out_dir}: {state} in {result.seconds:.2f} s")
+    site_host = hosts.host_named(host)
+    log(f"deploy to {site_host.title}: {hosts.deploy_command(site_host, out_dir)}")
 
 
 @click.command()

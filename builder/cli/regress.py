@@ -37,6 +37,18 @@ REGRESS_DEFAULTS = RegressOptions()
     "--strength", type=float, default=None, help=f"Inpainting strength in [0, 1]  [default: {limits.STRENGTH_DEFAULT}]"
 )
 @click.option(
+    "--guidance-scale",
+    type=float,
+    default=REGRESS_DEFAULTS.guidance_scale,
+    help=f"Base models: classifier-free guidance, {limits.GUIDANCE_MIN} (none) to {limits.GUIDANCE_MAX}  "
+    "[default: the model's, from its manifest; distilled models ignore it]",
+)
+@click.option(
+    "--negative-prompt",
+    default=REGRESS_DEFAULTS.negative_prompt,
+    help="Base models: what guidance steers away from  [default: none; distilled models ignore it]",
+)
+@click.option(
     "--cases",
     "cases_file",
     type=click.Path(path_type=Path),
@@ -119,6 +131,8 @@ def regress(
     images: tuple[Path, ...],
     mask: Path | None,
     strength: float | None,
+    guidance_scale: float | None,
+    negative_prompt: str | None,
     cases_file: Path | None,
     reference_png: Path | None,
     reference_from_cpu: bool,
@@ -146,8 +160,8 @@ def regress(
     reference.png, diff.png), in any letter case; an input image or mask `reference` refuses (beyond 64
     megapixels, Pillow's bomb limit, not PNG/JPEG/WebP, truncated); a --reference PNG Pillow will not decode; a
     cases file that is not valid or nests too deeply; a prompt holding a NUL character; --shard I/N with N beyond the
-    number of cases; a --connect, --advertise or --app-url that is no URL. An edit or inpaint case without a size runs at its first
-    image's upright size (EXIF orientation applied), as `reference` and the app use it.
+    number of cases; a --connect, --advertise or --app-url that is no URL. An edit or inpaint case without a size
+    runs at its first image's upright size (EXIF orientation applied), as `reference` and the app use it.
     """
     from builder.check.regress import run as regression
 
@@ -160,6 +174,8 @@ def regress(
         images=images,
         mask=mask,
         strength=strength,
+        guidance_scale=guidance_scale,
+        negative_prompt=negative_prompt,
         steps=steps,
         cases_file=cases_file,
         reference_png=reference_png,

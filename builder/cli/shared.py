@@ -29,9 +29,9 @@ def error_line(exc: BaseException) -> str | None:
     if isinstance(exc, KleinWebError):
         return printable(str(exc))
     if isinstance(exc, OSError) and disk_problem(exc) is not None:
+        where = exc.filename2 or exc.filename or "a file"
         return printable(
-            f"Cannot write {exc.filename2 or exc.filename or 'a file'}: {disk_problem(exc)}. Free some space or raise the limit, "
-            "then run the command again."
+            f"Cannot write {where}: {disk_problem(exc)}. Free some space or raise the limit, then run the command again."
         )
     return None
 

@@ -70,6 +70,7 @@ from builder.repo.files import (
 )
 from builder.repo.manifest import MANIFEST_NAME, LoraEntry, Manifest, write
 from builder.repo.manifest import load as load_manifest
+from builder.repo.model_card import write_model_card
 from builder.repo.verify import describe_files
 
 PRECISIONS = ("q4", "q4f16", "fp32")
@@ -155,15 +156,16 @@ def convert(
             pipeline=defaults,
         )
         write(stage, manifest)
+        write_model_card(stage, manifest, src)
         replace_folder(stage, out)
     except OSError as exc:
         # A full disk or the file-size limit (the graphs, the tokenizer's copy): one line, the staging folder gone.
         shutil.rmtree(stage, ignore_errors=True)
         problem = disk_problem(exc)
         fix = "Free some space or raise the limit, then run convert again" if problem else "Fix that and run again"
+        where = exc.filename2 or exc.filename or stage
         raise ConversionError(
-            f"Cannot convert: {problem or exc.strerror or exc} ({exc.filename2 or exc.filename or stage}). {fix}; OUT {out} was left "
-            "as it was."
+            f"Cannot convert: {problem or exc.strerror or exc} ({where}). {fix}; OUT {out} was left as it was."
         ) from exc
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)

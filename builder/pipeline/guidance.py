@@ -58,4 +58,5 @@ def guided(positive: np.ndarray, negative: np.ndarray, scale: float) -> np.ndarr
     Python float scale is cast to the tensors' float32)."""
     difference = np.subtract(positive, negative, dtype=np.float32)
     scaled = np.multiply(np.float32(scale), difference, dtype=np.float32)
-    return np.add(negative, scaled, dtype=np.float32)
+    result: np.ndarray = np.add(negative, scaled, dtype=np.float32)
+    return result

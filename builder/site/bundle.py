@@ -6,7 +6,8 @@ Output layout (every path relative to the site root, so dist/ works under any su
     manifest.webmanifest       the web app manifest (name, icons, start URL): the app installs
     coi-sw.js                  the service worker from web_src/src/service_worker.js (unhashed: it must sit at the
                                root scope): the app shell offline, cross-origin isolation where headers cannot be set
-    _headers                   COOP/COEP/CORP + CSP for Netlify / Cloudflare Pages
+    _headers                   COOP/COEP/CORP + CSP for Netlify / Cloudflare Pages; `--host` writes what another host
+                               reads instead (.nojekyll, a Space's README.md, vercel.json: builder/site/hosts.py)
     assets/page-HASH.js(.map)  page bundle (UI only, never onnxruntime)
     assets/page-HASH.css(.map)
     assets/worker-HASH.js(.map)  module worker bundle (onnxruntime-web/webgpu and the pipeline)
@@ -45,7 +46,7 @@ from builder.errors import BuildError, KleinWebError
 from builder.node import NodeTools, ensure_node_modules, find_node, lock_hash
 from builder.repo import paths
 from builder.repo.owned_folder import Owner
-from builder.site import icons, runtime_files
+from builder.site import hosts, icons, runtime_files
 from builder.site.model_base import check_model_base, content_security_policy
 from builder.site.ort_versions import ORT_PACKAGE, onnxruntime_web_version, package_version, runtime_package
 
@@ -58,7 +59,7 @@ COI_REGISTER = "src/coi_register.js"
 SERVICE_WORKER_ENTRY = "src/service_worker.js"
 SERVICE_WORKER = "coi-sw.js"  # the name registered browsers know it by
 WEB_MANIFEST = "manifest.webmanifest"
-HEADERS_FILE = "_headers"
+HEADERS_FILE = hosts.HEADERS_FILE
 PAGE = "index.html"
 STYLE = "style.css"
 TEMPLATE = "index.html.j2"
@@ -99,14 +100,16 @@ def source_files(web_src: Path) -> Iterator[Path]:
                 yield Path(root) / name
 
 
-def input_stamp(web_src: Path, model_base: str, *, cache_shell: bool = True, runtime: str = "") -> str:
+def input_stamp(
+    web_src: Path, model_base: str, *, cache_shell: bool = True, runtime: str = "", host: str = "generic"
+) -> str:
     """A hash of everything that shapes the output; equal stamps mean an identical site. `runtime`: another
-    onnxruntime-web version than the pinned one (runtime_package)."""
+    onnxruntime-web version than the pinned one (runtime_package); `host`: the host the site is built for."""
     digest = hashlib.sha256()
-    for part in (__version__, model_base, lock_hash(web_src), f"cache_shell={cache_shell}", runtime):
+    for part in (__version__, model_base, lock_hash(web_src), f"cache_shell={cache_shell}", runtime, f"host={host}"):
         digest.update(part.encode() + b"\0")
     # The build code itself: a changed bundler must not be skipped as "up to date".
-    for module in (icons, runtime_files):
+    for module in (icons, runtime_files, hosts):
         digest.update(Path(str(module.__file__)).read_bytes())
     for path in (Path(__file__), Path(__file__).parents[1] / "node.py"):
         digest.update(path.read_bytes())
@@ -248,9 +251,9 @@ def web_manifest(files: dict[str, str]) -> str:
 
 def shell_files(site: Path) -> list[str]:
     """What the page needs to open and generate offline: every file of the site but the service worker itself,
-    source maps, the headers file and the build record; the page first."""
+    source maps, what hosts read (hosts.HOST_FILES) and the build record; the page first."""
     names = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
-    names -= {SERVICE_WORKER, HEADERS_FILE, BUILD_RECORD}
+    names -= {SERVICE_WORKER, BUILD_RECORD, *hosts.HOST_FILES}
     return [PAGE, *sorted(name for name in names if name != PAGE and not name.endswith(".map"))]
 
 
@@ -309,12 +312,15 @@ def render_index(web_src: Path, *, files: dict[str, str], csp: str, model_base: 
         raise BuildError(f"Rendering {web_src / TEMPLATE} failed: {exc}") from exc
 
 
+def header_rules(csp: str) -> hosts.HeaderRules:
+    """The headers the site's responses need, each host writes them its way: isolation and the CSP on every path,
+    a year's cache on the hashed assets only (Pages joins a header that two matching rules set)."""
+    return (("/", {**CROSS_ORIGIN_HEADERS, "Content-Security-Policy": csp}), ("/assets/", {"Cache-Control": IMMUTABLE}))
+
+
 def headers_file(csp: str) -> str:
-    """Netlify / Cloudflare Pages `_headers`. Cache-Control only on /assets/* (Pages joins repeated headers)."""
-    lines = ["/*"]
-    lines += [f"  {name}: {value}" for name, value in CROSS_ORIGIN_HEADERS.items()]
-    lines += [f"  Content-Security-Policy: {csp}", "", "/assets/*", f"  Cache-Control: {IMMUTABLE}", ""]
-    return "\n".join(lines)
+    """Netlify / Cloudflare Pages `_headers`."""
+    return hosts.headers_text(header_rules(csp))
 
 
 # ---------------------------------------------------------------------------------------------- install
@@ -355,17 +361,20 @@ def build(
     cache_shell: bool = True,
     log: Callable[[str], None] = lambda _message: None,
     onnxruntime_web: str | None = None,
+    host: str = "generic",
     what: str = "--out",
 ) -> BuildResult:
     """Build the site into out_dir; a no-op (nothing written) when the inputs match the last build.
 
     `cache_shell` False: the service worker keeps no shell (`serve --watch`: every reload gets the latest build).
     `onnxruntime_web`: build with that onnxruntime-web version instead of the pinned one (runtime_package).
+    `host`: write what that host reads and refuse a site over its limits (builder/site/hosts.py).
     `what`: the option that named out_dir, for messages (`--out`, `--dist`).
     """
     started = time.perf_counter()
     out_dir, web_src = Path(out_dir).resolve(), Path(web_src).resolve()
     check_model_base(model_base)
+    site_host = hosts.host_named(host)
     if out_dir.exists() and not out_dir.is_dir():
         raise BuildError(f"{what} {out_dir} is a file; pass a folder (it is created if missing).")
     if out_dir == web_src or web_src in out_dir.parents:
@@ -380,7 +389,7 @@ def build(
     package = runtime_package(onnxruntime_web, web_src=web_src, log=log)
     runtime = package if package != web_src / ORT_PACKAGE else None
     version = package_version(package) or onnxruntime_web_version(web_src)
-    stamp = input_stamp(web_src, model_base, cache_shell=cache_shell, runtime=version if runtime else "")
+    stamp = input_stamp(web_src, model_base, cache_shell=cache_shell, runtime=version if runtime else "", host=host)
     record = read_record(out_dir)
     if is_up_to_date(out_dir, stamp) and record is not None:
         recorded = record.get("files")
@@ -402,7 +411,7 @@ def build(
         log(f"bundling {web_src} -> {out_dir}")
         files, ort = bundle_assets(tools, web_src, staging / "assets", runtime=runtime)
         (staging / WEB_MANIFEST).write_text(web_manifest(files))
-        (staging / HEADERS_FILE).write_text(headers_file(csp))
+        hosts.write_host_files(staging, site_host, header_rules(csp))
 
         def index(build: str) -> str:
             return render_index(web_src, files=files, csp=csp, model_base=model_base, build=build)
@@ -426,8 +435,10 @@ def build(
             "cache_shell": cache_shell,
             "onnxruntime_web": version,
             "runtime": ort.names(runtime_files.ASSETS),
+            "host": host,
         }
         (staging / BUILD_RECORD).write_text(json.dumps(record_data, indent=2) + "\n")
+        hosts.check_limits(staging, site_host)
         previous_outputs = (record or {}).get("outputs")
         previous = [str(name) for name in previous_outputs] if isinstance(previous_outputs, list) else []
         out_dir.mkdir(exist_ok=True)

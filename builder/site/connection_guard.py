@@ -294,7 +294,7 @@ class GuardedH11Protocol(H11Protocol):
         (the response cannot be completed)."""
         try:
             # h11 counts the bytes against Content-Length, and frames them if it has to.
-            framing = self.conn.send_with_data_passthrough(h11.Data(data=FileSpan(count)))
+            framing = self.conn.send_with_data_passthrough(h11.Data(data=FileSpan(count)))  # type: ignore[arg-type]  # h11 takes only len() of it
         except h11.LocalProtocolError:
             return  # the connection was lost meanwhile: uvicorn ends the response
         for part in framing or []:

@@ -2,7 +2,7 @@
 onnxruntime-web 1.30) written in parts small enough for every static host (Cloudflare Pages refuses files over
 25 MiB: docs/deploying.md#hosts). The service worker joins the parts when it stores the app, checks the whole
 against the SHA-256 compiled into it and serves it under the name the whole `.wasm` would have (`whole`, no file on
-the host), so onnxruntime-web fetches and compiles one `.wasm` as before; without the service worker the app's worker
+the host), so onnxruntime-web fetches and compiles one `.wasm` file; without the service worker the app's worker
 joins and checks the parts itself and hands the bytes over (web_src/src/runtime/wasm_parts.js).
 
 Each part is named by the hash of its own bytes (`ort-wasm-simd-threaded.asyncify.1of2-HASH.wasm`), so a deploy

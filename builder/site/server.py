@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from email.utils import parsedate
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers, MutableHeaders
@@ -314,7 +315,12 @@ def serve_in_thread(
     # Port 0 and handing the bound socket to uvicorn: no pick-a-free-port-then-bind race.
     sock = bind_socket(host, port)
     port = int(sock.getsockname()[1])
-    config = {"log_level": log_level, "access_log": False, "lifespan": "off", "timeout_graceful_shutdown": 3}
+    config: dict[str, Any] = {
+        "log_level": log_level,
+        "access_log": False,
+        "lifespan": "off",
+        "timeout_graceful_shutdown": 3,
+    }
     server = Server(Config(app, **config)) if guard is None else GuardedServer(app, guard=guard, **config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"klein-serve-{port}", daemon=True)
     thread.start()

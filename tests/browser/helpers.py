@@ -200,6 +200,8 @@ class WorkerClient:
         memory: str | None = None,
         preview: bool = False,
         vae_tile: int | None = None,
+        guidance_scale: float | None = None,
+        negative_prompt: str | None = None,
         timeout_s: float = 300,
     ) -> Reply:
         params: dict[str, Any] = {
@@ -220,6 +222,10 @@ class WorkerClient:
             params["preview"] = True
         if vae_tile is not None:
             params["vaeTile"] = vae_tile
+        if guidance_scale is not None:
+            params["guidanceScale"] = guidance_scale
+        if negative_prompt is not None:
+            params["negativePrompt"] = negative_prompt
         return self.request("generate", params=params, timeout_s=timeout_s)
 
     def load(self, *, width: int = 64, height: int = 64, timeout_s: float = 120) -> Reply:
@@ -280,3 +286,40 @@ def new_page(context: Any) -> Any:
     )
     page.on("pageerror", lambda error: print(f"[pageerror] {error}"))
     return page
+
+
+# The result image's RGBA pixels, read back through a canvas.
+RESULT_PIXELS_JS = """() => {
+    const image = document.querySelector('#result-image');
+    const canvas = document.createElement('canvas');
+    canvas.width = image.naturalWidth;
+    canvas.height = image.naturalHeight;
+    const context = canvas.getContext('2d');
+    context.drawImage(image, 0, 0);
+    return Array.from(context.getImageData(0, 0, canvas.width, canvas.height).data);
+}"""
+
+
+def generate_through_form(page: Any, *, prompt: str, seed: int, timeout_ms: float = 600_000) -> list[int]:
+    """One 64x64, 2-step text-to-image run through the page's form, as a user starts it; the image's RGBA pixels."""
+    page.wait_for_function(
+        "() => document.querySelector('#status').textContent.startsWith('Ready')", timeout=120_000, polling=100
+    )
+    page.fill("#prompt", prompt)
+    page.fill("#seed", str(seed))
+    page.fill("#steps", "2")
+    page.select_option("#size", "custom")
+    page.fill("#width", "64")
+    page.fill("#height", "64")
+    page.click("#generate")
+    try:
+        page.wait_for_function(
+            "() => ['done', 'error'].includes(document.body.dataset.state)", timeout=timeout_ms, polling=200
+        )
+    except Exception as exc:  # Playwright's TimeoutError: say where the run stood
+        where = page.evaluate(
+            "() => [document.querySelector('#status').textContent, document.querySelector('#progress-detail').textContent]"
+        )
+        raise AssertionError(f"no image within {timeout_ms / 1000:.0f} s; the page says {where}") from exc
+    assert page.evaluate("() => document.body.dataset.state") == "done", page.inner_text("#error")
+    return list(page.evaluate(RESULT_PIXELS_JS))

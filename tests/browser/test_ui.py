@@ -196,6 +196,11 @@ def test_generation_shows_image_timings_and_tokens(generated: Generated, tiny_mo
     ):
         assert label in timings_text
     assert "Encode images" not in timings_text, "text to image has no images stage"
+    # A distilled model: one transformer call a step, counted; the form says why it has no guidance fields.
+    assert report["transformerCalls"] == 4 and report["guidance"] is None
+    assert re.search(r"transformer calls\s+4\b", timings_text), timings_text
+    assert page.get_attribute("#guidance", "data-model") == "distilled" and page.is_hidden("#guidance-scale")
+    assert "this model is distilled" in page.inner_text("#guidance-note")
     # The kernel paths: SwiftShader offers no subgroup-matrix, and the graphs' attention is never flash attention.
     assert "GPU device:" in timings_text and "matrix units off" in timings_text
     assert "no flash attention" in timings_text

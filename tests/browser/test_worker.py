@@ -109,10 +109,14 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(
 
     # A square and a non-square size, then the non-square size again with another seed: its sessions are kept,
     # and their captured kernels replay (the VAE decoder's for the first time, the transformer's from step 1).
+    # The last asks for guidance, which this distilled model ignores, as diffusers does: the same image.
     cases = [(0, 64, 64), (42, 96, 64), (7, 96, 64)]
     for i, (seed, width, height) in enumerate(cases):
-        reply = client.generate(prompt=PROMPT, seed=seed, width=width, height=height, steps=STEPS)
+        guidance: dict[str, Any] = {"guidance_scale": 4.0, "negative_prompt": "blurry"} if i == 2 else {}
+        reply = client.generate(prompt=PROMPT, seed=seed, width=width, height=height, steps=STEPS, **guidance)
         result = reply.ok()
+        assert result["transformerCalls"] == STEPS and result["inputs"]["guidance"] is None
+        assert len([note for note in result["notes"] if "ignored" in note]) == (2 if guidance else 0), result["notes"]
         # The tiny transformer's 2 heads fit these sizes unsplit; pinned to the size, it captures its kernels
         # (the steps after the first replay them), and the image still matches the reference.
         transformer = dict(result["graphs"]["transformer"])

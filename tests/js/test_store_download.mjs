@@ -190,9 +190,50 @@ test('a host that refuses a conditional request (a CORS preflight for If-Range) 
         if (init?.method === 'HEAD') return new Response(null, { status: 200 });
         return fileResponse(FILE, null, null, '"v1"', null);
     };
-    await downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin', { want: WANT });
+    const { restarted } = await downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin', { want: WANT });
     assert.deepEqual(seen, ['GET "v1"', 'HEAD -', 'GET -']);
     assert.deepEqual(backend.files.get('a.bin'), FILE);
+    assert.equal(
+        restarted,
+        'https://x/a.bin could not be resumed (the request for the rest failed: the host refused its CORS preflight), ' +
+            'so it is downloaded again from its start.',
+    );
+});
+
+test('a host that answers the request for the rest with an error status gets a plain download, said in one line', async () => {
+    for (const status of [400, 403, 405, 500]) {
+        const backend = new MemoryBackend();
+        await partialCopy(backend, 'a.bin', 400, V1);
+        serve({
+            answer: (range) =>
+                range === null ? fileResponse(FILE, null, null, '"v1"', null) : new Response('no', { status }),
+        });
+        const { restarted } = await downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin', { want: WANT });
+        assert.deepEqual(
+            requests.map((r) => [r.range, r.status]),
+            [
+                ['bytes=400-', status],
+                [null, 200],
+            ],
+        );
+        assert.deepEqual(backend.files.get('a.bin'), FILE);
+        assert.match(
+            String(restarted),
+            new RegExp(`answered HTTP ${status} to the request for the rest.*again from its start`),
+        );
+    }
+});
+
+test('a download that resumed, or never needed to, says nothing', async () => {
+    const backend = new MemoryBackend();
+    await partialCopy(backend, 'a.bin', 400, V1);
+    serve();
+    const resumed = await downloadFile(asBackend(backend), 'https://x/a.bin', 'a.bin', { want: WANT });
+    assert.deepEqual(
+        requests.map((r) => r.range),
+        ['bytes=400-'],
+    );
+    assert.equal(resumed.restarted, null);
 });
 
 test('a resume that fails while the host does not answer at all keeps the partial copy for later', async () => {

@@ -24,8 +24,8 @@ STATUS_POLL_MS = 2_000
 
 @dataclass(frozen=True, kw_only=True)
 class Form:
-    """What the form is given for one image: prompt, seed, size, steps, and the input images of editing and
-    inpainting."""
+    """What the form is given for one image: prompt, seed, size, steps, the input images of editing and inpainting,
+    and a base model's guidance."""
 
     prompt: str
     seed: int
@@ -36,6 +36,10 @@ class Form:
     images: tuple[Path, ...] = ()
     mask: Path | None = None
     strength: float | None = None  # inpainting only; None: limits.STRENGTH_DEFAULT
+    # Base models only (the page shows the fields once it knows the model's kind); None: the model's default scale,
+    # no negative prompt. A distilled model's page has no such fields and its pipeline ignores both.
+    guidance_scale: float | None = None
+    negative_prompt: str | None = None
 
     @property
     def size(self) -> str:
@@ -71,6 +75,7 @@ SET_VALUE_JS = """([selector, value]) => {
 
 def fill_form(page: Any, case: Form) -> None:
     """Type the prompt, seed, steps and size into the form and give it the input images, as a user would."""
+    fill_guidance(page, case)  # first: once the page knows the model's kind, it sets that kind's default steps
     page.fill("#prompt", case.prompt)
     if page.input_value("#prompt") != case.prompt:
         # Seen in headless Chromium on a GPU machine: fill() on the prompt of a page that has made an image
@@ -95,6 +100,29 @@ def fill_form(page: Any, case: Form) -> None:
         page.select_option("#size", "custom")
         page.fill("#width", str(case.width))
         page.fill("#height", str(case.height))
+
+
+# The model's kind as the page shows it (page/ui/guidance.js): `unknown` until the page has read the manifest,
+# then `distilled`, `base`, or `error` when it could not.
+MODEL_KIND_JS = """() => {
+    const section = document.querySelector('#guidance');
+    if (!section) return 'none';
+    return section.dataset.model === 'unknown' ? false : section.dataset.model;
+}"""
+
+
+def fill_guidance(page: Any, case: Form) -> None:
+    """Wait until the page knows the model's kind; for a base model, type the case's guidance scale (empty: the
+    model's default) and negative prompt. A distilled model's page has no such fields, and its pipeline ignores both,
+    as the CPU reference does."""
+    kind = str(page.wait_for_function(MODEL_KIND_JS, timeout=FORM_WAIT_MS).json_value())
+    wanted = case.guidance_scale is not None or case.negative_prompt is not None
+    if kind == "base":
+        page.fill("#guidance-scale", "" if case.guidance_scale is None else repr(case.guidance_scale))
+        page.fill("#negative-prompt", case.negative_prompt or "")
+    elif wanted and kind in ("none", "error"):
+        note = (page.text_content("#guidance-note") or "").strip() if kind == "error" else "it has no guidance fields"
+        raise RegressionError(f"the page cannot take the case's guidance: {note}")
 
 
 # True once the page has read what it was given (`what`: the image to inpaint shown, the mask file named, `arg`

@@ -38,6 +38,7 @@ class Checked:
     ort_message: str = ""
     ort_programs: dict[str, float] | None = None
     passes_ms: list[float] | None = None
+    wrong: dict[str, Any] | None = None  # where a failed output is wrong: see where_wrong
 
     @property
     def tflops(self) -> float | None:
@@ -59,6 +60,37 @@ def max_error(got: np.ndarray, want: np.ndarray) -> float:
     if not np.isfinite(got).all():
         return float("inf")
     return float(np.abs(got - want).max())
+
+
+def where_wrong(case: Case, got: np.ndarray, want: np.ndarray, bound: float) -> dict[str, Any]:
+    """Where the output is out of bound, cheap enough to keep for every failure: how many sampled rows are wrong, the
+    first ones (output row, its first wrong column, that value and the reference's), and which 16-wide column blocks
+    hold errors, so a tiling fault shows its pattern (one fragment's columns, one subgroup's rows) in the record."""
+    bad = ~np.isfinite(got) | (np.abs(got - want) > bound)
+    rows = np.flatnonzero(bad.any(axis=1))
+    first = []
+    for index in rows[:12]:
+        column = int(np.flatnonzero(bad[index])[0])
+        first.append(
+            {
+                "row": int(case.rows[index]),
+                "column": column,
+                "got": float(got[index, column]),
+                "want": float(want[index, column]),
+                "wrong_columns": int(bad[index].sum()),
+            }
+        )
+    blocks = sorted({int(c) // 16 for c in np.flatnonzero(bad.any(axis=0))})
+    return {"rows": len(rows), "of": len(case.rows), "column_blocks": blocks, "first": first}
+
+
+def describe(wrong: dict[str, Any]) -> str:
+    """One line of where_wrong's result for the lab's log."""
+    head = wrong["first"][0] if wrong["first"] else None
+    first = (
+        f"; first row {head['row']} column {head['column']}: {head['got']:.4g}, want {head['want']:.4g}" if head else ""
+    )
+    return f"{wrong['rows']} of {wrong['of']} rows wrong, in 16-column blocks {wrong['column_blocks']}{first}"
 
 
 def check(case: Case, result: dict[str, Any], *, references: dict[tuple[str, str], np.ndarray]) -> Checked:
@@ -87,7 +119,8 @@ def check(case: Case, result: dict[str, Any], *, references: dict[tuple[str, str
         bound = TOLERANCE[dtype] * max(1.0, float(np.abs(want).max()))
         row.passed = row.max_error <= bound
         if not row.passed:
-            row.message = f"max error {row.max_error:.3g} > {bound:.3g}"
+            row.wrong = where_wrong(case, got, want, bound)
+            row.message = f"max error {row.max_error:.3g} > {bound:.3g}: {describe(row.wrong)}"
     timing = result.get("timing") or {}
     row.ms, row.dispatches, row.passes_ms = timing.get("ms"), timing.get("dispatches"), timing.get("passes")
     if ort.get("rows"):

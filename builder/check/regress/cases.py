@@ -30,6 +30,8 @@ CASE_KEYS = frozenset(
         "images",
         "mask",
         "strength",
+        "guidance_scale",
+        "negative_prompt",
     }
 )
 CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -60,6 +62,10 @@ class RegressOptions:
     images: tuple[Path, ...] = ()  # editing: reference images; with `mask`: the image to inpaint, then references
     mask: Path | None = None  # inpainting mask (white repaints)
     strength: float | None = None  # inpainting strength; None: limits.STRENGTH_DEFAULT
+    # Base models' classifier-free guidance; None: the model's default scale and no negative prompt. Distilled models
+    # ignore both, in the app and in the reference, as diffusers does.
+    guidance_scale: float | None = None
+    negative_prompt: str | None = None
     size_given: bool = True  # False: editing / inpainting take the size from the first image
     # Where the browser runs and where it finds the app (docs/regress.md, "On another machine's browser").
     connect: str | None = None  # ws:// address of a Playwright browser server; None: launch Chromium here
@@ -95,6 +101,10 @@ class Case(Form):
             parameters.update(mode=self.mode, images=[str(path) for path in self.images])
         if self.mask is not None:
             parameters.update(mask=str(self.mask), strength=self.strength_or_default)
+        if self.guidance_scale is not None:
+            parameters.update(guidance_scale=self.guidance_scale)
+        if self.negative_prompt is not None:
+            parameters.update(negative_prompt=self.negative_prompt)
         return parameters
 
     def page_path(self) -> str:
@@ -115,6 +125,8 @@ def cases_from_options(options: RegressOptions) -> list[Case]:
         reference_png=Path(options.reference_png) if options.reference_png else None,
         reference_from_cpu=options.reference_from_cpu,
         precision=options.precision,
+        guidance_scale=options.guidance_scale,
+        negative_prompt=options.negative_prompt,
     )
     if options.cases_file is not None:
         if options.images or options.mask is not None or options.strength is not None:
@@ -140,7 +152,8 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
     JSON: `{"cases": [{...}, ...]}` or a bare list. TOML: `[[cases]]` tables. Fields: name, prompt, seed,
     size ("WxH"), steps, reference (PNG path, relative to the file), reference_from_cpu, psnr_min, precision,
     images (paths relative to the file: editing references; with `mask`, the image to inpaint first), mask,
-    strength (inpainting, default 0.8). An editing or inpainting case without `size` takes the first image's.
+    strength (inpainting, default 0.8), guidance_scale and negative_prompt (base models: the model's default scale
+    and no negative prompt when absent). An editing or inpainting case without `size` takes the first image's.
     """
     path = Path(path)
     if not path.is_file():
@@ -194,6 +207,10 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
             case = replace(case, mask=_relative(path, _typed(entry, "mask", str, where)))
         if "strength" in entry:
             case = replace(case, strength=float(_typed(entry, "strength", (int, float), where)))
+        if "guidance_scale" in entry:
+            case = replace(case, guidance_scale=float(_typed(entry, "guidance_scale", (int, float), where)))
+        if "negative_prompt" in entry:
+            case = replace(case, negative_prompt=_typed(entry, "negative_prompt", str, where))
         # A case that names its own reference replaces the flags' choice rather than combining with it.
         if "reference" in entry:
             reference = Path(_typed(entry, "reference", str, where))
@@ -312,6 +329,10 @@ def check_case(case: Case, *, where: str) -> Case:
         if case.mask is None:
             raise InputError(f"{where}: `strength` is for inpainting; give a `mask` too, or leave it out.")
         limits.check_strength(case.strength, name=f"{where}: strength")
+    if case.guidance_scale is not None:
+        limits.check_guidance(case.guidance_scale, name=f"{where}: guidance_scale")
+    if case.negative_prompt is not None:
+        limits.check_prompt(case.negative_prompt, name=f"{where}: the negative prompt")
     if not case.psnr_min > 0:
         raise InputError(f"{where}: psnr_min {case.psnr_min} must be a positive number of dB, e.g. 40.")
     if case.reference_png is not None and case.reference_from_cpu:

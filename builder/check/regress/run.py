@@ -220,6 +220,8 @@ def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -
         images=case.images,
         mask=case.mask,
         strength=case.strength_or_default,
+        guidance_scale=case.guidance_scale,
+        negative_prompt=case.negative_prompt,
     )
     return Reference(
         source="cpu", image=result.image, seconds=time.perf_counter() - started, variants=dict(result.variants)

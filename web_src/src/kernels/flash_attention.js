@@ -14,16 +14,36 @@ import { computePipeline, uniformBuffer } from './compile.js';
 import { fixedSubgroupSize, hasMatrixConfig, kernelFeatures } from './features.js';
 import { LANES_PER_ROW, matrixShader, tiledShader } from './flash_attention_wgsl.js';
 
-/** @typedef {'subgroup-matrix' | 'subgroups' | 'plain'} AttentionVariant */
+/** @typedef {'subgroup-matrix' | MatrixTrial | 'subgroups' | 'plain'} AttentionVariant */
+/** @typedef {'subgroup-matrix-pad' | 'subgroup-matrix-multiply' | 'subgroup-matrix-rowmajor' |
+ *   'subgroup-matrix-rescale' | 'subgroup-matrix-barriers' | 'subgroup-matrix-all'} MatrixTrial */
 /** @typedef {'f16' | 'f32'} Dtype */
 
-export const ATTENTION_VARIANTS = /** @type {const} */ (['subgroup-matrix', 'subgroups', 'plain']);
+/**
+ * The matrix shader in alternative forms (flash_attention_wgsl.js's MatrixForm), one suspect of the matrix variant's
+ * wrong outputs each, plus all of them together: the lab runs them side by side (docs/kernels.md).
+ * @type {Readonly<Record<MatrixTrial, import('./flash_attention_wgsl.js').MatrixForm>>}
+ */
+export const MATRIX_TRIALS = Object.freeze({
+    'subgroup-matrix-pad': { pad: true },
+    'subgroup-matrix-multiply': { multiply: true },
+    'subgroup-matrix-rowmajor': { rowMajor: true },
+    'subgroup-matrix-rescale': { alwaysRescale: true },
+    'subgroup-matrix-barriers': { barriers: true },
+    'subgroup-matrix-all': { pad: true, multiply: true, rowMajor: true, barriers: true },
+});
+const TRIALS = /** @type {MatrixTrial[]} */ (Object.keys(MATRIX_TRIALS));
+
+export const ATTENTION_VARIANTS = /** @type {const} */ (['subgroup-matrix', ...TRIALS, 'subgroups', 'plain']);
 
 /**
  * Variants the lab runs but a caller only gets by naming them: their outputs do not yet match numpy on a GPU
  * (subgroup-matrix: errors of 0.16–0.3 at klein's shapes on an H100 and an H200, Chromium 156; docs/kernels.md).
  */
-export const UNVERIFIED_VARIANTS = Object.freeze(new Set(['subgroup-matrix']));
+export const UNVERIFIED_VARIANTS = Object.freeze(new Set(['subgroup-matrix', ...TRIALS]));
+
+/** @param {AttentionVariant} variant */
+const isMatrix = (variant) => variant.startsWith('subgroup-matrix');
 
 /**
  * @typedef {Object} AttentionSpec
@@ -62,7 +82,7 @@ export function attentionVariants(device, dtype, adapterInfo = null) {
         [16, 32, 64].includes(size) &&
         hasMatrixConfig(features, { component: 'f16', result: 'f32', M: 16, N: 16, K: 16 })
     ) {
-        variants.push('subgroup-matrix');
+        variants.push('subgroup-matrix', ...TRIALS);
     }
     // Lanes 4r..4r+3 must share a subgroup for the shuffles: any subgroup of at least 4 lanes.
     if (features.subgroups && (features.subgroupMinSize === 0 || features.subgroupMinSize >= LANES_PER_ROW)) {
@@ -82,9 +102,10 @@ export function attentionVariants(device, dtype, adapterInfo = null) {
 function layout(device, variant, subgroupSize) {
     const storage = device.limits.maxComputeWorkgroupStorageSize;
     const invocations = device.limits.maxComputeInvocationsPerWorkgroup;
-    if (variant === 'subgroup-matrix') {
-        // 16 KiB of keys and values, then 3 KiB of scores and probabilities per subgroup.
-        const fits = (/** @type {number} */ n) => 16384 + n * 3072 + 16 <= storage && n * subgroupSize <= invocations;
+    if (isMatrix(variant)) {
+        // 16 KiB of keys and values, then 3 KiB of scores and probabilities per subgroup; 1 KiB for the flag and
+        // the padded forms' slack.
+        const fits = (/** @type {number} */ n) => 17408 + n * 3072 <= storage && n * subgroupSize <= invocations;
         const subgroups = [8, 4, 2, 1].find(fits) ?? 1;
         return { rows: subgroups * 16, keys: 32, subgroups };
     }
@@ -109,10 +130,9 @@ export async function createFlashAttention(device, spec, { adapterInfo = null } 
     }
     const subgroupSize = fixedSubgroupSize(kernelFeatures(device, adapterInfo));
     const { rows, keys, subgroups } = layout(device, variant, subgroupSize);
-    const code =
-        variant === 'subgroup-matrix'
-            ? matrixShader({ headDim, subgroups, subgroupSize })
-            : tiledShader({ dtype, headDim, rows, keys, reduce: variant === 'subgroups' ? 'subgroups' : 'workgroup' });
+    const code = isMatrix(variant)
+        ? matrixShader({ headDim, subgroups, subgroupSize, form: MATRIX_TRIALS[/** @type {MatrixTrial} */ (variant)] })
+        : tiledShader({ dtype, headDim, rows, keys, reduce: variant === 'subgroups' ? 'subgroups' : 'workgroup' });
     const label = `flash_attention/${variant}/${dtype}`;
     const pipeline = await computePipeline(device, label, code);
     const scale = spec.scale ?? 1 / Math.sqrt(headDim);

@@ -153,11 +153,25 @@ export const MATRIX_KEYS = 32;
 const LAZY_RESCALE_LOG2 = 8;
 
 /**
- * @param {{headDim: number, subgroups: number, subgroupSize: number}} options  `subgroups` per workgroup (16 query
- *   rows each); `subgroupSize` the adapter's fixed subgroup size (16, 32 or 64).
+ * @typedef {Object} MatrixForm  Alternative forms of the matrix shader's operations, each a suspect for its wrong
+ *   outputs on Chromium 156 (docs/kernels.md): the lab runs each as a variant of its own.
+ * @property {boolean} [pad]  One row stride of slack after every workgroup array that fragments are loaded from or
+ *   stored to, in case the bounds check of a fragment counts stride × rows rather than the last element.
+ * @property {boolean} [multiply]  Start each score fragment with subgroupMatrixMultiply (no zero accumulator).
+ * @property {boolean} [rowMajor]  No column-major loads: keys staged transposed ([headDim][keys]) and values as they
+ *   are ([keys][headDim]), both loaded row-major as right operands.
+ * @property {boolean} [alwaysRescale]  Move the running maximum whenever a block's maximum exceeds it and rescale
+ *   the output fragments on every block after the first (the rescale round trip everywhere).
+ * @property {boolean} [barriers]  An explicit workgroupBarrier after the probabilities are written and before each
+ *   fragment store into workgroup memory.
+ */
+
+/**
+ * @param {{headDim: number, subgroups: number, subgroupSize: number, form?: MatrixForm}} options  `subgroups` per
+ *   workgroup (16 query rows each); `subgroupSize` the adapter's fixed subgroup size (16, 32 or 64).
  * @returns {string}
  */
-export function matrixShader({ headDim, subgroups, subgroupSize }) {
+export function matrixShader({ headDim, subgroups, subgroupSize, form = {} }) {
     const frags = headDim / 16;
     if (!Number.isInteger(frags)) throw new RangeError(`headDim ${headDim} must be a multiple of 16`);
     const lanesPerRow = subgroupSize / 16;
@@ -174,10 +188,22 @@ export function matrixShader({ headDim, subgroups, subgroupSize }) {
             Math.log2(lanesPerRow),
             (i) => `        ${name} = ${op}(${name}, subgroupShuffleXor(${name}, ${1 << i}u));`,
         );
+    // kᵀ as the right operand: keys [keys][headDim] read column-major, or (rowMajor) [headDim][keys] read row-major.
     const kT = (/** @type {number} */ half, /** @type {number} */ kk) =>
-        `subgroupMatrixLoad<${right}, col_major>(&ks, ${half * 16 * headDim + kk * 16}u, D)`;
+        form.rowMajor
+            ? `subgroupMatrixLoad<${right}, row_major>(&ks, ${kk * 16 * keys + half * 16}u, KEYS)`
+            : `subgroupMatrixLoad<${right}, col_major>(&ks, ${half * 16 * headDim + kk * 16}u, D)`;
+    // v as the right operand: values [headDim][keys] read column-major, or (rowMajor) [keys][headDim] row-major.
+    const vB = (/** @type {number} */ f, /** @type {number} */ half) =>
+        form.rowMajor
+            ? `subgroupMatrixLoad<${right}, row_major>(&vs, ${half * 16 * headDim + f * 16}u, D)`
+            : `subgroupMatrixLoad<${right}, col_major>(&vs, ${f * 16 * keys + half * 16}u, KEYS)`;
+    const firstScore = (/** @type {number} */ half) =>
+        form.multiply
+            ? `subgroupMatrixMultiply<f32>(q0, ${kT(half, 0)})`
+            : `subgroupMatrixMultiplyAccumulate(q0, ${kT(half, 0)}, zero)`;
     const scores = (/** @type {number} */ half) =>
-        `        var s${half} = subgroupMatrixMultiplyAccumulate(q0, ${kT(half, 0)}, zero);\n` +
+        `        var s${half} = ${firstScore(half)};\n` +
         unrolled(
             frags - 1,
             (i) => `        s${half} = subgroupMatrixMultiplyAccumulate(q${i + 1}, ${kT(half, i + 1)}, s${half});`,
@@ -186,7 +212,7 @@ export function matrixShader({ headDim, subgroups, subgroupSize }) {
     const throughRegion = (/** @type {string} */ body, /** @type {boolean} */ reload) =>
         unrolled(
             frags / 2,
-            (pair) => `        subgroupMatrixStore<row_major>(&ss, region, o${2 * pair}, KEYS);
+            (pair) => `${barrier}        subgroupMatrixStore<row_major>(&ss, region, o${2 * pair}, KEYS);
         subgroupMatrixStore<row_major>(&ss, region + 16u, o${2 * pair + 1}, KEYS);
         workgroupBarrier();
         for (var c = 0u; c < COLS; c++) { let d = ${pair * 32}u + part * COLS + c; ${body} }
@@ -199,6 +225,13 @@ export function matrixShader({ headDim, subgroups, subgroupSize }) {
                 : ''
         }`,
         );
+    const barrier = form.barriers ? '        workgroupBarrier();\n' : '';
+    // Slack after each array: one row stride of its fragments (pad) or none.
+    const slack = (/** @type {number} */ stride) => (form.pad ? stride : 0);
+    const kStride = form.rowMajor ? keys : headDim;
+    const vStride = form.rowMajor ? headDim : keys;
+    const threshold = form.alwaysRescale ? '0.0' : `${LAZY_RESCALE_LOG2}.0`;
+    const moves = form.alwaysRescale ? 'block_max > m' : `block_max > m + ${threshold}`;
     return `enable f16;
 enable subgroups;
 enable chromium_experimental_subgroup_matrix;
@@ -220,10 +253,10 @@ struct Params { tokens: u32, heads: u32, scale_log2: f32, pad: u32 }
 @group(0) @binding(3) var<storage, read> v: array<vec4<f16>>;
 @group(0) @binding(4) var<storage, read_write> out: array<f16>;
 
-var<workgroup> ks: array<f16, ${keys * headDim}>;
-var<workgroup> vs: array<f16, ${keys * headDim}>; // transposed: [headDim][keys]
-var<workgroup> ss: array<f32, ${subgroups * region}>;
-var<workgroup> ps: array<f16, ${subgroups * region}>;
+var<workgroup> ks: array<f16, ${keys * headDim + Math.max(slack(kStride), slack(headDim))}>;
+var<workgroup> vs: array<f16, ${keys * headDim + slack(vStride)}>;
+var<workgroup> ss: array<f32, ${subgroups * region + slack(keys)}>;
+var<workgroup> ps: array<f16, ${subgroups * region + slack(keys)}>;
 var<workgroup> rescale: u32;
 
 @compute @workgroup_size(${threads})
@@ -270,14 +303,19 @@ ${unrolled(frags, (i) => `    var o${i} = zero;`)}
                 vx = v[head_base / 4u + key * (D / 4u) + i % (D / 4u)];
             }
             let e = i * 4u;
-            ks[e] = kx.x; ks[e + 1u] = kx.y; ks[e + 2u] = kx.z; ks[e + 3u] = kx.w;
             let t = (i % (D / 4u)) * 4u * KEYS + i / (D / 4u);
-            vs[t] = vx.x; vs[t + KEYS] = vx.y; vs[t + 2u * KEYS] = vx.z; vs[t + 3u * KEYS] = vx.w;
+${
+    form.rowMajor
+        ? `            ks[t] = kx.x; ks[t + KEYS] = kx.y; ks[t + 2u * KEYS] = kx.z; ks[t + 3u * KEYS] = kx.w;
+            vs[e] = vx.x; vs[e + 1u] = vx.y; vs[e + 2u] = vx.z; vs[e + 3u] = vx.w;`
+        : `            ks[e] = kx.x; ks[e + 1u] = kx.y; ks[e + 2u] = kx.z; ks[e + 3u] = kx.w;
+            vs[t] = vx.x; vs[t + KEYS] = vx.y; vs[t + 2u * KEYS] = vx.z; vs[t + 3u * KEYS] = vx.w;`
+}
         }
         workgroupBarrier();
 ${scores(0)}
 ${scores(1)}
-        subgroupMatrixStore<row_major>(&ss, region, s0, KEYS);
+${barrier}        subgroupMatrixStore<row_major>(&ss, region, s0, KEYS);
         subgroupMatrixStore<row_major>(&ss, region + 16u, s1, KEYS);
         workgroupBarrier();
         var block_max = MASKED;
@@ -290,11 +328,11 @@ ${scores(1)}
 ${acrossLanes('max', 'block_max')}
         var m_new = m;
         var alpha = 1.0;
-        if (block_max > m + ${LAZY_RESCALE_LOG2}.0) {
+        if (${moves}) {
             m_new = block_max;
             alpha = exp2(m - m_new);
             if (kb > 0u) { rescale = 1u; }
-        }
+        }${form.alwaysRescale ? '\n        if (kb > 0u) { rescale = 1u; }' : ''}
         var sum = 0.0;
         for (var c = 0u; c < COLS; c++) {
             let p = exp2(ss[mine + c] - m_new);
@@ -302,7 +340,7 @@ ${acrossLanes('max', 'block_max')}
             sum += p;
         }
 ${acrossLanes('add', 'sum')}
-        l = l * alpha + sum;
+${barrier}        l = l * alpha + sum;
         m = m_new;
         if (workgroupUniformLoad(&rescale) != 0u) {
 ${throughRegion('ss[region + r * KEYS + part * COLS + c] *= alpha; _ = d;', true)}
@@ -311,10 +349,8 @@ ${throughRegion('ss[region + r * KEYS + part * COLS + c] *= alpha; _ = d;', true
         let p1 = subgroupMatrixLoad<${left}, row_major>(&ps, region + 16u, KEYS);
 ${unrolled(
     frags,
-    (
-        f,
-    ) => `        o${f} = subgroupMatrixMultiplyAccumulate(p0, subgroupMatrixLoad<${right}, col_major>(&vs, ${f * 16 * keys}u, KEYS), o${f});
-        o${f} = subgroupMatrixMultiplyAccumulate(p1, subgroupMatrixLoad<${right}, col_major>(&vs, ${f * 16 * keys + 16}u, KEYS), o${f});`,
+    (f) => `        o${f} = subgroupMatrixMultiplyAccumulate(p0, ${vB(f, 0)}, o${f});
+        o${f} = subgroupMatrixMultiplyAccumulate(p1, ${vB(f, 1)}, o${f});`,
 )}
     }
     let inv = 1.0 / l;

@@ -56,9 +56,9 @@ export class Model {
         // A re-converted repository (other sizes or hashes) invalidates the loaded sessions and derived objects.
         await this.sessions.keepChosen(plan.choices);
         this.source.keepDerived(plan.tokenizerIdentity);
-        const { downloadedBytes, fetched } = await this.source.download(plan, { signal, onProgress });
+        const { downloadedBytes, fetched, restarted } = await this.source.download(plan, { signal, onProgress });
         await this.forgetReplaced(new Set(fetched), plan.tokenizerIdentity);
-        return { notes: plan.notes, downloadedBytes, pipeline: plan.manifest.pipeline };
+        return { notes: [...plan.notes, ...restarted], downloadedBytes, pipeline: plan.manifest.pipeline };
     }
 
     /**

@@ -120,7 +120,8 @@ export class ModelSource {
      * the store yet.
      * @param {Plan} plan
      * @param {{signal?: AbortSignal, onProgress?: (p: import('../shared/types.js').DownloadProgress) => void}} options
-     * @returns {Promise<{downloadedBytes: number, fetched: string[]}>}  `fetched`: the repo paths downloaded.
+     * @returns {Promise<{downloadedBytes: number, fetched: string[], restarted: string[]}>}  `fetched`: the repo paths
+     *   downloaded; `restarted`: a line for each file downloaded again from its start (store/weights.js ensure).
      */
     async download({ manifest, choices }, { signal, onProgress }) {
         this.manifest = manifest;

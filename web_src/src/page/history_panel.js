@@ -81,6 +81,9 @@ export class HistoryPanel {
             steps: String(params.steps),
             width: String(params.width),
             height: String(params.height),
+            // A base model's guidance; an entry without it leaves the fields empty (the model's defaults).
+            guidance: params.guidanceScale === undefined ? '' : String(params.guidanceScale),
+            negativePrompt: params.negativePrompt ?? '',
         });
         try {
             const inputs = entry.id !== undefined && this.store ? await this.store.inputs(entry.id) : null;

@@ -104,6 +104,22 @@ function showModelSource(form, errors) {
 }
 
 /**
+ * The model's kind, asked of the worker once the model source is known: the form then shows a base model's guidance
+ * fields, or why a distilled model has none, and takes the model's default steps.
+ * @param {WorkerClient} client
+ * @param {Promise<ModelSource>} source
+ * @param {FormView} form
+ */
+function learnModel(client, source, form) {
+    source
+        .then((found) => client.modelInfo(found.base))
+        .then(
+            (info) => form.setModel(info.pipeline),
+            (err) => form.guidance.unreadable(err instanceof Error ? err.message : String(err)),
+        );
+}
+
+/**
  * Copy link: the address bar and the clipboard get a link that opens the page with these settings.
  * @param {FormView} form
  * @param {ErrorView} errors
@@ -193,6 +209,7 @@ function main() {
         advice: webgpuAdvice(browser),
     });
     readiness.start();
+    learnModel(client, source, form);
     history.open(indexedDB);
 
     const outputCard = requireElement(document, 'output', HTMLElement);

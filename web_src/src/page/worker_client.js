@@ -37,6 +37,15 @@ export class WorkerClient {
     }
 
     /**
+     * What kind of model `modelBase` holds (its manifest's `pipeline`), answered without any download.
+     * @param {string} modelBase
+     * @returns {Promise<import('../protocol.js').ModelInfo>}
+     */
+    modelInfo(modelBase) {
+        return this.#open().request('modelInfo', { params: { modelBase } });
+    }
+
+    /**
      * Runs one generation. Rejects with CancelledError after `cancel()`.
      * @param {GenerateParams} params
      * @param {{onEvent?: (event: WorkerEvent) => void}} [options]

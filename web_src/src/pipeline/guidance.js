@@ -38,16 +38,24 @@ export function guidanceScaleProblem(value, name = '`guidanceScale`') {
 }
 
 /**
- * Why `value` is not a prompt (builder/pipeline/limits.py check_prompt, the same words), or null: text that UTF-8 can
- * carry, so no lone surrogate.
+ * Why `value` is not a prompt (builder/pipeline/limits.py check_prompt, the same words), or null: text without a NUL
+ * character (the saved PNG keeps it as text, which cannot hold one) that UTF-8 can carry, so no lone surrogate.
  * @param {unknown} value
  * @param {string} [name]
  * @returns {string | null}
  */
 export function negativePromptProblem(value, name = 'the negative prompt') {
     if (typeof value !== 'string') return `${name} must be text, got ${typeof value}.`;
-    let index = 0; // in code points, as Python counts characters
-    for (const character of value) {
+    const characters = [...value]; // code points, as Python counts characters
+    const nul = characters.indexOf('\0');
+    if (nul >= 0) {
+        return (
+            `${name} contains a NUL character (\\0, character ${nul}): a saved image keeps its prompt as text, ` +
+            'which cannot hold one; remove it.'
+        );
+    }
+    let index = 0;
+    for (const character of characters) {
         const code = character.codePointAt(0) ?? 0;
         if (code >= 0xd800 && code <= 0xdfff) {
             return (

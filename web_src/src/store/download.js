@@ -15,6 +15,9 @@
  * - a file becomes complete only at a size the manifest or the server stated, and with the manifest's
  *   sha256 when it lists one: a stream that ends early or a 416 never completes a file by itself;
  * - a cut connection is resumed a few times before the error reaches the user, and what arrived is kept;
+ * - a resume the host will not serve (the CORS preflight that `Range` + `If-Range` need refused, as the Hub's storage
+ *   host has been reported to do, or an error status to the range request) starts that file over without
+ *   conditions, and the download says so in one line (`restarted`), so no host has to answer preflights;
  * - a non-2xx response or an HTML page is never written, so an error page cannot become a "model file".
  * This module decides what to ask and what to keep; store/http_answers.js reads the server's answers and
  * store/partial_copy.js writes, reads back and discards the partial copy.
@@ -51,7 +54,8 @@ const MAX_REQUESTS = 10;
  *   file (store/identity.js). `blocks`: the manifest's block hashes of that version, which check the bytes when
  *   given (with `want.sha256`). `openHasher`: where the bytes are hashed otherwise (store/store_workers.js); by
  *   default on this thread.
- * @returns {Promise<{size: number, identity: FileIdentity}>} The stored size and the identity recorded with it.
+ * @returns {Promise<Stored>} The stored size and the identity recorded with it; `restarted`: the line saying a
+ *   resume failed and the file was downloaded from its start instead (null when none did).
  */
 export async function downloadFile(
     backend,
@@ -69,7 +73,7 @@ export async function downloadFile(
     }
 }
 
-/** @typedef {{size: number, identity: FileIdentity}} Stored */
+/** @typedef {{size: number, identity: FileIdentity, restarted: string | null}} Stored */
 
 /** The bytes requested next: from byte `from`, conditional on `ifRange` (a validator of the partial copy). */
 const RESTART = Object.freeze({ from: 0, ifRange: /** @type {string | null} */ (null) });
@@ -105,6 +109,8 @@ class Download {
         this.restartedAfterMismatch = false;
         /** Cut connections so far. */
         this.cuts = 0;
+        /** @type {string | null} Why a resume failed and the file started over (the first time it did). */
+        this.restarted = null;
     }
 
     /** @returns {Promise<Stored>} */
@@ -156,8 +162,7 @@ class Download {
             // like a dropped connection. A host that still answers a plain HEAD is up, so the download starts
             // over without conditions instead of failing the same way on every retry.
             if (plan.from > 0 && (await answers(url, signal))) {
-                this.plan = RESTART;
-                return null;
+                return this.startOver('the request for the rest failed: the host refused its CORS preflight');
             }
             if (this.cuts++ < MAX_RESUMES) {
                 await sleep(signal, 500 * this.cuts);
@@ -177,6 +182,10 @@ class Download {
      */
     async receive(response) {
         if (response.status === 416 && this.plan.from > 0) return this.unsatisfiedRange(response);
+        if (!response.ok && this.plan.from > 0) {
+            await response.body?.cancel();
+            return this.startOver(`the host answered HTTP ${response.status} to the request for the rest`);
+        }
         checkAnswer(response, this.url, this.path);
         const start = bodyStart(response, this.plan.from, this.partial);
         if (start === null) {
@@ -302,7 +311,21 @@ class Download {
             lastModified: this.partial?.lastModified ?? null,
         };
         await backend.commit(path, identity);
-        return { size: bytes, identity };
+        return { size: bytes, identity, restarted: this.restarted };
+    }
+
+    /**
+     * A resume the host would not serve: the next request asks for the whole file, without conditions (its bytes
+     * replace the partial copy's only once they arrive), and the first such failure is kept as the line that says so.
+     * @param {string} why
+     * @returns {null}  Ask again.
+     */
+    startOver(why) {
+        const line = `${this.url} could not be resumed (${why}), so it is downloaded again from its start.`;
+        if (this.restarted === null) console.warn(line);
+        this.restarted ??= line;
+        this.plan = RESTART;
+        return null;
     }
 
     /**

@@ -32,7 +32,7 @@ import { readStored } from './stored_file.js';
  * @typedef {{
  *   ready: {request: {}, result: null},
  *   download: {request: {key: string, url: string, path: string, want: FileIdentity | undefined,
- *     blocks: Blocks | null}, result: {size: number, identity: FileIdentity},
+ *     blocks: Blocks | null}, result: {size: number, identity: FileIdentity, restarted: string | null},
  *     event: {type: 'progress', loaded: number, total: number | null}},
  *   cancel: {request: {target: string}, result: null},
  *   read: {request: {key: string, path: string}, result: Uint8Array},
@@ -315,7 +315,7 @@ export class StoreWorkers {
      * @param {string} path
      * @param {{want?: FileIdentity, blocks?: Blocks | null, signal?: AbortSignal,
      *   onProgress?: (loaded: number, total: number | null) => void}} [options]
-     * @returns {Promise<{size: number, identity: FileIdentity}>}
+     * @returns {Promise<{size: number, identity: FileIdentity, restarted: string | null}>}
      */
     async download(backend, url, path, { want, blocks = null, signal, onProgress } = {}) {
         const helper = await this.helper();

@@ -1,14 +1,15 @@
 // @ts-check
 /**
- * @file The settings form: prompt, seed, steps and size. Validates everything before a single message
- * goes to the worker (a bad size never starts a download), and reads/writes share links
- * (`?prompt=&seed=&steps=&size=WxH`).
+ * @file The settings form: prompt, seed, steps and size, and a base model's guidance (ui/guidance.js). Validates
+ * everything before a single message goes to the worker (a bad size never starts a download), and reads/writes share
+ * links (`?prompt=&seed=&steps=&size=WxH&guidance=&negative=`). The model's kind sets the steps' default.
  * @module page/ui/form
  */
 
 import { InputError } from '../../shared/errors.js';
 import { LIMITS } from '../../shared/limits.js';
 import { requireElement } from './dom.js';
+import { GuidanceFields, parseGuidanceScale } from './guidance.js';
 
 /** Values of the size `<select>` besides "custom". */
 export const SIZE_PRESETS = Object.freeze(['512x512', '768x768', '1024x1024']);
@@ -21,6 +22,8 @@ export const SIZE_PRESETS = Object.freeze(['512x512', '768x768', '1024x1024']);
  * @property {number} steps
  * @property {number} width
  * @property {number} height
+ * @property {number} [guidanceScale]  A base model's; absent: the model's default.
+ * @property {string} [negativePrompt]  A base model's; absent: none (`""`).
  */
 
 /**
@@ -31,6 +34,8 @@ export const SIZE_PRESETS = Object.freeze(['512x512', '768x768', '1024x1024']);
  * @property {string} [steps]
  * @property {string} [width]
  * @property {string} [height]
+ * @property {string} [guidance]  The guidance scale's text.
+ * @property {string} [negativePrompt]
  */
 
 /** @returns {number} A uniformly random integer in [0, 2^32). */
@@ -123,7 +128,12 @@ export function validateValues(raw) {
     );
     const width = parseSide('width', 'Width', raw.width);
     const height = parseSide('height', 'Height', raw.height);
-    return { prompt, seed, steps, width, height };
+    /** @type {FormValues} */
+    const values = { prompt, seed, steps, width, height };
+    const guidanceScale = parseGuidanceScale(raw.guidance);
+    if (guidanceScale !== undefined) values.guidanceScale = guidanceScale;
+    if (raw.negativePrompt) values.negativePrompt = raw.negativePrompt;
+    return values;
 }
 
 /**
@@ -144,6 +154,10 @@ export function valuesFromUrl(search) {
     if (seed !== null) values.seed = seed;
     const steps = query.get('steps');
     if (steps !== null) values.steps = steps;
+    const guidance = query.get('guidance');
+    if (guidance !== null) values.guidance = guidance;
+    const negative = query.get('negative');
+    if (negative !== null) values.negativePrompt = negative;
     const size = query.get('size');
     if (size !== null) {
         const parsed = parseSize(size);
@@ -175,6 +189,8 @@ export function shareUrl(pageHref, values) {
     url.searchParams.set('seed', String(values.seed));
     url.searchParams.set('steps', String(values.steps));
     url.searchParams.set('size', `${values.width}x${values.height}`);
+    if (values.guidanceScale !== undefined) url.searchParams.set('guidance', String(values.guidanceScale));
+    if (values.negativePrompt) url.searchParams.set('negative', values.negativePrompt);
     if (model !== null) url.searchParams.set('model', model);
     if (precision !== null) url.searchParams.set('precision', precision);
     return url.toString();
@@ -201,6 +217,10 @@ export class FormView {
         this.seed = requireElement(doc, 'seed', HTMLInputElement);
         this.seedRandom = requireElement(doc, 'seed-random', HTMLButtonElement);
         this.steps = requireElement(doc, 'steps', HTMLInputElement);
+        this.stepsHint = requireElement(doc, 'steps-hint', HTMLElement);
+        /** The steps were set by the user, a link or a history entry: the model's default leaves them alone. */
+        this.stepsChosen = false;
+        this.guidance = new GuidanceFields(doc);
         this.size = requireElement(doc, 'size', HTMLSelectElement);
         this.width = requireElement(doc, 'width', HTMLInputElement);
         this.height = requireElement(doc, 'height', HTMLInputElement);
@@ -223,6 +243,7 @@ export class FormView {
         for (const input of [this.seed, this.steps, this.width, this.height]) {
             input.addEventListener('input', () => input.removeAttribute('aria-invalid'));
         }
+        this.steps.addEventListener('input', () => (this.stepsChosen = true));
         this.#syncSize();
     }
 
@@ -252,6 +273,7 @@ export class FormView {
             steps: this.steps.value,
             width: preset ? String(preset.width) : this.width.value,
             height: preset ? String(preset.height) : this.height.value,
+            ...this.guidance.readRaw(),
         };
     }
 
@@ -281,7 +303,11 @@ export class FormView {
     write(raw) {
         if (raw.prompt !== undefined) this.prompt.value = raw.prompt;
         if (raw.seed !== undefined) this.seed.value = raw.seed;
-        if (raw.steps !== undefined) this.steps.value = raw.steps;
+        if (raw.steps !== undefined) {
+            this.steps.value = raw.steps;
+            this.stepsChosen = true;
+        }
+        this.guidance.write(raw);
         if (raw.width !== undefined && raw.height !== undefined) {
             const key = `${raw.width}x${raw.height}`;
             this.size.value = SIZE_PRESETS.includes(key) ? key : 'custom';
@@ -290,6 +316,19 @@ export class FormView {
         }
         this.clearInvalid();
         this.#syncSize();
+    }
+
+    /**
+     * The model's kind and defaults are known (the worker read its manifest): the guidance fields follow it, and so
+     * do the steps, unless chosen already.
+     * @param {import('../../shared/model_repo.js').PipelineDefaults} pipeline
+     */
+    setModel(pipeline) {
+        this.guidance.setModel(pipeline);
+        if (!this.stepsChosen) this.steps.value = String(pipeline.steps);
+        this.stepsHint.textContent = pipeline.isDistilled
+            ? `${pipeline.steps} is what klein is tuned for.`
+            : `${pipeline.steps} is this base model's default (diffusers').`;
     }
 
     clearInvalid() {

@@ -25,7 +25,8 @@ const INPUTS = 'inputs';
  * @typedef {Object} HistoryEntry
  * @property {number} [id]        Assigned by IndexedDB (increasing, so newest = largest).
  * @property {number} createdAt   Date.now()
- * @property {{prompt: string, seed: number, steps: number, width: number, height: number, modelBase: string}} params
+ * @property {{prompt: string, seed: number, steps: number, width: number, height: number, modelBase: string,
+ *   guidanceScale?: number, negativePrompt?: string}} params  A base model's run keeps its guidance too.
  * @property {string} modelLabel
  * @property {number} totalMs
  * @property {Blob} thumb

@@ -7,7 +7,7 @@
  */
 
 import { formatDuration } from '../../shared/format.js';
-import { addTextChunks } from '../../shared/png_text.js';
+import { addTextChunks, guidanceText } from '../../shared/png_text.js';
 import { cell, requireElement } from './dom.js';
 
 /** @typedef {import('../../protocol.js').GenerateResult} GenerateResult */
@@ -82,7 +82,8 @@ export function inputChunks(inputs) {
 }
 
 /**
- * The worker's RGBA -> PNG (text chunks: prompt, seed, steps, size, model, and the inputs of Edit and Inpaint)
+ * The worker's RGBA -> PNG (text chunks: prompt, seed, steps, size, model, the inputs of Edit and Inpaint, and a
+ * base model's guidance)
  * + a JPEG thumbnail. Both
  * encodings are the browser's own (`toBlob`, off the main thread), so the page never stalls.
  * @param {GenerateResult} result
@@ -119,6 +120,7 @@ export async function encodeImage(result, { modelLabel, version }) {
         'model-source': modelLabel,
         graphs: variants,
         ...inputChunks(result.inputs),
+        ...guidanceText(result.inputs?.guidance),
         Software: `klein-web ${version} (FLUX.2 [klein] 4B, ONNX Runtime Web, WebGPU)`,
     });
 
@@ -248,9 +250,18 @@ function kernelTables(kernels) {
 
 /**
  * @param {GenerateResult['inputs'] | undefined} inputs
- * @returns {string}  "Edit of 2 images · " / "Inpaint, strength 0.8 · " / '' (text to image).
+ * @returns {string}  What the caption says before the seed: the mode's inputs, then a base model's guidance.
  */
 function captionMode(inputs) {
+    const guidance = inputs?.guidance ? `Guidance ${inputs.guidance.scale} · ` : '';
+    return `${captionInputs(inputs)}${guidance}`;
+}
+
+/**
+ * @param {GenerateResult['inputs'] | undefined} inputs
+ * @returns {string}  "Edit of 2 images · " / "Inpaint, strength 0.8 · " / '' (text to image).
+ */
+function captionInputs(inputs) {
     if (!inputs || inputs.mode === 'text') return '';
     const count = inputs.images.length;
     if (inputs.mode === 'edit') return `Edit of ${count} image${count === 1 ? '' : 's'} · `;
@@ -307,6 +318,8 @@ export class ResultView {
         this.timings.dataset.json = JSON.stringify({
             timings,
             stepMs: result.stepMs,
+            transformerCalls: result.transformerCalls,
+            guidance: result.inputs?.guidance ?? null,
             graphs,
             notes: result.notes ?? [],
             prompt: result.prompt,
@@ -335,6 +348,14 @@ export class ResultView {
         total.className = 'total';
         total.append(cell('th', 'Total'), cell('td', formatDuration(timings.total), 'num'));
         body.append(total);
+        if (Number.isFinite(result.transformerCalls)) {
+            const calls = document.createElement('tr');
+            calls.className = 'sub';
+            // A base model's guidance runs the transformer twice a step: the denoising time doubles.
+            const how = result.inputs?.guidance ? ' (2 a step: classifier-free guidance)' : '';
+            calls.append(cell('th', `transformer calls${how}`), cell('td', String(result.transformerCalls), 'num'));
+            body.append(calls);
+        }
         if (Number.isFinite(timings.sessionRun)) {
             const run = document.createElement('tr');
             run.className = 'sub';
