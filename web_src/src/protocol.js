@@ -1,10 +1,11 @@
 // @ts-check
 /**
- * @file The page <-> worker protocol: message shapes only (JSDoc types) plus the version constant.
+ * @file The page <-> worker protocol: message shapes only (JSDoc types, WorkerApi pairing each request with its
+ * result and events for shared/channel.js) plus the version constant.
  * Every request carries an `id`; the worker answers each request with exactly one `result` or
  * `error` carrying the same id, after any number of `progress` / `stage` / `step` events.
  *
- * Page -> worker (Request):
+ * Page -> worker:
  *   {type: 'probe', id}                       -> result: Capabilities (shared/types.js)
  *   {type: 'generate', id, params}            -> progress* stage* step* -> result: GenerateResult
  *   {type: 'load', id, params}                -> progress* stage* -> result: LoadResult
@@ -13,7 +14,7 @@
  *   {type: 'decode', id, params: DecodeParams} -> result: DecodeResult
  *   {type: 'modelInfo', id, params: {modelBase}} -> result: ModelInfo
  *
- * Worker -> page (Event):
+ * Worker -> page:
  *   {type: 'progress', id, progress: DownloadProgress}   bytes of the model download (shared/types.js)
  *   {type: 'stage', id, stage: Stage, detail?: string}    a pipeline stage begins
  *   {type: 'step', id, step, steps, elapsedMs, etaMs, preview?}  a denoising step finished; with
@@ -259,20 +260,20 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  */
 
 /**
- * @typedef {{type: 'probe', id: string}
- *   | {type: 'generate', id: string, params: GenerateParams}
- *   | {type: 'load', id: string, params: LoadParams}
- *   | {type: 'cancel', id: string, target: string}
- *   | {type: 'clearCache', id: string}
- *   | {type: 'decode', id: string, params: DecodeParams}
- *   | {type: 'modelInfo', id: string, params: {modelBase: string}}} Request
+ * @typedef {{type: 'progress', progress: import('./shared/types.js').DownloadProgress}
+ *   | {type: 'stage', stage: Stage, detail?: string}
+ *   | {type: 'step', step: number, steps: number, elapsedMs: number, etaMs: number, preview?: PreviewFrame}}
+ *   JobEvent  What a generate or load reports before its result (the wire adds the request's id).
  */
 
 /**
- * @typedef {{type: 'progress', id: string, progress: import('./shared/types.js').DownloadProgress}
- *   | {type: 'stage', id: string, stage: Stage, detail?: string}
- *   | {type: 'step', id: string, step: number, steps: number, elapsedMs: number, etaMs: number,
- *     preview?: PreviewFrame}
- *   | {type: 'result', id: string, result: any}
- *   | {type: 'error', id: string, error: import('./shared/errors.js').SerializedError}} Event
+ * @typedef {{
+ *   probe: {request: {}, result: import('./shared/types.js').Capabilities & {protocolVersion: number}},
+ *   generate: {request: {params: GenerateParams}, result: GenerateResult, event: JobEvent},
+ *   load: {request: {params: LoadParams}, result: LoadResult, event: JobEvent},
+ *   cancel: {request: {target: string}, result: {cancelled: boolean}},
+ *   clearCache: {request: {}, result: {freedBytes: number}},
+ *   decode: {request: {params: DecodeParams}, result: DecodeResult},
+ *   modelInfo: {request: {params: {modelBase: string}}, result: ModelInfo},
+ * }} WorkerApi  Each request of the page to the worker, with its result and events (shared/channel.js).
  */
