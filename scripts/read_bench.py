@@ -7,8 +7,11 @@ given sizes in GB into OPFS, then reads them back both ways the store can (web_s
 through read-only sync access handles (what the app's workers use where the browser has them) and through the
 files' Blob reads (the fallback), once reading alone and once uploading every byte to GPU buffers the app's way
 (runtime/gpu_weights.js uploadWeights, the files cut into weights of --weight-mb), and prints GB/s for each, beside
-the upload of as many bytes without reading them (its floor). The default sizes are the q4f16 text encoder's two
-weight files. `--gpu` uses the machine's GPU (else SwiftShader).
+the upload of as many bytes without reading them (its floor) and the upload with the load's check of the stored
+files beside it (store/stored_check.js: each file's 16 MiB blocks read and hashed by a helper worker of its own, as
+the store's helpers do, the upload's buffers kept only once the check passed), and how much longer the check makes
+the upload (the warm reload's target: no more than 5 % slower). The default sizes are the q4f16 text
+encoder's two weight files. `--gpu` uses the machine's GPU (else SwiftShader).
 A benchmark, not a test.
 """
 
@@ -28,23 +31,48 @@ MIB = 1024 * 1024
 READ_WORKER = """
 import { openStoredFile } from %(stored_file)s;
 import { CHUNK_BYTES, READS_IN_FLIGHT, uploadWeights } from %(gpu_weights)s;
+import { sha256Hex } from %(block_check)s;
 
 const MIB = 1024 * 1024;
+const BLOCK = 16 * MIB;
 let dir = null;
 let handles = [];
 let device = null;
+/** Per file: {size, blocks} as a manifest lists it (store/stored_check.js Expected). */
+let expected = [];
+/** One checking helper per file, started once (the store's helpers outlive a load). */
+let checkers = [];
 
 /** Write a file of `size` bytes (a random 16 MiB block, repeated) through a sync access handle. */
 async function writeFile(name, size) {
     const handle = await dir.getFileHandle(name, { create: true });
     const access = await handle.createSyncAccessHandle();
-    const block = new Uint8Array(16 * MIB);
+    const block = new Uint8Array(BLOCK);
     for (let i = 0; i < block.length; i += 65536) crypto.getRandomValues(block.subarray(i, i + 65536));
     access.truncate(0);
     for (let at = 0; at < size; at += block.length) access.write(block.subarray(0, Math.min(block.length, size - at)), { at });
     access.flush();
     access.close();
+    // Every whole block is the same block; the last one may be shorter.
+    const whole = await sha256Hex(block);
+    const count = Math.ceil(size / BLOCK);
+    const sha256 = Array.from({ length: count }, () => whole);
+    if (size %% BLOCK) sha256[count - 1] = await sha256Hex(block.subarray(0, size %% BLOCK));
+    expected.push({ size, blocks: { size: BLOCK, sha256 } });
     return handle;
+}
+
+/** Each stored file checked by its helper, as the store checks a file it streams (settles when all passed). */
+function checkAll() {
+    return Promise.all(
+        checkers.map(
+            (checker, index) =>
+                new Promise((resolve, reject) => {
+                    checker.onmessage = ({ data }) => (data.error ? reject(new Error(data.error)) : resolve());
+                    checker.postMessage({ name: `${index}.bin`, expected: expected[index] });
+                }),
+        ),
+    );
 }
 
 /**
@@ -75,8 +103,8 @@ async function readAll(files) {
     return bytes;
 }
 
-/** Upload every byte into GPU buffers of `weightBytes` each, the app's way. */
-async function uploadAll(files, weightBytes) {
+/** Upload every byte into GPU buffers of `weightBytes` each, the app's way; with `check`, the store's check beside. */
+async function uploadAll(files, weightBytes, check) {
     const weights = [];
     files.forEach((file, index) => {
         for (let offset = 0; offset < file.size; offset += weightBytes)
@@ -90,7 +118,9 @@ async function uploadAll(files, weightBytes) {
     const readInto = async (location, offset, into) => {
         if ((await files[Number(location)].readInto(into, offset)) !== into.byteLength) throw new Error('short read');
     };
-    const buffers = await uploadWeights(device, weights, readInto);
+    const checked = check ? checkAll() : null;
+    checked?.catch(() => {});
+    const buffers = await uploadWeights(device, weights, readInto, { verified: async () => checked });
     for (const buffer of buffers.values()) buffer.destroy();
     return weights.reduce((sum, w) => sum + w.length, 0);
 }
@@ -102,7 +132,9 @@ onmessage = async ({ data }) => {
             dir = await root.getDirectoryHandle('read-bench', { create: true });
             const started = performance.now();
             handles = [];
+            expected = [];
             for (const [i, size] of data.sizes.entries()) handles.push(await writeFile(`${i}.bin`, size));
+            checkers = data.sizes.map(() => new Worker(data.checker, { type: 'module' }));
             const adapter = await navigator.gpu?.requestAdapter();
             if (!adapter) throw new Error('no WebGPU adapter');
             const { maxBufferSize, maxStorageBufferBindingSize } = adapter.limits;
@@ -114,11 +146,32 @@ onmessage = async ({ data }) => {
         const files = await openAll(data.via);
         try {
             const started = performance.now();
-            const bytes = data.upload ? await uploadAll(files, data.weightBytes) : await readAll(files);
+            const bytes = data.upload ? await uploadAll(files, data.weightBytes, data.check) : await readAll(files);
             postMessage({ bytes, seconds: (performance.now() - started) / 1000, via: files[0].via });
         } finally {
             for (const file of files) file.close();
         }
+    } catch (err) {
+        postMessage({ error: `${err?.name}: ${err?.message ?? err}` });
+    }
+};
+"""
+
+# A helper that checks one stored file against its block hashes (store/stored_check.js checkStoredFile).
+CHECK_WORKER = """
+import { checkStoredFile } from %(stored_check)s;
+import { openStoredFile } from %(stored_file)s;
+
+onmessage = async ({ data }) => {
+    try {
+        const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('read-bench');
+        const file = await openStoredFile(await dir.getFileHandle(data.name));
+        try {
+            await checkStoredFile(file, data.name, data.expected);
+        } finally {
+            file.close();
+        }
+        postMessage({});
     } catch (err) {
         postMessage({ error: `${err?.name}: ${err?.message ?? err}` });
     }
@@ -151,40 +204,57 @@ def main() -> None:
         source = READ_WORKER % {
             "stored_file": module_path("store/stored_file.js"),
             "gpu_weights": module_path("runtime/gpu_weights.js"),
+            "block_check": module_path("store/block_check.js"),
         }
-        scripts = {"/read.js": bundle(Path(tmp), "read.js", source)}
+        checker = CHECK_WORKER % {
+            "stored_check": module_path("store/stored_check.js"),
+            "stored_file": module_path("store/stored_file.js"),
+        }
+        scripts = {
+            "/read.js": bundle(Path(tmp), "read.js", source),
+            "/check.js": bundle(Path(tmp), "check.js", checker),
+        }
         context = launch_persistent(playwright, Path(tmp) / "profile", executable=find_chromium(), gpu=args.gpu)
         try:
             with server(scripts, {}) as base:
                 page = context.new_page()
                 page.goto(base + "/")
                 page.evaluate(START_JS, "/read.js")
-                setup = ask(page, {"type": "setup", "sizes": sizes})
+                setup = ask(page, {"type": "setup", "sizes": sizes, "checker": base + "/check.js"})
                 browser = context.browser.version if context.browser else "Chromium"
                 print(
                     f"{browser} headless, {setup['adapter']}; {len(sizes)} files, {total / 1e9:.2f} GB written in "
                     f"{setup['seconds']:.1f} s; best of {args.repeat}"
                 )
-                best: dict[tuple[bool, str], dict[str, Any]] = {}
+                # (upload, via, checked): read alone, read and uploaded, uploaded alone, uploaded with the check.
+                ways = [
+                    (False, "handle", False),
+                    (False, "file", False),
+                    (True, "handle", False),
+                    (True, "file", False),
+                ]
+                ways += [(True, "memory", False), (True, "handle", True)]
+                best: dict[tuple[bool, str, bool], dict[str, Any]] = {}
                 for _ in range(args.repeat):
-                    for upload in (False, True):
-                        for via in ("handle", "file", "memory") if upload else ("handle", "file"):
-                            job = {"type": "run", "via": via, "upload": upload, "weightBytes": args.weight_mb * MIB}
-                            result = ask(page, job)
-                            assert result["bytes"] == total, result
-                            key = (upload, via)
-                            if key not in best or result["seconds"] < best[key]["seconds"]:
-                                best[key] = result
-                for (upload, _via), result in sorted(best.items()):
+                    for upload, via, check in ways:
+                        job = {"type": "run", "via": via, "upload": upload, "check": check}
+                        result = ask(page, {**job, "weightBytes": args.weight_mb * MIB})
+                        assert result["bytes"] == total, result
+                        key = (upload, via, check)
+                        if key not in best or result["seconds"] < best[key]["seconds"]:
+                            best[key] = result
+                for (upload, via, check), result in [(way, best[way]) for way in ways]:
                     what = "read + upload to the GPU" if upload else "read alone"
                     how = {
                         "handle": "read-only sync access handles",
                         "file": "File (Blob) reads",
                         "memory": "no reads (the upload alone)",
-                    }[result["via"]]
+                    }[via] + (", checked beside it" if check else "")
                     print(
-                        f"  {what:24}  {how:30} {result['seconds']:6.2f} s  {total / result['seconds'] / 1e9:6.2f} GB/s"
+                        f"  {what:24}  {how:50} {result['seconds']:6.2f} s  {total / result['seconds'] / 1e9:6.2f} GB/s"
                     )
+                plain, checked = best[(True, "handle", False)]["seconds"], best[(True, "handle", True)]["seconds"]
+                print(f"  the check beside the upload (read-only handles): {100 * (checked / plain - 1):+.1f} % time")
         finally:
             context.close()
 

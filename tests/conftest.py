@@ -206,10 +206,14 @@ def node_modules() -> Path:
 
 @pytest.fixture
 def web_src_copy(tmp_path: Path, node_modules: Path) -> Path:
-    """A private copy of web_src (node_modules linked, not copied) that a test may edit freely."""
+    """A private copy of web_src that a test may edit freely: node_modules linked, not copied, and beside it the
+    manifest's schema that the app imports from the Python package (linked)."""
     copy = tmp_path / "web_src"
     shutil.copytree(REPO_ROOT / "web_src", copy, ignore=shutil.ignore_patterns("node_modules"))
     (copy / "node_modules").symlink_to(node_modules, target_is_directory=True)
+    schema = tmp_path / "builder" / "repo" / "manifest_schema.json"
+    schema.parent.mkdir(parents=True)
+    schema.symlink_to(REPO_ROOT / "builder" / "repo" / "manifest_schema.json")
     return copy
 
 

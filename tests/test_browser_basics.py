@@ -138,17 +138,13 @@ def tiny_mul_model() -> tuple[bytes, list[float]]:
 
 
 def test_built_worker_runs_onnxruntime_from_hashed_files(
-    tmp_path: Path, fresh_context: object, node_modules: Path
+    tmp_path: Path, fresh_context: object, web_src_copy: Path
 ) -> None:
-    import shutil
-
-    from builder import WEB_SRC, __version__
+    from builder import __version__
     from builder.site.bundle import build
     from builder.site.server import create_app, serve_in_thread
 
-    web_src = tmp_path / "web_src"
-    shutil.copytree(WEB_SRC, web_src, ignore=shutil.ignore_patterns("node_modules"))
-    (web_src / "node_modules").symlink_to(WEB_SRC / "node_modules", target_is_directory=True)
+    web_src = web_src_copy
     (web_src / "src/worker/main.js").write_text(ORT_PROBE_WORKER)
     dist = tmp_path / "dist"
     build(dist, web_src=web_src)

@@ -1,4 +1,5 @@
-"""The pure JS pipeline modules (web_src/src/pipeline, shared/png_text) against torch, diffusers and transformers.
+"""The app's JavaScript under node: its pure modules (web_src/src/pipeline, models, shared) against torch, diffusers and
+transformers, and its stages, worker and page runner on fakes of the parts they are handed (tests/js/fake_model.mjs).
 
 Each tests/js/test_*.mjs file runs under `node --test`, as one pytest test per file. They read the committed
 goldens in tests/golden (made by tests/golden/make_golden.py; tests/test_golden.py holds them equal to what the

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from builder import REPO_ROOT
-from builder.check.kernel_lab import attention, kernels, linear, prng
+from builder.check.kernel_lab import adaln, attention, kernels, linear, prng, qk_norm_rope
 from builder.check.kernel_lab.cases import Case, Tensor
 from builder.check.kernel_lab.check import check
 from builder.node import find_node
@@ -123,7 +123,12 @@ def run_lab(cases: list[Case], site_dir: Path, chromium_path: Path) -> list:  # 
 
 # The variants SwiftShader runs (subgroups of 4, packed int8 dot products, neither shader-f16 nor subgroup matrices),
 # and how far onnxruntime's equivalent may be from float64 (its q4 linear quantises activations to int8 per block).
-SOFTWARE_VARIANTS = {attention.NAME: {"subgroups", "plain"}, linear.NAME: {"int8-dp4a", "tiled"}}
+SOFTWARE_VARIANTS = {
+    attention.NAME: {"subgroups", "plain"},
+    linear.NAME: {"int8-dp4a", "tiled", "simple"},
+    adaln.NAME: {"plain"},
+    qk_norm_rope.NAME: {"plain"},
+}
 ORT_ERROR = {attention.NAME: 1e-4, linear.NAME: 2e-2}
 
 

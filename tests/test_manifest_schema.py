@@ -1,179 +1,76 @@
-"""manifest.json fuzzing: every malformed manifest is one ModelRepoError naming the field, from the loader, from
-`serve --models` start-up (a clean message, no traceback) and from `regress` (exit 2, could not run)."""
+"""manifest.json against its schema (builder/repo/manifest_schema.json), here and in the app.
+
+Every case of tests/manifest_corpus.json is judged by the loader (one ModelRepoError naming the field), by `serve
+--models` start-up (a clean message, no traceback) and by `regress` (exit 2, could not run); tests/js/
+test_store_manifest.mjs runs the same corpus through the app's loader. Then both loaders judge the corpus and random
+mutations of it side by side (tests/js/manifest_corpus.mjs): the same verdict, the same sentence, the same
+manifest read.
+"""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
-from collections.abc import Callable
+import random
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from builder import REPO_ROOT
 from builder.cli import main
 from builder.errors import ModelRepoError
-from builder.repo import manifest, seed_layout
+from builder.node import find_node
+from builder.repo import manifest
 
+CORPUS: dict[str, Any] = json.loads((REPO_ROOT / "tests" / "manifest_corpus.json").read_text(encoding="utf-8"))
+VERDICTS_SCRIPT = REPO_ROOT / "tests" / "js" / "manifest_corpus.mjs"
 SHA = "ab" * 32
 
 
-def valid() -> dict[str, Any]:
-    """A well-formed manifest of the seed layout (the files themselves need not exist for the schema check)."""
-    graphs = seed_layout.seed_graphs()
-    rels = sorted({rel for g in graphs for rel in g.files()} | {*manifest.TOKENIZER_FILES, manifest.SCHEDULER_CONFIG})
-    repo = manifest.Manifest(
-        source="test",
-        converter="test",
-        graphs=graphs,
-        files={rel: manifest.FileEntry(size=10, sha256=SHA) for rel in rels},
-    )
-    data: dict[str, Any] = json.loads(manifest.to_bytes(repo))
+def changed(change: list[dict[str, Any]]) -> Any:
+    """The corpus's valid manifest with `change` applied: set (a value, or one given as JSON text), delete, rename."""
+    data: Any = copy.deepcopy(CORPUS["valid"])
+    for op in change:
+        kind = next(k for k in ("set", "delete", "rename") if k in op)
+        path = op[kind]
+        value = json.loads(op["json"]) if "json" in op else copy.deepcopy(op.get("to"))
+        if kind == "set" and not path:
+            data = value
+            continue
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        last = path[-1]
+        if kind == "set" and isinstance(target, list) and last == len(target):
+            target.append(value)
+        elif kind == "set":
+            target[last] = value
+        elif kind == "delete":
+            del target[last]
+        else:
+            target[value] = target.pop(last)
     return data
 
 
-def mutate(change: Callable[[dict[str, Any]], object]) -> bytes:
-    data = copy.deepcopy(valid())
-    change(data)
-    return json.dumps(data).encode("utf-8")
+def case_bytes(case: dict[str, Any]) -> bytes:
+    if "text" in case:
+        return str(case["text"]).encode("utf-8")
+    return json.dumps(changed(case["change"]), ensure_ascii=False).encode("utf-8")
 
 
-def graph0(key: str, value: object) -> Callable[[dict[str, Any]], None]:
-    return lambda d: d["graphs"][0].__setitem__(key, value)
-
-
-def file_entry(key: str, value: object) -> Callable[[dict[str, Any]], None]:
-    return lambda d: d["files"]["tokenizer/tokenizer.json"].__setitem__(key, value)
-
-
-def rename_file(new: str) -> Callable[[dict[str, Any]], None]:
-    def change(d: dict[str, Any]) -> None:
-        d["files"][new] = d["files"].pop("scheduler/scheduler_config.json")
-
-    return change
-
-
-def drop(key: str) -> Callable[[dict[str, Any]], None]:
-    return lambda d: d.pop(key)
-
-
-LORA = {"file": "style.safetensors", "sha256": SHA, "scale": 0.8}
-# One block of 1 MiB: every file of valid() has 10 bytes.
-BLOCKS = {"size": 1 << 20, "sha256": [SHA]}
-
-
-def lora(key: str, value: object) -> Callable[[dict[str, Any]], None]:
-    return lambda d: d.__setitem__("loras", [{**LORA, key: value}])
-
-
-def tensor(key: str, value: object) -> Callable[[dict[str, Any]], None]:
-    return lambda d: d["graphs"][1]["inputs"][0].__setitem__(key, value)
-
-
-# name -> the bytes of manifest.json and a word the error must contain (the field, or what is wrong).
+# name -> the bytes of manifest.json and text its error must contain. Reading bytes is Python's own part: the app
+# reads the manifest through fetch's response.json().
 BAD: dict[str, tuple[bytes, str]] = {
-    "invalid-json": (b'{"format": ', "JSON"),
+    **{case["name"]: (case_bytes(case), case["error"]) for case in CORPUS["bad"]},
     "non-utf8": (b'{"format": "\xff\xfe"}', "JSON"),
-    "empty-file": (b"", "JSON"),
-    "json-list": (b"[]", "top level"),
-    "json-string": (b'"manifest"', "top level"),
-    "json-null": (b"null", "top level"),
-    "json-number": (b"42", "top level"),
     "deep-nesting": (b"[" * 100000 + b"]" * 100000, "JSON"),
-    "wrong-format": (mutate(lambda d: d.__setitem__("format", "other")), "format"),
-    "format-missing": (mutate(drop("format")), "format"),
-    "version-string": (mutate(lambda d: d.__setitem__("format_version", "1")), "format_version"),
-    "version-bool": (mutate(lambda d: d.__setitem__("format_version", True)), "format_version"),
-    "version-zero": (mutate(lambda d: d.__setitem__("format_version", 0)), "format_version"),
-    "version-future": (mutate(lambda d: d.__setitem__("format_version", 99)), "version 99"),
-    "version-float": (mutate(lambda d: d.__setitem__("format_version", 1.5)), "format_version"),
-    "unknown-top-key": (mutate(lambda d: d.__setitem__("evil", 1)), "evil"),
-    "source-missing": (mutate(drop("source")), "source"),
-    "source-number": (mutate(lambda d: d.__setitem__("source", 3)), "source"),
-    "converter-list": (mutate(lambda d: d.__setitem__("converter", [])), "converter"),
-    "files-missing": (mutate(drop("files")), "files"),
-    "files-list": (mutate(lambda d: d.__setitem__("files", [])), "files"),
-    "files-empty": (mutate(lambda d: d.__setitem__("files", {})), "files"),
-    "graphs-missing": (mutate(drop("graphs")), "graphs"),
-    "graphs-dict": (mutate(lambda d: d.__setitem__("graphs", {})), "graphs"),
-    "graphs-empty": (mutate(lambda d: d.__setitem__("graphs", [])), "graphs"),
-    "graph-not-object": (mutate(lambda d: d["graphs"].__setitem__(0, "text_encoder")), "graphs[0]"),
-    "graph-missing-path": (mutate(lambda d: d["graphs"][0].pop("path")), "path"),
-    "graph-unknown-key": (mutate(graph0("evil", True)), "evil"),
-    "component-evil": (mutate(graph0("component", "evil")), "component"),
-    "component-number": (mutate(graph0("component", 1)), "component"),
-    "variant-evil": (mutate(graph0("variant", "q8")), "variant"),
-    "path-etc-passwd": (mutate(graph0("path", "/etc/passwd")), "path"),
-    "path-dotdot": (mutate(graph0("path", "text_encoder/../../x.onnx")), "path"),
-    "path-backslash": (mutate(graph0("path", "text_encoder\\x.onnx")), "path"),
-    "path-nul": (mutate(graph0("path", "text_encoder/x\x00.onnx")), "path"),
-    "path-not-onnx": (mutate(graph0("path", "text_encoder/text_encoder_q4.bin")), "path"),
-    "path-other-folder": (mutate(graph0("path", "transformer/transformer_q4.onnx")), "path"),
-    "path-number": (mutate(graph0("path", 7)), "path"),
-    "external-data-string": (mutate(graph0("external_data", "text_encoder_q4.onnx_data")), "external_data"),
-    "external-data-slash": (mutate(graph0("external_data", ["../x"])), "external_data"),
-    "external-data-absolute": (mutate(graph0("external_data", ["/etc/shadow"])), "external_data"),
-    "external-data-empty-name": (mutate(graph0("external_data", [""])), "external_data"),
-    "graph-file-unlisted": (
-        mutate(lambda d: d["files"].pop("transformer/transformer_q4.onnx_data_1")),
-        "transformer_q4.onnx_data_1",
-    ),
-    "requires-f16-string": (mutate(graph0("requires_f16", "yes")), "requires_f16"),
-    "query-blocks-zero": (mutate(graph0("attention_query_blocks", 0)), "attention_query_blocks"),
-    "max-tokens-negative": (mutate(graph0("attention_max_tokens", -5)), "attention_max_tokens"),
-    "heads-string": (mutate(graph0("attention_heads", "24")), "attention_heads"),
-    "largest-weight-zero": (mutate(graph0("largest_weight_bytes", 0)), "largest_weight_bytes"),
-    "largest-weight-huge": (mutate(graph0("largest_weight_bytes", 2**41)), "largest_weight_bytes"),
-    "cpu-nodes-string": (mutate(graph0("cpu_nodes_without_f16", "x")), "cpu_nodes_without_f16"),
-    "inputs-not-list": (mutate(graph0("inputs", {})), "inputs"),
-    "tensor-extra-key": (mutate(tensor("evil", 1)), "inputs[0]"),
-    "tensor-shape-string": (mutate(tensor("shape", "1,2")), "shape"),
-    "tensor-shape-negative": (mutate(tensor("shape", [-1, 4])), "shape"),
-    "no-vae-graph": (mutate(lambda d: d.__setitem__("graphs", d["graphs"][:2])), "vae_decoder"),
-    "size-string": (mutate(file_entry("size", "big")), "size"),
-    "size-negative": (mutate(file_entry("size", -1)), "size"),
-    "size-huge": (mutate(file_entry("size", 10**30)), "size"),
-    "size-float": (mutate(file_entry("size", 1.5)), "size"),
-    "size-missing": (mutate(lambda d: d["files"]["tokenizer/tokenizer.json"].pop("size")), "tokenizer.json"),
-    "sha-short": (mutate(file_entry("sha256", "abc")), "sha256"),
-    "sha-upper": (mutate(file_entry("sha256", "AB" * 32)), "sha256"),
-    "sha-not-hex": (mutate(file_entry("sha256", "zz" * 32)), "sha256"),
-    "sha-number": (mutate(file_entry("sha256", 0)), "sha256"),
-    "file-entry-list": (mutate(lambda d: d["files"].__setitem__("tokenizer/tokenizer.json", [1, 2])), "tokenizer.json"),
-    "file-unknown-key": (mutate(file_entry("mode", 0o777)), "tokenizer.json"),
-    "file-key-absolute": (mutate(rename_file("/etc/passwd")), "/etc/passwd"),
-    "file-key-dotdot": (mutate(rename_file("scheduler/../../x")), "files key"),
-    "file-key-backslash": (mutate(rename_file("scheduler\\x")), "files key"),
-    "file-key-empty-segment": (mutate(rename_file("scheduler//x")), "files key"),
-    "file-key-nul": (mutate(rename_file("scheduler/x\x00")), "files key"),
-    "tokenizer-unlisted": (mutate(lambda d: d["files"].pop("tokenizer/tokenizer.json")), "tokenizer.json"),
-    "blocks-list": (mutate(file_entry("blocks", [SHA])), "blocks"),
-    "blocks-size-small": (mutate(file_entry("blocks", {"size": 1024, "sha256": [SHA]})), "blocks.size"),
-    "blocks-size-string": (mutate(file_entry("blocks", {"size": "16M", "sha256": [SHA]})), "blocks.size"),
-    "blocks-count": (mutate(file_entry("blocks", {"size": 1 << 20, "sha256": [SHA, SHA]})), "blocks.sha256"),
-    "blocks-sha-short": (mutate(file_entry("blocks", {"size": 1 << 20, "sha256": ["ab"]})), "blocks.sha256"),
-    "blocks-extra-key": (mutate(file_entry("blocks", {"size": 1 << 20, "sha256": [SHA], "x": 1})), "blocks"),
-    "blocks-without-sha": (
-        mutate(lambda d: d["files"]["tokenizer/tokenizer.json"].update(sha256=None, blocks=BLOCKS)),
-        "needs the file's sha256",
-    ),
-    "loras-object": (mutate(lambda d: d.__setitem__("loras", LORA)), "loras"),
-    "loras-null": (mutate(lambda d: d.__setitem__("loras", None)), "loras"),
-    "lora-string": (mutate(lambda d: d.__setitem__("loras", ["style.safetensors"])), "loras[0]"),
-    "lora-extra-key": (mutate(lora("evil", 1)), "loras[0]"),
-    "lora-missing-scale": (mutate(lambda d: d.__setitem__("loras", [{"file": "a", "sha256": SHA}])), "loras[0]"),
-    "lora-file-path": (mutate(lora("file", "../a.safetensors")), "loras[0].file"),
-    "lora-file-empty": (mutate(lora("file", "")), "loras[0].file"),
-    "lora-file-number": (mutate(lora("file", 3)), "loras[0].file"),
-    "lora-sha-short": (mutate(lora("sha256", "ab")), "loras[0].sha256"),
-    "lora-scale-string": (mutate(lora("scale", "1")), "loras[0].scale"),
-    "lora-scale-bool": (mutate(lora("scale", True)), "loras[0].scale"),
-    "lora-scale-huge": (
-        b'{"loras": [{"file": "a", "sha256": "' + SHA.encode() + b'", "scale": 1e999}], ' + mutate(lambda _d: None)[1:],
-        "loras[0].scale",
-    ),
+    "oversized": (b" " * (manifest.MAX_MANIFEST_BYTES + 1), "more than a manifest ever needs"),
 }
+GOOD = {case["name"]: changed(case["change"]) for case in CORPUS["good"]}
 
 
 def write_folder(root: Path, name: str) -> Path:
@@ -183,39 +80,91 @@ def write_folder(root: Path, name: str) -> Path:
     return folder
 
 
-def test_the_valid_manifest_loads(tmp_path: Path) -> None:
-    (tmp_path / manifest.MANIFEST_NAME).write_bytes(json.dumps(valid()).encode())
-    assert manifest.load(tmp_path).graph("transformer", "q4").external_data == [
-        "transformer_q4.onnx_data",
-        "transformer_q4.onnx_data_1",
-    ]
-    assert len(BAD) >= 58
+def load(tmp_path: Path, data: Any) -> manifest.Manifest:
+    (tmp_path / manifest.MANIFEST_NAME).write_bytes(json.dumps(data).encode())
+    return manifest.load(tmp_path)
+
+
+def test_the_corpus_is_the_schema_as_written() -> None:
+    """The corpus's valid manifest is what `to_bytes` writes for a seed-layout repository, field for field."""
+    valid = CORPUS["valid"]
+    assert json.loads(manifest.to_bytes(manifest.parse(json.dumps(valid).encode(), "corpus"))) == valid
+    assert len(CORPUS["bad"]) >= 100 and len(GOOD) >= 13
+
+
+def test_every_good_case_loads(tmp_path: Path) -> None:
+    for name, data in GOOD.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        load(folder, data)
+    loaded = load(tmp_path, GOOD["as-written"])
+    assert loaded.graph("transformer", "q4").external_data == ["transformer_q4.onnx_data", "transformer_q4.onnx_data_1"]
 
 
 def test_loras_round_trip_and_are_left_out_when_there_are_none(tmp_path: Path) -> None:
-    data = valid()
-    assert "loras" not in data  # a repo without LoRAs has the manifest it had before the field existed
-    data["loras"] = [LORA, {**LORA, "file": "b:c.safetensors", "scale": -2}]
-    (tmp_path / manifest.MANIFEST_NAME).write_bytes(json.dumps(data).encode())
-    loaded = manifest.load(tmp_path)
+    assert "loras" not in CORPUS["valid"]  # a repo without LoRAs has the manifest it had before the field existed
+    loaded = load(tmp_path, GOOD["with-loras"])
     assert loaded.loras == [
         manifest.LoraEntry("style.safetensors", SHA, 0.8),
         manifest.LoraEntry("b:c.safetensors", SHA, -2.0),
     ]
-    assert json.loads(manifest.to_bytes(loaded))["loras"] == [LORA, {**LORA, "file": "b:c.safetensors", "scale": -2.0}]
+    assert json.loads(manifest.to_bytes(loaded))["loras"] == GOOD["with-loras"]["loras"]
+
+
+def test_pipeline_round_trips_and_is_left_out_for_distilled_klein(tmp_path: Path) -> None:
+    assert "pipeline" not in CORPUS["valid"]  # distilled klein's manifest keeps the layout older readers know
+    assert manifest.PipelineDefaults(True, 4, None, None) == manifest.DISTILLED
+    assert load(tmp_path, CORPUS["valid"]).pipeline == manifest.DISTILLED
+    loaded = load(tmp_path, GOOD["base-model"])
+    assert loaded.pipeline == manifest.PipelineDefaults(False, 50, 4.0, 8.0)
+    assert json.loads(manifest.to_bytes(loaded)) == GOOD["base-model"]
+    written_out = load(tmp_path, GOOD["distilled-pipeline-written-out"])
+    assert written_out.pipeline == manifest.DISTILLED and "pipeline" not in json.loads(manifest.to_bytes(written_out))
+    whole = load(tmp_path, GOOD["pipeline-whole-floats"]).pipeline
+    assert type(whole.steps) is int and type(whole.guidance_scale) is float
 
 
 def test_block_hashes_round_trip_and_are_left_out_when_there_are_none(tmp_path: Path) -> None:
-    data = valid()
-    assert all("blocks" not in entry for entry in data["files"].values())
-    data["files"]["tokenizer/tokenizer.json"]["blocks"] = BLOCKS
-    data["files"]["scheduler/scheduler_config.json"].update(size=0, blocks={"size": 1 << 20, "sha256": []})
-    (tmp_path / manifest.MANIFEST_NAME).write_bytes(json.dumps(data).encode())
-    loaded = manifest.load(tmp_path)
+    data = GOOD["with-blocks"]
+    loaded = load(tmp_path, data)
     assert loaded.files["tokenizer/tokenizer.json"].blocks == manifest.Blocks(size=1 << 20, sha256=(SHA,))
     assert loaded.files["scheduler/scheduler_config.json"].blocks == manifest.Blocks(size=1 << 20, sha256=())
     assert loaded.files["tokenizer/tokenizer_config.json"].blocks is None
     assert json.loads(manifest.to_bytes(loaded)) == data
+
+
+def test_whole_floats_are_read_as_integers(tmp_path: Path) -> None:
+    loaded = load(tmp_path, GOOD["whole-floats"])
+    assert type(loaded.files["tokenizer/tokenizer.json"].size) is int and loaded.graphs[1].attention_query_blocks == 4
+
+
+def test_left_out_graph_fields_take_the_schemas_defaults(tmp_path: Path) -> None:
+    graph = load(tmp_path, GOOD["optional-graph-fields-left-out"]).graphs[0]
+    fields = manifest.SCHEMA["$defs"]["graph"]["properties"]
+    assert set(manifest.OPTIONAL_GRAPH_FIELDS) == {
+        "requires_f16",
+        "cpu_nodes_without_f16",
+        "attention_query_blocks",
+        "attention_max_tokens",
+        "attention_heads",
+        "largest_weight_bytes",
+    }
+    for key in manifest.OPTIONAL_GRAPH_FIELDS:
+        assert getattr(graph, key) == fields[key]["default"], key
+        # GraphEntry(...) made in Python without the field means the same as a manifest without it.
+        declared = next(f for f in dataclasses.fields(manifest.GraphEntry) if f.name == key)
+        default = (
+            declared.default_factory() if declared.default_factory is not dataclasses.MISSING else declared.default
+        )
+        assert default == fields[key]["default"], key
+
+
+def test_the_names_come_from_the_schema() -> None:
+    assert manifest.FORMAT == "klein-web-model-repo" and manifest.FORMAT_VERSION == 1
+    assert manifest.COMPONENTS == ("text_encoder", "transformer", "vae_decoder")
+    assert manifest.OPTIONAL_COMPONENTS == ("vae_encoder",)
+    assert manifest.VARIANTS == ("q4", "q4f16", "fp32", "fp16")
+    assert manifest.TOKENIZER_FILES == ("tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json")
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
@@ -250,3 +199,159 @@ def test_serve_and_regress_refuse_without_a_traceback(tmp_path: Path, name: str)
     )
     assert regressed.exit_code == 2 and isinstance(regressed.exception, SystemExit), regressed.output
     assert "could not run:" in regressed.output and "manifest.json" in regressed.output
+
+
+# ------------------------------------------------------------------------------------------ the app's twin
+
+# Values the random mutations put anywhere: every JSON type, values at and past the schema's bounds, names the
+# schema knows, unsafe paths.
+POOL: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    1.5,
+    1 << 20,
+    2**31,
+    2**40 + 1,
+    1e300,
+    "",
+    "x",
+    "q4",
+    "fp16",
+    "vae_encoder",
+    "transformer",
+    "tokenizer/tokenizer.json",
+    "text_encoder/a.onnx",
+    "../x",
+    "/abs",
+    "a\\b",
+    "a//b",
+    SHA,
+    "AB" * 32,
+    [],
+    ["x"],
+    [1, "x"],
+    [SHA, SHA],
+    {},
+    {"size": 1},
+    {"size": 1, "sha256": SHA},
+    {"size": 1 << 20, "sha256": [SHA]},
+    1000,
+    1001,
+    0.999,
+    {"is_distilled": False, "steps": 50, "guidance_scale": 4.0, "inpaint_guidance_scale": None},
+]
+
+
+def places(value: Any) -> list[tuple[Any, Any]]:
+    """Every (container, key) inside `value`."""
+    found: list[tuple[Any, Any]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += [(value, key), *places(item)]
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += [(value, index), *places(item)]
+    return found
+
+
+def mutated(rng: random.Random) -> Any:
+    """The valid manifest with one to three random changes: a value replaced (by a pool value or a copy of another
+    part of the manifest), a field or entry removed or added, a key renamed."""
+    data = copy.deepcopy(rng.choice([CORPUS["valid"], GOOD["base-model"]]))
+    for _ in range(rng.randint(1, 3)):
+        spots = places(data)
+        container, key = rng.choice(spots)
+        action = rng.choice(("replace", "replace", "replace", "remove", "add", "rename"))
+        if action == "replace":
+            other = rng.choice(spots)
+            container[key] = copy.deepcopy(rng.choice([*POOL, other[0][other[1]]]))
+        elif action == "remove":
+            del container[key]
+        elif action == "add" and isinstance(container, list):
+            container.append(copy.deepcopy(rng.choice([*POOL, *container])))
+        elif action == "add":
+            name = rng.choice(["extra", "blocks", "loras", "pipeline", "attention_heads", "sha256", "steps", "a/b"])
+            container[name] = rng.choice(POOL)
+        elif isinstance(container, dict):
+            container[rng.choice(["x", "size", "../y", "files", "transformer/transformer_q4.onnx"])] = container.pop(
+                key
+            )
+    return data
+
+
+# A graph's fields in a verdict, in the order tests/js/manifest_corpus.mjs lists their camel-cased names.
+GRAPH_FIELDS = (
+    "component",
+    "variant",
+    "path",
+    "external_data",
+    "precision",
+    "requires_f16",
+    "cpu_nodes_without_f16",
+    "attention_query_blocks",
+    "attention_max_tokens",
+    "attention_heads",
+)
+
+
+def verdict(read: manifest.Manifest | ModelRepoError) -> Any:
+    """A loader's verdict on one manifest: the problem's sentence (the field and what is wrong there, or the newer
+    format version), or the manifest as read (the same fields in both languages)."""
+    if isinstance(read, ModelRepoError):
+        message = str(read)
+        if " is malformed: " in message:
+            return {"error": message.split(" is malformed: ", 1)[1].rsplit(". Re-create it", 1)[0]}
+        if " is not readable JSON " in message:
+            return {"error": "not JSON"}
+        return {"error": "newer: " + message.split(" is format version ", 1)[1].split(";")[0]}
+    return {
+        "source": read.source,
+        "files": {
+            rel: [f.size, f.sha256, f.blocks and [f.blocks.size, list(f.blocks.sha256)]]
+            for rel, f in read.files.items()
+        },
+        "graphs": [[getattr(g, name) for name in GRAPH_FIELDS] for g in read.graphs],
+        "loras": [[lora.file, lora.sha256, lora.scale] for lora in read.loras],
+        "pipeline": [
+            read.pipeline.is_distilled,
+            read.pipeline.steps,
+            read.pipeline.guidance_scale,
+            read.pipeline.inpaint_guidance_scale,
+        ],
+    }
+
+
+def python_verdict(text: bytes) -> Any:
+    try:
+        return verdict(manifest.parse(text, "manifest.json"))
+    except ModelRepoError as exc:
+        return verdict(exc)
+
+
+def test_python_and_the_app_judge_every_manifest_alike(tmp_path: Path) -> None:
+    """The corpus (each side applies its changes itself) and 400 random mutations of its valid manifest (as text)."""
+    rng = random.Random(20261207)
+    texts = [json.dumps(mutated(rng), ensure_ascii=False) for _ in range(400)]
+    cases = tmp_path / "mutations.json"
+    cases.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
+    result = subprocess.run(
+        [str(find_node().node), str(VERDICTS_SCRIPT), str(cases)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    app = json.loads(result.stdout)
+    names = [case["name"] for case in CORPUS["bad"] + CORPUS["good"]] + [f"mutation {i}" for i in range(len(texts))]
+    inputs = [case_bytes(case) for case in CORPUS["bad"] + CORPUS["good"]] + [t.encode("utf-8") for t in texts]
+    python = [python_verdict(text) for text in inputs]
+    assert [v for v in python[: len(CORPUS["bad"])] if "error" not in v] == []
+    refused = sum("error" in v for v in python[-len(texts) :])
+    assert 100 < refused < len(texts) - 20, f"{refused} of {len(texts)} mutations refused: they test too little"
+    differ = [(name, ours, theirs) for name, ours, theirs in zip(names, python, app, strict=True) if ours != theirs]
+    assert not differ, f"{len(differ)} manifests judged differently; the first: {differ[0]}"

@@ -23,6 +23,7 @@ from stub_repo import write_stub_repo
 
 from builder import REPO_ROOT
 from builder.check.regress.cases import Case, RegressOptions, cases_from_options, load_cases
+from builder.errors import InputError
 from builder.pipeline import limits
 
 ORIENTATION = 0x0112
@@ -157,3 +158,49 @@ def test_a_cases_file_nested_100000_deep_is_one_line(setup: dict[str, Path], tmp
     reason = run_regress(setup, "--cases", str(cases), "--reference-from-cpu")
     print(reason)
     assert str(cases) in reason and "nests" in reason
+
+
+# ------------------------------------------------------------------------------ outpainting cases
+
+
+def test_an_outpainting_case_runs_at_the_padded_size_and_carries_its_extension(tmp_path: Path) -> None:
+    """A stored 96x64 photo turned by orientation 6 is 64x96 upright; extended right by 40 and top by 8 it is
+    104x104, used at 96x96. From the flags (without a mask) and from a cases file; the case's parameters (the
+    report) carry the extension and the strength."""
+    photo = rotated_photo(tmp_path / "photo.jpg", 6)
+    options = RegressOptions(
+        prompt="a fox", images=(photo,), extend={"right": 40, "top": 8}, size_given=False, reference_from_cpu=True
+    )
+    [from_flags] = cases_from_options(options)
+    assert (from_flags.width, from_flags.height, from_flags.mode) == (96, 96, "inpaint")
+    parameters = from_flags.parameters()
+    assert parameters["extend"] == {"right": 40, "top": 8} and parameters["strength"] == limits.STRENGTH_DEFAULT
+    assert "mask" not in parameters
+
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps({"cases": [{"name": "wider", "images": [photo.name], "extend": {"left": 136}}]}))
+    defaults = Case(
+        name="case", prompt="a fox", seed=1, width=512, height=512, steps=4, psnr_min=40.0, reference_from_cpu=True
+    )
+    [from_file] = load_cases(cases, defaults=defaults)
+    assert (from_file.width, from_file.height) == (192, 96)  # 200x96 resized to 16s
+
+
+@pytest.mark.parametrize(
+    ("extend", "words"),
+    [
+        ({"left": -8}, "The extension's left must be from 0 to 2048 pixels, got -8."),
+        ({"right": 900}, "an aspect ratio beyond 8:1; extend it less."),
+        ({"around": 8}, "has no side 'around'"),
+    ],
+)
+def test_a_bad_extension_is_refused_naming_the_case(tmp_path: Path, extend: dict[str, int], words: str) -> None:
+    photo = rotated_photo(tmp_path / "photo.png", 1)
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps({"cases": [{"name": "bad", "images": [photo.name], "extend": extend}]}))
+    defaults = Case(
+        name="case", prompt="a fox", seed=1, width=512, height=512, steps=4, psnr_min=40.0, reference_from_cpu=True
+    )
+    with pytest.raises(InputError, match="bad") as refused:
+        load_cases(cases, defaults=defaults)
+    assert words in str(refused.value) and "\n" not in str(refused.value)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import psutil
 import pytest
 from stub_repo import write_stub_repo
 
-from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC
+from builder import DEFAULT_MODEL_BASE, REPO_ROOT
 from builder.errors import BuildError, ServeError
 from builder.site.bundle import build, read_record
 from builder.site.server import check_prebuilt, create_app, serve_in_thread, watch_and_rebuild
@@ -414,10 +413,8 @@ def test_cli_keeps_the_model_base_dist_was_built_with(live_server_factory: objec
     assert '<meta name="klein-model-base" content="https://models.example.org/k/">' in page
 
 
-def test_watch_rebuilds_on_change(tmp_path: Path, node_modules: Path) -> None:
-    web_src, dist = tmp_path / "web_src", tmp_path / "dist"
-    shutil.copytree(WEB_SRC, web_src, ignore=shutil.ignore_patterns("node_modules"))
-    (web_src / "node_modules").symlink_to(WEB_SRC / "node_modules", target_is_directory=True)
+def test_watch_rebuilds_on_change(tmp_path: Path, web_src_copy: Path) -> None:
+    web_src, dist = web_src_copy, tmp_path / "dist"
     first = build(dist, web_src=web_src)
     messages: list[str] = []
     stop = threading.Event()

@@ -23,7 +23,7 @@ import pytest
 from builder import REPO_ROOT, WEB_SRC
 from builder.errors import InputError
 from builder.node import find_node
-from builder.pipeline import guidance, imaging, inpaint, latents, limits, prompt, rng, schedule
+from builder.pipeline import guidance, imaging, inpaint, latents, limits, outpaint, prompt, rng, schedule
 from builder.repo.manifest import DISTILLED, PipelineDefaults
 
 TWINS_SCRIPT = REPO_ROOT / "tests" / "js" / "twins.mjs"
@@ -34,6 +34,7 @@ TWINS: tuple[tuple[ModuleType, str], ...] = (
     (schedule, "pipeline/schedule.js"),
     (latents, "pipeline/latents.js"),
     (inpaint, "shared/inpaint.js"),
+    (outpaint, "shared/outpaint.js"),
     (prompt, "pipeline/tokenizer.js"),
 )
 CONSTANT_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -262,6 +263,27 @@ BAD_SCALES = [0.5, 30.5, 31, 0.999]
 BAD_PROMPTS = ["a\ud800b", "x\U0001f98a\udc80", "\udfff", "\U0001f98a no\x00", "\x00\ud800"]
 PNG_GUIDANCE = [(1.5, ""), (4.0, "blurry, low quality"), (7.25, "狐"), (30, "x"), (4.1, "")]
 SEQ = 24
+# Outpainting: (image width, height, extension); the pixels are random, the masks random grey or none.
+PADDINGS = [
+    (5, 4, {"left": 3}),
+    (5, 4, {"right": 2, "bottom": 1}),
+    (7, 3, {"left": 1, "right": 4, "top": 2, "bottom": 3}),
+    (1, 1, {"top": 2, "left": 2}),
+    (6, 5, {}),
+]
+EXTENSIONS = [
+    (100, 80, {"right": 64}),
+    (100, 80, {"left": 0, "top": 16, "bottom": 7}),
+    (100, 80, {"right": -1}),
+    (100, 80, {"top": 2049}),
+    (100, 80, {"bottom": 1.5}),
+    (100, 80, {"middle": 8}),
+    (100, 80, {"right": 540}),  # 640x80, 8:1 exactly: allowed
+    (100, 80, {"right": 541}),  # beyond 8:1
+    (1024, 1024, {"right": 2048, "left": 2048}),  # 5120x1024, used at 2288x457: wider than an output side
+    (8000, 8000, {"right": 2048}),  # beyond the megapixels
+    (64, 64, {"left": 2048, "right": 2048, "top": 2048, "bottom": 2048}),
+]
 
 
 @pytest.fixture(scope="module")
@@ -284,6 +306,11 @@ def cases() -> dict[str, Any]:
             generator.choice(np.array([0, 0.25, 0.5, 0.75, 1, 0.3], np.float32), (1, SEQ, 1)),
         ),
         "masks": [(generator.random(size) > 0.5).astype(np.float32) for size in MASK_SIZES],
+        "pad_images": [generator.integers(0, 256, (h, w, 3), dtype=np.uint8) for w, h, _ in PADDINGS],
+        "pad_masks": [
+            None if k % 2 else np.repeat(generator.integers(0, 256, (h, w, 1), dtype=np.uint8), 3, axis=2)
+            for k, (w, h, _) in enumerate(PADDINGS)
+        ],
         # Wide exponents, so that rounding once per operation differs from rounding the whole expression once.
         "guided": tuple(
             (generator.standard_normal(4096) * 2.0 ** generator.integers(-20, 20, 4096)).astype(np.float32)
@@ -344,6 +371,19 @@ def js(cases: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[
         "scaleProblems": BAD_SCALES,
         "promptProblems": BAD_PROMPTS,
         "guidanceText": PNG_GUIDANCE,
+        "paddings": [
+            {
+                "width": width,
+                "height": height,
+                "extension": outpaint_extension(values),
+                "rgb": encode(image),
+                "mask": None if mask is None else encode(mask),
+            }
+            for (width, height, values), image, mask in zip(
+                PADDINGS, cases["pad_images"], cases["pad_masks"], strict=True
+            )
+        ],
+        "extensions": EXTENSIONS,
     }
     (folder / "cases.json").write_text(json.dumps(data))
     result = run_node(str(TWINS_SCRIPT), str(folder / "cases.json"), str(folder / "out.json"))
@@ -454,3 +494,42 @@ def test_the_png_guidance_keys_are_the_same(js: dict[str, Any]) -> None:
             prompt="p", seed=1, steps=2, width=64, height=64, model="m", guidance_scale=scale, negative_prompt=negative
         )
         assert made == {key: text[key] for key in ("guidance_scale", "negative_prompt")}, (scale, negative)
+
+
+def outpaint_extension(values: dict[str, int]) -> dict[str, int]:
+    return {side: values.get(side, 0) for side in outpaint.SIDES}
+
+
+def test_outpainting_pads_the_same(cases: dict[str, Any], js: dict[str, Any]) -> None:
+    for (width, height, values), image, mask, made in zip(
+        PADDINGS, cases["pad_images"], cases["pad_masks"], js["paddings"], strict=True
+    ):
+        extension = outpaint.check_extension(values)
+        padded = outpaint.pad_image(image, extension)
+        padded_mask = outpaint.pad_mask(mask, width, height, extension)
+        size = list(extension.padded_size(width, height))
+        assert made["image"] == {"size": size, "rgb": encode(padded)}, values
+        assert made["mask"] == {"size": size, "rgb": encode(padded_mask)}, values
+        assert made["text"] == extension.text()
+        # The original area is the image and the mask (black without one); the new area edge copies and white.
+        top, left = extension.top, extension.left
+        assert np.array_equal(padded[top : top + height, left : left + width], image)
+        kept = np.zeros_like(image) if mask is None else mask
+        assert np.array_equal(padded_mask[top : top + height, left : left + width], kept)
+        new = np.ones(padded_mask.shape[:2], bool)
+        new[top : top + height, left : left + width] = False
+        assert (padded_mask[new] == outpaint.MASK_REPAINT).all()
+        if left:
+            assert np.array_equal(padded[top : top + height, 0], image[:, 0])
+
+
+def test_outpainting_refuses_in_the_same_words(js: dict[str, Any]) -> None:
+    refusals = 0
+    for (width, height, values), made in zip(EXTENSIONS, js["extensions"], strict=True):
+        problem = outpaint.extension_problem(values)
+        if problem is None:
+            extension = outpaint.check_extension(values)
+            problem = outpaint.padded_problem(extension, width, height, "The image to inpaint (a.png)")
+        assert made == problem, values
+        refusals += problem is not None
+    assert 0 < refusals < len(EXTENSIONS)

@@ -1,10 +1,11 @@
 """make-tiny's models for the tests, built once and kept in .test-cache/ (git-ignored) between test sessions.
 
 An entry is keyed by everything that makes it: the source of builder.convert.tiny and of every builder module it
-imports (at any depth, functions included), the versions of the libraries that build and convert it, the Qwen3
-tokenizer files it copies, the Python version and the seed. So a change to the converter builds the model afresh,
-and a fresh clone builds it once per seed. An entry is used only while its files still hash to what they were when
-it was built: a test that wrote into one would otherwise pass its change on to later sessions.
+imports (at any depth, functions included) with the data files of their packages (the manifest's schema), the
+versions of the libraries that build and convert it, the Qwen3 tokenizer files it copies, the Python version and the
+seed. So a change to the converter builds the model afresh, and a fresh clone builds it once per seed. An entry is
+used only while its files still hash to what they were when it was built: a test that wrote into one would otherwise
+pass its change on to later sessions.
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ def builder_sources(root: str = "builder.convert.tiny") -> list[Path]:
 
 def cache_key(seed: int, like: str = "4b") -> str:
     digest = hashlib.sha256(f"make-tiny seed {seed} like {like}; python {sys.version_info[:2]}\n".encode())
-    for path in builder_sources():
+    sources = builder_sources()
+    # With the data files of their packages: the manifest's schema names what manifest.json holds.
+    data = sorted({data for path in sources for data in path.parent.glob("*.json")})
+    for path in [*sources, *data]:
         digest.update(f"{path.relative_to(REPO_ROOT).as_posix()}\n".encode() + path.read_bytes())
     for name in LIBRARIES:
         try:

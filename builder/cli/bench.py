@@ -64,6 +64,15 @@ def out_option() -> Callable[[FC], FC]:
     show_default=True,
     help="The app's memory mode (its ?memory=): lean holds one session at a time.",
 )
+@click.option(
+    "--step-kernels",
+    "step_kernels",
+    type=click.Choice(["on", "off"]),
+    default="on",
+    show_default=True,
+    help="Run the transformer's steps on our WGSL kernels where they can (on), or on onnxruntime (off: the app's "
+    "?step-kernels=off); each row says which ran.",
+)
 def browser_bench(
     models_dir: Path,
     out_dir: Path,
@@ -79,6 +88,7 @@ def browser_bench(
     f16_toggle: bool,
     kernels: bool,
     memory_mode: str,
+    step_kernels: str,
 ) -> None:
     """The real app in Chromium, driven like a user: per-stage times cold / warm / hot, memory peaks.
 
@@ -106,6 +116,7 @@ def browser_bench(
             f16_toggle=f16_toggle,
             kernels=kernels,
             memory_mode=memory_mode,
+            step_kernels=step_kernels == "on",
         )
 
 

@@ -60,6 +60,13 @@ from builder.pipeline import limits
     "only with --mask.",
 )
 @click.option(
+    "--extend",
+    default=None,
+    metavar="SIDE=PIXELS[,...]",
+    help="Outpaint: extend the image to inpaint (the first --image) on these sides, e.g. right=256,top=64, and "
+    "repaint the new area (with --mask, the mask covers the original area and has its size).",
+)
+@click.option(
     "--variant",
     "variants",
     multiple=True,
@@ -79,26 +86,29 @@ def reference(
     images: tuple[Path, ...],
     mask: Path | None,
     strength: float | None,
+    extend: str | None,
     variants: tuple[str, ...],
     out_png: Path,
 ) -> None:
     """Run the whole pipeline on onnxruntime CPU (the browser's reference) and write a PNG.
 
-    Text-to-image, editing with --image, or inpainting with --image and --mask, as diffusers' Flux2KleinPipeline
-    and Flux2KleinInpaintPipeline compute them.
+    Text-to-image, editing with --image, inpainting with --image and --mask, or outpainting with --image and
+    --extend, as diffusers' Flux2KleinPipeline and Flux2KleinInpaintPipeline compute them.
     """
     from builder.errors import InputError
     from builder.pipeline import reference as ref
+    from builder.pipeline.outpaint import parse_extend
 
-    if strength is not None and mask is None:
-        raise InputError("--strength only applies to inpainting; pass --mask too, or leave --strength out.")
+    extension = parse_extend(extend) if extend is not None else None
+    if strength is not None and mask is None and extension is None:
+        raise InputError("--strength only applies to inpainting; pass --mask or --extend too, or leave --strength out.")
     pinned = ref.parse_variants(variants)
     # Without --size: editing and inpainting take the size from their images, text-to-image 512x512.
     width: int | None = None
     height: int | None = None
     if size is not None:
         width, height = limits.parse_size(size)
-    elif not images and mask is None:
+    elif not images and mask is None and extension is None:
         width, height = 512, 512
     ref.generate_png(
         model_dir,
@@ -115,5 +125,6 @@ def reference(
         variants=pinned,
         guidance_scale=guidance_scale,
         negative_prompt=negative_prompt,
+        extend=extension,
     )
     click.echo(str(out_png))

@@ -37,6 +37,12 @@ REGRESS_DEFAULTS = RegressOptions()
     "--strength", type=float, default=None, help=f"Inpainting strength in [0, 1]  [default: {limits.STRENGTH_DEFAULT}]"
 )
 @click.option(
+    "--extend",
+    default=None,
+    metavar="SIDE=PIXELS[,...]",
+    help="Outpaint the first --image: pixels to add on these sides (e.g. right=256,top=64); --mask is optional then.",
+)
+@click.option(
     "--guidance-scale",
     type=float,
     default=REGRESS_DEFAULTS.guidance_scale,
@@ -131,6 +137,7 @@ def regress(
     images: tuple[Path, ...],
     mask: Path | None,
     strength: float | None,
+    extend: str | None,
     guidance_scale: float | None,
     negative_prompt: str | None,
     cases_file: Path | None,
@@ -164,6 +171,7 @@ def regress(
     runs at its first image's upright size (EXIF orientation applied), as `reference` and the app use it.
     """
     from builder.check.regress import run as regression
+    from builder.pipeline.outpaint import parse_extend
 
     options = RegressOptions(
         models_dir=models_dir,
@@ -174,6 +182,7 @@ def regress(
         images=images,
         mask=mask,
         strength=strength,
+        extend=parse_extend(extend) if extend is not None else {},
         guidance_scale=guidance_scale,
         negative_prompt=negative_prompt,
         steps=steps,

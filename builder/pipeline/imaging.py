@@ -62,13 +62,16 @@ def png_text(
     images: Sequence[str] = (),
     mask: str | None = None,
     strength: float | None = None,
+    outpaint: str | None = None,
     guidance_scale: float | None = None,
     negative_prompt: str | None = None,
 ) -> dict[str, str]:
     """The tEXt chunks klein-web writes (the web app's Download PNG uses the same keys).
 
     Editing adds `mode` (`edit`) and `images`; inpainting `mode` (`inpaint`), `images` (the image to inpaint
-    first), `mask` and `strength` (repr of the float). Each image is one `input_line`. Text-to-image has none
+    first), `mask` and `strength` (repr of the float); outpainting adds `outpaint` (`left=0 right=128 top=0
+    bottom=64`, builder.pipeline.outpaint) and has `mask` only when a mask file was given. Each image is one
+    `input_line`. Text-to-image has none
     of them. A base model's classifier-free guidance adds `guidance_scale` (repr of the float) and
     `negative_prompt` in every mode; a distilled model's image has neither.
     """
@@ -90,10 +93,13 @@ def png_text(
     text["mode"] = mode
     text["images"] = "\n".join(images)
     if mode == "inpaint":
-        if mask is None or strength is None:
+        if (mask is None and outpaint is None) or strength is None:
             raise InputError("Inpainting metadata needs the mask and the strength.")
-        text["mask"] = mask
+        if mask is not None:
+            text["mask"] = mask
         text["strength"] = repr(float(strength))
+        if outpaint is not None:
+            text["outpaint"] = outpaint
     return text
 
 

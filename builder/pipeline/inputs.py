@@ -106,14 +106,18 @@ class InputFile:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def read_inputs(images: Sequence[Path], mask: Path | None) -> tuple[list[InputFile], InputFile | None]:
-    """The input files of one request, checked: `images` (inpainting: the image to inpaint first) and the mask."""
-    references = len(images) - (1 if mask is not None else 0)
-    if mask is not None and not images:
+def read_inputs(
+    images: Sequence[Path], mask: Path | None, *, outpainting: bool = False
+) -> tuple[list[InputFile], InputFile | None]:
+    """The input files of one request, checked: `images` (inpainting, which a mask or an extension asks for: the
+    image to inpaint first) and the mask."""
+    inpainting = mask is not None or outpainting
+    references = len(images) - (1 if inpainting else 0)
+    if inpainting and not images:
         raise InputError("Inpainting needs the image to inpaint: pass it with --image before any reference images.")
     if references > limits.REFERENCES_MAX:
         raise InputError(f"{references} reference images given; at most {limits.REFERENCES_MAX} are allowed.")
-    files = [read_image(Path(path), role=_role(k, mask is not None)) for k, path in enumerate(images)]
+    files = [read_image(Path(path), role=_role(k, inpainting)) for k, path in enumerate(images)]
     return files, (read_mask(Path(mask)) if mask is not None else None)
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from builder.memory import peak_rss_bytes
 from builder.pipeline import imaging, limits
 from builder.pipeline.guidance import Guidance, resolve_guidance
+from builder.pipeline.outpaint import Extension
 from builder.pipeline.reference_models import load_models, model_defaults, parse_variants
 from builder.pipeline.reference_request import InputInfo, check_inputs, check_request
 from builder.pipeline.reference_stages import (
@@ -73,6 +74,7 @@ class ReferenceResult:
     images: tuple[InputInfo, ...] = ()  # edit: the references; inpaint: the image to inpaint, then its references
     mask: InputInfo | None = None
     strength: float | None = None  # inpaint only
+    extension: Extension | None = None  # outpainting: the pixels added on each side
     steps_run: int = 0  # denoising steps that ran (inpainting runs the last strength x steps of the schedule)
     steps: int = 0  # the schedule's steps (the model's default where none was asked for)
     guidance: Guidance | None = None  # base models: the classifier-free guidance that ran (two calls a step)
@@ -98,14 +100,17 @@ def generate(
     strength: float = DEFAULT_STRENGTH,
     guidance_scale: float | None = None,
     negative_prompt: str | None = None,
+    extend: Mapping[str, int] | None = None,
 ) -> ReferenceResult:
     """Text (+ images, + mask) -> image with onnxruntime on the CPU, exactly as the diffusers pipeline computes it.
 
     Without `images` and `mask` WIDTH and HEIGHT are required. With `images` (edit) they default to the first
     image's used size. With `mask` (inpaint) `images[0]` is the image to inpaint, the output has its used size
     (a different WIDTH/HEIGHT is refused), `images[1:]` are its references and `strength` in [0, 1] says how
-    much of the schedule runs. `variants` pins a variant per component (e.g. {"transformer": "q4"}); otherwise
-    VARIANT_PREFERENCE picks. `steps` None and `guidance_scale` None take the model's defaults (manifest.json
+    much of the schedule runs. `extend` ({"right": 128, ...}) outpaints: inpainting of `images[0]` padded on those
+    sides under a mask white on the new area (builder.pipeline.outpaint), `mask` optional. `variants` pins a
+    variant per component (e.g. {"transformer": "q4"}); otherwise VARIANT_PREFERENCE picks. `steps` None and
+    `guidance_scale` None take the model's defaults (manifest.json
     `pipeline`): 4 steps and no guidance for distilled models, diffusers' defaults for base models, which run
     classifier-free guidance against `negative_prompt` (builder.pipeline.guidance).
     """
@@ -124,6 +129,7 @@ def generate(
             images=images,
             mask=mask,
             strength=strength,
+            extend=extend,
             log=log,
         )
         guidance = resolve_guidance(
@@ -192,6 +198,7 @@ def generate(
         images=plan.images,
         mask=plan.mask,
         strength=plan.strength,
+        extension=plan.extension,
         steps_run=steps - schedule.start,
         steps=steps,
         guidance=guidance,
@@ -214,6 +221,7 @@ def generate_png(
     variants: Mapping[str, str] | None = None,
     guidance_scale: float | None = None,
     negative_prompt: str | None = None,
+    extend: Mapping[str, int] | None = None,
 ) -> ReferenceResult:
     """`generate()` and write the image to OUT as PNG with tEXt metadata (atomically)."""
     # Before the pipeline: a folder, a device or an unwritable place must not cost a whole run.
@@ -232,6 +240,7 @@ def generate_png(
         variants=variants,
         guidance_scale=guidance_scale,
         negative_prompt=negative_prompt,
+        extend=extend,
     )
     text = imaging.png_text(
         prompt=prompt,
@@ -244,6 +253,7 @@ def generate_png(
         images=[info.metadata_line() for info in result.images],
         mask=result.mask.metadata_line() if result.mask else None,
         strength=result.strength,
+        outpaint=result.extension.text() if result.extension else None,
         guidance_scale=result.guidance.scale if result.guidance else None,
         negative_prompt=result.guidance.negative_prompt if result.guidance else None,
     )

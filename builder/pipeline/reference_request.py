@@ -4,12 +4,17 @@ any model work."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+from PIL import Image
+
 from builder.errors import InputError
-from builder.pipeline import imaging, inputs, limits
+from builder.pipeline import imaging, inputs, limits, outpaint
 from builder.pipeline.inpaint import inpaint_start
 
 
@@ -37,8 +42,9 @@ class InputPlan:
     width: int  # the output size
     height: int
     images: tuple[InputInfo, ...] = ()
-    mask: InputInfo | None = None
+    mask: InputInfo | None = None  # the mask file given (outpainting may have none)
     strength: float | None = None
+    extension: outpaint.Extension | None = None  # outpainting: the pixels added on each side
     encoder_runs: tuple[tuple[int, int, int], ...] = ()  # (batch, width, height) of each VAE encoder run
 
     @property
@@ -57,15 +63,27 @@ def check_request(
     mask: Path | None,
     strength: float,
     log: Callable[[str], None],
+    extend: Mapping[str, int] | None = None,
 ) -> tuple[InputPlan, list[inputs.InputFile], inputs.InputFile | None]:
-    """Stage 1: the parameters, then every input file decoded and checked, before any model work."""
+    """Stage 1: the parameters, then every input file decoded and checked, before any model work.
+
+    Outpainting (`extend` adds pixels on some side) is inpainting of the padded image under the padded mask
+    (builder.pipeline.outpaint): the files returned are the padded ones, the plan keeps the given mask's info."""
     limits.check_prompt(prompt)
     limits.check_steps(steps)
     limits.check_seed(seed)
-    if mask is not None:
+    extension = outpaint.check_extension(dict(extend)) if extend is not None else None
+    extension = extension or None  # all sides 0: no outpainting
+    if mask is not None or extension:
         strength = limits.check_strength(strength)
-    files, mask_file = inputs.read_inputs(list(images), mask)
+    files, mask_file = inputs.read_inputs(list(images), mask, outpainting=extension is not None)
+    given_mask = mask_file
+    if extension is not None:
+        files[0], mask_file = outpaint_inputs(files[0], mask_file, extension)
     plan = plan_inputs(files, mask_file, width=width, height=height, strength=strength)
+    if extension is not None:
+        # The PNG's `mask` key names the mask file given; without one there is none to name.
+        plan = dataclasses.replace(plan, extension=extension, mask=plan.mask if given_mask is not None else None)
     check_inputs(prompt=prompt, seed=seed, width=plan.width, height=plan.height, steps=steps)
     if plan.strength is not None:
         inpaint_start(steps, plan.strength)  # a strength that leaves no step fails here, not in stage 6
@@ -75,6 +93,30 @@ def check_request(
             f"{info.used_height} ({info.tokens} tokens)"
         )
     return plan, files, mask_file
+
+
+def outpaint_inputs(
+    source: inputs.InputFile, mask: inputs.InputFile | None, extension: outpaint.Extension
+) -> tuple[inputs.InputFile, inputs.InputFile]:
+    """The image to inpaint and the mask, padded by `extension` (builder.pipeline.outpaint's rule), as the files
+    diffusers' inpaint pipeline is then given; refused in one line when the padded image is beyond the limits."""
+    name = f"The image to inpaint ({source.name})"
+    problem = outpaint.padded_problem(extension, source.width, source.height, name)
+    if mask is not None:
+        problem = problem or outpaint.mask_size_problem(
+            source.width, source.height, mask.width, mask.height, f"The mask ({mask.name})"
+        )
+    if problem:
+        raise InputError(problem)
+    padded = Image.fromarray(outpaint.pad_image(np.asarray(source.image), extension))
+    grey = None if mask is None else np.asarray(mask.image)
+    padded_mask = Image.fromarray(outpaint.pad_mask(grey, source.width, source.height, extension))
+    mask_name = mask.name if mask is not None else "outpaint mask"
+    mask_sha = mask.sha256 if mask is not None else hashlib.sha256(padded_mask.tobytes()).hexdigest()
+    return (
+        dataclasses.replace(source, image=padded, width=padded.width, height=padded.height),
+        inputs.InputFile(mask_name, Path(mask_name), mask_sha, padded_mask.width, padded_mask.height, padded_mask),
+    )
 
 
 def check_inputs(*, prompt: str, seed: int, width: int, height: int, steps: int) -> None:

@@ -23,30 +23,35 @@ hold several variants of one component; the manifest lists each, and the app pic
 from __future__ import annotations
 
 import json
-import math
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 from builder.errors import ModelRepoError
-from builder.repo import paths
+from builder.repo import schema_check
 from builder.repo.files import atomic_write_bytes
 
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 16 << 20  # the real repo's manifest is about 20 kB
-FORMAT = "klein-web-model-repo"
-FORMAT_VERSION = 1
+# The schema of manifest.json, which the app reads too (web_src/src/shared/model_repo.js): every field, its bounds,
+# and the names below.
+SCHEMA_FILE = Path(__file__).with_name("manifest_schema.json")
+SCHEMA: dict[str, Any] = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+_GRAPH_FIELDS: dict[str, Any] = SCHEMA["$defs"]["graph"]["properties"]
+FORMAT: str = SCHEMA["properties"]["format"]["const"]
+FORMAT_VERSION: int = SCHEMA["properties"]["format_version"]["maximum"]
 
-# The components text-to-image runs: every repo has them.
-COMPONENTS = ("text_encoder", "transformer", "vae_decoder")
+# The components text-to-image runs: every repo has them (the schema's graphs contain one of each).
+COMPONENTS: tuple[str, ...] = tuple(
+    part["contains"]["properties"]["component"]["const"] for part in SCHEMA["properties"]["graphs"]["allOf"]
+)
 # Components a repo may lack: the VAE encoder, which only editing with reference images needs. `klein-web convert`
 # writes it; the seed repo has none.
-OPTIONAL_COMPONENTS = ("vae_encoder",)
-VARIANTS = ("q4", "q4f16", "fp32", "fp16")
+OPTIONAL_COMPONENTS: tuple[str, ...] = tuple(c for c in _GRAPH_FIELDS["component"]["enum"] if c not in COMPONENTS)
+VARIANTS: tuple[str, ...] = tuple(_GRAPH_FIELDS["variant"]["enum"])
 
-# Files the app and the reference pipeline read besides the graphs.
-TOKENIZER_FILES = ("tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json")
+# Files the app and the reference pipeline read besides the graphs (the schema's files require them).
+TOKENIZER_FILES: tuple[str, ...] = tuple(SCHEMA["properties"]["files"]["required"])
 OPTIONAL_TOKENIZER_FILES = ("tokenizer/chat_template.jinja",)
 SCHEDULER_CONFIG = "scheduler/scheduler_config.json"
 # The step previews' colour map `convert` fits to the VAE (builder.convert.preview_map); optional, like the VAE encoder.
@@ -65,7 +70,7 @@ class TensorSpec:
 
 
 # The I/O contract of each component, exactly as the seed model card states it.
-# `hidden` is the text-encoder width times 3 (7680 for klein-4B, 12288 for klein-9B, 96 for the tiny test model).
+# `hidden` is the text-encoder width times 3 (7680 for klein-4B, 96 for the tiny test model).
 CONTRACT: dict[str, tuple[list[TensorSpec], list[TensorSpec]]] = {
     "text_encoder": (
         [TensorSpec("input_ids", "int64", ["batch", "seq"]), TensorSpec("attention_mask", "int64", ["batch", "seq"])],
@@ -131,7 +136,8 @@ class GraphEntry:
     # the app can also check a size class against the adapter's own buffer limit. None: not recorded.
     attention_heads: int | None = None
     # The bytes of its largest weight as stored, the largest buffer it binds for one tensor (the text encoder's
-    # token embedding), so the app can check the adapter's buffer limit against this model. None: not recorded.
+    # token embedding, a transformer's widest linear), so the app weighs the adapter's buffer limit against the
+    # model's real sizes (klein-9B's are larger than klein-4B's). None: not recorded (the seed repo's).
     largest_weight_bytes: int | None = None
 
     def files(self) -> list[str]:
@@ -167,6 +173,11 @@ class LoraEntry:
     scale: float
 
 
+def _whole(value: Any) -> Any:
+    """A number the schema checked to be an integer, as an int (JSON's 1.0 is one too)."""
+    return int(value) if isinstance(value, float) else value
+
+
 @dataclass(frozen=True)
 class PipelineDefaults:
     """What kind of FLUX.2 [klein] model the repository holds, and the defaults diffusers runs it with.
@@ -177,13 +188,28 @@ class PipelineDefaults:
     from diffusers' own defaults (builder.convert.pipeline_kind); a manifest without them (the seed repository, older
     conversions) holds distilled klein."""
 
-    is_distilled: bool = True
-    steps: int = 4  # the model card's 4 for distilled models; Flux2KleinPipeline's 50 for base models
-    guidance_scale: float | None = None  # text and editing (Flux2KleinPipeline); None: no guidance (distilled)
-    inpaint_guidance_scale: float | None = None  # inpainting (Flux2KleinInpaintPipeline)
+    is_distilled: bool
+    steps: int  # the model card's 4 for distilled models; Flux2KleinPipeline's 50 for base models
+    guidance_scale: float | None  # text and editing (Flux2KleinPipeline); None: no guidance (distilled)
+    inpaint_guidance_scale: float | None  # inpainting (Flux2KleinInpaintPipeline)
 
 
-DISTILLED = PipelineDefaults()
+def _pipeline(value: dict[str, Any]) -> PipelineDefaults:
+    """manifest.json's `pipeline`, which the schema checked."""
+
+    def scale(key: str) -> float | None:
+        return None if value[key] is None else float(value[key])
+
+    return PipelineDefaults(
+        is_distilled=value["is_distilled"],
+        steps=_whole(value["steps"]),
+        guidance_scale=scale("guidance_scale"),
+        inpaint_guidance_scale=scale("inpaint_guidance_scale"),
+    )
+
+
+# A manifest without `pipeline` holds distilled klein: the schema's default.
+DISTILLED = _pipeline(SCHEMA["properties"]["pipeline"]["default"])
 
 
 @dataclass
@@ -224,290 +250,60 @@ class Manifest:
         return data
 
 
-# Bounds of the schema: a size above this is a typo or an attack, not a model file (the real files are < 2 GB).
-MAX_FILE_SIZE = 1 << 40
 # Blocks of a file's block hashes (Blocks): what the app's downloader holds per block in flight.
 BLOCK_SIZE = 16 << 20
-MIN_BLOCK_SIZE, MAX_BLOCK_SIZE = 1 << 20, 1 << 30
-SHA256 = re.compile(r"[0-9a-f]{64}")
-GRAPH_KEYS = {"component", "variant", "path", "external_data", "precision", "inputs", "outputs"}
-OPTIONAL_GRAPH_KEYS = {
-    "requires_f16",
-    "cpu_nodes_without_f16",
-    "attention_query_blocks",
-    "attention_max_tokens",
-    "attention_heads",
-    "largest_weight_bytes",
-}
+# The graph fields a manifest may leave out; GraphEntry's defaults are the schema's.
+OPTIONAL_GRAPH_FIELDS = tuple(key for key in _GRAPH_FIELDS if key not in SCHEMA["$defs"]["graph"]["required"])
 
 
-class _Invalid(Exception):
-    """One schema violation; `_from_json` turns it into the single ModelRepoError the caller sees."""
+def _graph(g: dict[str, Any]) -> GraphEntry:
+    def tensors(specs: list[dict[str, Any]]) -> list[TensorSpec]:
+        return [TensorSpec(t["name"], t["dtype"], [_whole(d) for d in t["shape"]]) for t in specs]
 
-
-def _require(condition: bool, field_name: str, what: str) -> None:
-    if not condition:
-        raise _Invalid(f"{field_name} {what}")
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _int_in(value: object, low: int, high: int) -> bool:
-    return _is_int(value) and low <= value <= high
-
-
-def _string(obj: dict[str, Any], key: str, where: str) -> str:
-    _require(isinstance(obj.get(key), str), f"{where}{key}", f"must be a string, got {obj.get(key)!r}")
-    return str(obj[key])
-
-
-def _tensors(value: object, where: str) -> list[TensorSpec]:
-    _require(isinstance(value, list), where, "must be a list of {name, dtype, shape}")
-    specs = []
-    items: list[Any] = value  # type: ignore[assignment]
-    for i, item in enumerate(items):
-        at = f"{where}[{i}]"
-        _require(
-            isinstance(item, dict) and set(item) == {"name", "dtype", "shape"},
-            at,
-            "must be an object with exactly name, dtype and shape",
-        )
-        name, dtype = _string(item, "name", at + "."), _string(item, "dtype", at + ".")
-        shape = item["shape"]
-        _require(
-            isinstance(shape, list)
-            and len(shape) <= 8
-            and all(_int_in(d, 0, 2**31 - 1) or (isinstance(d, str) and 0 < len(d) <= 64) for d in shape),
-            at + ".shape",
-            "must be a list of non-negative integers or dimension names",
-        )
-        specs.append(TensorSpec(name=name, dtype=dtype, shape=list(shape)))
-    return specs
-
-
-def _count(g: dict[str, Any], key: str, where: str, *, nullable: bool, most: int = 2**31 - 1) -> int | None:
-    value = g.get(key, None if nullable else 1)
-    if value is None and nullable:
-        return None
-    _require(
-        _int_in(value, 1, most),
-        where + key,
-        f"must be a positive integer{' or null' if nullable else ''}, got {value!r}",
-    )
-    return int(value)  # type: ignore[arg-type]
-
-
-def _graph(g: object, i: int) -> GraphEntry:
-    where = f"graphs[{i}]."
-    _require(isinstance(g, dict), f"graphs[{i}]", "must be an object")
-    assert isinstance(g, dict)
-    missing = sorted(GRAPH_KEYS - set(g))
-    _require(not missing, f"graphs[{i}]", f"lacks {', '.join(missing)}")
-    unknown = sorted(set(g) - GRAPH_KEYS - OPTIONAL_GRAPH_KEYS)
-    _require(not unknown, f"graphs[{i}]", f"has unknown field(s) {', '.join(map(repr, unknown))}")
-    component = g["component"]
-    known = (*COMPONENTS, *OPTIONAL_COMPONENTS)
-    _require(component in known, where + "component", f"must be one of {', '.join(known)}, got {component!r}")
-    variant = g["variant"]
-    _require(variant in VARIANTS, where + "variant", f"must be one of {', '.join(VARIANTS)}, got {variant!r}")
-    path = _string(g, "path", where)
-    reason = paths.unsafe_reason(path)
-    _require(reason is None, where + "path", f"{path!r} {reason}")
-    _require(
-        path.startswith(f"{component}/") and path.endswith(".onnx") and path.count("/") == 1,
-        where + "path",
-        f"must name an .onnx file in {component}/, got {path!r}",
-    )
-    data = g["external_data"]
-    _require(isinstance(data, list), where + "external_data", "must be a list of bare file names")
-    for name in data:
-        reason = paths.unsafe_reason(name)
-        _require(
-            reason is None and "/" not in name,
-            where + "external_data",
-            f"entry {name!r} must be a bare file name ({reason or 'it has a /'})",
-        )
-    nodes = g.get("cpu_nodes_without_f16", [])
-    _require(
-        isinstance(nodes, list) and all(isinstance(n, str) for n in nodes),
-        where + "cpu_nodes_without_f16",
-        "must be a list of node names",
-    )
-    requires_f16 = g.get("requires_f16", False)
-    _require(isinstance(requires_f16, bool), where + "requires_f16", f"must be true or false, got {requires_f16!r}")
     return GraphEntry(
-        component=component,
-        variant=variant,
-        path=path,
-        external_data=list(data),
-        precision=_string(g, "precision", where),
-        inputs=_tensors(g["inputs"], where + "inputs"),
-        outputs=_tensors(g["outputs"], where + "outputs"),
-        requires_f16=requires_f16,
-        cpu_nodes_without_f16=list(nodes),
-        attention_query_blocks=int(_count(g, "attention_query_blocks", where, nullable=False) or 1),
-        attention_max_tokens=_count(g, "attention_max_tokens", where, nullable=True),
-        attention_heads=_count(g, "attention_heads", where, nullable=True),
-        largest_weight_bytes=_count(g, "largest_weight_bytes", where, nullable=True, most=MAX_FILE_SIZE),
+        component=g["component"],
+        variant=g["variant"],
+        path=g["path"],
+        external_data=list(g["external_data"]),
+        precision=g["precision"],
+        inputs=tensors(g["inputs"]),
+        outputs=tensors(g["outputs"]),
+        **{key: _whole(g[key]) for key in OPTIONAL_GRAPH_FIELDS if key in g},
     )
 
 
-def _file(rel: object, entry: object) -> FileEntry:
-    where = f"files[{rel!r}]"
-    reason = paths.unsafe_reason(rel)
-    _require(reason is None, f"files key {rel!r}", f"{reason}: a model file must be a relative path in the folder")
-    _require(
-        isinstance(entry, dict) and set(entry) <= {"size", "sha256", "blocks"} and "size" in entry,
-        where,
-        "must be an object {size, sha256, blocks?}",
-    )
-    assert isinstance(entry, dict)
-    size = entry["size"]
-    _require(
-        _int_in(size, 0, MAX_FILE_SIZE), where + ".size", f"must be an integer from 0 to {MAX_FILE_SIZE}, got {size!r}"
-    )
-    sha256 = entry.get("sha256")
-    _require(
-        sha256 is None or (isinstance(sha256, str) and SHA256.fullmatch(sha256) is not None),
-        where + ".sha256",
-        f"must be 64 lowercase hex digits (or null), got {sha256!r}",
-    )
+def _file(entry: dict[str, Any]) -> FileEntry:
     blocks = entry.get("blocks")
-    if blocks is None:
-        return FileEntry(size=size, sha256=sha256)
-    _require(sha256 is not None, where + ".blocks", "needs the file's sha256 beside it")
-    _require(
-        isinstance(blocks, dict) and set(blocks) == {"size", "sha256"},
-        where + ".blocks",
-        "must be an object {size, sha256}",
+    return FileEntry(
+        size=_whole(entry["size"]),
+        sha256=entry.get("sha256"),
+        blocks=None if blocks is None else Blocks(size=_whole(blocks["size"]), sha256=tuple(blocks["sha256"])),
     )
-    block_size = blocks["size"]
-    _require(
-        _int_in(block_size, MIN_BLOCK_SIZE, MAX_BLOCK_SIZE),
-        where + ".blocks.size",
-        f"must be an integer from {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE}, got {block_size!r}",
-    )
-    digests = blocks["sha256"]
-    count = math.ceil(size / block_size)
-    _require(
-        isinstance(digests, list)
-        and len(digests) == count
-        and all(isinstance(d, str) and SHA256.fullmatch(d) for d in digests),
-        where + ".blocks.sha256",
-        f"must be a list of {count} SHA-256 digests (64 lowercase hex digits), one per block",
-    )
-    return FileEntry(size=size, sha256=sha256, blocks=Blocks(size=block_size, sha256=tuple(digests)))
 
 
-MAX_LORAS = 64
-
-
-def _loras(value: object) -> list[LoraEntry]:
-    _require(
-        isinstance(value, list) and len(value) <= MAX_LORAS,
-        "loras",
-        f"must be a list of at most {MAX_LORAS} {{file, sha256, scale}}",
-    )
-    entries = []
-    items: list[Any] = value  # type: ignore[assignment]
-    for i, item in enumerate(items):
-        at = f"loras[{i}]"
-        _require(
-            isinstance(item, dict) and set(item) == {"file", "sha256", "scale"},
-            at,
-            "must be an object with exactly file, sha256 and scale",
+def _from_json(data: Any, where: Path | str) -> Manifest:
+    """The one schema check of manifest.json (manifest_schema.json): any violation is a ModelRepoError naming the
+    field."""
+    version = data.get("format_version") if isinstance(data, dict) else None
+    if version is not None and schema_check.type_of(version) == "integer" and version > FORMAT_VERSION:
+        raise ModelRepoError(
+            f"{where} is format version {_whole(version)}; this klein-web reads up to {FORMAT_VERSION}. "
+            "Upgrade klein-web."
         )
-        name = _string(item, "file", at + ".")
-        _require(
-            0 < len(name) <= 255 and "/" not in name and "\\" not in name and "\x00" not in name,
-            at + ".file",
-            f"must be a bare file name, got {name!r}",
-        )
-        sha256 = item["sha256"]
-        _require(
-            isinstance(sha256, str) and SHA256.fullmatch(sha256) is not None,
-            at + ".sha256",
-            f"must be 64 lowercase hex digits, got {sha256!r}",
-        )
-        scale = item["scale"]
-        _require(
-            isinstance(scale, int | float) and not isinstance(scale, bool) and math.isfinite(scale),
-            at + ".scale",
-            f"must be a finite number, got {scale!r}",
-        )
-        entries.append(LoraEntry(file=name, sha256=sha256, scale=float(scale)))
-    return entries
-
-
-def _guidance(value: object, where: str) -> float | None:
-    _require(
-        value is None
-        or (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 1),
-        where,
-        f"must be a finite number of at least 1, or null, got {value!r}",
-    )
-    return None if value is None else float(value)  # type: ignore[arg-type]
-
-
-def _pipeline(value: object) -> PipelineDefaults:
-    keys = {"is_distilled", "steps", "guidance_scale", "inpaint_guidance_scale"}
-    _require(
-        isinstance(value, dict) and set(value) == keys,
-        "pipeline",
-        "must be an object {is_distilled, steps, guidance_scale, inpaint_guidance_scale}",
-    )
-    assert isinstance(value, dict)
-    _require(isinstance(value["is_distilled"], bool), "pipeline.is_distilled", "must be true or false")
-    _require(_int_in(value["steps"], 1, 1000), "pipeline.steps", f"must be a positive integer, got {value['steps']!r}")
-    return PipelineDefaults(
-        is_distilled=value["is_distilled"],
-        steps=value["steps"],
-        guidance_scale=_guidance(value["guidance_scale"], "pipeline.guidance_scale"),
-        inpaint_guidance_scale=_guidance(value["inpaint_guidance_scale"], "pipeline.inpaint_guidance_scale"),
-    )
-
-
-def _from_json(data: object, where: Path | str) -> Manifest:
-    """The one schema check of manifest.json: any violation is a ModelRepoError naming the field."""
     try:
-        _require(isinstance(data, dict), "the top level", f"must be a JSON object, got a {type(data).__name__}")
-        assert isinstance(data, dict)
-        _require(data.get("format") == FORMAT, "format", f"must be {FORMAT!r}, got {data.get('format')!r}")
-        version = data.get("format_version")
-        if not _is_int(version) or version < 1:
-            raise _Invalid(f"format_version must be a positive integer, got {version!r}")
-        if version > FORMAT_VERSION:
-            raise ModelRepoError(
-                f"{where} is format version {version}; this klein-web reads up to {FORMAT_VERSION}. Upgrade klein-web."
-            )
-        top = {"format", "format_version", "source", "converter", "files", "graphs", "loras", "pipeline"}
-        unknown = sorted(set(data) - top)
-        _require(not unknown, "the top level", f"has unknown field(s) {', '.join(map(repr, unknown))}")
-        source, converter = _string(data, "source", ""), _string(data, "converter", "")
-        _require(
-            isinstance(data.get("files"), dict) and bool(data["files"]),
-            "files",
-            "must be a non-empty object of {path: {size, sha256}}",
-        )
-        files = {str(rel): _file(rel, entry) for rel, entry in data["files"].items()}
-        _require(isinstance(data.get("graphs"), list) and bool(data["graphs"]), "graphs", "must be a non-empty list")
-        graphs = [_graph(g, i) for i, g in enumerate(data["graphs"])]
-        for i, graph in enumerate(graphs):
-            for rel in graph.files():
-                _require(rel in files, f"graphs[{i}]", f"file {rel} is not listed in files")
-        for component in COMPONENTS:
-            _require(any(g.component == component for g in graphs), "graphs", f"has no {component} graph")
-        for rel in TOKENIZER_FILES:
-            _require(rel in files, "files", f"does not list {rel}")
-        loras = _loras(data["loras"]) if "loras" in data else []
-        pipeline = _pipeline(data["pipeline"]) if "pipeline" in data else DISTILLED
-    except _Invalid as exc:
+        schema_check.check(SCHEMA, data)
+    except schema_check.SchemaProblem as exc:
         raise ModelRepoError(
             f"{where} is malformed: {exc}. Re-create it with `klein-web fetch` or `klein-web convert`."
         ) from None
-    return Manifest(source=source, converter=converter, files=files, graphs=graphs, loras=loras, pipeline=pipeline)
+    return Manifest(
+        source=data["source"],
+        converter=data["converter"],
+        files={rel: _file(entry) for rel, entry in data["files"].items()},
+        graphs=[_graph(g) for g in data["graphs"]],
+        loras=[LoraEntry(file=x["file"], sha256=x["sha256"], scale=float(x["scale"])) for x in data.get("loras", [])],
+        pipeline=_pipeline(data["pipeline"]) if "pipeline" in data else DISTILLED,
+    )
 
 
 def load(repo_dir: Path) -> Manifest:

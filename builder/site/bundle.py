@@ -41,10 +41,11 @@ from pathlib import Path
 
 import jinja2
 
-from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
+from builder import DEFAULT_MODEL_BASE, REPO_ROOT, WEB_SRC, __version__, has_web_src
 from builder.errors import BuildError, KleinWebError
 from builder.node import NodeTools, ensure_node_modules, find_node, lock_hash
 from builder.repo import paths
+from builder.repo.manifest import SCHEMA_FILE
 from builder.repo.owned_folder import Owner
 from builder.site import hosts, icons, runtime_files
 from builder.site.model_base import check_model_base, content_security_policy
@@ -100,6 +101,18 @@ def source_files(web_src: Path) -> Iterator[Path]:
                 yield Path(root) / name
 
 
+def manifest_schema(web_src: Path) -> Path:
+    """The manifest's schema as the app imports it (shared/model_repo.js): from the Python package beside web_src,
+    where the Python tool reads it too."""
+    schema = web_src.parent / SCHEMA_FILE.relative_to(REPO_ROOT)
+    if not schema.is_file():
+        raise BuildError(
+            f"{schema} is missing: the app imports the manifest's schema from beside {web_src}. Build web_src in its "
+            "checkout, or put builder/repo/manifest_schema.json beside the copy."
+        )
+    return schema
+
+
 def input_stamp(
     web_src: Path, model_base: str, *, cache_shell: bool = True, runtime: str = "", host: str = "generic"
 ) -> str:
@@ -113,8 +126,8 @@ def input_stamp(
         digest.update(Path(str(module.__file__)).read_bytes())
     for path in (Path(__file__), Path(__file__).parents[1] / "node.py"):
         digest.update(path.read_bytes())
-    for path in source_files(web_src):
-        digest.update(path.relative_to(web_src).as_posix().encode() + b"\0")
+    for path in [*source_files(web_src), manifest_schema(web_src)]:
+        digest.update(path.relative_to(web_src.parent).as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 

@@ -37,7 +37,7 @@ from uvicorn import Config, Server
 from builder import DEFAULT_MODEL_BASE, WEB_SRC, __version__, has_web_src
 from builder.errors import KleinWebError, ModelRepoError, ServeError
 from builder.repo import local, manifest, paths, verify
-from builder.site.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, read_record
+from builder.site.bundle import CROSS_ORIGIN_HEADERS, IMMUTABLE, build, manifest_schema, read_record
 from builder.site.chrome import LINUX_DESKTOP_CHROME_FLAGS
 from builder.site.connection_guard import Guard, GuardedServer
 from builder.site.file_sending import FileResponse
@@ -373,15 +373,17 @@ def start_message(url: str, *, dist_dir: Path, models_dir: Path | None, model_ba
 def watch_and_rebuild(
     dist_dir: Path, *, model_base: str, stop: threading.Event, log: Callable[[str], None], web_src: Path = WEB_SRC
 ) -> None:
-    """Rebuild on every change under web_src (node_modules excluded); a failed build is logged, not fatal. The builds
-    keep no shell in the service worker's cache (a development build), so a reload always gets the latest one."""
+    """Rebuild on every change under web_src (node_modules excluded) or to the manifest's schema the app imports; a
+    failed build is logged, not fatal. The builds keep no shell in the service worker's cache (a development build),
+    so a reload always gets the latest one."""
     from watchfiles import watch
 
     def relevant(_change: object, path: str) -> bool:
         return "node_modules" not in Path(path).parts
 
     # Polling: inotify misses changes on some mounted and network file systems; 0.5 s is plenty for a dev loop.
-    for _changes in watch(web_src, watch_filter=relevant, stop_event=stop, force_polling=True, poll_delay_ms=500):
+    watched = (web_src, manifest_schema(web_src))
+    for _changes in watch(*watched, watch_filter=relevant, stop_event=stop, force_polling=True, poll_delay_ms=500):
         try:
             result = build(dist_dir, model_base=model_base, web_src=web_src, cache_shell=False, log=log, what="--dist")
             if result.changed:

@@ -202,8 +202,12 @@ class WorkerClient:
         vae_tile: int | None = None,
         guidance_scale: float | None = None,
         negative_prompt: str | None = None,
+        step_kernels: bool | None = None,
+        step_check: bool = False,
         timeout_s: float = 300,
     ) -> Reply:
+        """`step_kernels`: False runs the transformer on onnxruntime even where our kernels could; `step_check`: the
+        first step on our kernels is run on onnxruntime too and compared (GenerateResult.stepCheck)."""
         params: dict[str, Any] = {
             "prompt": prompt,
             "seed": seed,
@@ -226,6 +230,10 @@ class WorkerClient:
             params["guidanceScale"] = guidance_scale
         if negative_prompt is not None:
             params["negativePrompt"] = negative_prompt
+        if step_kernels is not None:
+            params["stepKernels"] = step_kernels
+        if step_check:
+            params["stepCheck"] = True
         return self.request("generate", params=params, timeout_s=timeout_s)
 
     def load(self, *, width: int = 64, height: int = 64, timeout_s: float = 120) -> Reply:

@@ -200,6 +200,7 @@ def test_one_reference_matches_diffusers_and_is_encoded_once(fp32_client: Worker
         "images": [info],
         "mask": None,
         "strength": None,
+        "extension": None,
         "steps": 4,
         "referenceTokens": 20,
         "guidance": None,  # the tiny model is distilled: one call per step

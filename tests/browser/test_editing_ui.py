@@ -323,6 +323,18 @@ def test_inpaint_mask_painter_exports_what_was_painted(page: Any, tmp_path: Path
     page.click("#generate")
     assert "mask is empty" in wait_error(page, "mask")
 
+    # Extend: the output size follows the extended image (200+40 x 120, used at 240x112); a refused value says why
+    # in the worker's words and leaves the image's size; emptied, the size is the image's again.
+    assert page.is_visible("#extend-field")
+    page.fill("#extend-right", "40")
+    assert (page.input_value("#width"), page.input_value("#height")) == ("240", "112")
+    assert "Extended to 240x120, used at 240x112" in page.inner_text("#extend-info")
+    page.fill("#extend-right", "-5")
+    assert "The extension's right must be from 0 to 2048 pixels, got -5." in page.inner_text("#extend-info")
+    assert (page.input_value("#width"), page.input_value("#height")) == ("192", "112")
+    page.fill("#extend-right", "")
+    assert (page.input_value("#width"), page.input_value("#height")) == ("192", "112")
+
     set_range(page, "#brush-size", 16)
     paint_stroke(page, (0.1, 0.5), (0.5, 0.5))
     painted = save_mask(page, tmp_path, "painted.png")

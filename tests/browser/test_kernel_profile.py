@@ -29,6 +29,9 @@ def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
     client.open()
     profiled_reply = client.generate(prompt=PROMPT, seed=3, width=64, height=64, steps=2, profile=True)
     profiled = profiled_reply.ok()
+    # A profiled run times onnxruntime's kernels: the transformer runs on onnxruntime, not on ours.
+    step = profiled["graphs"]["transformer"]["step"]
+    assert step["runner"] == "onnxruntime" and "profiled" in step["why"], step
     kernels = profiled["kernels"]
     # Every component that ran is profiled; the transformer once per denoising step, and uncaptured (a captured
     # replay records no kernels).
@@ -63,8 +66,10 @@ def test_a_profiled_run_reports_gpu_time_per_kernel_and_makes_the_same_image(
     assert kernels["text_encoder"]["cpuNodeMs"] > 0
     assert any(k["op"] == "GatherBlockQuantized" for k in kernels["text_encoder"]["kernels"]), kernels["text_encoder"]
 
+    # Every GPU program of a run is one dispatch: the profile counts them.
+    assert kernels["transformer"]["dispatches"] == sum(k["calls"] for k in kernels["transformer"]["kernels"])
     # The profiler only watches: the same request without it makes the same image, captured, with no kernel times.
-    plain = client.generate(prompt=PROMPT, seed=3, width=64, height=64, steps=2)
+    plain = client.generate(prompt=PROMPT, seed=3, width=64, height=64, steps=2, step_kernels=False)
     assert "graph capture" in plain.ok()["graphs"]["transformer"]["detail"]
     assert "kernels" not in plain.ok()
     assert np.array_equal(plain.rgb(), profiled_reply.rgb())

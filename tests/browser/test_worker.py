@@ -113,7 +113,10 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(
     cases = [(0, 64, 64), (42, 96, 64), (7, 96, 64)]
     for i, (seed, width, height) in enumerate(cases):
         guidance: dict[str, Any] = {"guidance_scale": 4.0, "negative_prompt": "blurry"} if i == 2 else {}
-        reply = client.generate(prompt=PROMPT, seed=seed, width=width, height=height, steps=STEPS, **guidance)
+        # onnxruntime's transformer, the fallback of our kernels (tests/browser/test_step_kernels.py runs those).
+        reply = client.generate(
+            prompt=PROMPT, seed=seed, width=width, height=height, steps=STEPS, step_kernels=False, **guidance
+        )
         result = reply.ok()
         assert result["transformerCalls"] == STEPS and result["inputs"]["guidance"] is None
         assert len([note for note in result["notes"] if "ignored" in note]) == (2 if guidance else 0), result["notes"]
@@ -129,7 +132,13 @@ def test_fp32_matches_reference_and_second_visit_uses_the_store(
         new_size = i == 0 or (width, height) != cases[i - 1][1:]
         assert (load_ms > 0) == new_size and 0 <= read_ms <= load_ms  # reading the store is part of it
         assert (result["graphs"]["vae_decoder"]["loadMs"] > 0) == new_size
-        assert transformer == {"variant": "fp32", "ep": "webgpu", "detail": "attention unsplit, graph capture"}
+        step = transformer.pop("step")
+        assert step["runner"] == "onnxruntime" and step["why"] == "asked for" and step["graphNodes"] > 0, step
+        assert transformer == {
+            "variant": "fp32",
+            "ep": "webgpu",
+            "detail": "attention unsplit, graph capture, onnxruntime (not our kernels: asked for)",
+        }
         # The VAE decoder, pinned to the image's latent size, captures too; the image is still the reference's.
         assert result["graphs"]["vae_decoder"]["ep"] == "webgpu"
         assert result["graphs"]["vae_decoder"]["detail"].endswith(", graph capture"), result["graphs"]["vae_decoder"]
@@ -209,7 +218,8 @@ def test_q4_against_reference(
     server = live_server_factory(dist_dir, models=tiny_models["q4"])
     client = WorkerClient(page, server.url("/"))
     client.open()
-    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=STEPS)
+    # onnxruntime's transformer, the fallback of our kernels (tests/browser/test_step_kernels.py runs those).
+    reply = client.generate(prompt=PROMPT, seed=0, width=64, height=64, steps=STEPS, step_kernels=False)
     graphs = reply.ok()["graphs"]
     # No shader-f16 on SwiftShader: the compact q4 set has no fp16 node (the 4-bit token embedding has fp32
     # scales, the scales stored in fp16 are cast up when the session is created), so all of it runs on WebGPU;
@@ -221,7 +231,9 @@ def test_q4_against_reference(
     }
     # The text encoder runs once per prompt (never captured); the transformer captures.
     assert (
-        graphs["text_encoder"]["detail"] == "" and graphs["transformer"]["detail"] == "attention unsplit, graph capture"
+        graphs["text_encoder"]["detail"] == ""
+        and graphs["transformer"]["detail"]
+        == "attention unsplit, graph capture, onnxruntime (not our kernels: asked for)"
     )
     assert not [note for note in reply.ok()["notes"] if "shader-f16" in note], reply.ok()["notes"]
     # The quantized weights reach the GPU through the app's own buffers, not onnxruntime's copies: exactly the

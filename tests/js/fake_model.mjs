@@ -19,6 +19,7 @@ import path from 'node:path';
 import zlib from 'node:zlib';
 
 import { MemoryBudget } from '../../web_src/src/models/memory_mode.js';
+import { mark } from '../../web_src/src/models/meter.js';
 import { EncoderCache } from '../../web_src/src/models/model_caches.js';
 import { LATENT_CHANNELS, PATCH } from '../../web_src/src/pipeline/latents.js';
 import { DISTILLED } from '../../web_src/src/shared/model_repo.js';
@@ -34,7 +35,7 @@ let tokenizer = null;
  * @typedef {Object} LogEntry
  * @property {'session' | 'run' | 'unload' | 'preload' | 'prepare' | 'release'} what
  * @property {string} component
- * @property {any} [detail]  session: its pin; run: its inputs.
+ * @property {any} [detail]  session: its pin; run: its inputs; preload: the sessions it is told come next.
  */
 
 /**
@@ -176,19 +177,25 @@ export function fakeModel({
         fits: (component, pin) => fits(component),
         /**
          * @param {string[]} components
-         * @param {{pins?: Record<string, any>, signal?: AbortSignal, onLoaded?: (c: string) => Promise<void>}} options
+         * @param {{pins?: Record<string, any>, signal?: AbortSignal, next?: string[],
+         *   onLoaded?: (c: string) => Promise<void>}} options
          */
-        async preload(components, { pins = {}, signal, onLoaded }) {
-            log.push({ what: 'preload', component: components.join(',') });
+        async preload(components, { pins = {}, signal, next = [], onLoaded }) {
+            log.push({ what: 'preload', component: components.join(','), detail: next });
             for (const component of components) {
                 if (!fits(component)) continue;
                 await sessions.session(component, { pin: pins[component], signal });
                 await onLoaded?.(component);
             }
         },
-        /** @param {{component: string}} session @param {Record<string, any>} inputs */
-        async submit(session, inputs) {
+        /**
+         * @param {{component: string}} session
+         * @param {Record<string, any>} inputs
+         * @param {{meter?: any, what?: string}} [options]  The run is marked on the job's timeline as `what`.
+         */
+        async submit(session, inputs, { meter, what } = {}) {
             const { component } = session;
+            if (meter) mark(meter, what ?? component, performance.now());
             const call = (runs[component] = (runs[component] ?? -1) + 1);
             // A copy: the stages reuse their input buffers from one run to the next.
             const copied = Object.fromEntries(
@@ -200,9 +207,13 @@ export function fakeModel({
             outputs.catch(() => {});
             return { outputs };
         },
-        /** @param {{component: string}} session @param {Record<string, any>} inputs */
-        async run(session, inputs) {
-            return (await sessions.submit(session, inputs)).outputs;
+        /**
+         * @param {{component: string}} session
+         * @param {Record<string, any>} inputs
+         * @param {{meter?: any, what?: string}} [options]
+         */
+        async run(session, inputs, options) {
+            return (await sessions.submit(session, inputs, options)).outputs;
         },
         /** @param {string} component */
         async unload(component) {
@@ -216,8 +227,17 @@ export function fakeModel({
         async finishRun() {
             if (budget.current.mode === 'lean') await sessions.releaseAll();
         },
+        /** The profiled runs' events: one `model_run` and one kernel for each run of each component. */
         async endProfiling() {
-            return {};
+            return Object.fromEntries(
+                Object.entries(runs).map(([component, last]) => [
+                    component,
+                    Array.from({ length: last + 1 }, () => [
+                        { cat: 'Session', name: 'model_run', dur: 100 },
+                        { cat: 'Api', name: `${component}&MatMul&matmul_f32`, dur: 40 },
+                    ]).flat(),
+                ]),
+            );
         },
         describe: () =>
             Object.fromEntries(

@@ -197,6 +197,11 @@ class FakeDirectoryHandle {
         yield* [...this.entries.values()];
     }
 
+    /** @param {unknown} other */
+    async isSameEntry(other) {
+        return other === this;
+    }
+
     /**
      * Every file below this folder: '/'-separated path -> bytes (a test's view, not an OPFS method).
      * @param {string} [prefix]

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 
 import { CHUNK_BYTES, READS_IN_FLIGHT, uploadWeights } from '../../web_src/src/runtime/gpu_weights.js';
 import { runtimeError } from '../../web_src/src/runtime/errors.js';
-import { DeviceLostError, ErrorCode } from '../../web_src/src/shared/errors.js';
+import { DeviceLostError, ErrorCode, StoredFileError } from '../../web_src/src/shared/errors.js';
 
 // WebGPU's usage flags, as a browser defines them.
 Object.assign(globalThis, { GPUBufferUsage: { STORAGE: 0x80, COPY_DST: 0x8, COPY_SRC: 0x4 } });
@@ -161,4 +161,26 @@ test('a failed read or a cancel destroys the buffers and passes the failure on',
     await assert.rejects(uploadWeights(gpu, weights, read, { signal: controller.signal }), { name: 'AbortError' });
     assert.equal(device.buffers.length, 2);
     assert.ok(device.buffers.every((b) => b.destroyed));
+});
+
+test('the buffers are kept only once the store has checked the bytes they hold', async () => {
+    const device = recordingDevice();
+    const gpu = /** @type {GPUDevice} */ (/** @type {unknown} */ (device));
+    const weights = [{ name: 'a', location: 'model.onnx_data', offset: 0, length: 64 }];
+    /** @type {string[]} */
+    const order = [];
+    const checked = async () => {
+        order.push(
+            `checked after ${device.buffers[0].bytes.subarray(0, 64).some((b) => b !== 0) ? 'the upload' : '?'}`,
+        );
+    };
+    const buffers = await uploadWeights(gpu, weights, read, { verified: checked });
+    assert.deepEqual(order, ['checked after the upload']);
+    assert.ok(buffers.has('a') && !device.buffers[0].destroyed);
+
+    const changed = async () => {
+        throw new StoredFileError('model.onnx_data changed in this browser storage', { path: 'model.onnx_data' });
+    };
+    await assert.rejects(uploadWeights(gpu, weights, read, { verified: changed }), StoredFileError);
+    assert.ok(device.buffers[1].destroyed, 'the buffers of bytes that failed the check are destroyed');
 });

@@ -21,6 +21,13 @@ const EXPORTS = {
     '../../web_src/src/models/meter.js': ['newMeter', 'mark'],
     '../../web_src/src/models/model_report.js': ['describeChoices', 'summarizeChoices'],
     '../../web_src/src/shared/png_text.js': ['addTextChunks', 'readTextChunks'],
+    '../../web_src/src/shared/graph_needs.js': [
+        'variantOrder',
+        'graphFamily',
+        'attentionScoreBytes',
+        'vaeAttentionTokens',
+    ],
+    '../../web_src/src/shared/channel.js': ['Channel', 'serve'],
 };
 
 test('there is no DOM in this process', () => {

@@ -2,9 +2,9 @@
 /**
  * @file The web app's layering, from its imports: data flows page -> protocol -> worker -> pipeline -> models ->
  * runtime | store -> shared, and only runtime/ort.js imports onnxruntime-web. Our WGSL kernels (kernels/) import
- * nothing of the app; the kernel lab's page (lab/) drives them on the runtime's device. Every import counts, JSDoc
- * type imports
- * (`import('...')`) included, since a type import is still a dependency a reader has to follow.
+ * nothing of the app; the transformer step on them (step/) imports only them, and models/ hands it its device and
+ * weights; the kernel lab's page (lab/) drives the kernels on the runtime's device. Every import counts, JSDoc
+ * type imports (`import('...')`) included, since a type import is still a dependency a reader has to follow.
  * @module tests/js/test_layering
  */
 
@@ -22,8 +22,9 @@ const ALLOWED = Object.freeze({
     protocol: ['shared'],
     worker: ['worker', 'protocol', 'pipeline', 'models', 'runtime', 'store', 'shared'],
     pipeline: ['pipeline', 'protocol', 'models', 'shared'],
-    models: ['models', 'protocol', 'runtime', 'store', 'shared'],
+    models: ['models', 'protocol', 'step', 'runtime', 'store', 'shared'],
     runtime: ['runtime', 'shared'],
+    step: ['step', 'kernels'],
     kernels: ['kernels'],
     lab: ['lab', 'kernels', 'runtime', 'shared'],
     store: ['store', 'shared'],
@@ -37,6 +38,8 @@ const PURE = Object.freeze([
     ...['graph_choice', 'graph_weights', 'memory_mode', 'meter', 'model_report'].map((name) => `models/${name}.js`),
 ]);
 const ORT_IMPORTER = 'runtime/ort.js';
+/** Data files outside src/ that the app imports (JSON, bundled at build time), each with the one module reading it. */
+const DATA_FILES = Object.freeze({ '../../builder/repo/manifest_schema.json': 'shared/model_repo.js' });
 
 const STATIC_IMPORT = /^\s*import\s+(?:[\w*{}\s,]+?\s+from\s+)?['"]([^'"]+)['"]/gm;
 const RE_EXPORT = /^\s*export\s+(?:\*|\{[^}]*\})(?:\s+as\s+\w+)?\s+from\s+['"]([^'"]+)['"]/gm;
@@ -46,6 +49,7 @@ const DYNAMIC_OR_TYPE_IMPORT = /import\(\s*['"]([^'"]+)['"]\s*\)/g;
  * @typedef {Object} Graph
  * @property {Map<string, Set<string>>} local  src-relative file -> src-relative files it imports.
  * @property {Map<string, Set<string>>} packages  src-relative file -> npm specifiers it imports.
+ * @property {Map<string, Set<string>>} [data]  src-relative file -> src-relative JSON files it imports.
  */
 
 /**
@@ -73,19 +77,22 @@ export function specifiers(text) {
 /** @returns {Graph} */
 function readGraph() {
     /** @type {Graph} */
-    const graph = { local: new Map(), packages: new Map() };
+    const graph = { local: new Map(), packages: new Map(), data: new Map() };
     for (const file of sourceFiles(SRC)) {
         const local = new Set();
         const packages = new Set();
+        const data = new Set();
         for (const specifier of specifiers(fs.readFileSync(path.join(SRC, file), 'utf-8'))) {
             if (specifier.startsWith('.')) {
-                local.add(path.posix.normalize(path.posix.join(path.posix.dirname(file), specifier)));
+                const target = path.posix.normalize(path.posix.join(path.posix.dirname(file), specifier));
+                (target.endsWith('.json') ? data : local).add(target);
             } else {
                 packages.add(specifier);
             }
         }
         graph.local.set(file, local);
         graph.packages.set(file, packages);
+        graph.data.set(file, data);
     }
     return graph;
 }
@@ -139,6 +146,11 @@ export function violations(graph) {
                 problems.push(`${file} imports the npm package ${specifier}: shared/ imports nothing`);
             }
         }
+        for (const target of graph.data?.get(file) ?? []) {
+            const reader = /** @type {Record<string, string>} */ (DATA_FILES)[target];
+            if (!reader) problems.push(`${file} imports ${target}, a data file DATA_FILES does not list`);
+            else if (reader !== file) problems.push(`${file} imports ${target}: only ${reader} reads it`);
+        }
         if (reachable(graph, file).has(file)) problems.push(`${file} is part of an import cycle`);
     }
     for (const file of PURE) {
@@ -177,7 +189,10 @@ test('the rules catch each kind of breach', () => {
         const entries = Object.entries(imports);
         return {
             local: new Map(entries.map(([file, list]) => [file, new Set(list.filter((s) => s.endsWith('.js')))])),
-            packages: new Map(entries.map(([file, list]) => [file, new Set(list.filter((s) => !s.endsWith('.js')))])),
+            packages: new Map(
+                entries.map(([file, list]) => [file, new Set(list.filter((s) => !/\.js(on)?$/.test(s)))]),
+            ),
+            data: new Map(entries.map(([file, list]) => [file, new Set(list.filter((s) => s.endsWith('.json')))])),
         };
     };
     const clean = {
@@ -189,6 +204,7 @@ test('the rules catch each kind of breach', () => {
         'runtime/ort.js': ['onnxruntime-web/webgpu', 'shared/errors.js'],
         'store/weights.js': ['shared/errors.js'],
         'shared/errors.js': [],
+        'shared/model_repo.js': ['../../builder/repo/manifest_schema.json'],
     };
     assert.deepEqual(violations(graphOf(clean)), []);
     const breaches = [
@@ -201,6 +217,8 @@ test('the rules catch each kind of breach', () => {
         ['pipeline/generate.js', 'store/weights.js', /generate.js \(pipeline\) imports store\/weights.js/],
         ['models/model.js', 'pipeline/generate.js', /model.js \(models\) imports pipeline\/generate.js/],
         ['shared/errors.js', 'shared/errors.js', /part of an import cycle/],
+        ['store/weights.js', '../../builder/repo/manifest_schema.json', /only shared\/model_repo.js reads it/],
+        ['shared/errors.js', '../../builder/data.json', /data.json, a data file DATA_FILES does not list/],
     ];
     for (const [file, extra, message] of /** @type {[string, string, RegExp][]} */ (breaches)) {
         const graph = graphOf({ ...clean, [file]: [.../** @type {Record<string, string[]>} */ (clean)[file], extra] });
@@ -219,5 +237,7 @@ test('web_src/src keeps its layering', () => {
     const ortImports = graph.packages.get(ORT_IMPORTER);
     assert.ok(ortImports?.has('onnxruntime-web/webgpu'), `${ORT_IMPORTER} must import onnxruntime`);
     for (const file of PURE) assert.ok(graph.local.has(file), `${file} is listed but does not exist`);
+    for (const data of Object.keys(DATA_FILES))
+        assert.ok(fs.existsSync(path.join(SRC, data)), `${data} does not exist`);
     assert.deepEqual(violations(graph), []);
 });

@@ -50,7 +50,7 @@ const MATRIX = ['shader-f16', 'subgroups', 'chromium-experimental-subgroup-matri
 test('an H100 in Chromium 156 gets both matrix paths first, the plain ones after', () => {
     const paths = linearPaths(device({ features: MATRIX }), { activation: 'f16' }, info());
     assert.deepEqual(paths.slice(0, 2), ['int8-matrix', 'f16-matrix']);
-    assert.equal(paths.at(-1), 'tiled');
+    assert.deepEqual(paths.slice(-2), ['tiled', 'simple']);
     // fp32 activations: the int8 units still, not the fp16 ones.
     assert.deepEqual(linearPaths(device({ features: MATRIX }), { activation: 'f32' }, info()).slice(0, 1), [
         'int8-matrix',
@@ -89,8 +89,11 @@ test('a range of subgroup sizes needs subgroup-size-control for the matrix kerne
     );
 });
 
-test('float16 activations need shader-f16; every adapter runs the tiled path', () => {
+test('float16 activations need shader-f16; every adapter runs the tiled and simple paths, last', () => {
     assert.deepEqual(linearPaths(device(), { activation: 'f16' }, info()), []);
     assert.deepEqual(linearPaths(device(), { activation: 'f32', output: 'f16' }, info()), []);
-    assert.equal(linearPaths(device(), { activation: 'f32' }, info({ configs: [] })).at(-1), 'tiled');
+    assert.deepEqual(linearPaths(device(), { activation: 'f32' }, info({ configs: [] })).slice(-2), [
+        'tiled',
+        'simple',
+    ]);
 });

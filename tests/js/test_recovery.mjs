@@ -13,6 +13,7 @@ import {
     GpuFeatureError,
     InputError,
     OutOfMemoryError,
+    StoredFileError,
 } from '../../web_src/src/shared/errors.js';
 
 const fast = { aborted: false, memoryMode: 'fast', askedMemory: undefined, leanTried: false };
@@ -183,4 +184,76 @@ test('a remembered precision the repository no longer has is forgotten for the r
     }, fake.options);
     assert.deepEqual(asked, ['q4', undefined]);
     assert.deepEqual(result.notes, []);
+});
+
+test('a stored file found changed is deleted and the job runs again, once per file', async () => {
+    const changed = (/** @type {string} */ path) =>
+        new StoredFileError(`${path} changed in this browser's storage since it was downloaded: ...`, { path });
+    const plan = recoveryFor(changed('a.onnx_data'), fast);
+    assert.deepEqual(plan, { kind: 'refetch', path: 'a.onnx_data', reason: changed('a.onnx_data').message });
+    assert.equal(recoveryFor(changed('a.onnx_data'), { ...fast, refetched: new Set(['a.onnx_data']) }), null);
+    assert.equal(recoveryFor(changed('a.onnx_data'), { ...fast, aborted: true }), null);
+
+    /** @type {string[]} */
+    const forgotten = [];
+    /** @type {string[]} */
+    const said = [];
+    const failures = [changed('a.onnx_data'), changed('b.onnx_data'), changed('a.onnx_data')];
+    let runs = 0;
+    const options = {
+        model: /** @type {any} */ ({
+            sessions: { releaseAll: async () => {} },
+            memory: { current: { mode: 'fast' } },
+            source: { store: { forget: async (/** @type {string} */ path) => void forgotten.push(path) } },
+        }),
+        gpu: /** @type {any} */ ({ dropFeature() {}, remember: async () => {}, restore() {} }),
+        signal: new AbortController().signal,
+        askedMemory: undefined,
+        onEvent: (/** @type {{stage: string, detail: string}} */ event) =>
+            void said.push(`${event.stage}: ${event.detail}`),
+    };
+    const job = async () => {
+        runs += 1;
+        const failure = failures.shift();
+        if (failure) throw failure;
+        return 'image';
+    };
+    // a changed, b changed, then a again: the third failure is reported, and a is deleted each time.
+    await assert.rejects(
+        runRecovering(job, options),
+        (err) => err instanceof StoredFileError && err.detail.path === 'a.onnx_data',
+    );
+    assert.equal(runs, 3);
+    assert.deepEqual(forgotten, ['a.onnx_data', 'b.onnx_data', 'a.onnx_data']);
+    assert.deepEqual(said, [
+        `download: ${changed('a.onnx_data').message}: downloading it again`,
+        `download: ${changed('b.onnx_data').message}: downloading it again`,
+    ]);
+    runs = 0;
+    failures.push(changed('c.onnx_data'));
+    assert.equal(await runRecovering(job, options), 'image');
+    assert.equal(runs, 2);
+});
+
+test('in one job a changed stored file is downloaded again and a q4f16 overflow still falls back to q4', async () => {
+    const fake = parts(['q4', 'q4f16'], 'q4f16');
+    const forgotten = /** @type {string[]} */ ([]);
+    fake.options.model.source.store = { forget: async (/** @type {string} */ path) => void forgotten.push(path) };
+    const failures = [new StoredFileError('te.onnx_data changed since it was downloaded', { path: 'te.onnx_data' })];
+    const asked = /** @type {any[]} */ ([]);
+    const result = await runRecovering(async (overrides) => {
+        asked.push(overrides.precision);
+        const failure = failures.shift();
+        if (failure) throw failure;
+        if (!overrides.precision) throw overflow('text_encoder');
+        return { notes: /** @type {string[]} */ ([]) };
+    }, fake.options);
+    assert.deepEqual(asked, [undefined, undefined, 'q4']);
+    assert.deepEqual(forgotten, ['te.onnx_data']);
+    const stages = fake.events.map((e) => e.stage);
+    assert.deepEqual(stages, ['download', 'load'], 'downloaded again, then loaded again on q4');
+    assert.match(fake.events[1].detail, /^again on the q4 graphs: the q4f16 text encoder overflowed/);
+    assert.match(result.notes.join(' '), /Ran again on the q4 graphs/);
+    const saved = fake.memory.saved.map((s) => s[1]);
+    assert.deepEqual(saved, ['q4'], 'the fallback is remembered once');
 });

@@ -22,9 +22,10 @@ const VALUES = { prompt: 'a fox', seed: 10, steps: 4, width: 64, height: 64 };
 
 /**
  * A runner on fakes; `calls` lists what each part was asked, in order.
- * @param {{count?: number, generate?: (params: any, index: number) => Promise<any>, read?: () => any}} [options]
+ * @param {{count?: number, generate?: (params: any, index: number) => Promise<any>, read?: () => any,
+ *   preview?: boolean}} [options]  `preview`: the step preview setting is on.
  */
-function runner({ count = 1, generate, read = () => ({ ...VALUES }) } = {}) {
+function runner({ count = 1, generate, read = () => ({ ...VALUES }), preview = false } = {}) {
     /** @type {string[]} */
     const calls = [];
     /** @type {any[]} */
@@ -45,7 +46,7 @@ function runner({ count = 1, generate, read = () => ({ ...VALUES }) } = {}) {
             if (generate) return generate(params, requests.length - 1);
             return { width: 64, height: 64, params, timings: { total: 5 } };
         },
-        cancel: async () => ({ cancelled: true }),
+        cancel: async () => (calls.push('cancel'), { cancelled: true }),
         restart: note('restart'),
     };
     const parts = {
@@ -86,8 +87,8 @@ function runner({ count = 1, generate, read = () => ({ ...VALUES }) } = {}) {
         capabilities: { setBusy: () => {} },
         history: { record: (/** @type {any} */ entry) => recorded.push(entry) },
         outputCard: { getBoundingClientRect: () => ({ top: 0 }), scrollIntoView: () => {} },
-        preview: { enabled: () => false },
-        stepPreview: { handle: () => {}, clear: () => {} },
+        preview: { enabled: () => preview },
+        stepPreview: { handle: note('step preview event'), clear: note('step preview clear') },
         encode: async (/** @type {any} */ result) => ({
             png: null,
             thumb: `thumb ${result.params.seed}`,
@@ -171,6 +172,7 @@ test('a cancel ends the batch without an error: no further image starts', async 
     });
     current = made.runner;
     await made.runner.generate();
+    assert.ok(made.calls.includes('cancel'), 'the worker is asked to stop');
     assert.deepEqual(made.requests.length, 1);
     assert.deepEqual(made.shown, []);
     assert.equal(g.document.body.dataset.state, 'idle');
@@ -196,4 +198,15 @@ test('bad settings send nothing: the error is shown and the page keeps its state
     );
     assert.equal(g.document.body.dataset.state, 'done');
     assert.ok(!calls.includes('running true'));
+});
+
+test("each image's events reach the progress and the step preview, which is asked for only when on", async () => {
+    const off = runner();
+    await off.runner.generate();
+    assert.ok(!('preview' in off.requests[0]));
+    const on = runner({ preview: true });
+    await on.runner.generate();
+    assert.equal(on.requests[0].preview, true);
+    const around = on.calls.slice(on.calls.indexOf('generate 10'), on.calls.indexOf('strip add'));
+    assert.deepEqual(around, ['generate 10', 'progress event', 'step preview event', 'step preview clear']);
 });

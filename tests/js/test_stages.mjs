@@ -19,7 +19,8 @@ import { loadSessions } from '../../web_src/src/pipeline/load_sessions.js';
 import { prepareLatents } from '../../web_src/src/pipeline/prepare_latents.js';
 import { retrieveTimesteps } from '../../web_src/src/pipeline/schedule.js';
 import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from '../../web_src/src/pipeline/tokenizer.js';
-import { CancelledError, ModelFileError } from '../../web_src/src/shared/errors.js';
+import { LEAN_VAE_TILE } from '../../web_src/src/pipeline/vae_tiles.js';
+import { CancelledError, DegenerateOutputError, ModelFileError } from '../../web_src/src/shared/errors.js';
 import { EMBED_DIM, VELOCITY, fakeModel, pngFile, runsOf } from './fake_model.mjs';
 import { REPO_ROOT } from './golden.mjs';
 
@@ -135,6 +136,8 @@ test('the VAE decoder is created while the GPU computes the first step, or at st
         log.filter((e) => e.what !== 'prepare' && e.what !== 'preload').map((e) => `${e.what} ${e.component}`);
     const fitting = fakeModel();
     await run({}, fitting.model);
+    // Stage 2 tells the sessions that the VAE decoder comes next, so the memory it needs is kept in mind.
+    assert.deepEqual(fitting.log.find((e) => e.what === 'preload')?.detail, ['vae_decoder']);
     assert.deepEqual(order(fitting.log).slice(0, 5), [
         'session text_encoder',
         'run text_encoder',
@@ -217,9 +220,14 @@ test("editing: the reference's latents follow the noise tokens in every step, en
         result.inputs.images.map((i) => [i.usedWidth, i.usedHeight, i.tokens, i.cached]),
         [[64, 64, 16, false]],
     );
+    assert.deepEqual([result.inputs.mode, result.inputs.referenceTokens], ['edit', 16]);
+    // The result's parameters are the checked ones, without the image files.
+    assert.ok(!('images' in result.params) && !('mask' in result.params), Object.keys(result.params).join());
 
     const again = await run({ images: [reference], seed: 7 }, model);
     assert.equal(runsOf(log, 'vae_encoder').length, 1, 'the latents come from the cache');
+    const preloads = log.filter((e) => e.what === 'preload').map((e) => e.component);
+    assert.deepEqual(preloads, ['text_encoder,vae_encoder,transformer', 'transformer'], 'no encoder is loaded again');
     assert.equal(again.result.inputs.images[0].cached, true);
     const tokensOf = (/** @type {any} */ step) => step.hidden_states.data.subarray(TOKENS * LATENT_CHANNELS);
     assert.deepEqual(tokensOf(runsOf(log, 'transformer')[4]), tokensOf(steps[0]));
@@ -233,6 +241,8 @@ test("inpainting: where the mask keeps the image, the decoder gets the image's o
     // strength 0.5 of 4 steps: the last 2 run.
     assert.equal(runsOf(log, 'transformer').length, 2);
     assert.equal(result.inputs.steps, 2);
+    assert.equal(result.inputs.mode, 'inpaint');
+    assert.equal(result.inputs.mask?.name, 'mask.png');
     const imageLatents = graphs.vae_encoder(runsOf(log, 'vae_encoder')[0], null).image_latents.data;
     const [decoded] = runsOf(log, 'vae_decoder');
     assert.deepEqual(decoded.latents.data, imageLatents);
@@ -279,4 +289,83 @@ test('stage 1 refuses bad image fields and unusable files before anything is dow
         );
         assert.deepEqual(log, [], JSON.stringify(Object.keys(bad)));
     }
+});
+
+test("the transformer's prediction for the input images' tokens is not a step: only the noise tokens move", async () => {
+    // The noise tokens predict VELOCITY, the reference's tokens something far off.
+    const velocity = (/** @type {any} */ inputs) => {
+        const [, seq, channels] = inputs.hidden_states.dims;
+        return new Float32Array(seq * channels).fill(100).fill(VELOCITY, 0, TOKENS * channels);
+    };
+    const { model, log } = fakeModel({ velocity });
+    await run({ images: [reference] }, model);
+    const schedule = retrieveTimesteps(4, TOKENS);
+    const noise = prepareLatents(42, { width: WIDTH, height: HEIGHT, textSeqLen: MAX_SEQUENCE_LENGTH });
+    const span = schedule.sigmas[0] - schedule.sigmas[schedule.sigmas.length - 1];
+    const denoised = unpackLatents(
+        noise.latents.map((x) => x - span * VELOCITY),
+        LATENT_CHANNELS,
+        LATENT_H,
+        LATENT_W,
+    );
+    assertClose(runsOf(log, 'vae_decoder')[0].latents.data, denoised, 1e-5, 'decoder input');
+});
+
+test('a transformer that predicts NaN is refused as a degenerate output, and nothing is decoded', async () => {
+    const { model, log } = fakeModel({ velocity: (_, call) => (call === 2 ? NaN : VELOCITY) });
+    await assert.rejects(run({}, model), DegenerateOutputError);
+    assert.equal(runsOf(log, 'vae_decoder').length, 0);
+});
+
+test("the download's progress, the steps' times to go, the total and the timeline reach the page", async () => {
+    const { model } = fakeModel();
+    const { result, events } = await run({}, model);
+    // The download's progress comes between its stage and the next.
+    const kinds = events.map((e) => (e.type === 'stage' ? e.stage : e.type));
+    assert.ok(kinds.indexOf('progress') > kinds.indexOf('download'), kinds.join());
+    assert.ok(kinds.indexOf('progress') < kinds.indexOf('load'), kinds.join());
+    // Each step's time to go is the mean step so far times the steps left: nothing after the last.
+    const steps = events.filter((e) => e.type === 'step');
+    for (const { step, steps: total, elapsedMs, etaMs } of steps) {
+        assertClose([etaMs], [(elapsedMs / step) * (total - step)], 1e-9, `step ${step} etaMs`);
+    }
+    assert.equal(steps.at(-1).etaMs, 0);
+    assert.ok(
+        result.timings.total >= result.timings.denoise && result.timings.denoise > 0,
+        JSON.stringify(result.timings),
+    );
+    const denoising = result.timeline.map((/** @type {any} */ e) => e.what).filter((w) => w.startsWith('Denoising'));
+    assert.deepEqual(
+        denoising,
+        [1, 2, 3, 4].map((i) => `Denoising step ${i}`),
+    );
+});
+
+test('profile: the sessions are profiled for this run and the result says where the GPU time went', async () => {
+    /** @type {boolean[]} */
+    const profiling = [];
+    const { model } = fakeModel({ velocity: () => (profiling.push(model.sessions.profiling), VELOCITY) });
+    const profiled = await run({ profile: true }, model);
+    assert.deepEqual(profiling, [true, true, true, true]);
+    assert.deepEqual(Object.keys(profiled.result.kernels ?? {}).sort(), ['text_encoder', 'transformer', 'vae_decoder']);
+    const plain = await run({}, model);
+    assert.equal(profiling.at(-1), false);
+    assert.ok(!('kernels' in plain.result));
+});
+
+test('lean mode decodes in tiles and gives the sessions back after the run; fast mode keeps them', async () => {
+    const side = LEAN_VAE_TILE + 64;
+    /** @param {'fast' | 'lean'} memory */
+    const runIn = async (memory) => {
+        const fake = fakeModel();
+        const { result } = await run({ memory, width: side, height: side }, fake.model);
+        return { ...fake, result };
+    };
+    const fast = await runIn('fast');
+    const lean = await runIn('lean');
+    assert.equal(runsOf(fast.log, 'vae_decoder').length, 1);
+    assert.ok(runsOf(lean.log, 'vae_decoder').length > 1, 'the image is larger than a lean tile');
+    assert.deepEqual(lean.result.rgba, fast.result.rgba, 'the tiles make the same image');
+    assert.notEqual(fast.log.at(-1)?.what, 'release');
+    assert.deepEqual(lean.log.at(-1), { what: 'release', component: 'text_encoder,transformer,vae_decoder' });
 });

@@ -1,17 +1,35 @@
-// Node tests of store/manifest.js: the seed layout used when a model repo has no manifest.json.
+// Node tests of store/manifest.js: manifest.json checked against its schema (the corpus tests/test_manifest_schema.py
+// runs through the Python loader), and the seed layout used when a model repo has no manifest.json.
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { test } from 'node:test';
 
 import { chooseGraphs } from '../../web_src/src/models/graph_choice.js';
-import { CHAT_TEMPLATE_FILE, DISTILLED, TOKENIZER_FILES, graphFiles } from '../../web_src/src/shared/model_repo.js';
+import { ModelFileError } from '../../web_src/src/shared/errors.js';
+import {
+    CHAT_TEMPLATE_FILE,
+    COMPONENTS,
+    DISTILLED,
+    FORMAT,
+    FORMAT_VERSION,
+    OPTIONAL_COMPONENTS,
+    TOKENIZER_FILES,
+    VARIANTS,
+    graphFiles,
+} from '../../web_src/src/shared/model_repo.js';
 import { fetchManifest, parseManifest, seedManifest } from '../../web_src/src/store/manifest.js';
+import { BASE, CORPUS, changed, parseCase } from './manifest_corpus.mjs';
 
-/** A tiny model server: `present` lists the repo-relative paths that exist; no manifest.json. */
-async function serve(present) {
+/**
+ * A tiny model server: `present` lists the repo-relative paths that exist, `files` what some of them hold.
+ * @param {string[]} present
+ * @param {Record<string, string>} [files]
+ */
+async function serve(present, files = {}) {
     const server = createServer((request, response) => {
         const path = decodeURIComponent(new URL(request.url, 'http://x').pathname).replace(/^\/repo\//, '');
-        response.writeHead(present.includes(path) ? 200 : 404).end();
+        if (path in files) response.writeHead(200, { 'Content-Type': 'application/json' }).end(files[path]);
+        else response.writeHead(present.includes(path) ? 200 : 404).end();
     });
     await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
     return { base: `http://127.0.0.1:${server.address().port}/repo/`, close: () => server.close() };
@@ -53,6 +71,8 @@ test('a repo without manifest.json and without chat_template.jinja uses tokenize
     }
 });
 
+const SHA = 'ab'.repeat(32);
+
 /** manifest.json as `klein-web convert --precision q4` writes it: the text-to-image graphs plus the VAE encoder's. */
 function convertedManifestJson() {
     const graphs = [
@@ -78,8 +98,8 @@ function convertedManifestJson() {
     }));
     const files = {};
     for (const g of graphs)
-        for (const path of [g.path, `${g.component}/${g.external_data[0]}`]) files[path] = { size: 10, sha256: 'ab' };
-    for (const path of TOKENIZER_FILES) files[path] = { size: 1, sha256: 'cd' };
+        for (const path of [g.path, `${g.component}/${g.external_data[0]}`]) files[path] = { size: 10, sha256: SHA };
+    for (const path of TOKENIZER_FILES) files[path] = { size: 1, sha256: SHA };
     return { format: 'klein-web-model-repo', format_version: 1, source: 'tiny', converter: 'klein-web', files, graphs };
 }
 
@@ -125,11 +145,15 @@ test('block hashes are read where a file lists them, and malformed ones are refu
     assert.deepEqual(manifest.files[path].blocks, { size: 1 << 20, sha256: [digest, digest, digest] });
     assert.equal(manifest.files['transformer/transformer_q4.onnx'].blocks, null);
     for (const [blocks, sha256, error] of [
-        [{ size: 1 << 20, sha256: [digest, digest] }, digest, /blocks.sha256 must be a list of 3/],
-        [{ size: 1024, sha256: [digest] }, digest, /blocks.size must be an integer/],
+        [{ size: 1 << 20, sha256: [digest, digest] }, digest, /blocks.sha256 must hold 3 digest/],
+        [{ size: 1024, sha256: [digest] }, digest, /blocks.size must be from 1048576/],
         [{ size: 1 << 20, sha256: [digest, digest, 'AB'.repeat(32)] }, digest, /blocks.sha256/],
-        [[digest], digest, /blocks.size/],
-        [{ size: 1 << 20, sha256: [digest, digest, digest] }, null, /needs the file's sha256/],
+        [[digest], digest, /blocks must be an object/],
+        [
+            { size: 1 << 20, sha256: [digest, digest, digest] },
+            null,
+            /sha256 must be a string \(the file lists blocks\)/,
+        ],
     ]) {
         const bad = convertedManifestJson();
         bad.files[path] = { size, sha256, blocks };
@@ -137,8 +161,69 @@ test('block hashes are read where a file lists them, and malformed ones are refu
     }
 });
 
+test('the names come from the schema the Python tool reads', () => {
+    assert.equal(FORMAT, 'klein-web-model-repo');
+    assert.equal(FORMAT_VERSION, 1);
+    assert.deepEqual(COMPONENTS, ['text_encoder', 'transformer', 'vae_decoder']);
+    assert.deepEqual(OPTIONAL_COMPONENTS, ['vae_encoder']);
+    assert.deepEqual(VARIANTS, ['q4', 'q4f16', 'fp32', 'fp16']);
+    assert.deepEqual(TOKENIZER_FILES, ['tokenizer/tokenizer.json', 'tokenizer/tokenizer_config.json']);
+});
+
+test("every good manifest of the corpus loads, with the schema's defaults for what it leaves out", () => {
+    assert.ok(CORPUS.good.length >= 9);
+    for (const item of CORPUS.good) parseCase(item);
+    const graph = parseManifest(
+        changed(CORPUS.good.find((c) => c.name === 'optional-graph-fields-left-out').change),
+        BASE,
+    ).graphs[0];
+    assert.deepEqual(
+        [
+            graph.requiresF16,
+            graph.cpuNodesWithoutF16,
+            graph.attentionQueryBlocks,
+            graph.attentionMaxTokens,
+            graph.attentionHeads,
+        ],
+        [false, [], 1, null, null],
+    );
+});
+
+test('every bad manifest of the corpus is one ModelFileError naming the field', () => {
+    assert.ok(CORPUS.bad.length >= 100);
+    for (const item of CORPUS.bad) {
+        assert.throws(
+            () => parseCase(item),
+            (err) =>
+                item.text !== undefined
+                    ? err instanceof SyntaxError // fetchManifest turns it into a ModelFileError (the next test)
+                    : err instanceof ModelFileError && err.message.includes(item.error) && err.message.includes(BASE),
+            item.name,
+        );
+    }
+});
+
+test('a manifest that is no JSON, or of a newer format, is refused through fetch', async () => {
+    const newer = JSON.stringify({ ...CORPUS.valid, format_version: 99 });
+    const server = await serve([], { 'bad/manifest.json': '{"format": ', 'newer/manifest.json': newer });
+    try {
+        await assert.rejects(
+            fetchManifest(`${server.base}bad/`),
+            (err) => err instanceof ModelFileError && /is not JSON/.test(err.message),
+        );
+        await assert.rejects(
+            fetchManifest(`${server.base}newer/`),
+            (err) => err instanceof ModelFileError && /format version 99; this app reads up to 1/.test(err.message),
+        );
+    } finally {
+        server.close();
+    }
+});
+
 test("a base model's `pipeline` is read as builder/repo/manifest.py reads it; absent, the model is distilled klein", () => {
     const base = 'https://example.org/repo/';
+    // The schema's default: distilled klein's 4 steps, no guidance.
+    assert.deepEqual(DISTILLED, { isDistilled: true, steps: 4, guidanceScale: null, inpaintGuidanceScale: null });
     assert.deepEqual(parseManifest(convertedManifestJson(), base).pipeline, DISTILLED);
     assert.deepEqual(seedManifest(base).pipeline, DISTILLED);
     const pipeline = { is_distilled: false, steps: 50, guidance_scale: 4.0, inpaint_guidance_scale: 8.0 };
@@ -150,18 +235,6 @@ test("a base model's `pipeline` is read as builder/repo/manifest.py reads it; ab
     });
     const none = { ...pipeline, guidance_scale: null, inpaint_guidance_scale: null };
     assert.equal(parseManifest({ ...convertedManifestJson(), pipeline: none }, base).pipeline.guidanceScale, null);
-    for (const [bad, field] of [
-        [null, /"pipeline" must be an object/],
-        [[], /"pipeline" must be an object/],
-        [{ ...pipeline, extra: 1 }, /"pipeline" must be an object/],
-        [{ steps: 50, guidance_scale: 4, inpaint_guidance_scale: 8 }, /"pipeline" must be an object/],
-        [{ ...pipeline, is_distilled: 'no' }, /pipeline.is_distilled/],
-        [{ ...pipeline, steps: 0 }, /pipeline.steps/],
-        [{ ...pipeline, steps: 1001 }, /pipeline.steps/],
-        [{ ...pipeline, steps: 2.5 }, /pipeline.steps/],
-        [{ ...pipeline, guidance_scale: 0.5 }, /pipeline.guidance_scale/],
-        [{ ...pipeline, inpaint_guidance_scale: '8' }, /pipeline.inpaint_guidance_scale/],
-    ]) {
-        assert.throws(() => parseManifest({ ...convertedManifestJson(), pipeline: bad }, base), field);
-    }
+    // Malformed ones are the corpus's pipeline-* cases (every bad manifest of the corpus, above).
+    assert.ok(CORPUS.bad.filter((c) => c.name.startsWith('pipeline-')).length >= 15);
 });

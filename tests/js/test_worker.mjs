@@ -255,3 +255,30 @@ test("modelInfo answers at once with the model's kind, beside a running job, and
     release();
     assert.equal((await running).answer.type, 'result');
 });
+
+test('generate and load hold the model store while they run, so that no tab clears it under them', async () => {
+    let inside = 0;
+    let holds = 0;
+    /** @type {number[]} */
+    const heldAtStep = [];
+    const fake = fakeModel({ velocity: () => (heldAtStep.push(inside), VELOCITY) });
+    const { send } = worker(fake, {
+        whileUsing: async (task) => {
+            holds++;
+            inside++;
+            try {
+                return await task();
+            } finally {
+                inside--;
+            }
+        },
+    });
+    assert.equal((await send({ type: 'generate', id: 'g1', params: PARAMS })).answer.type, 'result');
+    assert.deepEqual(heldAtStep, [1, 1], 'each step runs while the store is held');
+    const load = { width: 64, height: 64, modelBase: PARAMS.modelBase, components: ['transformer'] };
+    assert.equal((await send({ type: 'load', id: 'l1', params: load })).answer.type, 'result');
+    assert.equal(holds, 2);
+    // The clear takes the store exclusively instead (StoreAccess.clearing).
+    assert.equal((await send({ type: 'clearCache', id: 'c1' })).answer.type, 'result');
+    assert.equal(holds, 2);
+});

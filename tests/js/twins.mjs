@@ -19,6 +19,14 @@ import {
 } from '../../web_src/src/pipeline/guidance.js';
 import { inpaintStart } from '../../web_src/src/shared/inpaint.js';
 import {
+    checkExtension,
+    extensionProblem,
+    extensionText,
+    padImage,
+    padMask,
+    paddedProblem,
+} from '../../web_src/src/shared/outpaint.js';
+import {
     LATENT_CHANNELS,
     PATCH,
     blendMask,
@@ -58,6 +66,9 @@ function refused(run) {
     }
 }
 
+/** @param {string} text @returns {Uint8Array} */
+const bytes = (text) => new Uint8Array(Buffer.from(text, 'base64'));
+
 const [casesPath, outPath] = process.argv.slice(2);
 const cases = JSON.parse(fs.readFileSync(casesPath, 'utf-8'));
 const C = LATENT_CHANNELS;
@@ -72,7 +83,12 @@ const out = {
     })(),
     schedules: cases.schedules.map((/** @type {{steps: number, tokens: number}} */ { steps, tokens }) => {
         const { mu, sigmas, timesteps, modelTimesteps } = retrieveTimesteps(steps, tokens);
-        return { mu, sigmas: encode(sigmas), timesteps: encode(timesteps), modelTimesteps: encode(modelTimesteps) };
+        return {
+            mu,
+            sigmas: encode(sigmas),
+            timesteps: encode(timesteps),
+            modelTimesteps: encode(modelTimesteps),
+        };
     }),
     inpaintStarts: cases.inpaintStarts.map((/** @type {[number, number]} */ [steps, strength]) =>
         refused(() => inpaintStart(steps, strength)),
@@ -84,7 +100,10 @@ const out = {
     ),
     packing: cases.packing.map((/** @type {{h: number, w: number, data: string}} */ { h, w, data }) => {
         const packed = packLatents(float32s(data), C, h, w);
-        return { packed: encode(packed), unpacked: encode(unpackLatents(packed, C, h, w)) };
+        return {
+            packed: encode(packed),
+            unpacked: encode(unpackLatents(packed, C, h, w)),
+        };
     }),
     euler: (() => {
         const { latents, velocity, sigma, sigmaNext } = cases.euler;
@@ -111,6 +130,23 @@ const out = {
     guidanceText: cases.guidanceText.map((/** @type {[number, string]} */ [scale, negativePrompt]) =>
         guidanceText({ scale, negativePrompt }),
     ),
+    paddings: cases.paddings.map(
+        (/** @type {{width: number, height: number, extension: any, rgb: string, mask: string | null}} */ c) => {
+            const extension = checkExtension(c.extension);
+            const image = padImage({ width: c.width, height: c.height, rgb: bytes(c.rgb) }, extension);
+            const mask = padMask(c.mask === null ? null : bytes(c.mask), c.width, c.height, extension);
+            return {
+                image: { size: [image.width, image.height], rgb: encode(image.rgb) },
+                mask: { size: [mask.width, mask.height], rgb: encode(mask.rgb) },
+                text: extensionText(extension),
+            };
+        },
+    ),
+    extensions: cases.extensions.map((/** @type {[number, number, any]} */ [width, height, values]) => {
+        const problem = extensionProblem(values);
+        if (problem !== null) return problem;
+        return paddedProblem(checkExtension(values), width, height, 'The image to inpaint (a.png)');
+    }),
     masks: cases.masks.map((/** @type {{height: number, width: number, plane: string}} */ { height, width, plane }) =>
         encode(interpolateBilinear(float32s(plane), height, width, height / PATCH, width / PATCH)),
     ),

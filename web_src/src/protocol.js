@@ -1,10 +1,11 @@
 // @ts-check
 /**
- * @file The page <-> worker protocol: message shapes only (JSDoc types) plus the version constant.
+ * @file The page <-> worker protocol: message shapes only (JSDoc types, WorkerApi pairing each request with its
+ * result and events for shared/channel.js) plus the version constant.
  * Every request carries an `id`; the worker answers each request with exactly one `result` or
  * `error` carrying the same id, after any number of `progress` / `stage` / `step` events.
  *
- * Page -> worker (Request):
+ * Page -> worker:
  *   {type: 'probe', id}                       -> result: Capabilities (shared/types.js)
  *   {type: 'generate', id, params}            -> progress* stage* step* -> result: GenerateResult
  *   {type: 'load', id, params}                -> progress* stage* -> result: LoadResult
@@ -13,7 +14,7 @@
  *   {type: 'decode', id, params: DecodeParams} -> result: DecodeResult
  *   {type: 'modelInfo', id, params: {modelBase}} -> result: ModelInfo
  *
- * Worker -> page (Event):
+ * Worker -> page:
  *   {type: 'progress', id, progress: DownloadProgress}   bytes of the model download (shared/types.js)
  *   {type: 'stage', id, stage: Stage, detail?: string}    a pipeline stage begins
  *   {type: 'step', id, step, steps, elapsedMs, etaMs, preview?}  a denoising step finished; with
@@ -95,7 +96,11 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @property {ImageInput} [mask]  Inpainting mask: white repaints, black keeps (grey is thresholded at 50%, as
  *   diffusers binarises); any size (resized to the image as diffusers does).
  * @property {number} [strength]  Inpainting: the share of the schedule that runs, in [0, 1] (diffusers' default
- *   0.8); ignored without a mask.
+ *   0.8); ignored without a mask or an extension.
+ * @property {{left?: number, right?: number, top?: number, bottom?: number}} [extend]  Outpainting: pixels
+ *   (0..LIMITS.sizeMax) added on each side of images[0], which is then inpainted padded under a mask white on the
+ *   new area (shared/outpaint.js); `mask` is optional then and, given, covers the original area at its decoded
+ *   size. width and height are the padded image's used size.
  * @property {'fast' | 'lean'} [memory]  How many model sessions stay on the GPU (models/memory_mode.js): `fast`
  *   keeps them loaded between stages and images, `lean` holds one at a time; absent: the worker chooses from what
  *   the browser tells about the machine, and runs lean after a fast run ran out of memory.
@@ -112,7 +117,14 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  *   default), encoded like the prompt; a distilled model ignores it.
  * @property {boolean} [profile]  Report where the GPU time went (GenerateResult.kernels): the run's sessions are
  *   created anew with onnxruntime's profiler on and without graph capture (so the run is slower than usual), and
- *   released after it.
+ *   released after it; the transformer then runs on onnxruntime, whose profiler times it (our kernels are timed
+ *   by the kernel lab, docs/kernels.md).
+ * @property {boolean} [stepKernels]  false: run the transformer on onnxruntime even where our kernels could
+ *   (step/; GenerateResult.graphs.transformer.step says which ran). Absent or true: our kernels where the device
+ *   and the graph allow.
+ * @property {boolean} [stepCheck]  After the first denoising step on our kernels, run onnxruntime's transformer on
+ *   the same inputs and report how far the two predictions are apart (GenerateResult.stepCheck; both are then
+ *   loaded at once for that step).
  */
 
 /**
@@ -184,9 +196,10 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  * @property {{tokens: number, droppedTokens: number}} prompt
  * @property {number[]} stepMs  Wall time of each denoising step.
  * @property {number} transformerCalls  The transformer's runs: one a step, two with a base model's guidance.
- * @property {Record<string, {variant: string, ep: string, detail: string, loadMs: number, readMs: number, streamedBytes: number}>} graphs
+ * @property {Record<string, import('./shared/types.js').GraphReport>} graphs
  *   Which variant and EP ran each component, and how (`detail`: e.g. "attention unsplit, graph capture";
- *   `streamedBytes`: the weights the app streamed into its own GPU buffers, models/graph_upload.js).
+ *   `streamedBytes`: the weights the app streamed into its own GPU buffers, models/graph_upload.js; `step`: what
+ *   ran the transformer's steps, our kernels or onnxruntime, and their dispatches per step).
  * @property {import('./shared/types.js').DeviceGrant | null} device  The features and limits the shared GPU device
  *   was given (onnxruntime's kernels choose their paths from them), and the optional features it was made without
  *   because they failed in this browser; null when nothing ran on WebGPU.
@@ -196,14 +209,18 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  *   (inside the denoising steps); null without.
  * @property {string[]} notes   Things the user should know (e.g. "VAE ran on the CPU: no shader-f16").
  * @property {{mode: 'text' | 'edit' | 'inpaint', images: InputImageInfo[], mask: InputImageInfo | null,
- *   strength: number | null, steps: number, referenceTokens: number,
- *   guidance: {scale: number, negativePrompt: string} | null}} inputs  The mode that ran; `steps`: the
+ *   strength: number | null, extension: import('./shared/outpaint.js').Extension | null, steps: number,
+ *   referenceTokens: number,
+ *   guidance: {scale: number, negativePrompt: string} | null}} inputs  The mode that ran (`mask`: the mask file
+ *   given, null when an outpainting run had none; `extension`: outpainting's pixels added); `steps`: the
  *   denoising steps that ran (inpainting's strength runs the last ones); `referenceTokens`: tokens the images
  *   added to every step; `guidance`: the classifier-free guidance that ran (a base model's; null: none).
  * @property {Record<string, import('./shared/types.js').ComponentKernels>} [kernels]  With `profile`: per
  *   component that ran, its GPU time per kernel program (pipeline/kernel_times.js makes it).
  * @property {TimelineEvent[]} timeline  What the run did when: its stages, each session's files read and the session
  *   created, each run from its start to its outputs on the CPU (overlapping where loading overlaps).
+ * @property {import('./shared/types.js').StepCheck} [stepCheck]  With GenerateParams.stepCheck, when our kernels ran
+ *   the step: their first step's prediction against onnxruntime's on the same inputs.
  */
 
 /**
@@ -243,20 +260,20 @@ export const MEMORY_MODES = Object.freeze(['fast', 'lean']);
  */
 
 /**
- * @typedef {{type: 'probe', id: string}
- *   | {type: 'generate', id: string, params: GenerateParams}
- *   | {type: 'load', id: string, params: LoadParams}
- *   | {type: 'cancel', id: string, target: string}
- *   | {type: 'clearCache', id: string}
- *   | {type: 'decode', id: string, params: DecodeParams}
- *   | {type: 'modelInfo', id: string, params: {modelBase: string}}} Request
+ * @typedef {{type: 'progress', progress: import('./shared/types.js').DownloadProgress}
+ *   | {type: 'stage', stage: Stage, detail?: string}
+ *   | {type: 'step', step: number, steps: number, elapsedMs: number, etaMs: number, preview?: PreviewFrame}}
+ *   JobEvent  What a generate or load reports before its result (the wire adds the request's id).
  */
 
 /**
- * @typedef {{type: 'progress', id: string, progress: import('./shared/types.js').DownloadProgress}
- *   | {type: 'stage', id: string, stage: Stage, detail?: string}
- *   | {type: 'step', id: string, step: number, steps: number, elapsedMs: number, etaMs: number,
- *     preview?: PreviewFrame}
- *   | {type: 'result', id: string, result: any}
- *   | {type: 'error', id: string, error: import('./shared/errors.js').SerializedError}} Event
+ * @typedef {{
+ *   probe: {request: {}, result: import('./shared/types.js').Capabilities & {protocolVersion: number}},
+ *   generate: {request: {params: GenerateParams}, result: GenerateResult, event: JobEvent},
+ *   load: {request: {params: LoadParams}, result: LoadResult, event: JobEvent},
+ *   cancel: {request: {target: string}, result: {cancelled: boolean}},
+ *   clearCache: {request: {}, result: {freedBytes: number}},
+ *   decode: {request: {params: DecodeParams}, result: DecodeResult},
+ *   modelInfo: {request: {params: {modelBase: string}}, result: ModelInfo},
+ * }} WorkerApi  Each request of the page to the worker, with its result and events (shared/channel.js).
  */

@@ -44,6 +44,7 @@ from builder.check.bench.browser_report import (
     native_ratios,
     read_native,
     save_results,
+    step_runner,
     timeline_lines,
 )
 from builder.check.bench.output import check_out
@@ -126,6 +127,8 @@ class ImageRun:
             },
             "memory": self.memory,
             "memory_mode": self.memory_mode,
+            # What ran the transformer's steps: our kernels (with their dispatches a step) or onnxruntime.
+            "step": (self.graphs.get("transformer") or {}).get("step"),
             "preview_ms": self.preview["ms"] / self.preview["frames"]
             if self.preview and self.preview["frames"]
             else None,
@@ -190,6 +193,7 @@ def run_variant(
     log: Log,
     kernels: bool = False,
     memory_mode: str = "auto",
+    step_kernels: bool = True,
 ) -> list[ImageRun]:
     runs: list[ImageRun] = []
 
@@ -219,9 +223,12 @@ def run_variant(
             f"{fetched / 1e9:.2f} GB, load "
             + ", ".join(f"{c} {s:.1f}s" for c, s in row["load_s"].items())
             + (f", previews {row['preview_ms']:.2f} ms/step" if row["preview_ms"] is not None else "")
+            + f"; steps on {step_runner(row['step'])}"
         )
 
-    url = f"{base_url}/?precision={variant}&memory={memory_mode}&preview=on"
+    url = f"{base_url}/?precision={variant}&memory={memory_mode}&preview=on" + (
+        "" if step_kernels else "&step-kernels=off"
+    )
     with _ready_page(context, url) as (page, worker):
         for index, size in enumerate(sizes):
             counter.bytes = 0
@@ -292,6 +299,7 @@ def main(
     f16_toggle: bool = True,
     kernels: bool = False,
     memory_mode: str = "auto",
+    step_kernels: bool = True,
 ) -> list[dict[str, Any]]:
     # 1. Check inputs before anything slow starts.
     check_run_arguments(precisions=precisions, sizes=sizes, steps=steps, seed=seed, timeout_s=timeout_s)
@@ -331,6 +339,7 @@ def main(
                         log=log,
                         kernels=kernels,
                         memory_mode=memory_mode,
+                        step_kernels=step_kernels,
                     )
                     rows += [run.row() for run in runs]
                 environment = {
@@ -338,6 +347,7 @@ def main(
                     "adapter_features": session.adapter.get("features", []),
                     "steps": steps,
                     "f16_toggle": f16_toggle,
+                    "step_kernels": step_kernels,
                 }
                 save_results(out_dir, environment, rows, native_ratios(rows, native_json))
     finally:

@@ -123,6 +123,16 @@ def timeline_lines(row: dict[str, Any]) -> list[str]:
     return lines
 
 
+def step_runner(step: dict[str, Any] | None) -> str:
+    """What ran the transformer's steps, as the report prints it: 'our kernels (int8-matrix, …; 293 dispatches)' or
+    'onnxruntime'; 'n/a' for an app that does not say."""
+    if not step:
+        return "n/a"
+    if step.get("runner") == "kernels":
+        return f"our kernels ({step.get('kernels')}; {step.get('dispatches')} dispatches)"
+    return "onnxruntime" + (f" ({step['why']})" if step.get("why") else "")
+
+
 def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: dict[str, Any]) -> list[str]:
     lines = [
         (
@@ -133,9 +143,9 @@ def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: di
         (
             "| variant | size | phase | to image s | image s | encode ms | first step ms | step ms | preview ms/step | "
             "decode ms | load s (TE / DiT / VAE) | fetched GB | store GB/s | GPU GiB | renderer GiB | GPU proc GiB | "
-            "wasm GiB |"
+            "wasm GiB | steps on |"
         ),
-        "|" + "---|" * 17,
+        "|" + "---|" * 18,
     ]
 
     def num(value: Any, digits: int = 0) -> str:
@@ -151,7 +161,7 @@ def markdown(environment: dict[str, Any], rows: list[dict[str, Any]], ratios: di
             f"{num(r['decode_ms'])} | "
             f"{loads} | {num(r['bytes_fetched'] / 1e9, 2)} | {num(r['store_gb_per_s'], 2)} | "
             f"{num(r['memory']['gpu_gib'], 1)} | {num(rss.get('renderer'), 1)} | {num(rss.get('gpu-process'), 1)} | "
-            f"{num(r['wasm_heap_gib'], 2)} |"
+            f"{num(r['wasm_heap_gib'], 2)} | {step_runner(r.get('step'))} |"
         )
     if ratios:
         lines += [

@@ -8,13 +8,14 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from builder.errors import RegressionError
 from builder.pipeline import limits
+from builder.pipeline.outpaint import SIDES
 
 Log = Callable[[str], None]
 
@@ -32,10 +33,13 @@ class Form:
     width: int
     height: int
     steps: int
-    # Editing: reference images. Inpainting (`mask` set): the image to inpaint, then its references.
+    # Editing: reference images. Inpainting (`mask` or `extend` set): the image to inpaint, then its references.
     images: tuple[Path, ...] = ()
     mask: Path | None = None
     strength: float | None = None  # inpainting only; None: limits.STRENGTH_DEFAULT
+    # Outpainting: pixels added on each side of the image to inpaint (builder.pipeline.outpaint.SIDES); the mask is
+    # optional then. Empty: none.
+    extend: Mapping[str, int] = field(default_factory=dict)
     # Base models only (the page shows the fields once it knows the model's kind); None: the model's default scale,
     # no negative prompt. A distilled model's page has no such fields and its pipeline ignores both.
     guidance_scale: float | None = None
@@ -47,7 +51,11 @@ class Form:
 
     @property
     def mode(self) -> str:
-        return "inpaint" if self.mask is not None else "edit" if self.images else "text"
+        return "inpaint" if self.inpainting else "edit" if self.images else "text"
+
+    @property
+    def inpainting(self) -> bool:
+        return self.mask is not None or any(self.extend.values())
 
     @property
     def strength_or_default(self) -> float:
@@ -156,10 +164,12 @@ def fill_images(page: Any, case: Form) -> None:
     if case.mode == "inpaint":
         page.set_input_files("#source-file", str(case.images[0]))
         _wait_read(page, "source")
-        assert case.mask is not None
-        page.set_input_files("#mask-file", str(case.mask))
-        # The painter names a loaded mask file ("Mask: NAME, sent as given") once it has read it.
-        _wait_read(page, "mask", case.mask.name)
+        if case.mask is not None:
+            page.set_input_files("#mask-file", str(case.mask))
+            # The painter names a loaded mask file ("Mask: NAME, sent as given") once it has read it.
+            _wait_read(page, "mask", case.mask.name)
+        for side in SIDES:  # typed as a person types them; an earlier case's values are replaced
+            page.fill(f"#extend-{side}", str(case.extend.get(side, 0) or ""))
         page.evaluate(SET_VALUE_JS, ["#strength", repr(case.strength_or_default)])
         if float(page.input_value("#strength")) != case.strength_or_default:
             raise RegressionError(

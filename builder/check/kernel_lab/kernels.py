@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from builder.check.kernel_lab import attention, linear
+from builder.check.kernel_lab import adaln, attention, linear, qk_norm_rope
 from builder.check.kernel_lab.cases import Case
 from builder.errors import KernelLabError
 
-MODULES: dict[str, ModuleType] = {module.NAME: module for module in (attention, linear)}
+MODULES: dict[str, ModuleType] = {module.NAME: module for module in (attention, linear, adaln, qk_norm_rope)}
 
 
 def all_cases(shape_set: str, *, only: tuple[str, ...] = ()) -> list[Case]:

@@ -20,7 +20,7 @@ SCALE_RANGE = 1 / 32
 # x = odd multiples of 1/1024 (exact in fp16): x·127/max|x| is then never a half-integer nor near one (odd over
 # odd), so how a GPU rounds its division cannot flip an int8 activation, and the int8 paths are checked exactly.
 X_OFFSET = 1 / 1024
-FLOAT_PATHS = ("tiled", "f16-matrix")
+FLOAT_PATHS = ("tiled", "simple", "f16-matrix")
 
 
 def _layers(shape_set: str) -> list[dict[str, Any]]:

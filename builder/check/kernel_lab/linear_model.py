@@ -3,7 +3,7 @@ each path's numerics step by step, and their error against float64.
 
 Two kinds of path (docs/kernels.md, "Linear layers"):
 
-- float paths (`tiled`, `f16-matrix`): y = x·W_qᵀ with W_q = (q - 8)·scale the 4-bit weights, summed in float32 (the
+- float paths (`tiled`, `simple`, `f16-matrix`): y = x·W_qᵀ with W_q = (q - 8)·scale the 4-bit weights, summed in float32 (the
   f16 path first rounds W_q to float16). Only the order of the float32 sum differs from the model, so a kernel is
   checked against `float_linear` within the float32 summation bound (`float_bound`).
 - int8 paths (`int8-dp4a`, `int8-matrix`): integers summed exactly, so a kernel must match `int8_linear` to the

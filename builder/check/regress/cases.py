@@ -6,14 +6,14 @@ import json
 import re
 import tomllib
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from builder.check.driver.page import Form
 from builder.errors import InputError, RegressionError
-from builder.pipeline import limits
+from builder.pipeline import limits, outpaint
 from builder.repo import manifest
 
 CASE_KEYS = frozenset(
@@ -30,6 +30,7 @@ CASE_KEYS = frozenset(
         "images",
         "mask",
         "strength",
+        "extend",
         "guidance_scale",
         "negative_prompt",
     }
@@ -62,6 +63,7 @@ class RegressOptions:
     images: tuple[Path, ...] = ()  # editing: reference images; with `mask`: the image to inpaint, then references
     mask: Path | None = None  # inpainting mask (white repaints)
     strength: float | None = None  # inpainting strength; None: limits.STRENGTH_DEFAULT
+    extend: Mapping[str, int] = field(default_factory=dict)  # outpainting: pixels added per side
     # Base models' classifier-free guidance; None: the model's default scale and no negative prompt. Distilled models
     # ignore both, in the app and in the reference, as diffusers does.
     guidance_scale: float | None = None
@@ -100,7 +102,11 @@ class Case(Form):
         if self.images:
             parameters.update(mode=self.mode, images=[str(path) for path in self.images])
         if self.mask is not None:
-            parameters.update(mask=str(self.mask), strength=self.strength_or_default)
+            parameters.update(mask=str(self.mask))
+        if self.inpainting:
+            parameters.update(strength=self.strength_or_default)
+        if self.extend:
+            parameters.update(extend=dict(self.extend))
         if self.guidance_scale is not None:
             parameters.update(guidance_scale=self.guidance_scale)
         if self.negative_prompt is not None:
@@ -129,10 +135,10 @@ def cases_from_options(options: RegressOptions) -> list[Case]:
         negative_prompt=options.negative_prompt,
     )
     if options.cases_file is not None:
-        if options.images or options.mask is not None or options.strength is not None:
+        if options.images or options.mask is not None or options.strength is not None or options.extend:
             raise InputError(
-                "--image, --mask and --strength describe one case; with --cases, put `images`, `mask` "
-                "and `strength` into the cases file."
+                "--image, --mask, --strength and --extend describe one case; with --cases, put `images`, `mask`, "
+                "`strength` and `extend` into the cases file."
             )
         return load_cases(Path(options.cases_file), defaults=flags)
     if options.prompt is None:
@@ -142,6 +148,7 @@ def cases_from_options(options: RegressOptions) -> list[Case]:
         images=tuple(Path(p) for p in options.images),
         mask=Path(options.mask) if options.mask is not None else None,
         strength=options.strength,
+        extend=dict(options.extend),
     )
     return [check_case(with_input_size(flags, size_given=options.size_given), where="regress")]
 
@@ -207,6 +214,8 @@ def load_cases(path: Path, *, defaults: Case) -> list[Case]:
             case = replace(case, mask=_relative(path, _typed(entry, "mask", str, where)))
         if "strength" in entry:
             case = replace(case, strength=float(_typed(entry, "strength", (int, float), where)))
+        if "extend" in entry:
+            case = replace(case, extend=_typed(entry, "extend", dict, where))
         if "guidance_scale" in entry:
             case = replace(case, guidance_scale=float(_typed(entry, "guidance_scale", (int, float), where)))
         if "negative_prompt" in entry:
@@ -279,10 +288,13 @@ def with_input_size(case: Case, *, size_given: bool) -> Case:
     """An editing case without a size takes its first image's used size (as Flux2KleinPipeline does); an inpainting
     case always has its image's (Flux2KleinInpaintPipeline ignores the size it is given), so a different explicit
     size is refused by check_case."""
-    if not case.images or (size_given and case.mask is None) or not case.images[0].is_file():
+    if not case.images or (size_given and not case.inpainting) or not case.images[0].is_file():
         return case
-    width, height = limits.input_image_size(*_upright_size(case.images[0], inpainting=case.mask is not None))
-    if case.mask is not None and size_given and (width, height) != (case.width, case.height):
+    upright = _upright_size(case.images[0], inpainting=case.inpainting)
+    if case.extend and outpaint.extension_problem(dict(case.extend)) is None:  # outpainting: the padded image's
+        upright = outpaint.check_extension(dict(case.extend)).padded_size(*upright)
+    width, height = limits.input_image_size(*upright)
+    if case.inpainting and size_given and (width, height) != (case.width, case.height):
         raise InputError(
             f"inpainting keeps the size of the image to inpaint: {case.images[0]} is used at "
             f"{width}x{height}, but the case asks for {case.size}; leave the size out."
@@ -320,14 +332,18 @@ def check_case(case: Case, *, where: str) -> Case:
     for image in (*case.images, *([case.mask] if case.mask is not None else [])):
         if not image.is_file():
             raise InputError(f"{where}: input image {image} does not exist.")
-    references = len(case.images) - (1 if case.mask is not None else 0)
+    references = len(case.images) - (1 if case.inpainting else 0)
     if references > limits.REFERENCES_MAX:
         raise InputError(f"{where}: {references} reference images; at most {limits.REFERENCES_MAX} are supported.")
     if case.mask is not None and not case.images:
         raise InputError(f"{where}: a mask needs the image to inpaint: give it as the first of `images`.")
+    if case.extend:
+        problem = outpaint.extension_problem(dict(case.extend))
+        if problem:
+            raise InputError(f"{where}: {problem}")
     if case.strength is not None:
-        if case.mask is None:
-            raise InputError(f"{where}: `strength` is for inpainting; give a `mask` too, or leave it out.")
+        if not case.inpainting:
+            raise InputError(f"{where}: `strength` is for inpainting; give a `mask` or `extend` too, or leave it out.")
         limits.check_strength(case.strength, name=f"{where}: strength")
     if case.guidance_scale is not None:
         limits.check_guidance(case.guidance_scale, name=f"{where}: guidance_scale")
@@ -352,9 +368,12 @@ def check_case(case: Case, *, where: str) -> Case:
         )
     if case.images:  # decoded as `reference` decodes them, so a file it refuses stops the run before the browser
         from builder.pipeline import inputs
+        from builder.pipeline.reference_request import outpaint_inputs
 
         try:
-            inputs.read_inputs(case.images, case.mask)
+            files, mask = inputs.read_inputs(case.images, case.mask, outpainting=case.inpainting)
+            if case.extend and any(case.extend.values()):
+                outpaint_inputs(files[0], mask, outpaint.check_extension(dict(case.extend)))
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
     return case

@@ -220,6 +220,7 @@ def _cpu_reference(case: Case, *, models_dir: Path, app_graphs: Any, log: Log) -
         images=case.images,
         mask=case.mask,
         strength=case.strength_or_default,
+        extend=dict(case.extend) or None,
         guidance_scale=case.guidance_scale,
         negative_prompt=case.negative_prompt,
     )

@@ -17,17 +17,46 @@ export class KernelCompileError extends Error {
     }
 }
 
+/** @type {WeakMap<GPUDevice, Map<string, Promise<GPUComputePipeline>>>} Pipelines by their WGSL, per device. */
+const compiled = new WeakMap();
+
 /**
- * A compute pipeline from `code` (entry point `main`), created once. Throws KernelCompileError naming the
- * compiler's errors, or the validation error the pipeline creation raised.
+ * A compute pipeline from `code` (entry point `main`), compiled once per device: kernels whose sizes are uniforms
+ * (a transformer's many linears of one path and epilogue) share one pipeline, and a browser that compiles shaders
+ * slowly (SwiftShader: seconds each) compiles each once. Throws KernelCompileError naming the compiler's errors, or
+ * the validation error the pipeline creation raised (a failure is not kept: the next call tries again).
  * @param {GPUDevice} device
  * @param {string} label
  * @param {string} code
  * @returns {Promise<GPUComputePipeline>}
  */
-export async function computePipeline(device, label, code) {
+export function computePipeline(device, label, code) {
+    let byCode = compiled.get(device);
+    if (!byCode) {
+        byCode = new Map();
+        compiled.set(device, byCode);
+    }
+    let pipeline = byCode.get(code);
+    if (!pipeline) {
+        const made = compile(device, label, code);
+        const cache = byCode;
+        made.catch(() => cache.delete(code));
+        byCode.set(code, made);
+        pipeline = made;
+    }
+    return pipeline;
+}
+
+/**
+ * @param {GPUDevice} device
+ * @param {string} label
+ * @param {string} code
+ * @returns {Promise<GPUComputePipeline>}
+ */
+async function compile(device, label, code) {
     device.pushErrorScope('validation');
-    const module = device.createShaderModule({ label, code });
+    // The first line names the kernel: the app tells our shaders from onnxruntime's by it (runtime/gpu.js).
+    const module = device.createShaderModule({ label, code: `// klein-web kernel ${label}\n${code}` });
     const info = await module.getCompilationInfo();
     const errors = info.messages.filter((m) => m.type === 'error');
     if (errors.length > 0) {

@@ -53,6 +53,15 @@ const isMatrix = (variant) => variant.startsWith('subgroup-matrix');
  * @property {Dtype} dtype  Of q, k, v and out.
  * @property {AttentionVariant} [variant]  Default: the best verified one the device runs.
  * @property {number} [scale]  Softmax scale; default 1/sqrt(headDim).
+ * @property {AttentionOutput} [output]  Where the output goes: [heads, tokens, headDim] like q by default.
+ */
+
+/**
+ * @typedef {Object} AttentionOutput  The output token-major instead: row t, head h at
+ *   `offset + t · rowStride + h · headDim` (elements), so a transformer block's attention lands where its output
+ *   projection reads it, heads side by side, with no transpose (and beside the MLP half of a wider row).
+ * @property {number} rowStride  Elements between two tokens' rows (≥ heads · headDim), a multiple of 4.
+ * @property {number} [offset]  Where token 0's row starts, in elements, a multiple of 4.
  */
 
 /**
@@ -114,11 +123,13 @@ function layout(device, variant, subgroupSize) {
 }
 
 /**
- * Create the kernel's pipeline once; `record` then adds one dispatch to a command encoder per call.
+ * Create the kernel's pipeline once; `record` then adds one dispatch to a command encoder per call (as a compute
+ * pass of its own), `dispatch` to an open compute pass.
  * @param {GPUDevice} device
  * @param {AttentionSpec} spec
  * @param {{adapterInfo?: GPUAdapterInfo | null}} [options]
  * @returns {Promise<{variant: AttentionVariant, dtype: Dtype, flops: number,
+ *   dispatch: (pass: GPUComputePassEncoder, buffers: AttentionBuffers) => void,
  *   record: (encoder: GPUCommandEncoder, buffers: AttentionBuffers) => void, destroy: () => void}>}
  */
 export async function createFlashAttention(device, spec, { adapterInfo = null } = {}) {
@@ -136,9 +147,21 @@ export async function createFlashAttention(device, spec, { adapterInfo = null } 
     const label = `flash_attention/${variant}/${dtype}`;
     const pipeline = await computePipeline(device, label, code);
     const scale = spec.scale ?? 1 / Math.sqrt(headDim);
-    const words = new ArrayBuffer(16);
+    // Where output row t of head h starts, in the shader's units (vec4s for the tiled shaders, elements for the
+    // matrix one): offset + t · row + h · head.
+    const unit = variant === 'subgroup-matrix' ? 1 : 4;
+    const { output } = spec;
+    if (output && (output.rowStride % 4 || (output.offset ?? 0) % 4 || output.rowStride < heads * headDim))
+        throw new RangeError(
+            `flash attention: an output row stride of ${output.rowStride} (offset ${output.offset}) must be a multiple of 4 and hold ${heads}×${headDim}.`,
+        );
+    const [row, head, offset] = output
+        ? [output.rowStride, headDim, output.offset ?? 0]
+        : [headDim, tokens * headDim, 0];
+    const words = new ArrayBuffer(32);
     new Uint32Array(words, 0, 2).set([tokens, heads]);
     new Float32Array(words, 8, 1)[0] = scale * Math.LOG2E;
+    new Uint32Array(words, 16, 3).set([row / unit, head / unit, offset / unit]);
     const params = uniformBuffer(device, `${label}/params`, words);
     /** @type {{buffers: AttentionBuffers, group: GPUBindGroup} | null} */
     let bound = null;
@@ -162,16 +185,21 @@ export async function createFlashAttention(device, spec, { adapterInfo = null } 
         }
         return /** @type {{group: GPUBindGroup}} */ (bound).group;
     };
+    /** @type {(pass: GPUComputePassEncoder, buffers: AttentionBuffers) => void} */
+    const dispatch = (pass, buffers) => {
+        pass.setPipeline(pipeline);
+        pass.setBindGroup(0, groupFor(buffers));
+        pass.dispatchWorkgroups(Math.ceil(tokens / rows), heads);
+    };
     return {
         variant,
         dtype,
         // Two matrix products of heads × tokens × tokens × headDim multiply-adds each.
         flops: 4 * heads * tokens * tokens * headDim,
+        dispatch,
         record(encoder, buffers) {
             const pass = encoder.beginComputePass({ label });
-            pass.setPipeline(pipeline);
-            pass.setBindGroup(0, groupFor(buffers));
-            pass.dispatchWorkgroups(Math.ceil(tokens / rows), heads);
+            dispatch(pass, buffers);
             pass.end();
         },
         destroy() {

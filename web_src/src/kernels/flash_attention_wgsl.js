@@ -67,7 +67,7 @@ const BC: u32 = ${keys}u;
 const THREADS: u32 = ${threads}u;
 const MASKED: f32 = -1.0e30;
 
-struct Params { tokens: u32, heads: u32, scale_log2: f32, pad: u32 }
+struct Params { tokens: u32, heads: u32, scale_log2: f32, pad: u32, out_row: u32, out_head: u32, out_offset: u32, pad2: u32 }
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4<T>>;
 @group(0) @binding(2) var<storage, read> k: array<vec4<T>>;
@@ -139,8 +139,9 @@ ${sumLanes}
     }
     if (row < tokens) {
         let inv = 1.0 / l;
+        let out_at = params.out_offset + row * params.out_row + wg.y * params.out_head;
         for (var j = 0u; j < LANE_VECS; j++) {
-            out[head_base + row * D_VECS + j * LANES + lane] = vec4<T>(o[j] * inv);
+            out[out_at + j * LANES + lane] = vec4<T>(o[j] * inv);
         }
     }
 }
@@ -246,7 +247,7 @@ const LPR: u32 = ${lanesPerRow}u;
 const COLS: u32 = ${colsPerLane}u;
 const MASKED: f32 = -1.0e30;
 
-struct Params { tokens: u32, heads: u32, scale_log2: f32, pad: u32 }
+struct Params { tokens: u32, heads: u32, scale_log2: f32, pad: u32, out_row: u32, out_head: u32, out_offset: u32, pad2: u32 }
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f16>>;
 @group(0) @binding(2) var<storage, read> k: array<vec4<f16>>;
@@ -356,7 +357,7 @@ ${unrolled(
     let inv = 1.0 / l;
     let row = row0 + r;
     workgroupBarrier();
-${throughRegion('if (row < tokens) { out[head_base + row * D + d] = f16(ss[region + r * KEYS + part * COLS + c] * inv); }', false)}
+${throughRegion('if (row < tokens) { out[params.out_offset + row * params.out_row + wg.y * params.out_head + d] = f16(ss[region + r * KEYS + part * COLS + c] * inv); }', false)}
 }
 
 fn add(a: f32, b: f32) -> f32 { return a + b; }

@@ -11,13 +11,16 @@
  *   accumulate;
  * - `int8-dp4a`: the int8 path's exact numerics with packed dot products (dot4I8Packed), for adapters without
  *   subgroup matrices;
- * - `tiled`: float32 accumulate in workgroup-memory tiles, with no optional feature.
+ * - `tiled`: float32 accumulate in workgroup-memory tiles, with no optional feature;
+ * - `simple`: one thread an output value (kernels/linear_simple.js), for linears over one row and small dense ones.
+ * Dense float32 weights (an fp32 graph's MatMul B) take the float32 paths only: `tiled` and `simple`.
  * @module kernels/linear
  */
 
 import { q4Sizes } from './q4_weights.js';
 import { BINDING, PARAM_FIELDS, checkEpilogue } from './linear_epilogue.js';
 import { tiledGrid, tiledWgsl } from './linear_tiled.js';
+import { simpleGrid, simpleWgsl } from './linear_simple.js';
 import { INT8_BINDING, int8Scratch, quantiseWgsl } from './linear_int8.js';
 import { dp4aWgsl } from './linear_dp4a.js';
 import { matrixGrid, matrixWgsl } from './linear_matrix.js';
@@ -31,6 +34,8 @@ import { linearPaths, matrixSizeControl } from './linear_paths.js';
  * @typedef {import('./q4_weights.js').Q4Weight} Q4Weight
  * @typedef {import('./linear_paths.js').LinearPath} LinearPath
  * @typedef {import('./linear_matrix.js').OffsetUnit} OffsetUnit
+ * @typedef {import('./linear_tiled.js').WeightFormat} WeightFormat
+ * @typedef {{matrix: GPUBuffer}} DenseWeight  A dense float32 weight: MatMul's B, [K, N] row-major.
  */
 
 /**
@@ -48,7 +53,8 @@ export function linearVariants(device, dtype, adapterInfo = null) {
  * @typedef {Object} LinearDescription
  * @property {number} n  Weight rows (MatMulNBits' N).
  * @property {number} k  Weight columns (K), a multiple of 32.
- * @property {ScaleType} scales
+ * @property {WeightFormat} [weights]  'q4' (MatMulNBits blocks, the default) or 'f32' (dense: `tiled` or `simple`).
+ * @property {ScaleType} scales  The 4-bit weights' scale type (ignored for dense weights).
  * @property {FloatType} activation  The type of x, and of the bias and gate.
  * @property {FloatType} [output]  The output's type; the activations' by default.
  * @property {Epilogue} epilogue
@@ -62,7 +68,9 @@ export function linearVariants(device, dtype, adapterInfo = null) {
  * @typedef {Object} LinearBuffers  One use of a linear: its buffers and where its output goes.
  * @property {number} m  Rows of x (tokens).
  * @property {GPUBuffer} x  [m, k] of the activation type.
- * @property {Q4Weight} weight
+ * @property {number} [xOffset]  Where x's row 0 starts in `x`, in bytes: a multiple of the device's
+ *   minStorageBufferOffsetAlignment (a stream's rows inside a joint buffer).
+ * @property {Q4Weight | DenseWeight} weight
  * @property {GPUBuffer} out  The output (for gate_residual: the residual, updated in place).
  * @property {GPUBuffer} [bias]  Indexed by weight row.
  * @property {GPUBuffer} [gate]  gate_residual: the modulation vectors, one per batch item.
@@ -103,21 +111,25 @@ export function linearVariants(device, dtype, adapterInfo = null) {
  * @returns {Promise<Linear>}
  */
 export async function createLinear(device, description) {
-    const { n, k, scales, activation, adapterInfo = null } = description;
+    const { n, k, scales, activation, adapterInfo = null, weights = 'q4' } = description;
     const output = description.output ?? activation;
     const epilogue = checkEpilogue(description.epilogue);
-    const offered = linearPaths(device, { activation, output }, adapterInfo);
+    const dense = weights === 'f32';
+    const offered = linearPaths(device, { activation, output }, adapterInfo).filter(
+        (p) => !dense || p === 'tiled' || p === 'simple',
+    );
     const path = description.path ?? offered[0];
     if (!offered.includes(path))
         throw new Error(`The linear path ${path} (${activation} → ${output}) needs features this device lacks.`);
-    const { packedBytes, scaleBytes, kBlocks } = q4Sizes({ n, k, scales });
+    const { packedBytes, scaleBytes, kBlocks } = dense ? denseSizes({ n, k }) : q4Sizes({ n, k, scales });
     const swiglu = epilogue.kind === 'swiglu';
     const int8 = path === 'int8-matrix' || path === 'int8-dp4a';
     const variant = { epilogue, activation, output, scales };
     const label = `linear/${path}/${epilogue.kind}`;
     const sizeControl = matrixSizeControl(device, adapterInfo) === true;
     let code;
-    if (path === 'tiled') code = tiledWgsl(variant);
+    if (path === 'tiled') code = tiledWgsl({ ...variant, weights });
+    else if (path === 'simple') code = simpleWgsl({ ...variant, weights });
     else if (path === 'int8-dp4a') code = dp4aWgsl(variant);
     else if (path === 'f16-matrix') code = matrixWgsl({ kind: 'f16', ...variant, sizeControl });
     else {
@@ -129,7 +141,7 @@ export async function createLinear(device, description) {
         computePipeline(device, label, code),
         int8 ? computePipeline(device, `linear/quantise/${activation}`, quantiseWgsl({ activation })) : null,
     ]);
-    const grid = path.endsWith('matrix') ? matrixGrid : tiledGrid;
+    const grid = path.endsWith('matrix') ? matrixGrid : path === 'simple' ? simpleGrid : tiledGrid;
     const elementBytes = (/** @type {FloatType} */ type) => (type === 'f16' ? 2 : 4);
     const alignment = device.limits.minStorageBufferOffsetAlignment;
     const scratchBytes = (/** @type {number} */ m) => (int8 ? int8Scratch({ m, k, alignment }).bytes : 0);
@@ -144,8 +156,11 @@ export async function createLinear(device, description) {
         const rowsPerBatch = b.rowsPerBatch ?? b.m;
         const gateStride = b.gateStride ?? 0;
         const gateOffset = b.gateOffset ?? 0;
-        checkBinding({ ...b, columns, rowA, rowB, outStride, swiglu, n, packedBytes, scaleBytes });
-        need(b.x, b.m * k * elementBytes(activation), 'x');
+        checkBinding({ ...b, columns, rowA, rowB, outStride, swiglu, n, packedBytes, scaleBytes, dense });
+        const xOffset = b.xOffset ?? 0;
+        if (xOffset % alignment)
+            throw new Error(`x starts ${xOffset} bytes into its buffer: not a multiple of ${alignment} bytes.`);
+        need(b.x, xOffset + b.m * k * elementBytes(activation), 'x');
         need(b.out, ((b.m - 1) * outStride + outOffset + columns) * elementBytes(output), 'the output');
         if (epilogue.bias) need(b.bias, n * elementBytes(activation), 'the bias');
         if (epilogue.kind === 'gate_residual') {
@@ -165,7 +180,7 @@ export async function createLinear(device, description) {
             rows_per_batch: rowsPerBatch,
             gate_stride: gateStride,
             gate_offset: gateOffset,
-            pad: 0,
+            w_stride: n,
         };
         /** @type {GPUBuffer[]} */
         const owned = [];
@@ -181,12 +196,9 @@ export async function createLinear(device, description) {
             resource: size === undefined ? { buffer, offset } : { buffer, offset, size },
         });
         /** @type {GPUBindGroupEntry[]} */
-        const entries = [
-            entry(BINDING.params, params),
-            entry(BINDING.packed, b.weight.packed),
-            entry(BINDING.scales, b.weight.scales),
-            entry(BINDING.out, b.out),
-        ];
+        const entries = [entry(BINDING.params, params), entry(BINDING.out, b.out)];
+        if ('matrix' in b.weight) entries.push(entry(BINDING.packed, b.weight.matrix));
+        else entries.push(entry(BINDING.packed, b.weight.packed), entry(BINDING.scales, b.weight.scales));
         if (epilogue.bias) entries.push(entry(BINDING.bias, /** @type {GPUBuffer} */ (b.bias)));
         if (epilogue.kind === 'gate_residual') entries.push(entry(BINDING.gate, /** @type {GPUBuffer} */ (b.gate)));
         /** @type {GPUBindGroup | null} */
@@ -212,12 +224,12 @@ export async function createLinear(device, description) {
                     layout: /** @type {GPUComputePipeline} */ (quantiser).getBindGroupLayout(0),
                     entries: [
                         entry(BINDING.params, params),
-                        entry(INT8_BINDING.x, b.x),
+                        entry(INT8_BINDING.x, b.x, xOffset),
                         rowScales,
                         { ...quantised, binding: INT8_BINDING.quantised },
                     ],
                 });
-        } else entries.push(entry(1, b.x));
+        } else entries.push(entry(1, b.x, xOffset));
         const group = device.createBindGroup({ label, layout: pipeline.getBindGroupLayout(0), entries });
         const [gx, gy] = grid({ m: b.m, n: columns, swiglu });
         /** @param {GPUComputePassEncoder} pass */
@@ -325,9 +337,21 @@ function need(buffer, bytes, what) {
 }
 
 /**
+ * Bytes of a dense float32 weight of n rows (output features) × k columns, in blocks of 32 along k like the 4-bit
+ * ones (the tiled kernel stages one block at a time).
+ * @param {{n: number, k: number}} shape
+ * @returns {{packedBytes: number, scaleBytes: number, kBlocks: number}}
+ */
+function denseSizes({ n, k }) {
+    if (!Number.isInteger(n) || n < 1 || !Number.isInteger(k) || k < 32 || k % 32)
+        throw new Error(`A dense weight of ${n}×${k}: rows must be a positive whole number, columns a multiple of 32.`);
+    return { packedBytes: n * k * 4, scaleBytes: 0, kBlocks: k / 32 };
+}
+
+/**
  * The binding's rows and columns lie inside the weight.
  * @param {LinearBuffers & {columns: number, rowA: number, rowB: number, outStride: number, swiglu: boolean,
- *   n: number, packedBytes: number, scaleBytes: number}} b
+ *   n: number, packedBytes: number, scaleBytes: number, dense: boolean}} b
  */
 function checkBinding(b) {
     if (!Number.isInteger(b.m) || b.m < 1) throw new Error(`A linear over ${b.m} rows: give at least one row.`);
@@ -335,6 +359,11 @@ function checkBinding(b) {
     if (b.columns < 1 || last > b.n)
         throw new Error(`Output columns ${b.columns} from weight row ${b.rowA} run past the weight's ${b.n} rows.`);
     if (b.outStride < b.columns) throw new Error(`An output stride of ${b.outStride} is narrower than ${b.columns}.`);
-    need(b.weight?.packed, b.packedBytes, 'the packed weight');
-    need(b.weight?.scales, b.scaleBytes, 'the weight scales');
+    if (b.dense) {
+        need(/** @type {DenseWeight} */ (b.weight)?.matrix, b.packedBytes, 'the dense weight');
+        return;
+    }
+    const q4 = /** @type {Q4Weight} */ (b.weight);
+    need(q4?.packed, b.packedBytes, 'the packed weight');
+    need(q4?.scales, b.scaleBytes, 'the weight scales');
 }

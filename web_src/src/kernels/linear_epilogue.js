@@ -8,13 +8,14 @@
  * - `gate_residual`: out += gate · y, in place on the residual stream (a transformer block's `h += gate · f(h)`,
  *   the AdaLN gate read from the modulation vector of the row's batch item);
  * - `swiglu`: out = silu(y_a) · y_b with y_b the dot product with weight row `rowB + j` (klein's MLP:
- *   `linear_out(silu(a) · b)` with `[a, b] = linear_in(x)`), so the 2·H-wide projection is never written.
+ *   `linear_out(silu(a) · b)` with `[a, b] = linear_in(x)`), so the 2·H-wide projection is never written;
+ * - `silu`: out = silu(y) (the time embedding's activation, and the silu every modulation reads it through).
  * `bias` adds bias[weight row] to each dot product first. Results land at `out[m · outStride + outOffset + j]`,
  * so a kernel can write one slice of a wider buffer (the single blocks' concatenated attention and MLP halves).
  * @module kernels/linear_epilogue
  */
 
-/** @typedef {'store' | 'gate_residual' | 'swiglu'} EpilogueKind */
+/** @typedef {'store' | 'gate_residual' | 'swiglu' | 'silu'} EpilogueKind */
 /** @typedef {'f32' | 'f16'} FloatType */
 
 /**
@@ -36,13 +37,13 @@ export const PARAM_FIELDS = Object.freeze([
     'rows_per_batch',
     'gate_stride',
     'gate_offset',
-    'pad',
+    'w_stride',
 ]);
 
 /** Binding numbers every path shares; a path's own inputs take 1 and from 7 on. */
 export const BINDING = Object.freeze({ params: 0, packed: 2, scales: 3, out: 4, bias: 5, gate: 6 });
 
-export const EPILOGUE_KINDS = Object.freeze(['store', 'gate_residual', 'swiglu']);
+export const EPILOGUE_KINDS = Object.freeze(['store', 'gate_residual', 'swiglu', 'silu']);
 
 /**
  * @param {Epilogue} epilogue
@@ -78,6 +79,7 @@ export function epilogueWgsl({ epilogue, activation, output }) {
         // silu(v) = v · sigmoid(v), written so a large -v gives exp(-v) = inf and v / inf = -0, never NaN.
         lines.push('v = v / (1.0 + exp(-v)) * u;');
     }
+    if (kind === 'silu') lines.push('v = v / (1.0 + exp(-v));');
     lines.push('let at = m * params.out_stride + params.out_offset + j;');
     if (kind === 'gate_residual')
         lines.push(

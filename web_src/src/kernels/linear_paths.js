@@ -8,9 +8,9 @@
 import { hasMatrixConfig, kernelFeatures } from './features.js';
 import { MATRIX_SUBGROUP, matrixStorageBytes } from './linear_matrix.js';
 
-/** @typedef {'int8-matrix' | 'f16-matrix' | 'int8-dp4a' | 'tiled'} LinearPath */
+/** @typedef {'int8-matrix' | 'f16-matrix' | 'int8-dp4a' | 'tiled' | 'simple'} LinearPath */
 
-export const LINEAR_PATHS = /** @type {const} */ (['int8-matrix', 'f16-matrix', 'int8-dp4a', 'tiled']);
+export const LINEAR_PATHS = /** @type {const} */ (['int8-matrix', 'f16-matrix', 'int8-dp4a', 'tiled', 'simple']);
 
 /**
  * How the matrix kernels get their 32-lane subgroups: by @subgroup_size (true: the device has
@@ -58,6 +58,7 @@ export function linearPaths(device, { activation, output = activation }, adapter
     )
         paths.push('f16-matrix');
     if (globalThis.navigator?.gpu?.wgslLanguageFeatures?.has('packed_4x8_integer_dot_product')) paths.push('int8-dp4a');
-    paths.push('tiled');
+    // One thread an output value: for one-row linears and small dense ones, never the fastest over many rows.
+    paths.push('tiled', 'simple');
     return paths;
 }

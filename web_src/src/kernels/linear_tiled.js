@@ -8,6 +8,10 @@
  * of workgroup memory do not collide), one quantisation block (K = 32) at a time: the block of x and the block of
  * W, expanded to float32 as w = (q − 8) · scale, are staged in workgroup memory. For swiglu the 64 columns are 32
  * output columns' a rows then their b rows, so each thread holds both halves of the values it finishes.
+ *
+ * The same kernel reads dense float32 weights (`weights: 'f32'`: an fp32 graph's MatMul B, [K, N] row-major, so
+ * weight row n is column n of B, `w_stride` = N apart): the fp32 graphs' linears, and the small time and
+ * modulation linears of graphs that keep them in float32.
  * @module kernels/linear_tiled
  */
 
@@ -23,20 +27,42 @@ export const TILE_N = 64;
  * @typedef {import('./linear_epilogue.js').Epilogue} Epilogue
  * @typedef {import('./linear_epilogue.js').FloatType} FloatType
  * @typedef {import('./q4_weights.js').ScaleType} ScaleType
+ * @typedef {'q4' | 'f32'} WeightFormat  4-bit MatMulNBits blocks, or a dense float32 matrix [K, N].
  */
+
+// Staging tile column r's weights for k = block · 32 + part · 8 + t, t = 0..7: from a 4-bit block, or dense.
+const STAGE_Q4 = /* wgsl */ `var word = 0u;
+        var scale = 0.0;
+        if (wrow.y == 1u) {
+            word = q4_word(wrow.x, block, part);
+            scale = q4_scale(wrow.x, block);
+        }
+        for (var t = 0u; t < 8u; t++) {
+            ws[r * STRIDE + part * 8u + t] = f32(q4_value(word, t)) * scale;
+        }`;
+const STAGE_DENSE = /* wgsl */ `for (var t = 0u; t < 8u; t++) {
+            var w = 0.0;
+            if (wrow.y == 1u) { w = w_dense[(block * BK + part * 8u + t) * params.w_stride + wrow.x]; }
+            ws[r * STRIDE + part * 8u + t] = w;
+        }`;
 
 /**
  * The tiled kernel's WGSL.
- * @param {{epilogue: Epilogue, activation: FloatType, output: FloatType, scales: ScaleType}} variant
+ * @param {{epilogue: Epilogue, activation: FloatType, output: FloatType, scales: ScaleType, weights?: WeightFormat}}
+ *   variant
  * @returns {string}
  */
-export function tiledWgsl({ epilogue, activation, output, scales }) {
+export function tiledWgsl({ epilogue, activation, output, scales, weights = 'q4' }) {
     const f16 = activation === 'f16' || output === 'f16';
     const swiglu = epilogue.kind === 'swiglu';
     return /* wgsl */ `${f16 ? 'enable f16;' : ''}
 ${PARAMS_WGSL}
 @group(0) @binding(1) var<storage, read> x: array<${activation}>;
-${q4ReadWgsl({ scales, packedBinding: BINDING.packed, scalesBinding: BINDING.scales })}
+${
+    weights === 'q4'
+        ? q4ReadWgsl({ scales, packedBinding: BINDING.packed, scalesBinding: BINDING.scales })
+        : `@group(0) @binding(${BINDING.packed}) var<storage, read> w_dense: array<f32>;`
+}
 ${epilogueWgsl({ epilogue, activation, output })}
 
 const BM = ${TILE_M}u;
@@ -74,15 +100,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             if (xm < params.m) { v = f32(x[xm * params.k + xk + t]); }
             xs[r * STRIDE + part * 8u + t] = v;
         }
-        var word = 0u;
-        var scale = 0.0;
-        if (wrow.y == 1u) {
-            word = q4_word(wrow.x, block, part);
-            scale = q4_scale(wrow.x, block);
-        }
-        for (var t = 0u; t < 8u; t++) {
-            ws[r * STRIDE + part * 8u + t] = f32(q4_value(word, t)) * scale;
-        }
+${weights === 'q4' ? STAGE_Q4 : STAGE_DENSE}
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk++) {
             var a: array<f32, 4>;

@@ -9,8 +9,10 @@
  * @module lab/registry
  */
 
+import { createAdaLN } from '../kernels/adaln.js';
 import { attentionVariants, createFlashAttention } from '../kernels/flash_attention.js';
 import { createLinear, linearVariants } from '../kernels/linear.js';
+import { createQkNormRope } from '../kernels/qk_norm_rope.js';
 
 /**
  * @typedef {Object} LabCase  One case of cases.json (builder/check/kernel_lab/cases.py).
@@ -63,7 +65,107 @@ export const KERNELS = {
         variants: (device, dtype, adapterInfo) => linearVariants(device, dtype, adapterInfo),
         create: (device, kase, adapterInfo) => labLinear(device, kase, adapterInfo),
     },
+    adaln: {
+        variants: (device, dtype) => (dtype === 'f16' && !device.features.has('shader-f16') ? [] : ['plain']),
+        create: (device, kase) => labAdaLN(device, kase),
+    },
+    qk_norm_rope: {
+        variants: (device, dtype) => (dtype === 'f16' && !device.features.has('shader-f16') ? [] : ['plain']),
+        create: (device, kase) => labQkNormRope(device, kase),
+    },
 };
+
+/**
+ * An AdaLN case (builder/check/kernel_lab/adaln.py): `mods` holds shift and scale of A, then of B.
+ * @param {GPUDevice} device
+ * @param {LabCase & {dtype: 'f16' | 'f32', variant: string}} kase
+ * @returns {Promise<LabKernel>}
+ */
+async function labAdaLN(device, kase) {
+    const { rows, width, split } = kase.shape;
+    const adaln = await createAdaLN(device, { width, eps: 1e-6, activation: kase.dtype });
+    /** @type {{buffers: Record<string, GPUBuffer>, bound: {dispatch: (pass: GPUComputePassEncoder) => void, destroy: () => void}} | null} */
+    let current = null;
+    return {
+        variant: 'plain',
+        flops: 8 * rows * width,
+        record(encoder, /** @type {Record<string, GPUBuffer>} */ buffers) {
+            if (current?.buffers !== buffers) {
+                current?.bound.destroy();
+                const mods = buffers.mods;
+                const bound = adaln.bind({
+                    rows,
+                    x: buffers.x,
+                    out: buffers.out,
+                    split,
+                    a: { buffer: mods, shift: 0, scale: width },
+                    b: { buffer: mods, shift: 2 * width, scale: 3 * width },
+                });
+                current = { buffers, bound };
+            }
+            const pass = encoder.beginComputePass({ label: 'adaln' });
+            current.bound.dispatch(pass);
+            pass.end();
+        },
+        destroy() {
+            current?.bound.destroy();
+        },
+    };
+}
+
+/**
+ * A q/k norm + RoPE case (builder/check/kernel_lab/qk_norm_rope.py): the output is q, k and v one after the other;
+ * the kernel writes q into it and k and v into buffers of their own, copied after q.
+ * @param {GPUDevice} device
+ * @param {LabCase & {dtype: 'f16' | 'f32', variant: string}} kase
+ * @returns {Promise<LabKernel>}
+ */
+async function labQkNormRope(device, kase) {
+    const { tokens, heads, headDim, split } = kase.shape;
+    const kernel = await createQkNormRope(device, { heads, headDim, eps: 1e-6, activation: kase.dtype });
+    const bytes = heads * tokens * headDim * (kase.dtype === 'f16' ? 2 : 4);
+    const [k, v] = [0, 1].map(() =>
+        device.createBuffer({
+            size: Math.ceil(bytes / 16) * 16,
+            usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC,
+        }),
+    );
+    const inner = heads * headDim;
+    /** @type {{buffers: Record<string, GPUBuffer>, bound: {dispatch: (pass: GPUComputePassEncoder) => void, destroy: () => void}} | null} */
+    let current = null;
+    return {
+        variant: 'plain',
+        flops: 12 * tokens * inner,
+        record(encoder, /** @type {Record<string, GPUBuffer>} */ buffers) {
+            if (current?.buffers !== buffers) {
+                current?.bound.destroy();
+                const bound = kernel.bind({
+                    tokens,
+                    qkv: buffers.qkv,
+                    rowStride: 3 * inner,
+                    columns: { q: 0, k: inner, v: 2 * inner },
+                    norms: buffers.norms,
+                    split,
+                    rope: buffers.rope,
+                    q: buffers.out,
+                    k,
+                    v,
+                });
+                current = { buffers, bound };
+            }
+            const pass = encoder.beginComputePass({ label: 'qk_norm_rope' });
+            current.bound.dispatch(pass);
+            pass.end();
+            encoder.copyBufferToBuffer(k, 0, buffers.out, bytes, bytes);
+            encoder.copyBufferToBuffer(v, 0, buffers.out, 2 * bytes, bytes);
+        },
+        destroy() {
+            current?.bound.destroy();
+            k.destroy();
+            v.destroy();
+        },
+    };
+}
 
 /**
  * A linear case (builder/check/kernel_lab/linear.py) as a lab kernel: the weights' scales take the run's dtype

@@ -271,7 +271,7 @@ const FP32_ACTIVATIONS = Object.freeze({ q4f16: 'q4', fp16: 'fp32' });
  * with fp32 activations of the one chosen (q4f16 -> q4, fp16 -> fp32), where the repository has it for both (a
  * precision forces both). `from` is the chosen variant; `to` is null when it has no such sibling here.
  * @param {Manifest} manifest
- * @param {Pick<Choices, 'text_encoder' | 'transformer'>} choices
+ * @param {Choices} choices  The chosen graphs (only the text encoder's and the transformer's are read).
  * @returns {{from: string, to: string | null} | null}  null when the chosen graphs compute in fp32 already.
  */
 export function activationFallback(manifest, choices) {

@@ -17,6 +17,7 @@ import { planWeights, rewriteGraph } from './graph_weights.js';
 /** @typedef {import('../store/weights.js').WeightStore} WeightStore */
 /** @typedef {import('../runtime/ort.js').GpuWeight} GpuWeight */
 /** @typedef {import('../store/stored_file.js').StoredFile} StoredFile */
+/** @typedef {import('./onnx_proto.js').WeightRef} WeightRef */
 
 /**
  * Whether `choice`'s session takes its weights from the app's GPU buffers: on WebGPU, where onnxruntime binds the
@@ -73,9 +74,56 @@ export function wholeFiles(choice, graph, data) {
  */
 export async function uploadGraph(store, choice, graphBytes, device, { signal } = {}) {
     const paths = graphFiles(choice.graph);
-    const pathOf = new Map(choice.graph.externalData.map((name, i) => [name, paths[i + 1]]));
     const plan = planWeights(graphBytes, { forceCpuNodeNames: choice.forceCpuNodeNames });
     if (plan.lifted.length === 0) return wholeFiles(choice, graphBytes, await store.readFiles(paths.slice(1)));
+    const files = storedWeights(store, choice);
+    try {
+        const graph = rewriteGraph(graphBytes, plan, await readSpans(await files.located(plan.inlined), files.read));
+        const sources = await files.located(plan.lifted);
+        // The buffers are kept only once the store has vouched for every byte they hold.
+        const buffers = await uploadWeights(device, sources, files.readInto, { signal, verified: files.verified });
+        const weights = plan.lifted.map((w) => ({
+            name: w.name,
+            buffer: /** @type {GPUBuffer} */ (buffers.get(w.name)),
+            dataType: w.gpuType,
+            dims: w.dims,
+        }));
+        return { graph, externalData: [], weights, streamedBytes: bytesOf(sources), readBy: await files.readBy() };
+    } finally {
+        files.close();
+    }
+}
+
+/**
+ * @param {{length: number}[]} sources
+ * @returns {number}
+ */
+export function bytesOf(sources) {
+    return sources.reduce((sum, s) => sum + s.length, 0);
+}
+
+/**
+ * @typedef {Object} StoredWeights  A graph's external-data files in the store, opened as its weights are read.
+ * @property {(location: string, offset: number, into: Uint8Array) => Promise<void>} readInto  Fill `into` from
+ *   byte `offset` of the file the graph names `location`.
+ * @property {(location: string, offset: number, length: number) => Promise<Uint8Array>} read
+ * @property {(refs: WeightRef[]) => Promise<{name: string, location: string, offset: number, length: number}[]>}
+ *   located  Where each weight's bytes are (a length the graph leaves out runs to the end of its file).
+ * @property {() => Promise<'handle' | 'file'>} readBy  How the files were read (store/stored_file.js).
+ * @property {() => Promise<void>} verified  Wait for the store's check of every file opened so far: a
+ *   StoredFileError when one is no longer the file that was downloaded (the caller then drops what it read).
+ * @property {() => void} close  Close the files opened (call when done: an open file cannot be removed).
+ */
+
+/**
+ * `choice`'s external-data files, opened from the store when a weight is first read from each.
+ * @param {WeightStore} store
+ * @param {Choice} choice
+ * @returns {StoredWeights}
+ */
+export function storedWeights(store, choice) {
+    const paths = graphFiles(choice.graph);
+    const pathOf = new Map(choice.graph.externalData.map((name, i) => [name, paths[i + 1]]));
     /** @type {Map<string, Promise<StoredFile>>} */
     const opened = new Map();
     const file = (/** @type {string} */ location) => {
@@ -102,48 +150,35 @@ export async function uploadGraph(store, choice, graphBytes, device, { signal } 
                 { path: pathOf.get(location) },
             );
     };
-    // The inlined weights, each span in a buffer of its own.
-    const read = async (/** @type {string} */ location, /** @type {number} */ offset, /** @type {number} */ length) => {
-        const bytes = new Uint8Array(length);
-        await readInto(location, offset, bytes);
-        return bytes;
+    return {
+        readInto,
+        async read(location, offset, length) {
+            const bytes = new Uint8Array(length);
+            await readInto(location, offset, bytes);
+            return bytes;
+        },
+        located: (refs) =>
+            Promise.all(
+                refs.map(async (ref) => ({
+                    name: ref.name,
+                    location: ref.location,
+                    offset: ref.offset,
+                    length: ref.length ?? (await file(ref.location)).size - ref.offset,
+                })),
+            ),
+        async readBy() {
+            return (await Promise.all(opened.values())).some((f) => f.via === 'file') ? 'file' : 'handle';
+        },
+        // The store checks each opened file's blocks beside the reads (store/stored_check.js).
+        verified: () => store.verify([...opened.keys()].map((location) => pathOf.get(location) ?? location)),
+        close() {
+            for (const opening of opened.values())
+                opening.then(
+                    (f) => f.close(),
+                    () => {},
+                );
+        },
     };
-    // Where each weight's bytes are; a length left out means "to the end of the file".
-    const located = (/** @type {import('./graph_weights.js').WeightRef[]} */ refs) =>
-        Promise.all(
-            refs.map(async (ref) => ({
-                name: ref.name,
-                location: ref.location,
-                offset: ref.offset,
-                length: ref.length ?? (await file(ref.location)).size - ref.offset,
-            })),
-        );
-    try {
-        const graph = rewriteGraph(graphBytes, plan, await readSpans(await located(plan.inlined), read));
-        const sources = await located(plan.lifted);
-        const buffers = await uploadWeights(device, sources, readInto, { signal });
-        const weights = plan.lifted.map((w) => ({
-            name: w.name,
-            buffer: /** @type {GPUBuffer} */ (buffers.get(w.name)),
-            dataType: w.gpuType,
-            dims: w.dims,
-        }));
-        const readBy = (await Promise.all(opened.values())).some((f) => f.via === 'file') ? 'file' : 'handle';
-        return {
-            graph,
-            externalData: [],
-            weights,
-            streamedBytes: sources.reduce((sum, s) => sum + s.length, 0),
-            readBy,
-        };
-    } finally {
-        // Open files cannot be removed from the store (store/stored_file.js).
-        for (const opening of opened.values())
-            opening.then(
-                (f) => f.close(),
-                () => {},
-            );
-    }
 }
 
 /** Inlined weights closer than this in their file are read in one go (thousands of small reads cost seconds). */
@@ -155,7 +190,7 @@ const SPAN_GAP_BYTES = 1024 * 1024;
  * @param {(location: string, offset: number, length: number) => Promise<Uint8Array>} read
  * @returns {Promise<Map<string, Uint8Array>>}
  */
-async function readSpans(spans, read) {
+export async function readSpans(spans, read) {
     const sorted = [...spans].sort((a, b) => a.location.localeCompare(b.location) || a.offset - b.offset);
     /** @type {Map<string, Uint8Array>} */
     const out = new Map();

@@ -17,6 +17,24 @@
  * @module models/graph_weights
  */
 
+import { concat } from '../shared/bytes.js';
+import {
+    BYTES,
+    GRAPH_INITIALIZER,
+    GRAPH_INPUT,
+    GRAPH_NODE,
+    MODEL_GRAPH,
+    TENSOR_DATA_LOCATION,
+    TENSOR_EXTERNAL_DATA,
+    TENSOR_RAW_DATA,
+    VARINT,
+    fields,
+    graphField,
+    payload,
+    readNode,
+    readTensor,
+} from './onnx_proto.js';
+
 /** Operators whose weight inputs may be GPU buffers the app owns: onnxruntime's WebGPU kernels read them as inputs. */
 export const LIFTABLE_OPS = new Set(['MatMulNBits', 'GatherBlockQuantized']);
 
@@ -31,38 +49,7 @@ const GPU_TYPES = new Map([
     [12, 'uint32'],
 ]);
 
-// Field numbers of onnx.proto.
-const MODEL_GRAPH = 7;
-const GRAPH_NODE = 1;
-const GRAPH_INITIALIZER = 5;
-const GRAPH_INPUT = 11;
-const NODE_INPUT = 1;
-const NODE_NAME = 3;
-const NODE_OP_TYPE = 4;
-const TENSOR_DIMS = 1;
-const TENSOR_DATA_TYPE = 2;
-const TENSOR_NAME = 8;
-const TENSOR_RAW_DATA = 9;
-const TENSOR_EXTERNAL_DATA = 13;
-const TENSOR_DATA_LOCATION = 14;
-const ENTRY_KEY = 1;
-const ENTRY_VALUE = 2;
-const EXTERNAL = 1;
-
-const VARINT = 0;
-const FIXED64 = 1;
-const BYTES = 2;
-const FIXED32 = 5;
-
-/**
- * @typedef {Object} WeightRef  An external initializer: where its bytes are stored.
- * @property {string} name
- * @property {number} dataType  ONNX TensorProto data type.
- * @property {number[]} dims
- * @property {string} location  The external-data file's bare name, as the graph stores it.
- * @property {number} offset
- * @property {number | null} length  Null: to the end of the file.
- */
+/** @typedef {import('./onnx_proto.js').WeightRef} WeightRef */
 
 /**
  * @typedef {WeightRef & {gpuType: string}} LiftedWeight  A weight the app uploads and feeds; `gpuType`: its
@@ -74,150 +61,6 @@ const FIXED32 = 5;
  * @property {LiftedWeight[]} lifted  Uploaded by the app, fed to every run.
  * @property {WeightRef[]} inlined  Kept in the graph, their bytes inlined.
  */
-
-/**
- * @typedef {Object} Field  One field of a protobuf message.
- * @property {number} number
- * @property {number} wire
- * @property {number} start  Where its tag starts.
- * @property {number} end  Where it ends.
- * @property {number} value  A varint's value, else where the payload starts.
- */
-
-/**
- * The fields of a message in `bytes[from, to)`.
- * @param {Uint8Array} bytes
- * @param {number} [from]
- * @param {number} [to]
- * @returns {Generator<Field>}
- */
-function* fields(bytes, from = 0, to = bytes.length) {
-    let pos = from;
-    while (pos < to) {
-        const start = pos;
-        const [tag, afterTag] = readVarint(bytes, pos);
-        const number = Math.floor(tag / 8);
-        const wire = tag % 8;
-        let value;
-        if (wire === VARINT) [value, pos] = readVarint(bytes, afterTag);
-        else if (wire === FIXED64) [value, pos] = [afterTag, afterTag + 8];
-        else if (wire === FIXED32) [value, pos] = [afterTag, afterTag + 4];
-        else if (wire === BYTES) {
-            const [length, payload] = readVarint(bytes, afterTag);
-            [value, pos] = [payload, payload + length];
-        } else throw new Error(`The graph file is not an ONNX model (protobuf wire type ${wire} at byte ${start}).`);
-        if (pos > to) throw new Error(`The graph file is cut short (a field at byte ${start} runs past its message).`);
-        yield { number, wire, start, end: pos, value };
-    }
-}
-
-/**
- * @param {Uint8Array} bytes
- * @param {number} pos
- * @returns {[number, number]}  The value (exact below 2^53) and the position after it.
- */
-function readVarint(bytes, pos) {
-    let value = 0;
-    let scale = 1;
-    for (;;) {
-        if (pos >= bytes.length) throw new Error('The graph file is cut short (in a protobuf varint).');
-        const byte = bytes[pos++];
-        value += (byte & 0x7f) * scale;
-        if (byte < 0x80) return [value, pos];
-        scale *= 128;
-    }
-}
-
-/**
- * @param {number} value  A non-negative integer below 2^53.
- * @returns {number[]}
- */
-function varint(value) {
-    const out = [];
-    while (value >= 0x80) {
-        out.push((value % 128) | 0x80);
-        value = Math.floor(value / 128);
-    }
-    out.push(value);
-    return out;
-}
-
-/**
- * @param {Uint8Array} bytes
- * @param {Field} field  A length-delimited field.
- * @returns {string}
- */
-function text(bytes, field) {
-    return new TextDecoder().decode(bytes.subarray(field.value, field.end));
-}
-
-/**
- * The payload of a length-delimited field.
- * @param {Uint8Array} bytes
- * @param {Field} field
- * @returns {Uint8Array}
- */
-function payload(bytes, field) {
-    return bytes.subarray(field.value, field.end);
-}
-
-/**
- * The graph message of a ModelProto.
- * @param {Uint8Array} model
- * @returns {Field}
- */
-function graphField(model) {
-    for (const field of fields(model)) if (field.number === MODEL_GRAPH && field.wire === BYTES) return field;
-    throw new Error('The graph file has no graph (not an ONNX model).');
-}
-
-/**
- * An initializer's name, type, dims and, when its data is external, where it is stored.
- * @param {Uint8Array} tensor  A TensorProto's bytes.
- * @returns {{name: string, dataType: number, dims: number[], external: WeightRef | null}}
- */
-function readTensor(tensor) {
-    let name = '';
-    let dataType = 0;
-    /** @type {number[]} */
-    const dims = [];
-    let external = false;
-    /** @type {Record<string, string>} */
-    const entries = {};
-    for (const field of fields(tensor)) {
-        if (field.number === TENSOR_NAME) name = text(tensor, field);
-        else if (field.number === TENSOR_DATA_TYPE) dataType = field.value;
-        else if (field.number === TENSOR_DIMS && field.wire === VARINT) dims.push(field.value);
-        else if (field.number === TENSOR_DIMS && field.wire === BYTES) {
-            for (let pos = field.value; pos < field.end;) {
-                const [dim, next] = readVarint(tensor, pos);
-                dims.push(dim);
-                pos = next;
-            }
-        } else if (field.number === TENSOR_DATA_LOCATION) external = field.value === EXTERNAL;
-        else if (field.number === TENSOR_EXTERNAL_DATA) {
-            const entry = payload(tensor, field);
-            let key = '';
-            let value = '';
-            for (const part of fields(entry)) {
-                if (part.number === ENTRY_KEY) key = text(entry, part);
-                else if (part.number === ENTRY_VALUE) value = text(entry, part);
-            }
-            entries[key] = value;
-        }
-    }
-    if (!external) return { name, dataType, dims, external: null };
-    if (!entries.location) throw new Error(`The initializer ${name} is external but names no file.`);
-    const ref = {
-        name,
-        dataType,
-        dims,
-        location: entries.location.replace(/^\.\//, ''),
-        offset: Number(entries.offset ?? 0),
-        length: entries.length === undefined ? null : Number(entries.length),
-    };
-    return { name, dataType, dims, external: ref };
-}
 
 /**
  * Which external initializers of `graphBytes` the app uploads itself: those every consumer of which is a
@@ -235,16 +78,7 @@ export function planWeights(graphBytes, { forceCpuNodeNames = [] } = {}) {
     const externals = [];
     for (const field of fields(graphBytes, graph.value, graph.end)) {
         if (field.number === GRAPH_NODE) {
-            const node = payload(graphBytes, field);
-            let op = '';
-            let name = '';
-            /** @type {string[]} */
-            const inputs = [];
-            for (const part of fields(node)) {
-                if (part.number === NODE_OP_TYPE) op = text(node, part);
-                else if (part.number === NODE_NAME) name = text(node, part);
-                else if (part.number === NODE_INPUT) inputs.push(text(node, part));
-            }
+            const { op, name, inputs } = readNode(payload(graphBytes, field));
             const ok = LIFTABLE_OPS.has(op) && !onCpu.has(name);
             for (const input of inputs) liftable.set(input, (liftable.get(input) ?? true) && ok);
         } else if (field.number === GRAPH_INITIALIZER) {
@@ -334,15 +168,16 @@ function valueInfo(weight) {
 }
 
 /**
- * @param {Uint8Array[]} parts
- * @returns {Uint8Array}
+ * A varint's bytes.
+ * @param {number} value  A non-negative integer below 2^53.
+ * @returns {number[]}
  */
-function concat(parts) {
-    const out = new Uint8Array(parts.reduce((sum, p) => sum + p.length, 0));
-    let at = 0;
-    for (const part of parts) {
-        out.set(part, at);
-        at += part.length;
+function varint(value) {
+    const out = [];
+    while (value >= 0x80) {
+        out.push((value % 128) | 0x80);
+        value = Math.floor(value / 128);
     }
+    out.push(value);
     return out;
 }

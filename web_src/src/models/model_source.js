@@ -81,6 +81,7 @@ export class ModelSource {
             this.store = await WeightStore.open(modelBase);
         }
         const store = /** @type {WeightStore} */ (this.store);
+        await store.reopenIfRemoved(); // the browser's "clear site data" under this page
         const info = await this.gpu.getInfo();
         const manifest = await store.loadManifest({ signal });
         // Which graphs are already stored: a slower variant that is stored beats a faster one still to download.

@@ -9,6 +9,7 @@
 import { runtimeError } from '../runtime/errors.js';
 import { float32, int64, submit } from '../runtime/ort.js';
 import { mark } from './meter.js';
+import { isStepSession, stepKernelsError, submitStep } from './step_session.js';
 
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
 /** @typedef {import('../runtime/ort.js').HostTensor} HostTensor  A session output, on the CPU. */
@@ -24,12 +25,13 @@ import { mark } from './meter.js';
  * Run `session` on CPU tensors: resolves once its work is queued, with its outputs on their way to the CPU
  * (`outputs`).
  * @param {Gpu} gpu  The shared device the session may run on.
- * @param {import('../runtime/ort.js').Session} session
+ * @param {import('./step_session.js').AnySession} session  An onnxruntime session, or the transformer on our kernels.
  * @param {Record<string, HostInput>} inputs  By graph input name.
  * @param {{meter: Meter, what: string}} options
  * @returns {Promise<{outputs: Promise<Record<string, HostTensor>>}>}
  */
 export async function submitRun(gpu, session, inputs, { meter, what }) {
+    if (isStepSession(session)) return submitStepRun(gpu, session, inputs, { meter, what });
     /** @type {Record<string, import('../runtime/ort.js').Tensor>} */
     const feeds = {};
     for (const [name, input] of Object.entries(inputs)) {
@@ -46,6 +48,34 @@ export async function submitRun(gpu, session, inputs, { meter, what }) {
             // Outputs read back from a device that died during the run cannot be trusted.
             if (gpu.lost) throw new Error(gpu.lostMessage ?? 'device lost');
             if (session.ep === 'webgpu') gpu.used = true;
+            return host;
+        })
+        .catch(fail)
+        .finally(() => {
+            meter.runMs += performance.now() - started;
+            mark(meter, what, started);
+        });
+    return { outputs };
+}
+
+/**
+ * submitRun() for the transformer on our kernels: a failure of theirs gives them up (models/step_session.js).
+ * @param {Gpu} gpu
+ * @param {import('./step_session.js').StepSession} session
+ * @param {Record<string, HostInput>} inputs
+ * @param {{meter: Meter, what: string}} options
+ * @returns {Promise<{outputs: Promise<Record<string, HostTensor>>}>}
+ */
+async function submitStepRun(gpu, session, inputs, { meter, what }) {
+    const started = performance.now();
+    const fail = (/** @type {unknown} */ err) => {
+        throw stepKernelsError(err, gpu, what);
+    };
+    const queued = await submitStep(session, inputs).catch(fail);
+    const outputs = queued.outputs
+        .then((host) => {
+            if (gpu.lost) throw new Error(gpu.lostMessage ?? 'device lost');
+            gpu.used = true;
             return host;
         })
         .catch(fail)

@@ -22,6 +22,7 @@ import { filesToRead, uploadGraph, uploadsWeights, wholeFiles } from './graph_up
 import { mark } from './meter.js';
 import { describeChoices } from './model_report.js';
 import { submitRun } from './session_runs.js';
+import { createStepSession, dispatchCount, isStepSession, stepKernelsError, stepKernelsFor } from './step_session.js';
 
 /** @typedef {import('../shared/model_repo.js').AnyComponent} AnyComponent */
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
@@ -34,10 +35,11 @@ import { submitRun } from './session_runs.js';
 /** @typedef {import('./session_runs.js').HostInput} HostInput */
 /** @typedef {import('../runtime/ort.js').HostTensor} HostTensor */
 /** @typedef {import('../runtime/ort.js').Session} Session */
+/** @typedef {import('./step_session.js').AnySession} AnySession */
 
 /**
  * @typedef {Object} Loaded
- * @property {Session} session
+ * @property {AnySession} session
  * @property {Choice} choice
  * @property {number} generation  Gpu.generation the session was created on.
  * @property {number} lastUsed
@@ -78,6 +80,10 @@ export class Sessions {
         this.streamed = new Map();
         /** Create sessions with onnxruntime's profiler on (a run asked for its kernels' GPU times: `profile`). */
         this.profiling = false;
+        /** Run the transformer on our kernels where they can (models/step_session.js); false: on onnxruntime. */
+        this.stepKernels = true;
+        /** @type {Map<AnyComponent, import('../shared/types.js').StepRunner>} What ran the transformer's steps. */
+        this.runners = new Map();
     }
 
     /**
@@ -131,13 +137,18 @@ export class Sessions {
     }
 
     /**
-     * How a session is created, as a key: its pinned dims, capture, and the profiler (a session created otherwise
-     * is created anew).
+     * How a session is created, as a key: its pinned dims, capture, the profiler, and whether our kernels may run
+     * it (a session created otherwise is created anew).
      * @param {Pin} [pin]
      * @returns {string}
      */
     dimsKey(pin) {
-        return JSON.stringify([pin ? Object.entries(pin.dims).sort() : null, pin?.capture ?? false, this.profiling]);
+        return JSON.stringify([
+            pin ? Object.entries(pin.dims).sort() : null,
+            pin?.capture ?? false,
+            this.profiling,
+            this.stepKernels,
+        ]);
     }
 
     /** @returns {number} The bytes of the loaded sessions' graphs. */
@@ -172,7 +183,7 @@ export class Sessions {
      * @param {{meter: Meter, signal?: AbortSignal, pin?: Pin}} options  `pin`: the symbolic input dims every
      *   run of this session will have (the transformer's img_seq and txt_seq in a denoising loop), and whether it
      *   captures its kernels on WebGPU (runtime/ort.js). A session pinned otherwise is created anew.
-     * @returns {Promise<Session>}
+     * @returns {Promise<AnySession>}
      */
     async session(component, { meter, signal, pin }) {
         const choice = this.source.requireChoice(component);
@@ -197,32 +208,44 @@ export class Sessions {
         await this.makeRoom(choice.bytes, component);
         const what = `Loading the ${component} (${choice.graph.variant}, ${choice.ep})`;
         const started = performance.now();
+        /** @type {AnySession} */
         let session;
         try {
             const device = choice.ep === 'webgpu' ? await this.gpu.getDevice() : undefined;
             const [graphBytes, ...data] = await this.takeFiles(component, choice, meter);
             const loading = performance.now();
             const store = /** @type {WeightStore} */ (this.source.store);
-            const { graph, externalData, weights, streamedBytes, readBy } =
-                uploadsWeights(choice) && device
-                    ? await uploadGraph(store, choice, graphBytes, device, { signal })
-                    : wholeFiles(choice, graphBytes, data);
-            this.streamed.set(component, streamedBytes);
-            if (streamedBytes > 0) {
-                const how = readBy === 'handle' ? 'read-only file handles' : 'File reads';
-                mark(meter, `upload ${component} weights (${(streamedBytes / 1e9).toFixed(2)} GB, ${how})`, loading);
+            const step =
+                component === 'transformer'
+                    ? stepKernelsFor(choice, graphBytes, {
+                          gpu: this.gpu,
+                          wanted: this.stepKernels,
+                          profiling: this.profiling,
+                      })
+                    : null;
+            /** @type {import('../shared/types.js').StepRunner | null} */
+            let runner = null;
+            if (step && 'graph' in step && device) {
+                const tokens = pin && { image: pin.dims.img_seq, text: pin.dims.txt_seq };
+                const adapterInfo = this.gpu.adapter?.info ?? null;
+                // A failure of our kernels gives them up: the job runs again on onnxruntime (worker/recovery.js).
+                const made = await createStepSession(store, choice, step.graph, device, {
+                    signal,
+                    adapterInfo,
+                    tokens,
+                }).catch((err) => {
+                    throw stepKernelsError(err, this.gpu, what, signal);
+                });
+                session = made;
+                this.streamed.set(component, made.streamedBytes);
+                runner = { runner: 'kernels', kernels: made.executor.describe() };
+                mark(meter, `upload ${component} weights and compile our kernels`, loading);
+            } else {
+                session = await this.createOrt(component, choice, { graphBytes, data, device, signal, pin, meter });
+                if (step) runner = { runner: 'onnxruntime', why: 'why' in step ? step.why : '' };
             }
-            const creating = performance.now();
-            session = await createSession(graph, externalData, {
-                ep: choice.ep,
-                device,
-                forceCpuNodeNames: choice.forceCpuNodeNames,
-                staticDims: pin?.dims,
-                capture: pin?.capture ?? false,
-                profile: this.profiling,
-                weights,
-            });
-            mark(meter, `create ${component}`, creating);
+            if (runner) this.runners.set(component, { ...runner, ...dispatchCount(session, graphBytes, pin) });
+            else this.runners.delete(component);
         } catch (err) {
             throw runtimeError(err, this.gpu, what);
         } finally {
@@ -236,13 +259,48 @@ export class Sessions {
             generation: this.gpu.generation,
             lastUsed: performance.now(),
             dimsKey,
-            profiled: this.profiling,
+            profiled: this.profiling && !isStepSession(session),
             downloading: Promise.resolve(),
         });
         if (session.capture) this.captureState.set(component, 'graph capture');
         else if (session.captureRefused)
             this.captureState.set(component, `no graph capture (${session.captureRefused.slice(0, 160)})`);
         else this.captureState.delete(component);
+        return session;
+    }
+
+    /**
+     * An onnxruntime session of `choice`: its quantized weights streamed to the GPU where onnxruntime takes them
+     * from the app's buffers, else read whole.
+     * @param {AnyComponent} component
+     * @param {Choice} choice
+     * @param {{graphBytes: Uint8Array, data: Uint8Array[], device: GPUDevice | undefined, signal?: AbortSignal,
+     *   pin?: Pin, meter: Meter}} options
+     * @returns {Promise<Session>}
+     */
+    async createOrt(component, choice, { graphBytes, data, device, signal, pin, meter }) {
+        const loading = performance.now();
+        const store = /** @type {WeightStore} */ (this.source.store);
+        const { graph, externalData, weights, streamedBytes, readBy } =
+            uploadsWeights(choice) && device
+                ? await uploadGraph(store, choice, graphBytes, device, { signal })
+                : wholeFiles(choice, graphBytes, data);
+        this.streamed.set(component, streamedBytes);
+        if (streamedBytes > 0) {
+            const how = readBy === 'handle' ? 'read-only file handles' : 'File reads';
+            mark(meter, `upload ${component} weights (${(streamedBytes / 1e9).toFixed(2)} GB, ${how})`, loading);
+        }
+        const creating = performance.now();
+        const session = await createSession(graph, externalData, {
+            ep: choice.ep,
+            device,
+            forceCpuNodeNames: choice.forceCpuNodeNames,
+            staticDims: pin?.dims,
+            capture: pin?.capture ?? false,
+            profile: this.profiling,
+            weights,
+        });
+        mark(meter, `create ${component}`, creating);
         return session;
     }
 
@@ -282,7 +340,7 @@ export class Sessions {
 
     /**
      * Hold `session`'s buffers until its outputs are on the CPU: unload() waits for them.
-     * @param {Session} session
+     * @param {AnySession} session
      * @param {Promise<unknown>} outputs
      */
     downloading(session, outputs) {
@@ -293,7 +351,7 @@ export class Sessions {
     /**
      * Run a session on CPU tensors: resolves once its work is queued, with its outputs on their way to the CPU
      * (`outputs`); meanwhile other sessions may be created or run, and the session is released only after them.
-     * @param {Session} session
+     * @param {AnySession} session
      * @param {Record<string, HostInput>} inputs  By graph input name.
      * @param {{meter: Meter, what: string}} options  `what`: how errors name the run.
      * @returns {Promise<{outputs: Promise<Record<string, HostTensor>>}>}
@@ -306,7 +364,7 @@ export class Sessions {
 
     /**
      * Run a session on CPU tensors and wait for its outputs (submit(), awaited).
-     * @param {Session} session
+     * @param {AnySession} session
      * @param {Record<string, HostInput>} inputs
      * @param {{meter: Meter, what: string}} options
      * @returns {Promise<Record<string, HostTensor>>}
@@ -322,7 +380,14 @@ export class Sessions {
      * @returns {ReturnType<typeof describeChoices>}
      */
     describe(meter, how = {}) {
-        return describeChoices(this.source.requireChoices(), this.captureState, meter, how, this.streamed);
+        return describeChoices(
+            this.source.requireChoices(),
+            this.captureState,
+            meter,
+            how,
+            this.streamed,
+            this.runners,
+        );
     }
 
     /**
@@ -342,7 +407,7 @@ export class Sessions {
         /** @type {Partial<Record<AnyComponent, import('../shared/types.js').ProfileEvent[]>>} */
         const events = {};
         for (const [component, loaded] of [...this.loaded.entries()]) {
-            if (!loaded.profiled) continue;
+            if (!loaded.profiled || isStepSession(loaded.session)) continue;
             try {
                 events[component] = await profileEvents(loaded.session);
             } finally {
@@ -397,7 +462,9 @@ export class Sessions {
         // Its last outputs are read from its buffers: released after them.
         await loaded.downloading;
         // Releasing a session of a lost device may throw; its memory is gone either way.
-        await release(loaded.session).catch(() => {});
+        const { session } = loaded;
+        if (isStepSession(session)) session.executor.destroy();
+        else await release(session).catch(() => {});
     }
 
     /** The image is done: in lean mode nothing stays on the GPU between images; files read ahead are let go. */

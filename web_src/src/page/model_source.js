@@ -8,11 +8,14 @@
  * `?precision=q4|q4f16|fp32` forces the graph variant of the text encoder and transformer (default: the
  * worker picks q4f16 when the GPU has shader-f16 and the repo has it, else q4, else fp32).
  * `?profile=kernels` asks every run for its GPU kernels' times (slower: the profiled sessions do not capture).
+ * `?step-kernels=off` runs the transformer's steps on the graph runtime even where our kernels could (`on`, the
+ * default: our kernels where the GPU and the graph allow), for comparing the two.
  * @module page/model_source
  */
 
 import { PRECISIONS } from '../protocol.js';
 import { InputError } from '../shared/errors.js';
+import { FORMAT } from '../shared/model_repo.js';
 
 /** Where the page keeps the local repository it found, for visits without a network. */
 export const LOCAL_MODELS_KEY = 'klein-web:local-models';
@@ -24,6 +27,7 @@ export const LOCAL_MODELS_KEY = 'klein-web:local-models';
  * @property {string} label  Short text for the page ("Local: models/ on this server").
  * @property {string} [precision]  A forced graph variant from `?precision=`.
  * @property {boolean} [profile]  `?profile=kernels`: each run reports where its GPU time went.
+ * @property {false} [stepKernels]  `?step-kernels=off`: the transformer runs on the graph runtime.
  */
 
 /**
@@ -54,6 +58,21 @@ function profiled(href) {
         );
     }
     return true;
+}
+
+/**
+ * @param {string} href
+ * @returns {boolean}  Whether `?step-kernels=` leaves the transformer to our kernels (where they can run it).
+ */
+function stepKernels(href) {
+    const value = new URL(href).searchParams.get('step-kernels');
+    if (value === null || value === '' || value === 'on') return true;
+    if (value !== 'off') {
+        throw new InputError(
+            `?step-kernels=${value} is neither on nor off; use ?step-kernels=off to run the transformer without our kernels, or leave it out.`,
+        );
+    }
+    return false;
 }
 
 /**
@@ -112,10 +131,12 @@ export async function resolveModelSource({ href, defaultBase, fetch, storage = n
     const source = await resolveBase({ href, defaultBase, fetch, storage });
     const precision = forcedPrecision(href);
     const profile = profiled(href);
+    const kernels = stepKernels(href);
     return {
         ...source,
         ...(precision ? { precision, label: `${source.label} · ${precision}` } : {}),
         ...(profile ? { profile } : {}),
+        ...(kernels ? {} : { stepKernels: /** @type {false} */ (false) }),
     };
 }
 
@@ -157,8 +178,7 @@ async function hasManifest(url, fetch) {
     if (!response.ok) return false;
     try {
         const body = await response.json();
-        // Same format tag as builder/repo/manifest.py FORMAT.
-        return typeof body === 'object' && body !== null && body.format === 'klein-web-model-repo';
+        return typeof body === 'object' && body !== null && body.format === FORMAT;
     } catch {
         return false;
     }

@@ -21,10 +21,16 @@
  * @returns {{settings: RunSettings, params: GenerateParams}}
  */
 export function runRequest(values, source, memory, inputs) {
-    const { base, precision, profile } = source;
+    const { base, precision, profile, stepKernels } = source;
     /** @type {RunSettings} */
     const settings = { ...values, modelBase: base, ...(precision ? { precision } : {}), ...(memory ? { memory } : {}) };
-    // A profiled run (?profile=kernels) is a way of looking, not a setting: history does not keep it.
-    const params = { ...settings, ...(profile ? { profile } : {}), ...inputs };
+    // A profiled run (?profile=kernels) or one on onnxruntime (?step-kernels=off) is a way of looking, not a
+    // setting: history does not keep it.
+    const params = {
+        ...settings,
+        ...(profile ? { profile } : {}),
+        ...(stepKernels === false ? { stepKernels } : {}),
+        ...inputs,
+    };
     return { settings, params };
 }

@@ -1,40 +1,28 @@
 // @ts-check
 /**
  * @file `WorkerClient`: the page's only door to the inference worker, and the only page module that
- * touches `Worker`. Each request gets an id and a pending entry; the worker answers every id with
- * exactly one `result` or `error` (see protocol.js), and the events in between go to the caller's
+ * touches `Worker`. Its requests go through a channel (shared/channel.js, typed by protocol.js WorkerApi): the
+ * worker answers each with exactly one `result` or `error`, and the events in between go to the caller's
  * `onEvent`. Errors come back as real error classes (deserializeError), so the UI can switch on `code`.
  * @module page/worker_client
  */
 
-import { ErrorCode, KleinError, deserializeError } from '../shared/errors.js';
+import { Channel } from '../shared/channel.js';
+import { ErrorCode, KleinError } from '../shared/errors.js';
 
-/** @typedef {import('../protocol.js').Event} WorkerEvent */
+/** @typedef {import('../protocol.js').JobEvent} WorkerEvent */
+/** @typedef {import('../protocol.js').WorkerApi} WorkerApi */
 /** @typedef {import('../protocol.js').GenerateParams} GenerateParams */
 /** @typedef {import('../protocol.js').GenerateResult} GenerateResult */
 /** @typedef {import('../shared/types.js').Capabilities} Capabilities */
-
-/**
- * @typedef {Object} Pending
- * @property {(value: any) => void} resolve
- * @property {(reason: Error) => void} reject
- * @property {((event: WorkerEvent) => void) | undefined} onEvent
- */
-
-/**
- * A request without its id (the client assigns ids).
- * @typedef {{type: 'probe'} | {type: 'generate', params: GenerateParams} | {type: 'cancel', target: string}
- *   | {type: 'clearCache'} | {type: 'modelInfo', params: {modelBase: string}}} RequestBody
- */
 
 export class WorkerClient {
     /** @type {string | URL} */
     #url;
     /** @type {Worker | null} */
     #worker = null;
-    #nextId = 1;
-    /** @type {Map<string, Pending>} */
-    #pending = new Map();
+    /** @type {Channel<WorkerApi> | null} The requests to #worker. */
+    #channel = null;
     /** @type {string | null} id of the generate request in flight (cancel targets it) */
     #generateId = null;
 
@@ -45,7 +33,7 @@ export class WorkerClient {
 
     /** @returns {Promise<Capabilities>} Adapter, limits and storage, probed in the worker before any download. */
     probe() {
-        return this.#request({ type: 'probe' });
+        return this.#open().request('probe', {});
     }
 
     /**
@@ -54,7 +42,7 @@ export class WorkerClient {
      * @returns {Promise<import('../protocol.js').ModelInfo>}
      */
     modelInfo(modelBase) {
-        return this.#request({ type: 'modelInfo', params: { modelBase } });
+        return this.#open().request('modelInfo', { params: { modelBase } });
     }
 
     /**
@@ -69,10 +57,10 @@ export class WorkerClient {
                 code: ErrorCode.ALREADY_RUNNING,
             });
         }
-        const { id, promise } = this.#post({ type: 'generate', params }, onEvent);
+        const { id, result } = this.#open().send('generate', { params }, { onEvent });
         this.#generateId = id;
         try {
-            return await promise;
+            return await result;
         } finally {
             this.#generateId = null;
         }
@@ -84,12 +72,12 @@ export class WorkerClient {
      */
     cancel() {
         if (this.#generateId === null) return Promise.resolve({ cancelled: false });
-        return this.#request({ type: 'cancel', target: this.#generateId });
+        return this.#open().request('cancel', { target: this.#generateId });
     }
 
     /** @returns {Promise<{freedBytes: number}>} Deletes the downloaded model files from this browser. */
     clearCache() {
-        return this.#request({ type: 'clearCache' });
+        return this.#open().request('clearCache', {});
     }
 
     /**
@@ -97,39 +85,16 @@ export class WorkerClient {
      * guarantees a clean runtime whatever state the old worker was left in. Weights stay in storage.
      */
     restart() {
-        this.#worker?.terminate();
-        this.#worker = null;
-        this.#failAll(new KleinError('The inference worker was restarted.', { code: ErrorCode.WORKER_RESTARTED }));
+        this.#end(new KleinError('The inference worker was restarted.', { code: ErrorCode.WORKER_RESTARTED }));
     }
 
-    /**
-     * @param {RequestBody} body
-     * @param {(event: WorkerEvent) => void} [onEvent]
-     * @returns {Promise<any>}
-     */
-    #request(body, onEvent) {
-        return this.#post(body, onEvent).promise;
-    }
-
-    /**
-     * @param {RequestBody} body
-     * @param {(event: WorkerEvent) => void} [onEvent]
-     * @returns {{id: string, promise: Promise<any>}}
-     */
-    #post(body, onEvent) {
-        const id = `req-${this.#nextId++}`;
-        const worker = this.#worker ?? this.#spawn();
-        const promise = new Promise((resolve, reject) => {
-            this.#pending.set(id, { resolve, reject, onEvent });
-        });
-        worker.postMessage({ ...body, id });
-        return { id, promise };
-    }
-
-    /** @returns {Worker} */
-    #spawn() {
+    /** @returns {Channel<WorkerApi>} The channel to the worker, started on the first request after none or an end. */
+    #open() {
+        if (this.#channel) return this.#channel;
         const worker = new Worker(this.#url, { type: 'module', name: 'klein-inference' });
-        worker.addEventListener('message', (event) => this.#onMessage(event.data));
+        /** @type {Channel<WorkerApi>} */
+        const channel = new Channel(worker);
+        worker.addEventListener('message', (event) => channel.receive(event.data));
         worker.addEventListener('error', (event) => {
             // An uncaught error or a failed module load: the worker cannot be trusted to answer any
             // pending id, so fail them all and start a new worker on the next request.
@@ -139,29 +104,13 @@ export class WorkerClient {
         });
         worker.addEventListener('messageerror', () => this.#crash('a message from the worker could not be read'));
         this.#worker = worker;
-        return worker;
-    }
-
-    /** @param {WorkerEvent} event */
-    #onMessage(event) {
-        const pending = this.#pending.get(event.id);
-        if (!pending) return; // A late event of a request that already ended (e.g. progress after cancel).
-        if (event.type === 'result') {
-            this.#pending.delete(event.id);
-            pending.resolve(event.result);
-        } else if (event.type === 'error') {
-            this.#pending.delete(event.id);
-            pending.reject(deserializeError(event.error));
-        } else {
-            pending.onEvent?.(event);
-        }
+        this.#channel = channel;
+        return channel;
     }
 
     /** @param {string} reason */
     #crash(reason) {
-        this.#worker?.terminate();
-        this.#worker = null;
-        this.#failAll(
+        this.#end(
             new KleinError(
                 `The inference worker stopped: ${reason}. Try again; if it keeps happening, reload the page.`,
                 {
@@ -171,11 +120,16 @@ export class WorkerClient {
         );
     }
 
-    /** @param {Error} error */
-    #failAll(error) {
-        const pending = [...this.#pending.values()];
-        this.#pending.clear();
+    /**
+     * End the worker: every request waiting fails with `error`, and the next request starts a new worker.
+     * @param {Error} error
+     */
+    #end(error) {
+        this.#worker?.terminate();
+        this.#worker = null;
+        const channel = this.#channel;
+        this.#channel = null;
         this.#generateId = null;
-        for (const entry of pending) entry.reject(error);
+        channel?.failAll(error);
     }
 }

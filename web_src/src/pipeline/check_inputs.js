@@ -29,6 +29,7 @@ export function checkInputs(params) {
         throw new InputError(`\`params\` must be an object, got ${JSON.stringify(params)}.`);
     }
     const { prompt, seed, steps, width, height, modelBase, precision, profile, memory, preview, vaeTile } = params;
+    const { stepKernels, stepCheck } = params;
     const { sizeMin, sizeMax, sizeMultiple, stepsMin, stepsMax, seedMax } = LIMITS;
     // diffusers accepts an empty prompt (it encodes the chat template alone), so we do too.
     if (typeof prompt !== 'string') {
@@ -86,6 +87,10 @@ export function checkInputs(params) {
     if (profile !== undefined && typeof profile !== 'boolean') {
         throw new InputError(`\`profile\` must be true or false, got ${JSON.stringify(profile)}.`, { profile });
     }
+    for (const [name, value] of Object.entries({ stepKernels, stepCheck })) {
+        if (value !== undefined && typeof value !== 'boolean')
+            throw new InputError(`\`${name}\` must be true or false, got ${JSON.stringify(value)}.`, { [name]: value });
+    }
     if (preview !== undefined && typeof preview !== 'boolean') {
         throw new InputError(`\`preview\` must be true or false, got ${JSON.stringify(preview)}.`, { preview });
     }
@@ -108,6 +113,8 @@ export function checkInputs(params) {
     const checked = { prompt, seed, steps, width, height, modelBase };
     if (precision) checked.precision = precision;
     if (profile) checked.profile = true;
+    if (stepKernels === false) checked.stepKernels = false;
+    if (stepCheck) checked.stepCheck = true;
     if (memory !== undefined) checked.memory = memory;
     if (preview) checked.preview = true;
     if (vaeTile !== undefined) checked.vaeTile = vaeTile;

@@ -5,6 +5,7 @@
  * @module pipeline/denoise
  */
 
+import { checkStep as checkOnOnnxruntime } from '../models/step_check.js';
 import { requireOutput } from '../shared/model_repo.js';
 import { guided } from './guidance.js';
 import { assertFinite } from './image.js';
@@ -43,10 +44,13 @@ import { transformerPin } from './session_pins.js';
  *   works it out once, for the session's pin in stage 2 and for every step here).
  * @param {StepPreview | null} preview
  * @param {RunContext & {onEvent: (event: GenerateEvent) => void, duringFirstStep?: () => Promise<void>,
- *   guidance?: StepGuidance | null}} context  `duringFirstStep`: work done while the GPU computes the first step
- *   (creating the VAE decoder's session); `guidance`: a base model's, null or absent for one call a step.
- * @returns {Promise<{denoised: Float32Array, stepMs: number[], transformerCalls: number}>} The denoised tokens
- *   [1, H*W, C], the wall time of each step (the first one records the graph capture), and the transformer's runs.
+ *   guidance?: StepGuidance | null, checkStep?: boolean}} context  `duringFirstStep`: work done while the GPU
+ *   computes the first step (creating the VAE decoder's session); `guidance`: a base model's, null or absent for one
+ *   call a step; `checkStep`: the first step run on onnxruntime too, when our kernels ran it
+ *   (GenerateParams.stepCheck).
+ * @returns {Promise<{denoised: Float32Array, stepMs: number[], transformerCalls: number,
+ *   stepCheck: import('../shared/types.js').StepCheck | null}>} The denoised tokens [1, H*W, C], the wall time of
+ *   each step (the first one records the graph capture), the transformer's runs, and the check of the first step.
  */
 export async function denoise(
     prepared,
@@ -56,7 +60,7 @@ export async function denoise(
     inpainting,
     imageSeqLen,
     preview,
-    { model, meter, signal, onEvent, duringFirstStep, guidance = null },
+    { model, meter, signal, onEvent, duringFirstStep, guidance = null, checkStep = false },
 ) {
     const { sessions } = model;
     const { imgIds, txtIds, latentHeight, latentWidth, noise } = prepared;
@@ -84,59 +88,67 @@ export async function denoise(
     const total = schedule.modelTimesteps.length;
     const start = inpainting ? inpainting.start : 0;
     const steps = total - start;
-    const transformer = await sessions.session('transformer', { meter, signal, pin: transformerPin(imageSeqLen) });
+    const pin = transformerPin(imageSeqLen);
+    const transformer = await sessions.session('transformer', { meter, signal, pin });
     /** @type {number[]} */
     const stepMs = [];
+    /** @type {import('../shared/types.js').StepCheck | null} */
+    let stepCheck = null;
     const loopStart = performance.now();
     /** @type {(() => void) | null} A finished step's event, sent (with its preview) while the GPU runs the next. */
     let announce = null;
     let transformerCalls = 0;
     /**
-     * One transformer run of step i on `text`'s embedding: resolves once queued, with its prediction for the noise
-     * tokens on the way to the CPU (`prediction`).
+     * One transformer run of step i on `text`'s embedding: resolves once queued, with its inputs and its whole
+     * noise_pred [1, imageSeqLen, C] on the way to the CPU (`predicted`).
      * @param {number} i
      * @param {PromptEmbedding} text
      * @param {string} what
-     * @returns {Promise<{prediction: Promise<Float32Array>}>}
      */
     const predict = async (i, text, what) => {
         transformerCalls++;
-        const { outputs } = await sessions.submit(
-            transformer,
-            {
-                hidden_states: { data: hiddenStates, dims: [1, imageSeqLen, LATENT_CHANNELS] },
-                encoder_hidden_states: { data: text.data, dims: text.dims },
-                // float32(t / 1000), which is not always sigma itself (see schedule.js).
-                timestep: { data: Float32Array.of(schedule.modelTimesteps[i]), dims: [1] },
-                img_ids: { data: ids, dims: [imageSeqLen, 4] },
-                txt_ids: { data: txtIds, dims: [textSeqLen, 4] },
-            },
-            { meter, what },
+        const inputs = {
+            hidden_states: { data: hiddenStates, dims: [1, imageSeqLen, LATENT_CHANNELS] },
+            encoder_hidden_states: { data: text.data, dims: text.dims },
+            // float32(t / 1000), which is not always sigma itself (see schedule.js).
+            timestep: { data: Float32Array.of(schedule.modelTimesteps[i]), dims: [1] },
+            img_ids: { data: ids, dims: [imageSeqLen, 4] },
+            txt_ids: { data: txtIds, dims: [textSeqLen, 4] },
+        };
+        const { outputs } = await sessions.submit(transformer, inputs, { meter, what });
+        const predicted = outputs.then(
+            (o) => /** @type {Float32Array} */ (requireOutput(o, 'noise_pred', 'transformer').data),
         );
-        // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
-        const prediction = outputs.then((o) =>
-            requireOutput(o, 'noise_pred', 'transformer').data.subarray(0, latents.length),
-        );
-        return { prediction };
+        return { inputs, predicted };
     };
     for (let i = start; i < total; i++) {
         signal.throwIfAborted();
         const stepStart = performance.now();
         const what = `Denoising step ${i - start + 1}`;
-        const { prediction } = await predict(i, embedding, what);
+        const { inputs, predicted } = await predict(i, embedding, what);
         // The previous step's preview is drawn on the CPU while the GPU runs this step, off the steps' critical path
         // (the latents it reads change only after this step's output arrives).
         announce?.();
         // While the GPU computes the first step: work that is not a step (its time is not the step's).
         const asideMs = i === start && duringFirstStep ? await timed(duringFirstStep) : 0;
-        let velocity = await prediction;
+        const noisePred = await predicted;
+        // Only the noise tokens' prediction is a step (noise_pred[:, :latents.size(1)]).
+        let velocity = noisePred.subarray(0, latents.length);
         // Each prediction, before the Euler step folds it into the latents: a half-precision overflow is caught at
-        // the step that made it.
+        // the step that made it (and before the first step's check spends a second run on it).
         assertFinite(velocity, `transformer's prediction at ${what.toLowerCase()}`, 'transformer');
+        let checkMs = 0;
+        if (checkStep && i === start) {
+            // Before the Euler step changes hiddenStates in place: onnxruntime gets the very same inputs.
+            checkMs = await timed(async () => {
+                stepCheck = await checkOnOnnxruntime(sessions, transformer, inputs, noisePred, { meter, signal, pin });
+            });
+        }
         if (guidance) {
             // Queued only once the first prediction is on the CPU: a captured session writes every run's output into
             // the same GPU buffer, which the second run would overwrite before the first one's download.
-            const negative = await (await predict(i, guidance.negative, `${what}, negative prompt`)).prediction;
+            const negativePred = await (await predict(i, guidance.negative, `${what}, negative prompt`)).predicted;
+            const negative = negativePred.subarray(0, latents.length);
             assertFinite(negative, `transformer's prediction at ${what.toLowerCase()}, negative prompt`, 'transformer');
             velocity = guided(velocity, negative, guidance.scale);
         }
@@ -148,7 +160,7 @@ export async function denoise(
                     : inpainting.imageLatents;
             blendMask(latents, proper, inpainting.mask, LATENT_CHANNELS);
         }
-        stepMs.push(performance.now() - stepStart - asideMs);
+        stepMs.push(performance.now() - stepStart - asideMs - checkMs);
         const done = i - start + 1;
         const elapsedMs = performance.now() - loopStart;
         const sigmaNext = schedule.sigmas[i + 1];
@@ -166,7 +178,7 @@ export async function denoise(
     }
     announce?.();
     assertFinite(latents, 'denoised latents', 'transformer');
-    return { denoised: latents.slice(), stepMs, transformerCalls };
+    return { denoised: latents.slice(), stepMs, transformerCalls, stepCheck };
 }
 
 /**

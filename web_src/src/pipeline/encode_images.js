@@ -11,6 +11,7 @@
 import { InputError } from '../shared/errors.js';
 import { inputImageSize } from '../shared/limits.js';
 import { requireOutput } from '../shared/model_repo.js';
+import { extensionText, maskSizeProblem, padImage, padMask, paddedProblem, paddedSize } from '../shared/outpaint.js';
 import { assertFinite } from './image.js';
 import {
     binaryMask,
@@ -35,7 +36,9 @@ import { LATENT_CHANNELS, PATCH, interpolateBilinear, packLatents, prepareImageI
  * @property {'text' | 'edit' | 'inpaint'} mode
  * @property {DecodedImage[]} images  In request order (inpainting: the image to inpaint first).
  * @property {{width: number, height: number}[]} used  The size each is used at.
- * @property {DecodedImage | null} mask
+ * @property {DecodedImage | null} mask  Inpainting's mask as the pipeline uses it (outpainting: padded).
+ * @property {boolean} maskGiven  Whether the request had a mask file (outpainting may have none).
+ * @property {import('../shared/outpaint.js').Extension | null} extension  Outpainting: the pixels added.
  * @property {number | null} strength
  * @property {number} tokens  Conditioning tokens the images add to every step.
  */
@@ -56,8 +59,9 @@ import { LATENT_CHANNELS, PATCH, interpolateBilinear, packLatents, prepareImageI
  * @param {AbortSignal} signal
  * @returns {Promise<InputPlan>}
  */
-export async function checkInputImages({ mode, images, mask, strength }, params, signal) {
-    if (mode === 'text') return { mode, images: [], used: [], mask: null, strength: null, tokens: 0 };
+export async function checkInputImages({ mode, images, mask, strength, extension }, params, signal) {
+    const none = { mask: null, maskGiven: false, extension: null, strength: null };
+    if (mode === 'text') return { mode, images: [], used: [], ...none, tokens: 0 };
     /** @type {DecodedImage[]} */
     const decoded = [];
     for (const [i, image] of images.entries()) {
@@ -69,26 +73,57 @@ export async function checkInputImages({ mode, images, mask, strength }, params,
     let decodedMask = null;
     if (mode === 'inpaint') {
         const source = decoded[0];
-        const { width, height } = inputImageSize(source.width, source.height);
+        // Outpainting: the output size is the padded image's used size.
+        const problem = extension ? paddedProblem(extension, source.width, source.height, source.label) : null;
+        if (problem) throw new InputError(problem, { extend: extension });
+        const canvas = extension ? paddedSize(extension, source.width, source.height) : source;
+        const { width, height } = inputImageSize(canvas.width, canvas.height);
         if (params.width !== width || params.height !== height) {
             throw new InputError(
-                `Inpainting keeps the size of the image to inpaint: ${source.label} is ${source.width}x${source.height} ` +
-                    `and is used at ${width}x${height}, so \`width\` and \`height\` must be ${width} and ${height} ` +
-                    `(got ${params.width}x${params.height}).`,
+                `Inpainting keeps the size of the image to inpaint: ${source.label} is ${canvas.width}x${canvas.height}` +
+                    `${extension ? ' extended' : ''} and is used at ${width}x${height}, so \`width\` and \`height\` ` +
+                    `must be ${width} and ${height} (got ${params.width}x${params.height}).`,
                 { width: params.width, height: params.height, expected: { width, height } },
             );
         }
         used.unshift({ width, height });
-        signal.throwIfAborted();
-        decodedMask = await decodeImage(
-            /** @type {import('../protocol.js').ImageInput} */ (mask),
-            `The mask (${mask?.name})`,
-            { mask: true },
-        );
-        checkGreyMask(decodedMask);
+        if (mask) {
+            signal.throwIfAborted();
+            decodedMask = await decodeImage(mask, `The mask (${mask.name})`, { mask: true });
+            checkGreyMask(decodedMask);
+        }
+        if (extension) [decoded[0], decodedMask] = outpaintInputs(source, decodedMask, extension);
     }
     const tokens = used.reduce((sum, size) => sum + (size.width / PATCH) * (size.height / PATCH), 0);
-    return { mode, images: decoded, used, mask: decodedMask, strength, tokens };
+    return { mode, images: decoded, used, mask: decodedMask, maskGiven: !!mask, extension, strength, tokens };
+}
+
+/**
+ * Outpainting: the image to inpaint and the mask padded by `extension` (shared/outpaint.js's rule), as diffusers'
+ * inpaint pipeline is then given them; one InputError when the padded image is beyond the limits or a given mask
+ * is not the image's size. builder/pipeline/reference_request.py `outpaint_inputs` is its twin.
+ * @param {DecodedImage} source
+ * @param {DecodedImage | null} mask
+ * @param {import('../shared/outpaint.js').Extension} extension
+ * @returns {[DecodedImage, DecodedImage]}
+ */
+function outpaintInputs(source, mask, extension) {
+    const { width, height } = source;
+    const problem =
+        paddedProblem(extension, width, height, source.label) ??
+        (mask ? maskSizeProblem(width, height, mask.width, mask.height, mask.label) : null);
+    if (problem) throw new InputError(problem, { extend: extension });
+    const padded = padImage(source, extension);
+    const paddedMask = padMask(mask?.rgb ?? null, width, height, extension);
+    return [
+        { ...source, ...padded },
+        {
+            name: mask?.name ?? 'outpaint mask',
+            label: 'The outpainting mask',
+            sha256: mask?.sha256 ?? '',
+            ...paddedMask,
+        },
+    ];
 }
 
 /**
@@ -124,7 +159,12 @@ export function imageJobs(plan) {
     /** @type {Pixels[] | null} */
     let prepared = null;
     return [
-        { image: source, how: `resize ${size(0)}`, pixels: () => inpaintPixels(source) },
+        {
+            image: source,
+            // The padded image keeps its file's hash: the extension is part of how its pixels were made.
+            how: `resize ${size(0)}` + (plan.extension ? ` outpaint ${extensionText(plan.extension)}` : ''),
+            pixels: () => inpaintPixels(source),
+        },
         ...references.map((image, k) => ({
             image,
             how: `${batch} ${size(k + 1)}`,

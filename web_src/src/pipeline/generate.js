@@ -63,6 +63,7 @@ export async function generate(params, { model, signal, onEvent }) {
     const noiseTokens = (height / PATCH) * (width / PATCH);
     const imageSeqLen = noiseTokens + plan.tokens;
     sessions.profiling = checked.profile === true;
+    sessions.stepKernels = checked.stepKernels !== false;
 
     // 2. Load models (and start stage 3 as soon as the text encoder exists)
     const { notes, cached, encoding, guidance, negative, imagesCached, previewMap, tiles } = await loadModels(
@@ -126,12 +127,13 @@ export async function generate(params, { model, signal, onEvent }) {
     const duringFirstStep = async () => {
         if (sessions.fits('vae_decoder', vaePin)) await sessions.session('vae_decoder', { meter, signal, pin: vaePin });
     };
-    const { denoised, stepMs, transformerCalls } = await clock.time('denoise', denoiseDetail, () =>
+    const { denoised, stepMs, transformerCalls, stepCheck } = await clock.time('denoise', denoiseDetail, () =>
         denoise(latents, embedding, schedule, conditioning, inpainting, imageSeqLen, preview, {
             ...context,
             onEvent,
             duringFirstStep,
             guidance: guidance && negativeEmbedding ? { scale: guidance.scale, negative: negativeEmbedding } : null,
+            checkStep: checked.stepCheck === true,
         }),
     );
 
@@ -164,13 +166,15 @@ export async function generate(params, { model, signal, onEvent }) {
         inputs: {
             mode: plan.mode,
             images: conditioning?.infos ?? [],
-            mask: mask?.info ?? null,
+            mask: plan.maskGiven ? (mask?.info ?? null) : null,
             strength: plan.strength,
+            extension: plan.extension,
             steps: runSteps,
             referenceTokens: plan.tokens,
             guidance,
         },
         timeline: [...meter.timeline].sort((a, b) => a.startMs - b.startMs),
         ...(kernels ? { kernels } : {}),
+        ...(stepCheck ? { stepCheck } : {}),
     };
 }

@@ -11,10 +11,12 @@
  * @module pipeline/input_images
  */
 
+import { hex } from '../shared/bytes.js';
 import { decodeImageFile } from '../shared/decode_image.js';
 import { ImageRefusal, ImageTooLarge } from '../shared/image_file.js';
 import { InputError } from '../shared/errors.js';
 import { LIMITS, imageDimensionsProblem, inputImageSize } from '../shared/limits.js';
+import { checkExtension, isExtended } from '../shared/outpaint.js';
 import { crop, resizeLanczos, rgbToL } from './resample.js';
 
 const f32 = Math.fround;
@@ -80,26 +82,31 @@ function checkImageInput(input, field) {
 
 /**
  * The mode a request asks for and its image fields checked (the files themselves are checked by decodeImage).
- * @param {{images?: any, mask?: any, strength?: any}} params
+ * Inpainting is asked for by a mask, or by an extension that adds pixels (outpainting: the mask is optional).
+ * @param {{images?: any, mask?: any, strength?: any, extend?: any}} params
  * @returns {{mode: 'text' | 'edit' | 'inpaint', images: import('../protocol.js').ImageInput[],
- *   mask: import('../protocol.js').ImageInput | null, strength: number | null}}
+ *   mask: import('../protocol.js').ImageInput | null, strength: number | null,
+ *   extension: import('../shared/outpaint.js').Extension | null}}
  */
-export function checkImageParams({ images, mask, strength }) {
+export function checkImageParams({ images, mask, strength, extend }) {
     if (images !== undefined && images !== null && !Array.isArray(images)) {
         throw new InputError(`\`images\` must be a list of images, got ${typeof images}.`);
     }
     const list = (images ?? []).map((/** @type {any} */ image, /** @type {number} */ i) =>
         checkImageInput(image, `\`images[${i}]\``),
     );
-    if (mask === undefined || mask === null) {
-        if (list.length === 0) return { mode: 'text', images: [], mask: null, strength: null };
+    const given = extend === undefined || extend === null ? null : checkExtension(extend);
+    const extension = isExtended(given) ? given : null;
+    const noMask = mask === undefined || mask === null;
+    if (noMask && !extension) {
+        if (list.length === 0) return { mode: 'text', images: [], mask: null, strength: null, extension: null };
         if (list.length > LIMITS.referencesMax) {
             throw new InputError(
                 `Editing takes at most ${LIMITS.referencesMax} reference images, got ${list.length}; leave some out.`,
                 { images: list.length },
             );
         }
-        return { mode: 'edit', images: list, mask: null, strength: null };
+        return { mode: 'edit', images: list, mask: null, strength: null, extension: null };
     }
     if (list.length === 0) {
         throw new InputError('Inpainting needs the image to inpaint as `images[0]` besides the `mask`.');
@@ -117,7 +124,13 @@ export function checkImageParams({ images, mask, strength }) {
             strength,
         });
     }
-    return { mode: 'inpaint', images: list, mask: checkImageInput(mask, '`mask`'), strength: value };
+    return {
+        mode: 'inpaint',
+        images: list,
+        mask: noMask ? null : checkImageInput(mask, '`mask`'),
+        strength: value,
+        extension,
+    };
 }
 
 /**
@@ -125,8 +138,7 @@ export function checkImageParams({ images, mask, strength }) {
  * @returns {Promise<string>}
  */
 async function sha256Hex(bytes) {
-    const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
-    return Array.from(digest, (b) => b.toString(16).padStart(2, '0')).join('');
+    return hex(await crypto.subtle.digest('SHA-256', bytes));
 }
 
 /**

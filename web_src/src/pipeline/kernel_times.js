@@ -60,6 +60,7 @@ export function kernelTimes(eventsByComponent) {
         }
         out[component] = {
             runs: runDurations.length,
+            dispatches: events.filter((e) => e.cat === 'Api').length / runs,
             runMs: runDurations.reduce((sum, us) => sum + us, 0) / runs / 1000,
             gpuMs: gpuUs / runs / 1000,
             cpuNodeMs: cpuNodeUs / runs / 1000,

@@ -11,13 +11,7 @@ import { mark } from '../models/meter.js';
 /** @typedef {import('../protocol.js').StageTimings} StageTimings */
 /** @typedef {import('../models/meter.js').Meter} Meter */
 
-/**
- * @typedef {{type: 'progress', progress: import('../shared/types.js').DownloadProgress}
- *   | {type: 'stage', stage: Stage, detail?: string}
- *   | {type: 'step', step: number, steps: number, elapsedMs: number, etaMs: number,
- *     preview?: import('../protocol.js').PreviewFrame}} GenerateEvent
- *   The protocol's events without the request id (worker/requests.js adds it).
- */
+/** @typedef {import('../protocol.js').JobEvent} GenerateEvent  The protocol's events (the channel adds the id). */
 
 /**
  * @typedef {Object} RunContext  What every stage of one run shares.

@@ -3,18 +3,28 @@
  * @file TokenizerHelper: the prompt tokenizer (pipeline/tokenizer.js), built and run in a helper worker
  * (pipeline/tokenizer_worker.js) so that building it, the better part of a second of CPU, overlaps the inference
  * worker's uploads and session creation instead of delaying the text encoder's run. start() hands the tokenizer's
- * files to the helper at once; encode() answers once the helper has built it.
+ * files to the helper at once; encode() answers once the helper has built it. The two speak shared/channel.js, typed
+ * by TokenizerApi.
  *
  * Where no helper runs (no worker URL configured: node, a plain esbuild bundle; a helper that fails to start), the
  * tokenizer is built and run on the calling thread, behind the same interface.
  * @module pipeline/tokenizer_helper
  */
 
-import { KleinError, deserializeError } from '../shared/errors.js';
+import { Channel } from '../shared/channel.js';
+import { KleinError } from '../shared/errors.js';
 import { MAX_SEQUENCE_LENGTH, PromptTokenizer } from './tokenizer.js';
 
 /** @typedef {import('./tokenizer.js').EncodedPrompt} EncodedPrompt */
 /** @typedef {import('../models/model_source.js').TokenizerFiles} TokenizerFiles */
+
+/**
+ * @typedef {{
+ *   build: {request: {files: TokenizerFiles}, result: null},
+ *   encode: {request: {prompt: string, maxLength: number}, result: EncodedPrompt},
+ * }} TokenizerApi  What the inference worker asks of the tokenizer's helper (pipeline/tokenizer_worker.js): build the
+ *   tokenizer from its stored files (answered once built), then encode prompts with it.
+ */
 
 /** @type {string | null} The helper's script (worker/main.js sets it from the build). */
 let workerUrl = null;
@@ -56,20 +66,19 @@ export class TokenizerHelper {
         this.files = files;
         /** @type {Promise<PromptTokenizer> | null} Built on this thread, once needed, where no helper runs. */
         this.local = null;
-        /** @type {Map<number, {resolve: (encoded: EncodedPrompt) => void, reject: (err: Error) => void}>} */
-        this.waiting = new Map();
-        this.nextId = 0;
+        /** @type {Channel<TokenizerApi> | null} */
+        this.channel = null;
         if (!worker) return;
-        worker.onmessage = ({ data }) => {
-            const waiter = this.waiting.get(data.id);
-            this.waiting.delete(data.id);
-            if (data.type === 'encoded') waiter?.resolve(data.encoded);
-            else waiter?.reject(deserializeError(data.error));
-        };
+        /** @type {Channel<TokenizerApi>} */
+        const channel = new Channel(worker);
+        this.channel = channel;
+        worker.onmessage = ({ data }) => channel.receive(data);
         worker.onerror = (event) => {
             event.preventDefault();
             this.fail(new KleinError(`The tokenizer's helper worker failed (${event.message || 'it did not start'}).`));
         };
+        // A failed build is reported to each encode.
+        channel.request('build', { files }).catch(() => {});
     }
 
     /**
@@ -83,7 +92,6 @@ export class TokenizerHelper {
         if (workerUrl !== null && typeof Worker !== 'undefined') {
             try {
                 worker = new Worker(workerUrl, { type: 'module', name: 'klein-tokenizer' });
-                worker.postMessage({ type: 'build', files });
             } catch {
                 worker = null;
             }
@@ -98,16 +106,11 @@ export class TokenizerHelper {
      * @returns {Promise<EncodedPrompt>}
      */
     async encode(prompt, { maxLength = MAX_SEQUENCE_LENGTH } = {}) {
-        if (!this.worker) {
+        if (!this.channel) {
             this.local ??= buildTokenizer(this.files);
             return (await this.local).encode(prompt, { maxLength });
         }
-        const id = this.nextId++;
-        const worker = this.worker;
-        return new Promise((resolve, reject) => {
-            this.waiting.set(id, { resolve, reject });
-            worker.postMessage({ type: 'encode', id, prompt, maxLength });
-        });
+        return this.channel.request('encode', { prompt, maxLength });
     }
 
     /**
@@ -115,8 +118,7 @@ export class TokenizerHelper {
      * @param {Error} err
      */
     fail(err) {
-        for (const { reject } of this.waiting.values()) reject(err);
-        this.waiting.clear();
+        this.channel?.failAll(err);
         this.close();
     }
 
@@ -124,5 +126,6 @@ export class TokenizerHelper {
     close() {
         this.worker?.terminate();
         this.worker = null;
+        this.channel = null;
     }
 }

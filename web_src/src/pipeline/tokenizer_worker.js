@@ -5,29 +5,30 @@
  * a second of CPU; here it runs while the inference worker's thread uploads weights and creates sessions, instead
  * of between the text encoder's creation and its run.
  *
- * Messages in: {type: 'build', files} (the tokenizer's files as Blobs, read here), then {type: 'encode', id, prompt,
- * maxLength}. Out: {type: 'encoded', id, encoded} (its arrays' buffers transferred) or {type: 'error', id, error}
- * (shared/errors.js serializeError); a failed build answers every encode with its error.
+ * It answers pipeline/tokenizer_helper.js TokenizerApi through shared/channel.js: `build` (the tokenizer's files as
+ * Blobs, read here), then `encode` (its arrays' buffers moved to the asker); a failed build fails every encode.
  * @module pipeline/tokenizer_worker
  */
 
-import { serializeError } from '../shared/errors.js';
+import { serve } from '../shared/channel.js';
 import { buildTokenizer } from './tokenizer_helper.js';
 
 /** @type {Promise<import('./tokenizer.js').PromptTokenizer> | null} */
 let tokenizer = null;
 
-onmessage = async ({ data }) => {
-    if (data.type === 'build') {
-        tokenizer = buildTokenizer(data.files);
-        tokenizer.catch(() => {}); // reported to each encode
-        return;
-    }
-    try {
+/** @type {import('../shared/channel.js').Handlers<import('./tokenizer_helper.js').TokenizerApi>} */
+const handlers = {
+    build: async ({ files }) => {
+        tokenizer = buildTokenizer(files);
+        await tokenizer;
+        return null;
+    },
+    encode: async ({ prompt, maxLength }, reply) => {
         if (!tokenizer) throw new Error('the tokenizer was not built');
-        const encoded = (await tokenizer).encode(data.prompt, { maxLength: data.maxLength });
-        postMessage({ type: 'encoded', id: data.id, encoded }, [encoded.inputIds.buffer, encoded.attentionMask.buffer]);
-    } catch (err) {
-        postMessage({ type: 'error', id: data.id, error: serializeError(err) });
-    }
+        const encoded = (await tokenizer).encode(prompt, { maxLength });
+        reply.transfer(encoded.inputIds.buffer, encoded.attentionMask.buffer);
+        return encoded;
+    },
 };
+
+serve(/** @type {any} */ (self), handlers);

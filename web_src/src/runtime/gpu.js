@@ -37,6 +37,18 @@ const WANTED_FEATURES = Object.freeze([
  */
 export const OPTIONAL_FEATURES = Object.freeze(['chromium-experimental-subgroup-matrix', 'subgroups', 'shader-f16']);
 
+/**
+ * The app's own GPU work that is given up like a feature when it fails: the transformer step on our WGSL kernels
+ * (step/). Without it onnxruntime runs the step. Not a device feature: the device is the same either way.
+ */
+export const STEP_KERNELS = 'step-kernels';
+
+/** Everything the recovery may give up (worker/recovery.js), the device's features and the app's own. */
+export const FALLIBLE = Object.freeze([...OPTIONAL_FEATURES, STEP_KERNELS]);
+
+/** The first line of every shader of our kernels (kernels/compile.js): what `gpu-fault=step-kernels` breaks. */
+const KERNEL_SHADER = /^\/\/ klein-web kernel /;
+
 /** The WGSL extension each optional feature's shaders enable (`enable f16;`): what a `gpu-fault` breaks. */
 const WGSL_EXTENSIONS = Object.freeze({
     'chromium-experimental-subgroup-matrix': 'chromium_experimental_subgroup_matrix',
@@ -102,16 +114,17 @@ function grantOf(device, off) {
  * implementation of the feature is broken (Chromium 150's subgroup-matrix shaders): the worker's `?gpu-fault=`
  * parameter, with which the tests and GPU runs exercise the fallback on adapters where the feature works.
  * onnxruntime creates every shader module through the GPUDevice it was handed, so wrapping this one is enough.
+ * For STEP_KERNELS: every shader of our kernels.
  * @param {GPUDevice} device
- * @param {string} feature  One of OPTIONAL_FEATURES.
+ * @param {string} feature  One of FALLIBLE.
  */
 function breakShadersOf(device, feature) {
     const extension = WGSL_EXTENSIONS[/** @type {keyof typeof WGSL_EXTENSIONS} */ (feature)];
-    const enables = new RegExp(`^\\s*enable\\s[^;]*\\b${extension}\\b`, 'm');
+    const broken = feature === STEP_KERNELS ? KERNEL_SHADER : new RegExp(`^\\s*enable\\s[^;]*\\b${extension}\\b`, 'm');
     const create = device.createShaderModule.bind(device);
     device.createShaderModule = (descriptor) =>
         create(
-            enables.test(descriptor.code)
+            broken.test(descriptor.code)
                 ? { ...descriptor, code: `${descriptor.code}\nfn gpu_fault() { gpu_fault_injected(); }\n` }
                 : descriptor,
         );
@@ -332,11 +345,12 @@ export class Gpu {
                 `The GPU adapter refused to create a device (${String(err)}). Close other GPU-heavy tabs and reload.`,
             );
         }
-        if (this.fault && device.features.has(this.fault)) breakShadersOf(device, this.fault);
+        if (this.fault && (device.features.has(this.fault) || this.fault === STEP_KERNELS))
+            breakShadersOf(device, this.fault);
         this.adapter = adapter;
         this.info = info;
         this.device = device;
-        const offered = [...this.off].filter(([feature]) => adapter.features.has(feature));
+        const offered = [...this.off].filter(([feature]) => adapter.features.has(feature) || feature === STEP_KERNELS);
         this.grant = grantOf(
             device,
             offered.map(([feature, { reason, remembered }]) => ({ feature, reason, remembered })),
@@ -364,7 +378,7 @@ export class Gpu {
         this.memoryKey = key;
         const remembered = await this.memory.recall(key).catch(() => ({}));
         for (const [feature, reason] of Object.entries(remembered)) {
-            if (OPTIONAL_FEATURES.includes(feature) && !this.off.has(feature))
+            if (FALLIBLE.includes(feature) && !this.off.has(feature))
                 this.off.set(feature, { reason, remembered: true });
         }
     }

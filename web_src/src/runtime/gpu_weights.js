@@ -28,10 +28,12 @@ export const QUEUED_BYTES = 128 * 1024 * 1024;
  * @param {WeightSource[]} weights
  * @param {(location: string, offset: number, into: Uint8Array) => Promise<void>} readInto  Fill `into` with the stored
  *   bytes from `offset` on (throwing when the file has fewer).
- * @param {{signal?: AbortSignal, onBytes?: (bytes: number) => void}} [options]  `onBytes`: bytes uploaded so far.
+ * @param {{signal?: AbortSignal, onBytes?: (bytes: number) => void, verified?: () => Promise<void>}} [options]
+ *   `onBytes`: bytes uploaded so far; `verified`: waited for once every byte is uploaded (the store's check of the
+ *   files read, store/stored_check.js), so the buffers are destroyed when the bytes were not the model's.
  * @returns {Promise<Map<string, GPUBuffer>>}
  */
-export async function uploadWeights(device, weights, readInto, { signal, onBytes } = {}) {
+export async function uploadWeights(device, weights, readInto, { signal, onBytes, verified } = {}) {
     // Every buffer is made first, inside one error scope opened and closed in this same task, so no other GPU
     // work of the device (onnxruntime's) can land in it; running out of memory is reported to it.
     device.pushErrorScope('out-of-memory');
@@ -91,6 +93,7 @@ export async function uploadWeights(device, weights, readInto, { signal, onBytes
             }
         }
         await device.queue.onSubmittedWorkDone();
+        await verified?.();
         return buffers;
     } catch (err) {
         for (const buffer of buffers.values()) buffer.destroy();

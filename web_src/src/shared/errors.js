@@ -125,6 +125,19 @@ export class IntegrityError extends KleinError {
     }
 }
 
+/**
+ * A stored model file is no longer the file that was downloaded: its bytes do not match the manifest's block hashes,
+ * or it is shorter or longer than the manifest says (changed on disk, or by a browser or extension that writes
+ * into the site's storage). `detail.path` is the file's repo path: the worker deletes it and downloads it again.
+ */
+export class StoredFileError extends KleinError {
+    /** @param {string} message @param {{path: string, block?: number}} detail */
+    constructor(message, detail) {
+        super(message, { code: ErrorCode.INTEGRITY, detail });
+        this.name = 'StoredFileError';
+    }
+}
+
 /** The pipeline produced NaN or a constant image: said out loud instead of showing a black square. */
 export class DegenerateOutputError extends KleinError {
     /** @param {string} message @param {any} [detail] */
@@ -164,6 +177,7 @@ const DETAIL_CLASSES = Object.freeze({
     NetworkError,
     ModelFileError,
     IntegrityError,
+    StoredFileError,
     DegenerateOutputError,
 });
 

@@ -7,17 +7,32 @@
  * @module shared/model_repo
  */
 
+import SCHEMA from '../../../builder/repo/manifest_schema.json' with { type: 'json' };
 import { ModelFileError } from './errors.js';
 
-/** The components text-to-image runs: every repository has them. */
-export const COMPONENTS = Object.freeze(/** @type {const} */ (['text_encoder', 'transformer', 'vae_decoder']));
 /**
- * Components a repository may list besides those (builder/repo/manifest.py OPTIONAL_COMPONENTS): the VAE encoder,
- * for editing and inpainting. The manifest accepts their graphs; text-to-image never chooses or downloads them.
+ * The schema of manifest.json, which the Python tool reads too (builder/repo/manifest.py): every field, its bounds,
+ * and the names below. store/manifest.js checks manifests against it.
  */
-export const OPTIONAL_COMPONENTS = Object.freeze(/** @type {const} */ (['vae_encoder']));
-export const VARIANTS = Object.freeze(['q4', 'q4f16', 'fp32', 'fp16']);
-export const TOKENIZER_FILES = Object.freeze(['tokenizer/tokenizer.json', 'tokenizer/tokenizer_config.json']);
+export { SCHEMA };
+const GRAPH_FIELDS = SCHEMA.$defs.graph.properties;
+
+/** What manifest.json's `format` says, and the newest `format_version` this app reads. */
+export const FORMAT = SCHEMA.properties.format.const;
+export const FORMAT_VERSION = SCHEMA.properties.format_version.maximum;
+
+/** The components text-to-image runs: every repository has them (the schema's graphs contain one of each). */
+export const COMPONENTS = Object.freeze(
+    SCHEMA.properties.graphs.allOf.map((part) => part.contains.properties.component.const),
+);
+/**
+ * Components a repository may list besides those: the VAE encoder, for editing and inpainting. The manifest accepts
+ * their graphs; text-to-image never chooses or downloads them.
+ */
+export const OPTIONAL_COMPONENTS = Object.freeze(GRAPH_FIELDS.component.enum.filter((c) => !COMPONENTS.includes(c)));
+export const VARIANTS = Object.freeze([...GRAPH_FIELDS.variant.enum]);
+/** The tokenizer files every repository has (the schema's files require them). */
+export const TOKENIZER_FILES = Object.freeze([...SCHEMA.properties.files.required]);
 export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
 /**
  * The step previews' colour map, fitted to the repository's VAE by `klein-web convert` (builder/convert/preview_map.py
@@ -25,8 +40,8 @@ export const CHAT_TEMPLATE_FILE = 'tokenizer/chat_template.jinja';
  */
 export const PREVIEW_MAP_FILE = 'vae_decoder/preview_map.json';
 
-/** @typedef {(typeof COMPONENTS)[number]} Component  A component every repository has. */
-/** @typedef {Component | (typeof OPTIONAL_COMPONENTS)[number]} AnyComponent */
+/** @typedef {string} Component  A component every repository has: one of COMPONENTS. */
+/** @typedef {string} AnyComponent  One of COMPONENTS or OPTIONAL_COMPONENTS. */
 
 /**
  * @typedef {Object} GraphEntry
@@ -89,13 +104,22 @@ export const PREVIEW_MAP_FILE = 'vae_decoder/preview_map.json';
  * @property {number | null} inpaintGuidanceScale  Inpainting (Flux2KleinInpaintPipeline); null: no guidance.
  */
 
-/** @type {Readonly<PipelineDefaults>} A manifest without `pipeline` (the seed repository, older conversions). */
-export const DISTILLED = Object.freeze({
-    isDistilled: true,
-    steps: 4,
-    guidanceScale: null,
-    inpaintGuidanceScale: null,
-});
+/**
+ * manifest.json's `pipeline`, which the schema checked, camel-cased.
+ * @param {{is_distilled: boolean, steps: number, guidance_scale: number | null, inpaint_guidance_scale: number | null}} value
+ * @returns {Readonly<PipelineDefaults>}
+ */
+export function pipelineDefaults(value) {
+    return Object.freeze({
+        isDistilled: value.is_distilled,
+        steps: value.steps,
+        guidanceScale: value.guidance_scale,
+        inpaintGuidanceScale: value.inpaint_guidance_scale,
+    });
+}
+
+/** A manifest without `pipeline` (the seed repository, older conversions) holds distilled klein: the schema's default. */
+export const DISTILLED = pipelineDefaults(SCHEMA.properties.pipeline.default);
 
 /**
  * Repo-relative paths of a graph and its external-data files (same folder).

@@ -7,7 +7,9 @@
  * @module shared/png_decode
  */
 
+import { concat } from './bytes.js';
 import { ImageRefusal, ascii, u32be } from './image_file.js';
+import { chunks, crcMatches } from './png_chunks.js';
 
 /** @typedef {import('./image_file.js').Rgb} Rgb */
 
@@ -36,24 +38,6 @@ const PNG_DEPTHS = /** @type {Record<number, number[]>} */ ({
 });
 const PNG_CHANNELS = /** @type {Record<number, number>} */ ({ 0: 1, 2: 3, 3: 1, 4: 2, 6: 4 });
 
-/** @type {Uint32Array | null} */
-let crcTable = null;
-
-/** @param {Uint8Array} bytes @param {number} start @param {number} end */
-function crc32(bytes, start, end) {
-    if (!crcTable) {
-        crcTable = new Uint32Array(256);
-        for (let n = 0; n < 256; n++) {
-            let c = n;
-            for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-            crcTable[n] = c >>> 0;
-        }
-    }
-    let c = 0xffffffff;
-    for (let i = start; i < end; i++) c = crcTable[(c ^ bytes[i]) & 0xff] ^ (c >>> 8);
-    return (c ^ 0xffffffff) >>> 0;
-}
-
 /**
  * The chunks Pillow reads: the header ones checksummed (PngStream.crc: a bad one is a broken file), the image
  * data, and the metadata that can carry an orientation (wherever it is in the file: Pillow reads the chunks
@@ -76,25 +60,19 @@ export function parsePng(bytes) {
         rawProfiles: [],
         rawProfileText: null,
     };
-    let at = 8;
     let seenData = false;
     let header = false;
-    while (at + 8 <= bytes.length) {
-        const length = u32be(bytes, at);
-        const kind = ascii(bytes, at + 4, 4);
-        const start = at + 8;
-        const end = start + length;
-        const cut = end + 4 > bytes.length;
+    for (const chunk of chunks(bytes)) {
+        const { type: kind, length, data: body, cut } = chunk;
         if (cut && kind !== 'IDAT') {
             // Pillow stops at a cut chunk after the image data, and cannot open a file cut before it.
             if (seenData) break;
             throw new ImageRefusal('damaged', `the ${kind} chunk runs past the end of the file`);
         }
         if (!header && kind !== 'IHDR') throw new ImageRefusal('damaged', 'no IHDR chunk first');
-        if (!seenData && kind !== 'IDAT' && crc32(bytes, at + 4, end) !== u32be(bytes, end)) {
+        if (!seenData && kind !== 'IDAT' && !crcMatches(bytes, chunk)) {
             throw new ImageRefusal('damaged', `bad checksum in the ${kind} chunk`);
         }
-        const body = bytes.subarray(start, Math.min(end, bytes.length));
         if (kind === 'IHDR') {
             if (length < 13) throw new ImageRefusal('damaged', 'short IHDR');
             header = true;
@@ -119,15 +97,11 @@ export function parsePng(bytes) {
         } else if (kind === 'IDAT') {
             seenData = true;
             png.data.push(body); // a cut one is read as far as it goes: the pixels then end early
-            if (cut) break;
         } else if (kind === 'eXIf') {
             png.exif = body.slice();
         } else if (kind === 'tEXt' || kind === 'zTXt' || kind === 'iTXt') {
             textChunk(png, kind, body);
-        } else if (kind === 'IEND') {
-            break;
         }
-        at = end + 4;
     }
     if (!header) throw new ImageRefusal('damaged', 'no IHDR chunk');
     if (png.bits === 16 && png.colour === 0) throw new ImageRefusal('grey16');
@@ -173,25 +147,17 @@ async function inflate(parts) {
         .pipeThrough(new DecompressionStream('deflate'));
     const reader = stream.getReader();
     /** @type {Uint8Array[]} */
-    const chunks = [];
-    let total = 0;
+    const pieces = [];
     try {
         for (;;) {
             const { done, value } = await reader.read();
             if (done) break;
-            chunks.push(value);
-            total += value.length;
+            pieces.push(value);
         }
     } catch {
         // keep what was inflated
     }
-    const out = new Uint8Array(total);
-    let at = 0;
-    for (const chunk of chunks) {
-        out.set(chunk, at);
-        at += chunk.length;
-    }
-    return out;
+    return concat(pieces);
 }
 
 /** The orientation metadata of a PNG that sits in compressed text, inflated into `exif`. */

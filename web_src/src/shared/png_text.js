@@ -8,42 +8,14 @@
  * @module shared/png_text
  */
 
+import { concat } from './bytes.js';
 import { InputError } from './errors.js';
+import { chunks, crcMatches, encodeChunk, hasPngSignature } from './png_chunks.js';
 
-const PNG_SIGNATURE = Object.freeze([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
-
-/** CRC-32 (ISO 3309, polynomial 0xEDB88320) byte table; read-only after this line. */
-const CRC_TABLE = (() => {
-    const table = new Uint32Array(256);
-    for (let n = 0; n < 256; n++) {
-        let c = n;
-        for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-        table[n] = c >>> 0;
-    }
-    return table;
-})();
+/** @typedef {import('./png_chunks.js').Chunk} Chunk */
 
 /**
- * CRC-32 over the chunk type and data, as stored after each chunk.
- * @param {Uint8Array} bytes
- * @returns {number} unsigned 32-bit
- */
-export function crc32(bytes) {
-    let c = 0xffffffff;
-    for (let i = 0; i < bytes.length; i++) c = CRC_TABLE[(c ^ bytes[i]) & 0xff] ^ (c >>> 8);
-    return (c ^ 0xffffffff) >>> 0;
-}
-
-/**
- * @typedef {Object} Chunk
- * @property {string} type    Four ASCII letters.
- * @property {number} offset  Byte offset of the chunk's length field.
- * @property {Uint8Array} data
- * @property {number} crc     Stored CRC.
- */
-
-/**
- * Splits a PNG into its chunks, checking the signature and that every chunk fits.
+ * A whole PNG's chunks, checking the signature and that every chunk fits.
  * @param {Uint8Array} png
  * @returns {Chunk[]}
  */
@@ -51,35 +23,24 @@ function parseChunks(png) {
     if (!(png instanceof Uint8Array)) {
         throw new InputError(`\`png\` must be a Uint8Array, got ${Object.prototype.toString.call(png)}.`);
     }
-    if (png.length < 8 || PNG_SIGNATURE.some((b, i) => png[i] !== b)) {
+    if (!hasPngSignature(png)) {
         throw new InputError('`png` does not start with the PNG signature: this is not a PNG file.');
     }
-    const view = new DataView(png.buffer, png.byteOffset, png.byteLength);
-    /** @type {Chunk[]} */
-    const chunks = [];
-    let offset = 8;
-    while (offset < png.length) {
-        if (offset + 12 > png.length) {
-            throw new InputError(`\`png\` is truncated: an incomplete chunk header at byte ${offset}.`);
-        }
-        const length = view.getUint32(offset);
-        const type = latin1Text(png.subarray(offset + 4, offset + 8));
-        const end = offset + 12 + length;
-        if (end > png.length) {
+    const list = [];
+    let next = 8;
+    for (const chunk of chunks(png)) {
+        if (chunk.cut) {
             throw new InputError(
-                `\`png\` is truncated: chunk ${type} at byte ${offset} runs past the end of the file.`,
+                `\`png\` is truncated: chunk ${chunk.type} at byte ${chunk.offset} runs past the end of the file.`,
             );
         }
-        chunks.push({
-            type,
-            offset,
-            data: png.subarray(offset + 8, offset + 8 + length),
-            crc: view.getUint32(end - 4),
-        });
-        offset = end;
-        if (type === 'IEND') break;
+        list.push(chunk);
+        next = chunk.offset + 12 + chunk.length;
     }
-    return chunks;
+    if (list.at(-1)?.type !== 'IEND' && next < png.length) {
+        throw new InputError(`\`png\` is truncated: an incomplete chunk header at byte ${next}.`);
+    }
+    return list;
 }
 
 /**
@@ -96,21 +57,6 @@ function checkKeyword(key) {
             { key },
         );
     }
-}
-
-/**
- * @param {string} type
- * @param {Uint8Array} data
- * @returns {Uint8Array} length + type + data + CRC
- */
-export function encodeChunk(type, data) {
-    const out = new Uint8Array(12 + data.length);
-    const view = new DataView(out.buffer);
-    view.setUint32(0, data.length);
-    for (let i = 0; i < 4; i++) out[4 + i] = type.charCodeAt(i);
-    out.set(data, 8);
-    view.setUint32(8 + data.length, crc32(out.subarray(4, 8 + data.length)));
-    return out;
 }
 
 /**
@@ -158,20 +104,6 @@ function textChunk(key, value) {
 }
 
 /**
- * @param {Uint8Array[]} parts
- * @returns {Uint8Array}
- */
-function concat(parts) {
-    const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-    let offset = 0;
-    for (const part of parts) {
-        out.set(part, offset);
-        offset += part.length;
-    }
-    return out;
-}
-
-/**
  * Returns a copy of `png` with one text chunk per entry inserted right before the first IDAT chunk
  * (the image itself is untouched).
  * @param {Uint8Array} png A complete PNG file.
@@ -196,8 +128,7 @@ export function readTextChunks(png) {
     const out = {};
     for (const chunk of parseChunks(png)) {
         if (chunk.type !== 'tEXt' && chunk.type !== 'iTXt') continue;
-        const typeAndData = png.subarray(chunk.offset + 4, chunk.offset + 8 + chunk.data.length);
-        if (crc32(typeAndData) !== chunk.crc) {
+        if (!crcMatches(png, chunk)) {
             throw new InputError(
                 `\`png\` is corrupted: the ${chunk.type} chunk at byte ${chunk.offset} fails its CRC.`,
             );

@@ -8,6 +8,7 @@
  * @module shared/runtime_parts
  */
 
+import { concat, hex } from './bytes.js';
 import { ErrorCode, KleinError } from './errors.js';
 
 /**
@@ -31,13 +32,8 @@ export const JOINED_HEADER = 'X-Klein-Runtime-Sha256';
 export async function joinParts(parts, { bytes, sha256 }) {
     const length = parts.reduce((sum, part) => sum + part.byteLength, 0);
     if (length !== bytes) throw notThisBuild(`its parts add up to ${length} bytes, not ${bytes}`);
-    const whole = new Uint8Array(length);
-    let offset = 0;
-    for (const part of parts) {
-        whole.set(part, offset);
-        offset += part.byteLength;
-    }
-    const digest = hex(new Uint8Array(await crypto.subtle.digest('SHA-256', whole)));
+    const whole = concat(parts);
+    const digest = hex(await crypto.subtle.digest('SHA-256', whole));
     if (digest !== sha256) throw notThisBuild(`its SHA-256 is ${digest}, not ${sha256}`);
     return whole;
 }
@@ -52,12 +48,4 @@ function notThisBuild(why) {
             'persists, deploy the whole dist/ folder again.',
         { code: ErrorCode.VERSION_MISMATCH },
     );
-}
-
-/**
- * @param {Uint8Array} bytes
- * @returns {string}
- */
-function hex(bytes) {
-    return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
 }

@@ -97,7 +97,37 @@
  * @property {number} cpuNodeMs     Time of one run's nodes placed on the CPU (wasm).
  * @property {number} hostMs        The CPU side of one run's GPU nodes (the EP preparing and recording each
  *   dispatch); runMs well above gpuMs + hostMs + cpuNodeMs is time outside the nodes (waiting, copies).
+ * @property {number} dispatches    GPU programs one run dispatched (onnxruntime's kernels, counted by its profiler).
  * @property {KernelTime[]} kernels Most GPU time first.
+ */
+
+/**
+ * @typedef {Object} StepRunner  What ran the transformer's steps (models/step_session.js).
+ * @property {'kernels' | 'onnxruntime'} runner  Our WGSL kernels (step/), or onnxruntime's session.
+ * @property {string} [kernels]  Our kernels' paths and variants, e.g. 'int8-dp4a, flash-attention-subgroups'.
+ * @property {string} [why]  Why onnxruntime ran it and not our kernels.
+ * @property {number | null} [dispatches]  Our kernels' dispatches per step, exactly.
+ * @property {number} [graphNodes]  onnxruntime's graph nodes that are not constants: an upper bound of its
+ *   dispatches per step (it folds and fuses some; a profiled run counts them: ComponentKernels.dispatches).
+ */
+
+/**
+ * @typedef {Object} StepCheck  Our kernels' first step against onnxruntime's on the same inputs (noise_pred).
+ * @property {number} maxAbs  The largest absolute difference.
+ * @property {number} rms  The root mean square of the difference.
+ * @property {number} scale  The root mean square of onnxruntime's prediction.
+ * @property {number} values  Values compared.
+ */
+
+/**
+ * @typedef {Object} GraphReport  How one component ran (GenerateResult.graphs).
+ * @property {string} variant
+ * @property {string} ep
+ * @property {string} detail  e.g. "attention unsplit, graph capture"; "our kernels (…), 38 dispatches a step".
+ * @property {number} loadMs
+ * @property {number} readMs
+ * @property {number} streamedBytes
+ * @property {StepRunner} [step]  The transformer: what ran its steps.
  */
 
 // Makes this file a module, so that other modules can import the types above.

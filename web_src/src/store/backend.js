@@ -19,6 +19,7 @@
  * @module store/backend
  */
 
+import { hex } from '../shared/bytes.js';
 import { ErrorCode, KleinError, QuotaError } from '../shared/errors.js';
 import { parseIdentity } from './identity.js';
 import { openStoredFile } from './stored_file.js';
@@ -50,7 +51,7 @@ export const ROOT_DIR = 'klein-models';
  */
 export async function keyFor(modelBase) {
     const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(modelBase));
-    return Array.from(new Uint8Array(digest).slice(0, 16), (b) => b.toString(16).padStart(2, '0')).join('');
+    return hex(new Uint8Array(digest).subarray(0, 16));
 }
 
 /** @typedef {import('../shared/types.js').OpfsSupport} OpfsSupport */
@@ -143,6 +144,20 @@ export class OpfsBackend {
     static async ofKey(key) {
         const root = await (await opfsRoot()).getDirectoryHandle(ROOT_DIR);
         return new OpfsBackend(await root.getDirectoryHandle(key), key);
+    }
+
+    /**
+     * Whether this store's folder is still there (the browser's "clear site data" removes it under a running page).
+     * @returns {Promise<boolean>}
+     */
+    async present() {
+        try {
+            const root = await (await opfsRoot()).getDirectoryHandle(ROOT_DIR);
+            return await (await root.getDirectoryHandle(this.key)).isSameEntry(this.dir);
+        } catch (err) {
+            if (isNotFound(err)) return false;
+            throw err;
+        }
     }
 
     /**

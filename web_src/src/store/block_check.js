@@ -13,20 +13,23 @@
  * @module store/block_check
  */
 
+import { hex as toHex } from '../shared/bytes.js'; // this file's Sha256 has a method hex() of its own
 import { IntegrityError } from '../shared/errors.js';
 
 /** @typedef {import('../shared/model_repo.js').Blocks} Blocks */
 /** @typedef {import('./hashing.js').Sha256} Sha256 */
 
 /** Block digests under way at once (each holds a copy of its block until it is done). */
-const DIGESTS_IN_FLIGHT = 4;
+export const DIGESTS_IN_FLIGHT = 4;
 
 /**
- * @param {ArrayBuffer} digest
- * @returns {string}
+ * The SHA-256 of `bytes` (lowercase hex), by WebCrypto, which copies them at the call: the caller may reuse their
+ * buffer as soon as this returns its promise.
+ * @param {Uint8Array} bytes
+ * @returns {Promise<string>}
  */
-function toHex(digest) {
-    return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('');
+export function sha256Hex(bytes) {
+    return crypto.subtle.digest('SHA-256', /** @type {Uint8Array<ArrayBuffer>} */ (bytes)).then(toHex);
 }
 
 /** @implements {Sha256} */
@@ -77,8 +80,7 @@ export class BlockCheck {
         const bytes = /** @type {Uint8Array<ArrayBuffer>} */ (this.block).subarray(0, this.filled);
         this.filled = 0;
         const expected = this.blocks.sha256[index];
-        const digest = crypto.subtle.digest('SHA-256', bytes).then((value) => {
-            const got = toHex(value);
+        const digest = sha256Hex(bytes).then((got) => {
             if (got === expected || this.error) return;
             this.error = new IntegrityError(
                 `${this.url} does not match the model's manifest: bytes ${start}-${start + bytes.byteLength - 1} (block ` +

@@ -10,17 +10,16 @@
 import { InputError, ModelFileError, NetworkError } from '../shared/errors.js';
 import {
     CHAT_TEMPLATE_FILE,
-    COMPONENTS,
     DISTILLED,
-    OPTIONAL_COMPONENTS,
+    FORMAT_VERSION,
+    SCHEMA,
     TOKENIZER_FILES,
-    VARIANTS,
     graphFiles,
+    pipelineDefaults,
 } from '../shared/model_repo.js';
+import { SchemaProblem, check, typeOf } from './schema_check.js';
 
 export const MANIFEST_NAME = 'manifest.json';
-export const FORMAT = 'klein-web-model-repo';
-export const FORMAT_VERSION = 1;
 
 /** @typedef {import('../shared/model_repo.js').GraphEntry} GraphEntry */
 /** @typedef {import('../shared/model_repo.js').Manifest} Manifest */
@@ -156,168 +155,74 @@ async function exists(url, signal) {
     }
 }
 
-/** Bounds of a block's size (builder/repo/manifest.py MIN_BLOCK_SIZE, MAX_BLOCK_SIZE). */
-const MIN_BLOCK_SIZE = 1 << 20;
-const MAX_BLOCK_SIZE = 1 << 30;
+const GRAPH_FIELDS = SCHEMA.$defs.graph.properties;
 
 /**
- * A file entry's `blocks` (optional, only beside a sha256): one SHA-256 per block of `size` bytes.
- * @param {any} entry
- * @param {string | null} sha256
- * @param {string} where
- * @param {(what: string) => never} bad
- * @returns {import('../shared/model_repo.js').Blocks | null}
+ * A graph field of the manifest, or the schema's default where the manifest leaves it out.
+ * @param {Record<string, any>} graph
+ * @param {keyof GRAPH_FIELDS} key
  */
-function parseBlocks(entry, sha256, where, bad) {
-    const blocks = entry.blocks;
-    if (blocks === undefined || blocks === null) return null;
-    if (sha256 === null) bad(`${where}.blocks needs the file's sha256 beside it`);
-    const size = blocks?.size;
-    if (!Number.isSafeInteger(size) || size < MIN_BLOCK_SIZE || size > MAX_BLOCK_SIZE)
-        bad(`${where}.blocks.size must be an integer from ${MIN_BLOCK_SIZE} to ${MAX_BLOCK_SIZE}`);
-    const count = Math.ceil(entry.size / size);
-    const digests = blocks.sha256;
-    if (
-        !Array.isArray(digests) ||
-        digests.length !== count ||
-        digests.some((/** @type {any} */ d) => typeof d !== 'string' || !/^[0-9a-f]{64}$/.test(d))
-    )
-        bad(`${where}.blocks.sha256 must be a list of ${count} SHA-256 digests, one per block`);
-    return { size, sha256: digests };
-}
-
-/** The most steps a manifest's `pipeline.steps` may say (builder/repo/manifest.py `_pipeline`). */
-const PIPELINE_STEPS_MAX = 1000;
-
-/**
- * manifest.json's optional `pipeline` (builder/repo/manifest.py `_pipeline`, the same rules): absent, the model is
- * distilled klein (4 steps, no guidance).
- * @param {any} value
- * @param {(what: string) => never} bad
- * @returns {import('../shared/model_repo.js').PipelineDefaults}
- */
-export function parsePipeline(value, bad) {
-    if (value === undefined) return DISTILLED;
-    const keys = ['guidance_scale', 'inpaint_guidance_scale', 'is_distilled', 'steps'];
-    if (!value || typeof value !== 'object' || Array.isArray(value) || Object.keys(value).sort().join() !== keys.join())
-        bad('"pipeline" must be an object {is_distilled, steps, guidance_scale, inpaint_guidance_scale}');
-    if (typeof value.is_distilled !== 'boolean') bad('"pipeline.is_distilled" must be true or false');
-    const { steps } = value;
-    if (!Number.isSafeInteger(steps) || steps < 1 || steps > PIPELINE_STEPS_MAX)
-        bad(`"pipeline.steps" must be a positive integer, got ${JSON.stringify(steps)}`);
-    /** @param {string} key @returns {number | null} */
-    const scale = (key) => {
-        const given = value[key];
-        if (given === null) return null;
-        if (typeof given !== 'number' || !Number.isFinite(given) || given < 1)
-            bad(`"pipeline.${key}" must be a finite number of at least 1, or null, got ${JSON.stringify(given)}`);
-        return given;
-    };
-    return {
-        isDistilled: value.is_distilled,
-        steps,
-        guidanceScale: scale('guidance_scale'),
-        inpaintGuidanceScale: scale('inpaint_guidance_scale'),
-    };
+function graphField(graph, key) {
+    return Object.hasOwn(graph, key) ? graph[key] : /** @type {any} */ (GRAPH_FIELDS[key]).default;
 }
 
 /**
- * Validate a manifest.json object (the schema of builder/repo/manifest.py) and camel-case it.
+ * Validate a manifest.json object against the schema (builder/repo/manifest_schema.json) and camel-case it.
  * @param {any} json
  * @param {string} modelBase
  * @returns {Manifest}
  */
 export function parseManifest(json, modelBase) {
     const where = modelBase + MANIFEST_NAME;
-    /** @param {string} what @returns {never} */
-    const bad = (what) => {
+    const version = json?.format_version;
+    if (typeOf(version) === 'integer' && version > FORMAT_VERSION) {
         throw new ModelFileError(
-            `${where} is malformed: ${what}. Re-create it with \`klein-web fetch\` or \`klein-web convert\`.`,
-            {
-                url: where,
-            },
-        );
-    };
-    if (!json || typeof json !== 'object') bad('not a JSON object');
-    if (json.format !== FORMAT) bad(`"format" is ${JSON.stringify(json.format)}, expected ${JSON.stringify(FORMAT)}`);
-    if (!Number.isInteger(json.format_version) || json.format_version > FORMAT_VERSION) {
-        bad(
-            `"format_version" ${JSON.stringify(json.format_version)} is newer than this app reads (${FORMAT_VERSION}); reload the app`,
+            `${where} is format version ${version}; this app reads up to ${FORMAT_VERSION}. Reload the app.`,
+            { url: where },
         );
     }
-    if (!json.files || typeof json.files !== 'object') bad('"files" must be an object of {path: {size, sha256}}');
+    try {
+        check(SCHEMA, json);
+    } catch (err) {
+        if (!(err instanceof SchemaProblem)) throw err;
+        throw new ModelFileError(
+            `${where} is malformed: ${err.message}. Re-create it with \`klein-web fetch\` or \`klein-web convert\`.`,
+            { url: where },
+        );
+    }
     /** @type {Manifest['files']} */
     const files = {};
-    for (const [path, entry] of Object.entries(json.files)) {
-        if (!entry || !Number.isSafeInteger(entry.size) || entry.size < 0)
-            bad(`files[${JSON.stringify(path)}].size must be a non-negative integer`);
-        const sha256 = typeof entry.sha256 === 'string' ? entry.sha256 : null;
+    for (const [path, entry] of Object.entries(/** @type {Record<string, any>} */ (json.files))) {
+        const blocks = entry.blocks ?? null;
         files[path] = {
             size: entry.size,
-            sha256,
-            blocks: parseBlocks(entry, sha256, `files[${JSON.stringify(path)}]`, bad),
+            sha256: entry.sha256 ?? null,
+            blocks: blocks === null ? null : { size: blocks.size, sha256: [...blocks.sha256] },
         };
     }
-    if (!Array.isArray(json.graphs) || json.graphs.length === 0) bad('"graphs" must be a non-empty list');
-    const known = [...COMPONENTS, ...OPTIONAL_COMPONENTS];
     /** @type {GraphEntry[]} */
-    const graphs = json.graphs.map((/** @type {any} */ g, /** @type {number} */ i) => {
-        if (!g || !known.includes(g.component)) bad(`graphs[${i}].component must be one of ${known.join(', ')}`);
-        if (!VARIANTS.includes(g.variant)) bad(`graphs[${i}].variant must be one of ${VARIANTS.join(', ')}`);
-        if (typeof g.path !== 'string' || !g.path.endsWith('.onnx')) bad(`graphs[${i}].path must name an .onnx file`);
-        if (
-            !Array.isArray(g.external_data) ||
-            g.external_data.some((/** @type {any} */ n) => typeof n !== 'string' || n.includes('/'))
-        ) {
-            bad(`graphs[${i}].external_data must be a list of bare file names`);
-        }
-        /**
-         * An optional count field: `fallback` when absent (or null where `nullable`), else a positive integer.
-         * @template T
-         * @param {string} key @param {T} fallback @param {boolean} nullable
-         * @returns {number | T}
-         */
-        const count = (key, fallback, nullable) => {
-            if (g[key] === undefined || (nullable && g[key] === null)) return fallback;
-            if (!Number.isSafeInteger(g[key]) || g[key] < 1)
-                bad(`graphs[${i}].${key} must be a positive integer${nullable ? ' or null' : ''}`);
-            return g[key];
-        };
-        const entry = {
-            component: g.component,
-            variant: g.variant,
-            path: g.path,
-            externalData: [...g.external_data],
-            precision: String(g.precision ?? ''),
-            requiresF16: Boolean(g.requires_f16),
-            cpuNodesWithoutF16: Array.isArray(g.cpu_nodes_without_f16) ? g.cpu_nodes_without_f16.map(String) : [],
-            attentionQueryBlocks: count('attention_query_blocks', 1, false),
-            attentionMaxTokens: count('attention_max_tokens', null, true),
-            attentionHeads: count('attention_heads', null, true),
-            largestWeightBytes: count('largest_weight_bytes', null, true),
-        };
-        for (const path of graphFiles(entry)) if (!(path in files)) bad(`graph file ${path} is not listed in "files"`);
-        return entry;
-    });
-    for (const path of TOKENIZER_FILES) if (!(path in files)) bad(`${path} is not listed in "files"`);
-    // Optional (builder/repo/manifest.py `loras`): what the transformer's weights have merged in.
-    const loras = json.loras ?? [];
-    if (!Array.isArray(loras)) bad('"loras" must be a list of {file, sha256, scale}');
-    /** @type {import('../shared/model_repo.js').LoraEntry[]} */
-    const loraEntries = loras.map((/** @type {any} */ l, /** @type {number} */ i) => {
-        if (!l || typeof l.file !== 'string' || typeof l.sha256 !== 'string' || !Number.isFinite(l.scale)) {
-            bad(`loras[${i}] must be an object {file, sha256, scale}`);
-        }
-        return { file: l.file, sha256: l.sha256, scale: l.scale };
-    });
+    const graphs = json.graphs.map((/** @type {any} */ g) => ({
+        component: g.component,
+        variant: g.variant,
+        path: g.path,
+        externalData: [...g.external_data],
+        precision: g.precision,
+        requiresF16: graphField(g, 'requires_f16'),
+        cpuNodesWithoutF16: [...graphField(g, 'cpu_nodes_without_f16')],
+        attentionQueryBlocks: graphField(g, 'attention_query_blocks'),
+        attentionMaxTokens: graphField(g, 'attention_max_tokens'),
+        attentionHeads: graphField(g, 'attention_heads'),
+        largestWeightBytes: graphField(g, 'largest_weight_bytes'),
+    }));
+    const loras = json.loras ?? SCHEMA.properties.loras.default;
     return {
         modelBase,
-        source: String(json.source ?? modelBase),
+        source: json.source,
         seedLayout: false,
         files,
         graphs,
-        loras: loraEntries,
-        pipeline: parsePipeline(json.pipeline, bad),
+        loras: loras.map((/** @type {any} */ l) => ({ file: l.file, sha256: l.sha256, scale: l.scale })),
+        pipeline: json.pipeline === undefined ? DISTILLED : pipelineDefaults(json.pipeline),
         raw: json,
     };
 }

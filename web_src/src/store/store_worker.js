@@ -5,124 +5,153 @@
  * - a download (store/download.js: fetch, write, resume, verify, complete), whose bytes it hands to a hashing helper
  *   of its own (this same script, started through store/store_workers.js), so writing never waits for a digest;
  * - the SHA-256 of a download (one running digest per download, fed the chunks the downloading thread hands over);
- * - reading a stored file into memory while the inference worker's thread creates a session.
+ * - reading a stored file into memory while the inference worker's thread creates a session, checked against the
+ *   manifest first (store/stored_check.js);
+ * - checking a stored file that the inference worker streams to the GPU, beside the upload.
  *
- * Messages in: {type: 'download', id, key, url, path, want, blocks} (key: the store's, store/backend.js),
- * {type: 'cancel', id};
- * {type: 'open' | 'update' | 'digest' | 'drop', id, chunks?} for hashes; {type: 'read', id, key, path}.
- * Out: {type: 'ready'} once, then {type: 'progress', id, loaded, total} and {type: 'downloaded', id, size, identity},
- * {type: 'hashed', id, bytes} per update, {type: 'digest', id, hex}, {type: 'read', id, bytes} (its buffer
- * transferred), or {type: 'error', id, message, error?} (error: shared/errors.js serializeError).
+ * It answers store/store_workers.js StoreHelperApi through shared/channel.js: `ready` once its first hasher's wasm
+ * is compiled (so hashing works here), downloads with their progress as events and their cancels, reads and checks
+ * of stored files, and the steps of a running hash, which are done one after another in arrival order.
  * @module store/store_worker
  */
 
-import { CancelledError, serializeError } from '../shared/errors.js';
+import { serve } from '../shared/channel.js';
+import { CancelledError } from '../shared/errors.js';
 import { OpfsBackend } from './backend.js';
 import { downloadFile } from './download.js';
 import { createSha256 } from './hashing.js';
+import { checkStoredBytes, checkStoredFile } from './stored_check.js';
 import { readStored } from './stored_file.js';
 import { StoreWorkers, configureStoreWorkers } from './store_workers.js';
 
 /** @typedef {import('./hashing.js').Sha256} Sha256 */
+/** @typedef {import('./store_workers.js').StoreHelperApi} StoreHelperApi */
 
 /** A download's progress goes out at most this often (the store's meter throttles further). */
 const PROGRESS_INTERVAL_MS = 50;
 
-/** @type {Map<number, Sha256>} */
+/** @type {Map<number, Sha256>} The hashes running here, by the asker's name for them. */
 const running = new Map();
-/** @type {Map<number, AbortController>} The downloads running here. */
+/** @type {Map<string, AbortController>} The downloads running here, by request id. */
 const downloads = new Map();
 // This helper's downloads are hashed by one helper of its own (this script), beside the fetching and writing.
 configureStoreWorkers(self.location.href, { workers: 1 });
 const hashers = new StoreWorkers();
-/** Hash messages are handled one after another, in arrival order (opening a hasher awaits its wasm). */
+// The first hasher's wasm is compiled now, so `ready` also says that hashing works in this worker.
+const hashing = createSha256();
+hashing.catch(() => {}); // answered to `ready`
+/** Hash steps run one after another, in arrival order (opening a hasher awaits its wasm). */
 let queue = Promise.resolve();
 
 /**
- * @param {{type: string, id: number, chunks?: Uint8Array[]}} message
+ * @template T
+ * @param {() => Promise<T>} step
+ * @returns {Promise<T>}
  */
-async function hash({ type, id, chunks = [] }) {
-    if (type === 'open') {
-        running.set(id, await createSha256());
-        return;
-    }
-    const hasher = running.get(id);
-    if (!hasher) throw new Error(`no running hash ${id}`);
-    if (type === 'update') {
-        let bytes = 0;
-        for (const chunk of chunks) {
-            bytes += chunk.byteLength;
-            await hasher.update(chunk);
-        }
-        postMessage({ type: 'hashed', id, bytes });
-    } else if (type === 'digest') {
-        running.delete(id);
-        postMessage({ type: 'digest', id, hex: await hasher.hex() });
-    } else if (type === 'drop') {
-        running.delete(id);
-    }
+function inOrder(step) {
+    const done = queue.then(step);
+    queue = done.then(
+        () => {},
+        () => {},
+    );
+    return done;
 }
 
 /**
- * @param {{id: number, key: string, path: string}} message
+ * @param {number} hash
+ * @returns {Sha256}
  */
-async function read({ id, key, path }) {
-    const bytes = await readStored(await OpfsBackend.ofKey(key), path);
-    postMessage({ type: 'read', id, bytes }, [bytes.buffer]);
+function hasher(hash) {
+    const found = running.get(hash);
+    if (!found) throw new Error(`no running hash ${hash}`);
+    return found;
 }
 
-/**
- * @param {{id: number, key: string, url: string, path: string,
- *   want: import('./identity.js').FileIdentity, blocks: import('../shared/model_repo.js').Blocks | null}} message
- */
-async function download({ id, key, url, path, want, blocks }) {
-    const controller = new AbortController();
-    downloads.set(id, controller);
-    let lastProgress = 0;
-    try {
-        const stored = await downloadFile(await OpfsBackend.ofKey(key), url, path, {
-            want,
-            blocks,
-            signal: controller.signal,
-            openHasher: () => hashers.hasher(),
-            onProgress: (loaded, total) => {
-                const now = performance.now();
-                if (now - lastProgress < PROGRESS_INTERVAL_MS) return;
-                lastProgress = now;
-                postMessage({ type: 'progress', id, loaded, total });
-            },
-        });
-        postMessage({
-            type: 'downloaded',
-            id,
-            size: stored.size,
-            identity: stored.identity,
-            restarted: stored.restarted,
-        });
-    } finally {
-        downloads.delete(id);
-    }
-}
+/** @type {import('../shared/channel.js').Handlers<StoreHelperApi>} */
+const handlers = {
+    ready: async () => {
+        await hashing;
+        return null;
+    },
 
-/**
- * @param {{id: number}} message
- * @param {unknown} err
- */
-function refuse({ id }, err) {
-    running.delete(id);
-    postMessage({ type: 'error', id, message: String(err), error: serializeError(err) });
-}
-
-onmessage = ({ data }) => {
     // Downloads and reads run beside the hashes: they wait on the network and the disk, not on this thread.
-    if (data.type === 'download') download(data).catch((err) => refuse(data, err));
-    else if (data.type === 'cancel') downloads.get(data.id)?.abort(new CancelledError());
-    else if (data.type === 'read') read(data).catch((err) => refuse(data, err));
-    else queue = queue.then(() => hash(data)).catch((err) => refuse(data, err));
+    download: async ({ key, url, path, want, blocks }, reply) => {
+        const controller = new AbortController();
+        downloads.set(reply.id, controller);
+        let lastProgress = 0;
+        try {
+            return await downloadFile(await OpfsBackend.ofKey(key), url, path, {
+                want,
+                blocks,
+                signal: controller.signal,
+                openHasher: () => hashers.hasher(),
+                onProgress: (loaded, total) => {
+                    const now = performance.now();
+                    if (now - lastProgress < PROGRESS_INTERVAL_MS) return;
+                    lastProgress = now;
+                    reply.event({ type: 'progress', loaded, total });
+                },
+            });
+        } finally {
+            downloads.delete(reply.id);
+        }
+    },
+
+    cancel: async ({ target }) => {
+        downloads.get(target)?.abort(new CancelledError());
+        return null;
+    },
+
+    read: async ({ key, path, expected }, reply) => {
+        const bytes = await readStored(await OpfsBackend.ofKey(key), path);
+        if (expected) await checkStoredBytes(bytes, path, expected);
+        reply.transfer(bytes.buffer);
+        return bytes;
+    },
+
+    check: async ({ key, path, expected }) => {
+        const file = await (await OpfsBackend.ofKey(key)).openFile(path);
+        try {
+            await checkStoredFile(file, path, expected);
+        } finally {
+            file.close();
+        }
+        return null;
+    },
+
+    hashOpen: ({ hash }) =>
+        inOrder(async () => {
+            running.set(hash, await createSha256());
+            return null;
+        }),
+
+    hashUpdate: ({ hash, chunks }) =>
+        inOrder(async () => {
+            let bytes = 0;
+            try {
+                for (const chunk of chunks) {
+                    bytes += chunk.byteLength;
+                    await hasher(hash).update(chunk);
+                }
+            } catch (err) {
+                running.delete(hash);
+                throw err;
+            }
+            return bytes;
+        }),
+
+    hashDigest: ({ hash }) =>
+        inOrder(async () => {
+            const digest = hasher(hash).hex();
+            running.delete(hash);
+            return digest;
+        }),
+
+    hashDrop: ({ hash }) =>
+        inOrder(async () => {
+            running.delete(hash);
+            return null;
+        }),
 };
 
-// The first hasher's wasm is compiled now, so `ready` also says that hashing works in this worker.
-createSha256().then(
-    () => postMessage({ type: 'ready' }),
-    (err) => postMessage({ type: 'error', id: -1, message: String(err) }),
-);
+serve(/** @type {any} */ (self), handlers);

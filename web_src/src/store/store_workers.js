@@ -8,24 +8,49 @@
  *   helper the download's helper starts (SHA-256 over one file is sequential: the parallelism is across files).
  * - Hashing: the chunks go to the hashing helper after they are written (their buffers move, no copy), in batches,
  *   and the download may run at most WINDOW_BYTES ahead of its hash.
- * - Reading: a stored file is read into memory by a helper and its buffer moved back, so the next session's files
- *   are read while onnxruntime creates the current one (the inference worker's thread is busy then).
+ * - Reading: a stored file is read into memory by a helper, checked against the manifest (store/stored_check.js)
+ *   and its buffer moved back, so the next session's files are read while onnxruntime creates the current one (the
+ *   inference worker's thread is busy then).
+ * - Checking: a stored file streamed to the GPU is read and checked by a helper beside the upload.
  *
  * Where no helper runs (no worker URL configured: node, a plain esbuild bundle; a helper that fails to start), the
  * same work runs on the calling thread (store/download.js, store/hashing.js, store/stored_file.js), behind the same
- * interface.
+ * interface. A helper is asked through shared/channel.js, typed by StoreHelperApi.
  * @module store/store_workers
  */
 
-import { KleinError, deserializeError } from '../shared/errors.js';
+import { Channel } from '../shared/channel.js';
+import { KleinError } from '../shared/errors.js';
 import { downloadFile } from './download.js';
 import { createSha256 } from './hashing.js';
+import { checkStoredBytes, checkStoredFile } from './stored_check.js';
 import { readStored } from './stored_file.js';
 
 /** @typedef {import('./hashing.js').Sha256} Sha256 */
+/** @typedef {import('./stored_check.js').Expected} Expected */
 /** @typedef {import('./backend.js').OpfsBackend} OpfsBackend */
 /** @typedef {import('./identity.js').FileIdentity} FileIdentity */
 /** @typedef {import('../shared/model_repo.js').Blocks} Blocks */
+
+/**
+ * @typedef {{
+ *   ready: {request: {}, result: null},
+ *   download: {request: {key: string, url: string, path: string, want: FileIdentity | undefined,
+ *     blocks: Blocks | null}, result: {size: number, identity: FileIdentity, restarted: string | null},
+ *     event: {type: 'progress', loaded: number, total: number | null}},
+ *   cancel: {request: {target: string}, result: null},
+ *   read: {request: {key: string, path: string, expected: Expected | null}, result: Uint8Array},
+ *   check: {request: {key: string, path: string, expected: Expected}, result: null},
+ *   hashOpen: {request: {hash: number}, result: null},
+ *   hashUpdate: {request: {hash: number, chunks: Uint8Array[]}, result: number},
+ *   hashDigest: {request: {hash: number}, result: string},
+ *   hashDrop: {request: {hash: number}, result: null},
+ * }} StoreHelperApi  What the store asks of a helper (store/store_worker.js answers): `ready` once hashing works
+ *   there; a download into the store (`key`: the store's, store/backend.js), its progress as events, and its cancel
+ *   (`target`: the download's request id); a stored file read (its buffer moved back) and checked against the
+ *   manifest (`expected`, store/stored_check.js), or only checked; a running SHA-256 (`hash`
+ *   names it), fed chunks whose buffers move, each update answered with the bytes it hashed.
+ */
 
 /** Chunks go to a worker in batches of about this many bytes, one message each. */
 const BATCH_BYTES = 4 * 1024 * 1024;
@@ -69,74 +94,47 @@ function ownsBuffer(chunk) {
     return buffer instanceof ArrayBuffer && chunk.byteOffset === 0 && chunk.byteLength === buffer.byteLength;
 }
 
-/**
- * @typedef {Object} Job  Work a helper does for this thread, answered by messages with its id.
- * @property {(answer: any) => void} receive
- * @property {(err: Error) => void} fail
- */
-
-/** One helper worker and the jobs it has. */
+/** One helper worker, and the channel its work goes through. */
 class Helper {
     /**
      * @param {string} url
      */
     constructor(url) {
         this.worker = new Worker(url, { type: 'module', name: 'klein-store' });
-        /** @type {Map<number, Job>} */
-        this.jobs = new Map();
+        /** @type {Channel<StoreHelperApi>} */
+        this.channel = new Channel(this.worker);
         /** Work given to this helper and not finished (counted from when it is chosen, before it is sent). */
         this.busy = 0;
         /** @type {Error | null} */
         this.error = null;
-        /** @type {(value: void) => void} */
-        let started = () => {};
-        /** @type {(err: Error) => void} */
-        let refused = () => {};
-        /** @type {Promise<void>} Settles when the helper has hashing ready, or failed to start. */
-        this.ready = new Promise((resolve, reject) => {
-            started = resolve;
-            refused = reject;
-        });
-        this.ready.catch(() => {});
-        this.worker.onmessage = ({ data }) => {
-            if (data.type === 'ready') started();
-            else if (data.type === 'error' && data.id === -1) this.fail(new Error(data.message), refused);
-            else this.jobs.get(data.id)?.receive(data);
-        };
+        this.worker.onmessage = ({ data }) => this.channel.receive(data);
         this.worker.onerror = (event) => {
             event.preventDefault();
-            this.fail(new Error(event.message || "the store's helper worker did not start"), refused);
+            this.fail(new Error(event.message || "the store's helper worker did not start"));
         };
+        /** @type {Promise<null>} Settles when the helper has hashing ready, or failed to start. */
+        this.ready = this.channel.request('ready', {});
+        this.ready.catch((err) => this.fail(err));
     }
 
     /**
+     * The helper can do nothing more: what waits for it fails, and later work runs on the calling thread.
      * @param {Error} err
-     * @param {(err: Error) => void} refused
      */
-    fail(err, refused) {
+    fail(err) {
+        if (this.error) return;
         this.error = err;
         workersFail = true;
-        refused(err);
-        for (const job of this.jobs.values()) job.fail(err);
-        this.jobs.clear();
+        this.channel.failAll(err);
         this.worker.terminate();
-    }
-
-    /**
-     * @param {any} message
-     * @param {Transferable[]} [transfer]
-     */
-    post(message, transfer = []) {
-        this.worker.postMessage(message, transfer);
     }
 }
 
-let nextId = 0;
+let nextHash = 0;
 
 /**
  * A SHA-256 running in a helper.
  * @implements {Sha256}
- * @implements {Job}
  */
 class HelperSha256 {
     /**
@@ -144,19 +142,35 @@ class HelperSha256 {
      */
     constructor(helper) {
         this.helper = helper;
-        this.id = nextId++;
+        this.hash = nextHash++;
+        /** Bytes handed to update(). */
         this.bytes = 0;
         /** @type {Uint8Array[]} */
         this.batch = [];
         this.batchBytes = 0;
         /** Bytes sent and not yet hashed. */
         this.inFlight = 0;
-        /** @type {{resolve: (value: any) => void, reject: (err: Error) => void} | null} */
-        this.waiter = null;
+        /** @type {Set<Promise<void>>} The updates sent and not yet answered. */
+        this.updates = new Set();
         /** @type {Error | null} */
         this.error = null;
-        helper.jobs.set(this.id, this);
-        helper.post({ type: 'open', id: this.id });
+        /** The helper no longer works for this hasher. */
+        this.ended = false;
+        this.ask('hashOpen', { hash: this.hash });
+    }
+
+    /**
+     * Ask the helper for part of the hash; a refusal fails the hasher.
+     * @template {'hashOpen' | 'hashUpdate' | 'hashDigest' | 'hashDrop'} T
+     * @param {T} type
+     * @param {StoreHelperApi[T]['request']} body
+     * @param {Transferable[]} [transfer]
+     * @returns {Promise<StoreHelperApi[T]['result']>}
+     */
+    ask(type, body, transfer = []) {
+        const answer = this.helper.channel.request(type, body, { transfer });
+        answer.catch((err) => this.fail(err));
+        return answer;
     }
 
     /** @param {Uint8Array} chunk */
@@ -166,7 +180,9 @@ class HelperSha256 {
         this.batchBytes += chunk.byteLength;
         this.bytes += chunk.byteLength;
         if (this.batchBytes >= BATCH_BYTES) this.send();
-        if (this.inFlight > WINDOW_BYTES) await this.wait();
+        // The download may run WINDOW_BYTES ahead of the hash, no further.
+        while (this.inFlight > WINDOW_BYTES && !this.error) await Promise.race(this.updates);
+        if (this.error) throw this.error;
     }
 
     send() {
@@ -178,93 +194,51 @@ class HelperSha256 {
             transfer.push(chunk.buffer);
             return chunk;
         });
-        this.helper.post({ type: 'update', id: this.id, chunks }, transfer);
-        this.inFlight += this.batchBytes;
+        const bytes = this.batchBytes;
+        this.inFlight += bytes;
+        const update = this.ask('hashUpdate', { hash: this.hash, chunks }, transfer).then(
+            () => {
+                this.inFlight -= bytes;
+            },
+            () => {},
+        );
+        this.updates.add(update);
+        update.then(() => this.updates.delete(update));
         this.batch = [];
         this.batchBytes = 0;
-    }
-
-    /** @returns {Promise<any>} Settles with the helper's next answer that wakes this hasher. */
-    wait() {
-        return new Promise((resolve, reject) => {
-            this.waiter = { resolve, reject };
-        });
     }
 
     async hex() {
         if (this.error) throw this.error;
         this.send();
-        this.helper.post({ type: 'digest', id: this.id });
-        for (;;) {
-            const answer = await this.wait();
-            if (answer.type === 'digest') {
-                this.end();
-                return /** @type {string} */ (answer.hex);
-            }
-        }
+        const hex = await this.ask('hashDigest', { hash: this.hash }).catch(() => {
+            throw this.error;
+        });
+        this.end();
+        return hex;
     }
 
     drop() {
-        if (this.error || !this.helper.jobs.has(this.id)) return;
+        if (this.error || this.ended) return;
         this.end();
-        this.helper.post({ type: 'drop', id: this.id });
+        this.helper.channel.request('hashDrop', { hash: this.hash }).catch(() => {});
     }
 
     /** The helper no longer works for this hasher. */
     end() {
-        if (this.helper.jobs.delete(this.id)) this.helper.busy--;
+        if (this.ended) return;
+        this.ended = true;
+        this.helper.busy--;
     }
 
-    /** @param {{type: string, bytes?: number, hex?: string, message?: string}} answer */
-    receive(answer) {
-        if (answer.type === 'error') {
-            this.fail(
-                new KleinError(
-                    `Hashing a model file failed in the store's helper worker (${answer.message}). Press Generate again: the download resumes.`,
-                ),
-            );
-            return;
-        }
-        if (answer.type === 'hashed') this.inFlight -= answer.bytes ?? 0;
-        // update() waits for room in the window, hex() for the digest.
-        if (this.waiter && (answer.type === 'digest' || this.inFlight <= WINDOW_BYTES)) {
-            const { resolve } = this.waiter;
-            this.waiter = null;
-            resolve(answer);
-        }
-    }
-
-    /** @param {Error} err */
+    /** @param {unknown} err */
     fail(err) {
-        this.error = err;
+        this.error ??= new KleinError(
+            `Hashing a model file failed in the store's helper worker (${err instanceof Error ? err.message : err}). ` +
+                'Press Generate again: the download resumes.',
+        );
         this.end();
-        this.waiter?.reject(err);
-        this.waiter = null;
     }
-}
-
-/**
- * Send `message` to `helper` as job `id` and settle with its last answer; an 'error' answer rejects with the error
- * it carries. `onProgress` sees the 'progress' answers before it.
- * @param {Helper} helper
- * @param {number} id
- * @param {Record<string, any>} message
- * @param {(answer: any) => void} [onProgress]
- * @returns {Promise<any>}
- */
-function ask(helper, id, message, onProgress = () => {}) {
-    return new Promise((resolve, reject) => {
-        helper.jobs.set(id, {
-            receive(answer) {
-                if (answer.type === 'progress') return onProgress(answer);
-                helper.jobs.delete(id);
-                if (answer.type !== 'error') resolve(answer);
-                else reject(answer.error ? deserializeError(answer.error) : new Error(answer.message));
-            },
-            fail: reject,
-        });
-        helper.post({ ...message, id });
-    });
 }
 
 /** Helper workers of one store, started when first needed; close() ends them. */
@@ -323,16 +297,47 @@ export class StoreWorkers {
     }
 
     /**
-     * A stored file's bytes, read by a helper (or on this thread where none runs): store/stored_file.js readWhole.
+     * A stored file's bytes, read by a helper (or on this thread where none runs): store/stored_file.js readStored,
+     * then checked against `expected` (store/stored_check.js; a StoredFileError when they are not that file).
      * @param {OpfsBackend} backend
      * @param {string} path
+     * @param {Expected | null} [expected]
      * @returns {Promise<Uint8Array>}
      */
-    async read(backend, path) {
+    async read(backend, path, expected = null) {
         const helper = await this.helper();
-        if (!helper) return readStored(backend, path);
+        if (!helper) {
+            const bytes = await readStored(backend, path);
+            if (expected) await checkStoredBytes(bytes, path, expected);
+            return bytes;
+        }
         try {
-            return (await ask(helper, nextId++, { type: 'read', key: backend.key, path })).bytes;
+            return await helper.channel.request('read', { key: backend.key, path, expected });
+        } finally {
+            helper.busy--;
+        }
+    }
+
+    /**
+     * Check a stored file against `expected` (store/stored_check.js checkStoredFile), in a helper (or on this thread
+     * where none runs): a StoredFileError when it is not that file.
+     * @param {OpfsBackend} backend
+     * @param {string} path
+     * @param {Expected} expected
+     * @returns {Promise<void>}
+     */
+    async check(backend, path, expected) {
+        const helper = await this.helper();
+        if (!helper) {
+            const file = await backend.openFile(path);
+            try {
+                return await checkStoredFile(file, path, expected);
+            } finally {
+                file.close();
+            }
+        }
+        try {
+            await helper.channel.request('check', { key: backend.key, path, expected });
         } finally {
             helper.busy--;
         }
@@ -355,15 +360,22 @@ export class StoreWorkers {
             const openHasher = () => this.hasher();
             return downloadFile(backend, url, path, { want, blocks, signal, onProgress, openHasher });
         }
-        const id = nextId++;
-        const cancel = () => helper.post({ type: 'cancel', id });
+        /** @type {string | null} */
+        let id = null;
+        const cancel = () => {
+            if (id !== null) helper.channel.request('cancel', { target: id }).catch(() => {});
+        };
         signal?.addEventListener('abort', cancel, { once: true });
         try {
             signal?.throwIfAborted();
             // The helper finds the store's folder by its key (directory handles do not cross threads everywhere).
-            const message = { type: 'download', key: backend.key, url, path, want, blocks };
-            const done = await ask(helper, id, message, (answer) => onProgress?.(answer.loaded, answer.total));
-            return { size: done.size, identity: done.identity, restarted: done.restarted ?? null };
+            const sent = helper.channel.send(
+                'download',
+                { key: backend.key, url, path, want, blocks },
+                { onEvent: (event) => onProgress?.(event.loaded, event.total) },
+            );
+            id = sent.id;
+            return await sent.result;
         } catch (err) {
             if (signal?.aborted) throw signal.reason;
             if (err instanceof KleinError) throw err;

@@ -8,7 +8,11 @@
  *   identity it was downloaded for (store/identity.js), and a changed identity means a fresh download;
  * - the quota is checked before the first byte is fetched (QuotaError with the numbers);
  * - with a manifest (sha256 per file), files already stored are never requested again, not even with HEAD;
- *   without one, a HEAD per file asks the server which version it has (offline, the stored copy is used).
+ *   without one, a HEAD per file asks the server which version it has (offline, the stored copy is used);
+ * - every stored file a load reads is checked against the manifest's size and block hashes as it is read
+ *   (store/stored_check.js): a file changed since it was downloaded is reported (StoredFileError), not used;
+ * - the browser's "clear site data" under a running page removes the store's folder: the next run opens it again
+ *   (reopenIfRemoved) and downloads what is missing.
  * @module store/weights
  */
 
@@ -19,10 +23,10 @@ import { createSha256, hashStored } from './hashing.js';
 import { serverIdentity } from './http_answers.js';
 import { compareIdentity, fromManifest } from './identity.js';
 import { fetchManifest, parseManifest } from './manifest.js';
+import { ProgressMeter } from './progress_meter.js';
+import { sizeProblem } from './stored_check.js';
 import { StoreWorkers } from './store_workers.js';
 
-/** Progress events at most this often (the page re-renders on each). */
-const PROGRESS_INTERVAL_MS = 100;
 /** Files downloading at once: each in a helper worker of its own (where the cores allow), hashed by another. */
 export const DOWNLOADS_AT_ONCE = 4;
 /** Where the last good manifest is kept, for offline visits. Dot-named: never a repo path. */
@@ -35,6 +39,7 @@ const MANIFEST_COPY = '.manifest.json';
 /** @typedef {{path: string, size: number | null, want: FileIdentity, blocks: Blocks | null, have: number}} MissingFile
  * To download; `have`: bytes of a partial copy already stored; `blocks`: the manifest's block hashes of `want`. */
 /** @typedef {import('../shared/model_repo.js').Blocks} Blocks */
+/** @typedef {import('./stored_check.js').Expected} Expected */
 
 /**
  * The manifest of `modelBase` as a job reads it (WeightStore.loadManifest: fetched, else the copy an earlier visit
@@ -67,8 +72,12 @@ export class WeightStore {
         this.modelBase = modelBase;
         /** persist() is asked for once per store, before its first download. */
         this.persistRequested = false;
-        /** Download, hash and read files off this thread (store/store_workers.js). */
+        /** Download, hash, read and check files off this thread (store/store_workers.js). */
         this.workers = new StoreWorkers();
+        /** @type {Map<string, Expected>} What the manifest says each file of the model in use is (ensure()). */
+        this.expected = new Map();
+        /** @type {Map<string, Promise<void>>} The checks of files opened to stream, from openFile() to verify(). */
+        this.checks = new Map();
     }
 
     /** End the store's helper workers (a store no longer used). */
@@ -83,6 +92,17 @@ export class WeightStore {
      */
     static async open(modelBase) {
         return new WeightStore(await OpfsBackend.open(modelBase), modelBase);
+    }
+
+    /**
+     * Open the store's folder again if it is gone (the browser's "clear site data" under a running page removes it,
+     * and every later use of the old folder would fail): the store is then empty, and the next ensure() downloads
+     * what the model needs.
+     */
+    async reopenIfRemoved() {
+        if (await this.backend.present()) return;
+        this.backend = await OpfsBackend.open(this.modelBase);
+        this.checks.clear();
     }
 
     /**
@@ -178,37 +198,78 @@ export class WeightStore {
      */
     async read(path) {
         try {
-            return await this.workers.read(this.backend, path);
+            return await this.workers.read(this.backend, path, this.expected.get(path) ?? null);
         } catch (err) {
             throw notStored(err, path);
         }
     }
 
     /**
-     * A stored file as a disk-backed File (the tokenizer's files, posted to its helper worker).
+     * A stored file as a disk-backed File (the tokenizer's files, posted to its helper worker), checked first.
      * @param {string} path
      * @returns {Promise<File>}
      */
     async file(path) {
+        const expected = this.expected.get(path);
+        let file;
         try {
-            return await this.backend.read(path);
+            if (expected?.blocks) await this.workers.check(this.backend, path, expected);
+            file = await this.backend.read(path);
         } catch (err) {
             throw notStored(err, path);
         }
+        const wrongSize = expected && sizeProblem(path, file.size, expected);
+        if (wrongSize) throw wrongSize;
+        return file;
     }
 
     /**
      * A stored file open for reading parts of it without holding it in memory (store/stored_file.js). Close it when
-     * done: the file cannot be removed while it is open.
+     * done: the file cannot be removed while it is open. Its size is checked now, its blocks by a helper worker from
+     * now on (verify() waits for that check).
      * @param {string} path
      * @returns {Promise<import('./stored_file.js').StoredFile>}
      */
     async openFile(path) {
+        let file;
         try {
-            return await this.backend.openFile(path);
+            file = await this.backend.openFile(path);
         } catch (err) {
             throw notStored(err, path);
         }
+        const expected = this.expected.get(path);
+        const wrongSize = expected && sizeProblem(path, file.size, expected);
+        if (wrongSize) {
+            file.close();
+            throw wrongSize;
+        }
+        if (expected?.blocks) {
+            const check = this.workers.check(this.backend, path, expected);
+            check.catch(() => {}); // verify() reports it
+            this.checks.set(path, check);
+        }
+        return file;
+    }
+
+    /**
+     * Wait for the checks of the stored files at `paths` that openFile() started: a StoredFileError when one of them
+     * is not the file that was downloaded.
+     * @param {string[]} paths
+     */
+    async verify(paths) {
+        const checks = paths.map((path) => this.checks.get(path));
+        for (const path of paths) this.checks.delete(path);
+        await Promise.all(checks);
+    }
+
+    /**
+     * Delete a stored file that is no longer the file that was downloaded (StoredFileError): the next ensure()
+     * downloads it again.
+     * @param {string} path
+     */
+    async forget(path) {
+        this.checks.delete(path);
+        await this.backend.discard(path);
     }
 
     /**
@@ -263,6 +324,7 @@ export class WeightStore {
      *   file whose resume the host would not serve, downloaded again from its start instead (store/download.js).
      */
     async ensure(files, { signal, onProgress, downloadsAtOnce = DOWNLOADS_AT_ONCE } = {}) {
+        for (const file of files) this.expected.set(file.path, { size: file.size, blocks: file.blocks ?? null });
         const { missing, storedBytes } = await this.missing(files, signal);
         if (missing.length === 0) return { downloadedBytes: 0, files: 0, fetched: [], restarted: [] };
 
@@ -384,79 +446,6 @@ async function atMostAtOnce(items, limit, signal, task) {
     }
     if (failures.length > 0) throw failures[0];
     signal?.throwIfAborted();
-}
-
-/** Overall progress of the downloads of one ensure(), reported at most every PROGRESS_INTERVAL_MS. */
-class ProgressMeter {
-    /**
-     * @param {number} storedBytes  Bytes of the wanted files already stored.
-     * @param {MissingFile[]} missing
-     * @param {((progress: DownloadProgress) => void) | undefined} onProgress
-     */
-    constructor(storedBytes, missing, onProgress) {
-        this.onProgress = onProgress;
-        this.total = storedBytes + missing.reduce((sum, f) => sum + (f.size ?? 0), 0);
-        /** Bytes of the files complete in the store. */
-        this.doneBytes = storedBytes;
-        /** Bytes fetched by this call into files now complete. */
-        this.downloaded = 0;
-        this.started = performance.now();
-        this.lastEmit = 0;
-        /** @type {Map<string, {file: MissingFile, loaded: number, total: number}>} In the order they started. */
-        this.running = new Map();
-        /** @type {{file: MissingFile, loaded: number, total: number} | null} */
-        this.last = null;
-    }
-
-    /** @param {MissingFile} file */
-    start(file) {
-        this.running.set(file.path, { file, loaded: file.have, total: file.size ?? 0 });
-        this.emit(true);
-    }
-
-    /**
-     * @param {MissingFile} file
-     * @param {number} loaded
-     * @param {number | null} total
-     */
-    update(file, loaded, total) {
-        this.running.set(file.path, { file, loaded, total: total ?? file.size ?? 0 });
-        this.emit(false);
-    }
-
-    /**
-     * @param {MissingFile} file
-     * @param {number} size
-     */
-    finish(file, size) {
-        this.running.delete(file.path);
-        this.last = { file, loaded: size, total: size };
-        this.downloaded += size - file.have;
-        this.doneBytes += size;
-        this.emit(true);
-    }
-
-    /** @param {boolean} force */
-    emit(force) {
-        const now = performance.now();
-        if (!this.onProgress || (!force && now - this.lastEmit < PROGRESS_INTERVAL_MS)) return;
-        this.lastEmit = now;
-        const running = [...this.running.values()];
-        const loaded = this.doneBytes + running.reduce((sum, r) => sum + r.loaded, 0);
-        const fetched = this.downloaded + running.reduce((sum, r) => sum + Math.max(0, r.loaded - r.file.have), 0);
-        const bytesPerSecond = fetched / Math.max(1e-3, (now - this.started) / 1000);
-        // The file shown is the one downloading longest, so the line does not hop between files.
-        const shown = running[0] ?? this.last;
-        this.onProgress({
-            file: shown?.file.path ?? '',
-            fileLoaded: shown?.loaded ?? 0,
-            fileTotal: shown?.total ?? 0,
-            loaded,
-            total: Math.max(this.total, loaded),
-            bytesPerSecond,
-            etaSeconds: bytesPerSecond > 0 ? Math.max(0, this.total - loaded) / bytesPerSecond : null,
-        });
-    }
 }
 
 /**

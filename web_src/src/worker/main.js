@@ -11,7 +11,7 @@
  */
 
 import { Model } from '../models/model.js';
-import { Gpu, OPTIONAL_FEATURES, probe } from '../runtime/gpu.js';
+import { FALLIBLE, Gpu, probe } from '../runtime/gpu.js';
 import { configureOrt, ortThreads } from '../runtime/ort.js';
 import { configureTokenizerWorker } from '../pipeline/tokenizer_helper.js';
 import { runtimeFiles } from '../runtime/wasm_parts.js';
@@ -57,15 +57,16 @@ function tokenizerWorkerUrl(scriptUrl) {
 
 /**
  * The optional GPU feature the worker's URL asks to break (`?gpu-fault=subgroups`): its shaders then fail to
- * compile, as in a browser that implements it wrongly, so tests and GPU runs can exercise the fallback.
+ * compile, as in a browser that implements it wrongly, so tests and GPU runs can exercise the fallback;
+ * `?gpu-fault=step-kernels` breaks the shaders of our own kernels (the transformer step then runs on onnxruntime).
  * @param {string} scriptUrl
  * @returns {string | null}
  */
 function injectedFault(scriptUrl) {
     const fault = new URL(scriptUrl).searchParams.get('gpu-fault');
     if (fault === null) return null;
-    if (!OPTIONAL_FEATURES.includes(fault)) {
-        console.warn(`gpu-fault=${fault} ignored: it must be one of ${OPTIONAL_FEATURES.join(', ')}.`);
+    if (!FALLIBLE.includes(fault)) {
+        console.warn(`gpu-fault=${fault} ignored: it must be one of ${FALLIBLE.join(', ')}.`);
         return null;
     }
     return fault;

@@ -10,6 +10,8 @@
  *   fp16 graphs): once more on the same weights' graphs with fp32 activations (q4, fp32) where the repository has
  *   them, remembered for that model in this browser (store/feature_memory.js precisionMemory) so later runs start
  *   there; where it has none, one sentence naming what overflowed.
+ * - A stored model file that is no longer the file that was downloaded (StoredFileError, store/stored_check.js):
+ *   it is deleted from the store whatever happens next, and the job runs again, which downloads it (once per file).
  * - Anything else, a cancelled job included: no retry.
  * Each retry first releases the sessions; a job that fails or is cancelled after giving up a feature releases them
  * too, and turns the features back on (they were not the cause).
@@ -17,14 +19,14 @@
  */
 
 import { activationFallback } from '../models/graph_choice.js';
-import { DegenerateOutputError, ErrorCode, GpuFeatureError, KleinError } from '../shared/errors.js';
+import { DegenerateOutputError, ErrorCode, GpuFeatureError, KleinError, StoredFileError } from '../shared/errors.js';
 
 /** @typedef {import('../models/model.js').Model} Model */
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
 
 /**
  * @typedef {{kind: 'drop-feature', feature: string, reason: string} | {kind: 'lean', reason: string}
- *   | {kind: 'precision', precision: string, reason: string}} Recovery
+ *   | {kind: 'precision', precision: string, reason: string} | {kind: 'refetch', path: string, reason: string}} Recovery
  */
 
 /**
@@ -46,14 +48,20 @@ function overflowed(err) {
 /**
  * @param {unknown} err
  * @param {{aborted: boolean, memoryMode: string, askedMemory: string | undefined, leanTried: boolean,
- *   fallback?: {from: string, to: string | null} | null}} state
+ *   fallback?: {from: string, to: string | null} | null, refetched?: ReadonlySet<string>}} state
  *   `memoryMode`: the mode the failed run used; `askedMemory`: the request's own `memory`; `leanTried`: this job
  *   already ran again in lean mode; `fallback`: the failed run's half-precision variant and its fp32-activation
- *   sibling in the repository (models/graph_choice.js activationFallback), null when it ran fp32 activations.
+ *   sibling in the repository (models/graph_choice.js activationFallback), null when it ran fp32 activations;
+ *   `refetched`: the stored files this job already downloaded again.
  * @returns {Recovery | null}
  */
-export function recoveryFor(err, { aborted, memoryMode, askedMemory, leanTried, fallback = null }) {
+export function recoveryFor(
+    err,
+    { aborted, memoryMode, askedMemory, leanTried, fallback = null, refetched = new Set() },
+) {
     if (aborted || !(err instanceof KleinError)) return null;
+    if (err instanceof StoredFileError && !refetched.has(err.detail.path))
+        return { kind: 'refetch', path: err.detail.path, reason: err.message };
     if (overflowed(err) && fallback?.to) {
         return {
             kind: 'precision',
@@ -78,17 +86,18 @@ export function recoveryFor(err, { aborted, memoryMode, askedMemory, leanTried, 
 
 /**
  * Run `job`, and run it again another way while recoveryFor() finds one: without a GPU feature that failed (each
- * retry gives up one more feature the device has, so this ends), or once in lean memory mode. A job that succeeds
- * without features has the browser remember that they fail (Gpu.remember). A request that asks for no precision
- * starts on the one this browser remembers for its model; one that overflowed half precision runs again on the
- * fp32-activation graphs, and its result's notes say so.
+ * retry gives up one more feature the device has, so this ends), once in lean memory mode, or once per stored file
+ * found changed, after deleting it. A job that succeeds without features has the browser remember that they fail
+ * (Gpu.remember). A request that asks for no precision starts on the one this browser remembers for its model; one
+ * that overflowed half precision runs again on the fp32-activation graphs, and its result's notes say so.
  * @template T
  * @param {(overrides: {precision?: string}) => Promise<T>} job  Runs the request with `overrides` on its params.
  * @param {{model: Pick<Model, 'sessions' | 'memory' | 'source'>, gpu: Pick<Gpu, 'dropFeature' | 'remember' |
- *   'restore'>, signal: AbortSignal, askedMemory: string | undefined, onEvent: (event: {type: 'stage', stage: 'load',
- *   detail: string}) => void, precisions?: PrecisionMemory, modelBase?: string, askedPrecision?: string}} options
- *   `askedMemory`, `askedPrecision`: the request's own `memory` and `precision`; `onEvent`: says why the job loads
- *   again; `precisions`, `modelBase`: where the model's fallback precision is kept.
+ *   'restore'>, signal: AbortSignal, askedMemory: string | undefined, onEvent: (event: {type: 'stage',
+ *   stage: 'load' | 'download', detail: string}) => void, precisions?: PrecisionMemory, modelBase?: string,
+ *   askedPrecision?: string}} options  `askedMemory`, `askedPrecision`: the request's own `memory` and `precision`;
+ *   `onEvent`: says why the job loads or downloads again; `precisions`, `modelBase`: where the model's fallback
+ *   precision is kept.
  * @returns {Promise<T>}
  */
 export async function runRecovering(
@@ -98,6 +107,8 @@ export async function runRecovering(
     /** @type {string[]} Features given up during this job. */
     const dropped = [];
     let leanTried = false;
+    /** @type {Set<string>} Stored files this job downloads again. */
+    const refetched = new Set();
     /** @type {{precision?: string}} */
     const overrides = {};
     /** @type {string[]} What the result's notes say about the precision it ran on. */
@@ -120,6 +131,8 @@ export async function runRecovering(
             if (precisionNotes.length > 0 && Array.isArray(notes)) notes.push(...precisionNotes);
             return result;
         } catch (err) {
+            // Never kept, whether or not this job runs again: the next one downloads it.
+            if (err instanceof StoredFileError) await model.source.store?.forget(err.detail.path).catch(() => {});
             // The remembered precision is gone from a re-converted repository: run as if none were remembered.
             const rememberedGone =
                 remembered &&
@@ -143,7 +156,13 @@ export async function runRecovering(
                 askedMemory,
                 leanTried,
                 fallback,
+                refetched,
             });
+            if (recovery?.kind === 'refetch') {
+                refetched.add(recovery.path);
+                onEvent({ type: 'stage', stage: 'download', detail: `${recovery.reason}: downloading it again` });
+                continue;
+            }
             if (recovery?.kind === 'precision') {
                 await model.sessions.releaseAll();
                 overrides.precision = recovery.precision;
@@ -181,7 +200,7 @@ export async function runRecovering(
             if (signal.aborted || dropped.length > 0) await model.sessions.releaseAll();
             // Failing without the features as well, they were not the cause: the next job has them again.
             if (!signal.aborted) gpu.restore(dropped);
-            if (fallback && !fallback.to && err instanceof KleinError) {
+            if (fallback && !fallback.to && !signal.aborted && err instanceof KleinError) {
                 const component = String(err.detail.component).replace('_', ' ');
                 throw new DegenerateOutputError(
                     `The ${fallback.from} ${component} overflowed half precision (${err.message.split(' (')[0]}), ` +

@@ -1,8 +1,9 @@
 // @ts-check
 /**
- * @file The inference worker's answers: each request of the page <-> worker protocol (protocol.js) goes through a
- * dispatch table and gets exactly one `result` or `error` with its id. It runs on the parts worker/main.js makes
- * (the model, the GPU, the probe, the store's lock), handed in, so node tests it with fakes of them.
+ * @file The inference worker's answers: each request of the page <-> worker protocol (protocol.js WorkerApi) runs
+ * its handler and gets exactly one `result` or `error` with its id (shared/channel.js serve). It runs on the parts
+ * worker/main.js makes (the model, the GPU, the probe, the store's lock), handed in, so node tests it with fakes of
+ * them.
  *
  * Concurrency: generate, load and clearCache are *exclusive jobs* and run one at a time in arrival order.
  * A generate sent while another runs is queued, not refused, so "Cancel, then Generate" works without
@@ -23,10 +24,12 @@ import { generate } from '../pipeline/generate.js';
 import { decodeRequest } from '../pipeline/input_images.js';
 import { loadSessions } from '../pipeline/load_sessions.js';
 import { PROTOCOL_VERSION } from '../protocol.js';
-import { CancelledError, InputError, serializeError } from '../shared/errors.js';
+import { serve } from '../shared/channel.js';
+import { CancelledError } from '../shared/errors.js';
 import { runRecovering } from './recovery.js';
 
-/** @typedef {import('../protocol.js').Event} Event */
+/** @typedef {import('../protocol.js').WorkerApi} WorkerApi */
+/** @typedef {import('../shared/channel.js').Reply} Reply */
 /** @typedef {import('../models/model.js').Model} Model */
 /** @typedef {import('../runtime/gpu.js').Gpu} Gpu */
 
@@ -48,12 +51,6 @@ import { runRecovering } from './recovery.js';
  *   defaults, from its manifest (store/weights.js readManifest).
  * @property {import('./recovery.js').PrecisionMemory} [precisions]  The precision each model falls back to in this
  *   browser after its half-precision graphs overflowed.
- */
-
-/**
- * @typedef {Object} MessagePort_  The worker's side of the page's messages: a DedicatedWorkerGlobalScope.
- * @property {(message: any, transfer: Transferable[]) => void} postMessage
- * @property {((message: MessageEvent) => void) | null} onmessage
  */
 
 /**
@@ -109,100 +106,75 @@ export class JobQueue {
 
 /**
  * Answer the page's requests in `scope` from now on.
- * @param {MessagePort_} scope
+ * @param {import('../shared/channel.js').Port & {onmessage: ((message: MessageEvent) => void) | null}} scope
  * @param {WorkerParts} parts
  */
 export function serveRequests(scope, { model, gpu, probe, store, modelInfo, precisions }) {
     const jobs = new JobQueue();
 
     /**
-     * @param {Event} event
-     * @param {Transferable[]} [transfer]
-     */
-    const post = (event, transfer = []) => scope.postMessage(event, transfer);
-
-    /**
-     * Run a pipeline function (generate, loadSessions) as an exclusive job, its events tagged with the request id.
+     * Run a pipeline function (generate, loadSessions) as an exclusive job, its events sent as the request's.
      * @template T
-     * @param {{id: string, params: any}} request
+     * @param {any} params
+     * @param {Reply} reply
      * @param {(params: any, options: {model: Model, signal: AbortSignal, onEvent: (event: any) => void}) => Promise<T>} run
      * @returns {Promise<T>}
      */
-    const pipelineJob = (request, run) =>
-        jobs.run(request.id, (signal) => {
-            const onEvent = (/** @type {any} */ event) => post(/** @type {Event} */ ({ ...event, id: request.id }));
+    const pipelineJob = (params, reply, run) =>
+        jobs.run(reply.id, (signal) => {
+            const onEvent = (/** @type {any} */ event) => reply.event(event);
             // Shared with other tabs' jobs; a clear in another tab waits for none and is refused meanwhile.
             const job = (/** @type {{precision?: string}} */ overrides) =>
-                store.whileUsing(() => run({ ...request.params, ...overrides }, { model, signal, onEvent }));
+                store.whileUsing(() => run({ ...params, ...overrides }, { model, signal, onEvent }));
             return runRecovering(job, {
                 model,
                 gpu,
                 signal,
-                askedMemory: request.params?.memory,
-                askedPrecision: request.params?.precision || undefined,
-                modelBase: request.params?.modelBase,
+                askedMemory: params?.memory,
+                askedPrecision: params?.precision || undefined,
+                modelBase: params?.modelBase,
                 precisions,
                 onEvent,
             });
         });
 
-    /** @type {Readonly<Record<string, (request: any) => Promise<{result: any, transfer?: Transferable[]}>>>} */
-    const handlers = Object.freeze({
-        probe: async () => ({ result: { ...(await probe()), protocolVersion: PROTOCOL_VERSION } }),
+    /** @type {import('../shared/channel.js').Handlers<WorkerApi>} */
+    const handlers = {
+        probe: async () => ({ ...(await probe()), protocolVersion: PROTOCOL_VERSION }),
 
-        generate: async (/** @type {{id: string, params: any}} */ request) => {
-            const result = await pipelineJob(request, generate);
-            return { result, transfer: [result.rgba.buffer] };
+        generate: async ({ params }, reply) => {
+            const result = await pipelineJob(params, reply, generate);
+            reply.transfer(result.rgba.buffer);
+            return result;
         },
 
         // loadSessions releases each session it creates.
-        load: async (/** @type {{id: string, params: any}} */ request) => ({
-            result: await pipelineJob(request, loadSessions),
-        }),
+        load: ({ params }, reply) => pipelineJob(params, reply, loadSessions),
 
-        modelInfo: async (/** @type {{params: any}} */ request) => ({
-            result: await modelInfo(request.params?.modelBase),
-        }),
+        modelInfo: async ({ params }) => modelInfo(params?.modelBase),
 
-        decode: async (/** @type {{params: any}} */ request) => {
-            const result = await decodeRequest(request.params);
-            return { result, transfer: [result.rgb.buffer] };
+        decode: async ({ params }, reply) => {
+            const result = await decodeRequest(params);
+            reply.transfer(result.rgb.buffer);
+            return result;
         },
 
-        cancel: async (/** @type {{target: string}} */ request) => ({
-            result: { cancelled: jobs.cancel(String(request.target)) },
-        }),
+        cancel: async ({ target }) => ({ cancelled: jobs.cancel(String(target)) }),
 
-        clearCache: async (/** @type {{id: string}} */ request) => {
-            const freedBytes = await jobs.run(request.id, () =>
+        clearCache: async (_, reply) => {
+            const freedBytes = await jobs.run(reply.id, () =>
                 store.clearing(async () => {
                     await model.reset();
                     return store.clear();
                 }),
             );
-            return { result: { freedBytes } };
+            return { freedBytes };
         },
-    });
+    };
+    serve(scope, handlers);
 
     // Another tab cleared the store: forget it (after any job of ours), so the next job downloads the model again.
     store.onCleared(() => {
         jobs.run(`store-cleared-${Date.now()}`, () => model.reset()).catch(() => {});
     });
-
-    scope.onmessage = async (/** @type {MessageEvent} */ message) => {
-        const request = message.data;
-        const id = String(request?.id ?? '');
-        try {
-            const handler = Object.hasOwn(handlers, request?.type) ? handlers[request.type] : undefined;
-            if (!handler) {
-                throw new InputError(
-                    `Unknown request type ${JSON.stringify(request?.type)}; expected one of ${Object.keys(handlers).join(', ')} (protocol ${PROTOCOL_VERSION}).`,
-                );
-            }
-            const { result, transfer } = await handler(request);
-            post({ type: 'result', id, result }, transfer);
-        } catch (err) {
-            post({ type: 'error', id, error: serializeError(err) });
-        }
-    };
 }

@@ -14,6 +14,7 @@ import { inpaintStart } from '../../shared/inpaint.js';
 import { LIMITS } from '../../shared/limits.js';
 import { blobName, readBlob, transferFiles } from './input_images.js';
 import { MaskPainter } from './mask_painter.js';
+import { OutpaintFields } from './outpaint_fields.js';
 import { ReferencesView } from './references.js';
 import { requireElement } from './dom.js';
 
@@ -26,10 +27,12 @@ import { requireElement } from './dom.js';
  * @property {{name: string, blob: Blob}[]} images  In request order (inpaint: the source first).
  * @property {{name: string, blob: Blob} | null} mask
  * @property {number | null} strength
+ * @property {import('../../shared/outpaint.js').Extension | null} [extension]  Inpaint: outpainting's pixels.
  */
 /**
  * @typedef {Object} Collected
- * @property {{images?: ImageInput[], mask?: ImageInput, strength?: number}} params  What GenerateParams adds.
+ * @property {{images?: ImageInput[], mask?: ImageInput, strength?: number,
+ *   extend?: import('../../shared/outpaint.js').Extension}} params  What GenerateParams adds.
  * @property {RunInputs | null} record  null in text-to-image.
  */
 
@@ -82,6 +85,7 @@ export class EditingView {
         this.strengthSteps = requireElement(doc, 'strength-steps', HTMLElement);
         this.references = new ReferencesView(doc, { onChange: () => this.#syncSize() });
         this.painter = new MaskPainter(doc, { onSourceChange: () => this.#syncSize() });
+        this.outpaint = new OutpaintFields(doc, { onChange: () => this.#syncSize() });
 
         for (const input of this.modeInputs) input.addEventListener('change', () => this.#show());
         this.#onFiles(this.references.input, (files) => this.references.add(files));
@@ -139,15 +143,20 @@ export class EditingView {
         }
         const source = this.painter.source;
         if (!source) throw new InputError('Inpaint needs the image to repaint: drop, paste or choose one.');
-        if (this.painter.isEmpty()) {
+        const extension = this.outpaint.collect(source);
+        // Outpainting repaints the new area whatever the mask says: a mask is optional there.
+        const painted = !this.painter.isEmpty();
+        if (!painted && !extension) {
             throw new InputError(
-                'The mask is empty: paint over the part of the image to repaint (or load a mask file).',
+                'The mask is empty: paint over the part of the image to repaint (or load a mask file), or extend ' +
+                    'the image.',
             );
         }
-        const mask = await this.painter.exportMask();
+        const mask = painted ? await this.painter.exportMask() : null;
         const images = [{ name: source.name, blob: source.blob }, ...references];
         const strength = Number(this.strength.value);
-        const record = { mode, images, mask, strength };
+        const record = { mode, images, mask, strength, extension };
+        /** @type {Collected['params']} */
         const params = {
             images: await Promise.all(
                 images.map((image, i) =>
@@ -157,9 +166,10 @@ export class EditingView {
                     ),
                 ),
             ),
-            mask: await imageInput(mask, `The mask (${mask.name})`),
             strength,
         };
+        if (mask) params.mask = await imageInput(mask, `The mask (${mask.name})`);
+        if (extension) params.extend = extension;
         return { params, record };
     }
 
@@ -183,6 +193,7 @@ export class EditingView {
             const [source] = inputs.images;
             await this.painter.setSource(source.blob, source.name);
             if (inputs.mask) await this.painter.loadMask(inputs.mask.blob, inputs.mask.name);
+            this.outpaint.write(inputs.extension ?? null);
             this.strength.value = String(inputs.strength ?? DEFAULT_STRENGTH);
         } else {
             const first = this.references.images[0]?.used;
@@ -276,6 +287,7 @@ export class EditingView {
         this.panel.hidden = mode === 'text';
         this.sourceField.hidden = mode !== 'inpaint';
         this.strengthField.hidden = mode !== 'inpaint';
+        this.outpaint.field.hidden = mode !== 'inpaint';
         this.matchField.hidden = mode !== 'edit';
         this.referencesLabel.textContent = mode === 'inpaint' ? 'Reference images (optional)' : 'Reference images';
         this.#syncSize();
@@ -286,9 +298,11 @@ export class EditingView {
     #syncSize() {
         const mode = this.mode;
         const source = this.painter.source;
+        const extended = mode === 'inpaint' ? this.outpaint.sync(source) : null;
         if (mode === 'inpaint' && source) {
-            const { width, height } = source.used;
-            this.form.lockSize(source.used, `Inpainting keeps the size of the image: ${width}x${height}.`);
+            const size = extended ?? source.used;
+            const what = extended ? 'the extended image' : 'the image';
+            this.form.lockSize(size, `Inpainting keeps the size of ${what}: ${size.width}x${size.height}.`);
             return;
         }
         this.form.lockSize(null, '');

@@ -6,7 +6,7 @@
  * @module page/ui/grey_png
  */
 
-import { encodeChunk } from '../../shared/png_text.js';
+import { encodeChunk } from '../../shared/png_chunks.js';
 
 const SIGNATURE = [137, 80, 78, 71, 13, 10, 26, 10];
 

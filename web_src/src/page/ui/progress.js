@@ -13,7 +13,7 @@ import { STAGES } from '../../protocol.js';
 import { formatBytes, formatDuration, formatRate, formatSeconds } from '../../shared/format.js';
 import { requireElement } from './dom.js';
 
-/** @typedef {import('../../protocol.js').Event} WorkerEvent */
+/** @typedef {import('../../protocol.js').JobEvent} WorkerEvent */
 /** @typedef {import('../../protocol.js').Stage} Stage */
 
 /** What `#status` says when a stage begins. */

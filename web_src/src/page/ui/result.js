@@ -6,6 +6,7 @@
  * @module page/ui/result
  */
 
+import { extensionText } from '../../shared/outpaint.js';
 import { formatDuration } from '../../shared/format.js';
 import { addTextChunks, guidanceText } from '../../shared/png_text.js';
 import { cell, requireElement } from './dom.js';
@@ -77,6 +78,7 @@ export function inputChunks(inputs) {
     if (inputs.mode === 'inpaint') {
         if (inputs.mask) chunks.mask = line(inputs.mask);
         chunks.strength = String(inputs.strength);
+        if (inputs.extension) chunks.outpaint = extensionText(inputs.extension);
     }
     return chunks;
 }
@@ -259,13 +261,15 @@ function captionMode(inputs) {
 
 /**
  * @param {GenerateResult['inputs'] | undefined} inputs
- * @returns {string}  "Edit of 2 images · " / "Inpaint, strength 0.8 · " / '' (text to image).
+ * @returns {string}  "Edit of 2 images · " / "Inpaint, strength 0.8 · " / "Inpaint, strength 0.8, extended
+ *   left=0 right=128 top=0 bottom=0 · " / '' (text to image).
  */
 function captionInputs(inputs) {
     if (!inputs || inputs.mode === 'text') return '';
     const count = inputs.images.length;
     if (inputs.mode === 'edit') return `Edit of ${count} image${count === 1 ? '' : 's'} · `;
-    return `Inpaint, strength ${inputs.strength} · `;
+    const extended = inputs.extension ? `, extended ${extensionText(inputs.extension)}` : '';
+    return `Inpaint, strength ${inputs.strength}${extended} · `;
 }
 
 export class ResultView {

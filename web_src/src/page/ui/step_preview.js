@@ -11,7 +11,7 @@ import { InputError } from '../../shared/errors.js';
 import { requireElement } from './dom.js';
 import { keep, readKept } from './kept_setting.js';
 
-/** @typedef {import('../../protocol.js').Event} WorkerEvent */
+/** @typedef {import('../../protocol.js').JobEvent} WorkerEvent */
 
 /** Where the choice is kept. */
 export const PREVIEW_KEY = 'klein-web:preview';
