@@ -27,6 +27,21 @@
  */
 
 /**
+ * A double block stream's six modulation rows, in the order the modulation linear writes them.
+ * @param {number} base  The stream's first row offset.
+ * @param {number} h  The hidden size.
+ */
+function doubleStream(base, h) {
+    return {
+        shift: base,
+        scale: base + h,
+        gate: base + 2 * h,
+        mlpShift: base + 3 * h,
+        mlpScale: base + 4 * h,
+        mlpGate: base + 5 * h,
+    };
+}
+/**
  * Where each modulation vector starts in the step's modulation buffer, in elements (H: the inner width).
  * diffusers' Flux2Modulation.split: (shift, scale, gate) for attention, then for the MLP; the final norm's
  * AdaLayerNormContinuous chunks (scale, shift), scale first.
@@ -38,22 +53,8 @@ export function modulationOffsets(h) {
     const single = 12 * h;
     const out = 15 * h;
     return {
-        img: {
-            shift: img,
-            scale: img + h,
-            gate: img + 2 * h,
-            mlpShift: img + 3 * h,
-            mlpScale: img + 4 * h,
-            mlpGate: img + 5 * h,
-        },
-        txt: {
-            shift: txt,
-            scale: txt + h,
-            gate: txt + 2 * h,
-            mlpShift: txt + 3 * h,
-            mlpScale: txt + 4 * h,
-            mlpGate: txt + 5 * h,
-        },
+        img: doubleStream(img, h),
+        txt: doubleStream(txt, h),
         single: { shift: single, scale: single + h, gate: single + 2 * h },
         out: { scale: out, shift: out + h },
         total: 17 * h,
